@@ -1,0 +1,123 @@
+# cudamem. `make demo` and `make test` do all set-up themselves on a fresh
+# clone (a .venv from the package index); VENV=none uses the interpreter as it
+# is (a GPU machine with NumPy and pytest but no index).
+SHELL := /bin/bash
+.DEFAULT_GOAL := test
+
+VENV ?= .venv
+ifeq ($(VENV),none)
+PY ?= python3
+VENV_STAMP :=
+else
+PY := $(VENV)/bin/python
+VENV_STAMP := $(VENV)/.stamp
+endif
+PYTHON ?= python3
+RESULTS ?= results
+
+CUDA_INC ?= $(firstword $(wildcard $(CUDA_HOME)/include/cuda.h $(CUDA_PATH)/include/cuda.h /usr/local/cuda/include/cuda.h))
+CUDA_INC_DIR := $(patsubst %/cuda.h,%,$(CUDA_INC))
+DEV_CFLAGS := -Wall -Wextra -Werror -O2 -g
+SIM_SRC := $(wildcard cudamem/_src/sim/*.c)
+SIM_HDR := $(wildcard cudamem/_src/sim/*.h cudamem/_src/core/cuerrors.h)
+EXT_SRC := $(wildcard cudamem/_src/core/*.[ch] cudamem/_src/py/*.[ch]) $(SIM_SRC) $(SIM_HDR) setup.py
+CTEST_SRC := $(wildcard tests/c/test_*.c)
+CTEST_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra -Werror -pthread \
+	-fvisibility=hidden -I$(CUDA_INC_DIR) -Icudamem/_src/sim -Icudamem/_src/core -Itests/c
+ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+LIBASAN = $(shell $(CC) -print-file-name=libasan.so)
+# Time budgets (seconds) that keep `.ci/run` well inside CI's 90 minutes.
+BUDGET_PYTEST ?= 1200
+BUDGET_ASAN ?= 1800
+BUDGET_CTEST ?= 600
+PYTEST_ARGS ?=
+
+.PHONY: all demo test test-asan coverage gpu-check clean build build-asan \
+	build-coverage ctest ctest-valgrind ctest-asan pytest bench-floor venv
+
+all: build
+
+venv: $(VENV_STAMP)
+$(VENV)/.stamp:
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q "numpy>=2" pytest hypothesis setuptools wheel
+	touch $@
+
+# One in-place build at a time; a stamp records which flavour it is so that
+# switching flavours rebuilds everything.
+build/flavor-%: $(VENV_STAMP) $(EXT_SRC)
+	@mkdir -p build
+	@rm -f build/flavor-*
+	$(BUILD_ENV) $(PY) setup.py -q build_ext --inplace --force --build-temp build/tmp-$*
+	touch $@
+
+build: BUILD_ENV = CUDAMEM_DEV_CFLAGS="$(DEV_CFLAGS)"
+build: build/flavor-dev
+build-asan: BUILD_ENV = CUDAMEM_DEV_CFLAGS="$(DEV_CFLAGS)" CUDAMEM_SANITIZE=1
+build-asan: build/flavor-asan
+build-coverage: BUILD_ENV = CUDAMEM_DEV_CFLAGS="-Wall -Wextra -Werror" CUDAMEM_COVERAGE=1
+build-coverage: build/flavor-coverage
+
+demo: build
+	$(PY) -m cudamem demo
+
+pytest: build
+	timeout $(BUDGET_PYTEST) $(PY) -m pytest -q $(PYTEST_ARGS) tests
+
+test: build ctest-valgrind
+	timeout $(BUDGET_PYTEST) $(PY) -m pytest -q $(PYTEST_ARGS) tests
+
+test-asan: build-asan ctest-asan
+	ASAN_OPTIONS=detect_leaks=0:abort_on_error=0:exitcode=86 \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	LD_PRELOAD=$(LIBASAN) PYTHONMALLOC=malloc CUDAMEM_TEST_ASAN=1 \
+	  timeout $(BUDGET_ASAN) $(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS) tests
+
+coverage: build-coverage
+	find build/tmp-coverage -name '*.gcda' -delete
+	$(PY) -m pytest -q $(PYTEST_ARGS) tests
+	$(PY) tools/error_labels.py build/tmp-coverage cudamem/_src/core cudamem/_src/py
+
+# The C tests of the simulator: each tests/c/test_*.c with every sim source.
+build/ctest/%: tests/c/%.c $(SIM_SRC) $(SIM_HDR) tests/c/check.h
+	@mkdir -p build/ctest
+	$(CC) $(CTEST_CFLAGS) -o $@ $< $(SIM_SRC) -lrt -ldl
+build/ctest-asan/%: tests/c/%.c $(SIM_SRC) $(SIM_HDR) tests/c/check.h
+	@mkdir -p build/ctest-asan
+	$(CC) $(CTEST_CFLAGS) $(ASAN_FLAGS) -o $@ $< $(SIM_SRC) -lrt -ldl
+
+ctest: $(patsubst tests/c/%.c,build/ctest/%,$(CTEST_SRC))
+	@set -e; for t in $^; do echo "== $$t"; timeout $(BUDGET_CTEST) $$t; done
+
+ctest-valgrind: $(patsubst tests/c/%.c,build/ctest/%,$(CTEST_SRC))
+	@set -e; for t in $^; do echo "== valgrind $$t"; \
+	  timeout $(BUDGET_CTEST) valgrind -q --error-exitcode=99 --leak-check=full \
+	    --errors-for-leak-kinds=definite --show-leak-kinds=definite $$t; done
+
+ctest-asan: $(patsubst tests/c/%.c,build/ctest-asan/%,$(CTEST_SRC))
+	@set -e; for t in $^; do echo "== asan $$t"; \
+	  ASAN_OPTIONS=detect_leaks=1 timeout $(BUDGET_CTEST) $$t; done
+
+build/floor: benchmarks/floor.c
+	@mkdir -p build
+	$(CC) -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -I$(CUDA_INC_DIR) -o $@ $< -ldl -lpthread
+
+bench-floor: build build/floor
+	CUDAMEM_DRIVER=$${CUDAMEM_DRIVER:-$$( [ -e /dev/nvidiactl ] && echo libcuda.so.1 || echo $$PWD/cudamem/libcusim.so )} \
+	  build/floor
+
+# On a GPU machine: build in place with the machine's Python, run the suite on
+# the real driver, then the benchmarks; logs and results go to $(RESULTS).
+GPU_PY ?= python3
+gpu-check:
+	@mkdir -p $(RESULTS)
+	{ date -u; nvidia-smi || true; $(GPU_PY) -c 'import sys, numpy; print(sys.version); print("numpy", numpy.__version__)'; } > $(RESULTS)/machine.txt 2>&1
+	$(MAKE) VENV=none PY=$(GPU_PY) build 2>&1 | tee $(RESULTS)/build.log
+	CUDAMEM_TEST_DRIVER=real $(GPU_PY) -m pytest -q -rs tests 2>&1 | tee $(RESULTS)/pytest.log; \
+	  echo "pytest exit $${PIPESTATUS[0]}" >> $(RESULTS)/pytest.log
+	$(MAKE) VENV=none build/floor
+	CUDAMEM_DRIVER=libcuda.so.1 build/floor --json $(RESULTS)/floor.json 2>&1 | tee $(RESULTS)/floor.txt
+
+clean:
+	rm -rf build cudamem/*.so cudamem/__pycache__ tests/__pycache__ .pytest_cache .hypothesis

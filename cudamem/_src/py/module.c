@@ -1,0 +1,150 @@
+/* module.c: the cudamem._cudamem module: multi-phase init, module state
+ * (exception classes, the simulator's path) and the merged method tables.
+ * Importing it touches no driver (DESIGN rule 1). */
+#include "module.h"
+
+#include <string.h>
+
+static int
+load_exceptions(cmpy_state *st)
+{
+    PyObject *errors = PyImport_ImportModule("cudamem.errors");
+
+    if (errors == NULL) {
+        return -1;
+    }
+#define CMPY_LOAD(name)                                                        \
+    if ((st->name = PyObject_GetAttrString(errors, #name)) == NULL) {         \
+        goto error;                                                            \
+    }
+    CMPY_LOAD(CudaSupportError)
+    CMPY_LOAD(CudaDriverError)
+    CMPY_LOAD(CudaAPIError)
+    CMPY_LOAD(CudaOutOfMemoryError)
+    CMPY_LOAD(CudaStickyError)
+    CMPY_LOAD(CudaWarning)
+#undef CMPY_LOAD
+    Py_DECREF(errors);
+    return 0;
+error:
+    Py_DECREF(errors);
+    return -1;
+}
+
+/* The simulator is built as libcusim.so in this module's directory. */
+static int
+find_simulator(PyObject *module, cmpy_state *st)
+{
+    PyObject *file = PyModule_GetFilenameObject(module);
+    const char *path;
+    const char *slash;
+    size_t dirlen;
+
+    if (file == NULL) {
+        /* A module without __file__ (embedded) has no bundled simulator. */
+        PyErr_Clear();
+        return 0;
+    }
+    path = PyUnicode_AsUTF8(file);
+    if (path == NULL) {
+        Py_DECREF(file);
+        return -1;
+    }
+    slash = strrchr(path, '/');
+    dirlen = slash != NULL ? (size_t)(slash - path) + 1 : 0;
+    st->sim_path = PyMem_Malloc(dirlen + sizeof("libcusim.so"));
+    if (st->sim_path == NULL) {
+        Py_DECREF(file);
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy(st->sim_path, path, dirlen);
+    memcpy(st->sim_path + dirlen, "libcusim.so", sizeof("libcusim.so"));
+    Py_DECREF(file);
+    return 0;
+}
+
+static int
+cudamem_exec(PyObject *module)
+{
+    cmpy_state *st = cmpy_get_state(module);
+
+    if (load_exceptions(st) < 0 || find_simulator(module, st) < 0) {
+        return -1;
+    }
+    if (PyModule_AddFunctions(module, cmpy_driver_methods) < 0) {
+        return -1;
+    }
+    if (st->sim_path != NULL &&
+        PyModule_AddStringConstant(module, "_simulator_path", st->sim_path) <
+            0) {
+        return -1;
+    }
+    return 0;
+}
+
+static int
+cudamem_traverse(PyObject *module, visitproc visit, void *arg)
+{
+    cmpy_state *st = cmpy_get_state(module);
+    Py_VISIT(st->CudaSupportError);
+    Py_VISIT(st->CudaDriverError);
+    Py_VISIT(st->CudaAPIError);
+    Py_VISIT(st->CudaOutOfMemoryError);
+    Py_VISIT(st->CudaStickyError);
+    Py_VISIT(st->CudaWarning);
+    return 0;
+}
+
+static int
+cudamem_clear(PyObject *module)
+{
+    cmpy_state *st = cmpy_get_state(module);
+    Py_CLEAR(st->CudaSupportError);
+    Py_CLEAR(st->CudaDriverError);
+    Py_CLEAR(st->CudaAPIError);
+    Py_CLEAR(st->CudaOutOfMemoryError);
+    Py_CLEAR(st->CudaStickyError);
+    Py_CLEAR(st->CudaWarning);
+    return 0;
+}
+
+static void
+cudamem_free(void *module)
+{
+    cmpy_state *st = cmpy_get_state((PyObject *)module);
+    cudamem_clear((PyObject *)module);
+    PyMem_Free(st->sim_path);
+    st->sim_path = NULL;
+}
+
+static PyModuleDef_Slot cudamem_slots[] = {
+    {Py_mod_exec, cudamem_exec},
+#if PY_VERSION_HEX >= 0x030C0000
+    /* Core state (the driver, its queues) is per process, not per
+     * interpreter. */
+    {Py_mod_multiple_interpreters, Py_MOD_MULTIPLE_INTERPRETERS_NOT_SUPPORTED},
+#endif
+    {0, NULL},
+};
+
+PyDoc_STRVAR(cudamem_doc,
+             "cudamem's C extension. Use the cudamem package, not this "
+             "module.");
+
+static struct PyModuleDef cudamem_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "cudamem._cudamem",
+    .m_doc = cudamem_doc,
+    .m_size = sizeof(cmpy_state),
+    .m_slots = cudamem_slots,
+    .m_traverse = cudamem_traverse,
+    .m_clear = cudamem_clear,
+    .m_free = cudamem_free,
+};
+
+PyMODINIT_FUNC
+PyInit__cudamem(void)
+{
+    return PyModuleDef_Init(&cudamem_module);
+}

@@ -1,0 +1,35 @@
+/* module.h: the extension's module state and the helpers every py/ file
+ * shares. Owns no driver object. */
+#ifndef CMPY_MODULE_H
+#define CMPY_MODULE_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "../core/status.h"
+
+typedef struct cmpy_state {
+    PyObject *CudaSupportError;
+    PyObject *CudaDriverError;
+    PyObject *CudaAPIError;
+    PyObject *CudaOutOfMemoryError;
+    PyObject *CudaStickyError;
+    PyObject *CudaWarning;
+    char *sim_path; /* the bundled simulator, next to this module's file */
+} cmpy_state;
+
+static inline cmpy_state *
+cmpy_get_state(PyObject *module)
+{
+    return (cmpy_state *)PyModule_GetState(module);
+}
+
+/* Sets the Python exception for a core failure; returns NULL. */
+PyObject *cmpy_raise(cmpy_state *st, const cm_error *err);
+/* Loads the driver (once per process); 0, or -1 with an exception set. */
+int cmpy_ensure_driver(cmpy_state *st);
+
+/* Method tables of the other py/ files, merged by module.c. */
+extern PyMethodDef cmpy_driver_methods[];
+
+#endif

@@ -1,0 +1,365 @@
+/* sim.h: state and helpers shared by the simulated driver's files.
+ * Owns the cross-file contract (global lock, entry ids, allocations, stream
+ * operations); not the driver ABI (cuda.h) nor the control API (cusim.h). */
+#ifndef CUSIM_SIM_H
+#define CUSIM_SIM_H
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "cusim.h"
+
+#define SIM_EXPORT __attribute__((visibility("default")))
+#define SIM_MAX_DEVICES 16
+#define SIM_ALIGN 256
+#define SIM_DRIVER_VERSION_DEFAULT 13000
+
+/* Every entry point the simulator implements, by plain name. The order is
+ * the order of cusim_entry_stats(). */
+#define SIM_ENTRIES(X)                                                         \
+    X(cuGetProcAddress)                                                        \
+    X(cuInit)                                                                  \
+    X(cuDriverGetVersion)                                                      \
+    X(cuGetErrorName)                                                          \
+    X(cuGetErrorString)                                                        \
+    X(cuDeviceGetCount)                                                        \
+    X(cuDeviceGet)                                                             \
+    X(cuDeviceGetName)                                                         \
+    X(cuDeviceGetAttribute)                                                    \
+    X(cuDeviceTotalMem)                                                        \
+    X(cuDeviceGetUuid)                                                         \
+    X(cuDeviceGetPCIBusId)                                                     \
+    X(cuDeviceGetByPCIBusId)                                                   \
+    X(cuDeviceCanAccessPeer)                                                   \
+    X(cuDevicePrimaryCtxRetain)                                                \
+    X(cuDevicePrimaryCtxRelease)                                               \
+    X(cuDevicePrimaryCtxReset)                                                 \
+    X(cuDevicePrimaryCtxGetState)                                              \
+    X(cuDevicePrimaryCtxSetFlags)                                              \
+    X(cuCtxCreate)                                                             \
+    X(cuCtxDestroy)                                                            \
+    X(cuCtxGetCurrent)                                                         \
+    X(cuCtxSetCurrent)                                                         \
+    X(cuCtxPushCurrent)                                                        \
+    X(cuCtxPopCurrent)                                                         \
+    X(cuCtxGetDevice)                                                          \
+    X(cuCtxGetFlags)                                                           \
+    X(cuCtxSynchronize)                                                        \
+    X(cuCtxGetStreamPriorityRange)                                             \
+    X(cuCtxEnablePeerAccess)                                                   \
+    X(cuCtxDisablePeerAccess)                                                  \
+    X(cuProfilerStart)                                                         \
+    X(cuProfilerStop)                                                          \
+    X(cuMemGetInfo)                                                            \
+    X(cuMemAlloc)                                                              \
+    X(cuMemFree)                                                               \
+    X(cuMemGetAddressRange)                                                    \
+    X(cuMemAllocHost)                                                          \
+    X(cuMemHostAlloc)                                                          \
+    X(cuMemFreeHost)                                                           \
+    X(cuMemHostGetDevicePointer)                                               \
+    X(cuMemHostGetFlags)                                                       \
+    X(cuMemHostRegister)                                                       \
+    X(cuMemHostUnregister)                                                     \
+    X(cuMemAllocManaged)                                                       \
+    X(cuMemPrefetchAsync)                                                      \
+    X(cuMemAdvise)                                                             \
+    X(cuPointerGetAttribute)                                                   \
+    X(cuPointerGetAttributes)                                                  \
+    X(cuMemcpy)                                                                \
+    X(cuMemcpyAsync)                                                           \
+    X(cuMemcpyHtoD)                                                            \
+    X(cuMemcpyHtoDAsync)                                                       \
+    X(cuMemcpyDtoH)                                                            \
+    X(cuMemcpyDtoHAsync)                                                       \
+    X(cuMemcpyDtoD)                                                            \
+    X(cuMemcpyDtoDAsync)                                                       \
+    X(cuMemcpyPeer)                                                            \
+    X(cuMemcpyPeerAsync)                                                       \
+    X(cuMemcpy2D)                                                              \
+    X(cuMemcpy2DAsync)                                                         \
+    X(cuMemcpy2DUnaligned)                                                     \
+    X(cuMemcpy3D)                                                              \
+    X(cuMemcpy3DAsync)                                                         \
+    X(cuMemcpy3DPeer)                                                          \
+    X(cuMemcpy3DPeerAsync)                                                     \
+    X(cuMemsetD8)                                                              \
+    X(cuMemsetD8Async)                                                         \
+    X(cuMemsetD16)                                                             \
+    X(cuMemsetD16Async)                                                        \
+    X(cuMemsetD32)                                                             \
+    X(cuMemsetD32Async)                                                        \
+    X(cuMemsetD2D8)                                                            \
+    X(cuMemsetD2D8Async)                                                       \
+    X(cuMemsetD2D16)                                                           \
+    X(cuMemsetD2D16Async)                                                      \
+    X(cuMemsetD2D32)                                                           \
+    X(cuMemsetD2D32Async)                                                      \
+    X(cuStreamCreate)                                                          \
+    X(cuStreamCreateWithPriority)                                              \
+    X(cuStreamDestroy)                                                         \
+    X(cuStreamSynchronize)                                                     \
+    X(cuStreamQuery)                                                           \
+    X(cuStreamWaitEvent)                                                       \
+    X(cuStreamAddCallback)                                                     \
+    X(cuLaunchHostFunc)                                                        \
+    X(cuStreamGetPriority)                                                     \
+    X(cuStreamGetFlags)                                                        \
+    X(cuStreamGetCtx)                                                          \
+    X(cuStreamAttachMemAsync)                                                  \
+    X(cuEventCreate)                                                           \
+    X(cuEventDestroy)                                                          \
+    X(cuEventRecord)                                                           \
+    X(cuEventSynchronize)                                                      \
+    X(cuEventQuery)                                                            \
+    X(cuEventElapsedTime)                                                      \
+    X(cuIpcGetMemHandle)                                                       \
+    X(cuIpcOpenMemHandle)                                                      \
+    X(cuIpcCloseMemHandle)
+
+typedef enum sim_entry {
+#define SIM_ENTRY_ENUM(name) SIM_##name,
+    SIM_ENTRIES(SIM_ENTRY_ENUM)
+#undef SIM_ENTRY_ENUM
+        SIM_NENTRIES
+} sim_entry;
+
+/* ---------------------------------------------------------------------------
+ * Global state (entry.c). One lock guards all bookkeeping; nobody holds it
+ * while moving bytes, sleeping for the delay or running a callback. */
+typedef struct sim_global {
+    pthread_mutex_t lock;
+    pthread_cond_t progress; /* broadcast whenever any stream op completes */
+    int initialized;         /* cuInit succeeded */
+    pid_t init_pid;          /* a forked child of it gets NOT_INITIALIZED */
+    int driver_version;      /* CUDAMEM_SIM_DRIVER_VERSION, default 13000 */
+    int ndevices;            /* visible devices */
+    struct sim_device *devices[SIM_MAX_DEVICES];
+    unsigned delay_us;       /* CUDAMEM_SIM_DELAY_US */
+    int hazards;             /* CUDAMEM_SIM_HAZARDS */
+    int ipc_reopen_error;    /* CUDAMEM_SIM_IPC_REOPEN=error */
+    int profiling;
+    cusim_stats live;        /* maintained by the owners of each kind */
+} sim_global;
+
+extern sim_global sim;
+
+static inline void sim_lock(void) { pthread_mutex_lock(&sim.lock); }
+static inline void sim_unlock(void) { pthread_mutex_unlock(&sim.lock); }
+
+/* Every entry point starts with SIM_ENTER(name) (or SIM_ENTER_NOINIT for the
+ * few the driver answers before cuInit). It counts the call, returns an
+ * injected fault, refuses calls from stream callbacks (NOT_PERMITTED), from a
+ * forked child of an initialized parent (NOT_INITIALIZED) and before cuInit
+ * (NOT_INITIALIZED), and fails with the sticky code of a poisoned current
+ * context. Takes and releases the lock itself. */
+CUresult sim_enter(sim_entry id, int need_init);
+#define SIM_ENTER(name)                                                        \
+    do {                                                                       \
+        CUresult sim_r_ = sim_enter(SIM_##name, 1);                            \
+        if (sim_r_ != CUDA_SUCCESS)                                            \
+            return sim_r_;                                                     \
+    } while (0)
+#define SIM_ENTER_NOINIT(name)                                                 \
+    do {                                                                       \
+        CUresult sim_r_ = sim_enter(SIM_##name, 0);                            \
+        if (sim_r_ != CUDA_SUCCESS)                                            \
+            return sim_r_;                                                     \
+    } while (0)
+/* Adds to the bytes-moved counter of an entry point (any thread). */
+void sim_count_bytes(sim_entry id, size_t nbytes);
+/* Sticky codes poison the context they occur in (illegal address, ...). */
+int sim_is_sticky(CUresult code);
+/* Nonzero on a stream worker thread while it runs a callback/host func. */
+int sim_in_callback(void);
+void sim_set_in_callback(int on);
+/* Reads an environment variable as an unsigned number; `dflt` when unset. */
+unsigned long long sim_env_ull(const char *name, unsigned long long dflt);
+uint64_t sim_now_ns(void); /* CLOCK_MONOTONIC */
+
+/* cuGetProcAddress rows. Each file lists its own; entry.c searches them.
+ * SIM_PROC checks the function against the driver's PFN type. */
+typedef struct sim_proc {
+    const char *name; /* plain name, as passed to cuGetProcAddress */
+    int version;      /* the CUDA version that introduced this ABI */
+    int ptds;         /* 1: the per-thread default stream variant */
+    void *fn;
+} sim_proc;
+#define SIM_PROC(name, ver, fn)                                                \
+    {#name, ver, 0, (void *)(1 ? (fn) : (PFN_##name##_v##ver)0)}
+#define SIM_PROC_PTDS(name, ver, suffix, fn)                                   \
+    {#name, ver, 1, (void *)(1 ? (fn) : (PFN_##name##_v##ver##_##suffix)0)}
+
+extern const sim_proc sim_procs_entry[], sim_procs_device[],
+    sim_procs_memory[], sim_procs_copy[], sim_procs_stream[], sim_procs_ipc[];
+extern const size_t sim_nprocs_entry, sim_nprocs_device, sim_nprocs_memory,
+    sim_nprocs_copy, sim_nprocs_stream, sim_nprocs_ipc;
+
+/* ---------------------------------------------------------------------------
+ * Devices and contexts (device.c). */
+typedef struct sim_device {
+    int ordinal;  /* as seen through CUDA_VISIBLE_DEVICES */
+    int physical; /* index among CUDAMEM_SIM_DEVICES */
+    char name[64];
+    int cc_major, cc_minor;
+    size_t total_mem;              /* CUDAMEM_SIM_MEMORY, cusim_set_memory */
+    size_t used_mem;               /* device + IPC-opened bytes (memory.c) */
+    uintptr_t va_base;             /* PROT_NONE reserve for device pointers */
+    size_t va_size;                /* == total_mem rounded, at least 1 GiB */
+    struct sim_heap *heap;         /* address allocator (memory.c) */
+    CUuuid uuid;                   /* deterministic from `physical` */
+    int pci_domain, pci_bus, pci_dev;
+    struct CUctx_st *primary;      /* always allocated, active or not */
+    unsigned primary_flags;
+} sim_device;
+
+#define SIM_MAGIC_CTX 0x43545831u
+#define SIM_MAGIC_STREAM 0x53545231u
+#define SIM_MAGIC_EVENT 0x45564e31u
+
+struct CUctx_st {
+    uint32_t magic;
+    sim_device *dev;
+    int is_primary;
+    int active;     /* primary: retained since the last reset / release */
+    int retain;     /* primary retain count */
+    unsigned flags;
+    CUresult sticky; /* CUDA_SUCCESS, or the code that poisoned it */
+    struct CUstream_st *legacy;  /* the legacy default stream */
+    struct CUstream_st *streams; /* every other stream (list via `next`) */
+    unsigned char peer[SIM_MAX_DEVICES]; /* peer access enabled to device */
+};
+
+/* The calling thread's current context (top of its stack), or NULL. */
+CUcontext sim_ctx_current(void);
+/* Current context, checked active and not poisoned; else an error code
+ * (INVALID_CONTEXT when none, CONTEXT_IS_DESTROYED, or the sticky code). */
+CUresult sim_ctx_get(CUcontext *out);
+/* Nonzero when ctx is a context object the simulator made and is active. */
+int sim_ctx_valid(CUcontext ctx);
+/* Device by visible ordinal, or NULL. Caller holds the lock or the device
+ * table is known initialized (it never changes after cuInit). */
+sim_device *sim_device_get(int ordinal);
+/* Called by cuInit (entry.c) to build the device table from the
+ * environment; returns a CUresult. */
+CUresult sim_devices_init(void);
+
+/* ---------------------------------------------------------------------------
+ * Memory (memory.c). Every range the driver knows is one sim_alloc, found by
+ * address. Device kinds live in their device's PROT_NONE reserve and are
+ * backed by a separate mapping; host-accessible kinds are their own bytes. */
+typedef enum sim_mem_kind {
+    SIM_MEM_DEVICE = 1, /* cuMemAlloc */
+    SIM_MEM_HOST,       /* cuMemAllocHost / cuMemHostAlloc */
+    SIM_MEM_REGISTERED, /* cuMemHostRegister */
+    SIM_MEM_MANAGED,    /* cuMemAllocManaged */
+    SIM_MEM_IPC         /* cuIpcOpenMemHandle, in the importer */
+} sim_mem_kind;
+
+typedef struct sim_alloc {
+    sim_mem_kind kind;
+    uintptr_t base;         /* the address the API hands out */
+    size_t size;            /* bytes requested */
+    unsigned char *backing; /* where the bytes are, host-accessible */
+    size_t backing_size;
+    CUcontext ctx;          /* the context it was made in */
+    unsigned flags;         /* host alloc / register / attach flags */
+    unsigned long long buffer_id;
+    int ipc_fd;             /* exporter: shared memory fd once exported */
+    char ipc_name[40];      /* shared memory object name once exported */
+    int ipc_refs;           /* importer: opens of this mapping */
+} sim_alloc;
+
+/* Caller holds the lock. The allocation containing `addr` (any kind). */
+sim_alloc *sim_mem_find(uintptr_t addr);
+
+/* A resolved range for a copy or memset: bytes to touch, and what it is. */
+typedef struct sim_ref {
+    unsigned char *bytes; /* host-accessible view of the range */
+    sim_alloc *alloc;     /* NULL: pageable host memory */
+} sim_ref;
+
+enum { SIM_WANT_DEVICE = 1, SIM_WANT_HOST = 2, SIM_WANT_ANY = 3 };
+/* Caller holds the lock. Resolves [addr, addr + len) to bytes: `want`
+ * says what the call accepts (a device pointer must lie inside one live
+ * device-accessible allocation; a host pointer may be pageable). Returns
+ * CUDA_ERROR_INVALID_VALUE for a range the call cannot take. */
+CUresult sim_mem_resolve(uintptr_t addr, size_t len, int want, sim_ref *out);
+
+/* Frees everything a context owns (reset / destroy). Caller holds the lock
+ * and has drained the context's streams. */
+void sim_mem_release_ctx(CUcontext ctx);
+/* Creates an allocation record of `kind` over existing bytes (IPC import);
+ * for SIM_MEM_IPC a device address is reserved on ctx's device. */
+CUresult sim_mem_add(sim_mem_kind kind, CUcontext ctx, unsigned char *backing,
+                     size_t size, sim_alloc **out);
+/* Removes a record made by sim_mem_add (does not unmap the backing). */
+void sim_mem_remove(sim_alloc *a);
+/* (Re)creates dev's PROT_NONE reserve and address heap for `nbytes` of
+ * memory and sets total_mem; device.c calls it at init, cusim_set_memory
+ * later. Fails (CUDA_ERROR_INVALID_VALUE) while anything is allocated there.
+ * Caller holds the lock. */
+CUresult sim_mem_set_size(sim_device *dev, size_t nbytes);
+
+/* ---------------------------------------------------------------------------
+ * Streams and events (stream.c). Every device operation is a sim_op queued
+ * on a stream and run by that stream's worker thread. */
+typedef struct sim_range {
+    uintptr_t addr; /* API address (device or host) */
+    size_t len;
+    int write;
+} sim_range;
+
+#define SIM_OP_RANGES 4
+
+typedef struct sim_op sim_op;
+struct sim_op {
+    /* Filled by the submitter. */
+    void (*run)(sim_op *op);  /* the work; on the worker, without the lock */
+    void (*free)(sim_op *op); /* releases op and its payload; NULL: free() */
+    sim_range ranges[SIM_OP_RANGES]; /* memory touched, for hazards */
+    int nranges;
+    sim_entry entry; /* for hazard reports */
+    /* Owned by stream.c. */
+    sim_op *next;
+    struct CUstream_st *stream;
+    uint64_t seq;
+    void *sched; /* scheduling state (dependencies, clocks) */
+};
+
+typedef enum sim_sync {
+    SIM_ASYNC,        /* an *Async call: return once queued */
+    SIM_RETURN_EARLY, /* a synchronous call the driver returns from early */
+    SIM_BLOCK         /* a synchronous call that returns when done */
+} sim_sync;
+
+/* Queues op on hStream of the current context: NULL is the legacy default
+ * stream, or the calling thread's per-thread default stream when `ptds`;
+ * CU_STREAM_LEGACY and CU_STREAM_PER_THREAD are accepted. Validates the
+ * handle (INVALID_HANDLE; a stream of another context: INVALID_CONTEXT).
+ * Takes ownership of op (freed on error too). With SIM_BLOCK waits for the
+ * op, and the legacy stream's rules apply to it as to any op. */
+CUresult sim_stream_submit(CUstream hStream, int ptds, sim_op *op,
+                           sim_sync mode);
+/* Waits until every stream of ctx is idle (cuCtxSynchronize, frees). The
+ * caller does not hold the lock. */
+CUresult sim_ctx_drain(CUcontext ctx);
+/* Destroys every stream and event of ctx (reset / destroy); lock held,
+ * streams drained. */
+void sim_streams_release_ctx(CUcontext ctx);
+/* Hazard reports (the checker lives here): count and last report since the
+ * last reset; sim_hazards_reset forgets both (cusim_reset). */
+unsigned long long sim_hazard_count(void);
+const char *sim_last_hazard(void);
+void sim_hazards_reset(void);
+
+/* ---------------------------------------------------------------------------
+ * IPC (ipc.c). */
+/* Called when the exporter frees an allocation it exported (lock held). */
+void sim_ipc_forget(sim_alloc *a);
+
+#endif

@@ -1,0 +1,87 @@
+"""Exceptions and warnings raised by cudamem.
+
+The names and the ``CudaAPIError`` wording follow numba.cuda, so code that
+catches numba's exceptions by name keeps working after ``import cudamem as
+cuda``. Every exception pickles with its attributes.
+"""
+
+__all__ = [
+    "CudaSupportError",
+    "CudaDriverError",
+    "CudaAPIError",
+    "CudaOutOfMemoryError",
+    "CudaStickyError",
+    "CudaWarning",
+]
+
+
+class CudaSupportError(ImportError):
+    """CUDA cannot be used: no driver, the toolkit's stub, too old, or cuInit
+    failed. Raised by the first call that needs the driver, and again by every
+    later one."""
+
+
+class CudaDriverError(Exception):
+    """A misuse of the driver that is not a failed call, such as using CUDA
+    in a child of a process that initialized it."""
+
+
+class CudaAPIError(CudaDriverError):
+    """CudaAPIError(code, call, name=None)
+
+    A driver call failed. ``code`` is the ``CUresult``, ``name`` its
+    ``CUDA_ERROR_*`` name and ``call`` the driver entry point."""
+
+    def __init__(self, code, call, name=None):
+        super().__init__(code, call, name)
+        self.code = code
+        self.call = call
+        self.name = name if name is not None else "CUDA_ERROR_%d" % code
+
+    def __str__(self):
+        return "[%d] Call to %s results in %s" % (self.code, self.call,
+                                                  self.name)
+
+
+class CudaOutOfMemoryError(CudaAPIError):
+    """CudaOutOfMemoryError(code, call, name=None, requested=None, free=None,
+    total=None, pending=None, pool_cached=None)
+
+    An allocation failed for lack of device memory even after pending frees
+    were flushed. The byte counts say what was asked for and what was there.
+    """
+
+    def __init__(self, code, call, name=None, requested=None, free=None,
+                 total=None, pending=None, pool_cached=None):
+        super().__init__(code, call, name)
+        self.args = (code, call, name, requested, free, total, pending,
+                     pool_cached)
+        self.requested = requested
+        self.free = free
+        self.total = total
+        self.pending = pending
+        self.pool_cached = pool_cached
+
+    def __str__(self):
+        text = super().__str__()
+        if self.requested is None:
+            return text
+        return ("%s: requested %d bytes; %d of %d bytes free, %d pending "
+                "release, %d cached by the pool" % (
+                    text, self.requested, self.free or 0, self.total or 0,
+                    self.pending or 0, self.pool_cached or 0))
+
+
+class CudaStickyError(CudaAPIError):
+    """The context hit an error that leaves it unusable (an illegal address,
+    a failed launch, an uncorrectable ECC error). Every later call in it
+    fails; restart the process."""
+
+    def __str__(self):
+        return ("%s: the CUDA context is unusable after this error; restart "
+                "the process" % super().__str__())
+
+
+class CudaWarning(UserWarning):
+    """Something failed where raising was impossible (a finalizer, a callback,
+    shutdown)."""

@@ -1,0 +1,214 @@
+"""Control of cudamem's simulated CUDA driver.
+
+The simulator is a shared library with the ABI of ``libcuda.so.1``; cudamem
+loads it instead of the real driver when ``CUDAMEM_SIMULATOR=1`` (or when
+``CUDAMEM_DRIVER`` names it). This module reaches its control API
+(``cusim_*``) through ctypes: fault injection, live counts, per entry point
+call counters, memory size, the stream delay and the hazard checker.
+
+Environment read by the simulator at ``cuInit``: ``CUDAMEM_SIM_DEVICES``
+(default 1), ``CUDAMEM_SIM_MEMORY`` (bytes per device, default 16 GiB of
+lazily backed address space), ``CUDAMEM_SIM_DELAY_US``,
+``CUDAMEM_SIM_HAZARDS=1``, ``CUDAMEM_SIM_IPC_REOPEN=error``,
+``CUDAMEM_SIM_DRIVER_VERSION`` and ``CUDA_VISIBLE_DEVICES``.
+"""
+import contextlib
+import ctypes
+import os
+
+from cudamem import _cudamem
+
+__all__ = [
+    "is_active", "library_path", "stats", "live", "inject", "clear_faults",
+    "set_memory", "set_delay_us", "get_delay_us", "delay", "set_hazards",
+    "hazard_count", "last_hazard", "reset", "error_code",
+]
+
+_LIVE_FIELDS = (
+    "device_allocations", "device_bytes", "host_allocations", "host_bytes",
+    "registrations", "registered_bytes", "managed_allocations",
+    "managed_bytes", "streams", "events", "ipc_open", "contexts",
+)
+
+
+class _Stats(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_ulonglong) for name in _LIVE_FIELDS]
+
+
+_lib = None
+_codes = None
+
+
+def library_path():
+    """library_path() -> str
+
+    The simulator library cudamem loads (or would load) in this process."""
+    explicit = os.environ.get("CUDAMEM_DRIVER")
+    if explicit:
+        return explicit
+    return _cudamem._simulator_path
+
+
+def _library():
+    global _lib
+    if _lib is None:
+        lib = ctypes.CDLL(library_path())
+        if not hasattr(lib, "cusim_is_simulator"):
+            raise RuntimeError("%s is not cudamem's simulated driver"
+                               % library_path())
+        lib.cusim_inject.argtypes = [ctypes.c_char_p, ctypes.c_int,
+                                     ctypes.c_uint, ctypes.c_uint]
+        lib.cusim_get_stats.argtypes = [ctypes.POINTER(_Stats)]
+        lib.cusim_entry_stats.argtypes = [
+            ctypes.c_int, ctypes.POINTER(ctypes.c_ulonglong),
+            ctypes.POINTER(ctypes.c_ulonglong)]
+        lib.cusim_entry_stats.restype = ctypes.c_char_p
+        lib.cusim_set_memory.argtypes = [ctypes.c_int, ctypes.c_ulonglong]
+        lib.cusim_set_delay_us.argtypes = [ctypes.c_uint]
+        lib.cusim_get_delay_us.restype = ctypes.c_uint
+        lib.cusim_set_hazards.argtypes = [ctypes.c_int]
+        lib.cusim_hazard_count.restype = ctypes.c_ulonglong
+        lib.cusim_last_hazard.restype = ctypes.c_char_p
+        _lib = lib
+    return _lib
+
+
+def is_active():
+    """is_active() -> bool
+
+    True when the driver cudamem uses is the simulator. Loads the driver;
+    never raises."""
+    try:
+        return bool(_cudamem.driver_info()["simulator"])
+    except Exception:
+        return False
+
+
+def error_code(code):
+    """error_code(code) -> int
+
+    A CUresult from its number or its name (``"CUDA_ERROR_OUT_OF_MEMORY"``).
+    """
+    global _codes
+    if isinstance(code, int):
+        return code
+    if _codes is None:
+        _codes = {name: value for value, name in _cudamem._error_names()}
+    try:
+        return _codes[code]
+    except KeyError:
+        raise ValueError("unknown CUDA error name %r" % (code,)) from None
+
+
+def live():
+    """live() -> dict[str, int]
+
+    Live objects in the simulator: allocations and bytes per kind, streams,
+    events, open IPC mappings and active contexts."""
+    out = _Stats()
+    _library().cusim_get_stats(ctypes.byref(out))
+    return {name: getattr(out, name) for name in _LIVE_FIELDS}
+
+
+def stats():
+    """stats() -> dict
+
+    ``live()`` plus ``calls``: for every entry point the simulator has,
+    ``{"calls": n, "bytes": b}`` counted over all threads since the last
+    ``reset()``."""
+    lib = _library()
+    result = live()
+    calls = {}
+    n, nbytes = ctypes.c_ulonglong(), ctypes.c_ulonglong()
+    for i in range(lib.cusim_entry_count()):
+        name = lib.cusim_entry_stats(i, ctypes.byref(n), ctypes.byref(nbytes))
+        calls[name.decode()] = {"calls": n.value, "bytes": nbytes.value}
+    result["calls"] = calls
+    return result
+
+
+def inject(entry_point, error_code_, after=0, count=1):
+    """inject(entry_point, error_code, after=0, count=1)
+
+    Make the next ``count`` calls of ``entry_point`` made on this thread,
+    after ``after`` further successful ones, return ``error_code`` (a number
+    or a ``CUDA_ERROR_*`` name). A plain name such as ``"cuMemAlloc"`` covers
+    every versioned variant of it."""
+    code = error_code(error_code_)
+    if after < 0 or count < 1:
+        raise ValueError("need after >= 0 and count >= 1, got after=%r "
+                         "count=%r" % (after, count))
+    if _library().cusim_inject(entry_point.encode(), code, after, count):
+        raise ValueError("the simulator has no entry point %r"
+                         % (entry_point,))
+
+
+def clear_faults():
+    """clear_faults()
+
+    Forget every fault injected on this thread."""
+    _library().cusim_clear_faults()
+
+
+def set_memory(device, nbytes):
+    """set_memory(device, nbytes)
+
+    Set a simulated device's memory size; only while nothing is allocated
+    on it."""
+    rc = _library().cusim_set_memory(device, nbytes)
+    if rc:
+        raise ValueError("cannot set the memory of simulated device %r to %r "
+                         "bytes (CUresult %d): it must exist and have "
+                         "nothing allocated" % (device, nbytes, rc))
+
+
+def set_delay_us(us):
+    """set_delay_us(us)
+
+    Delay every stream operation by ``us`` microseconds before it runs."""
+    _library().cusim_set_delay_us(us)
+
+
+def get_delay_us():
+    """get_delay_us() -> int"""
+    return _library().cusim_get_delay_us()
+
+
+@contextlib.contextmanager
+def delay(us):
+    """delay(us): a context manager that sets the stream delay and restores
+    the previous one."""
+    before = get_delay_us()
+    set_delay_us(us)
+    try:
+        yield
+    finally:
+        set_delay_us(before)
+
+
+def set_hazards(on):
+    """set_hazards(on)
+
+    Switch the stream-order hazard checker on or off."""
+    _library().cusim_set_hazards(1 if on else 0)
+
+
+def hazard_count():
+    """hazard_count() -> int
+
+    Hazards reported since the last ``reset()``."""
+    return _library().cusim_hazard_count()
+
+
+def last_hazard():
+    """last_hazard() -> str | None"""
+    text = _library().cusim_last_hazard()
+    return text.decode() if text else None
+
+
+def reset():
+    """reset()
+
+    Forget injected faults (every thread), call counters and hazard
+    reports."""
+    _library().cusim_reset()

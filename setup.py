@@ -1,0 +1,110 @@
+"""Build cudamem: the extension (core/ + py/) and the simulated driver.
+
+Only the CUDA headers are needed (cuda.h, cudaTypedefs.h); nothing links
+against libcuda. Development builds add flags through the environment:
+CUDAMEM_DEV_CFLAGS (the Makefile passes -Werror there; `pip install .` never
+does), CUDAMEM_SANITIZE=1 (ASan + UBSan), CUDAMEM_COVERAGE=1 (gcov).
+"""
+import os
+import shlex
+import shutil
+import sys
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+
+def find_cuda_include():
+    """The first of CUDA_HOME, CUDA_PATH, nvcc's toolkit, /usr/local/cuda
+    whose include directory has cuda.h."""
+    places = []
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            places.append((var, os.environ[var]))
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        places.append(("nvcc", os.path.dirname(os.path.dirname(
+            os.path.realpath(nvcc)))))
+    places.append(("default", "/usr/local/cuda"))
+    for _, root in places:
+        inc = os.path.join(root, "include")
+        if os.path.exists(os.path.join(inc, "cuda.h")):
+            return inc
+    tried = ", ".join("%s=%s" % p for p in places)
+    sys.exit("cudamem: cuda.h not found. Looked in the include directory "
+             "of CUDA_HOME, CUDA_PATH, the toolkit of nvcc on PATH and "
+             "/usr/local/cuda (%s). Install the CUDA toolkit headers or set "
+             "CUDA_HOME." % tried)
+
+
+def numpy_include():
+    import numpy
+    return numpy.get_include()
+
+
+def sources(*dirs):
+    out = []
+    for d in dirs:
+        out += sorted(os.path.join(d, f) for f in os.listdir(d)
+                      if f.endswith(".c"))
+    return out
+
+
+def flags():
+    cflags = ["-std=c11", "-D_GNU_SOURCE", "-fvisibility=hidden",
+              "-fno-strict-aliasing"]
+    ldflags = []
+    cflags += shlex.split(os.environ.get("CUDAMEM_DEV_CFLAGS", ""))
+    if os.environ.get("CUDAMEM_SANITIZE") == "1":
+        san = ["-fsanitize=address,undefined",
+               "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer",
+               "-g", "-O1"]
+        cflags += san
+        ldflags += san
+    if os.environ.get("CUDAMEM_COVERAGE") == "1":
+        cflags += ["--coverage", "-O0", "-g"]
+        ldflags += ["--coverage"]
+    return cflags, ldflags
+
+
+class BuildExt(build_ext):
+    """Names the simulator plainly (libcusim.so): it is a driver library,
+    not a Python module, and core dlopens it by that name."""
+
+    def get_ext_filename(self, fullname):
+        if fullname == "cudamem.libcusim":
+            return os.path.join("cudamem", "libcusim.so")
+        return super().get_ext_filename(fullname)
+
+    def get_export_symbols(self, ext):
+        if ext.name == "cudamem.libcusim":
+            return []
+        return super().get_export_symbols(ext)
+
+
+CUDA_INC = find_cuda_include()
+CFLAGS, LDFLAGS = flags()
+SRC = os.path.join("cudamem", "_src")
+
+setup(
+    ext_modules=[
+        Extension(
+            "cudamem._cudamem",
+            sources=sources(os.path.join(SRC, "core"), os.path.join(SRC, "py")),
+            include_dirs=[CUDA_INC, numpy_include()],
+            define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_24_API_VERSION")],
+            extra_compile_args=CFLAGS,
+            extra_link_args=LDFLAGS,
+            libraries=["dl", "pthread"],
+        ),
+        Extension(
+            "cudamem.libcusim",
+            sources=sources(os.path.join(SRC, "sim")),
+            include_dirs=[CUDA_INC, os.path.join(SRC, "core")],
+            extra_compile_args=CFLAGS + ["-pthread"],
+            extra_link_args=LDFLAGS + ["-pthread"],
+            libraries=["rt", "dl"],
+        ),
+    ],
+    cmdclass={"build_ext": BuildExt},
+)
