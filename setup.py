@@ -72,12 +72,14 @@ class BuildExt(build_ext):
     not a Python module, and core dlopens it by that name."""
 
     def get_ext_filename(self, fullname):
-        if fullname == "cudamem.libcusim":
-            return os.path.join("cudamem", "libcusim.so")
+        # Called with the dotted name and with its last part alone.
+        parts = fullname.split(".")
+        if parts[-1] == "libcusim":
+            return os.path.join(*parts[:-1], "libcusim.so")
         return super().get_ext_filename(fullname)
 
     def get_export_symbols(self, ext):
-        if ext.name == "cudamem.libcusim":
+        if ext.name.endswith("libcusim"):
             return []
         return super().get_export_symbols(ext)
 

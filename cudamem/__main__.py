@@ -56,6 +56,7 @@ def demo(out=sys.stdout):
               "simulated driver (CUDAMEM_SIMULATOR=1).\n", file=out)
         out.flush()
         env = dict(os.environ, CUDAMEM_SIMULATOR="1")
+        env.pop("CUDAMEM_DRIVER", None)
         return subprocess.call([sys.executable, "-m", "cudamem", "demo"],
                                env=env)
     print("== cudamem %s: which driver, which devices" % cudamem.__version__,

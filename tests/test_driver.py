@@ -2,6 +2,7 @@
 import ctypes
 import pickle
 import re
+import textwrap
 
 import pytest
 
@@ -185,6 +186,12 @@ LOAD_FAILURE = """
 """
 
 
+def _inject_then_load(entry, code, after=0):
+    return ("from cudamem import simulator\n"
+            "simulator.inject(%r, %r, after=%d)\n" % (entry, code, after)
+            + textwrap.dedent(LOAD_FAILURE))
+
+
 def _lines(proc):
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
@@ -217,29 +224,22 @@ def test_driver_too_old(run_py):
 
 @pytest.mark.simulator
 def test_stub_library_is_named(run_py):
-    msg = _lines(run_py("""
-        from cudamem import simulator
-        simulator.inject('cuDriverGetVersion', 'CUDA_ERROR_STUB_LIBRARY')
-    """ + LOAD_FAILURE))
+    msg = _lines(run_py(_inject_then_load("cuDriverGetVersion",
+                                          "CUDA_ERROR_STUB_LIBRARY")))
     assert "stub library (CUDA_ERROR_STUB_LIBRARY)" in msg
     assert "Install the NVIDIA driver" in msg
 
 
 @pytest.mark.simulator
 def test_init_failure_message(run_py):
-    msg = _lines(run_py("""
-        from cudamem import simulator
-        simulator.inject('cuInit', 'CUDA_ERROR_NO_DEVICE')
-    """ + LOAD_FAILURE))
+    msg = _lines(run_py(_inject_then_load("cuInit", "CUDA_ERROR_NO_DEVICE")))
     assert msg == "Error at driver init: CUDA_ERROR_NO_DEVICE (100)"
 
 
 @pytest.mark.simulator
 def test_proc_address_failure_names_the_entry(run_py):
-    msg = _lines(run_py("""
-        from cudamem import simulator
-        simulator.inject('cuGetProcAddress', 'CUDA_ERROR_UNKNOWN', after=2)
-    """ + LOAD_FAILURE))
+    msg = _lines(run_py(_inject_then_load("cuGetProcAddress",
+                                          "CUDA_ERROR_UNKNOWN", after=2)))
     assert re.match(r'cuGetProcAddress\("\w+", \d+\) failed in .*: '
                     r'CUDA_ERROR_UNKNOWN \(999\)$', msg), msg
 

@@ -239,13 +239,12 @@ load_locked(const char *sim_path, cm_error *err)
     if (resolve_rows(getproc, err) < 0) {
         return -1;
     }
-    rc = cm_drv.cuInit(0);
-    if (rc == CUDA_ERROR_STUB_LIBRARY) {
-        return stub_error(err);
-    }
-    if (rc != CUDA_SUCCESS) {
+    if (CM_CALL(err, cuInit, 0) < 0) {
+        if (err->code == CUDA_ERROR_STUB_LIBRARY) {
+            return stub_error(err);
+        }
         return support_error(err, "Error at driver init: %s (%d)",
-                             name_or_unknown(rc), (int)rc);
+                             name_or_unknown(err->code), (int)err->code);
     }
     drv.pid = getpid();
     return 0;
@@ -375,9 +374,14 @@ trace(const char *call, CUresult rc, const cm__arg *args, const char *names)
         const char *name = next_name(&names, &len);
         if (args[i].size <= sizeof(v)) {
             memcpy(&v, args[i].value, args[i].size);
+            if (len > 0 && name[0] >= '0' && name[0] <= '9') {
+                len = 0; /* a literal: its value says it all */
+            }
             used += (size_t)snprintf(line + used, sizeof(line) - used,
-                                     v < 65536 ? "%s%.*s=%llu" : "%s%.*s=%#llx",
-                                     i ? ", " : "", len, name, v);
+                                     v < 65536 ? "%s%.*s%s%llu"
+                                               : "%s%.*s%s%#llx",
+                                     i ? ", " : "", len, name,
+                                     len ? "=" : "", v);
         }
         else {
             used += (size_t)snprintf(line + used, sizeof(line) - used,

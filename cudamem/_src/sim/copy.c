@@ -1,0 +1,991 @@
+/* copy.c: every cuMemcpy* and cuMemset* form: validation against the
+ * allocation table and the pitch rules, the driver's synchronization of the
+ * "synchronous" calls, and the stream operations that move the bytes. Not
+ * the allocation table (memory.c) nor the streams themselves (stream.c). */
+#include "sim.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define SIM_MAX_PITCH ((size_t)2147483647)
+
+/* One side of a copy, in the terms of CUDA_MEMCPY3D_PEER. */
+typedef struct side {
+    CUmemorytype type;
+    uintptr_t addr;
+    size_t x, y, z, pitch, height;
+    CUcontext ctx; /* peer copies: the context owning the memory */
+    int peer;
+} side;
+
+/* A validated copy: rows of `w` bytes, `h` per slice, `d` slices. */
+typedef struct copy_op {
+    sim_op op;
+    sim_entry id;
+    size_t w, h, d;
+    unsigned char *dst, *src;
+    size_t dpitch, spitch, dslice, sslice;
+    unsigned char *snapshot; /* owned copy of a pageable source */
+} copy_op;
+
+typedef struct set_op {
+    sim_op op;
+    sim_entry id;
+    unsigned char *dst;
+    size_t pitch, width, height; /* width in elements */
+    unsigned elsize;
+    unsigned value;
+} set_op;
+
+static int
+device_side(const sim_alloc *a)
+{
+    return a && (a->kind == SIM_MEM_DEVICE || a->kind == SIM_MEM_IPC ||
+                 a->kind == SIM_MEM_MANAGED);
+}
+
+static int
+mul_add(size_t a, size_t b, size_t c, size_t *out)
+{
+    size_t t;
+    return __builtin_mul_overflow(a, b, &t) ||
+           __builtin_add_overflow(t, c, out);
+}
+
+/* Resolves one side: its first byte and the span of bytes it touches. */
+static CUresult
+resolve_side(const side *s, size_t w, size_t h, size_t d, int write,
+             sim_ref *ref, uintptr_t *start, size_t *span)
+{
+    int want;
+    switch (s->type) {
+    case CU_MEMORYTYPE_HOST:
+        want = SIM_WANT_HOST;
+        break;
+    case CU_MEMORYTYPE_DEVICE:
+        want = SIM_WANT_DEVICE;
+        break;
+    case CU_MEMORYTYPE_UNIFIED:
+        want = SIM_WANT_ANY;
+        break;
+    case CU_MEMORYTYPE_ARRAY:
+        return CUDA_ERROR_NOT_SUPPORTED;
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    size_t off, rows, len;
+    if (s->pitch > SIM_MAX_PITCH || s->x > s->pitch ||
+        w > s->pitch - s->x || s->y > s->height || h > s->height - s->y)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (mul_add(s->z, s->height, s->y, &rows) ||
+        mul_add(rows, s->pitch, s->x, &off) ||
+        mul_add(d - 1, s->height, h - 1, &rows) ||
+        mul_add(rows, s->pitch, w, &len) ||
+        s->addr + off < s->addr)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = sim_mem_resolve(s->addr + off, len, want, ref);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (s->peer) {
+        if (!sim_ctx_valid(s->ctx))
+            return CUDA_ERROR_INVALID_CONTEXT;
+        if (device_side(ref->alloc) && ref->alloc->ctx->dev != s->ctx->dev)
+            return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (write && ref->alloc && ref->alloc->kind == SIM_MEM_REGISTERED &&
+        (ref->alloc->flags & CU_MEMHOSTREGISTER_READ_ONLY))
+        return CUDA_ERROR_INVALID_VALUE;
+    *start = s->addr + off;
+    *span = len;
+    return CUDA_SUCCESS;
+}
+
+static size_t
+row_offset(size_t k, size_t h, size_t pitch, size_t slice)
+{
+    return (k / h) * slice + (k % h) * pitch;
+}
+
+/* Nonzero when any destination row shares a byte with a source row. Rows
+ * of each side ascend without overlapping, so one merge pass decides. */
+static int
+rows_overlap(const copy_op *c, size_t dspan, size_t sspan)
+{
+    if (c->dst >= c->src + sspan || c->src >= c->dst + dspan)
+        return 0;
+    size_t n = c->h * c->d, i = 0, j = 0;
+    while (i < n && j < n) {
+        const unsigned char *a =
+            c->dst + row_offset(i, c->h, c->dpitch, c->dslice);
+        const unsigned char *b =
+            c->src + row_offset(j, c->h, c->spitch, c->sslice);
+        if (a < b + c->w && b < a + c->w)
+            return 1;
+        if (a < b)
+            i++;
+        else
+            j++;
+    }
+    return 0;
+}
+
+static void
+copy_run(sim_op *op)
+{
+    copy_op *c = (copy_op *)op;
+    for (size_t z = 0; z < c->d; z++)
+        for (size_t y = 0; y < c->h; y++)
+            memcpy(c->dst + z * c->dslice + y * c->dpitch,
+                   c->src + z * c->sslice + y * c->spitch, c->w);
+    sim_count_bytes(c->id, c->w * c->h * c->d);
+}
+
+static void
+copy_free(sim_op *op)
+{
+    copy_op *c = (copy_op *)op;
+    free(c->snapshot);
+    free(c);
+}
+
+/* The driver's behaviour for a copy: see DESIGN rule 9. */
+static sim_sync
+copy_mode(const sim_alloc *dst, const sim_alloc *src, int async)
+{
+    if (async)
+        return dst ? SIM_ASYNC : SIM_BLOCK;
+    if (!device_side(dst))
+        return SIM_BLOCK;
+    if (src && !(src->kind == SIM_MEM_DEVICE || src->kind == SIM_MEM_IPC))
+        return SIM_BLOCK;
+    return SIM_RETURN_EARLY;
+}
+
+static CUresult
+do_copy(sim_entry id, const side *dst, const side *src, size_t w, size_t h,
+        size_t d, CUstream hStream, int ptds, int async)
+{
+    CUcontext ctx;
+    sim_ref dref, sref;
+    uintptr_t daddr = 0, saddr = 0;
+    size_t dspan = 0, sspan = 0;
+    copy_op *c = NULL;
+    sim_lock();
+    CUresult r = sim_ctx_get(&ctx);
+    if (r != CUDA_SUCCESS || w == 0 || h == 0 || d == 0)
+        goto done;
+    r = resolve_side(dst, w, h, d, 1, &dref, &daddr, &dspan);
+    if (r == CUDA_SUCCESS)
+        r = resolve_side(src, w, h, d, 0, &sref, &saddr, &sspan);
+    if (r != CUDA_SUCCESS)
+        goto done;
+    c = calloc(1, sizeof(*c));
+    if (!c) {
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+        goto done;
+    }
+    c->id = id;
+    c->w = w;
+    c->h = h;
+    c->d = d;
+    c->dst = dref.bytes;
+    c->src = sref.bytes;
+    c->dpitch = dst->pitch;
+    c->spitch = src->pitch;
+    c->dslice = dst->pitch * dst->height;
+    c->sslice = src->pitch * src->height;
+    if (rows_overlap(c, dspan, sspan)) {
+        r = CUDA_ERROR_INVALID_VALUE;
+        goto done;
+    }
+    sim_sync mode = copy_mode(dref.alloc, sref.alloc, async);
+    int pageable_src = sref.alloc == NULL;
+    sim_unlock();
+
+    c->op.run = copy_run;
+    c->op.free = copy_free;
+    c->op.entry = id;
+    c->op.ranges[0] = (sim_range){daddr, dspan, 1};
+    c->op.nranges = 1;
+    if (pageable_src && mode != SIM_BLOCK) {
+        /* The driver copies pageable memory to staging at call time. */
+        c->snapshot = malloc(w * h * d);
+        if (!c->snapshot) {
+            free(c);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        for (size_t k = 0; k < h * d; k++)
+            memcpy(c->snapshot + k * w,
+                   c->src + row_offset(k, h, c->spitch, c->sslice), w);
+        c->src = c->snapshot;
+        c->spitch = w;
+        c->sslice = w * h;
+    } else {
+        c->op.ranges[1] = (sim_range){saddr, sspan, 0};
+        c->op.nranges = 2;
+    }
+    return sim_stream_submit(hStream, ptds, &c->op, mode);
+done:
+    sim_unlock();
+    free(c);
+    return r;
+}
+
+static void
+linear(side *s, CUmemorytype type, uintptr_t addr, size_t n)
+{
+    memset(s, 0, sizeof(*s));
+    s->type = type;
+    s->addr = addr;
+    s->pitch = n;
+    s->height = 1;
+}
+
+static CUresult
+copy1d(sim_entry id, int dtype, uintptr_t dst, int stype, uintptr_t src,
+       size_t n, CUstream hStream, int ptds, int async)
+{
+    side ds, ss;
+    linear(&ds, (CUmemorytype)dtype, dst, n);
+    linear(&ss, (CUmemorytype)stype, src, n);
+    return do_copy(id, &ds, &ss, n, 1, 1, hStream, ptds, async);
+}
+
+static CUresult
+copy_peer(sim_entry id, CUdeviceptr dst, CUcontext dctx, CUdeviceptr src,
+          CUcontext sctx, size_t n, CUstream hStream, int ptds, int async)
+{
+    side ds, ss;
+    linear(&ds, CU_MEMORYTYPE_DEVICE, dst, n);
+    linear(&ss, CU_MEMORYTYPE_DEVICE, src, n);
+    ds.peer = ss.peer = 1;
+    ds.ctx = dctx;
+    ss.ctx = sctx;
+    return do_copy(id, &ds, &ss, n, 1, 1, hStream, ptds, async);
+}
+
+static CUresult
+copy2d(sim_entry id, const CUDA_MEMCPY2D *p, CUstream hStream, int ptds,
+       int async)
+{
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    /* One slice: the slice height only has to admit the rows. */
+    side ds = {.type = p->dstMemoryType,
+               .addr = p->dstMemoryType == CU_MEMORYTYPE_HOST
+                           ? (uintptr_t)p->dstHost
+                           : (uintptr_t)p->dstDevice,
+               .x = p->dstXInBytes,
+               .y = p->dstY,
+               .pitch = p->dstPitch,
+               .height = p->dstY + p->Height};
+    side ss = {.type = p->srcMemoryType,
+               .addr = p->srcMemoryType == CU_MEMORYTYPE_HOST
+                           ? (uintptr_t)p->srcHost
+                           : (uintptr_t)p->srcDevice,
+               .x = p->srcXInBytes,
+               .y = p->srcY,
+               .pitch = p->srcPitch,
+               .height = p->srcY + p->Height};
+    return do_copy(id, &ds, &ss, p->WidthInBytes, p->Height, 1, hStream,
+                   ptds, async);
+}
+
+static CUresult
+copy3d(sim_entry id, const CUDA_MEMCPY3D *p, CUstream hStream, int ptds,
+       int async)
+{
+    if (!p || p->srcLOD || p->dstLOD || p->reserved0 || p->reserved1)
+        return CUDA_ERROR_INVALID_VALUE;
+    side ds = {.type = p->dstMemoryType,
+               .addr = p->dstMemoryType == CU_MEMORYTYPE_HOST
+                           ? (uintptr_t)p->dstHost
+                           : (uintptr_t)p->dstDevice,
+               .x = p->dstXInBytes,
+               .y = p->dstY,
+               .z = p->dstZ,
+               .pitch = p->dstPitch,
+               .height = p->dstHeight};
+    side ss = {.type = p->srcMemoryType,
+               .addr = p->srcMemoryType == CU_MEMORYTYPE_HOST
+                           ? (uintptr_t)p->srcHost
+                           : (uintptr_t)p->srcDevice,
+               .x = p->srcXInBytes,
+               .y = p->srcY,
+               .z = p->srcZ,
+               .pitch = p->srcPitch,
+               .height = p->srcHeight};
+    return do_copy(id, &ds, &ss, p->WidthInBytes, p->Height, p->Depth,
+                   hStream, ptds, async);
+}
+
+static CUresult
+copy3d_peer(sim_entry id, const CUDA_MEMCPY3D_PEER *p, CUstream hStream,
+            int ptds, int async)
+{
+    if (!p || p->srcLOD || p->dstLOD)
+        return CUDA_ERROR_INVALID_VALUE;
+    side ds = {.type = p->dstMemoryType,
+               .addr = p->dstMemoryType == CU_MEMORYTYPE_HOST
+                           ? (uintptr_t)p->dstHost
+                           : (uintptr_t)p->dstDevice,
+               .x = p->dstXInBytes,
+               .y = p->dstY,
+               .z = p->dstZ,
+               .pitch = p->dstPitch,
+               .height = p->dstHeight,
+               .ctx = p->dstContext,
+               .peer = 1};
+    side ss = {.type = p->srcMemoryType,
+               .addr = p->srcMemoryType == CU_MEMORYTYPE_HOST
+                           ? (uintptr_t)p->srcHost
+                           : (uintptr_t)p->srcDevice,
+               .x = p->srcXInBytes,
+               .y = p->srcY,
+               .z = p->srcZ,
+               .pitch = p->srcPitch,
+               .height = p->srcHeight,
+               .ctx = p->srcContext,
+               .peer = 1};
+    return do_copy(id, &ds, &ss, p->WidthInBytes, p->Height, p->Depth,
+                   hStream, ptds, async);
+}
+
+/* ---------------------------------------------------------------------------
+ * Memsets. */
+
+static void
+set_run(sim_op *op)
+{
+    set_op *s = (set_op *)op;
+    for (size_t y = 0; y < s->height; y++) {
+        unsigned char *row = s->dst + y * s->pitch;
+        if (s->elsize == 1) {
+            memset(row, (int)s->value, s->width);
+        } else if (s->elsize == 2) {
+            uint16_t v = (uint16_t)s->value;
+            for (size_t i = 0; i < s->width; i++)
+                memcpy(row + 2 * i, &v, 2);
+        } else {
+            uint32_t v = s->value;
+            for (size_t i = 0; i < s->width; i++)
+                memcpy(row + 4 * i, &v, 4);
+        }
+    }
+    sim_count_bytes(s->id, s->width * s->elsize * s->height);
+}
+
+static CUresult
+do_set(sim_entry id, CUdeviceptr dst, size_t pitch, unsigned value,
+       unsigned elsize, size_t width, size_t height, CUstream hStream,
+       int ptds, int async)
+{
+    CUcontext ctx;
+    sim_ref ref;
+    size_t wbytes, span = 0;
+    set_op *s = NULL;
+    sim_lock();
+    CUresult r = sim_ctx_get(&ctx);
+    if (r != CUDA_SUCCESS)
+        goto done;
+    if (dst % elsize || __builtin_mul_overflow(width, elsize, &wbytes)) {
+        r = CUDA_ERROR_INVALID_VALUE;
+        goto done;
+    }
+    if (width == 0 || height == 0)
+        goto done;
+    if (height > 1) {
+        /* The pitch is unused for a single row. */
+        if (pitch % elsize || pitch < wbytes || pitch > SIM_MAX_PITCH ||
+            mul_add(height - 1, pitch, wbytes, &span)) {
+            r = CUDA_ERROR_INVALID_VALUE;
+            goto done;
+        }
+    } else {
+        span = wbytes;
+    }
+    r = sim_mem_resolve(dst, span, SIM_WANT_DEVICE, &ref);
+    if (r == CUDA_SUCCESS && ref.alloc->kind == SIM_MEM_REGISTERED &&
+        (ref.alloc->flags & CU_MEMHOSTREGISTER_READ_ONLY))
+        r = CUDA_ERROR_INVALID_VALUE;
+    if (r != CUDA_SUCCESS)
+        goto done;
+    s = calloc(1, sizeof(*s));
+    if (!s) {
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+        goto done;
+    }
+    sim_unlock();
+    s->id = id;
+    s->dst = ref.bytes;
+    s->pitch = pitch;
+    s->width = width;
+    s->height = height;
+    s->elsize = elsize;
+    s->value = value;
+    s->op.run = set_run;
+    s->op.entry = id;
+    s->op.ranges[0] = (sim_range){dst, span, 1};
+    s->op.nranges = 1;
+    return sim_stream_submit(hStream, ptds, &s->op,
+                             async ? SIM_ASYNC : SIM_RETURN_EARLY);
+done:
+    sim_unlock();
+    return r;
+}
+
+/* ---------------------------------------------------------------------------
+ * Entry points. Each has its per-thread default stream twin (ptds = 1). */
+
+enum {
+    H = CU_MEMORYTYPE_HOST,
+    D = CU_MEMORYTYPE_DEVICE,
+    U = CU_MEMORYTYPE_UNIFIED
+};
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
+{
+    SIM_ENTER(cuMemcpy);
+    return copy1d(SIM_cuMemcpy, U, dst, U, src, ByteCount, NULL, 0, 0);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
+{
+    SIM_ENTER(cuMemcpy);
+    return copy1d(SIM_cuMemcpy, U, dst, U, src, ByteCount, NULL, 1, 0);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount,
+              CUstream hStream)
+{
+    SIM_ENTER(cuMemcpyAsync);
+    return copy1d(SIM_cuMemcpyAsync, U, dst, U, src, ByteCount, hStream, 0,
+                  1);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount,
+                   CUstream hStream)
+{
+    SIM_ENTER(cuMemcpyAsync);
+    return copy1d(SIM_cuMemcpyAsync, U, dst, U, src, ByteCount, hStream, 1,
+                  1);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemcpyHtoD(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
+{
+    SIM_ENTER(cuMemcpyHtoD);
+    return copy1d(SIM_cuMemcpyHtoD, D, dstDevice, H, (uintptr_t)srcHost,
+                  ByteCount, NULL, 0, 0);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost,
+                     size_t ByteCount)
+{
+    SIM_ENTER(cuMemcpyHtoD);
+    return copy1d(SIM_cuMemcpyHtoD, D, dstDevice, H, (uintptr_t)srcHost,
+                  ByteCount, NULL, 1, 0);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemcpyHtoDAsync(CUdeviceptr dstDevice, const void *srcHost,
+                  size_t ByteCount, CUstream hStream)
+{
+    SIM_ENTER(cuMemcpyHtoDAsync);
+    return copy1d(SIM_cuMemcpyHtoDAsync, D, dstDevice, H, (uintptr_t)srcHost,
+                  ByteCount, hStream, 0, 1);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void *srcHost,
+                          size_t ByteCount, CUstream hStream)
+{
+    SIM_ENTER(cuMemcpyHtoDAsync);
+    return copy1d(SIM_cuMemcpyHtoDAsync, D, dstDevice, H, (uintptr_t)srcHost,
+                  ByteCount, hStream, 1, 1);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemcpyDtoH(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
+{
+    SIM_ENTER(cuMemcpyDtoH);
+    return copy1d(SIM_cuMemcpyDtoH, H, (uintptr_t)dstHost, D, srcDevice,
+                  ByteCount, NULL, 0, 0);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
+{
+    SIM_ENTER(cuMemcpyDtoH);
+    return copy1d(SIM_cuMemcpyDtoH, H, (uintptr_t)dstHost, D, srcDevice,
+                  ByteCount, NULL, 1, 0);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemcpyDtoHAsync(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
+                  CUstream hStream)
+{
+    SIM_ENTER(cuMemcpyDtoHAsync);
+    return copy1d(SIM_cuMemcpyDtoHAsync, H, (uintptr_t)dstHost, D, srcDevice,
+                  ByteCount, hStream, 0, 1);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevice,
+                          size_t ByteCount, CUstream hStream)
+{
+    SIM_ENTER(cuMemcpyDtoHAsync);
+    return copy1d(SIM_cuMemcpyDtoHAsync, H, (uintptr_t)dstHost, D, srcDevice,
+                  ByteCount, hStream, 1, 1);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemcpyDtoD(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
+{
+    SIM_ENTER(cuMemcpyDtoD);
+    return copy1d(SIM_cuMemcpyDtoD, D, dstDevice, D, srcDevice, ByteCount,
+                  NULL, 0, 0);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
+                     size_t ByteCount)
+{
+    SIM_ENTER(cuMemcpyDtoD);
+    return copy1d(SIM_cuMemcpyDtoD, D, dstDevice, D, srcDevice, ByteCount,
+                  NULL, 1, 0);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemcpyDtoDAsync(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
+                  size_t ByteCount, CUstream hStream)
+{
+    SIM_ENTER(cuMemcpyDtoDAsync);
+    return copy1d(SIM_cuMemcpyDtoDAsync, D, dstDevice, D, srcDevice,
+                  ByteCount, hStream, 0, 1);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
+                          size_t ByteCount, CUstream hStream)
+{
+    SIM_ENTER(cuMemcpyDtoDAsync);
+    return copy1d(SIM_cuMemcpyDtoDAsync, D, dstDevice, D, srcDevice,
+                  ByteCount, hStream, 1, 1);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext,
+             CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
+{
+    SIM_ENTER(cuMemcpyPeer);
+    return copy_peer(SIM_cuMemcpyPeer, dstDevice, dstContext, srcDevice,
+                     srcContext, ByteCount, NULL, 0, 0);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemcpyPeer_ptds(CUdeviceptr dstDevice, CUcontext dstContext,
+                  CUdeviceptr srcDevice, CUcontext srcContext,
+                  size_t ByteCount)
+{
+    SIM_ENTER(cuMemcpyPeer);
+    return copy_peer(SIM_cuMemcpyPeer, dstDevice, dstContext, srcDevice,
+                     srcContext, ByteCount, NULL, 1, 0);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext,
+                  CUdeviceptr srcDevice, CUcontext srcContext,
+                  size_t ByteCount, CUstream hStream)
+{
+    SIM_ENTER(cuMemcpyPeerAsync);
+    return copy_peer(SIM_cuMemcpyPeerAsync, dstDevice, dstContext, srcDevice,
+                     srcContext, ByteCount, hStream, 0, 1);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemcpyPeerAsync_ptsz(CUdeviceptr dstDevice, CUcontext dstContext,
+                       CUdeviceptr srcDevice, CUcontext srcContext,
+                       size_t ByteCount, CUstream hStream)
+{
+    SIM_ENTER(cuMemcpyPeerAsync);
+    return copy_peer(SIM_cuMemcpyPeerAsync, dstDevice, dstContext, srcDevice,
+                     srcContext, ByteCount, hStream, 1, 1);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemcpy2D(const CUDA_MEMCPY2D *pCopy)
+{
+    SIM_ENTER(cuMemcpy2D);
+    return copy2d(SIM_cuMemcpy2D, pCopy, NULL, 0, 0);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D *pCopy)
+{
+    SIM_ENTER(cuMemcpy2D);
+    return copy2d(SIM_cuMemcpy2D, pCopy, NULL, 1, 0);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemcpy2DUnaligned(const CUDA_MEMCPY2D *pCopy)
+{
+    SIM_ENTER(cuMemcpy2DUnaligned);
+    return copy2d(SIM_cuMemcpy2DUnaligned, pCopy, NULL, 0, 0);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D *pCopy)
+{
+    SIM_ENTER(cuMemcpy2DUnaligned);
+    return copy2d(SIM_cuMemcpy2DUnaligned, pCopy, NULL, 1, 0);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemcpy2DAsync(const CUDA_MEMCPY2D *pCopy, CUstream hStream)
+{
+    SIM_ENTER(cuMemcpy2DAsync);
+    return copy2d(SIM_cuMemcpy2DAsync, pCopy, hStream, 0, 1);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *pCopy, CUstream hStream)
+{
+    SIM_ENTER(cuMemcpy2DAsync);
+    return copy2d(SIM_cuMemcpy2DAsync, pCopy, hStream, 1, 1);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemcpy3D(const CUDA_MEMCPY3D *pCopy)
+{
+    SIM_ENTER(cuMemcpy3D);
+    return copy3d(SIM_cuMemcpy3D, pCopy, NULL, 0, 0);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D *pCopy)
+{
+    SIM_ENTER(cuMemcpy3D);
+    return copy3d(SIM_cuMemcpy3D, pCopy, NULL, 1, 0);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemcpy3DAsync(const CUDA_MEMCPY3D *pCopy, CUstream hStream)
+{
+    SIM_ENTER(cuMemcpy3DAsync);
+    return copy3d(SIM_cuMemcpy3DAsync, pCopy, hStream, 0, 1);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D *pCopy, CUstream hStream)
+{
+    SIM_ENTER(cuMemcpy3DAsync);
+    return copy3d(SIM_cuMemcpy3DAsync, pCopy, hStream, 1, 1);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER *pCopy)
+{
+    SIM_ENTER(cuMemcpy3DPeer);
+    return copy3d_peer(SIM_cuMemcpy3DPeer, pCopy, NULL, 0, 0);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemcpy3DPeer_ptds(const CUDA_MEMCPY3D_PEER *pCopy)
+{
+    SIM_ENTER(cuMemcpy3DPeer);
+    return copy3d_peer(SIM_cuMemcpy3DPeer, pCopy, NULL, 1, 0);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream)
+{
+    SIM_ENTER(cuMemcpy3DPeerAsync);
+    return copy3d_peer(SIM_cuMemcpy3DPeerAsync, pCopy, hStream, 0, 1);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemcpy3DPeerAsync_ptsz(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream)
+{
+    SIM_ENTER(cuMemcpy3DPeerAsync);
+    return copy3d_peer(SIM_cuMemcpy3DPeerAsync, pCopy, hStream, 1, 1);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemsetD8(CUdeviceptr dstDevice, unsigned char uc, size_t N)
+{
+    SIM_ENTER(cuMemsetD8);
+    return do_set(SIM_cuMemsetD8, dstDevice, 0, uc, 1, N, 1, NULL, 0, 0);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N)
+{
+    SIM_ENTER(cuMemsetD8);
+    return do_set(SIM_cuMemsetD8, dstDevice, 0, uc, 1, N, 1, NULL, 1, 0);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N,
+                CUstream hStream)
+{
+    SIM_ENTER(cuMemsetD8Async);
+    return do_set(SIM_cuMemsetD8Async, dstDevice, 0, uc, 1, N, 1, hStream, 0,
+                  1);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned char uc, size_t N,
+                     CUstream hStream)
+{
+    SIM_ENTER(cuMemsetD8Async);
+    return do_set(SIM_cuMemsetD8Async, dstDevice, 0, uc, 1, N, 1, hStream, 1,
+                  1);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemsetD16(CUdeviceptr dstDevice, unsigned short us, size_t N)
+{
+    SIM_ENTER(cuMemsetD16);
+    return do_set(SIM_cuMemsetD16, dstDevice, 0, us, 2, N, 1, NULL, 0, 0);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemsetD16_v2_ptds(CUdeviceptr dstDevice, unsigned short us, size_t N)
+{
+    SIM_ENTER(cuMemsetD16);
+    return do_set(SIM_cuMemsetD16, dstDevice, 0, us, 2, N, 1, NULL, 1, 0);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N,
+                 CUstream hStream)
+{
+    SIM_ENTER(cuMemsetD16Async);
+    return do_set(SIM_cuMemsetD16Async, dstDevice, 0, us, 2, N, 1, hStream, 0,
+                  1);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemsetD16Async_ptsz(CUdeviceptr dstDevice, unsigned short us, size_t N,
+                      CUstream hStream)
+{
+    SIM_ENTER(cuMemsetD16Async);
+    return do_set(SIM_cuMemsetD16Async, dstDevice, 0, us, 2, N, 1, hStream, 1,
+                  1);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemsetD32(CUdeviceptr dstDevice, unsigned int ui, size_t N)
+{
+    SIM_ENTER(cuMemsetD32);
+    return do_set(SIM_cuMemsetD32, dstDevice, 0, ui, 4, N, 1, NULL, 0, 0);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N)
+{
+    SIM_ENTER(cuMemsetD32);
+    return do_set(SIM_cuMemsetD32, dstDevice, 0, ui, 4, N, 1, NULL, 1, 0);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N,
+                 CUstream hStream)
+{
+    SIM_ENTER(cuMemsetD32Async);
+    return do_set(SIM_cuMemsetD32Async, dstDevice, 0, ui, 4, N, 1, hStream, 0,
+                  1);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N,
+                      CUstream hStream)
+{
+    SIM_ENTER(cuMemsetD32Async);
+    return do_set(SIM_cuMemsetD32Async, dstDevice, 0, ui, 4, N, 1, hStream, 1,
+                  1);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemsetD2D8(CUdeviceptr dstDevice, size_t dstPitch,
+             unsigned char uc, size_t Width, size_t Height)
+{
+    SIM_ENTER(cuMemsetD2D8);
+    return do_set(SIM_cuMemsetD2D8, dstDevice, dstPitch, uc, 1, Width,
+                  Height, NULL, 0, 0);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemsetD2D8_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch,
+                     unsigned char uc, size_t Width, size_t Height)
+{
+    SIM_ENTER(cuMemsetD2D8);
+    return do_set(SIM_cuMemsetD2D8, dstDevice, dstPitch, uc, 1, Width,
+                  Height, NULL, 1, 0);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemsetD2D8Async(CUdeviceptr dstDevice, size_t dstPitch,
+                  unsigned char uc, size_t Width, size_t Height,
+                  CUstream hStream)
+{
+    SIM_ENTER(cuMemsetD2D8Async);
+    return do_set(SIM_cuMemsetD2D8Async, dstDevice, dstPitch, uc, 1, Width,
+                  Height, hStream, 0, 1);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemsetD2D8Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch,
+                       unsigned char uc, size_t Width, size_t Height,
+                       CUstream hStream)
+{
+    SIM_ENTER(cuMemsetD2D8Async);
+    return do_set(SIM_cuMemsetD2D8Async, dstDevice, dstPitch, uc, 1, Width,
+                  Height, hStream, 1, 1);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemsetD2D16(CUdeviceptr dstDevice, size_t dstPitch,
+              unsigned short us, size_t Width, size_t Height)
+{
+    SIM_ENTER(cuMemsetD2D16);
+    return do_set(SIM_cuMemsetD2D16, dstDevice, dstPitch, us, 2, Width,
+                  Height, NULL, 0, 0);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemsetD2D16_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch,
+                      unsigned short us, size_t Width, size_t Height)
+{
+    SIM_ENTER(cuMemsetD2D16);
+    return do_set(SIM_cuMemsetD2D16, dstDevice, dstPitch, us, 2, Width,
+                  Height, NULL, 1, 0);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemsetD2D16Async(CUdeviceptr dstDevice, size_t dstPitch,
+                   unsigned short us, size_t Width, size_t Height,
+                   CUstream hStream)
+{
+    SIM_ENTER(cuMemsetD2D16Async);
+    return do_set(SIM_cuMemsetD2D16Async, dstDevice, dstPitch, us, 2, Width,
+                  Height, hStream, 0, 1);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemsetD2D16Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch,
+                        unsigned short us, size_t Width, size_t Height,
+                        CUstream hStream)
+{
+    SIM_ENTER(cuMemsetD2D16Async);
+    return do_set(SIM_cuMemsetD2D16Async, dstDevice, dstPitch, us, 2, Width,
+                  Height, hStream, 1, 1);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemsetD2D32(CUdeviceptr dstDevice, size_t dstPitch,
+              unsigned int ui, size_t Width, size_t Height)
+{
+    SIM_ENTER(cuMemsetD2D32);
+    return do_set(SIM_cuMemsetD2D32, dstDevice, dstPitch, ui, 4, Width,
+                  Height, NULL, 0, 0);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemsetD2D32_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch,
+                      unsigned int ui, size_t Width, size_t Height)
+{
+    SIM_ENTER(cuMemsetD2D32);
+    return do_set(SIM_cuMemsetD2D32, dstDevice, dstPitch, ui, 4, Width,
+                  Height, NULL, 1, 0);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemsetD2D32Async(CUdeviceptr dstDevice, size_t dstPitch,
+                   unsigned int ui, size_t Width, size_t Height,
+                   CUstream hStream)
+{
+    SIM_ENTER(cuMemsetD2D32Async);
+    return do_set(SIM_cuMemsetD2D32Async, dstDevice, dstPitch, ui, 4, Width,
+                  Height, hStream, 0, 1);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemsetD2D32Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch,
+                        unsigned int ui, size_t Width, size_t Height,
+                        CUstream hStream)
+{
+    SIM_ENTER(cuMemsetD2D32Async);
+    return do_set(SIM_cuMemsetD2D32Async, dstDevice, dstPitch, ui, 4, Width,
+                  Height, hStream, 1, 1);
+}
+
+const sim_proc sim_procs_copy[] = {
+    SIM_PROC(cuMemcpy, 4000, cuMemcpy),
+    SIM_PROC_PTDS(cuMemcpy, 7000, ptds, cuMemcpy_ptds),
+    SIM_PROC(cuMemcpyAsync, 4000, cuMemcpyAsync),
+    SIM_PROC_PTDS(cuMemcpyAsync, 7000, ptsz, cuMemcpyAsync_ptsz),
+    SIM_PROC(cuMemcpyHtoD, 3020, cuMemcpyHtoD_v2),
+    SIM_PROC_PTDS(cuMemcpyHtoD, 7000, ptds, cuMemcpyHtoD_v2_ptds),
+    SIM_PROC(cuMemcpyHtoDAsync, 3020, cuMemcpyHtoDAsync_v2),
+    SIM_PROC_PTDS(cuMemcpyHtoDAsync, 7000, ptsz, cuMemcpyHtoDAsync_v2_ptsz),
+    SIM_PROC(cuMemcpyDtoH, 3020, cuMemcpyDtoH_v2),
+    SIM_PROC_PTDS(cuMemcpyDtoH, 7000, ptds, cuMemcpyDtoH_v2_ptds),
+    SIM_PROC(cuMemcpyDtoHAsync, 3020, cuMemcpyDtoHAsync_v2),
+    SIM_PROC_PTDS(cuMemcpyDtoHAsync, 7000, ptsz, cuMemcpyDtoHAsync_v2_ptsz),
+    SIM_PROC(cuMemcpyDtoD, 3020, cuMemcpyDtoD_v2),
+    SIM_PROC_PTDS(cuMemcpyDtoD, 7000, ptds, cuMemcpyDtoD_v2_ptds),
+    SIM_PROC(cuMemcpyDtoDAsync, 3020, cuMemcpyDtoDAsync_v2),
+    SIM_PROC_PTDS(cuMemcpyDtoDAsync, 7000, ptsz, cuMemcpyDtoDAsync_v2_ptsz),
+    SIM_PROC(cuMemcpyPeer, 4000, cuMemcpyPeer),
+    SIM_PROC_PTDS(cuMemcpyPeer, 7000, ptds, cuMemcpyPeer_ptds),
+    SIM_PROC(cuMemcpyPeerAsync, 4000, cuMemcpyPeerAsync),
+    SIM_PROC_PTDS(cuMemcpyPeerAsync, 7000, ptsz, cuMemcpyPeerAsync_ptsz),
+    SIM_PROC(cuMemcpy2D, 3020, cuMemcpy2D_v2),
+    SIM_PROC_PTDS(cuMemcpy2D, 7000, ptds, cuMemcpy2D_v2_ptds),
+    SIM_PROC(cuMemcpy2DUnaligned, 3020, cuMemcpy2DUnaligned_v2),
+    SIM_PROC_PTDS(cuMemcpy2DUnaligned, 7000, ptds,
+                  cuMemcpy2DUnaligned_v2_ptds),
+    SIM_PROC(cuMemcpy2DAsync, 3020, cuMemcpy2DAsync_v2),
+    SIM_PROC_PTDS(cuMemcpy2DAsync, 7000, ptsz, cuMemcpy2DAsync_v2_ptsz),
+    SIM_PROC(cuMemcpy3D, 3020, cuMemcpy3D_v2),
+    SIM_PROC_PTDS(cuMemcpy3D, 7000, ptds, cuMemcpy3D_v2_ptds),
+    SIM_PROC(cuMemcpy3DAsync, 3020, cuMemcpy3DAsync_v2),
+    SIM_PROC_PTDS(cuMemcpy3DAsync, 7000, ptsz, cuMemcpy3DAsync_v2_ptsz),
+    SIM_PROC(cuMemcpy3DPeer, 4000, cuMemcpy3DPeer),
+    SIM_PROC_PTDS(cuMemcpy3DPeer, 7000, ptds, cuMemcpy3DPeer_ptds),
+    SIM_PROC(cuMemcpy3DPeerAsync, 4000, cuMemcpy3DPeerAsync),
+    SIM_PROC_PTDS(cuMemcpy3DPeerAsync, 7000, ptsz, cuMemcpy3DPeerAsync_ptsz),
+    SIM_PROC(cuMemsetD8, 3020, cuMemsetD8_v2),
+    SIM_PROC_PTDS(cuMemsetD8, 7000, ptds, cuMemsetD8_v2_ptds),
+    SIM_PROC(cuMemsetD16, 3020, cuMemsetD16_v2),
+    SIM_PROC_PTDS(cuMemsetD16, 7000, ptds, cuMemsetD16_v2_ptds),
+    SIM_PROC(cuMemsetD32, 3020, cuMemsetD32_v2),
+    SIM_PROC_PTDS(cuMemsetD32, 7000, ptds, cuMemsetD32_v2_ptds),
+    SIM_PROC(cuMemsetD8Async, 3020, cuMemsetD8Async),
+    SIM_PROC_PTDS(cuMemsetD8Async, 7000, ptsz, cuMemsetD8Async_ptsz),
+    SIM_PROC(cuMemsetD16Async, 3020, cuMemsetD16Async),
+    SIM_PROC_PTDS(cuMemsetD16Async, 7000, ptsz, cuMemsetD16Async_ptsz),
+    SIM_PROC(cuMemsetD32Async, 3020, cuMemsetD32Async),
+    SIM_PROC_PTDS(cuMemsetD32Async, 7000, ptsz, cuMemsetD32Async_ptsz),
+    SIM_PROC(cuMemsetD2D8, 3020, cuMemsetD2D8_v2),
+    SIM_PROC_PTDS(cuMemsetD2D8, 7000, ptds, cuMemsetD2D8_v2_ptds),
+    SIM_PROC(cuMemsetD2D16, 3020, cuMemsetD2D16_v2),
+    SIM_PROC_PTDS(cuMemsetD2D16, 7000, ptds, cuMemsetD2D16_v2_ptds),
+    SIM_PROC(cuMemsetD2D32, 3020, cuMemsetD2D32_v2),
+    SIM_PROC_PTDS(cuMemsetD2D32, 7000, ptds, cuMemsetD2D32_v2_ptds),
+    SIM_PROC(cuMemsetD2D8Async, 3020, cuMemsetD2D8Async),
+    SIM_PROC_PTDS(cuMemsetD2D8Async, 7000, ptsz, cuMemsetD2D8Async_ptsz),
+    SIM_PROC(cuMemsetD2D16Async, 3020, cuMemsetD2D16Async),
+    SIM_PROC_PTDS(cuMemsetD2D16Async, 7000, ptsz, cuMemsetD2D16Async_ptsz),
+    SIM_PROC(cuMemsetD2D32Async, 3020, cuMemsetD2D32Async),
+    SIM_PROC_PTDS(cuMemsetD2D32Async, 7000, ptsz, cuMemsetD2D32Async_ptsz),
+};
+const size_t sim_nprocs_copy =
+    sizeof(sim_procs_copy) / sizeof(sim_procs_copy[0]);

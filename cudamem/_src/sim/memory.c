@@ -1,0 +1,1150 @@
+/* memory.c: device address reserves and their allocator, the allocation
+ * table, device / host / registered / managed memory, pointer attributes and
+ * the entry points that make and query them. Not copies or memsets (copy.c),
+ * nor the IPC entry points (ipc.c). */
+#include "sim.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+/* Only the driver's internal build declares these older ABIs. */
+typedef CUresult(CUDAAPI *PFN_cuMemHostRegister_v4000)(void *p,
+                                                       size_t bytesize,
+                                                       unsigned int Flags);
+
+#define MIN_RESERVE ((size_t)1 << 30)
+
+/* A record with what only this file needs; every sim_alloc is one. */
+typedef struct sim_record {
+    sim_alloc a;
+    CUmem_advise advice; /* last cuMemAdvise, 0 when none */
+    CUmemLocation advice_loc;
+} sim_record;
+
+typedef struct sim_span {
+    size_t off, len;
+} sim_span;
+
+/* Free address ranges of a reserve, sorted by offset, never adjacent. */
+struct sim_heap {
+    sim_span *spans;
+    size_t n, cap;
+    size_t size;
+};
+
+static sim_alloc **table;
+static size_t table_n, table_cap;
+static unsigned long long next_buffer_id = 1;
+
+static size_t
+page_size(void)
+{
+    static size_t ps;
+    if (!ps)
+        ps = (size_t)sysconf(_SC_PAGESIZE);
+    return ps;
+}
+
+/* Rounds n up to a multiple of the power of two `to`; 0 on overflow. */
+static size_t
+round_up(size_t n, size_t to)
+{
+    if (n > SIZE_MAX - (to - 1))
+        return 0;
+    return (n + to - 1) & ~(to - 1);
+}
+
+/* ---------------------------------------------------------------------------
+ * Address heap: first fit, freed ranges coalesce with their neighbours. */
+
+static struct sim_heap *
+heap_new(size_t size)
+{
+    struct sim_heap *h = calloc(1, sizeof(*h));
+    if (!h)
+        return NULL;
+    h->spans = malloc(sizeof(sim_span) * 8);
+    if (!h->spans) {
+        free(h);
+        return NULL;
+    }
+    h->cap = 8;
+    h->n = 1;
+    h->spans[0].off = 0;
+    h->spans[0].len = size;
+    h->size = size;
+    return h;
+}
+
+static void
+heap_delete(struct sim_heap *h)
+{
+    if (h) {
+        free(h->spans);
+        free(h);
+    }
+}
+
+static int
+heap_alloc(struct sim_heap *h, size_t len, size_t *off)
+{
+    for (size_t i = 0; i < h->n; i++) {
+        sim_span *s = &h->spans[i];
+        if (s->len < len)
+            continue;
+        *off = s->off;
+        s->off += len;
+        s->len -= len;
+        if (s->len == 0) {
+            memmove(s, s + 1, (h->n - i - 1) * sizeof(*s));
+            h->n--;
+        }
+        return 0;
+    }
+    return -1;
+}
+
+/* Returns -1 only when the span list cannot grow (the range is then lost
+ * to the allocator, never handed out twice). */
+static int
+heap_free(struct sim_heap *h, size_t off, size_t len)
+{
+    size_t i = 0, lo = 0, hi = h->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (h->spans[mid].off < off)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    i = lo;
+    int join_prev = i > 0 && h->spans[i - 1].off + h->spans[i - 1].len == off;
+    int join_next = i < h->n && off + len == h->spans[i].off;
+    if (join_prev && join_next) {
+        h->spans[i - 1].len += len + h->spans[i].len;
+        memmove(&h->spans[i], &h->spans[i + 1],
+                (h->n - i - 1) * sizeof(sim_span));
+        h->n--;
+    } else if (join_prev) {
+        h->spans[i - 1].len += len;
+    } else if (join_next) {
+        h->spans[i].off = off;
+        h->spans[i].len += len;
+    } else {
+        if (h->n == h->cap) {
+            sim_span *s = realloc(h->spans, 2 * h->cap * sizeof(sim_span));
+            if (!s)
+                return -1;
+            h->spans = s;
+            h->cap *= 2;
+        }
+        memmove(&h->spans[i + 1], &h->spans[i],
+                (h->n - i) * sizeof(sim_span));
+        h->spans[i].off = off;
+        h->spans[i].len = len;
+        h->n++;
+    }
+    return 0;
+}
+
+static int
+heap_empty(const struct sim_heap *h)
+{
+    return !h || (h->n == 1 && h->spans[0].off == 0 &&
+                  h->spans[0].len == h->size);
+}
+
+/* ---------------------------------------------------------------------------
+ * Allocation table: sorted by base, ranges never overlap. */
+
+/* Index of the first record whose base is above addr. */
+static size_t
+table_upper(uintptr_t addr)
+{
+    size_t lo = 0, hi = table_n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (table[mid]->base <= addr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static int
+table_insert(sim_alloc *a)
+{
+    if (table_n == table_cap) {
+        size_t cap = table_cap ? 2 * table_cap : 64;
+        sim_alloc **t = realloc(table, cap * sizeof(*t));
+        if (!t)
+            return -1;
+        table = t;
+        table_cap = cap;
+    }
+    size_t i = table_upper(a->base);
+    memmove(&table[i + 1], &table[i], (table_n - i) * sizeof(*table));
+    table[i] = a;
+    table_n++;
+    return 0;
+}
+
+static void
+table_remove(sim_alloc *a)
+{
+    size_t i = table_upper(a->base);
+    if (i == 0 || table[i - 1] != a)
+        return;
+    i--;
+    memmove(&table[i], &table[i + 1], (table_n - i - 1) * sizeof(*table));
+    table_n--;
+    if (table_n == 0) {
+        free(table);
+        table = NULL;
+        table_cap = 0;
+    }
+}
+
+/* The first record overlapping [addr, addr + len), or NULL. */
+static sim_alloc *
+table_overlap(uintptr_t addr, size_t len)
+{
+    size_t i = table_upper(addr);
+    if (i > 0 && table[i - 1]->base + table[i - 1]->size > addr)
+        return table[i - 1];
+    if (i < table_n && table[i]->base < addr + len)
+        return table[i];
+    return NULL;
+}
+
+sim_alloc *
+sim_mem_find(uintptr_t addr)
+{
+    size_t i = table_upper(addr);
+    if (i == 0)
+        return NULL;
+    sim_alloc *a = table[i - 1];
+    return addr - a->base < a->size ? a : NULL;
+}
+
+/* Nonzero when [addr, addr + len) touches a device address reserve. */
+static int
+in_reserve(uintptr_t addr, size_t len)
+{
+    for (int i = 0; i < sim.ndevices; i++) {
+        sim_device *d = sim.devices[i];
+        if (d && d->va_base && addr < d->va_base + d->va_size &&
+            d->va_base < addr + len)
+            return 1;
+    }
+    return 0;
+}
+
+static int
+device_kind(sim_mem_kind k)
+{
+    return k == SIM_MEM_DEVICE || k == SIM_MEM_IPC;
+}
+
+CUresult
+sim_mem_resolve(uintptr_t addr, size_t len, int want, sim_ref *out)
+{
+    if (addr == 0 || addr + len < addr)
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_alloc *a = sim_mem_find(addr);
+    if (a) {
+        int fits = addr + len <= a->base + a->size;
+        if (device_kind(a->kind) || a->kind == SIM_MEM_MANAGED) {
+            if (!fits || (device_kind(a->kind) && !(want & SIM_WANT_DEVICE)))
+                return CUDA_ERROR_INVALID_VALUE;
+        } else if (!fits) {
+            /* Host memory only partly page-locked is pageable to the
+             * driver. */
+            a = NULL;
+        }
+        if (a) {
+            out->bytes = a->backing + (addr - a->base);
+            out->alloc = a;
+            return CUDA_SUCCESS;
+        }
+    }
+    if (!(want & SIM_WANT_HOST) || in_reserve(addr, len))
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_alloc *o = table_overlap(addr, len);
+    if (o && (device_kind(o->kind) || o->kind == SIM_MEM_MANAGED))
+        return CUDA_ERROR_INVALID_VALUE;
+    out->bytes = (unsigned char *)addr;
+    out->alloc = NULL;
+    return CUDA_SUCCESS;
+}
+
+/* ---------------------------------------------------------------------------
+ * Records. */
+
+static sim_alloc *
+record_new(sim_mem_kind kind, CUcontext ctx)
+{
+    sim_record *r = calloc(1, sizeof(*r));
+    if (!r)
+        return NULL;
+    r->a.kind = kind;
+    r->a.ctx = ctx;
+    r->a.ipc_fd = -1;
+    r->a.buffer_id = next_buffer_id++;
+    return &r->a;
+}
+
+static size_t
+used_size(const sim_alloc *a)
+{
+    return round_up(a->size, SIM_ALIGN);
+}
+
+/* Reserves device addresses (and device memory) for `size` bytes. */
+static CUresult
+reserve_device(sim_device *dev, size_t size, uintptr_t *addr)
+{
+    size_t len = round_up(size, SIM_ALIGN), off;
+    if (len == 0 || !dev->heap || len > dev->total_mem - dev->used_mem)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (heap_alloc(dev->heap, len, &off) != 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    dev->used_mem += len;
+    *addr = dev->va_base + off;
+    return CUDA_SUCCESS;
+}
+
+static void
+release_device(sim_device *dev, uintptr_t addr, size_t size)
+{
+    size_t len = round_up(size, SIM_ALIGN);
+    heap_free(dev->heap, addr - dev->va_base, len);
+    dev->used_mem -= len;
+}
+
+static unsigned char *
+map_anon(size_t size, size_t *mapped)
+{
+    size_t len = round_up(size, page_size());
+    if (len == 0)
+        return NULL;
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    *mapped = len;
+    return p;
+}
+
+/* Unlinks and frees a record and everything it owns (lock held). */
+static void
+record_free(sim_alloc *a)
+{
+    sim_device *dev = a->ctx ? a->ctx->dev : NULL;
+    table_remove(a);
+    switch (a->kind) {
+    case SIM_MEM_DEVICE:
+        if (a->ipc_name[0] || a->ipc_fd >= 0)
+            sim_ipc_forget(a);
+        munmap(a->backing, a->backing_size);
+        release_device(dev, a->base, a->size);
+        sim.live.device_allocations--;
+        sim.live.device_bytes -= a->size;
+        break;
+    case SIM_MEM_HOST:
+        munmap(a->backing, a->backing_size);
+        sim.live.host_allocations--;
+        sim.live.host_bytes -= a->size;
+        break;
+    case SIM_MEM_REGISTERED:
+        sim.live.registrations--;
+        sim.live.registered_bytes -= a->size;
+        break;
+    case SIM_MEM_MANAGED:
+        munmap(a->backing, a->backing_size);
+        dev->used_mem -= used_size(a);
+        sim.live.managed_allocations--;
+        sim.live.managed_bytes -= a->size;
+        break;
+    case SIM_MEM_IPC:
+        munmap(a->backing, a->backing_size);
+        release_device(dev, a->base, a->size);
+        sim.live.ipc_open--;
+        break;
+    }
+    free((sim_record *)a);
+}
+
+void
+sim_mem_release_ctx(CUcontext ctx)
+{
+    size_t i = 0;
+    while (i < table_n) {
+        if (table[i]->ctx == ctx)
+            record_free(table[i]);
+        else
+            i++;
+    }
+}
+
+CUresult
+sim_mem_add(sim_mem_kind kind, CUcontext ctx, unsigned char *backing,
+            size_t size, sim_alloc **out)
+{
+    if (size == 0 || !ctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_alloc *a = record_new(kind, ctx);
+    if (!a)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    a->size = size;
+    a->backing = backing;
+    a->backing_size = size;
+    a->base = (uintptr_t)backing;
+    if (kind == SIM_MEM_IPC) {
+        CUresult r = reserve_device(ctx->dev, size, &a->base);
+        if (r != CUDA_SUCCESS) {
+            free((sim_record *)a);
+            return r;
+        }
+    }
+    if (table_overlap(a->base, size) || table_insert(a) != 0) {
+        if (kind == SIM_MEM_IPC)
+            release_device(ctx->dev, a->base, size);
+        free((sim_record *)a);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    *out = a;
+    return CUDA_SUCCESS;
+}
+
+void
+sim_mem_remove(sim_alloc *a)
+{
+    table_remove(a);
+    if (a->kind == SIM_MEM_IPC)
+        release_device(a->ctx->dev, a->base, a->size);
+    free((sim_record *)a);
+}
+
+CUresult
+sim_mem_set_size(sim_device *dev, size_t nbytes)
+{
+    if (nbytes == 0 || dev->used_mem != 0 || !heap_empty(dev->heap))
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t want = round_up(nbytes, page_size());
+    if (want == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (want < MIN_RESERVE)
+        want = MIN_RESERVE;
+    void *va = mmap(NULL, want, PROT_NONE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (va == MAP_FAILED)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    struct sim_heap *h = heap_new(want);
+    if (!h) {
+        munmap(va, want);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (dev->va_base)
+        munmap((void *)dev->va_base, dev->va_size);
+    heap_delete(dev->heap);
+    dev->va_base = (uintptr_t)va;
+    dev->va_size = want;
+    dev->heap = h;
+    dev->total_mem = nbytes;
+    return CUDA_SUCCESS;
+}
+
+/* ---------------------------------------------------------------------------
+ * Entry points: device memory. */
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemGetInfo(size_t *free_, size_t *total)
+{
+    SIM_ENTER(cuMemGetInfo);
+    CUcontext ctx;
+    sim_lock();
+    CUresult r = sim_ctx_get(&ctx);
+    if (r == CUDA_SUCCESS && (!free_ || !total))
+        r = CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS) {
+        *free_ = ctx->dev->total_mem - ctx->dev->used_mem;
+        *total = ctx->dev->total_mem;
+    }
+    sim_unlock();
+    return r;
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemAlloc(CUdeviceptr *dptr, size_t bytesize)
+{
+    SIM_ENTER(cuMemAlloc);
+    CUcontext ctx;
+    sim_alloc *a = NULL;
+    sim_lock();
+    CUresult r = sim_ctx_get(&ctx);
+    if (r != CUDA_SUCCESS)
+        goto done;
+    if (!dptr || bytesize == 0) {
+        r = CUDA_ERROR_INVALID_VALUE;
+        goto done;
+    }
+    a = record_new(SIM_MEM_DEVICE, ctx);
+    if (!a) {
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+        goto done;
+    }
+    a->size = bytesize;
+    r = reserve_device(ctx->dev, bytesize, &a->base);
+    if (r != CUDA_SUCCESS)
+        goto done;
+    a->backing = map_anon(bytesize, &a->backing_size);
+    if (!a->backing || table_insert(a) != 0) {
+        if (a->backing)
+            munmap(a->backing, a->backing_size);
+        release_device(ctx->dev, a->base, bytesize);
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+        goto done;
+    }
+    sim.live.device_allocations++;
+    sim.live.device_bytes += bytesize;
+    *dptr = a->base;
+    a = NULL;
+done:
+    free((sim_record *)a);
+    sim_unlock();
+    return r;
+}
+
+/* Finds the record a free names: `base` must be its base, of `kind` (or
+ * managed too, for cuMemFree). */
+static CUresult
+find_base(uintptr_t base, sim_mem_kind kind, sim_alloc **out)
+{
+    sim_alloc *a = sim_mem_find(base);
+    if (!a || a->base != base ||
+        (a->kind != kind &&
+         !(kind == SIM_MEM_DEVICE && a->kind == SIM_MEM_MANAGED)))
+        return CUDA_ERROR_INVALID_VALUE;
+    *out = a;
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemFree(CUdeviceptr dptr)
+{
+    SIM_ENTER(cuMemFree);
+    CUcontext cur, owner;
+    sim_alloc *a;
+    unsigned long long id;
+    sim_lock();
+    CUresult r = sim_ctx_get(&cur);
+    if (r != CUDA_SUCCESS || dptr == 0)
+        goto done;
+    r = find_base(dptr, SIM_MEM_DEVICE, &a);
+    if (r != CUDA_SUCCESS)
+        goto done;
+    owner = a->ctx;
+    id = a->buffer_id;
+    sim_unlock();
+    /* The driver serializes frees against the owner's work. */
+    r = sim_ctx_drain(owner);
+    sim_lock();
+    if (r != CUDA_SUCCESS)
+        goto done;
+    r = find_base(dptr, SIM_MEM_DEVICE, &a);
+    if (r == CUDA_SUCCESS && a->buffer_id != id)
+        r = CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS)
+        record_free(a);
+done:
+    sim_unlock();
+    return r;
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemGetAddressRange(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
+{
+    SIM_ENTER(cuMemGetAddressRange);
+    CUcontext ctx;
+    sim_lock();
+    CUresult r = sim_ctx_get(&ctx);
+    if (r == CUDA_SUCCESS) {
+        sim_alloc *a = sim_mem_find(dptr);
+        if (!a) {
+            r = CUDA_ERROR_NOT_FOUND;
+        } else {
+            if (pbase)
+                *pbase = a->base;
+            if (psize)
+                *psize = a->size;
+        }
+    }
+    sim_unlock();
+    return r;
+}
+
+/* ---------------------------------------------------------------------------
+ * Entry points: page-locked host memory. */
+
+static CUresult
+host_alloc(void **pp, size_t bytesize, unsigned flags)
+{
+    CUcontext ctx;
+    sim_alloc *a = NULL;
+    sim_lock();
+    CUresult r = sim_ctx_get(&ctx);
+    if (r != CUDA_SUCCESS)
+        goto done;
+    if (!pp || bytesize == 0 ||
+        (flags & ~(unsigned)(CU_MEMHOSTALLOC_PORTABLE |
+                             CU_MEMHOSTALLOC_DEVICEMAP |
+                             CU_MEMHOSTALLOC_WRITECOMBINED))) {
+        r = CUDA_ERROR_INVALID_VALUE;
+        goto done;
+    }
+    a = record_new(SIM_MEM_HOST, ctx);
+    if (!a) {
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+        goto done;
+    }
+    a->size = bytesize;
+    a->flags = flags;
+    a->backing = map_anon(bytesize, &a->backing_size);
+    a->base = (uintptr_t)a->backing;
+    if (!a->backing || table_insert(a) != 0) {
+        if (a->backing)
+            munmap(a->backing, a->backing_size);
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+        goto done;
+    }
+    sim.live.host_allocations++;
+    sim.live.host_bytes += bytesize;
+    *pp = a->backing;
+    a = NULL;
+done:
+    free((sim_record *)a);
+    sim_unlock();
+    return r;
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemAllocHost(void **pp, size_t bytesize)
+{
+    SIM_ENTER(cuMemAllocHost);
+    return host_alloc(pp, bytesize, 0);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
+{
+    SIM_ENTER(cuMemHostAlloc);
+    return host_alloc(pp, bytesize, Flags);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemFreeHost(void *p)
+{
+    SIM_ENTER(cuMemFreeHost);
+    CUcontext ctx;
+    sim_alloc *a;
+    sim_lock();
+    CUresult r = sim_ctx_get(&ctx);
+    if (r == CUDA_SUCCESS)
+        r = find_base((uintptr_t)p, SIM_MEM_HOST, &a);
+    if (r == CUDA_SUCCESS)
+        record_free(a);
+    sim_unlock();
+    return r;
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemHostGetDevicePointer(CUdeviceptr *pdptr, void *p, unsigned int Flags)
+{
+    SIM_ENTER(cuMemHostGetDevicePointer);
+    CUcontext ctx;
+    sim_lock();
+    CUresult r = sim_ctx_get(&ctx);
+    if (r == CUDA_SUCCESS) {
+        sim_alloc *a = sim_mem_find((uintptr_t)p);
+        if (!pdptr || Flags != 0 || !a ||
+            (a->kind != SIM_MEM_HOST && a->kind != SIM_MEM_REGISTERED))
+            r = CUDA_ERROR_INVALID_VALUE;
+        else
+            *pdptr = (CUdeviceptr)p; /* unified addressing */
+    }
+    sim_unlock();
+    return r;
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemHostGetFlags(unsigned int *pFlags, void *p)
+{
+    SIM_ENTER(cuMemHostGetFlags);
+    CUcontext ctx;
+    sim_lock();
+    CUresult r = sim_ctx_get(&ctx);
+    if (r == CUDA_SUCCESS) {
+        sim_alloc *a = sim_mem_find((uintptr_t)p);
+        if (!pFlags || !a ||
+            (a->kind != SIM_MEM_HOST && a->kind != SIM_MEM_REGISTERED))
+            r = CUDA_ERROR_INVALID_VALUE;
+        else
+            *pFlags = a->flags;
+    }
+    sim_unlock();
+    return r;
+}
+
+static CUresult
+host_register(void *p, size_t bytesize, unsigned flags)
+{
+    CUcontext ctx;
+    uintptr_t addr = (uintptr_t)p;
+    sim_lock();
+    CUresult r = sim_ctx_get(&ctx);
+    if (r != CUDA_SUCCESS)
+        goto done;
+    if (!p || bytesize == 0 || addr + bytesize < addr ||
+        (flags & ~(unsigned)(CU_MEMHOSTREGISTER_PORTABLE |
+                             CU_MEMHOSTREGISTER_DEVICEMAP |
+                             CU_MEMHOSTREGISTER_IOMEMORY |
+                             CU_MEMHOSTREGISTER_READ_ONLY)) ||
+        in_reserve(addr, bytesize)) {
+        r = CUDA_ERROR_INVALID_VALUE;
+        goto done;
+    }
+    sim_alloc *o = table_overlap(addr, bytesize);
+    if (o) {
+        r = o->kind == SIM_MEM_HOST || o->kind == SIM_MEM_REGISTERED
+                ? CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED
+                : CUDA_ERROR_INVALID_VALUE;
+        goto done;
+    }
+    sim_alloc *a = record_new(SIM_MEM_REGISTERED, ctx);
+    if (!a) {
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+        goto done;
+    }
+    a->base = addr;
+    a->size = bytesize;
+    a->backing = p;
+    a->backing_size = bytesize;
+    a->flags = flags;
+    if (table_insert(a) != 0) {
+        free((sim_record *)a);
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+        goto done;
+    }
+    sim.live.registrations++;
+    sim.live.registered_bytes += bytesize;
+done:
+    sim_unlock();
+    return r;
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemHostRegister(void *p, size_t bytesize, unsigned int Flags)
+{
+    SIM_ENTER(cuMemHostRegister);
+    return host_register(p, bytesize, Flags);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemHostUnregister(void *p)
+{
+    SIM_ENTER(cuMemHostUnregister);
+    CUcontext ctx;
+    sim_lock();
+    CUresult r = sim_ctx_get(&ctx);
+    if (r == CUDA_SUCCESS) {
+        sim_alloc *a = sim_mem_find((uintptr_t)p);
+        if (!p || !a || a->kind != SIM_MEM_REGISTERED ||
+            a->base != (uintptr_t)p)
+            r = CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+        else
+            record_free(a);
+    }
+    sim_unlock();
+    return r;
+}
+
+/* ---------------------------------------------------------------------------
+ * Entry points: managed memory. */
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+{
+    SIM_ENTER(cuMemAllocManaged);
+    CUcontext ctx;
+    sim_alloc *a = NULL;
+    sim_lock();
+    CUresult r = sim_ctx_get(&ctx);
+    if (r != CUDA_SUCCESS)
+        goto done;
+    if (!dptr || bytesize == 0 ||
+        (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST)) {
+        r = CUDA_ERROR_INVALID_VALUE;
+        goto done;
+    }
+    sim_device *dev = ctx->dev;
+    size_t len = round_up(bytesize, SIM_ALIGN);
+    if (len == 0 || len > dev->total_mem - dev->used_mem) {
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+        goto done;
+    }
+    a = record_new(SIM_MEM_MANAGED, ctx);
+    if (!a) {
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+        goto done;
+    }
+    a->size = bytesize;
+    a->flags = flags;
+    a->backing = map_anon(bytesize, &a->backing_size);
+    a->base = (uintptr_t)a->backing;
+    if (!a->backing || table_insert(a) != 0) {
+        if (a->backing)
+            munmap(a->backing, a->backing_size);
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+        goto done;
+    }
+    dev->used_mem += len;
+    sim.live.managed_allocations++;
+    sim.live.managed_bytes += bytesize;
+    *dptr = a->base;
+    a = NULL;
+done:
+    free((sim_record *)a);
+    sim_unlock();
+    return r;
+}
+
+/* The managed allocation holding [addr, addr + count), or NULL. */
+static sim_alloc *
+find_managed(uintptr_t addr, size_t count)
+{
+    sim_alloc *a = sim_mem_find(addr);
+    if (!a || a->kind != SIM_MEM_MANAGED || count == 0 ||
+        addr + count < addr || addr + count > a->base + a->size)
+        return NULL;
+    return a;
+}
+
+static CUresult
+check_location(CUmemLocation loc)
+{
+    switch (loc.type) {
+    case CU_MEM_LOCATION_TYPE_DEVICE:
+        return sim_device_get(loc.id) ? CUDA_SUCCESS
+                                      : CUDA_ERROR_INVALID_DEVICE;
+    case CU_MEM_LOCATION_TYPE_HOST:
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT:
+        return CUDA_SUCCESS;
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA:
+        return loc.id == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+}
+
+static CUmemLocation
+location_of(CUdevice dev)
+{
+    CUmemLocation loc;
+    memset(&loc, 0, sizeof(loc));
+    if (dev == CU_DEVICE_CPU) {
+        loc.type = CU_MEM_LOCATION_TYPE_HOST;
+    } else {
+        loc.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        loc.id = dev;
+    }
+    return loc;
+}
+
+static void
+run_nothing(sim_op *op)
+{
+    (void)op;
+}
+
+static CUresult
+prefetch(CUdeviceptr devPtr, size_t count, CUmemLocation loc,
+         unsigned flags, CUstream hStream, int ptds)
+{
+    CUcontext ctx;
+    sim_lock();
+    CUresult r = sim_ctx_get(&ctx);
+    if (r == CUDA_SUCCESS && (!find_managed(devPtr, count) || flags != 0))
+        r = CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS)
+        r = check_location(loc);
+    sim_unlock();
+    if (r != CUDA_SUCCESS)
+        return r;
+    sim_op *op = calloc(1, sizeof(*op));
+    if (!op)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    op->run = run_nothing;
+    op->entry = SIM_cuMemPrefetchAsync;
+    op->ranges[0].addr = devPtr;
+    op->ranges[0].len = count;
+    op->nranges = 1;
+    return sim_stream_submit(hStream, ptds, op, SIM_ASYNC);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemPrefetchAsync(CUdeviceptr devPtr, size_t count, CUmemLocation location,
+                   unsigned int flags, CUstream hStream)
+{
+    SIM_ENTER(cuMemPrefetchAsync);
+    return prefetch(devPtr, count, location, flags, hStream, 0);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemPrefetchAsync_v2_ptsz(CUdeviceptr devPtr, size_t count,
+                           CUmemLocation location, unsigned int flags,
+                           CUstream hStream)
+{
+    SIM_ENTER(cuMemPrefetchAsync);
+    return prefetch(devPtr, count, location, flags, hStream, 1);
+}
+
+static CUresult
+advise(CUdeviceptr devPtr, size_t count, CUmem_advise advice,
+       CUmemLocation loc)
+{
+    CUcontext ctx;
+    sim_lock();
+    CUresult r = sim_ctx_get(&ctx);
+    if (r != CUDA_SUCCESS)
+        goto done;
+    sim_alloc *a = find_managed(devPtr, count);
+    if (!a || advice < CU_MEM_ADVISE_SET_READ_MOSTLY ||
+        advice > CU_MEM_ADVISE_UNSET_ACCESSED_BY) {
+        r = CUDA_ERROR_INVALID_VALUE;
+        goto done;
+    }
+    /* Read-mostly advice ignores the location. */
+    if (advice != CU_MEM_ADVISE_SET_READ_MOSTLY &&
+        advice != CU_MEM_ADVISE_UNSET_READ_MOSTLY) {
+        r = check_location(loc);
+        if (r != CUDA_SUCCESS)
+            goto done;
+    }
+    ((sim_record *)a)->advice = advice;
+    ((sim_record *)a)->advice_loc = loc;
+done:
+    sim_unlock();
+    return r;
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemAdvise(CUdeviceptr devPtr, size_t count, CUmem_advise advice,
+            CUmemLocation location)
+{
+    SIM_ENTER(cuMemAdvise);
+    return advise(devPtr, count, advice, location);
+}
+
+/* ---------------------------------------------------------------------------
+ * Entry points: pointer attributes. */
+
+static CUmemorytype
+memory_type(const sim_alloc *a)
+{
+    return a->kind == SIM_MEM_HOST || a->kind == SIM_MEM_REGISTERED
+               ? CU_MEMORYTYPE_HOST
+               : CU_MEMORYTYPE_DEVICE;
+}
+
+/* Writes one attribute of ptr (a: its record, NULL when unknown, which
+ * gives the zero values cuPointerGetAttributes documents). */
+static CUresult
+get_attribute(void *data, CUpointer_attribute attr, CUdeviceptr ptr,
+              const sim_alloc *a)
+{
+    int host_ok = a && !device_kind(a->kind);
+    switch (attr) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT:
+        *(CUcontext *)data = a ? a->ctx : NULL;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+        *(unsigned int *)data = a ? (unsigned)memory_type(a) : 0;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+        if (a && !sim_ctx_current())
+            return CUDA_ERROR_INVALID_CONTEXT;
+        *(CUdeviceptr *)data = a ? ptr : 0;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+        *(void **)data = host_ok ? (void *)ptr : NULL;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
+    case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
+    case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE:
+    case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
+        *(unsigned int *)data = 0;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+    case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID:
+        *(unsigned long long *)data = a ? a->buffer_id : 0;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+        *(unsigned int *)data = a && a->kind == SIM_MEM_MANAGED;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+        *(int *)data = a ? a->ctx->dev->ordinal : -2;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+        *(unsigned int *)data = a && a->kind == SIM_MEM_DEVICE;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+        *(CUdeviceptr *)data = a ? a->base : 0;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
+        *(void **)data = a ? (void *)a->base : NULL;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
+        *(size_t *)data = a ? a->size : 0;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_MAPPED:
+        *(unsigned int *)data = a != NULL;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS:
+        *(unsigned int *)data =
+            !a ? CU_POINTER_ATTRIBUTE_ACCESS_FLAG_NONE
+            : (a->kind == SIM_MEM_REGISTERED &&
+               (a->flags & CU_MEMHOSTREGISTER_READ_ONLY))
+                ? CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READ
+                : CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
+        *(CUmemoryPool *)data = NULL;
+        return CUDA_SUCCESS;
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuPointerGetAttribute(void *data, CUpointer_attribute attribute,
+                      CUdeviceptr ptr)
+{
+    SIM_ENTER(cuPointerGetAttribute);
+    sim_lock();
+    const sim_alloc *a = sim_mem_find(ptr);
+    CUresult r = CUDA_ERROR_INVALID_VALUE;
+    if (data && a) {
+        if (attribute == CU_POINTER_ATTRIBUTE_HOST_POINTER &&
+            device_kind(a->kind))
+            r = CUDA_ERROR_INVALID_VALUE;
+        else if (attribute == CU_POINTER_ATTRIBUTE_P2P_TOKENS)
+            r = CUDA_ERROR_NOT_SUPPORTED;
+        else
+            r = get_attribute(data, attribute, ptr, a);
+    }
+    sim_unlock();
+    return r;
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuPointerGetAttributes(unsigned int numAttributes,
+                       CUpointer_attribute *attributes, void **data,
+                       CUdeviceptr ptr)
+{
+    SIM_ENTER(cuPointerGetAttributes);
+    if (numAttributes == 0 || !attributes || !data)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned i = 0; i < numAttributes; i++)
+        if (!data[i] || attributes[i] == CU_POINTER_ATTRIBUTE_P2P_TOKENS)
+            return CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    const sim_alloc *a = sim_mem_find(ptr);
+    CUresult r = CUDA_SUCCESS;
+    for (unsigned i = 0; i < numAttributes && r == CUDA_SUCCESS; i++)
+        r = get_attribute(data[i], attributes[i], ptr, a);
+    sim_unlock();
+    return r;
+}
+
+/* ---------------------------------------------------------------------------
+ * Older ABIs, exported under the plain names the headers now redirect. */
+
+#undef cuMemHostRegister
+#undef cuMemPrefetchAsync
+#undef cuMemAdvise
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemHostRegister(void *p, size_t bytesize, unsigned int Flags)
+{
+    SIM_ENTER(cuMemHostRegister);
+    return host_register(p, bytesize, Flags);
+}
+
+static CUresult
+prefetch_v8000(CUdeviceptr devPtr, size_t count, CUdevice dstDevice,
+               CUstream hStream, int ptds)
+{
+    if (dstDevice != CU_DEVICE_CPU && !sim_device_get(dstDevice))
+        return CUDA_ERROR_INVALID_DEVICE;
+    return prefetch(devPtr, count, location_of(dstDevice), 0, hStream, ptds);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemPrefetchAsync(CUdeviceptr devPtr, size_t count, CUdevice dstDevice,
+                   CUstream hStream)
+{
+    SIM_ENTER(cuMemPrefetchAsync);
+    return prefetch_v8000(devPtr, count, dstDevice, hStream, 0);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemPrefetchAsync_ptsz(CUdeviceptr devPtr, size_t count, CUdevice dstDevice,
+                        CUstream hStream)
+{
+    SIM_ENTER(cuMemPrefetchAsync);
+    return prefetch_v8000(devPtr, count, dstDevice, hStream, 1);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemAdvise(CUdeviceptr devPtr, size_t count, CUmem_advise advice,
+            CUdevice device)
+{
+    SIM_ENTER(cuMemAdvise);
+    if (advice != CU_MEM_ADVISE_SET_READ_MOSTLY &&
+        advice != CU_MEM_ADVISE_UNSET_READ_MOSTLY &&
+        device != CU_DEVICE_CPU && !sim_device_get(device))
+        return CUDA_ERROR_INVALID_DEVICE;
+    return advise(devPtr, count, advice, location_of(device));
+}
+
+const sim_proc sim_procs_memory[] = {
+    SIM_PROC(cuMemGetInfo, 3020, cuMemGetInfo_v2),
+    SIM_PROC(cuMemAlloc, 3020, cuMemAlloc_v2),
+    SIM_PROC(cuMemFree, 3020, cuMemFree_v2),
+    SIM_PROC(cuMemGetAddressRange, 3020, cuMemGetAddressRange_v2),
+    SIM_PROC(cuMemAllocHost, 3020, cuMemAllocHost_v2),
+    SIM_PROC(cuMemHostAlloc, 2020, cuMemHostAlloc),
+    SIM_PROC(cuMemFreeHost, 2000, cuMemFreeHost),
+    SIM_PROC(cuMemHostGetDevicePointer, 3020, cuMemHostGetDevicePointer_v2),
+    SIM_PROC(cuMemHostGetFlags, 2030, cuMemHostGetFlags),
+    SIM_PROC(cuMemHostRegister, 4000, cuMemHostRegister),
+    SIM_PROC(cuMemHostRegister, 6050, cuMemHostRegister_v2),
+    SIM_PROC(cuMemHostUnregister, 4000, cuMemHostUnregister),
+    SIM_PROC(cuMemAllocManaged, 6000, cuMemAllocManaged),
+    SIM_PROC(cuMemPrefetchAsync, 8000, cuMemPrefetchAsync),
+    SIM_PROC_PTDS(cuMemPrefetchAsync, 8000, ptsz, cuMemPrefetchAsync_ptsz),
+    SIM_PROC(cuMemPrefetchAsync, 12020, cuMemPrefetchAsync_v2),
+    SIM_PROC_PTDS(cuMemPrefetchAsync, 12020, ptsz,
+                  cuMemPrefetchAsync_v2_ptsz),
+    SIM_PROC(cuMemAdvise, 8000, cuMemAdvise),
+    SIM_PROC(cuMemAdvise, 12020, cuMemAdvise_v2),
+    SIM_PROC(cuPointerGetAttribute, 4000, cuPointerGetAttribute),
+    SIM_PROC(cuPointerGetAttributes, 7000, cuPointerGetAttributes),
+};
+const size_t sim_nprocs_memory =
+    sizeof(sim_procs_memory) / sizeof(sim_procs_memory[0]);

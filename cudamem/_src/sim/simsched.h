@@ -1,0 +1,72 @@
+/* simsched.h: private to stream.c, event.c and hazard.c (the stream
+ * scheduler). Declares what they share; the stream and event structs stay
+ * in their own files. Other files use sim.h only. */
+#ifndef CUSIM_SIMSCHED_H
+#define CUSIM_SIMSCHED_H
+
+#include "sim.h"
+
+/* The priority range of an H100: greatest -5, least (default) 0. */
+#define SIM_PRIORITY_GREATEST (-5)
+#define SIM_PRIORITY_LEAST 0
+
+/* Op `seq` of the stream with unique id `uid` (uids are never reused, so a
+ * freed stream's uid reads as finished). uid 0: nothing. */
+typedef struct sim_dep {
+    uint64_t uid;
+    uint64_t seq;
+} sim_dep;
+
+/* A sparse vector clock: per stream uid, the highest seq known to
+ * precede. Entries for finished work are pruned. */
+typedef struct sim_vclock {
+    sim_dep *e;
+    size_t n, cap;
+} sim_vclock;
+
+/* Everything below: caller holds the lock. */
+
+/* stream.c */
+int sim__dep_done(uint64_t uid, uint64_t seq);
+CUresult sim__current_ctx(CUcontext *out); /* lock not held */
+int sim__is_special_stream(CUstream h);
+enum { SIM_RESOLVE_CREATE = 1, SIM_RESOLVE_SAME_CTX = 2 };
+/* Stream named by h; NULL in *out for a special stream not yet made
+ * unless SIM_RESOLVE_CREATE. ctx may be NULL for a user handle. */
+CUresult sim__stream_resolve(CUstream h, int ptds, CUcontext ctx, int flags,
+                             CUstream *out);
+/* Queues op on s after `extra` (may be NULL) with the legacy rules; joins
+ * extra_vc into the stream's clock. Does not free op on failure. */
+CUresult sim__enqueue(CUstream s, sim_op *op, const sim_dep *extra,
+                      const sim_vclock *extra_vc, int nodelay);
+const sim_vclock *sim__stream_vc(CUstream s);
+uint64_t sim__stream_uid(CUstream s);
+CUcontext sim__stream_ctx(CUstream s);
+const sim_op *sim__stream_head(CUstream s);
+void sim__stream_label(CUstream s, char *buf, size_t size);
+void sim__streams_each(void (*fn)(CUstream s, void *arg), void *arg);
+
+/* event.c */
+void sim__noop_run(sim_op *op);
+/* Called by a worker as each op completes, before it is freed. */
+void sim__event_op_done(sim_op *op);
+/* The work an event captured, unfinished: dep->uid 0 when none. */
+CUresult sim__event_pending(CUevent ev, sim_dep *dep, const sim_vclock **vc);
+void sim__events_release_ctx(CUcontext ctx);
+CUresult cuEventRecord_ptsz(CUevent hEvent, CUstream hStream);
+
+/* hazard.c: vector clocks, the handle registry and the checker. */
+void sim__vc_put(sim_vclock *v, uint64_t uid, uint64_t seq);
+uint64_t sim__vc_get(const sim_vclock *v, uint64_t uid);
+void sim__vc_join(sim_vclock *dst, const sim_vclock *src);
+void sim__vc_prune(sim_vclock *v);
+void sim__vc_copy(sim_vclock *dst, const sim_vclock *src);
+void sim__vc_free(sim_vclock *v);
+/* Streams and events the application holds, so that a stale handle is
+ * refused without reading freed memory. */
+int sim__handle_add(void *h);
+void sim__handle_remove(void *h);
+int sim__handle_live(const void *h, uint32_t magic);
+void sim__hazard_check(CUstream s, const sim_op *op);
+
+#endif

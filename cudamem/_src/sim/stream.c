@@ -1,0 +1,1290 @@
+/* stream.c: streams, their worker threads and the ordering rules (legacy
+ * and per-thread default streams, cuStreamWaitEvent, callbacks).
+ * Does not validate or move memory (copy.c builds the ops); events live in
+ * event.c, vector clocks and hazard reports in hazard.c. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "sim.h"
+#include "simsched.h"
+
+enum { KIND_USER, KIND_LEGACY, KIND_PTDS };
+
+struct CUstream_st {
+    uint32_t magic;
+    int kind;
+    CUcontext ctx;
+    unsigned flags;
+    int priority;
+    uint64_t uid;   /* slot index and generation, outlives the struct */
+    uint64_t owner; /* KIND_PTDS: the owning thread's id */
+    struct CUstream_st *next; /* ctx->streams */
+    int linked;     /* on ctx's lists */
+    int destroyed;  /* closing: freed once its queue is empty */
+    int has_worker; /* once closed, the worker frees the struct */
+    pthread_cond_t wake;
+    sim_op *head, *tail; /* queued ops; head may be running */
+    uint64_t submitted, completed;
+    sim_vclock vc; /* what the stream's next op is known to follow */
+};
+
+/* Scheduling state of a queued op (sim_op.sched); NULL when it has none. */
+typedef struct sched {
+    int nodelay;
+    size_t ndeps;
+    sim_dep deps[];
+} sched;
+
+/* Streams by uid, so that a dependency on a freed stream reads as done. */
+typedef struct slot {
+    CUstream s;
+    uint32_t gen;
+    uint32_t next_free;
+} slot;
+
+static slot *slots;
+static uint32_t nslots, slots_cap, slots_used, free_slot = UINT32_MAX;
+
+/* Workers are joinable: one whose stream is gone leaves its id here and
+ * the next worker_start (or the exit hook) joins it. */
+static pthread_t *zombies;
+static size_t nzombies, zombies_cap;
+static int nclosing; /* workers of destroyed streams still running */
+
+static uint64_t next_thread_id;
+static _Thread_local uint64_t tls_thread_id;
+static _Thread_local CUcontext tls_ptds_ctx;
+static _Thread_local uint64_t tls_ptds_uid;
+
+/* ------------------------------------------------------------------------
+ * Slot table. */
+
+static int
+slot_add(CUstream s)
+{
+    uint32_t i;
+
+    if (free_slot != UINT32_MAX) {
+        i = free_slot;
+        free_slot = slots[i].next_free;
+    }
+    else {
+        if (nslots == slots_cap) {
+            uint32_t cap = slots_cap ? slots_cap * 2 : 16;
+            slot *n = realloc(slots, cap * sizeof *n);
+            if (n == NULL)
+                return -1;
+            slots = n;
+            slots_cap = cap;
+        }
+        i = nslots++;
+        slots[i].gen = 1;
+    }
+    slots[i].s = s;
+    slots_used++;
+    s->uid = ((uint64_t)slots[i].gen << 32) | i;
+    return 0;
+}
+
+static void
+slot_remove(uint64_t uid)
+{
+    uint32_t i = (uint32_t)uid;
+
+    slots[i].s = NULL;
+    slots[i].gen++;
+    slots[i].next_free = free_slot;
+    free_slot = i;
+    if (--slots_used == 0) {
+        /* Nothing live: give the table back so that leak checks see none. */
+        free(slots);
+        slots = NULL;
+        nslots = slots_cap = 0;
+        free_slot = UINT32_MAX;
+    }
+}
+
+static CUstream
+slot_lookup(uint64_t uid)
+{
+    uint32_t i = (uint32_t)uid;
+
+    if (i >= nslots || slots[i].gen != (uint32_t)(uid >> 32))
+        return NULL;
+    return slots[i].s;
+}
+
+int
+sim__dep_done(uint64_t uid, uint64_t seq)
+{
+    CUstream s = slot_lookup(uid);
+
+    return s == NULL || s->completed >= seq;
+}
+
+/* ------------------------------------------------------------------------
+ * Stream objects. Caller holds the lock throughout. */
+
+static CUstream
+stream_new(CUcontext ctx, int kind, unsigned flags, int priority)
+{
+    CUstream s = calloc(1, sizeof *s);
+
+    if (s == NULL)
+        return NULL;
+    if (pthread_cond_init(&s->wake, NULL) != 0) {
+        free(s);
+        return NULL;
+    }
+    if (slot_add(s) < 0) {
+        pthread_cond_destroy(&s->wake);
+        free(s);
+        return NULL;
+    }
+    s->magic = SIM_MAGIC_STREAM;
+    s->kind = kind;
+    s->ctx = ctx;
+    s->flags = flags;
+    s->priority = priority;
+    if (kind == KIND_LEGACY) {
+        ctx->legacy = s;
+    }
+    else {
+        s->next = ctx->streams;
+        ctx->streams = s;
+    }
+    s->linked = 1;
+    return s;
+}
+
+static void
+stream_unlink(CUstream s)
+{
+    CUstream *pp;
+
+    if (!s->linked)
+        return;
+    if (s->ctx->legacy == s) {
+        s->ctx->legacy = NULL;
+    }
+    else {
+        for (pp = &s->ctx->streams; *pp != NULL; pp = &(*pp)->next) {
+            if (*pp == s) {
+                *pp = s->next;
+                break;
+            }
+        }
+    }
+    s->linked = 0;
+}
+
+static void stream_free(CUstream s);
+
+static void
+reap_zombies(void)
+{
+    size_t i;
+
+    for (i = 0; i < nzombies; i++)
+        pthread_join(zombies[i], NULL);
+    free(zombies);
+    zombies = NULL;
+    nzombies = zombies_cap = 0;
+}
+
+static void
+worker_exit(CUstream s)
+{
+    nclosing--;
+    stream_free(s);
+    if (nzombies == zombies_cap) {
+        size_t cap = zombies_cap ? zombies_cap * 2 : 8;
+        pthread_t *z = realloc(zombies, cap * sizeof *z);
+        if (z == NULL) {
+            pthread_detach(pthread_self());
+            goto done;
+        }
+        zombies = z;
+        zombies_cap = cap;
+    }
+    zombies[nzombies++] = pthread_self();
+done:
+    pthread_cond_broadcast(&sim.progress);
+}
+
+static void
+stream_free(CUstream s)
+{
+    stream_unlink(s);
+    slot_remove(s->uid);
+    sim__vc_free(&s->vc);
+    pthread_cond_destroy(&s->wake);
+    s->magic = 0;
+    free(s);
+}
+
+/* device.c poisons contexts without the lock. */
+static CUresult
+ctx_sticky(CUcontext ctx)
+{
+    return __atomic_load_n(&ctx->sticky, __ATOMIC_ACQUIRE);
+}
+
+static int
+stream_blocking(CUstream s)
+{
+    return s->kind != KIND_LEGACY && !(s->flags & CU_STREAM_NON_BLOCKING);
+}
+
+static int
+stream_busy(CUstream s)
+{
+    return s->submitted > s->completed;
+}
+
+/* ------------------------------------------------------------------------
+ * Workers. */
+
+static void
+op_free(sim_op *op)
+{
+    free(op->sched);
+    op->sched = NULL;
+    if (op->free != NULL)
+        op->free(op);
+    else
+        free(op);
+}
+
+static int
+op_ready(const sim_op *op)
+{
+    const sched *sc = op->sched;
+    size_t i;
+
+    if (sc == NULL)
+        return 1;
+    for (i = 0; i < sc->ndeps; i++) {
+        if (!sim__dep_done(sc->deps[i].uid, sc->deps[i].seq))
+            return 0;
+    }
+    return 1;
+}
+
+static void
+sleep_us(unsigned us)
+{
+    struct timespec ts = {us / 1000000, (long)(us % 1000000) * 1000};
+
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+static void *
+worker_main(void *arg)
+{
+    CUstream s = arg;
+
+    sim_lock();
+    for (;;) {
+        sim_op *op = s->head;
+        unsigned delay;
+
+        if (op == NULL) {
+            if (s->destroyed)
+                break;
+            pthread_cond_wait(&s->wake, &sim.lock);
+            continue;
+        }
+        if (!op_ready(op)) {
+            pthread_cond_wait(&sim.progress, &sim.lock);
+            continue;
+        }
+        /* Read per op: cusim_set_delay_us changes it at run time. */
+        delay = op->sched && ((sched *)op->sched)->nodelay
+                    ? 0
+                    : __atomic_load_n(&sim.delay_us, __ATOMIC_RELAXED);
+        sim_unlock();
+        if (delay)
+            sleep_us(delay);
+        op->run(op);
+        sim_lock();
+        s->head = op->next;
+        if (s->head == NULL)
+            s->tail = NULL;
+        s->completed = op->seq;
+        sim__event_op_done(op);
+        pthread_cond_broadcast(&sim.progress);
+        sim_unlock();
+        op_free(op);
+        sim_lock();
+    }
+    worker_exit(s);
+    sim_unlock();
+    return NULL;
+}
+
+static int
+worker_start(CUstream s)
+{
+    pthread_attr_t attr;
+    pthread_t thread;
+    sigset_t all, old;
+    int rc;
+
+    /* Joining here is brief: a zombie has already let go of the lock. */
+    reap_zombies();
+    if (pthread_attr_init(&attr) != 0)
+        return -1;
+    /* Signals belong to the application's threads, not to ours. */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    rc = pthread_create(&thread, &attr, worker_main, s);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&attr);
+    if (rc != 0)
+        return -1;
+    s->has_worker = 1;
+    return 0;
+}
+
+/* Closes s: queued work still runs, then its worker frees it. */
+static void
+stream_retire(CUstream s)
+{
+    s->destroyed = 1;
+    if (s->has_worker) {
+        nclosing++;
+        pthread_cond_signal(&s->wake);
+    }
+    else {
+        stream_free(s);
+    }
+}
+
+/* At exit, wait a little for closing workers and join them, so that
+ * streams destroyed just before exit leave no threads behind. */
+__attribute__((destructor)) static void
+streams_at_exit(void)
+{
+    struct timespec until;
+
+    if (!sim.initialized || sim.init_pid != getpid())
+        return;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 2;
+    sim_lock();
+    while (nclosing > 0) {
+        if (pthread_cond_timedwait(&sim.progress, &sim.lock, &until) != 0)
+            break;
+    }
+    reap_zombies();
+    sim_unlock();
+}
+
+/* ------------------------------------------------------------------------
+ * Resolving handles. */
+
+CUresult
+sim__current_ctx(CUcontext *out)
+{
+    return sim_ctx_get(out);
+}
+
+int
+sim__is_special_stream(CUstream h)
+{
+    return h == NULL || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD;
+}
+
+static CUstream
+ptds_get(CUcontext ctx, int create)
+{
+    CUstream s;
+
+    if (tls_ptds_ctx == ctx && tls_ptds_uid != 0) {
+        s = slot_lookup(tls_ptds_uid);
+        if (s != NULL && s->ctx == ctx && s->linked && !s->destroyed)
+            return s;
+    }
+    if (tls_thread_id == 0)
+        tls_thread_id = ++next_thread_id;
+    for (s = ctx->streams; s != NULL; s = s->next) {
+        if (s->kind == KIND_PTDS && s->owner == tls_thread_id &&
+            !s->destroyed)
+            break;
+    }
+    if (s == NULL && create) {
+        s = stream_new(ctx, KIND_PTDS, CU_STREAM_DEFAULT, 0);
+        if (s != NULL)
+            s->owner = tls_thread_id;
+    }
+    if (s != NULL) {
+        tls_ptds_ctx = ctx;
+        tls_ptds_uid = s->uid;
+    }
+    return s;
+}
+
+CUresult
+sim__stream_resolve(CUstream h, int ptds, CUcontext ctx, int flags,
+                    CUstream *out)
+{
+    CUstream s;
+
+    *out = NULL;
+    if (h == NULL)
+        h = ptds ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
+    if (h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD) {
+        if (ctx == NULL)
+            return CUDA_ERROR_INVALID_CONTEXT;
+        /* Released since the caller looked it up: make nothing there. */
+        if (!__atomic_load_n(&ctx->active, __ATOMIC_ACQUIRE))
+            return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+        if (h == CU_STREAM_PER_THREAD) {
+            s = ptds_get(ctx, flags & SIM_RESOLVE_CREATE);
+        }
+        else {
+            s = ctx->legacy;
+            if (s == NULL && (flags & SIM_RESOLVE_CREATE))
+                s = stream_new(ctx, KIND_LEGACY, CU_STREAM_DEFAULT, 0);
+        }
+        if (s == NULL && (flags & SIM_RESOLVE_CREATE))
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        *out = s;
+        return CUDA_SUCCESS;
+    }
+    if (!sim__handle_live(h, SIM_MAGIC_STREAM))
+        return CUDA_ERROR_INVALID_HANDLE;
+    if ((flags & SIM_RESOLVE_SAME_CTX) && h->ctx != ctx)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    *out = h;
+    return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------------
+ * Queueing. */
+
+static int
+deps_add(sim_dep **deps, size_t *n, size_t *cap, uint64_t uid, uint64_t seq)
+{
+    if (*n == *cap) {
+        size_t c = *cap ? *cap * 2 : 4;
+        sim_dep *d = realloc(*deps, c * sizeof *d);
+        if (d == NULL)
+            return -1;
+        *deps = d;
+        *cap = c;
+    }
+    (*deps)[*n].uid = uid;
+    (*deps)[*n].seq = seq;
+    (*n)++;
+    return 0;
+}
+
+CUresult
+sim__enqueue(CUstream s, sim_op *op, const sim_dep *extra,
+             const sim_vclock *extra_vc, int nodelay)
+{
+    CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
+    sim_dep *deps = NULL;
+    size_t n = 0, cap = 0;
+    CUstream b;
+    sched *sc = NULL;
+
+    /* The legacy stream's implicit synchronization with blocking
+     * streams, both ways; non-blocking streams take no part in it. */
+    if (s->kind == KIND_LEGACY) {
+        for (b = s->ctx->streams; b != NULL; b = b->next) {
+            if (!stream_blocking(b) || !stream_busy(b))
+                continue;
+            if (deps_add(&deps, &n, &cap, b->uid, b->submitted) < 0)
+                goto done;
+        }
+    }
+    else if (stream_blocking(s) && s->ctx->legacy != NULL &&
+             stream_busy(s->ctx->legacy)) {
+        b = s->ctx->legacy;
+        if (deps_add(&deps, &n, &cap, b->uid, b->submitted) < 0)
+            goto done;
+    }
+    if (extra != NULL && deps_add(&deps, &n, &cap, extra->uid, extra->seq) < 0)
+        goto done;
+    if (n > 0 || nodelay) {
+        sc = malloc(sizeof *sc + n * sizeof(sim_dep));
+        if (sc == NULL)
+            goto done;
+        sc->nodelay = nodelay;
+        sc->ndeps = n;
+        if (n > 0)
+            memcpy(sc->deps, deps, n * sizeof(sim_dep));
+    }
+    if (!s->has_worker && worker_start(s) < 0) {
+        free(sc);
+        goto done;
+    }
+    /* The new op follows everything its dependencies follow. */
+    if (s->kind == KIND_LEGACY) {
+        for (b = s->ctx->streams; b != NULL; b = b->next) {
+            if (stream_blocking(b) && stream_busy(b))
+                sim__vc_join(&s->vc, &b->vc);
+        }
+    }
+    else if (stream_blocking(s) && s->ctx->legacy != NULL &&
+             stream_busy(s->ctx->legacy)) {
+        sim__vc_join(&s->vc, &s->ctx->legacy->vc);
+    }
+    if (extra_vc != NULL)
+        sim__vc_join(&s->vc, extra_vc);
+    op->sched = sc;
+    op->stream = s;
+    op->next = NULL;
+    op->seq = ++s->submitted;
+    if (s->tail != NULL)
+        s->tail->next = op;
+    else
+        s->head = op;
+    s->tail = op;
+    sim__vc_put(&s->vc, s->uid, op->seq);
+    sim__vc_prune(&s->vc);
+    if (op->nranges > 0 && __atomic_load_n(&sim.hazards, __ATOMIC_RELAXED))
+        sim__hazard_check(s, op);
+    pthread_cond_signal(&s->wake);
+    r = CUDA_SUCCESS;
+done:
+    free(deps);
+    return r;
+}
+
+const sim_vclock *
+sim__stream_vc(CUstream s)
+{
+    return &s->vc;
+}
+
+uint64_t
+sim__stream_uid(CUstream s)
+{
+    return s->uid;
+}
+
+CUcontext
+sim__stream_ctx(CUstream s)
+{
+    return s->ctx;
+}
+
+CUresult
+sim_stream_submit(CUstream hStream, int ptds, sim_op *op, sim_sync mode)
+{
+    CUcontext ctx;
+    CUstream s;
+    CUresult r;
+    uint64_t uid, seq;
+
+    op->sched = NULL;
+    r = sim__current_ctx(&ctx);
+    if (r != CUDA_SUCCESS) {
+        op_free(op);
+        return r;
+    }
+    sim_lock();
+    r = sim__stream_resolve(hStream, ptds, ctx,
+                            SIM_RESOLVE_CREATE | SIM_RESOLVE_SAME_CTX, &s);
+    if (r == CUDA_SUCCESS)
+        r = sim__enqueue(s, op, NULL, NULL, 0);
+    if (r != CUDA_SUCCESS) {
+        sim_unlock();
+        op_free(op);
+        return r;
+    }
+    if (mode == SIM_BLOCK) {
+        uid = s->uid;
+        seq = op->seq;
+        while (!sim__dep_done(uid, seq))
+            pthread_cond_wait(&sim.progress, &sim.lock);
+        r = ctx_sticky(ctx);
+    }
+    sim_unlock();
+    return r;
+}
+
+/* Work a synchronize of s waits for: its own, and for the legacy stream
+ * also that of every blocking stream (as if a marker were queued). */
+static int
+stream_targets(CUstream s, sim_dep **deps, size_t *n)
+{
+    size_t cap = 0;
+    CUstream b;
+
+    *deps = NULL;
+    *n = 0;
+    if (stream_busy(s) &&
+        deps_add(deps, n, &cap, s->uid, s->submitted) < 0)
+        return -1;
+    if (s->kind != KIND_LEGACY)
+        return 0;
+    for (b = s->ctx->streams; b != NULL; b = b->next) {
+        if (stream_blocking(b) && stream_busy(b) &&
+            deps_add(deps, n, &cap, b->uid, b->submitted) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int
+deps_done(const sim_dep *deps, size_t n)
+{
+    size_t i;
+
+    for (i = 0; i < n; i++) {
+        if (!sim__dep_done(deps[i].uid, deps[i].seq))
+            return 0;
+    }
+    return 1;
+}
+
+/* ------------------------------------------------------------------------
+ * Internal ops: callbacks, host functions, memory attachment. */
+
+typedef struct cb_op {
+    sim_op op;
+    CUstream handle; /* as the caller named it */
+    CUstreamCallback cb;
+    CUhostFn fn;
+    void *user;
+} cb_op;
+
+static void
+cb_run(sim_op *op)
+{
+    cb_op *c = (cb_op *)op;
+    CUresult status;
+
+    sim_lock();
+    status = op->stream->linked ? ctx_sticky(op->stream->ctx)
+                                : CUDA_ERROR_CONTEXT_IS_DESTROYED;
+    sim_unlock();
+    sim_set_in_callback(1);
+    if (c->cb != NULL)
+        c->cb(c->handle, status, c->user);
+    else
+        c->fn(c->user);
+    sim_set_in_callback(0);
+}
+
+typedef struct attach_op {
+    sim_op op;
+    uintptr_t addr;
+    unsigned flags;
+} attach_op;
+
+static void
+attach_run(sim_op *op)
+{
+    attach_op *a = (attach_op *)op;
+    sim_alloc *m;
+
+    sim_lock();
+    m = sim_mem_find(a->addr);
+    if (m != NULL && m->kind == SIM_MEM_MANAGED && m->base == a->addr)
+        m->flags = a->flags;
+    sim_unlock();
+}
+
+/* Resolves h for an operation, with the current context when h is one of
+ * the special handles; lock not held on entry, held on success. */
+static CUresult
+lock_stream(CUstream h, int ptds, int flags, CUstream *out, CUcontext *ctx)
+{
+    CUresult r;
+
+    *ctx = NULL;
+    if ((flags & SIM_RESOLVE_SAME_CTX) || sim__is_special_stream(h)) {
+        r = sim__current_ctx(ctx);
+        if (r != CUDA_SUCCESS)
+            return r;
+    }
+    sim_lock();
+    r = sim__stream_resolve(h, ptds, *ctx, flags, out);
+    if (r != CUDA_SUCCESS)
+        sim_unlock();
+    return r;
+}
+
+static CUresult
+add_host_call(CUstream h, int ptds, CUstreamCallback cb, CUhostFn fn,
+              void *user)
+{
+    cb_op *c = calloc(1, sizeof *c);
+
+    if (c == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    c->op.run = cb_run;
+    c->op.entry = cb != NULL ? SIM_cuStreamAddCallback : SIM_cuLaunchHostFunc;
+    c->handle = h;
+    c->cb = cb;
+    c->fn = fn;
+    c->user = user;
+    return sim_stream_submit(h, ptds, &c->op, SIM_ASYNC);
+}
+
+/* ------------------------------------------------------------------------
+ * Entry points. */
+
+static CUresult
+stream_create(CUstream *phStream, unsigned flags, int priority)
+{
+    CUcontext ctx;
+    CUstream s;
+    CUresult r;
+
+    if (phStream == NULL || (flags & ~(unsigned)CU_STREAM_NON_BLOCKING))
+        return CUDA_ERROR_INVALID_VALUE;
+    r = sim__current_ctx(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    /* Clamped to cuCtxGetStreamPriorityRange, as the driver does. */
+    if (priority < SIM_PRIORITY_GREATEST)
+        priority = SIM_PRIORITY_GREATEST;
+    if (priority > SIM_PRIORITY_LEAST)
+        priority = SIM_PRIORITY_LEAST;
+    sim_lock();
+    s = stream_new(ctx, KIND_USER, flags, priority);
+    if (s != NULL && sim__handle_add(s) < 0) {
+        stream_free(s);
+        s = NULL;
+    }
+    if (s != NULL)
+        sim.live.streams++;
+    sim_unlock();
+    if (s == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *phStream = s;
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult
+cuStreamCreate(CUstream *phStream, unsigned int Flags)
+{
+    SIM_ENTER(cuStreamCreate);
+    return stream_create(phStream, Flags, 0);
+}
+
+SIM_EXPORT CUresult
+cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags,
+                           int priority)
+{
+    SIM_ENTER(cuStreamCreateWithPriority);
+    return stream_create(phStream, flags, priority);
+}
+
+SIM_EXPORT CUresult
+cuStreamDestroy(CUstream hStream)
+{
+    SIM_ENTER(cuStreamDestroy);
+    if (sim__is_special_stream(hStream))
+        return CUDA_ERROR_INVALID_HANDLE;
+    sim_lock();
+    if (!sim__handle_live(hStream, SIM_MAGIC_STREAM)) {
+        sim_unlock();
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    sim__handle_remove(hStream);
+    sim.live.streams--;
+    stream_retire(hStream);
+    sim_unlock();
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+stream_synchronize(CUstream h, int ptds)
+{
+    CUstream s;
+    CUcontext ctx;
+    CUresult r;
+    sim_dep *deps;
+    size_t n;
+
+    r = lock_stream(h, ptds, 0, &s, &ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (s == NULL) {
+        sim_unlock();
+        return CUDA_SUCCESS;
+    }
+    if (stream_targets(s, &deps, &n) < 0) {
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+        goto done;
+    }
+    while (!deps_done(deps, n))
+        pthread_cond_wait(&sim.progress, &sim.lock);
+    /* A destroyed context cannot have poisoned anything left here. */
+    r = s->linked ? ctx_sticky(s->ctx) : CUDA_SUCCESS;
+done:
+    free(deps);
+    sim_unlock();
+    return r;
+}
+
+SIM_EXPORT CUresult
+cuStreamSynchronize(CUstream hStream)
+{
+    SIM_ENTER(cuStreamSynchronize);
+    return stream_synchronize(hStream, 0);
+}
+
+SIM_EXPORT CUresult
+cuStreamSynchronize_ptsz(CUstream hStream)
+{
+    SIM_ENTER(cuStreamSynchronize);
+    return stream_synchronize(hStream, 1);
+}
+
+static CUresult
+stream_query(CUstream h, int ptds)
+{
+    CUstream s;
+    CUcontext ctx;
+    CUresult r;
+    sim_dep *deps;
+    size_t n;
+
+    r = lock_stream(h, ptds, 0, &s, &ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (s == NULL) {
+        sim_unlock();
+        return CUDA_SUCCESS;
+    }
+    if (stream_targets(s, &deps, &n) < 0)
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    else if (!deps_done(deps, n))
+        r = CUDA_ERROR_NOT_READY;
+    else
+        r = s->linked ? ctx_sticky(s->ctx) : CUDA_SUCCESS;
+    free(deps);
+    sim_unlock();
+    return r;
+}
+
+SIM_EXPORT CUresult
+cuStreamQuery(CUstream hStream)
+{
+    SIM_ENTER(cuStreamQuery);
+    return stream_query(hStream, 0);
+}
+
+SIM_EXPORT CUresult
+cuStreamQuery_ptsz(CUstream hStream)
+{
+    SIM_ENTER(cuStreamQuery);
+    return stream_query(hStream, 1);
+}
+
+static CUresult
+stream_wait_event(CUstream h, int ptds, CUevent ev, unsigned flags)
+{
+    CUstream s;
+    CUcontext ctx;
+    CUresult r;
+    sim_op *op;
+    sim_dep dep;
+    const sim_vclock *vc;
+
+    if (flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    op = calloc(1, sizeof *op);
+    if (op == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    op->run = sim__noop_run;
+    op->entry = SIM_cuStreamWaitEvent;
+    r = lock_stream(h, ptds, SIM_RESOLVE_CREATE | SIM_RESOLVE_SAME_CTX, &s,
+                    &ctx);
+    if (r != CUDA_SUCCESS) {
+        free(op);
+        return r;
+    }
+    r = sim__event_pending(ev, &dep, &vc);
+    /* Work captured by the event is already done (or there is none): the
+     * stream has nothing to wait for. */
+    if (r == CUDA_SUCCESS && dep.uid != 0) {
+        r = sim__enqueue(s, op, &dep, vc, 1);
+        if (r == CUDA_SUCCESS)
+            op = NULL;
+    }
+    sim_unlock();
+    if (op != NULL)
+        op_free(op);
+    return r;
+}
+
+SIM_EXPORT CUresult
+cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
+{
+    SIM_ENTER(cuStreamWaitEvent);
+    return stream_wait_event(hStream, 0, hEvent, Flags);
+}
+
+SIM_EXPORT CUresult
+cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags)
+{
+    SIM_ENTER(cuStreamWaitEvent);
+    return stream_wait_event(hStream, 1, hEvent, Flags);
+}
+
+static CUresult
+stream_add_callback(CUstream h, int ptds, CUstreamCallback cb, void *user,
+                    unsigned flags)
+{
+    if (cb == NULL || flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    return add_host_call(h, ptds, cb, NULL, user);
+}
+
+SIM_EXPORT CUresult
+cuStreamAddCallback(CUstream hStream, CUstreamCallback callback,
+                    void *userData, unsigned int flags)
+{
+    SIM_ENTER(cuStreamAddCallback);
+    return stream_add_callback(hStream, 0, callback, userData, flags);
+}
+
+SIM_EXPORT CUresult
+cuStreamAddCallback_ptsz(CUstream hStream, CUstreamCallback callback,
+                         void *userData, unsigned int flags)
+{
+    SIM_ENTER(cuStreamAddCallback);
+    return stream_add_callback(hStream, 1, callback, userData, flags);
+}
+
+SIM_EXPORT CUresult
+cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
+{
+    SIM_ENTER(cuLaunchHostFunc);
+    if (fn == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    return add_host_call(hStream, 0, NULL, fn, userData);
+}
+
+SIM_EXPORT CUresult
+cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void *userData)
+{
+    SIM_ENTER(cuLaunchHostFunc);
+    if (fn == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    return add_host_call(hStream, 1, NULL, fn, userData);
+}
+
+/* Priority, flags and context of a stream; special handles read as a
+ * default-priority blocking stream of the current context. */
+static CUresult
+stream_props(CUstream h, int ptds, int *priority, unsigned *flags,
+             CUcontext *pctx)
+{
+    CUstream s;
+    CUcontext ctx;
+    CUresult r;
+
+    r = lock_stream(h, ptds, 0, &s, &ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (sim__is_special_stream(h)) {
+        *priority = 0;
+        *flags = CU_STREAM_DEFAULT;
+        *pctx = ctx;
+    }
+    else {
+        *priority = s->priority;
+        *flags = s->flags;
+        *pctx = s->ctx;
+    }
+    sim_unlock();
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+stream_get_priority(CUstream h, int ptds, int *priority)
+{
+    unsigned flags;
+    CUcontext ctx;
+
+    if (priority == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    return stream_props(h, ptds, priority, &flags, &ctx);
+}
+
+static CUresult
+stream_get_flags(CUstream h, int ptds, unsigned *flags)
+{
+    int priority;
+    CUcontext ctx;
+
+    if (flags == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    return stream_props(h, ptds, &priority, flags, &ctx);
+}
+
+static CUresult
+stream_get_ctx(CUstream h, int ptds, CUcontext *pctx)
+{
+    int priority;
+    unsigned flags;
+
+    if (pctx == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    return stream_props(h, ptds, &priority, &flags, pctx);
+}
+
+SIM_EXPORT CUresult
+cuStreamGetPriority(CUstream hStream, int *priority)
+{
+    SIM_ENTER(cuStreamGetPriority);
+    return stream_get_priority(hStream, 0, priority);
+}
+
+SIM_EXPORT CUresult
+cuStreamGetPriority_ptsz(CUstream hStream, int *priority)
+{
+    SIM_ENTER(cuStreamGetPriority);
+    return stream_get_priority(hStream, 1, priority);
+}
+
+SIM_EXPORT CUresult
+cuStreamGetFlags(CUstream hStream, unsigned int *flags)
+{
+    SIM_ENTER(cuStreamGetFlags);
+    return stream_get_flags(hStream, 0, flags);
+}
+
+SIM_EXPORT CUresult
+cuStreamGetFlags_ptsz(CUstream hStream, unsigned int *flags)
+{
+    SIM_ENTER(cuStreamGetFlags);
+    return stream_get_flags(hStream, 1, flags);
+}
+
+SIM_EXPORT CUresult
+cuStreamGetCtx(CUstream hStream, CUcontext *pctx)
+{
+    SIM_ENTER(cuStreamGetCtx);
+    return stream_get_ctx(hStream, 0, pctx);
+}
+
+SIM_EXPORT CUresult
+cuStreamGetCtx_ptsz(CUstream hStream, CUcontext *pctx)
+{
+    SIM_ENTER(cuStreamGetCtx);
+    return stream_get_ctx(hStream, 1, pctx);
+}
+
+static CUresult
+stream_attach(CUstream h, int ptds, CUdeviceptr dptr, size_t length,
+              unsigned flags)
+{
+    attach_op *a;
+    sim_alloc *m;
+    int bad;
+
+    if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST &&
+        flags != CU_MEM_ATTACH_SINGLE)
+        return CUDA_ERROR_INVALID_VALUE;
+    /* A single-stream attachment needs a specific stream. */
+    if (flags == CU_MEM_ATTACH_SINGLE &&
+        (h == NULL || h == CU_STREAM_LEGACY))
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    m = sim_mem_find((uintptr_t)dptr);
+    bad = m == NULL || m->kind != SIM_MEM_MANAGED ||
+          m->base != (uintptr_t)dptr || (length != 0 && length != m->size);
+    sim_unlock();
+    if (bad)
+        return CUDA_ERROR_INVALID_VALUE;
+    a = calloc(1, sizeof *a);
+    if (a == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    a->op.run = attach_run;
+    a->op.entry = SIM_cuStreamAttachMemAsync;
+    a->addr = (uintptr_t)dptr;
+    a->flags = flags;
+    return sim_stream_submit(h, ptds, &a->op, SIM_ASYNC);
+}
+
+SIM_EXPORT CUresult
+cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, size_t length,
+                       unsigned int flags)
+{
+    SIM_ENTER(cuStreamAttachMemAsync);
+    return stream_attach(hStream, 0, dptr, length, flags);
+}
+
+SIM_EXPORT CUresult
+cuStreamAttachMemAsync_ptsz(CUstream hStream, CUdeviceptr dptr,
+                            size_t length, unsigned int flags)
+{
+    SIM_ENTER(cuStreamAttachMemAsync);
+    return stream_attach(hStream, 1, dptr, length, flags);
+}
+
+SIM_EXPORT CUresult
+cuCtxSynchronize(void)
+{
+    CUcontext ctx;
+    CUresult r;
+
+    SIM_ENTER(cuCtxSynchronize);
+    r = sim__current_ctx(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    r = sim_ctx_drain(ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    return ctx_sticky(ctx);
+}
+
+SIM_EXPORT CUresult
+cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPriority)
+{
+    CUcontext ctx;
+    CUresult r;
+
+    SIM_ENTER(cuCtxGetStreamPriorityRange);
+    r = sim__current_ctx(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (leastPriority != NULL)
+        *leastPriority = SIM_PRIORITY_LEAST;
+    if (greatestPriority != NULL)
+        *greatestPriority = SIM_PRIORITY_GREATEST;
+    return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------------
+ * Whole contexts. */
+
+static int
+ctx_busy(CUcontext ctx)
+{
+    CUstream s;
+
+    if (ctx->legacy != NULL && stream_busy(ctx->legacy))
+        return 1;
+    for (s = ctx->streams; s != NULL; s = s->next) {
+        if (stream_busy(s))
+            return 1;
+    }
+    return 0;
+}
+
+CUresult
+sim_ctx_drain(CUcontext ctx)
+{
+    sim_lock();
+    while (ctx_busy(ctx))
+        pthread_cond_wait(&sim.progress, &sim.lock);
+    sim_unlock();
+    return CUDA_SUCCESS;
+}
+
+static void
+stream_close(CUstream s)
+{
+    if (s->kind == KIND_USER && !s->destroyed) {
+        sim__handle_remove(s);
+        sim.live.streams--;
+    }
+    stream_unlink(s);
+    if (!s->destroyed)
+        stream_retire(s);
+}
+
+void
+sim_streams_release_ctx(CUcontext ctx)
+{
+    while (ctx->streams != NULL)
+        stream_close(ctx->streams);
+    if (ctx->legacy != NULL)
+        stream_close(ctx->legacy);
+    sim__events_release_ctx(ctx);
+}
+
+/* Every live stream, for the hazard checker. Lock held. */
+void
+sim__streams_each(void (*fn)(CUstream s, void *arg), void *arg)
+{
+    uint32_t i;
+
+    for (i = 0; i < nslots; i++) {
+        if (slots[i].s != NULL)
+            fn(slots[i].s, arg);
+    }
+}
+
+const sim_op *
+sim__stream_head(CUstream s)
+{
+    return s->head;
+}
+
+void
+sim__stream_label(CUstream s, char *buf, size_t size)
+{
+    switch (s->kind) {
+    case KIND_LEGACY:
+        snprintf(buf, size, "legacy default stream of context %p",
+                 (void *)s->ctx);
+        break;
+    case KIND_PTDS:
+        snprintf(buf, size, "per-thread default stream #%llu",
+                 (unsigned long long)s->owner);
+        break;
+    default:
+        snprintf(buf, size, "stream %p", (void *)s);
+        break;
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * cuGetProcAddress rows for stream.c and event.c. */
+
+const sim_proc sim_procs_stream[] = {
+    SIM_PROC(cuStreamCreate, 2000, cuStreamCreate),
+    SIM_PROC(cuStreamCreateWithPriority, 5050, cuStreamCreateWithPriority),
+    SIM_PROC(cuStreamDestroy, 4000, cuStreamDestroy),
+    SIM_PROC(cuStreamSynchronize, 2000, cuStreamSynchronize),
+    SIM_PROC_PTDS(cuStreamSynchronize, 7000, ptsz, cuStreamSynchronize_ptsz),
+    SIM_PROC(cuStreamQuery, 2000, cuStreamQuery),
+    SIM_PROC_PTDS(cuStreamQuery, 7000, ptsz, cuStreamQuery_ptsz),
+    SIM_PROC(cuStreamWaitEvent, 3020, cuStreamWaitEvent),
+    SIM_PROC_PTDS(cuStreamWaitEvent, 7000, ptsz, cuStreamWaitEvent_ptsz),
+    SIM_PROC(cuStreamAddCallback, 5000, cuStreamAddCallback),
+    SIM_PROC_PTDS(cuStreamAddCallback, 7000, ptsz, cuStreamAddCallback_ptsz),
+    SIM_PROC(cuLaunchHostFunc, 10000, cuLaunchHostFunc),
+    SIM_PROC_PTDS(cuLaunchHostFunc, 10000, ptsz, cuLaunchHostFunc_ptsz),
+    SIM_PROC(cuStreamGetPriority, 5050, cuStreamGetPriority),
+    SIM_PROC_PTDS(cuStreamGetPriority, 7000, ptsz, cuStreamGetPriority_ptsz),
+    SIM_PROC(cuStreamGetFlags, 5050, cuStreamGetFlags),
+    SIM_PROC_PTDS(cuStreamGetFlags, 7000, ptsz, cuStreamGetFlags_ptsz),
+    SIM_PROC(cuStreamGetCtx, 9020, cuStreamGetCtx),
+    SIM_PROC_PTDS(cuStreamGetCtx, 9020, ptsz, cuStreamGetCtx_ptsz),
+    SIM_PROC(cuStreamAttachMemAsync, 6000, cuStreamAttachMemAsync),
+    SIM_PROC_PTDS(cuStreamAttachMemAsync, 7000, ptsz,
+                  cuStreamAttachMemAsync_ptsz),
+    SIM_PROC(cuCtxSynchronize, 2000, cuCtxSynchronize),
+    SIM_PROC(cuCtxGetStreamPriorityRange, 5050, cuCtxGetStreamPriorityRange),
+    SIM_PROC(cuEventCreate, 2000, cuEventCreate),
+    SIM_PROC(cuEventDestroy, 4000, cuEventDestroy),
+    SIM_PROC(cuEventRecord, 2000, cuEventRecord),
+    SIM_PROC_PTDS(cuEventRecord, 7000, ptsz, cuEventRecord_ptsz),
+    SIM_PROC(cuEventSynchronize, 2000, cuEventSynchronize),
+    SIM_PROC(cuEventQuery, 2000, cuEventQuery),
+    SIM_PROC(cuEventElapsedTime, 2000, cuEventElapsedTime),
+    SIM_PROC(cuEventElapsedTime, 12080, cuEventElapsedTime),
+};
+const size_t sim_nprocs_stream =
+    sizeof sim_procs_stream / sizeof sim_procs_stream[0];
