@@ -1,0 +1,113 @@
+"""cudamem.simulator: the control API seen from Python, checked against what
+cudamem observes through the driver."""
+import threading
+
+import pytest
+
+import cudamem
+from cudamem import _cudamem, driver
+from cudamem.errors import CudaAPIError
+
+pytestmark = pytest.mark.simulator
+
+
+def calls(sim, entry):
+    return sim.stats()["calls"][entry]["calls"]
+
+
+def test_stats_shape(sim):
+    stats = sim.stats()
+    for key in ("device_allocations", "device_bytes", "host_allocations",
+                "host_bytes", "registrations", "streams", "events",
+                "ipc_open", "calls"):
+        assert key in stats
+    assert {"cuMemAlloc", "cuMemcpy2DAsync", "cuStreamAddCallback",
+            "cuIpcOpenMemHandle"} <= set(stats["calls"])
+    assert stats["calls"]["cuMemAlloc"].keys() == {"calls", "bytes"}
+
+
+def test_call_counters_follow_driver_calls(sim):
+    cudamem.is_available()
+    before = calls(sim, "cuDeviceGetName")
+    for _ in range(3):
+        _cudamem.device_info(0)
+    assert calls(sim, "cuDeviceGetName") == before + 3
+    sim.reset()
+    assert calls(sim, "cuDeviceGetName") == 0
+
+
+def test_inject_after_and_count(sim):
+    cudamem.is_available()
+    sim.inject("cuDeviceGetUuid", "CUDA_ERROR_INVALID_DEVICE", after=1,
+               count=2)
+    _cudamem.device_info(0)  # the one allowed success
+    for _ in range(2):
+        with pytest.raises(CudaAPIError) as info:
+            _cudamem.device_info(0)
+        assert info.value.name == "CUDA_ERROR_INVALID_DEVICE"
+    _cudamem.device_info(0)
+
+
+def test_faults_are_per_thread(sim):
+    cudamem.is_available()
+    sim.inject("cuDeviceGetName", 999)
+    seen = []
+    t = threading.Thread(target=lambda: seen.append(_cudamem.device_info(0)))
+    t.start()
+    t.join()
+    assert seen and seen[0]["id"] == 0  # the other thread was not affected
+    with pytest.raises(CudaAPIError):
+        _cudamem.device_info(0)
+
+
+def test_clear_faults(sim):
+    cudamem.is_available()
+    sim.inject("cuDeviceGetName", 999, count=5)
+    sim.clear_faults()
+    _cudamem.device_info(0)
+
+
+@pytest.mark.parametrize("args, text", [
+    (("cuNoSuchCall", 1), "the simulator has no entry point 'cuNoSuchCall'"),
+    (("cuMemAlloc", "CUDA_ERROR_NOPE"), "unknown CUDA error name"),
+    (("cuMemAlloc", 2, -1), "need after >= 0 and count >= 1"),
+    (("cuMemAlloc", 2, 0, 0), "need after >= 0 and count >= 1"),
+])
+def test_inject_rejects_bad_arguments(sim, args, text):
+    with pytest.raises(ValueError, match=text):
+        sim.inject(*args)
+
+
+def test_error_code(sim):
+    assert sim.error_code("CUDA_ERROR_OUT_OF_MEMORY") == 2
+    assert sim.error_code(700) == 700
+
+
+def test_set_memory_changes_total(sim):
+    cudamem.is_available()
+    before = driver.devices()[0]["total_memory"]
+    sim.set_memory(0, 64 << 20)
+    try:
+        assert driver.devices()[0]["total_memory"] == 64 << 20
+    finally:
+        sim.set_memory(0, before)
+    assert driver.devices()[0]["total_memory"] == before
+
+
+def test_set_memory_bad_device(sim):
+    cudamem.is_available()
+    with pytest.raises(ValueError, match="simulated device 7"):
+        sim.set_memory(7, 1 << 20)
+
+
+def test_delay(sim):
+    assert sim.get_delay_us() == 0
+    with sim.delay(1500):
+        assert sim.get_delay_us() == 1500
+    assert sim.get_delay_us() == 0
+
+
+def test_hazard_counter_starts_clean(sim):
+    sim.reset()
+    assert sim.hazard_count() == 0
+    assert sim.last_hazard() is None
