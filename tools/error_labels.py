@@ -1,45 +1,59 @@
-"""List every error label in the given C sources and whether a test reached
-it, from the gcov data of a coverage build.
+"""List every error exit in the given C sources and whether a test reached
+it, from the gcov data of a coverage build (`make coverage`).
 
 usage: error_labels.py BUILD_TEMP SRC_DIR [SRC_DIR ...]
 
+An error exit is a goto label or a line that returns failure (`return -1`,
+`return NULL`, or returns what cm_fail / cmpy_raise / support_error give).
 A label counts as reached when the first executable line after it ran.
-Prints one line per label and a summary; exits 0 (it is a report)."""
+Prints one line per exit and a summary; exits 0 (it is a report)."""
 import os
 import re
 import subprocess
 import sys
-import tempfile
 
 LABEL = re.compile(r"^([A-Za-z_]\w*):\s*$")
-# Labels that are not error paths.
-IGNORE = {"default"}
+FAILURE = re.compile(r"\breturn\s+(-1|NULL|cm_fail\(|cmpy_raise\(|"
+                     r"support_error\(|stub_error\()")
+IGNORE_LABELS = {"default"}
 
 
 def gcov_counts(build_temp, source):
-    """{line number: count or None (not executable)} for one source."""
+    """{line number: count, or None where not executable}, or None when the
+    build has no data for `source`."""
     obj_dir = os.path.join(build_temp, os.path.dirname(source))
-    with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run(["gcov", "-o", os.path.abspath(obj_dir),
-                        os.path.abspath(source)], cwd=tmp,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        path = os.path.join(tmp, os.path.basename(source) + ".gcov")
-        if not os.path.exists(path):
-            return None
-        counts = {}
-        with open(path) as f:
-            for line in f:
-                parts = line.split(":", 2)
-                if len(parts) < 3:
-                    continue
-                count, lineno = parts[0].strip(), int(parts[1])
-                if count == "-":
-                    counts[lineno] = None
-                elif count.startswith("#") or count.startswith("="):
-                    counts[lineno] = 0
-                else:
-                    counts[lineno] = int(count.rstrip("*"))
-        return counts
+    proc = subprocess.run(["gcov", "-t", "-o", obj_dir, source],
+                          capture_output=True, text=True)
+    counts = {}
+    current = None
+    for line in proc.stdout.splitlines():
+        parts = line.split(":", 3)
+        if len(parts) < 3:
+            continue
+        count, lineno = parts[0].strip(), parts[1].strip()
+        if lineno == "0":
+            if parts[2] == "Source":
+                current = parts[3]
+            continue
+        if current != source or not lineno.isdigit():
+            continue
+        if count == "-":
+            counts[int(lineno)] = None
+        elif count[0] in "#=":
+            counts[int(lineno)] = 0
+        else:
+            counts[int(lineno)] = int(count.rstrip("*"))
+    return counts or None
+
+
+def exits(lines):
+    """(line number, what) for every error exit."""
+    for i, text in enumerate(lines, 1):
+        m = LABEL.match(text)
+        if m and m.group(1) not in IGNORE_LABELS:
+            yield i, m.group(1) + ":"
+        elif FAILURE.search(text):
+            yield i, text.strip()[:40]
 
 
 def main(argv):
@@ -52,24 +66,19 @@ def main(argv):
             source = os.path.join(d, name)
             lines = open(source).read().splitlines()
             counts = gcov_counts(build_temp, source)
-            for i, text in enumerate(lines, 1):
-                m = LABEL.match(text)
-                if not m or m.group(1) in IGNORE:
-                    continue
+            for i, what in exits(lines):
                 total += 1
                 hit = None
                 if counts is not None:
-                    for j in range(i + 1, len(lines) + 1):
+                    for j in range(i, len(lines) + 1):
                         if counts.get(j) is not None:
                             hit = counts[j]
                             break
-                if hit:
-                    reached += 1
+                reached += bool(hit)
                 state = ("no data" if hit is None else
                          "reached %dx" % hit if hit else "UNREACHED")
-                print("%-40s %-12s %s" % ("%s:%d" % (source, i),
-                                          m.group(1), state))
-    print("%d of %d error labels reached" % (reached, total))
+                print("%-36s %-12s %s" % ("%s:%d" % (source, i), state, what))
+    print("%d of %d error exits reached" % (reached, total))
     return 0
 
 
