@@ -79,13 +79,18 @@ coverage: build-coverage
 	$(PY) -m pytest -q $(PYTEST_ARGS) tests
 	$(PY) tools/error_labels.py build/tmp-coverage cudamem/_src/core cudamem/_src/py
 
-# The C tests of the simulator: each tests/c/test_*.c with every sim source.
-build/ctest/%: tests/c/%.c $(SIM_SRC) $(SIM_HDR) tests/c/check.h
+# The C tests: tests/c/test_sim_*.c with every simulator source, and
+# tests/c/test_core_*.c with the parts of core that need no driver.
+CORE_UNIT_SRC := cudamem/_src/core/pending.c cudamem/_src/core/errors.c
+CTEST_DEPS = $(SIM_SRC) $(SIM_HDR) $(CORE_UNIT_SRC) tests/c/check.h \
+	$(wildcard cudamem/_src/core/*.h)
+ctest_sources = $(if $(filter test_core_%,$(notdir $(1))),$(CORE_UNIT_SRC),$(SIM_SRC))
+build/ctest/%: tests/c/%.c $(CTEST_DEPS)
 	@mkdir -p build/ctest
-	$(CC) $(CTEST_CFLAGS) -o $@ $< $(SIM_SRC) -lrt -ldl
-build/ctest-asan/%: tests/c/%.c $(SIM_SRC) $(SIM_HDR) tests/c/check.h
+	$(CC) $(CTEST_CFLAGS) -o $@ $< $(call ctest_sources,$<) -lrt -ldl
+build/ctest-asan/%: tests/c/%.c $(CTEST_DEPS)
 	@mkdir -p build/ctest-asan
-	$(CC) $(CTEST_CFLAGS) $(ASAN_FLAGS) -o $@ $< $(SIM_SRC) -lrt -ldl
+	$(CC) $(CTEST_CFLAGS) $(ASAN_FLAGS) -o $@ $< $(call ctest_sources,$<) -lrt -ldl
 
 ctest: $(patsubst tests/c/%.c,build/ctest/%,$(CTEST_SRC))
 	@set -e; for t in $^; do echo "== $$t"; timeout $(BUDGET_CTEST) $$t; done

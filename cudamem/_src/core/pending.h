@@ -1,0 +1,68 @@
+/* pending.h: numba's deferred deallocation, in C. A queue of frees that
+ * flushes on numba's count and byte thresholds, can be deferred (nesting),
+ * reports failed frees without losing the rest, and stops at shutdown.
+ * Knows nothing of contexts or of how a handle is freed: the owner passes a
+ * free function. */
+#ifndef CM_PENDING_H
+#define CM_PENDING_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "status.h"
+
+typedef enum cm_free_kind {
+    CM_FREE_DEVICE = 1, /* cuMemFree */
+    CM_FREE_HOST,       /* cuMemFreeHost */
+    CM_FREE_MANAGED,    /* cuMemFree of managed memory */
+    CM_FREE_IPC,        /* cuIpcCloseMemHandle */
+    CM_FREE_STREAM,     /* cuStreamDestroy */
+    CM_FREE_EVENT,      /* cuEventDestroy */
+    CM_FREE_EXTERNAL    /* memory owned by an EMM plugin: its release hook */
+} cm_free_kind;
+
+/* Frees one queued item; 0, or -1 with err filled. `arg` is the queue's. */
+typedef int (*cm_free_fn)(void *arg, cm_free_kind kind, uint64_t handle,
+                          size_t nbytes, cm_error *err);
+
+typedef struct cm_pending cm_pending;
+
+/* The thresholds, read once per process from CUDAMEM_MAX_PENDING_DEALLOCS_
+ * COUNT (default 10) and CUDAMEM_MAX_PENDING_DEALLOCS_RATIO (default 0.2),
+ * or numba's NUMBA_CUDA_MAX_PENDING_DEALLOCS_COUNT / _RATIO when cudamem's
+ * are unset. A malformed value fails with CM_ERR_VALUE naming it. */
+int cm_pending_limits(size_t *max_count, double *max_ratio, cm_error *err);
+
+/* A queue for a device with `device_memory` bytes. NULL on failure. */
+cm_pending *cm_pending_new(size_t device_memory, cm_free_fn fn, void *arg,
+                           cm_error *err);
+/* Frees nothing: call cm_pending_flush or cm_pending_drop first. */
+void cm_pending_delete(cm_pending *q);
+
+/* Queues a free; then flushes when the count or the bytes pending exceed
+ * (strictly) the limits, unless deferred. The item is queued even when that
+ * flush fails (-1: a failed free was reported in err). After
+ * cm_pending_shutdown it frees nothing and returns 0: at interpreter exit
+ * later releases leak on purpose. */
+int cm_pending_add(cm_pending *q, cm_free_kind kind, uint64_t handle,
+                   size_t nbytes, cm_error *err);
+/* Frees every queued item, unless deferred. A failed free stops the flush:
+ * that item is dropped (it cannot be retried safely) and reported, the rest
+ * stay queued for the next flush. */
+int cm_pending_flush(cm_pending *q, cm_error *err);
+/* Forgets every queued item without freeing (their context is gone). */
+void cm_pending_drop(cm_pending *q);
+
+/* defer_cleanup(): nests; while deferred nothing flushes, and leaving does
+ * not flush. */
+void cm_pending_defer(cm_pending *q);
+void cm_pending_undefer(cm_pending *q);
+int cm_pending_deferred(const cm_pending *q);
+
+size_t cm_pending_count(const cm_pending *q);
+size_t cm_pending_bytes(const cm_pending *q);
+
+/* Flushes once (failures reported through err), then stops queueing. */
+int cm_pending_shutdown(cm_pending *q, cm_error *err);
+
+#endif
