@@ -1,6 +1,6 @@
-/* cuerrors.h: every CUresult of the CUDA 13 headers, as an X-macro, so core
- * and the simulator share one table of names. Generated from cuda.h by
- * tools/gen_cuerrors.py; regenerate when the headers gain codes. */
+/* cuerrors.h: every CUresult of the CUDA 13 headers and the sticky ones, as
+ * X-macros, so core and the simulator share one table. Generated from cuda.h
+ * by tools/gen_cuerrors.py; regenerate when the headers gain codes. */
 #ifndef CM_CUERRORS_H
 #define CM_CUERRORS_H
 
@@ -106,5 +106,23 @@
     X(CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION, 915) \
     X(CUDA_ERROR_KEY_ROTATION, 916) \
     X(CUDA_ERROR_UNKNOWN, 999)
+
+/* The sticky codes: after one, the context is unusable. */
+#define CM_CUDA_STICKY_ERRORS(X) \
+    X(CUDA_ERROR_ECC_UNCORRECTABLE) \
+    X(CUDA_ERROR_NVLINK_UNCORRECTABLE) \
+    X(CUDA_ERROR_CONTAINED) \
+    X(CUDA_ERROR_ILLEGAL_ADDRESS) \
+    X(CUDA_ERROR_LAUNCH_TIMEOUT) \
+    X(CUDA_ERROR_ASSERT) \
+    X(CUDA_ERROR_HARDWARE_STACK_ERROR) \
+    X(CUDA_ERROR_ILLEGAL_INSTRUCTION) \
+    X(CUDA_ERROR_MISALIGNED_ADDRESS) \
+    X(CUDA_ERROR_INVALID_ADDRESS_SPACE) \
+    X(CUDA_ERROR_INVALID_PC) \
+    X(CUDA_ERROR_LAUNCH_FAILED) \
+    X(CUDA_ERROR_TENSOR_MEMORY_LEAK) \
+    X(CUDA_ERROR_MPS_CLIENT_TERMINATED) \
+    X(CUDA_ERROR_EXTERNAL_DEVICE)
 
 #endif

@@ -20,20 +20,10 @@ cm_error_name(CUresult code)
 int
 cm_error_is_sticky(CUresult code)
 {
-    /* The driver documents these as leaving the context in an error state
-     * that persists until the process ends (or the context is reset). */
     switch (code) {
-    case CUDA_ERROR_ECC_UNCORRECTABLE:
-    case CUDA_ERROR_ILLEGAL_ADDRESS:
-    case CUDA_ERROR_LAUNCH_TIMEOUT:
-    case CUDA_ERROR_HARDWARE_STACK_ERROR:
-    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
-    case CUDA_ERROR_MISALIGNED_ADDRESS:
-    case CUDA_ERROR_INVALID_ADDRESS_SPACE:
-    case CUDA_ERROR_INVALID_PC:
-    case CUDA_ERROR_LAUNCH_FAILED:
-    case CUDA_ERROR_NVLINK_UNCORRECTABLE:
-    case CUDA_ERROR_TENSOR_MEMORY_LEAK:
+#define CM_STICKY_CASE(name) case name:
+        CM_CUDA_STICKY_ERRORS(CM_STICKY_CASE)
+#undef CM_STICKY_CASE
         return 1;
     default:
         return 0;

@@ -4,6 +4,8 @@
  * Devices and contexts are device.c's; memory and streams are elsewhere. */
 #include "sim.h"
 
+#include "cuerrors.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,21 +114,9 @@ int
 sim_is_sticky(CUresult code)
 {
     switch (code) {
-    case CUDA_ERROR_ECC_UNCORRECTABLE:
-    case CUDA_ERROR_NVLINK_UNCORRECTABLE:
-    case CUDA_ERROR_CONTAINED:
-    case CUDA_ERROR_ILLEGAL_ADDRESS:
-    case CUDA_ERROR_LAUNCH_TIMEOUT:
-    case CUDA_ERROR_ASSERT:
-    case CUDA_ERROR_HARDWARE_STACK_ERROR:
-    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
-    case CUDA_ERROR_MISALIGNED_ADDRESS:
-    case CUDA_ERROR_INVALID_ADDRESS_SPACE:
-    case CUDA_ERROR_INVALID_PC:
-    case CUDA_ERROR_LAUNCH_FAILED:
-    case CUDA_ERROR_TENSOR_MEMORY_LEAK:
-    case CUDA_ERROR_MPS_CLIENT_TERMINATED:
-    case CUDA_ERROR_EXTERNAL_DEVICE:
+#define SIM_STICKY_CASE(name) case name:
+        CM_CUDA_STICKY_ERRORS(SIM_STICKY_CASE)
+#undef SIM_STICKY_CASE
         return 1;
     default:
         return 0;
