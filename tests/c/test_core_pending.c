@@ -1,0 +1,742 @@
+/* test_core_pending.c: core/pending.c without a driver: thresholds and their
+ * environment variables (each variant in a forked child, as they are read
+ * once per process), deferral, failed frees, drop, shutdown, FIFO order and
+ * a multithreaded stress. Who frees what (contexts, records) is not here. */
+#include "check.h"
+#include "pending.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define LOG_MAX 20000
+
+/* What the free function saw; `fail` makes that handle's free fail. */
+typedef struct freelog {
+    cm_pending *q;
+    uint64_t fail;
+    uint64_t handles[LOG_MAX];
+    cm_free_kind kinds[LOG_MAX];
+    size_t nbytes[LOG_MAX];
+    size_t n;
+    int calls;
+    size_t queued_during; /* the queue's count seen by the last free */
+    /* Freeing `chain_from` releases `chain_to`, as a release hook dropping
+     * the last reference to another array would. */
+    uint64_t chain_from;
+    uint64_t chain_to;
+} freelog;
+
+static int
+log_free(void *arg, cm_free_kind kind, uint64_t handle, size_t nbytes,
+         cm_error *err)
+{
+    freelog *log = arg;
+
+    log->calls++;
+    /* Would deadlock if the queue's lock were held during a free. */
+    if (log->q != NULL) {
+        log->queued_during = cm_pending_count(log->q);
+    }
+    if (handle == log->fail) {
+        err->kind = CM_ERR_DRIVER;
+        err->code = CUDA_ERROR_INVALID_VALUE;
+        err->call = "cuMemFree";
+        err->msg = NULL;
+        return -1;
+    }
+    if (log->n < LOG_MAX) {
+        log->handles[log->n] = handle;
+        log->kinds[log->n] = kind;
+        log->nbytes[log->n] = nbytes;
+        log->n++;
+    }
+    if (log->q != NULL && handle == log->chain_from) {
+        return cm_pending_add(log->q, CM_FREE_DEVICE, log->chain_to, 0, err);
+    }
+    return 0;
+}
+
+static cm_pending *
+new_queue(size_t device_memory, freelog *log)
+{
+    cm_error err;
+    cm_pending *q;
+
+    memset(log, 0, sizeof(*log));
+    q = cm_pending_new(device_memory, log_free, log, &err);
+    CHECK(q != NULL);
+    log->q = q;
+    return q;
+}
+
+/* The log holds exactly handles first..last, in order. */
+static int
+freed_in_order(const freelog *log, uint64_t first, uint64_t last)
+{
+    size_t i;
+
+    if (log->n != (size_t)(last - first + 1)) {
+        return 0;
+    }
+    for (i = 0; i < log->n; i++) {
+        if (log->handles[i] != first + i) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* ---- environment: each case runs in a child ---------------------------- */
+
+typedef struct env_case {
+    const char *count;       /* CUDAMEM_MAX_PENDING_DEALLOCS_COUNT */
+    const char *ratio;       /* CUDAMEM_MAX_PENDING_DEALLOCS_RATIO */
+    const char *numba_count; /* NUMBA_CUDA_MAX_PENDING_DEALLOCS_COUNT */
+    const char *numba_ratio; /* NUMBA_CUDA_MAX_PENDING_DEALLOCS_RATIO */
+    size_t want_count;
+    double want_ratio;
+    const char *want_msg; /* NULL: the limits are valid */
+} env_case;
+
+#define CV "CUDAMEM_MAX_PENDING_DEALLOCS_COUNT"
+#define RV "CUDAMEM_MAX_PENDING_DEALLOCS_RATIO"
+#define NCV "NUMBA_CUDA_MAX_PENDING_DEALLOCS_COUNT"
+#define NRV "NUMBA_CUDA_MAX_PENDING_DEALLOCS_RATIO"
+#define NOT_INT "' is not a non-negative integer"
+#define NOT_RATIO "' is not a number between 0 and 1"
+
+static const env_case env_cases[] = {
+    {NULL, NULL, NULL, NULL, 10, 0.2, NULL},
+    {"20", NULL, NULL, NULL, 20, 0.2, NULL},
+    {"0", NULL, NULL, NULL, 0, 0.2, NULL},
+    {"007", NULL, NULL, NULL, 7, 0.2, NULL},
+    {"18446744073709551615", NULL, NULL, NULL, SIZE_MAX, 0.2, NULL},
+    {NULL, "0.5", NULL, NULL, 10, 0.5, NULL},
+    {NULL, "0", NULL, NULL, 10, 0.0, NULL},
+    {NULL, "1", NULL, NULL, 10, 1.0, NULL},
+    {NULL, "1.0", NULL, NULL, 10, 1.0, NULL},
+    {NULL, ".25", NULL, NULL, 10, 0.25, NULL},
+    {NULL, "5e-1", NULL, NULL, 10, 0.5, NULL},
+    {NULL, "1E0", NULL, NULL, 10, 1.0, NULL},
+    /* numba's variables when cudamem's are unset */
+    {NULL, NULL, "30", NULL, 30, 0.2, NULL},
+    {NULL, NULL, NULL, "0.7", 10, 0.7, NULL},
+    {NULL, NULL, "3", "0.1", 3, 0.1, NULL},
+    /* cudamem's win, even over a malformed numba value */
+    {"20", NULL, "30", NULL, 20, 0.2, NULL},
+    {NULL, "0.5", NULL, "0.7", 10, 0.5, NULL},
+    {"5", "0.3", "abc", "2", 5, 0.3, NULL},
+    /* malformed counts */
+    {"abc", NULL, NULL, NULL, 0, 0, CV "='abc" NOT_INT},
+    {"", NULL, NULL, NULL, 0, 0, CV "='" NOT_INT},
+    {"10x", NULL, NULL, NULL, 0, 0, CV "='10x" NOT_INT},
+    {"-1", NULL, NULL, NULL, 0, 0, CV "='-1" NOT_INT},
+    {"+5", NULL, NULL, NULL, 0, 0, CV "='+5" NOT_INT},
+    {" 10", NULL, NULL, NULL, 0, 0, CV "=' 10" NOT_INT},
+    {"1.5", NULL, NULL, NULL, 0, 0, CV "='1.5" NOT_INT},
+    {"18446744073709551616", NULL, NULL, NULL, 0, 0,
+     CV "='18446744073709551616' is too large"},
+    {NULL, NULL, "x", NULL, 0, 0, NCV "='x" NOT_INT},
+    {NULL, NULL, "", NULL, 0, 0, NCV "='" NOT_INT},
+    /* malformed ratios */
+    {NULL, "abc", NULL, NULL, 0, 0, RV "='abc" NOT_RATIO},
+    {NULL, "", NULL, NULL, 0, 0, RV "='" NOT_RATIO},
+    {NULL, "0.5x", NULL, NULL, 0, 0, RV "='0.5x" NOT_RATIO},
+    {NULL, "-0.1", NULL, NULL, 0, 0, RV "='-0.1" NOT_RATIO},
+    {NULL, "1.5", NULL, NULL, 0, 0, RV "='1.5" NOT_RATIO},
+    {NULL, "1e400", NULL, NULL, 0, 0, RV "='1e400" NOT_RATIO},
+    {NULL, "nan", NULL, NULL, 0, 0, RV "='nan" NOT_RATIO},
+    {NULL, "inf", NULL, NULL, 0, 0, RV "='inf" NOT_RATIO},
+    {NULL, "0x0.8", NULL, NULL, 0, 0, RV "='0x0.8" NOT_RATIO},
+    {NULL, " 0.5", NULL, NULL, 0, 0, RV "=' 0.5" NOT_RATIO},
+    {NULL, ".", NULL, NULL, 0, 0, RV "='." NOT_RATIO},
+    {NULL, "1e", NULL, NULL, 0, 0, RV "='1e" NOT_RATIO},
+    {NULL, NULL, NULL, "nan", 0, 0, NRV "='nan" NOT_RATIO},
+    /* the count is reported first; a bad ratio behind a good count */
+    {"x", "y", NULL, NULL, 0, 0, CV "='x" NOT_INT},
+    {"4", "y", NULL, NULL, 0, 0, RV "='y" NOT_RATIO},
+};
+
+static void
+set_var(const char *name, const char *value)
+{
+    if (value != NULL) {
+        setenv(name, value, 1);
+    } else {
+        unsetenv(name);
+    }
+}
+
+/* The queue flushes on the (max_count + 1)th add and not before, and on
+ * exceeding floor(ratio * 1000) bytes but not on reaching it. */
+static int
+thresholds_hold(size_t max_count, double ratio)
+{
+    size_t max_bytes = (size_t)(ratio * 1000.0), i;
+    cm_error err;
+    freelog log;
+    cm_pending *q;
+    int bad = 0;
+
+    if (max_count <= 100) {
+        q = new_queue(1000, &log);
+        for (i = 0; i < max_count; i++) {
+            bad |= cm_pending_add(q, CM_FREE_DEVICE, i + 1, 0, &err) != 0;
+        }
+        bad |= log.n != 0 || cm_pending_count(q) != max_count;
+        bad |= cm_pending_add(q, CM_FREE_DEVICE, 999, 0, &err) != 0;
+        bad |= log.n != max_count + 1 || cm_pending_count(q) != 0;
+        cm_pending_delete(q);
+    }
+    if (max_count >= 2) {
+        q = new_queue(1000, &log);
+        bad |= cm_pending_add(q, CM_FREE_DEVICE, 1, max_bytes, &err) != 0;
+        bad |= log.n != 0;
+        bad |= cm_pending_add(q, CM_FREE_DEVICE, 2, 1, &err) != 0;
+        bad |= log.n != 2;
+        cm_pending_delete(q);
+    }
+    return bad;
+}
+
+static int
+env_child(size_t index, const env_case *c)
+{
+    size_t count = 0;
+    double ratio = -1;
+    cm_error err;
+    freelog log;
+    int bad = 0, i;
+
+    set_var(CV, c->count);
+    set_var(RV, c->ratio);
+    set_var(NCV, c->numba_count);
+    set_var(NRV, c->numba_ratio);
+
+    /* A malformed value fails every call, not only the first. */
+    for (i = 0; i < 2; i++) {
+        memset(&err, 0, sizeof(err));
+        if (c->want_msg == NULL) {
+            bad |= cm_pending_limits(&count, &ratio, &err) != 0;
+            bad |= count != c->want_count || ratio != c->want_ratio;
+        } else {
+            bad |= cm_pending_limits(&count, &ratio, &err) != -1;
+            bad |= err.kind != CM_ERR_VALUE || err.msg == NULL;
+            bad |= err.msg != NULL && strcmp(err.msg, c->want_msg) != 0;
+            if (err.msg != NULL && strcmp(err.msg, c->want_msg) != 0) {
+                fprintf(stderr, "env case %zu: message \"%s\"\n", index,
+                        err.msg);
+            }
+        }
+    }
+    if (c->want_msg == NULL) {
+        bad |= thresholds_hold(count, ratio);
+    } else {
+        memset(&err, 0, sizeof(err));
+        bad |= cm_pending_new(1000, log_free, &log, &err) != NULL;
+        bad |= err.kind != CM_ERR_VALUE || err.msg == NULL;
+        bad |= err.msg != NULL && strcmp(err.msg, c->want_msg) != 0;
+    }
+    if (bad) {
+        fprintf(stderr, "env case %zu failed\n", index);
+    }
+    return bad;
+}
+
+static void
+test_environment(void)
+{
+    size_t i;
+
+    for (i = 0; i < sizeof(env_cases) / sizeof(env_cases[0]); i++) {
+        int status = 0;
+        pid_t pid;
+
+        fflush(NULL);
+        pid = fork();
+        CHECK(pid >= 0);
+        if (pid == 0) {
+            exit(env_child(i, &env_cases[i]));
+        }
+        CHECK(waitpid(pid, &status, 0) == pid);
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+}
+
+/* ---- the queue in this process (default limits) ------------------------ */
+
+static void
+test_defaults(void)
+{
+    size_t count;
+    double ratio;
+    cm_error err;
+    freelog log;
+
+    CHECK(cm_pending_limits(&count, &ratio, &err) == 0);
+    CHECK(count == 10 && ratio == 0.2);
+
+    memset(&err, 0, sizeof(err));
+    CHECK(cm_pending_new(1000, NULL, &log, &err) == NULL);
+    CHECK(err.kind == CM_ERR_VALUE && err.msg != NULL);
+    cm_pending_delete(NULL);
+}
+
+static void
+test_count_threshold(void)
+{
+    cm_error err;
+    freelog log;
+    cm_pending *q = new_queue((size_t)1 << 40, &log);
+    uint64_t h;
+
+    for (h = 1; h <= 10; h++) {
+        CHECK(cm_pending_add(q, CM_FREE_DEVICE, h, 100, &err) == 0);
+    }
+    CHECK(log.calls == 0);
+    CHECK(cm_pending_count(q) == 10 && cm_pending_bytes(q) == 1000);
+    CHECK(cm_pending_add(q, CM_FREE_HOST, 11, 7, &err) == 0);
+    CHECK(freed_in_order(&log, 1, 11));
+    CHECK(log.kinds[0] == CM_FREE_DEVICE && log.nbytes[0] == 100);
+    CHECK(log.kinds[10] == CM_FREE_HOST && log.nbytes[10] == 7);
+    CHECK(cm_pending_count(q) == 0 && cm_pending_bytes(q) == 0);
+    /* each item leaves the queue before its free runs */
+    CHECK(log.queued_during == 0);
+    cm_pending_delete(q);
+}
+
+static void
+test_byte_threshold(void)
+{
+    cm_error err;
+    freelog log;
+    /* 0.2 * 1000: at most 200 bytes pending */
+    cm_pending *q = new_queue(1000, &log);
+
+    CHECK(cm_pending_add(q, CM_FREE_DEVICE, 1, 100, &err) == 0);
+    CHECK(cm_pending_add(q, CM_FREE_DEVICE, 2, 100, &err) == 0);
+    CHECK(cm_pending_bytes(q) == 200 && log.calls == 0);
+    CHECK(cm_pending_add(q, CM_FREE_DEVICE, 3, 0, &err) == 0);
+    CHECK(log.calls == 0);
+    CHECK(cm_pending_add(q, CM_FREE_DEVICE, 4, 1, &err) == 0);
+    CHECK(freed_in_order(&log, 1, 4));
+    CHECK(cm_pending_bytes(q) == 0 && cm_pending_count(q) == 0);
+
+    /* one item larger than the limit on its own */
+    CHECK(cm_pending_add(q, CM_FREE_DEVICE, 5, 201, &err) == 0);
+    CHECK(freed_in_order(&log, 1, 5));
+    cm_pending_delete(q);
+
+    /* no device memory: only empty items may wait */
+    q = new_queue(0, &log);
+    CHECK(cm_pending_add(q, CM_FREE_STREAM, 1, 0, &err) == 0);
+    CHECK(log.calls == 0 && cm_pending_count(q) == 1);
+    CHECK(cm_pending_add(q, CM_FREE_DEVICE, 2, 1, &err) == 0);
+    CHECK(freed_in_order(&log, 1, 2));
+    cm_pending_delete(q);
+
+    /* the largest device cannot overflow the limit */
+    q = new_queue(SIZE_MAX, &log);
+    CHECK(cm_pending_add(q, CM_FREE_DEVICE, 1, SIZE_MAX / 8, &err) == 0);
+    CHECK(log.calls == 0);
+    CHECK(cm_pending_add(q, CM_FREE_DEVICE, 2, SIZE_MAX / 8, &err) == 0);
+    CHECK(freed_in_order(&log, 1, 2));
+    cm_pending_delete(q);
+}
+
+static void
+test_fifo_growth(void)
+{
+    cm_error err;
+    freelog log;
+    cm_pending *q = new_queue((size_t)1 << 40, &log);
+    uint64_t h;
+
+    /* Many items behind a deferral: the queue grows past many chunks. */
+    cm_pending_defer(q);
+    for (h = 1; h <= 10000; h++) {
+        CHECK(cm_pending_add(q, CM_FREE_DEVICE, h, 1, &err) == 0);
+    }
+    cm_pending_undefer(q);
+    CHECK(log.calls == 0 && cm_pending_count(q) == 10000);
+    CHECK(cm_pending_flush(q, &err) == 0);
+    CHECK(freed_in_order(&log, 1, 10000));
+    cm_pending_delete(q);
+
+    /* A failed free leaves a partly drained ring whose items wrap around
+     * when more are queued and then grow it: order must survive. */
+    q = new_queue((size_t)1 << 40, &log);
+    cm_pending_defer(q);
+    for (h = 1; h <= 10; h++) {
+        CHECK(cm_pending_add(q, CM_FREE_DEVICE, h, 1, &err) == 0);
+    }
+    cm_pending_undefer(q);
+    log.fail = 5;
+    CHECK(cm_pending_flush(q, &err) == -1);
+    CHECK(freed_in_order(&log, 1, 4) && cm_pending_count(q) == 5);
+    log.fail = 0;
+    log.n = 0;
+    cm_pending_defer(q);
+    for (h = 11; h <= 40; h++) {
+        CHECK(cm_pending_add(q, CM_FREE_DEVICE, h, 1, &err) == 0);
+    }
+    cm_pending_undefer(q);
+    CHECK(cm_pending_count(q) == 35 && cm_pending_bytes(q) == 35);
+    CHECK(cm_pending_flush(q, &err) == 0);
+    CHECK(freed_in_order(&log, 6, 40));
+    cm_pending_delete(q);
+}
+
+static void
+test_failed_free(void)
+{
+    cm_error err;
+    freelog log;
+    cm_pending *q = new_queue((size_t)1 << 40, &log);
+    uint64_t h;
+
+    cm_pending_defer(q);
+    for (h = 1; h <= 5; h++) {
+        CHECK(cm_pending_add(q, CM_FREE_DEVICE, h, h, &err) == 0);
+    }
+    cm_pending_undefer(q);
+    log.fail = 3;
+    memset(&err, 0, sizeof(err));
+    CHECK(cm_pending_flush(q, &err) == -1);
+    CHECK(err.kind == CM_ERR_DRIVER && err.code == CUDA_ERROR_INVALID_VALUE);
+    CHECK(err.call != NULL && strcmp(err.call, "cuMemFree") == 0);
+    /* 1 and 2 freed, 3 tried once and dropped, 4 and 5 still queued */
+    CHECK(freed_in_order(&log, 1, 2) && log.calls == 3);
+    CHECK(cm_pending_count(q) == 2 && cm_pending_bytes(q) == 4 + 5);
+    CHECK(cm_pending_flush(q, &err) == 0);
+    CHECK(log.calls == 5 && log.n == 4);
+    CHECK(log.handles[2] == 4 && log.handles[3] == 5);
+    CHECK(cm_pending_count(q) == 0 && cm_pending_bytes(q) == 0);
+    CHECK(cm_pending_flush(q, &err) == 0 && log.calls == 5);
+    cm_pending_delete(q);
+
+    /* The add whose flush fails still queues its item. */
+    q = new_queue((size_t)1 << 40, &log);
+    log.fail = 1;
+    for (h = 1; h <= 10; h++) {
+        CHECK(cm_pending_add(q, CM_FREE_DEVICE, h, 1, &err) == 0);
+    }
+    CHECK(cm_pending_add(q, CM_FREE_DEVICE, 11, 1, &err) == -1);
+    CHECK(err.kind == CM_ERR_DRIVER && log.calls == 1 && log.n == 0);
+    CHECK(cm_pending_count(q) == 10 && cm_pending_bytes(q) == 10);
+    log.fail = 0;
+    CHECK(cm_pending_flush(q, &err) == 0);
+    CHECK(freed_in_order(&log, 2, 11));
+    cm_pending_delete(q);
+}
+
+static void
+test_nested_defer(void)
+{
+    cm_error err;
+    freelog log;
+    cm_pending *q = new_queue(1000, &log);
+    uint64_t h;
+
+    CHECK(!cm_pending_deferred(q));
+    cm_pending_defer(q);
+    cm_pending_defer(q);
+    CHECK(cm_pending_deferred(q));
+    for (h = 1; h <= 20; h++) {
+        CHECK(cm_pending_add(q, CM_FREE_DEVICE, h, 100, &err) == 0);
+    }
+    CHECK(cm_pending_flush(q, &err) == 0);
+    CHECK(log.calls == 0 && cm_pending_count(q) == 20);
+
+    cm_pending_undefer(q);
+    CHECK(cm_pending_deferred(q) && log.calls == 0);
+    CHECK(cm_pending_add(q, CM_FREE_DEVICE, 21, 100, &err) == 0);
+    CHECK(log.calls == 0);
+
+    /* leaving the outermost block does not flush either */
+    cm_pending_undefer(q);
+    CHECK(!cm_pending_deferred(q));
+    CHECK(log.calls == 0 && cm_pending_count(q) == 21);
+    CHECK(cm_pending_add(q, CM_FREE_DEVICE, 22, 0, &err) == 0);
+    CHECK(freed_in_order(&log, 1, 22));
+
+    /* an unbalanced undefer clamps at zero rather than going negative */
+    cm_pending_undefer(q);
+    CHECK(!cm_pending_deferred(q));
+    cm_pending_defer(q);
+    CHECK(cm_pending_deferred(q));
+    cm_pending_undefer(q);
+    CHECK(!cm_pending_deferred(q));
+    cm_pending_delete(q);
+}
+
+/* `with defer_cleanup(): ...` whose body raises after queueing some frees:
+ * the exit path undefers exactly once. */
+static int
+deferred_block_that_fails(cm_pending *q, uint64_t first, int fail_after)
+{
+    cm_error err;
+    uint64_t h;
+    int rc = -1;
+
+    cm_pending_defer(q);
+    for (h = first; h < first + 15; h++) {
+        if (cm_pending_add(q, CM_FREE_DEVICE, h, 1, &err) < 0) {
+            goto done;
+        }
+        if ((int)(h - first) == fail_after) {
+            goto done;
+        }
+    }
+    rc = 0;
+
+done:
+    cm_pending_undefer(q);
+    return rc;
+}
+
+static void
+test_early_exit(void)
+{
+    cm_error err;
+    freelog log;
+    cm_pending *q = new_queue((size_t)1 << 40, &log);
+
+    CHECK(deferred_block_that_fails(q, 1, 11) == -1);
+    CHECK(!cm_pending_deferred(q));
+    CHECK(log.calls == 0 && cm_pending_count(q) == 12);
+    CHECK(cm_pending_add(q, CM_FREE_DEVICE, 13, 1, &err) == 0);
+    CHECK(freed_in_order(&log, 1, 13));
+
+    /* a block nested in another that fails leaves the outer deferral */
+    cm_pending_defer(q);
+    CHECK(deferred_block_that_fails(q, 14, 2) == -1);
+    CHECK(cm_pending_deferred(q));
+    CHECK(cm_pending_add(q, CM_FREE_DEVICE, 17, 1, &err) == 0);
+    CHECK(cm_pending_count(q) == 4 && log.n == 13);
+    cm_pending_undefer(q);
+    CHECK(!cm_pending_deferred(q));
+    CHECK(cm_pending_flush(q, &err) == 0);
+    CHECK(freed_in_order(&log, 1, 17));
+    cm_pending_delete(q);
+}
+
+static void
+test_drop(void)
+{
+    cm_error err;
+    freelog log;
+    cm_pending *q = new_queue((size_t)1 << 40, &log);
+    uint64_t h;
+
+    cm_pending_defer(q);
+    for (h = 1; h <= 2000; h++) {
+        CHECK(cm_pending_add(q, CM_FREE_IPC, h, 3, &err) == 0);
+    }
+    cm_pending_drop(q);
+    CHECK(cm_pending_count(q) == 0 && cm_pending_bytes(q) == 0);
+    CHECK(log.calls == 0);
+    cm_pending_undefer(q);
+    CHECK(cm_pending_flush(q, &err) == 0 && log.calls == 0);
+
+    /* the queue is still usable afterwards */
+    for (h = 1; h <= 11; h++) {
+        CHECK(cm_pending_add(q, CM_FREE_EVENT, h, 0, &err) == 0);
+    }
+    CHECK(freed_in_order(&log, 1, 11));
+    cm_pending_delete(q);
+}
+
+static void
+test_shutdown(void)
+{
+    cm_error err;
+    freelog log;
+    cm_pending *q = new_queue((size_t)1 << 40, &log);
+    uint64_t h;
+
+    /* flushed once even though deferred */
+    cm_pending_defer(q);
+    for (h = 1; h <= 3; h++) {
+        CHECK(cm_pending_add(q, CM_FREE_DEVICE, h, 1, &err) == 0);
+    }
+    CHECK(cm_pending_shutdown(q, &err) == 0);
+    CHECK(freed_in_order(&log, 1, 3) && cm_pending_count(q) == 0);
+
+    /* later releases leak silently */
+    for (h = 4; h <= 30; h++) {
+        CHECK(cm_pending_add(q, CM_FREE_DEVICE, h, 1000, &err) == 0);
+    }
+    cm_pending_undefer(q);
+    CHECK(cm_pending_count(q) == 0 && cm_pending_bytes(q) == 0);
+    CHECK(cm_pending_flush(q, &err) == 0);
+    CHECK(cm_pending_shutdown(q, &err) == 0);
+    CHECK(log.calls == 3);
+    cm_pending_delete(q);
+
+    /* a failed free at shutdown is reported; what follows it is not freed */
+    q = new_queue((size_t)1 << 40, &log);
+    for (h = 1; h <= 3; h++) {
+        CHECK(cm_pending_add(q, CM_FREE_DEVICE, h, 1, &err) == 0);
+    }
+    log.fail = 2;
+    memset(&err, 0, sizeof(err));
+    CHECK(cm_pending_shutdown(q, &err) == -1);
+    CHECK(err.kind == CM_ERR_DRIVER);
+    CHECK(freed_in_order(&log, 1, 1) && log.calls == 2);
+    CHECK(cm_pending_count(q) == 1);
+    CHECK(cm_pending_add(q, CM_FREE_DEVICE, 4, 1, &err) == 0);
+    CHECK(cm_pending_flush(q, &err) == 0);
+    CHECK(cm_pending_shutdown(q, &err) == 0);
+    CHECK(log.calls == 2 && cm_pending_count(q) == 1);
+    cm_pending_drop(q);
+    CHECK(cm_pending_count(q) == 0);
+    cm_pending_delete(q);
+}
+
+static void
+test_reentrant_free(void)
+{
+    cm_error err;
+    freelog log;
+    cm_pending *q = new_queue((size_t)1 << 40, &log);
+    uint64_t h;
+
+    /* freeing 5 releases 100 into the same queue, from inside the flush */
+    log.chain_from = 5;
+    log.chain_to = 100;
+    for (h = 1; h <= 10; h++) {
+        CHECK(cm_pending_add(q, CM_FREE_EXTERNAL, h, 1, &err) == 0);
+    }
+    CHECK(cm_pending_flush(q, &err) == 0);
+    CHECK(log.n == 11 && log.handles[10] == 100);
+    CHECK(cm_pending_count(q) == 0);
+    cm_pending_delete(q);
+}
+
+/* ---- many threads ------------------------------------------------------ */
+
+#define THREADS 8
+#define PER_THREAD 4000
+
+static atomic_int stress_freed[THREADS * PER_THREAD];
+static atomic_int stress_bad;
+
+static int
+stress_free(void *arg, cm_free_kind kind, uint64_t handle, size_t nbytes,
+            cm_error *err)
+{
+    (void)arg;
+    (void)kind;
+    (void)err;
+    if (handle == 0 || handle > THREADS * PER_THREAD ||
+        nbytes != handle % 97) {
+        atomic_fetch_add(&stress_bad, 1);
+        return 0;
+    }
+    atomic_fetch_add(&stress_freed[handle - 1], 1);
+    return 0;
+}
+
+typedef struct stress_arg {
+    cm_pending *q;
+    int id;
+} stress_arg;
+
+static void *
+stress_thread(void *p)
+{
+    stress_arg *a = p;
+    cm_error err;
+    int i;
+
+    for (i = 0; i < PER_THREAD; i++) {
+        uint64_t h = (uint64_t)a->id * PER_THREAD + (uint64_t)i + 1;
+
+        /* thread 2 queues in deferred blocks of 50 */
+        if (a->id == 2 && i % 50 == 0) {
+            cm_pending_defer(a->q);
+        }
+        if (cm_pending_add(a->q, CM_FREE_DEVICE, h, h % 97, &err) != 0) {
+            atomic_fetch_add(&stress_bad, 1);
+        }
+        if (a->id == 2 && i % 50 == 49) {
+            cm_pending_undefer(a->q);
+        }
+        if (a->id < 2 && i % 100 == 0 && cm_pending_flush(a->q, &err)) {
+            atomic_fetch_add(&stress_bad, 1);
+        }
+        if (a->id == 3 && i % 10 == 0) {
+            (void)cm_pending_count(a->q);
+            (void)cm_pending_bytes(a->q);
+        }
+    }
+    return NULL;
+}
+
+static void
+test_stress(void)
+{
+    pthread_t threads[THREADS];
+    stress_arg args[THREADS];
+    cm_error err;
+    cm_pending *q;
+    int i, once = 1;
+
+    /* 0.2 * 20000 bytes: both thresholds trip during the run */
+    q = cm_pending_new(20000, stress_free, NULL, &err);
+    CHECK(q != NULL);
+    if (q == NULL) {
+        return;
+    }
+    for (i = 0; i < THREADS; i++) {
+        args[i].q = q;
+        args[i].id = i;
+        CHECK(pthread_create(&threads[i], NULL, stress_thread, &args[i]) ==
+              0);
+    }
+    for (i = 0; i < THREADS; i++) {
+        pthread_join(threads[i], NULL);
+    }
+    CHECK(!cm_pending_deferred(q));
+    CHECK(cm_pending_flush(q, &err) == 0);
+    CHECK(cm_pending_count(q) == 0 && cm_pending_bytes(q) == 0);
+    for (i = 0; i < THREADS * PER_THREAD; i++) {
+        if (atomic_load(&stress_freed[i]) != 1) {
+            once = 0;
+        }
+    }
+    CHECK(once);
+    CHECK(atomic_load(&stress_bad) == 0);
+    cm_pending_delete(q);
+}
+
+int
+main(void)
+{
+    /* The parent's limits must be the defaults whatever the caller set. */
+    unsetenv(CV);
+    unsetenv(RV);
+    unsetenv(NCV);
+    unsetenv(NRV);
+
+    test_environment();
+    test_defaults();
+    test_count_threshold();
+    test_byte_threshold();
+    test_fifo_growth();
+    test_failed_free();
+    test_nested_defer();
+    test_early_exit();
+    test_drop();
+    test_shutdown();
+    test_reentrant_free();
+    test_stress();
+    CHECK_DONE();
+}
