@@ -6,8 +6,28 @@ behaviour. Importing cudamem touches no driver: the CUDA driver (or, with
 ``CUDAMEM_SIMULATOR=1``, cudamem's simulated driver) is loaded by the first
 call that needs it.
 """
-from cudamem import driver
-from cudamem._cudamem import is_available
+from cudamem import driver, runtime
+from cudamem._cudamem import (
+    Context,
+    Device,
+    can_access_peer,
+    close,
+    current_context,
+    get_current_device,
+    is_available,
+    list_devices,
+    profile_start,
+    profile_stop,
+    select_device,
+    synchronize,
+)
+from cudamem.devices import (
+    MemoryInfo,
+    detect,
+    gpus,
+    profiling,
+    require_context,
+)
 from cudamem.errors import (
     CudaAPIError,
     CudaDriverError,
@@ -20,15 +40,32 @@ from cudamem.errors import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "Context",
     "CudaAPIError",
     "CudaDriverError",
     "CudaOutOfMemoryError",
     "CudaStickyError",
     "CudaSupportError",
     "CudaWarning",
+    "Device",
+    "MemoryInfo",
+    "can_access_peer",
+    "close",
+    "current_context",
+    "detect",
     "driver",
+    "get_current_device",
+    "gpus",
     "is_available",
+    "list_devices",
+    "profile_start",
+    "profile_stop",
+    "profiling",
+    "require_context",
+    "runtime",
+    "select_device",
     "simulator",
+    "synchronize",
 ]
 
 

@@ -1,5 +1,4 @@
 """The driver gate: loading, failures, devices, tracing, fork, errors."""
-import ctypes
 import pickle
 import re
 import textwrap
@@ -8,6 +7,7 @@ import pytest
 
 import cudamem
 from cudamem import driver
+from simref import SimDriver as _SimDriver
 from cudamem.errors import (CudaAPIError, CudaDriverError,
                             CudaOutOfMemoryError, CudaStickyError,
                             CudaSupportError, CudaWarning)
@@ -44,40 +44,6 @@ def test_loaded_driver_is_the_bundled_simulator(sim):
     assert info["path"] == sim.library_path()
     assert info["path"].endswith("/libcusim.so")
     assert sim.is_active()
-
-
-class _SimDriver:
-    """The simulator's own driver API, called directly through ctypes: the
-    reference the tests compare cudamem's answers with."""
-
-    def __init__(self, path):
-        self.lib = ctypes.CDLL(path)
-
-    def call(self, name, *args):
-        rc = getattr(self.lib, name)(*args)
-        assert rc == 0, "%s returned %d" % (name, rc)
-
-    def device(self, ordinal):
-        dev = ctypes.c_int()
-        self.call("cuDeviceGet", ctypes.byref(dev), ordinal)
-        return dev.value
-
-    def attribute(self, attr, ordinal):
-        value = ctypes.c_int()
-        self.call("cuDeviceGetAttribute", ctypes.byref(value), attr,
-                  self.device(ordinal))
-        return value.value
-
-    def name(self, ordinal):
-        buf = ctypes.create_string_buffer(256)
-        self.call("cuDeviceGetName", buf, 256, self.device(ordinal))
-        return buf.value.decode()
-
-    def total_mem(self, ordinal):
-        total = ctypes.c_size_t()
-        self.call("cuDeviceTotalMem_v2", ctypes.byref(total),
-                  self.device(ordinal))
-        return total.value
 
 
 @pytest.fixture

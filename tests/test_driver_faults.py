@@ -12,6 +12,33 @@ from cudamem.errors import (CudaAPIError, CudaOutOfMemoryError,
 pytestmark = pytest.mark.simulator
 
 LOAD = "load"  # called while loading: observed in a fresh process
+TWO = "two devices"  # needs a second device: observed in a fresh process
+
+
+def _dev():
+    return cudamem.list_devices()[0]
+
+
+def _fresh_primary():
+    """Retains device 0's primary context anew."""
+    _dev().reset()
+    _dev().get_primary_context()
+
+
+def _retained_reset():
+    _dev().get_primary_context()
+    _dev().reset()
+
+
+def _push_pop():
+    ctx = cudamem.current_context()
+    ctx.push()
+    ctx.pop()
+
+
+def _select_twice():
+    cudamem.select_device(0)
+    cudamem.select_device(0)
 
 # Row name -> the public call that reaches it.
 REACH = {
@@ -24,6 +51,20 @@ REACH = {
     "cuDeviceTotalMem": lambda: _cudamem.device_info(0),
     "cuDeviceGetUuid": lambda: _cudamem.device_info(0),
     "cuDeviceGetPCIBusId": lambda: _cudamem.device_info(0),
+    "cuDevicePrimaryCtxRetain": _fresh_primary,
+    "cuDevicePrimaryCtxRelease": _retained_reset,
+    "cuDevicePrimaryCtxReset": lambda: _dev().reset(),
+    "cuCtxGetCurrent": cudamem.get_current_device,
+    "cuCtxSetCurrent": _select_twice,
+    "cuCtxPushCurrent": _push_pop,
+    "cuCtxPopCurrent": _push_pop,
+    "cuCtxGetDevice": lambda: cudamem.gpus.current,
+    "cuCtxSynchronize": cudamem.synchronize,
+    "cuMemGetInfo": lambda: cudamem.current_context().get_memory_info(),
+    "cuDeviceCanAccessPeer": lambda: cudamem.can_access_peer(0, 0),
+    "cuCtxEnablePeerAccess": TWO,
+    "cuProfilerStart": cudamem.profile_start,
+    "cuProfilerStop": cudamem.profile_stop,
 }
 
 ROWS = [row[0] for row in driver.table()]
@@ -41,8 +82,17 @@ def test_rows_are_resolved():
             assert present, name
 
 
-IN_PROCESS = [name for name in ROWS if REACH.get(name) is not LOAD]
+IN_PROCESS = [name for name in ROWS if REACH.get(name) not in (LOAD, TWO)]
 AT_LOAD = [name for name in ROWS if REACH.get(name) is LOAD]
+IN_TWO = [name for name in ROWS if REACH.get(name) is TWO]
+
+# Rows reached only with two devices, in a fresh process with two
+# simulated devices: the public call for each.
+TWO_DEVICE_REACH = {
+    "cuCtxEnablePeerAccess":
+        "cudamem.list_devices()[0].get_primary_context()"
+        ".enable_peer_access(1)",
+}
 
 
 @pytest.mark.parametrize("row", IN_PROCESS)
@@ -68,6 +118,41 @@ def test_row_failure_kinds(sim, row):
     with pytest.raises(CudaStickyError) as info:
         REACH[row]()
     assert info.value.call == row
+    # The sticky error poisoned the current context: reset the device so
+    # that later tests get a working one, and check that it works.
+    cudamem.get_current_device().reset()
+    REACH[row]()
+    assert cudamem.current_context().get_memory_info().total > 0
+
+
+@pytest.mark.parametrize("row", IN_TWO)
+def test_two_device_row_failures(run_py, row):
+    proc = run_py("""
+        import cudamem
+        from cudamem import simulator
+        from cudamem.errors import (CudaAPIError, CudaOutOfMemoryError,
+                                    CudaStickyError)
+        reach = lambda: %s
+        for code, cls in [("CUDA_ERROR_UNKNOWN", CudaAPIError),
+                          ("CUDA_ERROR_OUT_OF_MEMORY", CudaOutOfMemoryError),
+                          ("CUDA_ERROR_ILLEGAL_ADDRESS", CudaStickyError)]:
+            simulator.inject(%r, code)
+            try:
+                reach()
+            except CudaAPIError as exc:
+                assert type(exc) is cls, (code, exc)
+                assert exc.call == %r, exc.call
+            else:
+                raise SystemExit("no error for " + code)
+            cudamem.get_current_device().reset()
+            reach()
+        cudamem.close()
+        print(simulator.live())
+    """ % (TWO_DEVICE_REACH[row], row, row),
+        env={"CUDAMEM_SIM_DEVICES": "2", "CUDA_VISIBLE_DEVICES": None})
+    assert proc.returncode == 0, proc.stderr
+    live = eval(proc.stdout)
+    assert all(v == 0 for v in live.values()), live
 
 
 @pytest.mark.parametrize("row", AT_LOAD)

@@ -6,6 +6,7 @@
 #define CM_DRIVER_H
 
 #include <cuda.h>
+#include <cudaProfilerTypedefs.h>
 #include <cudaTypedefs.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -28,7 +29,21 @@
     X(cuDeviceGetAttribute, 2000, CM_ROW_REQUIRED)                             \
     X(cuDeviceTotalMem, 3020, CM_ROW_REQUIRED)                                 \
     X(cuDeviceGetUuid, 11040, CM_ROW_REQUIRED)                                 \
-    X(cuDeviceGetPCIBusId, 4010, CM_ROW_REQUIRED)
+    X(cuDeviceGetPCIBusId, 4010, CM_ROW_REQUIRED)                              \
+    X(cuDevicePrimaryCtxRetain, 7000, CM_ROW_REQUIRED)                         \
+    X(cuDevicePrimaryCtxRelease, 11000, CM_ROW_REQUIRED)                       \
+    X(cuDevicePrimaryCtxReset, 11000, CM_ROW_REQUIRED)                         \
+    X(cuCtxGetCurrent, 4000, CM_ROW_REQUIRED)                                  \
+    X(cuCtxSetCurrent, 4000, CM_ROW_REQUIRED)                                  \
+    X(cuCtxPushCurrent, 4000, CM_ROW_REQUIRED)                                 \
+    X(cuCtxPopCurrent, 4000, CM_ROW_REQUIRED)                                  \
+    X(cuCtxGetDevice, 2000, CM_ROW_REQUIRED)                                   \
+    X(cuCtxSynchronize, 2000, CM_ROW_REQUIRED)                                 \
+    X(cuMemGetInfo, 3020, CM_ROW_REQUIRED)                                     \
+    X(cuDeviceCanAccessPeer, 4000, CM_ROW_REQUIRED)                            \
+    X(cuCtxEnablePeerAccess, 4000, CM_ROW_REQUIRED)                            \
+    X(cuProfilerStart, 4000, CM_ROW_REQUIRED)                                  \
+    X(cuProfilerStop, 4000, CM_ROW_REQUIRED)
 
 typedef struct cm_driver_table {
 #define CM_DRIVER_FIELD(name, version, flags) PFN_##name##_v##version name;
@@ -101,5 +116,10 @@ int cm__done(cm_error *err, const char *call, CUresult rc, const cm__arg *args,
                               NULL, 0}}                                        \
                         : NULL,                                                \
              #__VA_ARGS__)
+
+/* CM_CALL0(err, fn): the same for entry points without arguments. */
+#define CM_CALL0(err, fn)                                                      \
+    cm__done((err), #fn, cm_drv.fn(),                                          \
+             cm_log_api ? (const cm__arg[]){{NULL, 0}} : NULL, "")
 
 #endif

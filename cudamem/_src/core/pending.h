@@ -41,7 +41,9 @@ void cm_pending_delete(cm_pending *q);
 
 /* Queues a free; then flushes when the count or the bytes pending exceed
  * (strictly) the limits, unless deferred. The item is queued even when that
- * flush fails (-1: a failed free was reported in err). After
+ * flush fails (-1: a failed free was reported in err), except on
+ * CM_ERR_NOMEM: then nothing was queued and the caller still owns the
+ * handle. After
  * cm_pending_shutdown it frees nothing and returns 0: at interpreter exit
  * later releases leak on purpose. */
 int cm_pending_add(cm_pending *q, cm_free_kind kind, uint64_t handle,

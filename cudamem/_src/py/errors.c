@@ -33,6 +33,7 @@ cmpy_raise(cmpy_state *st, const cm_error *err)
         PyErr_SetString(st->CudaSupportError, err->msg);
         return NULL;
     case CM_ERR_FORK:
+    case CM_ERR_STATE:
         PyErr_SetString(st->CudaDriverError, err->msg);
         return NULL;
     case CM_ERR_NOMEM:

@@ -5,6 +5,8 @@
 
 #include <string.h>
 
+#include <cuda.h>
+
 static int
 load_exceptions(cmpy_state *st)
 {
@@ -72,7 +74,13 @@ cudamem_exec(PyObject *module)
     if (load_exceptions(st) < 0 || find_simulator(module, st) < 0) {
         return -1;
     }
-    if (PyModule_AddFunctions(module, cmpy_driver_methods) < 0) {
+    if (PyModule_AddFunctions(module, cmpy_driver_methods) < 0 ||
+        PyModule_AddFunctions(module, cmpy_device_methods) < 0 ||
+        cmpy_device_types_init(module, st) < 0) {
+        return -1;
+    }
+    /* The CUDA version of the headers cudamem was built with. */
+    if (PyModule_AddIntConstant(module, "CUDA_VERSION", CUDA_VERSION) < 0) {
         return -1;
     }
     if (st->sim_path != NULL &&
@@ -93,6 +101,11 @@ cudamem_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->CudaOutOfMemoryError);
     Py_VISIT(st->CudaStickyError);
     Py_VISIT(st->CudaWarning);
+    Py_VISIT(st->DeviceType);
+    Py_VISIT(st->ContextType);
+    Py_VISIT(st->devices);
+    Py_VISIT(st->attr_ids);
+    Py_VISIT(st->MemoryInfo);
     return 0;
 }
 
@@ -106,6 +119,11 @@ cudamem_clear(PyObject *module)
     Py_CLEAR(st->CudaOutOfMemoryError);
     Py_CLEAR(st->CudaStickyError);
     Py_CLEAR(st->CudaWarning);
+    Py_CLEAR(st->devices);
+    Py_CLEAR(st->DeviceType);
+    Py_CLEAR(st->ContextType);
+    Py_CLEAR(st->attr_ids);
+    Py_CLEAR(st->MemoryInfo);
     return 0;
 }
 

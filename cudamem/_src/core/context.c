@@ -1,0 +1,570 @@
+/* context.c: the device table, primary contexts (retain, reset, release),
+ * the per-thread context state and the operations that need a context but
+ * own nothing in it (memory info, synchronize, peer access, profiler).
+ * Allocations, streams and their queues live elsewhere. */
+#include "context.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "driver.h"
+
+static struct {
+    pthread_mutex_t lock;
+    cm_device *devices; /* published with release ordering */
+    int count;
+} table = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* Per thread: the device select_device chose (-1: none) and how many
+ * contexts cudamem pushed and has not popped. */
+static _Thread_local int tls_selected = -1;
+static _Thread_local int tls_pushed;
+
+/* Messages naming a value live here until py/ raises them, on this
+ * thread, before the next core call. */
+static _Thread_local char tls_msg[256];
+
+static int
+fail_msg(cm_error *err, cm_error_kind kind, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int
+fail_msg(cm_error *err, cm_error_kind kind, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(tls_msg, sizeof(tls_msg), fmt, ap);
+    va_end(ap);
+    return cm_fail(err, kind, tls_msg);
+}
+
+static CUcontext
+load_ctx(CUcontext *slot)
+{
+    return __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+}
+
+/* Creates the table on first use; the device count is fixed after cuInit. */
+static int
+table_ready(cm_error *err)
+{
+    cm_device *devices;
+    int count, rc = -1;
+
+    if (__atomic_load_n(&table.devices, __ATOMIC_ACQUIRE) != NULL) {
+        return 0;
+    }
+    pthread_mutex_lock(&table.lock);
+    if (table.devices != NULL) {
+        rc = 0;
+        goto done;
+    }
+    if (CM_CALL(err, cuDeviceGetCount, &count) < 0) {
+        goto done;
+    }
+    /* calloc(0) may return NULL: keep one slot so "ready" is never NULL. */
+    devices = calloc(count > 0 ? (size_t)count : 1, sizeof(*devices));
+    if (devices == NULL) {
+        cm_fail(err, CM_ERR_NOMEM, "out of host memory");
+        goto done;
+    }
+    for (int i = 0; i < count; i++) {
+        if (CM_CALL(err, cuDeviceGet, &devices[i].cudev, i) < 0) {
+            free(devices);
+            goto done;
+        }
+        devices[i].ordinal = i;
+        pthread_mutex_init(&devices[i].lock, NULL);
+    }
+    table.count = count;
+    __atomic_store_n(&table.devices, devices, __ATOMIC_RELEASE);
+    rc = 0;
+done:
+    pthread_mutex_unlock(&table.lock);
+    return rc;
+}
+
+int
+cm_devices_count(int *count, cm_error *err)
+{
+    if (cm_fork_check(err) < 0 || table_ready(err) < 0) {
+        return -1;
+    }
+    *count = table.count;
+    return 0;
+}
+
+int
+cm_device_get(int ordinal, cm_device **dev, cm_error *err)
+{
+    if (cm_fork_check(err) < 0 || table_ready(err) < 0) {
+        return -1;
+    }
+    if (ordinal < 0 || ordinal >= table.count) {
+        return fail_msg(err, CM_ERR_VALUE,
+                        "device ordinal %d out of range: %d device%s visible",
+                        ordinal, table.count, table.count == 1 ? "" : "s");
+    }
+    *dev = &table.devices[ordinal];
+    return 0;
+}
+
+/* The device's primary context, retained once by cudamem. */
+static int
+primary_retain(cm_device *dev, CUcontext *out, cm_error *err)
+{
+    CUcontext ctx = load_ctx(&dev->primary);
+    int rc = 0;
+
+    if (ctx != NULL) {
+        *out = ctx;
+        return 0;
+    }
+    pthread_mutex_lock(&dev->lock);
+    ctx = dev->primary;
+    if (ctx == NULL) {
+        rc = CM_CALL(err, cuDevicePrimaryCtxRetain, &ctx, dev->cudev);
+        if (rc == 0) {
+            __atomic_store_n(&dev->last_primary, ctx, __ATOMIC_RELEASE);
+            __atomic_store_n(&dev->primary, ctx, __ATOMIC_RELEASE);
+        }
+    }
+    pthread_mutex_unlock(&dev->lock);
+    *out = ctx;
+    return rc;
+}
+
+int
+cm_device_primary(cm_device *dev, CUcontext *ctx, uint64_t *generation,
+                  cm_error *err)
+{
+    if (cm_fork_check(err) < 0) {
+        return -1;
+    }
+    /* Read the generation first: a reset in between makes the new Context
+     * stale at once rather than letting a stale one look fresh. */
+    *generation = __atomic_load_n(&dev->generation, __ATOMIC_ACQUIRE);
+    return primary_retain(dev, ctx, err);
+}
+
+/* Caller holds dev->lock. Drops cudamem's retain; the handle becomes stale
+ * for every Context made before. */
+static int
+release_locked(cm_device *dev, cm_error *err)
+{
+    if (dev->primary != NULL) {
+        if (CM_CALL(err, cuDevicePrimaryCtxRelease, dev->cudev) < 0) {
+            return -1;
+        }
+        __atomic_store_n(&dev->primary, NULL, __ATOMIC_RELEASE);
+    }
+    __atomic_add_fetch(&dev->generation, 1, __ATOMIC_ACQ_REL);
+    return 0;
+}
+
+int
+cm_device_reset(cm_device *dev, cm_error *err)
+{
+    cm_ctx_guard guard;
+    int rc;
+
+    if (cm_fork_check(err) < 0) {
+        return -1;
+    }
+    if (load_ctx(&dev->primary) != NULL) {
+        /* Drain first. A sticky error is what a reset is for: go on. */
+        rc = cm_ctx_enter(dev, &guard, err);
+        if (rc == 0) {
+            rc = cm_ctx_leave(&guard, CM_CALL0(err, cuCtxSynchronize), err);
+        }
+        if (rc < 0 &&
+            !(err->kind == CM_ERR_DRIVER && cm_error_is_sticky(err->code))) {
+            return -1;
+        }
+    }
+    pthread_mutex_lock(&dev->lock);
+    rc = release_locked(dev, err);
+    if (rc == 0) {
+        rc = CM_CALL(err, cuDevicePrimaryCtxReset, dev->cudev);
+    }
+    pthread_mutex_unlock(&dev->lock);
+    return rc;
+}
+
+int
+cm_ctx_enter(cm_device *dev, cm_ctx_guard *guard, cm_error *err)
+{
+    CUcontext cur, ctx;
+
+    guard->pushed = NULL;
+    if (cm_fork_check(err) < 0 || primary_retain(dev, &ctx, err) < 0 ||
+        CM_CALL(err, cuCtxGetCurrent, &cur) < 0) {
+        return -1;
+    }
+    if (cur == ctx) {
+        return 0;
+    }
+    if (CM_CALL(err, cuCtxPushCurrent, ctx) < 0) {
+        return -1;
+    }
+    guard->pushed = ctx;
+    return 0;
+}
+
+int
+cm_ctx_leave(cm_ctx_guard *guard, int status, cm_error *err)
+{
+    cm_error ignored;
+    CUcontext popped;
+
+    if (guard->pushed == NULL) {
+        return status;
+    }
+    guard->pushed = NULL;
+    if (CM_CALL(status < 0 ? &ignored : err, cuCtxPopCurrent, &popped) < 0) {
+        return -1;
+    }
+    return status;
+}
+
+/* The device whose primary context (current or last retained) is `cur`. */
+static cm_device *
+known_primary(CUcontext cur, int *stale)
+{
+    for (int i = 0; i < table.count; i++) {
+        if (load_ctx(&table.devices[i].primary) == cur) {
+            *stale = 0;
+            return &table.devices[i];
+        }
+    }
+    for (int i = 0; i < table.count; i++) {
+        if (load_ctx(&table.devices[i].last_primary) == cur) {
+            *stale = 1;
+            return &table.devices[i];
+        }
+    }
+    return NULL;
+}
+
+static cm_device *
+by_cudev(CUdevice cudev)
+{
+    for (int i = 0; i < table.count; i++) {
+        if (table.devices[i].cudev == cudev) {
+            return &table.devices[i];
+        }
+    }
+    return NULL;
+}
+
+/* The device of a current context `cur`, which must be a primary one. */
+static int
+resolve_current(CUcontext cur, cm_device **out, cm_error *err)
+{
+    CUcontext ctx;
+    CUdevice cudev;
+    cm_device *dev;
+    int stale;
+
+    dev = known_primary(cur, &stale);
+    if (dev != NULL && !stale) {
+        *out = dev;
+        return 0;
+    }
+    if (dev != NULL) {
+        /* cudamem's own primary context after a reset or close on some
+         * thread: retain it again, and replace the handle if it changed. */
+        if (primary_retain(dev, &ctx, err) < 0 ||
+            (ctx != cur && CM_CALL(err, cuCtxSetCurrent, ctx) < 0)) {
+            return -1;
+        }
+        *out = dev;
+        return 0;
+    }
+    if (CM_CALL(err, cuCtxGetDevice, &cudev) < 0) {
+        return -1;
+    }
+    dev = by_cudev(cudev);
+    if (dev == NULL) {
+        return fail_msg(err, CM_ERR_STATE,
+                        "the current CUDA context %p is on a device that "
+                        "is not visible to cudamem",
+                        (void *)cur);
+    }
+    /* Another library's primary context is fine (numba's rule). */
+    if (primary_retain(dev, &ctx, err) < 0) {
+        return -1;
+    }
+    if (ctx != cur) {
+        return fail_msg(err, CM_ERR_STATE,
+                        "cudamem cannot operate on non-primary CUDA context "
+                        "%p",
+                        (void *)cur);
+    }
+    *out = dev;
+    return 0;
+}
+
+int
+cm_current_device(cm_device **out, cm_error *err)
+{
+    CUcontext cur, ctx;
+    cm_device *dev;
+
+    if (cm_fork_check(err) < 0 || table_ready(err) < 0 ||
+        CM_CALL(err, cuCtxGetCurrent, &cur) < 0) {
+        return -1;
+    }
+    if (cur != NULL) {
+        return resolve_current(cur, out, err);
+    }
+    if (table.count == 0) {
+        return cm_fail(err, CM_ERR_VALUE, "no CUDA device is visible");
+    }
+    dev = &table.devices[tls_selected >= 0 ? tls_selected : 0];
+    if (primary_retain(dev, &ctx, err) < 0 ||
+        CM_CALL(err, cuCtxPushCurrent, ctx) < 0) {
+        return -1;
+    }
+    tls_pushed++;
+    *out = dev;
+    return 0;
+}
+
+int
+cm_active_device(cm_device **out, cm_error *err)
+{
+    CUcontext cur;
+    CUdevice cudev;
+    int stale;
+
+    *out = NULL;
+    if (cm_fork_check(err) < 0 || table_ready(err) < 0 ||
+        CM_CALL(err, cuCtxGetCurrent, &cur) < 0) {
+        return -1;
+    }
+    if (cur == NULL) {
+        return 0;
+    }
+    if (CM_CALL(err, cuCtxGetDevice, &cudev) < 0) {
+        /* cudamem's own primary context after a reset or close is still
+         * that device's: the next operation retains it again. */
+        cm_device *dev = known_primary(cur, &stale);
+
+        if (dev == NULL || !stale) {
+            return -1;
+        }
+        *out = dev;
+        return 0;
+    }
+    *out = by_cudev(cudev);
+    return 0;
+}
+
+int
+cm_device_select(cm_device *dev, cm_error *err)
+{
+    CUcontext ctx;
+
+    if (cm_fork_check(err) < 0 || primary_retain(dev, &ctx, err) < 0) {
+        return -1;
+    }
+    /* Replace rather than push, so that selecting often does not grow the
+     * thread's context stack. */
+    if (tls_pushed > 0) {
+        if (CM_CALL(err, cuCtxSetCurrent, ctx) < 0) {
+            return -1;
+        }
+    }
+    else {
+        if (CM_CALL(err, cuCtxPushCurrent, ctx) < 0) {
+            return -1;
+        }
+        tls_pushed++;
+    }
+    tls_selected = dev->ordinal;
+    return 0;
+}
+
+int
+cm_devices_close(int main_thread, cm_error *err)
+{
+    CUcontext popped;
+
+    if (cm_fork_check(err) < 0 || table_ready(err) < 0) {
+        return -1;
+    }
+    while (tls_pushed > 0) {
+        if (CM_CALL(err, cuCtxPopCurrent, &popped) < 0) {
+            return -1;
+        }
+        tls_pushed--;
+    }
+    tls_selected = -1;
+    if (!main_thread) {
+        return 0;
+    }
+    for (int i = 0; i < table.count; i++) {
+        cm_device *dev = &table.devices[i];
+        int rc;
+
+        pthread_mutex_lock(&dev->lock);
+        rc = release_locked(dev, err);
+        pthread_mutex_unlock(&dev->lock);
+        if (rc < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int
+cm_ctx_check(cm_device *dev, uint64_t generation, cm_error *err)
+{
+    if (cm_fork_check(err) < 0) {
+        return -1;
+    }
+    if (__atomic_load_n(&dev->generation, __ATOMIC_ACQUIRE) != generation) {
+        return fail_msg(err, CM_ERR_STATE,
+                        "this Context of device %d cannot be used: the "
+                        "context was reset or closed; get the current one "
+                        "with current_context()",
+                        dev->ordinal);
+    }
+    return 0;
+}
+
+int
+cm_ctx_push(cm_device *dev, uint64_t generation, cm_error *err)
+{
+    CUcontext ctx;
+
+    if (cm_ctx_check(dev, generation, err) < 0 ||
+        primary_retain(dev, &ctx, err) < 0 ||
+        CM_CALL(err, cuCtxPushCurrent, ctx) < 0) {
+        return -1;
+    }
+    tls_pushed++;
+    return 0;
+}
+
+int
+cm_ctx_pop(cm_device *dev, uint64_t generation, cm_error *err)
+{
+    CUcontext ctx, cur, popped;
+
+    if (cm_ctx_check(dev, generation, err) < 0 ||
+        primary_retain(dev, &ctx, err) < 0 ||
+        CM_CALL(err, cuCtxGetCurrent, &cur) < 0) {
+        return -1;
+    }
+    if (cur != ctx) {
+        return fail_msg(err, CM_ERR_STATE,
+                        "cannot pop CUDA context %p of device %d: it is not "
+                        "the current context (%p is)",
+                        (void *)ctx, dev->ordinal, (void *)cur);
+    }
+    if (CM_CALL(err, cuCtxPopCurrent, &popped) < 0) {
+        return -1;
+    }
+    if (tls_pushed > 0) {
+        tls_pushed--;
+    }
+    return 0;
+}
+
+int
+cm_ctx_meminfo(cm_device *dev, uint64_t generation, size_t *free_bytes,
+               size_t *total_bytes, cm_error *err)
+{
+    cm_ctx_guard guard;
+
+    if (cm_ctx_check(dev, generation, err) < 0 ||
+        cm_ctx_enter(dev, &guard, err) < 0) {
+        return -1;
+    }
+    return cm_ctx_leave(
+        &guard, CM_CALL(err, cuMemGetInfo, free_bytes, total_bytes), err);
+}
+
+int
+cm_ctx_synchronize(cm_device *dev, uint64_t generation, cm_error *err)
+{
+    cm_ctx_guard guard;
+
+    if (cm_ctx_check(dev, generation, err) < 0 ||
+        cm_ctx_enter(dev, &guard, err) < 0) {
+        return -1;
+    }
+    return cm_ctx_leave(&guard, CM_CALL0(err, cuCtxSynchronize), err);
+}
+
+int
+cm_ctx_reset(cm_device *dev, uint64_t generation, cm_error *err)
+{
+    return cm_ctx_synchronize(dev, generation, err);
+}
+
+int
+cm_ctx_enable_peer(cm_device *dev, uint64_t generation, cm_device *peer,
+                   unsigned flags, cm_error *err)
+{
+    cm_ctx_guard guard;
+    CUcontext peer_ctx;
+    int rc;
+
+    if (cm_ctx_check(dev, generation, err) < 0 ||
+        primary_retain(peer, &peer_ctx, err) < 0 ||
+        cm_ctx_enter(dev, &guard, err) < 0) {
+        return -1;
+    }
+    rc = CM_CALL(err, cuCtxEnablePeerAccess, peer_ctx, flags);
+    if (rc < 0 && err->code == CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED) {
+        rc = 0;
+    }
+    return cm_ctx_leave(&guard, rc, err);
+}
+
+int
+cm_current_synchronize(cm_error *err)
+{
+    cm_device *dev;
+
+    if (cm_current_device(&dev, err) < 0) {
+        return -1;
+    }
+    return CM_CALL0(err, cuCtxSynchronize);
+}
+
+int
+cm_profiler_start(cm_error *err)
+{
+    cm_device *dev;
+
+    if (cm_current_device(&dev, err) < 0) {
+        return -1;
+    }
+    return CM_CALL0(err, cuProfilerStart);
+}
+
+int
+cm_profiler_stop(cm_error *err)
+{
+    cm_device *dev;
+
+    if (cm_current_device(&dev, err) < 0) {
+        return -1;
+    }
+    return CM_CALL0(err, cuProfilerStop);
+}
+
+int
+cm_peer_can_access(cm_device *dev, cm_device *peer, int *can, cm_error *err)
+{
+    if (cm_fork_check(err) < 0) {
+        return -1;
+    }
+    return CM_CALL(err, cuDeviceCanAccessPeer, can, dev->cudev, peer->cudev);
+}

@@ -1,0 +1,95 @@
+/* context.h: devices as cudamem uses them (one retained primary context per
+ * device, a generation bumped by reset/close) and each thread's context
+ * state (its selected device, what cudamem pushed). Owns the rule of DESIGN
+ * 6; does not own anything allocated inside a context. */
+#ifndef CM_CONTEXT_H
+#define CM_CONTEXT_H
+
+#include <cuda.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "status.h"
+
+/* One per visible device, created when first asked for after the driver
+ * loaded, never freed. `primary`, `last_primary` and `generation` are read
+ * without the lock (atomically); they change only under it. */
+typedef struct cm_device {
+    int ordinal;
+    CUdevice cudev;
+    CUcontext primary;      /* retained by cudamem, or NULL */
+    CUcontext last_primary; /* the last handle retained, kept after release */
+    uint64_t generation;    /* bumped by reset and close */
+    pthread_mutex_t lock;
+} cm_device;
+
+/* What cm_ctx_enter pushed, for cm_ctx_leave to pop. */
+typedef struct cm_ctx_guard {
+    CUcontext pushed;
+} cm_ctx_guard;
+
+/* Number of visible devices. */
+int cm_devices_count(int *count, cm_error *err);
+/* The device with this ordinal; CM_ERR_VALUE naming the ordinal and the
+ * count when out of range. */
+int cm_device_get(int ordinal, cm_device **dev, cm_error *err);
+/* The device's primary context, retained on first use, and the device's
+ * generation at that moment (a Context object records it). */
+int cm_device_primary(cm_device *dev, CUcontext *ctx, uint64_t *generation,
+                      cm_error *err);
+/* numba's Device.reset(): waits for the device's work, releases cudamem's
+ * retain, resets the primary context and bumps the generation. */
+int cm_device_reset(cm_device *dev, cm_error *err);
+
+/* Makes dev's primary context current for one operation, only if it is not
+ * already; cm_ctx_leave pops only what enter pushed. `status` is the
+ * operation's: when it is -1, err keeps its error and leave's own failure is
+ * dropped. Returns -1 when status is -1 or the pop failed. */
+int cm_ctx_enter(cm_device *dev, cm_ctx_guard *guard, cm_error *err);
+int cm_ctx_leave(cm_ctx_guard *guard, int status, cm_error *err);
+
+/* The device of the calling thread (DESIGN rule 6): that of the current
+ * context when it is a primary context (cudamem's or another library's);
+ * a non-primary current context fails with CM_ERR_STATE naming it. With no
+ * current context: the thread's selected device, else device 0, whose
+ * primary context is then made current and left current. */
+int cm_current_device(cm_device **dev, cm_error *err);
+/* The device of the current context whatever its kind, or NULL when none
+ * is current. Changes nothing. */
+int cm_active_device(cm_device **dev, cm_error *err);
+/* numba's select_device: makes dev's primary context current on this
+ * thread, replacing the one cudamem made current before (if any). */
+int cm_device_select(cm_device *dev, cm_error *err);
+/* numba's close(): pops the contexts cudamem pushed on this thread and
+ * forgets its selection; with `main_thread`, also releases every retained
+ * primary context and bumps every generation. */
+int cm_devices_close(int main_thread, cm_error *err);
+
+/* Context operations. `generation` is the one recorded when the Context was
+ * made: after a reset or close of its device they fail with CM_ERR_STATE
+ * (DESIGN rule 4). */
+int cm_ctx_check(cm_device *dev, uint64_t generation, cm_error *err);
+int cm_ctx_push(cm_device *dev, uint64_t generation, cm_error *err);
+/* Fails unless the context is the current one (numba's rule). */
+int cm_ctx_pop(cm_device *dev, uint64_t generation, cm_error *err);
+int cm_ctx_meminfo(cm_device *dev, uint64_t generation, size_t *free_bytes,
+                   size_t *total_bytes, cm_error *err);
+/* Blocks: py/ calls it with the GIL released. */
+int cm_ctx_synchronize(cm_device *dev, uint64_t generation, cm_error *err);
+/* numba's Context.reset(): waits for the context's work and releases what
+ * cudamem holds in it; the context stays usable. Blocks. */
+int cm_ctx_reset(cm_device *dev, uint64_t generation, cm_error *err);
+/* Lets dev's context access peer's memory; already enabled is success. */
+int cm_ctx_enable_peer(cm_device *dev, uint64_t generation, cm_device *peer,
+                       unsigned flags, cm_error *err);
+
+/* cuCtxSynchronize in the calling thread's current context (see
+ * cm_current_device). Blocks. */
+int cm_current_synchronize(cm_error *err);
+int cm_profiler_start(cm_error *err);
+int cm_profiler_stop(cm_error *err);
+int cm_peer_can_access(cm_device *dev, cm_device *peer, int *can,
+                       cm_error *err);
+
+#endif

@@ -1,0 +1,360 @@
+/* context.c (py/): the Context type, a device's primary context as numba's
+ * Context: memory info, push/pop, synchronize, reset, peer access. It
+ * records its device's generation; core refuses it after a reset or close.
+ * Devices and the current-context rules are py/device.c and core/. */
+#include "device.h"
+
+#include "../core/driver.h"
+
+static cmpy_state *
+type_state(PyObject *self)
+{
+    return (cmpy_state *)PyType_GetModuleState(Py_TYPE(self));
+}
+
+PyObject *
+cmpy_context_of(cmpy_state *st, cmpy_Device *device)
+{
+    cmpy_Context *ctx = (cmpy_Context *)device->context;
+    CUcontext handle;
+    uint64_t generation;
+    cm_error err;
+
+    if (cm_device_primary(device->dev, &handle, &generation, &err) < 0) {
+        return cmpy_raise(st, &err);
+    }
+    if (ctx != NULL && ctx->handle == handle &&
+        ctx->generation == generation) {
+        return Py_NewRef(ctx);
+    }
+    ctx = PyObject_GC_New(cmpy_Context, (PyTypeObject *)st->ContextType);
+    if (ctx == NULL) {
+        return NULL;
+    }
+    ctx->device = (cmpy_Device *)Py_NewRef(device);
+    ctx->handle = handle;
+    ctx->generation = generation;
+    PyObject_GC_Track(ctx);
+    Py_XSETREF(device->context, Py_NewRef(ctx));
+    return (PyObject *)ctx;
+}
+
+static int
+context_traverse(cmpy_Context *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->device);
+    return 0;
+}
+
+static int
+context_clear(cmpy_Context *self)
+{
+    Py_CLEAR(self->device);
+    return 0;
+}
+
+static void
+context_dealloc(cmpy_Context *self)
+{
+    PyTypeObject *type = Py_TYPE(self);
+
+    PyObject_GC_UnTrack(self);
+    context_clear(self);
+    type->tp_free(self);
+    Py_DECREF(type);
+}
+
+static PyObject *
+context_repr(cmpy_Context *self)
+{
+    return PyUnicode_FromFormat("<CUDA context %p of device %d>",
+                                (void *)self->handle,
+                                self->device->dev->ordinal);
+}
+
+static Py_hash_t
+context_hash(cmpy_Context *self)
+{
+    /* Handles are aligned: drop the low bits, as CPython's pointer hash. */
+    Py_hash_t hash = (Py_hash_t)((uintptr_t)self->handle >> 4);
+
+    return hash == -1 ? -2 : hash;
+}
+
+static PyObject *
+context_richcompare(PyObject *self, PyObject *other, int op)
+{
+    int equal;
+
+    if ((op != Py_EQ && op != Py_NE) || !Py_IS_TYPE(other, Py_TYPE(self))) {
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    equal = ((cmpy_Context *)self)->handle == ((cmpy_Context *)other)->handle;
+    return PyBool_FromLong(op == Py_EQ ? equal : !equal);
+}
+
+static PyObject *
+context_get_device(cmpy_Context *self, void *Py_UNUSED(closure))
+{
+    return Py_NewRef(self->device);
+}
+
+static PyObject *
+context_get_handle(cmpy_Context *self, void *Py_UNUSED(closure))
+{
+    return PyLong_FromVoidPtr(self->handle);
+}
+
+static PyGetSetDef context_getset[] = {
+    {"device", (getter)context_get_device, NULL, "The context's Device.",
+     NULL},
+    {"handle", (getter)context_get_handle, NULL,
+     "The CUcontext, as an int.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+/* Runs a blocking core call on this context with the GIL released. */
+static PyObject *
+blocking(PyObject *self, int (*fn)(cm_device *, uint64_t, cm_error *))
+{
+    cmpy_Context *ctx = (cmpy_Context *)self;
+    cm_error err;
+    int rc;
+
+    Py_BEGIN_ALLOW_THREADS
+    rc = fn(ctx->device->dev, ctx->generation, &err);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        return cmpy_raise(type_state(self), &err);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+quick(PyObject *self, int (*fn)(cm_device *, uint64_t, cm_error *))
+{
+    cmpy_Context *ctx = (cmpy_Context *)self;
+    cm_error err;
+
+    if (fn(ctx->device->dev, ctx->generation, &err) < 0) {
+        return cmpy_raise(type_state(self), &err);
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(context_get_memory_info_doc,
+             "get_memory_info() -> MemoryInfo\n\n"
+             "(free, total) device memory in bytes, as a namedtuple.");
+
+static PyObject *
+context_get_memory_info(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    cmpy_Context *ctx = (cmpy_Context *)self;
+    cmpy_state *st = type_state(self);
+    size_t free_bytes, total_bytes;
+    cm_error err;
+
+    if (cm_ctx_meminfo(ctx->device->dev, ctx->generation, &free_bytes,
+                       &total_bytes, &err) < 0) {
+        return cmpy_raise(st, &err);
+    }
+    if (st->MemoryInfo == NULL) {
+        PyObject *mod = PyImport_ImportModule("cudamem.devices");
+
+        if (mod == NULL) {
+            return NULL;
+        }
+        st->MemoryInfo = PyObject_GetAttrString(mod, "MemoryInfo");
+        Py_DECREF(mod);
+        if (st->MemoryInfo == NULL) {
+            return NULL;
+        }
+    }
+    return PyObject_CallFunction(st->MemoryInfo, "nn", (Py_ssize_t)free_bytes,
+                                 (Py_ssize_t)total_bytes);
+}
+
+PyDoc_STRVAR(context_push_doc,
+             "push()\n\n"
+             "Pushes this context on the calling thread's context stack.");
+
+static PyObject *
+context_push(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    return quick(self, cm_ctx_push);
+}
+
+PyDoc_STRVAR(context_pop_doc,
+             "pop()\n\n"
+             "Pops this context off the calling thread. It must be the "
+             "current\ncontext (the top of the stack), otherwise "
+             "CudaDriverError.");
+
+static PyObject *
+context_pop(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    return quick(self, cm_ctx_pop);
+}
+
+PyDoc_STRVAR(context_synchronize_doc,
+             "synchronize()\n\n"
+             "Waits for all work in this context, with the GIL released.");
+
+static PyObject *
+context_synchronize(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    return blocking(self, cm_ctx_synchronize);
+}
+
+PyDoc_STRVAR(context_reset_doc,
+             "reset()\n\n"
+             "Cleans up what cudamem holds in this context (numba's\n"
+             "Context.reset()); the context itself stays usable. To destroy "
+             "it,\nuse Device.reset().");
+
+static PyObject *
+context_reset(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    return blocking(self, cm_ctx_reset);
+}
+
+PyDoc_STRVAR(context_can_access_peer_doc,
+             "can_access_peer(peer_device) -> bool\n\n"
+             "Whether this context's device can access *peer_device*'s "
+             "memory\n(an int ordinal or a Device).");
+
+static PyObject *
+context_can_access_peer(PyObject *self, PyObject *arg)
+{
+    cmpy_Context *ctx = (cmpy_Context *)self;
+    cmpy_state *st = type_state(self);
+    cmpy_Device *peer;
+    cm_error err;
+    int can;
+
+    if (cmpy_device_parse(st, arg, &peer) < 0) {
+        return NULL;
+    }
+    if (cm_ctx_check(ctx->device->dev, ctx->generation, &err) < 0 ||
+        cm_peer_can_access(ctx->device->dev, peer->dev, &can, &err) < 0) {
+        return cmpy_raise(st, &err);
+    }
+    return PyBool_FromLong(can);
+}
+
+PyDoc_STRVAR(context_enable_peer_access_doc,
+             "enable_peer_access(peer, flags=0)\n\n"
+             "Lets this context access the memory of *peer* (a Context, a\n"
+             "Device or an int ordinal). Enabling it twice is not an "
+             "error.");
+
+static PyObject *
+context_enable_peer_access(PyObject *self, PyObject *const *args,
+                           Py_ssize_t nargs, PyObject *kwnames)
+{
+    cmpy_Context *ctx = (cmpy_Context *)self;
+    cmpy_state *st = type_state(self);
+    Py_ssize_t nkw = kwnames != NULL ? PyTuple_GET_SIZE(kwnames) : 0;
+    PyObject *peer_arg, *flags_arg = NULL;
+    cmpy_Device *peer;
+    unsigned long flags = 0;
+    cm_error err;
+
+    if (nargs < 1 || nargs + nkw > 2 ||
+        (nkw == 1 && PyUnicode_CompareWithASCIIString(
+                         PyTuple_GET_ITEM(kwnames, 0), "flags") != 0)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "enable_peer_access() takes a peer and optional "
+                        "flags");
+        return NULL;
+    }
+    peer_arg = args[0];
+    if (nargs + nkw == 2) {
+        flags_arg = args[1];
+    }
+    if (Py_IS_TYPE(peer_arg, (PyTypeObject *)st->ContextType)) {
+        cmpy_Context *other = (cmpy_Context *)peer_arg;
+
+        if (cm_ctx_check(other->device->dev, other->generation, &err) < 0) {
+            return cmpy_raise(st, &err);
+        }
+        peer = other->device;
+    }
+    else if (cmpy_device_parse(st, peer_arg, &peer) < 0) {
+        return NULL;
+    }
+    if (flags_arg != NULL) {
+        if (!PyLong_Check(flags_arg)) {
+            PyErr_Format(PyExc_TypeError, "flags must be an int, not %.200s",
+                         Py_TYPE(flags_arg)->tp_name);
+            return NULL;
+        }
+        flags = PyLong_AsUnsignedLong(flags_arg);
+        if ((flags == (unsigned long)-1 && PyErr_Occurred()) ||
+            flags > UINT_MAX) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError, "invalid flags %R", flags_arg);
+            return NULL;
+        }
+    }
+    if (cm_ctx_enable_peer(ctx->device->dev, ctx->generation, peer->dev,
+                           (unsigned)flags, &err) < 0) {
+        return cmpy_raise(st, &err);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef context_methods[] = {
+    {"get_memory_info", context_get_memory_info, METH_NOARGS,
+     context_get_memory_info_doc},
+    {"push", context_push, METH_NOARGS, context_push_doc},
+    {"pop", context_pop, METH_NOARGS, context_pop_doc},
+    {"synchronize", context_synchronize, METH_NOARGS,
+     context_synchronize_doc},
+    {"reset", context_reset, METH_NOARGS, context_reset_doc},
+    {"can_access_peer", context_can_access_peer, METH_O,
+     context_can_access_peer_doc},
+    {"enable_peer_access",
+     (PyCFunction)(void (*)(void))context_enable_peer_access,
+     METH_FASTCALL | METH_KEYWORDS, context_enable_peer_access_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+PyDoc_STRVAR(context_doc,
+             "Context\n\n"
+             "A device's primary context (numba.cuda.cudadrv.driver."
+             "Context).\nCompares and hashes by handle. After its device is "
+             "reset or\nclosed every method raises CudaDriverError. Made by "
+             "cudamem, not\nby user code.");
+
+static PyType_Slot context_slots[] = {
+    {Py_tp_doc, (void *)context_doc},
+    {Py_tp_dealloc, context_dealloc},
+    {Py_tp_traverse, context_traverse},
+    {Py_tp_clear, context_clear},
+    {Py_tp_repr, context_repr},
+    {Py_tp_hash, context_hash},
+    {Py_tp_richcompare, context_richcompare},
+    {Py_tp_getset, context_getset},
+    {Py_tp_methods, context_methods},
+    {0, NULL},
+};
+
+static PyType_Spec context_spec = {
+    .name = "cudamem.Context",
+    .basicsize = sizeof(cmpy_Context),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC |
+             Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = context_slots,
+};
+
+int
+cmpy_context_type_init(PyObject *module, cmpy_state *st)
+{
+    st->ContextType = PyType_FromModuleAndSpec(module, &context_spec, NULL);
+    if (st->ContextType == NULL) {
+        return -1;
+    }
+    return PyModule_AddObjectRef(module, "Context", st->ContextType);
+}

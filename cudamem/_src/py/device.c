@@ -1,0 +1,736 @@
+/* device.c (py/): the Device type (identity, every CU_DEVICE_ATTRIBUTE_* by
+ * name, reset) and the module's device functions (select_device, close,
+ * synchronize, profiler, peer access). The Context type is py/context.c. */
+#include "device.h"
+
+#include <limits.h>
+
+#include "../core/cuattrs.h"
+#include "../core/device.h"
+#include "../core/driver.h"
+
+PyObject *
+cmpy_devices(cmpy_state *st)
+{
+    PyObject *tuple;
+    cm_error err;
+    int count;
+
+    if (st->devices != NULL) {
+        /* Made before a fork: the child must still get the fork error. */
+        return cm_fork_check(&err) < 0 ? cmpy_raise(st, &err) : st->devices;
+    }
+    if (cmpy_ensure_driver(st) < 0) {
+        return NULL;
+    }
+    if (cm_devices_count(&count, &err) < 0) {
+        return cmpy_raise(st, &err);
+    }
+    tuple = PyTuple_New(count);
+    if (tuple == NULL) {
+        return NULL;
+    }
+    for (int i = 0; i < count; i++) {
+        cm_device_info info;
+        cmpy_Device *obj;
+        cm_device *dev;
+
+        if (cm_device_get(i, &dev, &err) < 0 ||
+            cm_device_info_get(i, &info, &err) < 0) {
+            cmpy_raise(st, &err);
+            goto error;
+        }
+        obj = PyObject_GC_New(cmpy_Device, (PyTypeObject *)st->DeviceType);
+        if (obj == NULL) {
+            goto error;
+        }
+        obj->dev = dev;
+        obj->cc_major = info.cc_major;
+        obj->cc_minor = info.cc_minor;
+        obj->context = NULL;
+        obj->name = PyUnicode_DecodeUTF8(info.name, strlen(info.name),
+                                         "replace");
+        obj->uuid = PyUnicode_FromString(info.uuid);
+        PyTuple_SET_ITEM(tuple, i, (PyObject *)obj);
+        PyObject_GC_Track(obj);
+        if (obj->name == NULL || obj->uuid == NULL) {
+            goto error;
+        }
+    }
+    st->devices = tuple;
+    return tuple;
+error:
+    Py_DECREF(tuple);
+    return NULL;
+}
+
+cmpy_Device *
+cmpy_device_of(cmpy_state *st, cm_device *dev)
+{
+    PyObject *devices = cmpy_devices(st);
+
+    if (devices == NULL) {
+        return NULL;
+    }
+    return (cmpy_Device *)PyTuple_GET_ITEM(devices, dev->ordinal);
+}
+
+int
+cmpy_device_parse(cmpy_state *st, PyObject *arg, cmpy_Device **out)
+{
+    PyObject *devices, *index;
+    long value;
+    int overflow;
+
+    if (Py_IS_TYPE(arg, (PyTypeObject *)st->DeviceType)) {
+        *out = (cmpy_Device *)arg;
+        return 0;
+    }
+    if (PyBool_Check(arg) || !PyIndex_Check(arg)) {
+        PyErr_Format(PyExc_TypeError,
+                     "device must be an int ordinal or a Device, not "
+                     "%.200s",
+                     Py_TYPE(arg)->tp_name);
+        return -1;
+    }
+    index = PyNumber_Index(arg);
+    if (index == NULL) {
+        return -1;
+    }
+    value = PyLong_AsLongAndOverflow(index, &overflow);
+    if (value == -1 && PyErr_Occurred()) {
+        Py_DECREF(index);
+        return -1;
+    }
+    devices = cmpy_devices(st);
+    if (devices == NULL) {
+        Py_DECREF(index);
+        return -1;
+    }
+    if (overflow || value < 0 || value >= PyTuple_GET_SIZE(devices)) {
+        Py_ssize_t n = PyTuple_GET_SIZE(devices);
+        PyErr_Format(PyExc_ValueError,
+                     "device ordinal %R out of range: %zd device%s visible",
+                     index, n, n == 1 ? "" : "s");
+        Py_DECREF(index);
+        return -1;
+    }
+    Py_DECREF(index);
+    *out = (cmpy_Device *)PyTuple_GET_ITEM(devices, value);
+    return 0;
+}
+
+static cmpy_state *
+type_state(PyObject *self)
+{
+    return (cmpy_state *)PyType_GetModuleState(Py_TYPE(self));
+}
+
+/* ------------------------------------------------------------------------
+ * The Device type. */
+
+static int
+device_traverse(cmpy_Device *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->context);
+    return 0;
+}
+
+static int
+device_clear(cmpy_Device *self)
+{
+    Py_CLEAR(self->context);
+    Py_CLEAR(self->name);
+    Py_CLEAR(self->uuid);
+    return 0;
+}
+
+static void
+device_dealloc(cmpy_Device *self)
+{
+    PyTypeObject *type = Py_TYPE(self);
+
+    PyObject_GC_UnTrack(self);
+    device_clear(self);
+    type->tp_free(self);
+    Py_DECREF(type);
+}
+
+static PyObject *
+device_repr(cmpy_Device *self)
+{
+    return PyUnicode_FromFormat("<CUDA device %d '%U'>", self->dev->ordinal,
+                                self->name);
+}
+
+static Py_hash_t
+device_hash(cmpy_Device *self)
+{
+    return self->dev->ordinal; /* never -1 */
+}
+
+static PyObject *
+device_richcompare(PyObject *self, PyObject *other, int op)
+{
+    int equal;
+
+    if ((op != Py_EQ && op != Py_NE) || !Py_IS_TYPE(other, Py_TYPE(self))) {
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    equal = ((cmpy_Device *)self)->dev == ((cmpy_Device *)other)->dev;
+    return PyBool_FromLong(op == Py_EQ ? equal : !equal);
+}
+
+/* Any CU_DEVICE_ATTRIBUTE_* by its name without the prefix, as numba's
+ * Device.__getattr__ does. */
+static PyObject *
+device_getattro(PyObject *self, PyObject *name)
+{
+    PyObject *res = PyObject_GenericGetAttr(self, name);
+    PyObject *type, *value, *tb, *id;
+    cmpy_state *st;
+    cm_error err;
+    int result;
+
+    if (res != NULL || !PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        return res;
+    }
+    st = type_state(self);
+    PyErr_Fetch(&type, &value, &tb);
+    id = PyDict_GetItemWithError(st->attr_ids, name);
+    if (id == NULL) {
+        if (PyErr_Occurred()) {
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(tb);
+        }
+        else {
+            PyErr_Restore(type, value, tb);
+        }
+        return NULL;
+    }
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    if (cm_device_attribute(((cmpy_Device *)self)->dev->ordinal,
+                            (int)PyLong_AsLong(id), &result, &err) < 0) {
+        return cmpy_raise(st, &err);
+    }
+    return PyLong_FromLong(result);
+}
+
+static PyObject *
+device_get_id(cmpy_Device *self, void *Py_UNUSED(closure))
+{
+    return PyLong_FromLong(self->dev->ordinal);
+}
+
+static PyObject *
+device_get_name(cmpy_Device *self, void *Py_UNUSED(closure))
+{
+    return Py_NewRef(self->name);
+}
+
+static PyObject *
+device_get_uuid(cmpy_Device *self, void *Py_UNUSED(closure))
+{
+    return Py_NewRef(self->uuid);
+}
+
+static PyObject *
+device_get_cc(cmpy_Device *self, void *Py_UNUSED(closure))
+{
+    return Py_BuildValue("(ii)", self->cc_major, self->cc_minor);
+}
+
+/* Capabilities numba derives from the compute capability. */
+static PyObject *
+cc_at_least(cmpy_Device *self, int major, int minor)
+{
+    return PyBool_FromLong(self->cc_major > major ||
+                           (self->cc_major == major &&
+                            self->cc_minor >= minor));
+}
+
+static PyObject *
+device_get_fp16(cmpy_Device *self, void *Py_UNUSED(closure))
+{
+    return cc_at_least(self, 5, 3);
+}
+
+static PyObject *
+device_get_bf16(cmpy_Device *self, void *Py_UNUSED(closure))
+{
+    return cc_at_least(self, 8, 0);
+}
+
+static PyObject *
+device_get_fp8(cmpy_Device *self, void *Py_UNUSED(closure))
+{
+    return cc_at_least(self, 8, 9);
+}
+
+static PyGetSetDef device_getset[] = {
+    {"id", (getter)device_get_id, NULL, "The device's ordinal (int).", NULL},
+    {"name", (getter)device_get_name, NULL, "The device's name (str).",
+     NULL},
+    {"uuid", (getter)device_get_uuid, NULL,
+     "The device's UUID as nvidia-smi prints it: 'GPU-xxxxxxxx-...'.", NULL},
+    {"compute_capability", (getter)device_get_cc, NULL,
+     "(major, minor) compute capability.", NULL},
+    {"supports_float16", (getter)device_get_fp16, NULL,
+     "True from compute capability 5.3.", NULL},
+    {"supports_bfloat16", (getter)device_get_bf16, NULL,
+     "True from compute capability 8.0.", NULL},
+    {"accelerates_fp8", (getter)device_get_fp8, NULL,
+     "True from compute capability 8.9.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+PyDoc_STRVAR(device_get_primary_context_doc,
+             "get_primary_context() -> Context\n\n"
+             "The device's primary context, retained by cudamem on first "
+             "use.\nDoes not make it current.");
+
+static PyObject *
+device_get_primary_context(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    return cmpy_context_of(type_state(self), (cmpy_Device *)self);
+}
+
+PyDoc_STRVAR(device_reset_doc,
+             "reset()\n\n"
+             "Waits for the device's work, then destroys its primary "
+             "context:\nevery allocation, stream and event in it is gone, "
+             "and Context\nobjects made before raise CudaDriverError. The "
+             "next use creates\na fresh context.");
+
+static PyObject *
+device_reset(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    cm_device *dev = ((cmpy_Device *)self)->dev;
+    cm_error err;
+    int rc;
+
+    Py_BEGIN_ALLOW_THREADS
+    rc = cm_device_reset(dev, &err);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        return cmpy_raise(type_state(self), &err);
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(device_identity_doc,
+             "get_device_identity() -> dict\n\n"
+             "numba's identity of the device: 'pci_domain_id', "
+             "'pci_bus_id'\nand 'pci_device_id'.");
+
+static PyObject *
+device_get_identity(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    static const struct {
+        const char *key;
+        CUdevice_attribute attr;
+    } keys[] = {
+        {"pci_domain_id", CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID},
+        {"pci_bus_id", CU_DEVICE_ATTRIBUTE_PCI_BUS_ID},
+        {"pci_device_id", CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID},
+    };
+    int ordinal = ((cmpy_Device *)self)->dev->ordinal, values[3];
+    cm_error err;
+
+    for (int i = 0; i < 3; i++) {
+        if (cm_device_attribute(ordinal, keys[i].attr, &values[i], &err) <
+            0) {
+            return cmpy_raise(type_state(self), &err);
+        }
+    }
+    return Py_BuildValue("{s:i,s:i,s:i}", keys[0].key, values[0],
+                         keys[1].key, values[1], keys[2].key, values[2]);
+}
+
+static PyMethodDef device_methods[] = {
+    {"get_primary_context", device_get_primary_context, METH_NOARGS,
+     device_get_primary_context_doc},
+    {"reset", device_reset, METH_NOARGS, device_reset_doc},
+    {"get_device_identity", device_get_identity, METH_NOARGS,
+     device_identity_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+PyDoc_STRVAR(device_doc,
+             "Device\n\n"
+             "A CUDA device (numba.cuda.cudadrv.driver.Device). Every\n"
+             "CU_DEVICE_ATTRIBUTE_* is readable by its name without the "
+             "prefix,\ne.g. dev.MULTIPROCESSOR_COUNT. Compares and hashes "
+             "by id. Made by\ncudamem, not by user code.");
+
+static PyType_Slot device_slots[] = {
+    {Py_tp_doc, (void *)device_doc},
+    {Py_tp_dealloc, device_dealloc},
+    {Py_tp_traverse, device_traverse},
+    {Py_tp_clear, device_clear},
+    {Py_tp_repr, device_repr},
+    {Py_tp_hash, device_hash},
+    {Py_tp_richcompare, device_richcompare},
+    {Py_tp_getattro, device_getattro},
+    {Py_tp_getset, device_getset},
+    {Py_tp_methods, device_methods},
+    {0, NULL},
+};
+
+static PyType_Spec device_spec = {
+    .name = "cudamem.Device",
+    .basicsize = sizeof(cmpy_Device),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC |
+             Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = device_slots,
+};
+
+static int
+attr_table(cmpy_state *st)
+{
+    static const struct {
+        const char *name;
+        int value;
+    } attrs[] = {
+#define CMPY_ATTR(name, value) {#name, value},
+        CM_CUDA_ATTRIBUTES(CMPY_ATTR)
+#undef CMPY_ATTR
+    };
+    PyObject *dict = PyDict_New();
+
+    if (dict == NULL) {
+        return -1;
+    }
+    for (size_t i = 0; i < sizeof(attrs) / sizeof(attrs[0]); i++) {
+        PyObject *value = PyLong_FromLong(attrs[i].value);
+        int rc = value != NULL
+                     ? PyDict_SetItemString(dict, attrs[i].name, value)
+                     : -1;
+
+        Py_XDECREF(value);
+        if (rc < 0) {
+            Py_DECREF(dict);
+            return -1;
+        }
+    }
+    st->attr_ids = dict;
+    return 0;
+}
+
+int
+cmpy_device_types_init(PyObject *module, cmpy_state *st)
+{
+    st->DeviceType = PyType_FromModuleAndSpec(module, &device_spec, NULL);
+    if (st->DeviceType == NULL || attr_table(st) < 0) {
+        return -1;
+    }
+    if (PyModule_AddObjectRef(module, "Device", st->DeviceType) < 0) {
+        return -1;
+    }
+    return cmpy_context_type_init(module, st);
+}
+
+/* ------------------------------------------------------------------------
+ * Module functions. */
+
+PyDoc_STRVAR(select_device_doc,
+             "select_device(device_id) -> Device\n\n"
+             "Makes the primary context of device *device_id* current on "
+             "this\nthread (replacing the one cudamem made current before) "
+             "and returns\nthe Device. Loads the driver.");
+
+static PyObject *
+select_device(PyObject *module, PyObject *arg)
+{
+    cmpy_state *st = cmpy_get_state(module);
+    cmpy_Device *device;
+    cm_error err;
+
+    if (cmpy_device_parse(st, arg, &device) < 0) {
+        return NULL;
+    }
+    if (cm_device_select(device->dev, &err) < 0) {
+        return cmpy_raise(st, &err);
+    }
+    return Py_NewRef(device);
+}
+
+/* The current device (DESIGN rule 6); borrowed. */
+static cmpy_Device *
+current_device(cmpy_state *st)
+{
+    cm_device *dev;
+    cm_error err;
+
+    if (cmpy_ensure_driver(st) < 0) {
+        return NULL;
+    }
+    if (cm_current_device(&dev, &err) < 0) {
+        cmpy_raise(st, &err);
+        return NULL;
+    }
+    return cmpy_device_of(st, dev);
+}
+
+PyDoc_STRVAR(get_current_device_doc,
+             "get_current_device() -> Device\n\n"
+             "The device of this thread's current context; with none "
+             "current,\nthe selected device (else device 0), whose primary "
+             "context is\nmade current. Loads the driver.");
+
+static PyObject *
+get_current_device(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    cmpy_Device *device = current_device(cmpy_get_state(module));
+
+    return device != NULL ? Py_NewRef(device) : NULL;
+}
+
+PyDoc_STRVAR(list_devices_doc,
+             "list_devices() -> list[Device]\n\n"
+             "Every visible device. Loads the driver.");
+
+static PyObject *
+list_devices(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *devices = cmpy_devices(cmpy_get_state(module));
+
+    return devices != NULL ? PySequence_List(devices) : NULL;
+}
+
+PyDoc_STRVAR(current_context_doc,
+             "current_context(devnum=None) -> Context\n\n"
+             "With devnum, selects that device (see select_device) and "
+             "returns\nits primary context; without, the context of "
+             "get_current_device().");
+
+static PyObject *
+current_context(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+                PyObject *kwnames)
+{
+    cmpy_state *st = cmpy_get_state(module);
+    Py_ssize_t nkw = kwnames != NULL ? PyTuple_GET_SIZE(kwnames) : 0;
+    PyObject *devnum = Py_None;
+    cmpy_Device *device;
+    cm_error err;
+
+    if (nargs + nkw > 1 ||
+        (nkw == 1 && PyUnicode_CompareWithASCIIString(
+                         PyTuple_GET_ITEM(kwnames, 0), "devnum") != 0)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "current_context() takes one optional argument, "
+                        "devnum");
+        return NULL;
+    }
+    if (nargs + nkw == 1) {
+        devnum = args[0];
+    }
+    if (devnum == Py_None) {
+        device = current_device(st);
+        if (device == NULL) {
+            return NULL;
+        }
+    }
+    else {
+        if (cmpy_device_parse(st, devnum, &device) < 0) {
+            return NULL;
+        }
+        if (cm_device_select(device->dev, &err) < 0) {
+            return cmpy_raise(st, &err);
+        }
+    }
+    return cmpy_context_of(st, device);
+}
+
+PyDoc_STRVAR(synchronize_doc,
+             "synchronize()\n\n"
+             "Waits for all work in the current context, with the GIL "
+             "released.");
+
+static PyObject *
+synchronize(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    cmpy_state *st = cmpy_get_state(module);
+    cm_error err;
+    int rc;
+
+    if (cmpy_ensure_driver(st) < 0) {
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = cm_current_synchronize(&err);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        return cmpy_raise(st, &err);
+    }
+    Py_RETURN_NONE;
+}
+
+/* 1 on the interpreter's main thread, 0 elsewhere, -1 with an exception. */
+static int
+on_main_thread(void)
+{
+    PyObject *threading = PyImport_ImportModule("threading");
+    PyObject *main = NULL, *ident = NULL;
+    int rc = -1;
+
+    if (threading == NULL) {
+        return -1;
+    }
+    main = PyObject_CallMethod(threading, "main_thread", NULL);
+    if (main == NULL) {
+        goto done;
+    }
+    ident = PyObject_GetAttrString(main, "ident");
+    if (ident == NULL) {
+        goto done;
+    }
+    rc = PyLong_AsUnsignedLong(ident) == PyThread_get_thread_ident();
+    if (PyErr_Occurred()) {
+        rc = -1;
+    }
+done:
+    Py_XDECREF(ident);
+    Py_XDECREF(main);
+    Py_DECREF(threading);
+    return rc;
+}
+
+PyDoc_STRVAR(close_doc,
+             "close()\n\n"
+             "numba's close(): pops the contexts cudamem made current on "
+             "this\nthread; on the main thread also releases every primary "
+             "context\ncudamem retained, so Context objects made before "
+             "raise. Later\ncalls create fresh contexts.");
+
+static PyObject *
+close_(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    cmpy_state *st = cmpy_get_state(module);
+    cm_error err;
+    int main_thread, rc;
+
+    if (!cm_driver_ready()) {
+        Py_RETURN_NONE; /* nothing was ever opened */
+    }
+    main_thread = on_main_thread();
+    if (main_thread < 0 || cmpy_ensure_driver(st) < 0) {
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = cm_devices_close(main_thread, &err);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        return cmpy_raise(st, &err);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+profiler(PyObject *module, int (*fn)(cm_error *))
+{
+    cmpy_state *st = cmpy_get_state(module);
+    cm_error err;
+
+    if (cmpy_ensure_driver(st) < 0) {
+        return NULL;
+    }
+    if (fn(&err) < 0) {
+        return cmpy_raise(st, &err);
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(profile_start_doc,
+             "profile_start()\n\n"
+             "Enables profile collection in the current context.");
+
+static PyObject *
+profile_start(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    return profiler(module, cm_profiler_start);
+}
+
+PyDoc_STRVAR(profile_stop_doc,
+             "profile_stop()\n\n"
+             "Disables profile collection in the current context.");
+
+static PyObject *
+profile_stop(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    return profiler(module, cm_profiler_stop);
+}
+
+PyDoc_STRVAR(can_access_peer_doc,
+             "can_access_peer(device, peer) -> bool\n\n"
+             "Whether *device* can access *peer*'s memory (ints or "
+             "Devices).");
+
+static PyObject *
+can_access_peer(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    cmpy_state *st = cmpy_get_state(module);
+    cmpy_Device *a, *b;
+    cm_error err;
+    int can;
+
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError,
+                     "can_access_peer() takes 2 arguments (%zd given)",
+                     nargs);
+        return NULL;
+    }
+    if (cmpy_device_parse(st, args[0], &a) < 0 ||
+        cmpy_device_parse(st, args[1], &b) < 0) {
+        return NULL;
+    }
+    if (cm_peer_can_access(a->dev, b->dev, &can, &err) < 0) {
+        return cmpy_raise(st, &err);
+    }
+    return PyBool_FromLong(can);
+}
+
+PyDoc_STRVAR(active_device_doc,
+             "_active_device() -> Device | None\n\n"
+             "The device of this thread's current context, of any kind, or\n"
+             "None when no context is current. Makes nothing current.");
+
+static PyObject *
+active_device(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    cmpy_state *st = cmpy_get_state(module);
+    cm_device *dev;
+    cm_error err;
+
+    if (cmpy_ensure_driver(st) < 0) {
+        return NULL;
+    }
+    if (cm_active_device(&dev, &err) < 0) {
+        return cmpy_raise(st, &err);
+    }
+    if (dev == NULL) {
+        Py_RETURN_NONE;
+    }
+    return Py_XNewRef((PyObject *)cmpy_device_of(st, dev));
+}
+
+PyMethodDef cmpy_device_methods[] = {
+    {"select_device", select_device, METH_O, select_device_doc},
+    {"get_current_device", get_current_device, METH_NOARGS,
+     get_current_device_doc},
+    {"list_devices", list_devices, METH_NOARGS, list_devices_doc},
+    {"current_context", (PyCFunction)(void (*)(void))current_context,
+     METH_FASTCALL | METH_KEYWORDS, current_context_doc},
+    {"synchronize", synchronize, METH_NOARGS, synchronize_doc},
+    {"close", close_, METH_NOARGS, close_doc},
+    {"profile_start", profile_start, METH_NOARGS, profile_start_doc},
+    {"profile_stop", profile_stop, METH_NOARGS, profile_stop_doc},
+    {"can_access_peer", (PyCFunction)(void (*)(void))can_access_peer,
+     METH_FASTCALL, can_access_peer_doc},
+    {"_active_device", active_device, METH_NOARGS, active_device_doc},
+    {NULL, NULL, 0, NULL},
+};

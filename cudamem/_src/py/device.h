@@ -1,0 +1,43 @@
+/* device.h (py/): the Device and Context objects shared by py/device.c and
+ * py/context.c. Core state (retains, generations) stays in core/context.c;
+ * these objects only point at it. */
+#ifndef CMPY_DEVICE_H
+#define CMPY_DEVICE_H
+
+#include "module.h"
+
+#include <stdint.h>
+
+#include "../core/context.h"
+
+typedef struct cmpy_Device {
+    PyObject_HEAD
+    cm_device *dev;
+    PyObject *name; /* str */
+    PyObject *uuid; /* str, "GPU-..." */
+    int cc_major, cc_minor;
+    PyObject *context; /* the Context last handed out, or NULL */
+} cmpy_Device;
+
+typedef struct cmpy_Context {
+    PyObject_HEAD
+    cmpy_Device *device;
+    CUcontext handle;
+    uint64_t generation; /* the device's when this object was made */
+} cmpy_Context;
+
+/* Every visible device's object, made on first use (loads the driver);
+ * borrowed tuple, or NULL with an exception set. */
+PyObject *cmpy_devices(cmpy_state *st);
+/* A Device, or an int ordinal naming one (TypeError / ValueError naming
+ * the value otherwise). Borrowed reference. */
+int cmpy_device_parse(cmpy_state *st, PyObject *arg, cmpy_Device **out);
+/* The Device object of a core device; borrowed. */
+cmpy_Device *cmpy_device_of(cmpy_state *st, cm_device *dev);
+
+/* The device's primary context as a Context: the same object while the
+ * device's generation is unchanged. New reference. */
+PyObject *cmpy_context_of(cmpy_state *st, cmpy_Device *device);
+int cmpy_context_type_init(PyObject *module, cmpy_state *st);
+
+#endif

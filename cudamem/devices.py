@@ -1,0 +1,157 @@
+"""Devices and contexts, numba.cuda's names: ``gpus``, ``require_context``,
+``profiling()``, ``detect()`` and ``MemoryInfo``. Thin Python over the C
+functions (``select_device``, ``get_current_device``, ...); nothing here
+loads the driver at import. Every call that touches a device does.
+"""
+import contextlib
+import functools
+import os
+import sys
+from collections import namedtuple
+
+from cudamem import _cudamem
+
+__all__ = ["MemoryInfo", "gpus", "require_context", "profiling", "detect"]
+
+MemoryInfo = namedtuple("MemoryInfo", "free,total")
+
+
+class _DeviceContextManager:
+    """Device *i* of ``gpus``: a context manager that pushes the device's
+    primary context and pops it on exit, so the previous context is
+    current again. Other attributes are the Device's."""
+
+    def __init__(self, device):
+        self._device = device
+
+    def __getattr__(self, item):
+        return getattr(self._device, item)
+
+    def __enter__(self):
+        self._device.get_primary_context().push()
+        return self
+
+    def __exit__(self, exc_type, exc_val, exc_tb):
+        # Pops the device's current primary context; raises if another
+        # context is on top (it was not popped inside the block).
+        self._device.get_primary_context().pop()
+
+    def __eq__(self, other):
+        if isinstance(other, _DeviceContextManager):
+            other = other._device
+        return self._device == other
+
+    def __hash__(self):
+        return hash(self._device)
+
+    def __str__(self):
+        return "<Managed Device %d>" % self._device.id
+
+    __repr__ = __str__
+
+
+class _DeviceList:
+    """Every visible device, indexable by ordinal; ``len`` and iteration
+    load the driver on first use."""
+
+    def __init__(self):
+        self._lst = None
+
+    @property
+    def lst(self):
+        if self._lst is None:
+            self._lst = [_DeviceContextManager(d)
+                         for d in _cudamem.list_devices()]
+        return self._lst
+
+    def __getitem__(self, devnum):
+        if not isinstance(devnum, (int, slice)):
+            devnum = int(devnum)
+        return self.lst[devnum]
+
+    def __iter__(self):
+        return iter(self.lst)
+
+    def __len__(self):
+        return len(self.lst)
+
+    def __str__(self):
+        return ", ".join(str(d) for d in self.lst)
+
+    @property
+    def current(self):
+        """The device of the current context, or None when no context is
+        current. Makes nothing current."""
+        dev = _cudamem._active_device()
+        return None if dev is None else self[dev.id]
+
+
+gpus = _DeviceList()
+
+
+def require_context(fn):
+    """require_context(fn) -> function
+
+    A decorator that makes sure a CUDA context is current when *fn* runs
+    (the current device's, else device 0's; see ``get_current_device``).
+    *fn* must not switch contexts."""
+
+    @functools.wraps(fn)
+    def _require_cuda_context(*args, **kws):
+        _cudamem.get_current_device()
+        return fn(*args, **kws)
+
+    return _require_cuda_context
+
+
+@contextlib.contextmanager
+def profiling():
+    """profiling()
+
+    Context manager that enables profiling on entry and disables it on
+    exit."""
+    _cudamem.profile_start()
+    try:
+        yield
+    finally:
+        _cudamem.profile_stop()
+
+
+def detect():
+    """detect() -> bool
+
+    Prints a summary of the CUDA devices to ``sys.stdout`` in numba's
+    format and returns whether any is supported (compute capability 5.0 or
+    newer). Loads the driver."""
+    devlist = _cudamem.list_devices()
+    out = sys.stdout
+    print("Found %d CUDA devices" % len(devlist), file=out)
+    supported_count = 0
+    for dev in devlist:
+        attrs = []
+        cc = dev.compute_capability
+        kernel_timeout = dev.KERNEL_EXEC_TIMEOUT
+        tcc = dev.TCC_DRIVER
+        fp32_to_fp64_ratio = dev.SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO
+        attrs += [("Compute Capability", "%d.%d" % cc)]
+        attrs += [("PCI Device ID", dev.PCI_DEVICE_ID)]
+        attrs += [("PCI Bus ID", dev.PCI_BUS_ID)]
+        attrs += [("UUID", dev.uuid)]
+        attrs += [("Watchdog", "Enabled" if kernel_timeout else "Disabled")]
+        if os.name == "nt":
+            attrs += [("Compute Mode", "TCC" if tcc else "WDDM")]
+        attrs += [("FP32/FP64 Performance Ratio", fp32_to_fp64_ratio)]
+        attrs += [("FP8 Hardware Acceleration",
+                   "Yes" if dev.accelerates_fp8 else "No")]
+        if cc < (5, 0):
+            support = "[NOT SUPPORTED: CC < 5.0]"
+        else:
+            support = "[SUPPORTED]"
+            supported_count += 1
+        print("id %d    %20s %40s" % (dev.id, dev.name, support), file=out)
+        for key, val in attrs:
+            print("%40s: %s" % (key, val), file=out)
+    print("Summary:", file=out)
+    print("\t%d/%d devices are supported" % (supported_count, len(devlist)),
+          file=out)
+    return supported_count > 0
