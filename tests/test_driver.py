@@ -99,10 +99,10 @@ def test_device_info_ordinal_past_the_end():
 
 @pytest.mark.parametrize("bad, exc, text", [
     (-1, ValueError, "device ordinal -1 out of range"),
-    (1 << 70, OverflowError, "too large"),
-    ("0", TypeError, "device ordinal must be an int, not str"),
-    (True, TypeError, "device ordinal must be an int, not bool"),
-    (0.0, TypeError, "device ordinal must be an int, not float"),
+    (1 << 70, ValueError, "device ordinal %d out of range" % (1 << 70)),
+    ("0", TypeError, "device must be an int ordinal or a Device, not str"),
+    (True, TypeError, "device must be an int ordinal or a Device, not bool"),
+    (0.0, TypeError, "device must be an int ordinal or a Device, not float"),
 ])
 def test_device_info_bad_ordinal(bad, exc, text):
     with pytest.raises(exc, match=re.escape(text)):

@@ -5,6 +5,7 @@
 
 #include "../core/device.h"
 #include "../core/driver.h"
+#include "device.h"
 
 int
 cmpy_ensure_driver(cmpy_state *st)
@@ -82,39 +83,16 @@ device_count(PyObject *module, PyObject *Py_UNUSED(ignored))
     return PyLong_FromLong(count);
 }
 
-/* Parses a device ordinal and checks it against the device count, so that
- * a bad one is a ValueError naming it rather than a driver error. */
+/* A device argument (an int ordinal or a Device), as everywhere else. */
 static int
 checked_ordinal(cmpy_state *st, PyObject *arg, int *ordinal)
 {
-    cm_error err;
-    int count;
-    long value;
+    cmpy_Device *device;
 
-    if (!PyLong_Check(arg) || PyBool_Check(arg)) {
-        PyErr_Format(PyExc_TypeError,
-                     "device ordinal must be an int, not %.200s",
-                     Py_TYPE(arg)->tp_name);
+    if (cmpy_device_parse(st, arg, &device) < 0) {
         return -1;
     }
-    value = PyLong_AsLong(arg);
-    if (value == -1 && PyErr_Occurred()) {
-        return -1;
-    }
-    if (cmpy_ensure_driver(st) < 0) {
-        return -1;
-    }
-    if (cm_device_count(&count, &err) < 0) {
-        cmpy_raise(st, &err);
-        return -1;
-    }
-    if (value < 0 || value >= count) {
-        PyErr_Format(PyExc_ValueError,
-                     "device ordinal %ld out of range: %d device%s visible",
-                     value, count, count == 1 ? "" : "s");
-        return -1;
-    }
-    *ordinal = (int)value;
+    *ordinal = device->dev->ordinal;
     return 0;
 }
 
