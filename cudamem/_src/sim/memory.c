@@ -339,6 +339,28 @@ map_anon(size_t size, size_t *mapped)
     return p;
 }
 
+/* A record over fresh host-accessible memory, whose address is the one the
+ * API hands out, entered in the table; NULL when out of memory (lock
+ * held). */
+static sim_alloc *
+host_record_new(sim_mem_kind kind, CUcontext ctx, size_t bytesize,
+                unsigned flags)
+{
+    sim_alloc *a = record_new(kind, ctx);
+    if (!a)
+        return NULL;
+    a->size = bytesize;
+    a->flags = flags;
+    a->backing = map_anon(bytesize, &a->backing_size);
+    a->base = (uintptr_t)a->backing;
+    if (a->backing && table_insert(a) == 0)
+        return a;
+    if (a->backing)
+        munmap(a->backing, a->backing_size);
+    free((sim_record *)a);
+    return NULL;
+}
+
 /* Unlinks and frees a record and everything it owns (lock held). */
 static void
 record_free(sim_alloc *a)
@@ -606,18 +628,8 @@ host_alloc(void **pp, size_t bytesize, unsigned flags)
         r = CUDA_ERROR_INVALID_VALUE;
         goto done;
     }
-    a = record_new(SIM_MEM_HOST, ctx);
+    a = host_record_new(SIM_MEM_HOST, ctx, bytesize, flags);
     if (!a) {
-        r = CUDA_ERROR_OUT_OF_MEMORY;
-        goto done;
-    }
-    a->size = bytesize;
-    a->flags = flags;
-    a->backing = map_anon(bytesize, &a->backing_size);
-    a->base = (uintptr_t)a->backing;
-    if (!a->backing || table_insert(a) != 0) {
-        if (a->backing)
-            munmap(a->backing, a->backing_size);
         r = CUDA_ERROR_OUT_OF_MEMORY;
         goto done;
     }
@@ -796,18 +808,8 @@ cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
         r = CUDA_ERROR_OUT_OF_MEMORY;
         goto done;
     }
-    a = record_new(SIM_MEM_MANAGED, ctx);
+    a = host_record_new(SIM_MEM_MANAGED, ctx, bytesize, flags);
     if (!a) {
-        r = CUDA_ERROR_OUT_OF_MEMORY;
-        goto done;
-    }
-    a->size = bytesize;
-    a->flags = flags;
-    a->backing = map_anon(bytesize, &a->backing_size);
-    a->base = (uintptr_t)a->backing;
-    if (!a->backing || table_insert(a) != 0) {
-        if (a->backing)
-            munmap(a->backing, a->backing_size);
         r = CUDA_ERROR_OUT_OF_MEMORY;
         goto done;
     }
