@@ -155,3 +155,12 @@ def detect():
     print("\t%d/%d devices are supported" % (supported_count, len(devlist)),
           file=out)
     return supported_count > 0
+
+
+def defer_cleanup():
+    """defer_cleanup() -> context manager
+
+    numba's ``cuda.defer_cleanup()``: inside the block no pending free of
+    the current context runs (streams, events and memory alike); blocks
+    nest, and leaving one does not free anything by itself."""
+    return _cudamem.current_context().defer_cleanup()

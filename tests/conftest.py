@@ -62,6 +62,7 @@ def quiesce():
     test created and did not destroy still shows."""
     gc.collect()
     if not REAL and cudamem.is_available():
+        cudamem._cudamem._flush_pending()
         cudamem.list_devices()[0].get_primary_context()
 
 

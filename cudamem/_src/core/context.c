@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "driver.h"
+#include "release.h"
 
 static struct {
     pthread_mutex_t lock;
@@ -50,12 +51,15 @@ load_ctx(CUcontext *slot)
 static int
 table_ready(cm_error *err)
 {
+    pthread_mutexattr_t recursive;
     cm_device *devices;
     int count, rc = -1;
 
     if (__atomic_load_n(&table.devices, __ATOMIC_ACQUIRE) != NULL) {
         return 0;
     }
+    pthread_mutexattr_init(&recursive);
+    pthread_mutexattr_settype(&recursive, PTHREAD_MUTEX_RECURSIVE);
     pthread_mutex_lock(&table.lock);
     if (table.devices != NULL) {
         rc = 0;
@@ -77,12 +81,14 @@ table_ready(cm_error *err)
         }
         devices[i].ordinal = i;
         pthread_mutex_init(&devices[i].lock, NULL);
+        pthread_mutex_init(&devices[i].qlock, &recursive);
     }
     table.count = count;
     __atomic_store_n(&table.devices, devices, __ATOMIC_RELEASE);
     rc = 0;
 done:
     pthread_mutex_unlock(&table.lock);
+    pthread_mutexattr_destroy(&recursive);
     return rc;
 }
 
@@ -154,14 +160,23 @@ cm_device_primary(cm_device *dev, CUcontext *ctx, uint64_t *generation,
 static int
 release_locked(cm_device *dev, cm_error *err)
 {
+    int rc = 0;
+
+    /* Under qlock, so that nothing is queued for the old generation once
+     * the queues are emptied. */
+    pthread_mutex_lock(&dev->qlock);
     if (dev->primary != NULL) {
-        if (CM_CALL(err, cuDevicePrimaryCtxRelease, dev->cudev) < 0) {
-            return -1;
+        rc = CM_CALL(err, cuDevicePrimaryCtxRelease, dev->cudev);
+        if (rc == 0) {
+            __atomic_store_n(&dev->primary, NULL, __ATOMIC_RELEASE);
         }
-        __atomic_store_n(&dev->primary, NULL, __ATOMIC_RELEASE);
     }
-    __atomic_add_fetch(&dev->generation, 1, __ATOMIC_ACQ_REL);
-    return 0;
+    if (rc == 0) {
+        cm__queues_drop(dev);
+        __atomic_add_fetch(&dev->generation, 1, __ATOMIC_ACQ_REL);
+    }
+    pthread_mutex_unlock(&dev->qlock);
+    return rc;
 }
 
 int
@@ -329,6 +344,51 @@ cm_current_device(cm_device **out, cm_error *err)
         return -1;
     }
     tls_pushed++;
+    *out = dev;
+    return 0;
+}
+
+int
+cm_context_device(CUcontext ctx, cm_device **out, cm_error *err)
+{
+    CUcontext primary, popped;
+    CUdevice cudev;
+    cm_device *dev;
+    cm_error ignored;
+    int stale, rc;
+
+    if (cm_fork_check(err) < 0 || table_ready(err) < 0) {
+        return -1;
+    }
+    dev = known_primary(ctx, &stale);
+    if (dev != NULL && !stale) {
+        *out = dev;
+        return 0;
+    }
+    /* Another library's retain of a primary context cudamem has not
+     * retained yet: ask which device, then compare with its primary. */
+    if (CM_CALL(err, cuCtxPushCurrent, ctx) < 0) {
+        return -1;
+    }
+    rc = CM_CALL(err, cuCtxGetDevice, &cudev);
+    if (CM_CALL(rc < 0 ? &ignored : err, cuCtxPopCurrent, &popped) < 0 ||
+        rc < 0) {
+        return -1;
+    }
+    dev = by_cudev(cudev);
+    if (dev == NULL || primary_retain(dev, &primary, err) < 0) {
+        return dev == NULL ? fail_msg(err, CM_ERR_VALUE,
+                                      "CUDA context %p is on a device that "
+                                      "is not visible to cudamem",
+                                      (void *)ctx)
+                           : -1;
+    }
+    if (primary != ctx) {
+        return fail_msg(err, CM_ERR_VALUE,
+                        "CUDA context %p is not a primary context: cudamem "
+                        "works only with primary contexts",
+                        (void *)ctx);
+    }
     *out = dev;
     return 0;
 }
@@ -504,7 +564,10 @@ cm_ctx_synchronize(cm_device *dev, uint64_t generation, cm_error *err)
 int
 cm_ctx_reset(cm_device *dev, uint64_t generation, cm_error *err)
 {
-    return cm_ctx_synchronize(dev, generation, err);
+    if (cm_ctx_synchronize(dev, generation, err) < 0) {
+        return -1;
+    }
+    return cm_queues_flush(dev, err);
 }
 
 int

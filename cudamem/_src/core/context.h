@@ -22,6 +22,11 @@ typedef struct cm_device {
     CUcontext last_primary; /* the last handle retained, kept after release */
     uint64_t generation;    /* bumped by reset and close */
     pthread_mutex_t lock;
+    /* release.c's queues for the current generation, made on first use.
+     * qlock (recursive: a free may release more) orders queueing against
+     * the generation bump; taken after lock, never before it. */
+    struct cm_pending *queues[2];
+    pthread_mutex_t qlock;
 } cm_device;
 
 /* What cm_ctx_enter pushed, for cm_ctx_leave to pop. */
@@ -55,6 +60,9 @@ int cm_ctx_leave(cm_ctx_guard *guard, int status, cm_error *err);
  * current context: the thread's selected device, else device 0, whose
  * primary context is then made current and left current. */
 int cm_current_device(cm_device **dev, cm_error *err);
+/* The device whose primary context is `ctx` (a handle another library
+ * got, such as a stream's context); CM_ERR_VALUE naming it otherwise. */
+int cm_context_device(CUcontext ctx, cm_device **dev, cm_error *err);
 /* The device of the current context whatever its kind, or NULL when none
  * is current. Changes nothing. */
 int cm_active_device(cm_device **dev, cm_error *err);

@@ -43,7 +43,22 @@
     X(cuDeviceCanAccessPeer, 4000, CM_ROW_REQUIRED)                            \
     X(cuCtxEnablePeerAccess, 4000, CM_ROW_REQUIRED)                            \
     X(cuProfilerStart, 4000, CM_ROW_REQUIRED)                                  \
-    X(cuProfilerStop, 4000, CM_ROW_REQUIRED)
+    X(cuProfilerStop, 4000, CM_ROW_REQUIRED)                                   \
+    X(cuMemAlloc, 3020, CM_ROW_REQUIRED)                                       \
+    X(cuMemFree, 3020, CM_ROW_REQUIRED)                                        \
+    X(cuMemcpyHtoD, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                       \
+    X(cuMemcpyDtoH, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                       \
+    X(cuMemcpyDtoD, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                       \
+    X(cuMemcpyHtoDAsync, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                  \
+    X(cuMemcpyDtoHAsync, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                  \
+    X(cuMemcpyDtoDAsync, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                  \
+    X(cuStreamCreate, 2000, CM_ROW_REQUIRED)                                   \
+    X(cuStreamCreateWithPriority, 5050, CM_ROW_REQUIRED)                       \
+    X(cuStreamDestroy, 4000, CM_ROW_REQUIRED)                                  \
+    X(cuStreamSynchronize, 2000, CM_ROW_REQUIRED | CM_ROW_PTDS)                \
+    X(cuStreamQuery, 2000, CM_ROW_REQUIRED | CM_ROW_PTDS)                      \
+    X(cuStreamGetCtx, 9020, CM_ROW_REQUIRED | CM_ROW_PTDS)                     \
+    X(cuCtxGetStreamPriorityRange, 5050, CM_ROW_REQUIRED)
 
 typedef struct cm_driver_table {
 #define CM_DRIVER_FIELD(name, version, flags) PFN_##name##_v##version name;

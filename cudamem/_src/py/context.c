@@ -5,6 +5,7 @@
 #include "device.h"
 
 #include "../core/driver.h"
+#include "pending.h"
 
 static cmpy_state *
 type_state(PyObject *self)
@@ -34,6 +35,7 @@ cmpy_context_of(cmpy_state *st, cmpy_Device *device)
     ctx->device = (cmpy_Device *)Py_NewRef(device);
     ctx->handle = handle;
     ctx->generation = generation;
+    ctx->memory_manager = NULL;
     PyObject_GC_Track(ctx);
     Py_XSETREF(device->context, Py_NewRef(ctx));
     return (PyObject *)ctx;
@@ -44,6 +46,7 @@ context_traverse(cmpy_Context *self, visitproc visit, void *arg)
 {
     Py_VISIT(Py_TYPE(self));
     Py_VISIT(self->device);
+    Py_VISIT(self->memory_manager);
     return 0;
 }
 
@@ -51,6 +54,7 @@ static int
 context_clear(cmpy_Context *self)
 {
     Py_CLEAR(self->device);
+    Py_CLEAR(self->memory_manager);
     return 0;
 }
 
@@ -106,7 +110,45 @@ context_get_handle(cmpy_Context *self, void *Py_UNUSED(closure))
     return PyLong_FromVoidPtr(self->handle);
 }
 
+static PyObject *
+context_get_deallocations(cmpy_Context *self, void *closure)
+{
+    return cmpy_deallocations_new(type_state((PyObject *)self), self,
+                                  closure != NULL ? CM_QUEUE_MEMORY
+                                                  : CM_QUEUE_OBJECTS);
+}
+
+/* The default manager is Python (cudamem.memory), made once per Context. */
+static PyObject *
+context_get_memory_manager(cmpy_Context *self, void *Py_UNUSED(closure))
+{
+    PyObject *mod;
+
+    if (self->memory_manager == NULL) {
+        mod = PyImport_ImportModule("cudamem.memory");
+        if (mod == NULL) {
+            return NULL;
+        }
+        self->memory_manager = PyObject_CallMethod(
+            mod, "_default_memory_manager", "O", (PyObject *)self);
+        Py_DECREF(mod);
+        if (self->memory_manager == NULL) {
+            return NULL;
+        }
+    }
+    return Py_NewRef(self->memory_manager);
+}
+
 static PyGetSetDef context_getset[] = {
+    {"deallocations", (getter)context_get_deallocations, NULL,
+     "Pending destroys of streams and events (numba's "
+     "Context.deallocations).",
+     NULL},
+    {"_memory_deallocations", (getter)context_get_deallocations, NULL,
+     "Pending frees of memory: memory_manager.deallocations.", (void *)1},
+    {"memory_manager", (getter)context_get_memory_manager, NULL,
+     "The context's memory manager (numba's Context.memory_manager).",
+     NULL},
     {"device", (getter)context_get_device, NULL, "The context's Device.",
      NULL},
     {"handle", (getter)context_get_handle, NULL,
@@ -209,9 +251,9 @@ context_synchronize(PyObject *self, PyObject *Py_UNUSED(ignored))
 
 PyDoc_STRVAR(context_reset_doc,
              "reset()\n\n"
-             "Cleans up what cudamem holds in this context (numba's\n"
-             "Context.reset()); the context itself stays usable. To destroy "
-             "it,\nuse Device.reset().");
+             "Waits for this context's work and frees every pending\n"
+             "deallocation (numba's Context.reset()); the context stays "
+             "usable.\nTo destroy it, use Device.reset().");
 
 static PyObject *
 context_reset(PyObject *self, PyObject *Py_UNUSED(ignored))
@@ -305,7 +347,23 @@ context_enable_peer_access(PyObject *self, PyObject *const *args,
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(context_defer_cleanup_doc,
+             "defer_cleanup() -> context manager\n\n"
+             "Inside the block no pending free of this context runs "
+             "(blocks\nnest); leaving it does not free. numba's "
+             "Context.defer_cleanup().");
+
+static PyObject *
+context_defer_cleanup(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    return cmpy_defer_guard_new(type_state(self), (cmpy_Context *)self,
+                                (1u << CM_QUEUE_MEMORY) |
+                                    (1u << CM_QUEUE_OBJECTS));
+}
+
 static PyMethodDef context_methods[] = {
+    {"defer_cleanup", context_defer_cleanup, METH_NOARGS,
+     context_defer_cleanup_doc},
     {"get_memory_info", context_get_memory_info, METH_NOARGS,
      context_get_memory_info_doc},
     {"push", context_push, METH_NOARGS, context_push_doc},

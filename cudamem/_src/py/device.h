@@ -24,6 +24,7 @@ typedef struct cmpy_Context {
     cmpy_Device *device;
     CUcontext handle;
     uint64_t generation; /* the device's when this object was made */
+    PyObject *memory_manager; /* made on first use, or NULL */
 } cmpy_Context;
 
 /* Every visible device's object, made on first use (loads the driver);

@@ -46,3 +46,23 @@ cmpy_raise(cmpy_state *st, const cm_error *err)
                  (int)err->kind);
     return NULL;
 }
+
+void
+cmpy_warn_release(cmpy_state *st, const cm_error *err)
+{
+    PyObject *saved = cmpy_exc_take();
+    PyObject *exc;
+
+    /* In a forked child a finalizer does nothing (DESIGN rule 10). */
+    if (err->kind != CM_ERR_FORK) {
+        cmpy_raise(st, err);
+        exc = cmpy_exc_take();
+        if (PyErr_WarnFormat(st->CudaWarning, 1,
+                             "cudamem could not free a resource: %S",
+                             exc) < 0) {
+            PyErr_WriteUnraisable(exc);
+        }
+        Py_XDECREF(exc);
+    }
+    cmpy_exc_put(saved);
+}

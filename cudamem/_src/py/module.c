@@ -1,7 +1,9 @@
 /* module.c: the cudamem._cudamem module: multi-phase init, module state
  * (exception classes, the simulator's path) and the merged method tables.
  * Importing it touches no driver (DESIGN rule 1). */
-#include "module.h"
+#define CMPY_NPY_IMPORT
+#include "npy.h"
+#include "stream.h"
 
 #include <string.h>
 
@@ -66,17 +68,32 @@ find_simulator(PyObject *module, cmpy_state *st)
     return 0;
 }
 
+int
+cmpy_numpy_init(void)
+{
+    import_array1(-1);
+    return 0;
+}
+
 static int
 cudamem_exec(PyObject *module)
 {
     cmpy_state *st = cmpy_get_state(module);
 
-    if (load_exceptions(st) < 0 || find_simulator(module, st) < 0) {
+    if (cmpy_numpy_init() < 0 || load_exceptions(st) < 0 ||
+        find_simulator(module, st) < 0) {
         return -1;
     }
     if (PyModule_AddFunctions(module, cmpy_driver_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_device_methods) < 0 ||
-        cmpy_device_types_init(module, st) < 0) {
+        PyModule_AddFunctions(module, cmpy_stream_methods) < 0 ||
+        PyModule_AddFunctions(module, cmpy_array_methods) < 0 ||
+        PyModule_AddFunctions(module, cmpy_pending_methods) < 0 ||
+        cmpy_device_types_init(module, st) < 0 ||
+        cmpy_stream_type_init(module, st) < 0 ||
+        cmpy_memory_type_init(module, st) < 0 ||
+        cmpy_array_type_init(module, st) < 0 ||
+        cmpy_pending_type_init(module, st) < 0) {
         return -1;
     }
     /* The CUDA version of the headers cudamem was built with. */
@@ -103,6 +120,11 @@ cudamem_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->CudaWarning);
     Py_VISIT(st->DeviceType);
     Py_VISIT(st->ContextType);
+    Py_VISIT(st->StreamType);
+    Py_VISIT(st->MemoryPointerType);
+    Py_VISIT(st->DeviceNDArrayType);
+    Py_VISIT(st->DeallocationsType);
+    Py_VISIT(st->DeferGuardType);
     Py_VISIT(st->devices);
     Py_VISIT(st->attr_ids);
     Py_VISIT(st->MemoryInfo);
@@ -122,6 +144,11 @@ cudamem_clear(PyObject *module)
     Py_CLEAR(st->devices);
     Py_CLEAR(st->DeviceType);
     Py_CLEAR(st->ContextType);
+    Py_CLEAR(st->StreamType);
+    Py_CLEAR(st->MemoryPointerType);
+    Py_CLEAR(st->DeviceNDArrayType);
+    Py_CLEAR(st->DeallocationsType);
+    Py_CLEAR(st->DeferGuardType);
     Py_CLEAR(st->attr_ids);
     Py_CLEAR(st->MemoryInfo);
     return 0;

@@ -5,6 +5,7 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 
 #include "../core/status.h"
 
@@ -17,6 +18,11 @@ typedef struct cmpy_state {
     PyObject *CudaWarning;
     PyObject *DeviceType;  /* py/device.c */
     PyObject *ContextType; /* py/device.c */
+    PyObject *StreamType;  /* py/stream.c */
+    PyObject *MemoryPointerType; /* py/memory.c */
+    PyObject *DeviceNDArrayType; /* py/array.c */
+    PyObject *DeallocationsType; /* py/pending.c */
+    PyObject *DeferGuardType;    /* py/pending.c */
     PyObject *devices;     /* tuple of Device, made on first use, or NULL */
     PyObject *attr_ids;    /* {"WARP_SIZE": 10, ...}: every attribute */
     PyObject *MemoryInfo;  /* cudamem.devices.MemoryInfo, loaded lazily */
@@ -29,17 +35,60 @@ cmpy_get_state(PyObject *module)
     return (cmpy_state *)PyModule_GetState(module);
 }
 
+/* The exception being handled, taken out and put back (3.12's API, and
+ * the deprecated triple before it). */
+static inline PyObject *
+cmpy_exc_take(void)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    return PyErr_GetRaisedException();
+#else
+    PyObject *type, *value, *tb;
+
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (value != NULL && tb != NULL) {
+        PyException_SetTraceback(value, tb);
+    }
+    Py_XDECREF(type);
+    Py_XDECREF(tb);
+    return value;
+#endif
+}
+
+static inline void
+cmpy_exc_put(PyObject *exc)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    PyErr_SetRaisedException(exc);
+#else
+    if (exc == NULL) {
+        return;
+    }
+    PyErr_Restore(Py_NewRef(Py_TYPE(exc)), exc, PyException_GetTraceback(exc));
+#endif
+}
+
 /* Sets the Python exception for a core failure; returns NULL. */
 PyObject *cmpy_raise(cmpy_state *st, const cm_error *err);
+/* A failed free in a finalizer: a CudaWarning (an unraisable error when
+ * warnings are errors), keeping any exception already set. */
+void cmpy_warn_release(cmpy_state *st, const cm_error *err);
 /* Loads the driver (once per process); 0, or -1 with an exception set. */
 int cmpy_ensure_driver(cmpy_state *st);
 
 /* Method tables of the other py/ files, merged by module.c. */
 extern PyMethodDef cmpy_driver_methods[];
 extern PyMethodDef cmpy_device_methods[];
+extern PyMethodDef cmpy_array_methods[];
+extern PyMethodDef cmpy_pending_methods[];
 
 /* py/device.c: creates the Device and Context types and the attribute
  * table in the module state; 0, or -1 with an exception set. */
 int cmpy_device_types_init(PyObject *module, cmpy_state *st);
+/* The same for py/memory.c, py/array.c and py/pending.c. */
+int cmpy_memory_type_init(PyObject *module, cmpy_state *st);
+int cmpy_array_type_init(PyObject *module, cmpy_state *st);
+int cmpy_pending_type_init(PyObject *module, cmpy_state *st);
 
 #endif

@@ -1,0 +1,37 @@
+/* memory.h: device allocations as refcounted records (DESIGN rule 4): the
+ * device and generation they belong to, their kind and size. The last
+ * decref hands the free to release.c. Views are the owner's business
+ * (py/): a record is the whole allocation. */
+#ifndef CM_MEMORY_H
+#define CM_MEMORY_H
+
+#include <cuda.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "context.h"
+#include "pending.h"
+
+typedef struct cm_mem {
+    int refs; /* atomic */
+    cm_free_kind kind;
+    cm_device *dev;
+    uint64_t generation;
+    CUdeviceptr ptr; /* 0 for a zero-size allocation */
+    size_t size;
+} cm_mem;
+
+/* cuMemAlloc of nbytes in dev's primary context, with one refcount. On
+ * CUDA_ERROR_OUT_OF_MEMORY the device's memory queue is flushed (unless
+ * deferred) and the allocation tried once more. nbytes 0 allocates
+ * nothing. */
+int cm_mem_alloc(cm_device *dev, size_t nbytes, cm_mem **out, cm_error *err);
+void cm_mem_incref(cm_mem *m);
+/* Drops a reference; the last one queues the free and frees the record.
+ * -1: a queued free failed (reported in err); the record is gone anyway. */
+int cm_mem_decref(cm_mem *m, cm_error *err);
+/* Fails with CM_ERR_STATE when the device was reset or closed since the
+ * allocation (its memory is gone). */
+int cm_mem_check(const cm_mem *m, cm_error *err);
+
+#endif

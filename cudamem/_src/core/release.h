@@ -1,0 +1,55 @@
+/* release.h: where cudamem's driver objects go when their last owner lets
+ * go (DESIGN rule 5). Each device has numba's two queues for its primary
+ * context: one for memory, one for streams and events. A generation that is
+ * no longer the device's drops the free: the driver freed it with the
+ * context. Owns the free functions; does not own the records. */
+#ifndef CM_RELEASE_H
+#define CM_RELEASE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "context.h"
+#include "pending.h"
+
+typedef enum cm_queue_id {
+    CM_QUEUE_MEMORY = 0, /* memory_manager.deallocations */
+    CM_QUEUE_OBJECTS,    /* context.deallocations: streams, events */
+    CM_QUEUE_COUNT
+} cm_queue_id;
+
+/* Hands the free of `handle`, made in dev's primary context at
+ * `generation`, to its queue (by kind), which may flush. The caller never
+ * owns the handle afterwards: when the queue cannot grow the handle is
+ * freed at once. -1: a free failed (this one or a queued one), reported
+ * in err. */
+int cm_release(cm_device *dev, uint64_t generation, cm_free_kind kind,
+               uint64_t handle, size_t nbytes, cm_error *err);
+
+/* numba's deallocations.clear(): frees what the queue holds unless it is
+ * deferred. The first failed free stops the flush and is reported; the
+ * rest stay queued. */
+int cm_queue_flush(cm_device *dev, cm_queue_id q, cm_error *err);
+/* Both queues (Context.reset(), out-of-memory). */
+int cm_queues_flush(cm_device *dev, cm_error *err);
+
+/* numba's deallocations.disable() on one queue (nests); defer_cleanup()
+ * is both. Leaving does not flush. */
+int cm_queue_defer(cm_device *dev, cm_queue_id q, cm_error *err);
+void cm_queue_undefer(cm_device *dev, cm_queue_id q);
+
+/* Count and bytes pending, and whether the queue is deferred; zeros for a
+ * device whose queues were never made. */
+void cm_queue_stats(cm_device *dev, cm_queue_id q, size_t *count,
+                    size_t *bytes, int *deferred);
+
+/* Interpreter exit: flushes every queue once, then stops them; releases
+ * after that leak on purpose. The first failure is reported in err; the
+ * other queues are still flushed. */
+int cm_queues_shutdown(cm_error *err);
+
+/* context.c, with dev->lock held, before bumping the generation: forgets
+ * everything queued (the context that owned it is going away). */
+void cm__queues_drop(cm_device *dev);
+
+#endif

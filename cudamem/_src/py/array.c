@@ -1,0 +1,1135 @@
+/* array.c (py/): DeviceNDArray, numba's device array: its layout and
+ * attributes, the CUDA Array Interface export, and the functions that make
+ * and move whole contiguous arrays (to_device, device_array,
+ * copy_to_host, copy_to_device). Copies are core/copy.c's; memory is the
+ * gpu_data MemoryPointer's. */
+#include "array.h"
+
+#include "../core/copy.h"
+#include "device.h"
+#include "stream.h"
+
+#define LAYOUT (NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_F_CONTIGUOUS)
+
+static cmpy_state *
+type_state(PyObject *self)
+{
+    return (cmpy_state *)PyType_GetModuleState(Py_TYPE(self));
+}
+
+/* NumPy's contiguity rules: dimensions of length 1 do not count, and an
+ * empty array is both C and F contiguous. */
+static int
+layout_flags(int ndim, const Py_ssize_t *shape, const Py_ssize_t *strides,
+             Py_ssize_t itemsize)
+{
+    Py_ssize_t expect = itemsize;
+    int flags = LAYOUT;
+
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] == 0) {
+            return LAYOUT;
+        }
+    }
+    for (int i = ndim - 1; i >= 0; i--) {
+        if (shape[i] != 1) {
+            if (strides[i] != expect) {
+                flags &= ~NPY_ARRAY_C_CONTIGUOUS;
+                break;
+            }
+            expect *= shape[i];
+        }
+    }
+    expect = itemsize;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] != 1) {
+            if (strides[i] != expect) {
+                flags &= ~NPY_ARRAY_F_CONTIGUOUS;
+                break;
+            }
+            expect *= shape[i];
+        }
+    }
+    return flags;
+}
+
+/* A dtype a device array can hold: no Python objects, a non-zero size. */
+static int
+check_dtype(PyArray_Descr *dtype)
+{
+    if (PyDataType_REFCHK(dtype)) {
+        PyErr_Format(PyExc_TypeError,
+                     "dtype %R holds Python objects, which cannot live in "
+                     "device memory",
+                     (PyObject *)dtype);
+        return -1;
+    }
+    if (PyDataType_ELSIZE(dtype) == 0) {
+        PyErr_Format(PyExc_ValueError, "dtype %R has no size",
+                     (PyObject *)dtype);
+        return -1;
+    }
+    return 0;
+}
+
+/* An int or a sequence of ints (numpy.empty's shape and strides): at
+ * most NPY_MAXDIMS of them. `what` names the argument in errors. */
+static int
+parse_ints(PyObject *arg, const char *what, Py_ssize_t *out, int *n)
+{
+    PyObject *seq;
+    Py_ssize_t len;
+
+    if (PyIndex_Check(arg)) {
+        out[0] = PyNumber_AsSsize_t(arg, PyExc_ValueError);
+        *n = 1;
+        return out[0] == -1 && PyErr_Occurred() ? -1 : 0;
+    }
+    seq = PySequence_Fast(arg, "");
+    if (seq == NULL) {
+        PyErr_Format(PyExc_TypeError,
+                     "%s must be an int or a sequence of ints, not %.200s",
+                     what, Py_TYPE(arg)->tp_name);
+        return -1;
+    }
+    len = PySequence_Fast_GET_SIZE(seq);
+    if (len > NPY_MAXDIMS) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s %R has %zd dimensions; at most %d are supported",
+                     what, arg, len, NPY_MAXDIMS);
+        goto error;
+    }
+    for (Py_ssize_t i = 0; i < len; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+
+        if (!PyIndex_Check(item)) {
+            PyErr_Format(PyExc_TypeError, "%s %R: %.200s is not an int",
+                         what, arg, Py_TYPE(item)->tp_name);
+            goto error;
+        }
+        out[i] = PyNumber_AsSsize_t(item, PyExc_ValueError);
+        if (out[i] == -1 && PyErr_Occurred()) {
+            goto error;
+        }
+    }
+    Py_DECREF(seq);
+    *n = (int)len;
+    return 0;
+error:
+    Py_DECREF(seq);
+    return -1;
+}
+
+static int
+parse_shape(PyObject *arg, Py_ssize_t *shape, int *ndim)
+{
+    if (parse_ints(arg, "shape", shape, ndim) < 0) {
+        return -1;
+    }
+    for (int i = 0; i < *ndim; i++) {
+        if (shape[i] < 0) {
+            PyErr_Format(PyExc_ValueError,
+                         "negative dimensions are not allowed: shape %R",
+                         arg);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The extent of a layout: the lowest and one past the highest byte offset
+ * any element touches, relative to the first element. Fails on overflow. */
+static int
+layout_extent(int ndim, const Py_ssize_t *shape, const Py_ssize_t *strides,
+              Py_ssize_t itemsize, Py_ssize_t *size, Py_ssize_t *low,
+              Py_ssize_t *high)
+{
+    Py_ssize_t count = 1, lo = 0, hi = itemsize, span;
+
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] != 0 && count > PY_SSIZE_T_MAX / shape[i]) {
+            goto overflow;
+        }
+        count *= shape[i];
+    }
+    if (count != 0 && itemsize > PY_SSIZE_T_MAX / count) {
+        goto overflow;
+    }
+    for (int i = 0; count != 0 && i < ndim; i++) {
+        Py_ssize_t step = strides[i] < 0 ? -strides[i] : strides[i];
+
+        if (shape[i] > 1 && step > PY_SSIZE_T_MAX / (shape[i] - 1)) {
+            goto overflow;
+        }
+        span = (shape[i] - 1) * step;
+        if (strides[i] < 0) {
+            lo -= span;
+        }
+        else {
+            hi += span;
+        }
+        if (lo < -(PY_SSIZE_T_MAX / 2) || hi > PY_SSIZE_T_MAX / 2) {
+            goto overflow;
+        }
+    }
+    *size = count;
+    *low = count != 0 ? lo : 0;
+    *high = count != 0 ? hi : 0;
+    return 0;
+overflow:
+    PyErr_SetString(PyExc_ValueError,
+                    "array is too big; `arr.size * arr.dtype.itemsize` is "
+                    "larger than the maximum possible size");
+    return -1;
+}
+
+/* Strides of a contiguous layout in `order` ('C' or 'F'). */
+static void
+contiguous_strides(int ndim, const Py_ssize_t *shape, Py_ssize_t itemsize,
+                   char order, Py_ssize_t *strides)
+{
+    Py_ssize_t step = itemsize;
+
+    for (int k = 0; k < ndim; k++) {
+        int i = order == 'F' ? k : ndim - 1 - k;
+
+        strides[i] = step;
+        step *= shape[i] > 0 ? shape[i] : 1;
+    }
+}
+
+/* A new array on dev over new memory. Steals nothing: dtype and the
+ * stream object are referenced. */
+static cmpy_DeviceNDArray *
+array_alloc(cmpy_state *st, cm_device *dev, int ndim, const Py_ssize_t *shape,
+            const Py_ssize_t *strides, PyArray_Descr *dtype,
+            PyObject *stream_obj, const cmpy_stream_ref *ref)
+{
+    Py_ssize_t itemsize = PyDataType_ELSIZE(dtype), size, low, high;
+    cmpy_DeviceNDArray *self;
+    PyObject *mem;
+
+    if (layout_extent(ndim, shape, strides, itemsize, &size, &low, &high) <
+        0) {
+        return NULL;
+    }
+    mem = cmpy_memory_alloc(st, dev, (size_t)(high - low));
+    if (mem == NULL) {
+        return NULL;
+    }
+    self = PyObject_GC_NewVar(cmpy_DeviceNDArray,
+                              (PyTypeObject *)st->DeviceNDArrayType, 2 * ndim);
+    if (self == NULL) {
+        Py_DECREF(mem);
+        return NULL;
+    }
+    self->gpu_data = (cmpy_MemoryPointer *)mem;
+    self->ptr = size != 0 ? self->gpu_data->ptr - (CUdeviceptr)low : 0;
+    self->dtype = (PyArray_Descr *)Py_NewRef(dtype);
+    self->size = size;
+    self->nbytes = size * itemsize;
+    memcpy(CMPY_SHAPE(self), shape, (size_t)ndim * sizeof(Py_ssize_t));
+    memcpy(CMPY_STRIDES(self), strides, (size_t)ndim * sizeof(Py_ssize_t));
+    self->flags = layout_flags(ndim, shape, strides, itemsize);
+    /* Small ints are preallocated: PyLong_FromLong(0) cannot fail. */
+    self->stream = stream_obj != NULL ? Py_NewRef(stream_obj)
+                                      : PyLong_FromLong(0);
+    self->stream_handle = ref->handle;
+    self->stream_async = ref->async;
+    self->weakreflist = NULL;
+    PyObject_GC_Track(self);
+    return self;
+}
+
+static int
+array_traverse(cmpy_DeviceNDArray *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->gpu_data);
+    Py_VISIT(self->dtype);
+    Py_VISIT(self->stream);
+    return 0;
+}
+
+static int
+array_clear(cmpy_DeviceNDArray *self)
+{
+    Py_CLEAR(self->gpu_data);
+    Py_CLEAR(self->dtype);
+    Py_CLEAR(self->stream);
+    return 0;
+}
+
+static void
+array_dealloc(cmpy_DeviceNDArray *self)
+{
+    PyTypeObject *type = Py_TYPE(self);
+
+    PyObject_GC_UnTrack(self);
+    if (self->weakreflist != NULL) {
+        PyObject_ClearWeakRefs((PyObject *)self);
+    }
+    array_clear(self);
+    type->tp_free(self);
+    Py_DECREF(type);
+}
+
+/* The stream an operation uses: its stream= argument, or the array's own
+ * when that is 0 (numba's rule). */
+static int
+operation_stream(cmpy_state *st, cmpy_DeviceNDArray *self, PyObject *arg,
+                 cmpy_stream_ref *ref)
+{
+    if (arg == NULL || arg == Py_None ||
+        (PyLong_CheckExact(arg) && PyLong_AsLong(arg) == 0)) {
+        ref->handle = self->stream_handle;
+        ref->async = self->stream_async;
+        ref->obj = NULL;
+        return 0;
+    }
+    return cmpy_stream_arg(st, arg, self->gpu_data->mem->dev, ref);
+}
+
+/* 0 while the array's memory still exists (its context was not reset or
+ * closed), else raises. */
+static int
+check_alive(cmpy_state *st, cmpy_DeviceNDArray *self)
+{
+    cm_error err;
+
+    if (cm_mem_check(self->gpu_data->mem, &err) < 0) {
+        cmpy_raise(st, &err);
+        return -1;
+    }
+    return 0;
+}
+
+static int
+check_contiguous(cmpy_DeviceNDArray *self, const char *what)
+{
+    if (self->flags & LAYOUT) {
+        return 0;
+    }
+    PyErr_Format(PyExc_NotImplementedError,
+                 "%s of a non-contiguous device array (strides %R) is not "
+                 "supported by this version of cudamem",
+                 what, PyObject_GetAttrString((PyObject *)self, "strides"));
+    return -1;
+}
+
+/* Copies between host bytes and the array, through core. Synchronous
+ * copies can wait on the device: the GIL is released around them. */
+static int
+transfer(cmpy_state *st, cmpy_DeviceNDArray *self, void *host, int to_device,
+         const cmpy_stream_ref *ref)
+{
+    cm_device *dev = self->gpu_data->mem->dev;
+    size_t n = (size_t)self->nbytes;
+    cm_error err;
+    int rc;
+
+    if (ref->async) {
+        rc = to_device ? cm_copy_htod(dev, self->ptr, host, n, ref->handle, 1,
+                                      &err)
+                       : cm_copy_dtoh(dev, host, self->ptr, n, ref->handle, 1,
+                                      &err);
+    }
+    else {
+        Py_BEGIN_ALLOW_THREADS
+        rc = to_device ? cm_copy_htod(dev, self->ptr, host, n, NULL, 0, &err)
+                       : cm_copy_dtoh(dev, host, self->ptr, n, NULL, 0, &err);
+        Py_END_ALLOW_THREADS
+    }
+    if (rc < 0) {
+        cmpy_raise(st, &err);
+        return -1;
+    }
+    return 0;
+}
+
+/* Equal shapes once dimensions of length 1 are dropped (numba's rule for
+ * copies between arrays). */
+static int
+same_squeezed(int nd1, const Py_ssize_t *s1, int nd2, const Py_ssize_t *s2)
+{
+    int i = 0, j = 0;
+
+    for (;;) {
+        while (i < nd1 && s1[i] == 1) {
+            i++;
+        }
+        while (j < nd2 && s2[j] == 1) {
+            j++;
+        }
+        if (i == nd1 || j == nd2) {
+            return i == nd1 && j == nd2;
+        }
+        if (s1[i++] != s2[j++]) {
+            return 0;
+        }
+    }
+}
+
+static PyObject *
+shape_tuple(int ndim, const Py_ssize_t *dims)
+{
+    PyObject *t = PyTuple_New(ndim);
+
+    for (int i = 0; t != NULL && i < ndim; i++) {
+        PyObject *v = PyLong_FromSsize_t(dims[i]);
+
+        if (v == NULL) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, i, v);
+    }
+    return t;
+}
+
+/* numba's compatibility check for copies: the same dtype, and the same
+ * shape after squeezing. */
+static int
+check_compatible(cmpy_DeviceNDArray *self, PyArrayObject *host)
+{
+    PyObject *a, *b;
+
+    if (!PyArray_EquivTypes(self->dtype, PyArray_DESCR(host))) {
+        PyErr_Format(PyExc_TypeError, "incompatible dtype: %R vs. %R",
+                     (PyObject *)self->dtype,
+                     (PyObject *)PyArray_DESCR(host));
+        return -1;
+    }
+    if (same_squeezed(CMPY_NDIM(self), CMPY_SHAPE(self), PyArray_NDIM(host),
+                      PyArray_DIMS(host))) {
+        return 0;
+    }
+    a = shape_tuple(CMPY_NDIM(self), CMPY_SHAPE(self));
+    b = shape_tuple(PyArray_NDIM(host), PyArray_DIMS(host));
+    if (a != NULL && b != NULL) {
+        PyErr_Format(PyExc_ValueError, "incompatible shape: %R vs. %R", a, b);
+    }
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    return -1;
+}
+
+/* A host array with exactly the device array's layout (it is contiguous):
+ * new, or `host` itself when its bytes already match. New reference. */
+static PyArrayObject *
+host_twin(cmpy_DeviceNDArray *self, PyArrayObject *host)
+{
+    int want = self->flags & NPY_ARRAY_C_CONTIGUOUS ? NPY_ARRAY_C_CONTIGUOUS
+                                                    : NPY_ARRAY_F_CONTIGUOUS;
+
+    if (host != NULL && (PyArray_FLAGS(host) & want) &&
+        PyArray_NBYTES(host) == self->nbytes) {
+        return (PyArrayObject *)Py_NewRef(host);
+    }
+    Py_INCREF(self->dtype);
+    return (PyArrayObject *)PyArray_NewFromDescr(
+        &PyArray_Type, self->dtype, CMPY_NDIM(self), CMPY_SHAPE(self),
+        CMPY_STRIDES(self), NULL, want == NPY_ARRAY_F_CONTIGUOUS, NULL);
+}
+
+/* Host data for a copy into the device array: `src` itself when its bytes
+ * are laid out as the device's, else a copy that is. New reference. */
+static PyArrayObject *
+host_source(cmpy_DeviceNDArray *self, PyArrayObject *src)
+{
+    PyArrayObject *twin = host_twin(self, src);
+    PyArrayObject *shaped;
+
+    if (twin == NULL || twin == src) {
+        return twin;
+    }
+    /* src has the device's shape up to dimensions of length 1. */
+    shaped = (PyArrayObject *)PyArray_Newshape(
+        src,
+        &(PyArray_Dims){CMPY_SHAPE(self), CMPY_NDIM(self)},
+        self->flags & NPY_ARRAY_C_CONTIGUOUS ? NPY_CORDER : NPY_FORTRANORDER);
+    if (shaped == NULL || PyArray_CopyInto(twin, shaped) < 0) {
+        Py_XDECREF(shaped);
+        Py_DECREF(twin);
+        return NULL;
+    }
+    Py_DECREF(shaped);
+    return twin;
+}
+
+static int
+copy_from_host(cmpy_state *st, cmpy_DeviceNDArray *self, PyObject *obj,
+               const cmpy_stream_ref *ref)
+{
+    PyArrayObject *host, *src;
+    int rc;
+
+    host = (PyArrayObject *)PyArray_FROM_O(obj);
+    if (host == NULL) {
+        return -1;
+    }
+    if (check_compatible(self, host) < 0) {
+        Py_DECREF(host);
+        return -1;
+    }
+    src = host_source(self, host);
+    Py_DECREF(host);
+    if (src == NULL) {
+        return -1;
+    }
+    rc = transfer(st, self, PyArray_DATA(src), 1, ref);
+    Py_DECREF(src);
+    return rc;
+}
+
+static int
+copy_from_device(cmpy_state *st, cmpy_DeviceNDArray *self,
+                 cmpy_DeviceNDArray *other, const cmpy_stream_ref *ref)
+{
+    cm_device *dev = self->gpu_data->mem->dev;
+    cm_error err;
+    int rc;
+
+    if (!PyArray_EquivTypes(self->dtype, other->dtype) ||
+        !same_squeezed(CMPY_NDIM(self), CMPY_SHAPE(self), CMPY_NDIM(other),
+                       CMPY_SHAPE(other))) {
+        PyErr_Format(PyExc_ValueError,
+                     "cannot copy a device array of %R into one of %R",
+                     PyObject_GetAttrString((PyObject *)other, "shape"),
+                     PyObject_GetAttrString((PyObject *)self, "shape"));
+        return -1;
+    }
+    if (check_alive(st, other) < 0 || check_contiguous(other, "a copy") < 0) {
+        return -1;
+    }
+    if (other->gpu_data->mem->dev != dev ||
+        ((self->flags & other->flags & LAYOUT) == 0 && self->size > 1)) {
+        PyErr_SetString(PyExc_NotImplementedError,
+                        "copies between device arrays of different layouts "
+                        "or devices are not supported by this version of "
+                        "cudamem");
+        return -1;
+    }
+    if (ref->async) {
+        rc = cm_copy_dtod(dev, self->ptr, other->ptr, (size_t)self->nbytes,
+                          ref->handle, 1, &err);
+    }
+    else {
+        Py_BEGIN_ALLOW_THREADS
+        rc = cm_copy_dtod(dev, self->ptr, other->ptr, (size_t)self->nbytes,
+                          NULL, 0, &err);
+        Py_END_ALLOW_THREADS
+    }
+    if (rc < 0) {
+        cmpy_raise(st, &err);
+        return -1;
+    }
+    return 0;
+}
+
+/* Keyword-or-positional arguments of the FASTCALL functions below, by
+ * name: fills out[] (NULL where absent). */
+static int
+parse_args(const char *fname, const char *const *names, int nnames,
+           int required, PyObject *const *args, Py_ssize_t nargs,
+           PyObject *kwnames, PyObject **out)
+{
+    Py_ssize_t nkw = kwnames != NULL ? PyTuple_GET_SIZE(kwnames) : 0;
+
+    if (nargs > nnames) {
+        PyErr_Format(PyExc_TypeError,
+                     "%s() takes at most %d arguments (%zd given)", fname,
+                     nnames, nargs + nkw);
+        return -1;
+    }
+    for (int i = 0; i < nnames; i++) {
+        out[i] = i < nargs ? args[i] : NULL;
+    }
+    for (Py_ssize_t k = 0; k < nkw; k++) {
+        PyObject *key = PyTuple_GET_ITEM(kwnames, k);
+        int i = 0;
+
+        while (i < nnames &&
+               PyUnicode_CompareWithASCIIString(key, names[i]) != 0) {
+            i++;
+        }
+        if (i == nnames) {
+            PyErr_Format(PyExc_TypeError,
+                         "%s() got an unexpected keyword argument %R", fname,
+                         key);
+            return -1;
+        }
+        if (out[i] != NULL) {
+            PyErr_Format(PyExc_TypeError,
+                         "%s() got multiple values for argument '%s'", fname,
+                         names[i]);
+            return -1;
+        }
+        out[i] = args[nargs + k];
+    }
+    for (int i = 0; i < required; i++) {
+        if (out[i] == NULL) {
+            PyErr_Format(PyExc_TypeError,
+                         "%s() missing required argument '%s'", fname,
+                         names[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(copy_to_host_doc,
+             "copy_to_host(ary=None, stream=0) -> numpy.ndarray\n\n"
+             "Copies the array to the host: into a new array with this "
+             "array's\nlayout, or into *ary* (a writeable ndarray of the same "
+             "dtype whose\nshape is equal after dropping dimensions of length "
+             "1). With stream\n0 (and no stream given at creation) the copy "
+             "is complete on return;\nwith a stream it is queued there and "
+             "complete once the stream is\n(a destination of another layout "
+             "waits for the stream first).");
+
+static PyObject *
+array_copy_to_host(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
+                   PyObject *kwnames)
+{
+    static const char *const names[] = {"ary", "stream"};
+    cmpy_DeviceNDArray *self = (cmpy_DeviceNDArray *)op;
+    cmpy_state *st = type_state(op);
+    PyArrayObject *dst = NULL, *twin = NULL;
+    PyObject *argv[2], *result = NULL, *shaped;
+    cmpy_stream_ref ref;
+
+    if (parse_args("copy_to_host", names, 2, 0, args, nargs, kwnames, argv) <
+            0 ||
+        operation_stream(st, self, argv[1], &ref) < 0 ||
+        check_alive(st, self) < 0 ||
+        check_contiguous(self, "copy_to_host()") < 0) {
+        return NULL;
+    }
+    if (argv[0] != NULL && argv[0] != Py_None) {
+        if (!PyArray_Check(argv[0])) {
+            PyErr_Format(PyExc_TypeError,
+                         "copy_to_host() needs a numpy.ndarray for ary, not "
+                         "%.200s",
+                         Py_TYPE(argv[0])->tp_name);
+            return NULL;
+        }
+        dst = (PyArrayObject *)argv[0];
+        if (check_compatible(self, dst) < 0 ||
+            PyArray_FailUnlessWriteable(dst, "copy_to_host destination") <
+                0) {
+            return NULL;
+        }
+    }
+    twin = host_twin(self, dst);
+    if (twin == NULL || transfer(st, self, PyArray_DATA(twin), 0, &ref) < 0) {
+        goto done;
+    }
+    if (dst == NULL || twin == dst) {
+        result = Py_NewRef(dst != NULL ? (PyObject *)dst : (PyObject *)twin);
+        goto done;
+    }
+    /* Another layout: the bytes must be there before NumPy moves them. */
+    if (ref.async && cmpy_stream_wait(st, self->gpu_data->mem->dev,
+                                      ref.handle) < 0) {
+        goto done;
+    }
+    shaped = PyArray_Newshape(
+        twin, &(PyArray_Dims){PyArray_DIMS(dst), PyArray_NDIM(dst)},
+        self->flags & NPY_ARRAY_C_CONTIGUOUS ? NPY_CORDER : NPY_FORTRANORDER);
+    if (shaped != NULL &&
+        PyArray_CopyInto(dst, (PyArrayObject *)shaped) == 0) {
+        result = Py_NewRef(dst);
+    }
+    Py_XDECREF(shaped);
+done:
+    Py_XDECREF(twin);
+    return result;
+}
+
+PyDoc_STRVAR(copy_to_device_doc,
+             "copy_to_device(ary, stream=0)\n\n"
+             "Copies *ary* (array-like on the host, or a device array on "
+             "the same\ndevice) into this array. The dtype must be the same "
+             "and the shape\nequal after dropping dimensions of length 1. "
+             "Synchronous on stream\n0, queued on a stream.");
+
+static PyObject *
+array_copy_to_device(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
+                     PyObject *kwnames)
+{
+    static const char *const names[] = {"ary", "stream"};
+    cmpy_DeviceNDArray *self = (cmpy_DeviceNDArray *)op;
+    cmpy_state *st = type_state(op);
+    PyObject *argv[2];
+    cmpy_stream_ref ref;
+    int rc;
+
+    if (parse_args("copy_to_device", names, 2, 1, args, nargs, kwnames,
+                   argv) < 0 ||
+        operation_stream(st, self, argv[1], &ref) < 0 ||
+        check_alive(st, self) < 0 ||
+        check_contiguous(self, "copy_to_device()") < 0) {
+        return NULL;
+    }
+    if (PyObject_TypeCheck(argv[0], (PyTypeObject *)st->DeviceNDArrayType)) {
+        rc = copy_from_device(st, self, (cmpy_DeviceNDArray *)argv[0], &ref);
+    }
+    else {
+        rc = copy_from_host(st, self, argv[0], &ref);
+    }
+    if (rc < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(is_c_contiguous_doc,
+             "is_c_contiguous() -> bool\n\nWhether the array is C-contiguous "
+             "(NumPy's rule).");
+
+static PyObject *
+array_is_c_contiguous(PyObject *op, PyObject *Py_UNUSED(ignored))
+{
+    return PyBool_FromLong(((cmpy_DeviceNDArray *)op)->flags &
+                           NPY_ARRAY_C_CONTIGUOUS);
+}
+
+PyDoc_STRVAR(is_f_contiguous_doc,
+             "is_f_contiguous() -> bool\n\nWhether the array is "
+             "Fortran-contiguous (NumPy's rule).");
+
+static PyObject *
+array_is_f_contiguous(PyObject *op, PyObject *Py_UNUSED(ignored))
+{
+    return PyBool_FromLong(((cmpy_DeviceNDArray *)op)->flags &
+                           NPY_ARRAY_F_CONTIGUOUS);
+}
+
+static PyMethodDef array_methods[] = {
+    {"copy_to_host", (PyCFunction)(void (*)(void))array_copy_to_host,
+     METH_FASTCALL | METH_KEYWORDS, copy_to_host_doc},
+    {"copy_to_device", (PyCFunction)(void (*)(void))array_copy_to_device,
+     METH_FASTCALL | METH_KEYWORDS, copy_to_device_doc},
+    {"is_c_contiguous", array_is_c_contiguous, METH_NOARGS,
+     is_c_contiguous_doc},
+    {"is_f_contiguous", array_is_f_contiguous, METH_NOARGS,
+     is_f_contiguous_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyObject *
+get_shape(cmpy_DeviceNDArray *self, void *Py_UNUSED(c))
+{
+    return shape_tuple(CMPY_NDIM(self), CMPY_SHAPE(self));
+}
+
+static PyObject *
+get_strides(cmpy_DeviceNDArray *self, void *Py_UNUSED(c))
+{
+    return shape_tuple(CMPY_NDIM(self), CMPY_STRIDES(self));
+}
+
+static PyObject *
+get_dtype(cmpy_DeviceNDArray *self, void *Py_UNUSED(c))
+{
+    return Py_NewRef(self->dtype);
+}
+
+static PyObject *
+get_ndim(cmpy_DeviceNDArray *self, void *Py_UNUSED(c))
+{
+    return PyLong_FromLong(CMPY_NDIM(self));
+}
+
+static PyObject *
+get_size(cmpy_DeviceNDArray *self, void *Py_UNUSED(c))
+{
+    return PyLong_FromSsize_t(self->size);
+}
+
+static PyObject *
+get_itemsize(cmpy_DeviceNDArray *self, void *Py_UNUSED(c))
+{
+    return PyLong_FromSsize_t(PyDataType_ELSIZE(self->dtype));
+}
+
+static PyObject *
+get_nbytes(cmpy_DeviceNDArray *self, void *Py_UNUSED(c))
+{
+    return PyLong_FromSsize_t(self->nbytes);
+}
+
+static PyObject *
+get_alloc_size(cmpy_DeviceNDArray *self, void *Py_UNUSED(c))
+{
+    return PyLong_FromSize_t(self->gpu_data->size);
+}
+
+static PyObject *
+get_stream(cmpy_DeviceNDArray *self, void *Py_UNUSED(c))
+{
+    return Py_NewRef(self->stream);
+}
+
+static PyObject *
+get_gpu_data(cmpy_DeviceNDArray *self, void *Py_UNUSED(c))
+{
+    return Py_NewRef(self->gpu_data);
+}
+
+static PyObject *
+get_flags(cmpy_DeviceNDArray *self, void *Py_UNUSED(c))
+{
+    return Py_BuildValue("{sOsO}", "C_CONTIGUOUS",
+                         self->flags & NPY_ARRAY_C_CONTIGUOUS ? Py_True
+                                                              : Py_False,
+                         "F_CONTIGUOUS",
+                         self->flags & NPY_ARRAY_F_CONTIGUOUS ? Py_True
+                                                              : Py_False);
+}
+
+static PyObject *
+get_device_ctypes_pointer(cmpy_DeviceNDArray *self, void *Py_UNUSED(c))
+{
+    PyObject *ctypes = PyImport_ImportModule("ctypes"), *out;
+
+    if (ctypes == NULL) {
+        return NULL;
+    }
+    out = PyObject_CallMethod(ctypes, "c_void_p", "K",
+                              (unsigned long long)self->ptr);
+    Py_DECREF(ctypes);
+    return out;
+}
+
+/* CAI v3 (export). `stream` is None for the default stream's handle 0, as
+ * the spec requires (numba emits 0); strides are None when C-contiguous. */
+static PyObject *
+get_cai(cmpy_DeviceNDArray *self, void *Py_UNUSED(c))
+{
+    cmpy_state *st = type_state((PyObject *)self);
+    PyObject *shape = NULL, *strides = NULL, *typestr = NULL, *stream = NULL;
+    PyObject *descr = NULL, *cai = NULL;
+
+    if (check_alive(st, self) < 0) {
+        return NULL;
+    }
+    shape = get_shape(self, NULL);
+    strides = self->flags & NPY_ARRAY_C_CONTIGUOUS
+                  ? Py_NewRef(Py_None)
+                  : get_strides(self, NULL);
+    typestr = PyObject_GetAttrString((PyObject *)self->dtype, "str");
+    stream = self->stream_async && self->stream_handle != NULL
+                 ? PyLong_FromVoidPtr(self->stream_handle)
+                 : Py_NewRef(Py_None);
+    if (shape == NULL || strides == NULL || typestr == NULL ||
+        stream == NULL) {
+        goto done;
+    }
+    cai = Py_BuildValue("{sOsOs(KO)sOsOsi}", "shape", shape, "strides",
+                        strides, "data", (unsigned long long)self->ptr,
+                        Py_False, "typestr", typestr, "stream", stream,
+                        "version", 3);
+    if (cai != NULL && PyDataType_HASFIELDS(self->dtype)) {
+        descr = PyObject_GetAttrString((PyObject *)self->dtype, "descr");
+        if (descr == NULL || PyDict_SetItemString(cai, "descr", descr) < 0) {
+            Py_CLEAR(cai);
+        }
+    }
+done:
+    Py_XDECREF(shape);
+    Py_XDECREF(strides);
+    Py_XDECREF(typestr);
+    Py_XDECREF(stream);
+    Py_XDECREF(descr);
+    return cai;
+}
+
+static PyGetSetDef array_getset[] = {
+    {"shape", (getter)get_shape, NULL, "Tuple of dimensions.", NULL},
+    {"strides", (getter)get_strides, NULL, "Tuple of byte strides.", NULL},
+    {"dtype", (getter)get_dtype, NULL, "The numpy.dtype of the elements.",
+     NULL},
+    {"ndim", (getter)get_ndim, NULL, "Number of dimensions.", NULL},
+    {"size", (getter)get_size, NULL, "Number of elements.", NULL},
+    {"itemsize", (getter)get_itemsize, NULL, "Bytes per element.", NULL},
+    {"nbytes", (getter)get_nbytes, NULL, "size * itemsize.", NULL},
+    {"alloc_size", (getter)get_alloc_size, NULL,
+     "Bytes of the allocation behind the array.", NULL},
+    {"stream", (getter)get_stream, NULL,
+     "The stream given at creation (0: synchronous operations).", NULL},
+    {"gpu_data", (getter)get_gpu_data, NULL,
+     "The MemoryPointer that owns the memory.", NULL},
+    {"flags", (getter)get_flags, NULL,
+     "{'C_CONTIGUOUS': bool, 'F_CONTIGUOUS': bool}.", NULL},
+    {"device_ctypes_pointer", (getter)get_device_ctypes_pointer, NULL,
+     "The address of the first element as a ctypes.c_void_p.", NULL},
+    {"__cuda_array_interface__", (getter)get_cai, NULL,
+     "The CUDA Array Interface (version 3) of this array.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMemberDef array_members[] = {
+    {"__weaklistoffset__", T_PYSSIZET,
+     offsetof(cmpy_DeviceNDArray, weakreflist), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static Py_ssize_t
+array_len(PyObject *op)
+{
+    cmpy_DeviceNDArray *self = (cmpy_DeviceNDArray *)op;
+
+    if (CMPY_NDIM(self) == 0) {
+        PyErr_SetString(PyExc_TypeError, "len() of unsized object");
+        return -1;
+    }
+    return CMPY_SHAPE(self)[0];
+}
+
+static PyObject *
+array_repr(PyObject *op)
+{
+    cmpy_DeviceNDArray *self = (cmpy_DeviceNDArray *)op;
+    PyObject *shape = get_shape(self, NULL), *out;
+
+    if (shape == NULL) {
+        return NULL;
+    }
+    out = PyUnicode_FromFormat("<cudamem.DeviceNDArray shape=%R dtype=%S "
+                               "on device %d>",
+                               shape, (PyObject *)self->dtype,
+                               self->gpu_data->mem->dev->ordinal);
+    Py_DECREF(shape);
+    return out;
+}
+
+PyDoc_STRVAR(array_doc,
+             "DeviceNDArray\n\n"
+             "An array in device memory (numba's DeviceNDArray). Made by "
+             "to_device(),\ndevice_array() and friends, not directly. Its "
+             "memory is freed through\nthe context's pending deallocations "
+             "when the last reference goes.");
+
+static PyType_Slot array_slots[] = {
+    {Py_tp_doc, (void *)array_doc},
+    {Py_tp_dealloc, array_dealloc},
+    {Py_tp_traverse, array_traverse},
+    {Py_tp_clear, array_clear},
+    {Py_tp_repr, array_repr},
+    {Py_tp_methods, array_methods},
+    {Py_tp_getset, array_getset},
+    {Py_tp_members, array_members},
+    {Py_mp_length, array_len},
+    {Py_sq_length, array_len},
+    {0, NULL},
+};
+
+static PyType_Spec array_spec = {
+    .name = "cudamem.DeviceNDArray",
+    .basicsize = offsetof(cmpy_DeviceNDArray, dims),
+    .itemsize = sizeof(Py_ssize_t),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC |
+             Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = array_slots,
+};
+
+/* The device new arrays go to: the calling thread's current one. */
+static int
+target_device(cmpy_state *st, cm_device **dev)
+{
+    cm_error err;
+
+    if (cmpy_ensure_driver(st) < 0) {
+        return -1;
+    }
+    if (cm_current_device(dev, &err) < 0) {
+        cmpy_raise(st, &err);
+        return -1;
+    }
+    return 0;
+}
+
+/* The `stream` object kept by a new array: None counts as 0. */
+static PyObject *
+kept_stream(PyObject *arg, const cmpy_stream_ref *ref)
+{
+    return ref->obj != NULL ? arg : NULL;
+}
+
+PyDoc_STRVAR(device_array_doc,
+             "device_array(shape, dtype=np.float64, strides=None, order='C', "
+             "stream=0)\n-> DeviceNDArray\n\n"
+             "An uninitialized array on the current device, as "
+             "numpy.empty. *strides*\n(bytes, any sign) overrides *order*; "
+             "a zero-size array allocates\nnothing.");
+
+static PyObject *
+device_array(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+             PyObject *kwnames)
+{
+    static const char *const names[] = {"shape", "dtype", "strides", "order",
+                                        "stream"};
+    cmpy_state *st = cmpy_get_state(module);
+    Py_ssize_t shape[NPY_MAXDIMS], strides[NPY_MAXDIMS];
+    PyArray_Descr *dtype = NULL;
+    PyObject *argv[5], *result = NULL;
+    cmpy_stream_ref ref;
+    cm_device *dev;
+    char order = 'C';
+    int ndim, sndim;
+
+    if (parse_args("device_array", names, 5, 1, args, nargs, kwnames, argv) <
+            0 ||
+        parse_shape(argv[0], shape, &ndim) < 0 ||
+        !PyArray_DescrConverter2(argv[1] != NULL ? argv[1] : Py_None,
+                                 &dtype)) {
+        return NULL;
+    }
+    if (dtype == NULL) {
+        dtype = PyArray_DescrFromType(NPY_DOUBLE);
+    }
+    if (check_dtype(dtype) < 0) {
+        goto done;
+    }
+    if (argv[3] != NULL && argv[3] != Py_None) {
+        const char *s = PyUnicode_Check(argv[3]) ? PyUnicode_AsUTF8(argv[3])
+                                                 : NULL;
+
+        if (s == NULL || (strcmp(s, "C") != 0 && strcmp(s, "F") != 0)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError, "order must be 'C' or 'F', not %R",
+                         argv[3]);
+            goto done;
+        }
+        order = s[0];
+    }
+    if (argv[2] != NULL && argv[2] != Py_None) {
+        if (parse_ints(argv[2], "strides", strides, &sndim) < 0) {
+            goto done;
+        }
+        if (sndim != ndim) {
+            PyErr_Format(PyExc_ValueError,
+                         "strides %R do not match the %d dimensions of the "
+                         "shape %R",
+                         argv[2], ndim, argv[0]);
+            goto done;
+        }
+    }
+    else {
+        contiguous_strides(ndim, shape, PyDataType_ELSIZE(dtype), order,
+                           strides);
+    }
+    if (target_device(st, &dev) < 0 ||
+        cmpy_stream_arg(st, argv[4] != NULL ? argv[4] : Py_None, dev, &ref) <
+            0) {
+        goto done;
+    }
+    result = (PyObject *)array_alloc(st, dev, ndim, shape, strides, dtype,
+                                     kept_stream(argv[4], &ref), &ref);
+done:
+    Py_XDECREF(dtype);
+    return result;
+}
+
+PyDoc_STRVAR(to_device_doc,
+             "to_device(obj, stream=0, copy=True, to=None) -> DeviceNDArray\n\n"
+             "Copies *obj* (anything numpy.asarray takes) to a new array on "
+             "the\ncurrent device, keeping its layout when it is C- or "
+             "F-contiguous and\nC order otherwise; returns a DeviceNDArray "
+             "as it is. With *to*, copies\ninto that array and returns it; "
+             "with copy=False, only allocates.\nSynchronous on stream 0, "
+             "queued on a stream.");
+
+static PyObject *
+to_device(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+          PyObject *kwnames)
+{
+    static const char *const names[] = {"obj", "stream", "copy", "to"};
+    cmpy_state *st = cmpy_get_state(module);
+    PyObject *argv[4], *stream_arg, *result = NULL;
+    PyArrayObject *host = NULL;
+    cmpy_DeviceNDArray *arr;
+    cmpy_stream_ref ref;
+    cm_device *dev;
+    int copy = 1;
+
+    if (parse_args("to_device", names, 4, 1, args, nargs, kwnames, argv) <
+        0) {
+        return NULL;
+    }
+    stream_arg = argv[1] != NULL ? argv[1] : Py_None;
+    if (argv[2] != NULL && (copy = PyObject_IsTrue(argv[2])) < 0) {
+        return NULL;
+    }
+    if (argv[3] != NULL && argv[3] != Py_None) {
+        PyObject *kw[] = {argv[0], stream_arg};
+
+        if (!PyObject_TypeCheck(argv[3],
+                                (PyTypeObject *)st->DeviceNDArrayType)) {
+            PyErr_Format(PyExc_TypeError,
+                         "to_device(): to= must be a DeviceNDArray, not "
+                         "%.200s",
+                         Py_TYPE(argv[3])->tp_name);
+            return NULL;
+        }
+        result = array_copy_to_device(argv[3], kw, 2, NULL);
+        if (result == NULL) {
+            return NULL;
+        }
+        Py_DECREF(result);
+        return Py_NewRef(argv[3]);
+    }
+    if (PyObject_TypeCheck(argv[0], (PyTypeObject *)st->DeviceNDArrayType)) {
+        return Py_NewRef(argv[0]);
+    }
+    host = (PyArrayObject *)PyArray_FROM_O(argv[0]);
+    if (host == NULL || check_dtype(PyArray_DESCR(host)) < 0) {
+        goto done;
+    }
+    if (!(PyArray_FLAGS(host) & LAYOUT)) {
+        Py_SETREF(host, (PyArrayObject *)PyArray_NewCopy(host, NPY_CORDER));
+        if (host == NULL) {
+            goto done;
+        }
+    }
+    if (target_device(st, &dev) < 0 ||
+        cmpy_stream_arg(st, stream_arg, dev, &ref) < 0) {
+        goto done;
+    }
+    arr = array_alloc(st, dev, PyArray_NDIM(host), PyArray_DIMS(host),
+                      PyArray_STRIDES(host), PyArray_DESCR(host),
+                      kept_stream(stream_arg, &ref), &ref);
+    if (arr == NULL) {
+        goto done;
+    }
+    if (copy && transfer(st, arr, PyArray_DATA(host), 1, &ref) < 0) {
+        Py_DECREF(arr);
+        goto done;
+    }
+    result = (PyObject *)arr;
+done:
+    Py_XDECREF(host);
+    return result;
+}
+
+PyMethodDef cmpy_array_methods[] = {
+    {"to_device", (PyCFunction)(void (*)(void))to_device,
+     METH_FASTCALL | METH_KEYWORDS, to_device_doc},
+    {"device_array", (PyCFunction)(void (*)(void))device_array,
+     METH_FASTCALL | METH_KEYWORDS, device_array_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+int
+cmpy_array_type_init(PyObject *module, cmpy_state *st)
+{
+    st->DeviceNDArrayType = PyType_FromModuleAndSpec(module, &array_spec,
+                                                     NULL);
+    if (st->DeviceNDArrayType == NULL) {
+        return -1;
+    }
+    return PyModule_AddObjectRef(module, "DeviceNDArray",
+                                 st->DeviceNDArrayType);
+}

@@ -1,0 +1,257 @@
+/* memory.c (py/): the MemoryPointer type (numba's MemoryPointer as an
+ * array's gpu_data): device pointer, size, owner, views. Allocation and
+ * release are core/memory.c's; this file only holds the reference. */
+#include "memory.h"
+
+#include "device.h"
+
+static cmpy_state *
+type_state(PyObject *self)
+{
+    return (cmpy_state *)PyType_GetModuleState(Py_TYPE(self));
+}
+
+static cmpy_MemoryPointer *
+new_pointer(cmpy_state *st, cm_mem *mem, CUdeviceptr ptr, size_t size,
+            PyObject *owner)
+{
+    cmpy_MemoryPointer *self = PyObject_GC_New(
+        cmpy_MemoryPointer, (PyTypeObject *)st->MemoryPointerType);
+
+    if (self == NULL) {
+        return NULL;
+    }
+    self->mem = mem;
+    self->ptr = ptr;
+    self->size = size;
+    self->owner = Py_XNewRef(owner);
+    self->weakreflist = NULL;
+    PyObject_GC_Track(self);
+    return self;
+}
+
+PyObject *
+cmpy_memory_alloc(cmpy_state *st, cm_device *dev, size_t nbytes)
+{
+    cmpy_MemoryPointer *self;
+    cm_error err;
+    cm_mem *mem;
+
+    if (cm_mem_alloc(dev, nbytes, &mem, &err) < 0) {
+        return cmpy_raise(st, &err);
+    }
+    self = new_pointer(st, mem, mem->ptr, nbytes, NULL);
+    if (self == NULL && cm_mem_decref(mem, &err) < 0) {
+        cmpy_warn_release(st, &err);
+    }
+    return (PyObject *)self;
+}
+
+static int
+pointer_traverse(cmpy_MemoryPointer *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->owner);
+    return 0;
+}
+
+static void
+pointer_dealloc(cmpy_MemoryPointer *self)
+{
+    PyTypeObject *type = Py_TYPE(self);
+    cm_error err;
+
+    PyObject_GC_UnTrack(self);
+    if (self->weakreflist != NULL) {
+        PyObject_ClearWeakRefs((PyObject *)self);
+    }
+    if (cm_mem_decref(self->mem, &err) < 0) {
+        cmpy_warn_release(type_state((PyObject *)self), &err);
+    }
+    Py_CLEAR(self->owner);
+    type->tp_free(self);
+    Py_DECREF(type);
+}
+
+static PyObject *
+pointer_repr(cmpy_MemoryPointer *self)
+{
+    char addr[24];
+
+    /* PyUnicode_FromFormat has no %llx. */
+    snprintf(addr, sizeof(addr), "0x%llx", (unsigned long long)self->ptr);
+    return PyUnicode_FromFormat("<cudamem.MemoryPointer %s, %zu bytes on "
+                                "device %d>",
+                                addr, self->size, self->mem->dev->ordinal);
+}
+
+/* ctypes.c_void_p(value), as numba's device pointers are. */
+static PyObject *
+c_void_p(CUdeviceptr value)
+{
+    PyObject *ctypes = PyImport_ImportModule("ctypes");
+    PyObject *out;
+
+    if (ctypes == NULL) {
+        return NULL;
+    }
+    out = PyObject_CallMethod(ctypes, "c_void_p", "K",
+                              (unsigned long long)value);
+    Py_DECREF(ctypes);
+    return out;
+}
+
+static PyObject *
+pointer_get_device_pointer(cmpy_MemoryPointer *self, void *Py_UNUSED(c))
+{
+    return c_void_p(self->ptr);
+}
+
+static PyObject *
+pointer_get_value(cmpy_MemoryPointer *self, void *Py_UNUSED(c))
+{
+    if (self->ptr == 0) {
+        Py_RETURN_NONE; /* as numba's c_void_p(0).value */
+    }
+    return PyLong_FromUnsignedLongLong((unsigned long long)self->ptr);
+}
+
+static PyObject *
+pointer_get_size(cmpy_MemoryPointer *self, void *Py_UNUSED(c))
+{
+    return PyLong_FromSize_t(self->size);
+}
+
+static PyObject *
+pointer_get_owner(cmpy_MemoryPointer *self, void *Py_UNUSED(c))
+{
+    return Py_NewRef(self->owner != NULL ? self->owner : (PyObject *)self);
+}
+
+static PyObject *
+pointer_get_context(cmpy_MemoryPointer *self, void *Py_UNUSED(c))
+{
+    cmpy_state *st = type_state((PyObject *)self);
+    cm_error err;
+
+    if (cm_mem_check(self->mem, &err) < 0) {
+        return cmpy_raise(st, &err);
+    }
+    return cmpy_context_of(st, cmpy_device_of(st, self->mem->dev));
+}
+
+static PyGetSetDef pointer_getset[] = {
+    {"device_pointer", (getter)pointer_get_device_pointer, NULL,
+     "The address as a ctypes.c_void_p (numba's type).", NULL},
+    {"handle", (getter)pointer_get_device_pointer, NULL,
+     "The same as device_pointer.", NULL},
+    {"device_pointer_value", (getter)pointer_get_value, NULL,
+     "The address as an int (None for a zero-size allocation).", NULL},
+    {"size", (getter)pointer_get_size, NULL, "Bytes from the address.", NULL},
+    {"owner", (getter)pointer_get_owner, NULL,
+     "The MemoryPointer that owns the allocation (itself unless a view).",
+     NULL},
+    {"context", (getter)pointer_get_context, NULL,
+     "The Context the memory belongs to.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+PyDoc_STRVAR(pointer_view_doc,
+             "view(start, stop=None) -> MemoryPointer\n\n"
+             "The bytes [start, stop) of this memory, sharing its "
+             "allocation.");
+
+static PyObject *
+pointer_view(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+{
+    cmpy_MemoryPointer *self = (cmpy_MemoryPointer *)op;
+    cmpy_state *st = type_state(op);
+    Py_ssize_t start, stop = (Py_ssize_t)self->size;
+    PyObject *owner;
+
+    if (nargs < 1 || nargs > 2) {
+        PyErr_Format(PyExc_TypeError,
+                     "view() takes start and an optional stop (%zd given)",
+                     nargs);
+        return NULL;
+    }
+    start = PyNumber_AsSsize_t(args[0], PyExc_OverflowError);
+    if (start == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (nargs == 2 && args[1] != Py_None) {
+        stop = PyNumber_AsSsize_t(args[1], PyExc_OverflowError);
+        if (stop == -1 && PyErr_Occurred()) {
+            return NULL;
+        }
+    }
+    if (start < 0 || stop < start || (size_t)stop > self->size) {
+        PyErr_Format(PyExc_IndexError,
+                     "view(%zd, %zd) is outside this memory of %zu bytes",
+                     start, stop, self->size);
+        return NULL;
+    }
+    owner = self->owner != NULL ? self->owner : op;
+    cm_mem_incref(self->mem);
+    self = new_pointer(st, self->mem,
+                       self->ptr == 0 ? 0 : self->ptr + (CUdeviceptr)start,
+                       (size_t)(stop - start), owner);
+    if (self == NULL) {
+        cm_error err;
+
+        if (cm_mem_decref(((cmpy_MemoryPointer *)op)->mem, &err) < 0) {
+            cmpy_warn_release(st, &err);
+        }
+    }
+    return (PyObject *)self;
+}
+
+static PyMethodDef pointer_methods[] = {
+    {"view", (PyCFunction)(void (*)(void))pointer_view, METH_FASTCALL,
+     pointer_view_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef pointer_members[] = {
+    {"__weaklistoffset__", T_PYSSIZET,
+     offsetof(cmpy_MemoryPointer, weakreflist), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+PyDoc_STRVAR(pointer_doc,
+             "MemoryPointer\n\n"
+             "Device memory owned by cudamem (numba's MemoryPointer), as an "
+             "array's\ngpu_data. When the last reference to it and its "
+             "views goes, the\nfree is queued in the context's pending "
+             "deallocations.");
+
+static PyType_Slot pointer_slots[] = {
+    {Py_tp_doc, (void *)pointer_doc},
+    {Py_tp_dealloc, pointer_dealloc},
+    {Py_tp_traverse, pointer_traverse},
+    {Py_tp_repr, pointer_repr},
+    {Py_tp_getset, pointer_getset},
+    {Py_tp_methods, pointer_methods},
+    {Py_tp_members, pointer_members},
+    {0, NULL},
+};
+
+static PyType_Spec pointer_spec = {
+    .name = "cudamem.MemoryPointer",
+    .basicsize = sizeof(cmpy_MemoryPointer),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC |
+             Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = pointer_slots,
+};
+
+int
+cmpy_memory_type_init(PyObject *module, cmpy_state *st)
+{
+    st->MemoryPointerType =
+        PyType_FromModuleAndSpec(module, &pointer_spec, NULL);
+    if (st->MemoryPointerType == NULL) {
+        return -1;
+    }
+    return PyModule_AddObjectRef(module, "MemoryPointer",
+                                 st->MemoryPointerType);
+}

@@ -1,0 +1,24 @@
+/* memory.h (py/): MemoryPointer, the Python owner of a core allocation
+ * record (an array's gpu_data). Views share the record and point into it;
+ * the record is released when the last MemoryPointer goes. */
+#ifndef CMPY_MEMORY_H
+#define CMPY_MEMORY_H
+
+#include "module.h"
+
+#include "../core/memory.h"
+
+typedef struct cmpy_MemoryPointer {
+    PyObject_HEAD
+    cm_mem *mem;      /* shared by views */
+    CUdeviceptr ptr;  /* mem->ptr plus this view's offset */
+    size_t size;      /* bytes from ptr */
+    PyObject *owner;  /* the MemoryPointer that made mem, or NULL: self */
+    PyObject *weakreflist;
+} cmpy_MemoryPointer;
+
+/* Allocates nbytes on dev (flushing pending frees and retrying once on
+ * out-of-memory). New reference, or NULL with an exception set. */
+PyObject *cmpy_memory_alloc(cmpy_state *st, cm_device *dev, size_t nbytes);
+
+#endif

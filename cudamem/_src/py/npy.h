@@ -1,0 +1,18 @@
+/* npy.h (py/): NumPy's C API for the files that use it. module.c imports
+ * it once at exec (cmpy_numpy_init); every other file sees the same table.
+ * Include this instead of numpy/arrayobject.h. */
+#ifndef CMPY_NPY_H
+#define CMPY_NPY_H
+
+#include "module.h"
+
+#define PY_ARRAY_UNIQUE_SYMBOL cudamem_ARRAY_API
+#ifndef CMPY_NPY_IMPORT
+#define NO_IMPORT_ARRAY
+#endif
+#include <numpy/arrayobject.h>
+
+/* Imports NumPy's C API (module.c); 0 or -1 with an exception set. */
+int cmpy_numpy_init(void);
+
+#endif
