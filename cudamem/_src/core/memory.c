@@ -36,12 +36,17 @@ int
 cm_mem_alloc(cm_device *dev, size_t nbytes, cm_mem **out, cm_error *err)
 {
     cm_ctx_guard guard;
+    cm_error ignored;
     CUcontext ctx;
     CUdeviceptr ptr = 0;
     uint64_t generation;
+    size_t max_count;
+    double max_ratio;
     cm_mem *m;
 
-    if (cm_device_primary(dev, &ctx, &generation, err) < 0) {
+    /* Malformed thresholds fail the first allocation, not its free. */
+    if (cm_pending_limits(&max_count, &max_ratio, err) < 0 ||
+        cm_device_primary(dev, &ctx, &generation, err) < 0) {
         return -1;
     }
     m = malloc(sizeof(*m));
@@ -56,7 +61,7 @@ cm_mem_alloc(cm_device *dev, size_t nbytes, cm_mem **out, cm_error *err)
              * a context cudamem cannot reach reliably: free it there. */
             if (ptr != 0) {
                 (void)cm_release(dev, generation, CM_FREE_DEVICE, ptr,
-                                 nbytes, &(cm_error){0});
+                                 nbytes, &ignored);
             }
             free(m);
             return -1;

@@ -1,0 +1,500 @@
+"""The first DeviceNDArray: contiguous to_device / device_array /
+copy_to_host / copy_to_device, checked against NumPy, on stream 0
+(synchronous) and on streams (asynchronous), with the simulator's counters
+showing how each copy was made."""
+import ctypes
+import gc
+import threading
+
+import numpy as np
+import pytest
+
+import cudamem
+from cudamem.errors import CudaAPIError, CudaDriverError
+
+DTYPES = [np.bool_, np.int8, np.uint16, np.int32, np.int64, np.float16,
+          np.float32, np.float64, np.complex64, np.complex128,
+          np.dtype([("a", np.int32), ("b", np.float64)])]
+
+
+def calls(sim):
+    """Driver calls per entry point since sim.reset()."""
+    return {k: v["calls"] for k, v in sim.stats()["calls"].items()}
+
+
+def moved(sim):
+    """Bytes moved per entry point since sim.reset()."""
+    return {k: v["bytes"] for k, v in sim.stats()["calls"].items()}
+
+
+def _host(shape, dtype, order="C", seed=0):
+    rng = np.random.default_rng(seed)
+    n = int(np.prod(shape)) if shape else 1
+    dtype = np.dtype(dtype)
+    if dtype.fields:
+        out = np.zeros(n, dtype)
+        out["a"] = rng.integers(-100, 100, n)
+        out["b"] = rng.standard_normal(n)
+    else:
+        out = (rng.standard_normal(n) * 100).astype(dtype)
+    return np.asarray(out.reshape(shape), order=order)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(), (1,), (7,), (3, 5), (2, 3, 4),
+                                   (0,), (4, 0, 2)])
+def test_round_trip_matches_numpy(dtype, shape):
+    host = _host(shape, dtype)
+    dev = cudamem.to_device(host)
+    assert dev.shape == host.shape
+    assert dev.strides == host.strides
+    assert dev.dtype == host.dtype
+    assert dev.size == host.size
+    assert dev.nbytes == host.nbytes
+    assert dev.ndim == host.ndim
+    assert dev.itemsize == host.itemsize
+    back = dev.copy_to_host()
+    assert back.dtype == host.dtype and back.shape == host.shape
+    np.testing.assert_array_equal(back, host)
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_layout_is_kept(order):
+    host = _host((4, 6), np.float32, order)
+    dev = cudamem.to_device(host)
+    assert dev.strides == host.strides
+    assert dev.flags == {"C_CONTIGUOUS": host.flags.c_contiguous,
+                         "F_CONTIGUOUS": host.flags.f_contiguous}
+    assert dev.is_c_contiguous() == host.flags.c_contiguous
+    assert dev.is_f_contiguous() == host.flags.f_contiguous
+    back = dev.copy_to_host()
+    assert back.strides == host.strides
+    np.testing.assert_array_equal(back, host)
+
+
+def test_non_contiguous_source_is_copied_exactly():
+    base = _host((6, 8), np.int64)
+    for view in (base[::2, 1::3], base[:, ::-1], base.T[::2]):
+        dev = cudamem.to_device(view)
+        assert dev.shape == view.shape
+        np.testing.assert_array_equal(dev.copy_to_host(), view)
+
+
+def test_inputs_numpy_accepts():
+    np.testing.assert_array_equal(
+        cudamem.to_device([[1, 2], [3, 4]]).copy_to_host(),
+        np.array([[1, 2], [3, 4]]))
+    scalar = cudamem.to_device(np.float32(2.5))
+    assert scalar.shape == () and scalar.copy_to_host() == np.float32(2.5)
+    ro = np.arange(5.0)
+    ro.flags.writeable = False
+    np.testing.assert_array_equal(cudamem.to_device(ro).copy_to_host(), ro)
+
+
+def test_sync_copies_use_one_driver_call_each(sim):
+    host = np.arange(1000, dtype=np.float64)
+    sim.reset()
+    dev = cudamem.to_device(host)
+    dev.copy_to_host()
+    stats = calls(sim)
+    assert stats["cuMemAlloc"] == 1
+    assert stats["cuMemcpyHtoD"] == 1
+    assert stats["cuMemcpyDtoH"] == 1
+    assert moved(sim)["cuMemcpyHtoD"] == host.nbytes
+    assert moved(sim)["cuMemcpyDtoH"] == host.nbytes
+
+
+def test_synchronous_means_complete(sim):
+    # Delayed stream work exposes a copy that returns before it ran.
+    host = np.arange(256, dtype=np.int32)
+    with sim.delay(2000):
+        dev = cudamem.to_device(host)
+        np.testing.assert_array_equal(dev.copy_to_host(), host)
+        other = cudamem.device_array(host.shape, host.dtype)
+        other.copy_to_device(dev)
+        np.testing.assert_array_equal(other.copy_to_host(), host)
+
+
+def test_async_on_a_stream(sim):
+    s = cudamem.stream()
+    host = np.arange(4096, dtype=np.float32)
+    sim.reset()
+    with sim.delay(500):
+        dev = cudamem.to_device(host, stream=s)
+        assert dev.stream is s
+        out = dev.copy_to_host(stream=s)
+        s.synchronize()
+    np.testing.assert_array_equal(out, host)
+    made = calls(sim)
+    assert made["cuMemcpyHtoDAsync"] == 1
+    assert made["cuMemcpyDtoHAsync"] == 1
+    assert made["cuMemcpyHtoD"] == 0
+    assert made["cuMemcpyDtoH"] == 0
+
+
+def test_array_stream_is_the_default_for_its_operations(sim):
+    s = cudamem.stream()
+    dev = cudamem.device_array(64, np.int16, stream=s)
+    sim.reset()
+    dev.copy_to_device(np.ones(64, np.int16))
+    host = dev.copy_to_host()
+    s.synchronize()
+    made = calls(sim)
+    assert made["cuMemcpyHtoDAsync"] == 1 and made["cuMemcpyDtoHAsync"] == 1
+    np.testing.assert_array_equal(host, np.ones(64, np.int16))
+
+
+def test_default_stream_object_is_asynchronous(sim):
+    ds = cudamem.default_stream()
+    sim.reset()
+    dev = cudamem.to_device(np.ones(8), stream=ds)
+    ds.synchronize()
+    assert calls(sim)["cuMemcpyHtoDAsync"] == 1
+    np.testing.assert_array_equal(dev.copy_to_host(), np.ones(8))
+
+
+def test_foreign_stream_protocol():
+    s = cudamem.stream()
+
+    class Foreign:
+        def __cuda_stream__(self):
+            return (0, s.handle.value)
+
+    dev = cudamem.to_device(np.arange(10), stream=Foreign())
+    out = dev.copy_to_host(stream=Foreign())
+    s.synchronize()
+    np.testing.assert_array_equal(out, np.arange(10))
+
+
+def test_nonzero_int_stream_is_rejected():
+    with pytest.raises(ValueError, match="external_stream"):
+        cudamem.to_device(np.ones(3), stream=5)
+    with pytest.raises(TypeError):
+        cudamem.device_array(3, stream="s")
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_device_array(order):
+    dev = cudamem.device_array((3, 4), dtype=np.int32, order=order)
+    ref = np.empty((3, 4), np.int32, order=order)
+    assert dev.shape == ref.shape and dev.strides == ref.strides
+    assert dev.dtype == np.int32
+    assert dev.alloc_size == ref.nbytes
+    assert cudamem.device_array(5).dtype == np.float64
+    assert cudamem.device_array([2, 2], "f4").dtype == np.float32
+
+
+def test_device_array_with_strides():
+    dev = cudamem.device_array((2, 3), np.float64, strides=(8, 16))
+    assert dev.strides == (8, 16)
+    assert dev.is_f_contiguous()
+    gappy = cudamem.device_array((2, 3), np.float64, strides=(48, 16))
+    assert gappy.alloc_size == 48 + 2 * 16 + 8
+    assert not gappy.is_c_contiguous() and not gappy.is_f_contiguous()
+    with pytest.raises(NotImplementedError, match="non-contiguous"):
+        gappy.copy_to_host()
+    neg = cudamem.device_array(4, np.int32, strides=-4)
+    assert neg.alloc_size == 16
+    assert neg.gpu_data.device_pointer_value + 12 == \
+        neg.device_ctypes_pointer.value
+
+
+def test_zero_size_allocates_nothing(sim):
+    before = sim.live()["device_allocations"]
+    dev = cudamem.device_array((0, 5))
+    assert sim.live()["device_allocations"] == before
+    assert dev.gpu_data.device_pointer_value is None
+    assert dev.__cuda_array_interface__["data"] == (0, False)
+    assert dev.copy_to_host().shape == (0, 5)
+
+
+@pytest.mark.parametrize("bad, exc, text", [
+    ((-1,), ValueError, "negative dimensions"),
+    ("ab", TypeError, "shape"),
+    ((2, "x"), TypeError, "not an int"),
+    ((2 ** 62, 2 ** 62), ValueError, "too big"),
+])
+def test_device_array_bad_shape(bad, exc, text, sim):
+    before = sim.live()
+    with pytest.raises(exc, match=text):
+        cudamem.device_array(bad)
+    assert sim.live() == before
+
+
+def test_device_array_bad_arguments():
+    with pytest.raises(TypeError, match="Python objects"):
+        cudamem.device_array(3, dtype=object)
+    with pytest.raises(ValueError, match="order"):
+        cudamem.device_array(3, order="K")
+    with pytest.raises(ValueError, match="strides"):
+        cudamem.device_array((2, 2), strides=(8,))
+    with pytest.raises(TypeError, match="multiple values"):
+        cudamem.device_array(3, shape=4)
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        cudamem.device_array(3, dtyp=4)
+    with pytest.raises(TypeError, match="missing"):
+        cudamem.device_array()
+    with pytest.raises(TypeError, match="Python objects"):
+        cudamem.to_device(np.array([object()]))
+
+
+def test_copy_to_host_into_an_array():
+    host = _host((3, 4), np.float64)
+    dev = cudamem.to_device(host)
+    out = np.zeros((3, 4))
+    assert dev.copy_to_host(out) is out
+    np.testing.assert_array_equal(out, host)
+    # Another layout and extra dimensions of length 1 (numba's rule).
+    out_f = np.zeros((3, 1, 4), order="F")
+    dev.copy_to_host(out_f)
+    np.testing.assert_array_equal(out_f[:, 0, :], host)
+    # A strided destination: only its elements change.
+    big = np.full((6, 8), -1.0)
+    dev.copy_to_host(big[::2, ::2])
+    expect = np.full((6, 8), -1.0)
+    expect[::2, ::2] = host
+    np.testing.assert_array_equal(big, expect)
+
+
+def test_copy_to_host_errors():
+    dev = cudamem.to_device(np.zeros((2, 3), np.float32))
+    with pytest.raises(TypeError, match="incompatible dtype"):
+        dev.copy_to_host(np.zeros((2, 3), np.float64))
+    with pytest.raises(ValueError, match="incompatible shape"):
+        dev.copy_to_host(np.zeros((3, 2), np.float32))
+    ro = np.zeros((2, 3), np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        dev.copy_to_host(ro)
+    with pytest.raises(TypeError, match="ndarray"):
+        dev.copy_to_host([0, 0])
+
+
+def test_copy_to_device():
+    dev = cudamem.device_array((4, 5), np.int32)
+    src = _host((4, 5), np.int32, "F")
+    dev.copy_to_device(src)
+    np.testing.assert_array_equal(dev.copy_to_host(), src)
+    dev.copy_to_device(src[:, None, :][:, :, ::1])
+    dev.copy_to_device(_host((4, 5), np.int32, seed=3)[None])
+    np.testing.assert_array_equal(dev.copy_to_host(),
+                                  _host((4, 5), np.int32, seed=3))
+    other = cudamem.to_device(src)
+    dev2 = cudamem.device_array((4, 5), np.int32, order="F")
+    dev2.copy_to_device(other)
+    np.testing.assert_array_equal(dev2.copy_to_host(), src)
+    with pytest.raises(TypeError, match="incompatible dtype"):
+        dev.copy_to_device(np.zeros((4, 5)))
+    with pytest.raises(ValueError, match="incompatible shape"):
+        dev.copy_to_device(np.zeros((5, 4), np.int32))
+
+
+def test_to_device_to_and_copy_false(sim):
+    dst = cudamem.device_array(6, np.int64)
+    assert cudamem.to_device(np.arange(6), to=dst) is dst
+    np.testing.assert_array_equal(dst.copy_to_host(), np.arange(6))
+    sim.reset()
+    empty = cudamem.to_device(np.arange(6), copy=False)
+    assert empty.shape == (6,)
+    assert calls(sim).get("cuMemcpyHtoD", 0) == 0
+    assert cudamem.to_device(dst) is dst
+    with pytest.raises(TypeError, match="DeviceNDArray"):
+        cudamem.to_device(np.arange(6), to=np.zeros(6))
+
+
+def test_cuda_array_interface():
+    host = _host((3, 4), np.float32, "F")
+    dev = cudamem.to_device(host)
+    cai = dev.__cuda_array_interface__
+    assert cai == {"shape": (3, 4), "strides": host.strides,
+                   "data": (dev.device_ctypes_pointer.value, False),
+                   "typestr": "<f4", "stream": None, "version": 3}
+    c = cudamem.to_device(np.zeros(3, np.int16))
+    assert c.__cuda_array_interface__["strides"] is None
+    s = cudamem.stream()
+    on_s = cudamem.device_array(3, stream=s)
+    assert on_s.__cuda_array_interface__["stream"] == s.handle.value
+    rec = cudamem.device_array(2, np.dtype([("a", "<i4"), ("b", "<f8")]))
+    assert rec.__cuda_array_interface__["descr"] == [("a", "<i4"),
+                                                     ("b", "<f8")]
+
+
+def test_cai_matches_the_simulated_memory(sim):
+    # The exported pointer is the array's memory: read it back raw.
+    dev = cudamem.to_device(np.arange(4, dtype=np.int32))
+    ptr, _ = dev.__cuda_array_interface__["data"]
+    out = (ctypes.c_int32 * 4)()
+    lib = ctypes.CDLL(sim.library_path())
+    assert lib.cuMemcpyDtoH_v2(out, ctypes.c_uint64(ptr), 16) == 0
+    assert list(out) == [0, 1, 2, 3]
+
+
+def test_attributes_and_repr():
+    dev = cudamem.to_device(np.zeros((2, 3), np.uint8))
+    assert len(dev) == 2
+    with pytest.raises(TypeError, match="unsized"):
+        len(cudamem.to_device(np.float64(1)))
+    assert "shape=(2, 3)" in repr(dev) and "uint8" in repr(dev)
+    mp = dev.gpu_data
+    assert isinstance(mp, cudamem.MemoryPointer)
+    assert mp.owner is mp and mp.size == 6
+    assert mp.device_pointer.value == mp.device_pointer_value
+    assert mp.context == cudamem.current_context()
+    view = mp.view(2, 4)
+    assert view.owner is mp and view.size == 2
+    assert view.device_pointer_value == mp.device_pointer_value + 2
+    with pytest.raises(IndexError):
+        mp.view(4, 10)
+    assert dev.stream == 0
+    with pytest.raises(TypeError):
+        cudamem.DeviceNDArray()
+
+
+def test_freed_through_the_queue(sim):
+    deallocs = cudamem.current_context().memory_manager.deallocations
+    deallocs.clear()
+    base = sim.live()["device_allocations"]
+    dev = cudamem.to_device(np.arange(10))
+    view = dev.gpu_data.view(8)
+    del dev
+    assert len(deallocs) == 0  # the view keeps the memory
+    del view
+    assert len(deallocs) == 1
+    assert sim.live()["device_allocations"] == base + 1
+    deallocs.clear()
+    assert sim.live()["device_allocations"] == base
+
+
+def test_stale_array_after_close_and_reset():
+    for kill in (cudamem.close,
+                 lambda: cudamem.get_current_device().reset()):
+        dev = cudamem.to_device(np.arange(3))
+        kill()
+        with pytest.raises(CudaDriverError, match="reset or closed"):
+            dev.copy_to_host()
+        with pytest.raises(CudaDriverError, match="reset or closed"):
+            dev.copy_to_device(np.arange(3))
+        with pytest.raises(CudaDriverError, match="reset or closed"):
+            dev.__cuda_array_interface__
+        del dev  # its free is dropped: the context took the memory
+        fresh = cudamem.to_device(np.arange(3))
+        np.testing.assert_array_equal(fresh.copy_to_host(), np.arange(3))
+
+
+def test_arrays_cross_threads():
+    made = {}
+
+    def make():
+        made["a"] = cudamem.to_device(np.arange(100))
+        made["dev"] = cudamem.get_current_device().id
+
+    t = threading.Thread(target=make)
+    t.start()
+    t.join()
+    assert made["dev"] == 0
+    np.testing.assert_array_equal(made["a"].copy_to_host(), np.arange(100))
+
+    def free():
+        made.pop("a")
+        gc.collect()
+
+    t = threading.Thread(target=free)
+    t.start()
+    t.join()
+    assert "a" not in made
+
+
+def test_many_threads_round_trips():
+    errors = []
+
+    def work(k):
+        try:
+            s = cudamem.stream()
+            for i in range(50):
+                host = np.full(64 + i, k * 1000 + i, np.int64)
+                d = cudamem.to_device(host, stream=s if i % 2 else 0)
+                out = d.copy_to_host(stream=s if i % 3 else 0)
+                s.synchronize()
+                if not np.array_equal(out, host):
+                    errors.append((k, i))
+        except Exception as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def test_two_devices(run_py):
+    proc = run_py("""
+        import numpy as np, cudamem
+        from cudamem import simulator
+        a = cudamem.to_device(np.arange(5))
+        with cudamem.gpus[1]:
+            b = cudamem.to_device(np.arange(5) * 2)
+            s1 = cudamem.stream()
+        assert a.gpu_data.context.device.id == 0
+        assert b.gpu_data.context.device.id == 1
+        # Operations enter the array's own device.
+        assert list(b.copy_to_host()) == [0, 2, 4, 6, 8]
+        assert cudamem.get_current_device().id == 0
+        try:
+            a.copy_to_host(stream=s1)
+        except ValueError as exc:
+            assert "device 1" in str(exc) and "device 0" in str(exc), exc
+        else:
+            raise SystemExit("stream of device 1 accepted for device 0")
+        out = b.copy_to_host(stream=s1)
+        s1.synchronize()
+        assert list(out) == [0, 2, 4, 6, 8]
+        del a, b, s1
+        cudamem.close()
+        print(simulator.live())
+    """, env={"CUDAMEM_SIM_DEVICES": "2", "CUDA_VISIBLE_DEVICES": None})
+    assert proc.returncode == 0, proc.stderr
+    live = eval(proc.stdout)
+    assert live["device_allocations"] == 0 and live["contexts"] == 0, live
+
+
+def test_visible_devices(run_py):
+    proc = run_py("""
+        import numpy as np, cudamem
+        assert len(cudamem.gpus) == 1
+        a = cudamem.to_device(np.arange(3))
+        print(cudamem.get_current_device().uuid)
+    """, env={"CUDAMEM_SIM_DEVICES": "3", "CUDA_VISIBLE_DEVICES": "2"})
+    assert proc.returncode == 0, proc.stderr
+    full = run_py("""
+        import cudamem
+        print(cudamem.list_devices()[2].uuid)
+    """, env={"CUDAMEM_SIM_DEVICES": "3", "CUDA_VISIBLE_DEVICES": None})
+    assert proc.stdout == full.stdout
+
+
+def test_fork(run_py):
+    proc = run_py("""
+        import os, numpy as np, cudamem
+        def child(expect_ok):
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    d = cudamem.to_device(np.arange(3))
+                    ok = list(d.copy_to_host()) == [0, 1, 2]
+                    os._exit(0 if expect_ok and ok else 3)
+                except cudamem.CudaDriverError as exc:
+                    good = not expect_ok and "fork" in str(exc)
+                    os._exit(0 if good else 4)
+                except BaseException:
+                    os._exit(5)
+            _, status = os.waitpid(pid, 0)
+            return os.waitstatus_to_exitcode(status)
+        assert child(True) == 0          # uninitialized parent
+        d = cudamem.to_device(np.arange(3))
+        assert child(False) == 0         # initialized parent
+        print("ok")
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "ok"
