@@ -2,6 +2,7 @@
 public call that reaches it, gives the right exception and leaks nothing
 (the autouse leak check). A row added to core/driver.h without an entry in
 REACH fails test_every_row_has_a_reach."""
+import numpy as np
 import pytest
 
 import cudamem
@@ -40,6 +41,61 @@ def _select_twice():
     cudamem.select_device(0)
     cudamem.select_device(0)
 
+
+def _stream_destroy():
+    """A stream dropped, then its queue flushed: cuStreamDestroy."""
+    stream = cudamem.stream()
+    del stream
+    try:
+        cudamem.current_context().deallocations.clear()
+    except CudaAPIError:
+        # A failed destroy is dropped from the queue (it cannot be retried
+        # safely) and the stream lives on in its context: destroy it with
+        # the context, as a reset does, so that nothing leaks.
+        _dev().reset()
+        raise
+
+
+class _ForeignStream:
+    def __init__(self, handle):
+        self.handle = handle
+
+    def __cuda_stream__(self):
+        return (0, self.handle)
+
+
+def _foreign_stream_device():
+    """A foreign stream's device: cuStreamGetCtx."""
+    stream = cudamem.stream()  # alive while its handle is parsed
+    _cudamem._parse_stream(_ForeignStream(int(stream)))
+    del stream
+
+
+def _mem_free():
+    """An array dropped, then the memory queue flushed: cuMemFree."""
+    cudamem.device_array(4)
+    try:
+        cudamem.current_context().memory_manager.deallocations.clear()
+    except CudaAPIError:
+        _dev().reset()  # as for _stream_destroy
+        raise
+
+
+def _to_host(stream=None):
+    ary = cudamem.to_device(np.arange(4))
+    ary.copy_to_host(stream=stream if stream is not None else 0)
+    if stream is not None:
+        stream.synchronize()
+
+
+def _device_to_device(stream=None):
+    src = cudamem.to_device(np.arange(4))
+    dst = cudamem.device_array(4, src.dtype)
+    dst.copy_to_device(src, stream=stream if stream is not None else 0)
+    if stream is not None:
+        stream.synchronize()
+
+
 # Row name -> the public call that reaches it.
 REACH = {
     "cuInit": LOAD,
@@ -65,6 +121,22 @@ REACH = {
     "cuCtxEnablePeerAccess": TWO,
     "cuProfilerStart": cudamem.profile_start,
     "cuProfilerStop": cudamem.profile_stop,
+    "cuStreamCreate": cudamem.stream,
+    "cuStreamCreateWithPriority": lambda: cudamem.stream(priority=0),
+    "cuStreamDestroy": _stream_destroy,
+    "cuStreamSynchronize": lambda: cudamem.default_stream().synchronize(),
+    "cuStreamQuery": lambda: cudamem.default_stream().query(),
+    "cuStreamGetCtx": _foreign_stream_device,
+    "cuMemAlloc": lambda: cudamem.device_array(4),
+    "cuMemFree": _mem_free,
+    "cuMemcpyHtoD": lambda: cudamem.to_device(np.arange(4)),
+    "cuMemcpyDtoH": _to_host,
+    "cuMemcpyDtoD": _device_to_device,
+    "cuMemcpyHtoDAsync":
+        lambda: cudamem.to_device(np.arange(4), stream=cudamem.stream()),
+    "cuMemcpyDtoHAsync": lambda: _to_host(cudamem.stream()),
+    "cuMemcpyDtoDAsync": lambda: _device_to_device(cudamem.stream()),
+    "cuCtxGetStreamPriorityRange": cudamem.Stream.priority_range,
 }
 
 ROWS = [row[0] for row in driver.table()]

@@ -980,7 +980,8 @@ device_array(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     char order = 'C';
     int ndim, sndim;
 
-    if (parse_args("device_array", names, 5, 1, args, nargs, kwnames, argv) <
+    if (cmpy_numpy_init() < 0 ||
+        parse_args("device_array", names, 5, 1, args, nargs, kwnames, argv) <
             0 ||
         parse_shape(argv[0], shape, &ndim) < 0 ||
         !PyArray_DescrConverter2(argv[1] != NULL ? argv[1] : Py_None,
@@ -1055,8 +1056,9 @@ to_device(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     cm_device *dev;
     int copy = 1;
 
-    if (parse_args("to_device", names, 4, 1, args, nargs, kwnames, argv) <
-        0) {
+    if (cmpy_numpy_init() < 0 ||
+        parse_args("to_device", names, 4, 1, args, nargs, kwnames, argv) <
+            0) {
         return NULL;
     }
     stream_arg = argv[1] != NULL ? argv[1] : Py_None;

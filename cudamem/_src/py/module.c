@@ -71,6 +71,11 @@ find_simulator(PyObject *module, cmpy_state *st)
 int
 cmpy_numpy_init(void)
 {
+    /* NumPy (and the ctypes it imports) loads with the first array, not
+     * with cudamem (DESIGN rule 1). One interpreter per process. */
+    if (PyArray_API != NULL) {
+        return 0;
+    }
     import_array1(-1);
     return 0;
 }
@@ -80,8 +85,7 @@ cudamem_exec(PyObject *module)
 {
     cmpy_state *st = cmpy_get_state(module);
 
-    if (cmpy_numpy_init() < 0 || load_exceptions(st) < 0 ||
-        find_simulator(module, st) < 0) {
+    if (load_exceptions(st) < 0 || find_simulator(module, st) < 0) {
         return -1;
     }
     if (PyModule_AddFunctions(module, cmpy_driver_methods) < 0 ||

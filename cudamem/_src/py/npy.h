@@ -1,6 +1,6 @@
-/* npy.h (py/): NumPy's C API for the files that use it. module.c imports
- * it once at exec (cmpy_numpy_init); every other file sees the same table.
- * Include this instead of numpy/arrayobject.h. */
+/* npy.h (py/): NumPy's C API for the files that use it. module.c holds
+ * the table, filled by the first cmpy_numpy_init (every entry point that
+ * takes or makes arrays calls it). Include this, not numpy/arrayobject.h. */
 #ifndef CMPY_NPY_H
 #define CMPY_NPY_H
 
@@ -12,7 +12,7 @@
 #endif
 #include <numpy/arrayobject.h>
 
-/* Imports NumPy's C API (module.c); 0 or -1 with an exception set. */
+/* Imports NumPy's C API once; 0 or -1 with an exception set. */
 int cmpy_numpy_init(void);
 
 #endif

@@ -1,0 +1,919 @@
+/* stream.c (py/): the Stream type (numba's Stream: cudamem's own streams,
+ * the three default streams and external ones), the module's stream
+ * functions, the waits that Ctrl-C interrupts, and the one parser of every
+ * `stream=` argument. Creating and destroying handles is core/stream.c's. */
+#include "stream.h"
+
+#include <limits.h>
+#include <sched.h>
+#include <stddef.h>
+#include <time.h>
+
+#if PY_VERSION_HEX < 0x030C0000
+#include <structmember.h>
+#define Py_T_PYSSIZET T_PYSSIZET
+#define Py_READONLY READONLY
+#endif
+
+#include "../core/driver.h"
+#include "../core/stream.h"
+#include "device.h"
+
+/* Polls of a wait before it starts sleeping, and its longest sleep. */
+#define CMPY_WAIT_SPINS 64
+#define CMPY_WAIT_MAX_NAP_NS 1000000L
+
+static cmpy_state *
+type_state(PyObject *self)
+{
+    return (cmpy_state *)PyType_GetModuleState(Py_TYPE(self));
+}
+
+static unsigned long long
+handle_value(CUstream handle)
+{
+    return (unsigned long long)(uintptr_t)handle;
+}
+
+/* The kinds that own a handle of one context: they go stale. */
+static int
+is_bound(const cmpy_Stream *s)
+{
+    return (s->kind == CMPY_STREAM_OWNED || s->kind == CMPY_STREAM_EXTERNAL) &&
+           !cm_stream_is_default(s->handle);
+}
+
+/* The calling thread's device (DESIGN rule 6), loading the driver. */
+static int
+current_device(cmpy_state *st, cm_device **dev)
+{
+    cm_error err;
+
+    if (cmpy_ensure_driver(st) < 0) {
+        return -1;
+    }
+    if (cm_current_device(dev, &err) < 0) {
+        cmpy_raise(st, &err);
+        return -1;
+    }
+    return 0;
+}
+
+/* 0 when `s` can be used: never made before a fork, and (when bound to a
+ * context) that context not reset or closed since; -1 with an exception. */
+static int
+stream_check(cmpy_state *st, cmpy_Stream *s)
+{
+    cm_error err;
+
+    if (!is_bound(s)) {
+        if (cm_fork_check(&err) < 0) {
+            cmpy_raise(st, &err);
+            return -1;
+        }
+        return 0;
+    }
+    if (cm_ctx_check(s->dev, s->generation, &err) < 0) {
+        if (err.kind == CM_ERR_STATE) {
+            PyErr_Format(st->CudaDriverError,
+                         "CUDA stream %llu of device %d cannot be used: "
+                         "its context was reset or closed since the "
+                         "stream was made",
+                         handle_value(s->handle), s->dev->ordinal);
+        }
+        else {
+            cmpy_raise(st, &err);
+        }
+        return -1;
+    }
+    return 0;
+}
+
+/* A Stream object; the caller fills in what differs from a default
+ * stream of `dev`. New reference. */
+static cmpy_Stream *
+stream_alloc(cmpy_state *st, cm_device *dev, cmpy_stream_kind kind,
+             CUstream handle)
+{
+    cmpy_Stream *self =
+        PyObject_New(cmpy_Stream, (PyTypeObject *)st->StreamType);
+
+    if (self == NULL) {
+        return NULL;
+    }
+    self->dev = dev;
+    self->generation = 0;
+    self->handle = handle;
+    self->kind = kind;
+    self->weakreflist = NULL;
+    return self;
+}
+
+/* ------------------------------------------------------------------------
+ * Waiting. */
+
+int
+cmpy_stream_wait(cmpy_state *st, cm_device *dev, CUstream handle)
+{
+    struct timespec nap = {0, 0};
+    cm_error err;
+    int done = 0, rc;
+
+    for (;;) {
+        Py_BEGIN_ALLOW_THREADS
+        if (nap.tv_nsec > 0) {
+            nanosleep(&nap, NULL);
+        }
+        rc = cm_stream_query(dev, handle, &done, &err);
+        /* Short work finishes within a few polls: spin before sleeping. */
+        for (int spin = 0;
+             nap.tv_nsec == 0 && rc == 0 && !done && spin < CMPY_WAIT_SPINS;
+             spin++) {
+            sched_yield();
+            rc = cm_stream_query(dev, handle, &done, &err);
+        }
+        /* End on the driver's own completion point: on an idle stream it
+         * returns at once, and whatever it reports is raised. */
+        if (rc == 0 && done) {
+            rc = cm_stream_synchronize(dev, handle, &err);
+        }
+        Py_END_ALLOW_THREADS
+        if (rc < 0) {
+            cmpy_raise(st, &err);
+            return -1;
+        }
+        if (done) {
+            return 0;
+        }
+        /* Ctrl-C (any signal handler that raises) ends the wait; the work
+         * goes on. */
+        if (PyErr_CheckSignals() < 0) {
+            return -1;
+        }
+        nap.tv_nsec = nap.tv_nsec == 0 ? 1000 : nap.tv_nsec * 2;
+        if (nap.tv_nsec > CMPY_WAIT_MAX_NAP_NS) {
+            nap.tv_nsec = CMPY_WAIT_MAX_NAP_NS;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * The stream= parser. */
+
+/* PyObject_GetOptionalAttr before 3.13: 1 found, 0 not, -1 error. */
+static int
+optional_attr(PyObject *obj, const char *name, PyObject **out)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    return PyObject_GetOptionalAttrString(obj, name, out);
+#else
+    *out = PyObject_GetAttrString(obj, name);
+    if (*out != NULL) {
+        return 1;
+    }
+    if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        PyErr_Clear();
+        return 0;
+    }
+    return -1;
+#endif
+}
+
+/* An int stream argument (bool included): only 0 is valid. */
+static int
+int_arg(PyObject *arg, PyObject *value)
+{
+    int overflow;
+    long v = PyLong_AsLongAndOverflow(value, &overflow);
+
+    if (v == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (v == 0 && !overflow) {
+        return 0;
+    }
+    PyErr_Format(PyExc_ValueError,
+                 "invalid stream %R: an int stream must be 0 (the default "
+                 "stream, synchronous); to use a CUDA stream handle, wrap "
+                 "it with cudamem.external_stream(handle)",
+                 arg);
+    return -1;
+}
+
+/* The device an operation is on: `dev`, or the calling thread's. */
+static int
+operation_device(cmpy_state *st, cm_device **dev)
+{
+    return *dev != NULL ? 0 : current_device(st, dev);
+}
+
+static int
+stream_obj_arg(cmpy_state *st, cmpy_Stream *s, cm_device *dev,
+               cmpy_stream_ref *out)
+{
+    if (stream_check(st, s) < 0) {
+        return -1;
+    }
+    if (is_bound(s)) {
+        if (operation_device(st, &dev) < 0) {
+            return -1;
+        }
+        if (s->dev != dev) {
+            PyErr_Format(PyExc_ValueError,
+                         "%R belongs to device %d, but the operation is on "
+                         "device %d",
+                         (PyObject *)s, s->dev->ordinal, dev->ordinal);
+            return -1;
+        }
+    }
+    out->handle = s->handle;
+    out->async = 1;
+    out->obj = (PyObject *)s;
+    return 0;
+}
+
+/* What __cuda_stream__ gave: (0, handle). */
+static int
+foreign_arg(cmpy_state *st, PyObject *arg, PyObject *proto, cm_device *dev,
+            cmpy_stream_ref *out)
+{
+    PyObject *version, *value;
+    unsigned long long h;
+    CUstream handle;
+    cm_device *owner;
+    cm_error err;
+    int overflow;
+    long v;
+
+    if (!PyTuple_Check(proto) || PyTuple_GET_SIZE(proto) != 2) {
+        PyErr_Format(PyExc_TypeError,
+                     "__cuda_stream__() of %.200s must return a (version, "
+                     "handle) tuple, not %R",
+                     Py_TYPE(arg)->tp_name, proto);
+        return -1;
+    }
+    version = PyTuple_GET_ITEM(proto, 0);
+    value = PyTuple_GET_ITEM(proto, 1);
+    if (!PyLong_Check(version) || PyBool_Check(version) ||
+        !PyLong_Check(value) || PyBool_Check(value)) {
+        PyErr_Format(PyExc_TypeError,
+                     "__cuda_stream__() of %.200s must return two ints "
+                     "(version, handle), not %R",
+                     Py_TYPE(arg)->tp_name, proto);
+        return -1;
+    }
+    v = PyLong_AsLongAndOverflow(version, &overflow);
+    if (v == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (v != 0 || overflow) {
+        PyErr_Format(PyExc_ValueError,
+                     "__cuda_stream__() of %.200s returned version %R: "
+                     "cudamem understands version 0",
+                     Py_TYPE(arg)->tp_name, version);
+        return -1;
+    }
+    h = PyLong_AsUnsignedLongLong(value);
+    if ((h == (unsigned long long)-1 && PyErr_Occurred()) ||
+        h > UINTPTR_MAX) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError,
+                     "__cuda_stream__() of %.200s returned an invalid "
+                     "stream handle %R",
+                     Py_TYPE(arg)->tp_name, value);
+        return -1;
+    }
+    handle = (CUstream)(uintptr_t)h;
+    /* 0, 1 and 2 name a default stream of whatever context is current. */
+    if (!cm_stream_is_default(handle)) {
+        if (cmpy_ensure_driver(st) < 0) {
+            return -1;
+        }
+        if (cm_stream_device(handle, &owner, &err) < 0) {
+            cmpy_raise(st, &err);
+            return -1;
+        }
+        if (operation_device(st, &dev) < 0) {
+            return -1;
+        }
+        if (owner != dev) {
+            PyErr_Format(PyExc_ValueError,
+                         "stream %R (CUDA stream %llu) belongs to device "
+                         "%d, but the operation is on device %d",
+                         arg, h, owner->ordinal, dev->ordinal);
+            return -1;
+        }
+    }
+    else if (cm_fork_check(&err) < 0) {
+        cmpy_raise(st, &err);
+        return -1;
+    }
+    out->handle = handle;
+    out->async = 1;
+    out->obj = arg;
+    return 0;
+}
+
+int
+cmpy_stream_arg(cmpy_state *st, PyObject *arg, cm_device *dev,
+                cmpy_stream_ref *out)
+{
+    PyObject *attr, *proto, *index;
+    int found, rc;
+
+    out->handle = NULL;
+    out->async = 0;
+    out->obj = NULL;
+    /* The common cases first: 0 and a cudamem Stream. */
+    if (arg == Py_None) {
+        return 0;
+    }
+    if (PyLong_Check(arg)) {
+        return int_arg(arg, arg);
+    }
+    if (Py_IS_TYPE(arg, (PyTypeObject *)st->StreamType)) {
+        return stream_obj_arg(st, (cmpy_Stream *)arg, dev, out);
+    }
+    found = optional_attr(arg, "__cuda_stream__", &attr);
+    if (found < 0) {
+        return -1;
+    }
+    if (found) {
+        /* A method (the protocol); cuda.core 0.1 made it a property. */
+        proto = PyCallable_Check(attr) ? PyObject_CallNoArgs(attr)
+                                       : Py_NewRef(attr);
+        Py_DECREF(attr);
+        if (proto == NULL) {
+            return -1;
+        }
+        rc = foreign_arg(st, arg, proto, dev, out);
+        Py_DECREF(proto);
+        return rc;
+    }
+    if (PyIndex_Check(arg)) {
+        /* NumPy's integers, as numba takes them. */
+        index = PyNumber_Index(arg);
+        if (index == NULL) {
+            return -1;
+        }
+        rc = int_arg(arg, index);
+        Py_DECREF(index);
+        return rc;
+    }
+    PyErr_Format(PyExc_TypeError,
+                 "stream must be 0, a cudamem Stream or an object with "
+                 "__cuda_stream__, not %.200s",
+                 Py_TYPE(arg)->tp_name);
+    return -1;
+}
+
+/* ------------------------------------------------------------------------
+ * The Stream type. */
+
+static void
+stream_dealloc(cmpy_Stream *self)
+{
+    PyTypeObject *type = Py_TYPE(self);
+    cmpy_state *st;
+    cm_error err;
+
+    if (self->weakreflist != NULL) {
+        PyObject_ClearWeakRefs((PyObject *)self);
+    }
+    /* A stale generation drops it; in a forked child nothing happens. */
+    if (self->kind == CMPY_STREAM_OWNED &&
+        cm_stream_release(self->dev, self->generation, self->handle, &err) <
+            0 &&
+        err.kind != CM_ERR_FORK) {
+        st = (cmpy_state *)PyType_GetModuleState(type);
+        if (st != NULL && st->CudaWarning != NULL) {
+            cmpy_warn_release(st, &err);
+        }
+        else {
+            /* The module is being torn down at exit. */
+            fprintf(stderr,
+                    "cudamem: could not destroy CUDA stream %llu: %s\n",
+                    handle_value(self->handle),
+                    err.kind == CM_ERR_DRIVER && cm_error_name(err.code)
+                        ? cm_error_name(err.code)
+                        : (err.msg != NULL ? err.msg : "unknown error"));
+        }
+    }
+    type->tp_free(self);
+    Py_DECREF(type);
+}
+
+static PyObject *
+stream_repr(cmpy_Stream *self)
+{
+    cmpy_state *st = type_state((PyObject *)self);
+    unsigned long long h = handle_value(self->handle);
+    const char *external = self->kind == CMPY_STREAM_EXTERNAL ? "External "
+                                                              : "";
+    cmpy_Device *device;
+    PyObject *ctx, *res;
+    cm_error err;
+
+    if (is_bound(self) &&
+        cm_ctx_check(self->dev, self->generation, &err) < 0) {
+        if (err.kind != CM_ERR_STATE) {
+            return cmpy_raise(st, &err);
+        }
+        return PyUnicode_FromFormat("<%sCUDA stream %llu on device %d (its "
+                                    "context was reset or closed)>",
+                                    external, h, self->dev->ordinal);
+    }
+    device = cmpy_device_of(st, self->dev);
+    if (device == NULL) {
+        return NULL;
+    }
+    ctx = cmpy_context_of(st, device);
+    if (ctx == NULL) {
+        return NULL;
+    }
+    if (self->handle == NULL) {
+        res = PyUnicode_FromFormat("<Default CUDA stream on %R>", ctx);
+    }
+    else if (self->handle == CU_STREAM_LEGACY) {
+        res = PyUnicode_FromFormat("<Legacy default CUDA stream on %R>", ctx);
+    }
+    else if (self->handle == CU_STREAM_PER_THREAD) {
+        res = PyUnicode_FromFormat("<Per-thread default CUDA stream on %R>",
+                                   ctx);
+    }
+    else {
+        res = PyUnicode_FromFormat("<%sCUDA stream %llu on %R>", external, h,
+                                   ctx);
+    }
+    Py_DECREF(ctx);
+    return res;
+}
+
+static PyObject *
+stream_int(cmpy_Stream *self)
+{
+    return PyLong_FromVoidPtr(self->handle);
+}
+
+static PyObject *
+stream_get_handle(cmpy_Stream *self, void *Py_UNUSED(closure))
+{
+    PyObject *ctypes, *res;
+
+    /* ctypes loads only here (DESIGN rule 1). */
+    ctypes = PyImport_ImportModule("ctypes");
+    if (ctypes == NULL) {
+        return NULL;
+    }
+    res = PyObject_CallMethod(ctypes, "c_void_p", "K",
+                              handle_value(self->handle));
+    Py_DECREF(ctypes);
+    return res;
+}
+
+static PyObject *
+stream_get_external(cmpy_Stream *self, void *Py_UNUSED(closure))
+{
+    return PyBool_FromLong(self->kind == CMPY_STREAM_EXTERNAL);
+}
+
+static PyObject *
+stream_get_context(cmpy_Stream *self, void *Py_UNUSED(closure))
+{
+    cmpy_state *st = type_state((PyObject *)self);
+    cmpy_Device *device;
+
+    if (stream_check(st, self) < 0) {
+        return NULL;
+    }
+    device = cmpy_device_of(st, self->dev);
+    return device != NULL ? cmpy_context_of(st, device) : NULL;
+}
+
+static PyGetSetDef stream_getset[] = {
+    {"handle", (getter)stream_get_handle, NULL,
+     "The CUstream as a ctypes.c_void_p, as numba's (its value is None "
+     "for\nthe default stream).",
+     NULL},
+    {"external", (getter)stream_get_external, NULL,
+     "True for a stream made by external_stream(): cudamem never destroys "
+     "it.",
+     NULL},
+    {"context", (getter)stream_get_context, NULL,
+     "The Context of the stream's device. Raises CudaDriverError once "
+     "that\ncontext was reset or closed (default streams excepted).",
+     NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+PyDoc_STRVAR(stream_synchronize_doc,
+             "synchronize()\n\n"
+             "Waits for all work queued on this stream, with the GIL "
+             "released.\nCtrl-C interrupts the wait (the work goes on).");
+
+static PyObject *
+stream_synchronize(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    cmpy_Stream *s = (cmpy_Stream *)self;
+    cmpy_state *st = type_state(self);
+
+    if (stream_check(st, s) < 0 ||
+        cmpy_stream_wait(st, s->dev, s->handle) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(stream_query_doc,
+             "query() -> bool\n\n"
+             "True when all work queued on this stream is complete. Does not "
+             "wait.");
+
+static PyObject *
+stream_query(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    cmpy_Stream *s = (cmpy_Stream *)self;
+    cmpy_state *st = type_state(self);
+    cm_error err;
+    int done;
+
+    if (stream_check(st, s) < 0) {
+        return NULL;
+    }
+    if (cm_stream_query(s->dev, s->handle, &done, &err) < 0) {
+        return cmpy_raise(st, &err);
+    }
+    return PyBool_FromLong(done);
+}
+
+PyDoc_STRVAR(stream_cuda_stream_doc,
+             "__cuda_stream__() -> (0, handle)\n\n"
+             "The CUDA stream protocol (version 0): the handle as an int.");
+
+static PyObject *
+stream_cuda_stream(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    cmpy_Stream *s = (cmpy_Stream *)self;
+
+    if (stream_check(type_state(self), s) < 0) {
+        return NULL;
+    }
+    return Py_BuildValue("(iN)", 0, PyLong_FromVoidPtr(s->handle));
+}
+
+PyDoc_STRVAR(stream_priority_range_doc,
+             "priority_range() -> (least, greatest)\n\n"
+             "The stream priorities of the current device, a class method\n"
+             "(cuCtxGetStreamPriorityRange): *greatest* is the most urgent "
+             "and\nnumerically the smallest. stream(priority=...) is "
+             "clamped into it.");
+
+static PyObject *
+stream_priority_range(PyObject *cls, PyObject *Py_UNUSED(ignored))
+{
+    cmpy_state *st = (cmpy_state *)PyType_GetModuleState((PyTypeObject *)cls);
+    int least, greatest;
+    cm_device *dev;
+    cm_error err;
+
+    if (current_device(st, &dev) < 0) {
+        return NULL;
+    }
+    if (cm_stream_priority_range(dev, &least, &greatest, &err) < 0) {
+        return cmpy_raise(st, &err);
+    }
+    return Py_BuildValue("(ii)", least, greatest);
+}
+
+static PyMethodDef stream_methods[] = {
+    {"synchronize", stream_synchronize, METH_NOARGS, stream_synchronize_doc},
+    {"query", stream_query, METH_NOARGS, stream_query_doc},
+    {"__cuda_stream__", stream_cuda_stream, METH_NOARGS,
+     stream_cuda_stream_doc},
+    {"priority_range", stream_priority_range, METH_NOARGS | METH_CLASS,
+     stream_priority_range_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef stream_members[] = {
+    {"__weaklistoffset__", Py_T_PYSSIZET, offsetof(cmpy_Stream, weakreflist),
+     Py_READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+PyDoc_STRVAR(stream_doc,
+             "Stream\n\n"
+             "A CUDA stream (numba.cuda.cudadrv.driver.Stream), made by "
+             "stream(),\ndefault_stream(), legacy_default_stream(),\n"
+             "per_thread_default_stream() or external_stream(). Pass it as\n"
+             "stream= to make an operation asynchronous on it. int(s) is "
+             "the\nhandle (0, 1 and 2 for the default, legacy and "
+             "per-thread default\nstreams). A stream made by stream() is "
+             "destroyed, through its\ncontext's deallocations, when the last "
+             "reference goes. Made by\ncudamem, not by user code.");
+
+static PyType_Slot stream_slots[] = {
+    {Py_tp_doc, (void *)stream_doc},
+    {Py_tp_dealloc, stream_dealloc},
+    {Py_tp_repr, stream_repr},
+    {Py_nb_int, stream_int},
+    {Py_tp_getset, stream_getset},
+    {Py_tp_methods, stream_methods},
+    {Py_tp_members, stream_members},
+    {0, NULL},
+};
+
+static PyType_Spec stream_spec = {
+    .name = "cudamem.Stream",
+    .basicsize = sizeof(cmpy_Stream),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION |
+             Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = stream_slots,
+};
+
+int
+cmpy_stream_type_init(PyObject *module, cmpy_state *st)
+{
+    st->StreamType = PyType_FromModuleAndSpec(module, &stream_spec, NULL);
+    if (st->StreamType == NULL) {
+        return -1;
+    }
+    return PyModule_AddObjectRef(module, "Stream", st->StreamType);
+}
+
+/* ------------------------------------------------------------------------
+ * Module functions. */
+
+/* Fills vals[i] (borrowed, NULL when absent) from positional then keyword
+ * arguments named `names`; TypeError naming `fname` otherwise. */
+static int
+parse_args(const char *fname, const char *const *names, Py_ssize_t n,
+           PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+           PyObject **vals)
+{
+    Py_ssize_t nkw = kwnames != NULL ? PyTuple_GET_SIZE(kwnames) : 0;
+
+    for (Py_ssize_t i = 0; i < n; i++) {
+        vals[i] = i < nargs ? args[i] : NULL;
+    }
+    if (nargs > n) {
+        PyErr_Format(PyExc_TypeError,
+                     "%s() takes at most %zd positional argument%s (%zd "
+                     "given)",
+                     fname, n, n == 1 ? "" : "s", nargs);
+        return -1;
+    }
+    for (Py_ssize_t k = 0; k < nkw; k++) {
+        PyObject *key = PyTuple_GET_ITEM(kwnames, k);
+        Py_ssize_t j = 0;
+
+        while (j < n && PyUnicode_CompareWithASCIIString(key, names[j]) != 0) {
+            j++;
+        }
+        if (j == n) {
+            PyErr_Format(PyExc_TypeError,
+                         "%s() got an unexpected keyword argument %R", fname,
+                         key);
+            return -1;
+        }
+        if (vals[j] != NULL) {
+            PyErr_Format(PyExc_TypeError,
+                         "%s() got multiple values for argument '%s'", fname,
+                         names[j]);
+            return -1;
+        }
+        vals[j] = args[nargs + k];
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(stream_doc_fn,
+             "stream(priority=None, non_blocking=False) -> Stream\n\n"
+             "A new stream in the current device's primary context (numba's\n"
+             "cuda.stream()). *priority* (an int; lower is more urgent) is "
+             "clamped\nby the driver into Stream.priority_range(). With "
+             "*non_blocking*, the\nstream does not synchronize with the "
+             "legacy default stream\n(CU_STREAM_NON_BLOCKING).");
+
+static PyObject *
+stream_fn(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+          PyObject *kwnames)
+{
+    static const char *const names[] = {"priority", "non_blocking"};
+    cmpy_state *st = cmpy_get_state(module);
+    PyObject *vals[2], *index;
+    int has_priority = 0, priority = 0, overflow, nb = 0;
+    cmpy_Stream *self;
+    cm_device *dev;
+    cm_error err;
+    long value;
+
+    if (parse_args("stream", names, 2, args, nargs, kwnames, vals) < 0) {
+        return NULL;
+    }
+    if (vals[0] != NULL && vals[0] != Py_None) {
+        if (PyBool_Check(vals[0]) || !PyIndex_Check(vals[0])) {
+            PyErr_Format(PyExc_TypeError,
+                         "priority must be an int or None, not %.200s",
+                         Py_TYPE(vals[0])->tp_name);
+            return NULL;
+        }
+        index = PyNumber_Index(vals[0]);
+        if (index == NULL) {
+            return NULL;
+        }
+        value = PyLong_AsLongAndOverflow(index, &overflow);
+        Py_DECREF(index);
+        if (value == -1 && PyErr_Occurred()) {
+            return NULL;
+        }
+        /* The driver clamps: so does cudamem, to what it can pass. */
+        if (overflow != 0) {
+            value = overflow < 0 ? INT_MIN : INT_MAX;
+        }
+        else if (value < INT_MIN || value > INT_MAX) {
+            value = value < 0 ? INT_MIN : INT_MAX;
+        }
+        has_priority = 1;
+        priority = (int)value;
+    }
+    if (vals[1] != NULL) {
+        nb = PyObject_IsTrue(vals[1]);
+        if (nb < 0) {
+            return NULL;
+        }
+    }
+    if (current_device(st, &dev) < 0) {
+        return NULL;
+    }
+    /* The object first, so that a failure cannot leak the handle. */
+    self = stream_alloc(st, dev, CMPY_STREAM_DEFAULT, NULL);
+    if (self == NULL) {
+        return NULL;
+    }
+    if (cm_stream_create(dev, nb ? CU_STREAM_NON_BLOCKING : CU_STREAM_DEFAULT,
+                         has_priority, priority, &self->handle,
+                         &self->generation, &err) < 0) {
+        Py_DECREF(self);
+        return cmpy_raise(st, &err);
+    }
+    self->kind = CMPY_STREAM_OWNED;
+    return (PyObject *)self;
+}
+
+/* A default stream object bound to the current device's context. */
+static PyObject *
+special_stream(PyObject *module, cmpy_stream_kind kind, CUstream handle)
+{
+    cmpy_state *st = cmpy_get_state(module);
+    cm_device *dev;
+
+    if (current_device(st, &dev) < 0) {
+        return NULL;
+    }
+    return (PyObject *)stream_alloc(st, dev, kind, handle);
+}
+
+PyDoc_STRVAR(default_stream_doc,
+             "default_stream() -> Stream\n\n"
+             "The default stream (handle 0) of the current context: the "
+             "legacy\ndefault stream, or the per-thread one when cudamem "
+             "runs with\nCUDAMEM_PER_THREAD_DEFAULT_STREAM=1. Passing it as "
+             "stream= makes an\noperation asynchronous; stream=0 makes it "
+             "synchronous.");
+
+static PyObject *
+default_stream(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    return special_stream(module, CMPY_STREAM_DEFAULT, NULL);
+}
+
+PyDoc_STRVAR(legacy_default_stream_doc,
+             "legacy_default_stream() -> Stream\n\n"
+             "The legacy default stream (CU_STREAM_LEGACY) of the current "
+             "context.");
+
+static PyObject *
+legacy_default_stream(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    return special_stream(module, CMPY_STREAM_LEGACY, CU_STREAM_LEGACY);
+}
+
+PyDoc_STRVAR(per_thread_default_stream_doc,
+             "per_thread_default_stream() -> Stream\n\n"
+             "The per-thread default stream (CU_STREAM_PER_THREAD) of the "
+             "current\ncontext.");
+
+static PyObject *
+per_thread_default_stream(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    return special_stream(module, CMPY_STREAM_PER_THREAD,
+                          CU_STREAM_PER_THREAD);
+}
+
+PyDoc_STRVAR(external_stream_doc,
+             "external_stream(ptr) -> Stream\n\n"
+             "Wraps a CUstream made elsewhere (an int handle) for the "
+             "current\ndevice. cudamem never destroys it: it must outlive "
+             "the Stream\nobject and every operation queued on it.");
+
+static PyObject *
+external_stream(PyObject *module, PyObject *arg)
+{
+    cmpy_state *st = cmpy_get_state(module);
+    unsigned long long h;
+    cmpy_Stream *self;
+    PyObject *index;
+    cm_device *dev;
+    cm_error err;
+    uint64_t generation;
+    CUcontext ctx;
+
+    if (PyBool_Check(arg) || !PyIndex_Check(arg)) {
+        PyErr_Format(PyExc_TypeError,
+                     "external_stream() needs an int stream handle, not "
+                     "%.200s",
+                     Py_TYPE(arg)->tp_name);
+        return NULL;
+    }
+    index = PyNumber_Index(arg);
+    if (index == NULL) {
+        return NULL;
+    }
+    h = PyLong_AsUnsignedLongLong(index);
+    Py_DECREF(index);
+    if ((h == (unsigned long long)-1 && PyErr_Occurred()) ||
+        h > UINTPTR_MAX || h == 0) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError,
+                     "invalid stream handle %R for external_stream()%s", arg,
+                     h == 0 ? ": 0 is the default stream, use "
+                              "default_stream()"
+                            : "");
+        return NULL;
+    }
+    if (current_device(st, &dev) < 0) {
+        return NULL;
+    }
+    if (cm_device_primary(dev, &ctx, &generation, &err) < 0) {
+        return cmpy_raise(st, &err);
+    }
+    self = stream_alloc(st, dev, CMPY_STREAM_EXTERNAL, (CUstream)(uintptr_t)h);
+    if (self != NULL) {
+        self->generation = generation;
+    }
+    return (PyObject *)self;
+}
+
+PyDoc_STRVAR(parse_stream_doc,
+             "_parse_stream(arg, device=None) -> (handle, async)\n\n"
+             "What cudamem makes of stream=*arg* for an operation on "
+             "*device*\n(None: the current one; else an ordinal or a "
+             "Device). For tests.");
+
+static PyObject *
+parse_stream(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+             PyObject *kwnames)
+{
+    static const char *const names[] = {"arg", "device"};
+    cmpy_state *st = cmpy_get_state(module);
+    cmpy_stream_ref ref;
+    cmpy_Device *device;
+    cm_device *dev = NULL;
+    PyObject *vals[2];
+
+    if (parse_args("_parse_stream", names, 2, args, nargs, kwnames, vals) <
+        0) {
+        return NULL;
+    }
+    if (vals[0] == NULL) {
+        PyErr_SetString(PyExc_TypeError,
+                        "_parse_stream() missing required argument 'arg'");
+        return NULL;
+    }
+    if (vals[1] != NULL && vals[1] != Py_None) {
+        if (cmpy_device_parse(st, vals[1], &device) < 0) {
+            return NULL;
+        }
+        dev = device->dev;
+    }
+    if (cmpy_stream_arg(st, vals[0], dev, &ref) < 0) {
+        return NULL;
+    }
+    return Py_BuildValue("(NO)", PyLong_FromVoidPtr(ref.handle),
+                         ref.async ? Py_True : Py_False);
+}
+
+PyMethodDef cmpy_stream_methods[] = {
+    {"stream", (PyCFunction)(void (*)(void))stream_fn,
+     METH_FASTCALL | METH_KEYWORDS, stream_doc_fn},
+    {"default_stream", default_stream, METH_NOARGS, default_stream_doc},
+    {"legacy_default_stream", legacy_default_stream, METH_NOARGS,
+     legacy_default_stream_doc},
+    {"per_thread_default_stream", per_thread_default_stream, METH_NOARGS,
+     per_thread_default_stream_doc},
+    {"external_stream", external_stream, METH_O, external_stream_doc},
+    {"_parse_stream", (PyCFunction)(void (*)(void))parse_stream,
+     METH_FASTCALL | METH_KEYWORDS, parse_stream_doc},
+    {NULL, NULL, 0, NULL},
+};
