@@ -232,7 +232,7 @@ def test_stream_argument_errors(sim):
         with pytest.raises(TypeError, match="priority must be an int or "
                            "None, not %s" % type(bad).__name__):
             cudamem.stream(priority=bad)
-    with pytest.raises(TypeError, match="at most 2 positional"):
+    with pytest.raises(TypeError, match="at most 2 arguments"):
         cudamem.stream(0, False, 1)
     with pytest.raises(TypeError, match="unexpected keyword argument "
                        "'flags'"):

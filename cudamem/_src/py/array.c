@@ -527,57 +527,6 @@ copy_from_device(cmpy_state *st, cmpy_DeviceNDArray *self,
     return 0;
 }
 
-/* Keyword-or-positional arguments of the FASTCALL functions below, by
- * name: fills out[] (NULL where absent). */
-static int
-parse_args(const char *fname, const char *const *names, int nnames,
-           int required, PyObject *const *args, Py_ssize_t nargs,
-           PyObject *kwnames, PyObject **out)
-{
-    Py_ssize_t nkw = kwnames != NULL ? PyTuple_GET_SIZE(kwnames) : 0;
-
-    if (nargs > nnames) {
-        PyErr_Format(PyExc_TypeError,
-                     "%s() takes at most %d arguments (%zd given)", fname,
-                     nnames, nargs + nkw);
-        return -1;
-    }
-    for (int i = 0; i < nnames; i++) {
-        out[i] = i < nargs ? args[i] : NULL;
-    }
-    for (Py_ssize_t k = 0; k < nkw; k++) {
-        PyObject *key = PyTuple_GET_ITEM(kwnames, k);
-        int i = 0;
-
-        while (i < nnames &&
-               PyUnicode_CompareWithASCIIString(key, names[i]) != 0) {
-            i++;
-        }
-        if (i == nnames) {
-            PyErr_Format(PyExc_TypeError,
-                         "%s() got an unexpected keyword argument %R", fname,
-                         key);
-            return -1;
-        }
-        if (out[i] != NULL) {
-            PyErr_Format(PyExc_TypeError,
-                         "%s() got multiple values for argument '%s'", fname,
-                         names[i]);
-            return -1;
-        }
-        out[i] = args[nargs + k];
-    }
-    for (int i = 0; i < required; i++) {
-        if (out[i] == NULL) {
-            PyErr_Format(PyExc_TypeError,
-                         "%s() missing required argument '%s'", fname,
-                         names[i]);
-            return -1;
-        }
-    }
-    return 0;
-}
-
 PyDoc_STRVAR(copy_to_host_doc,
              "copy_to_host(ary=None, stream=0) -> numpy.ndarray\n\n"
              "Copies the array to the host: into a new array with this "
@@ -599,7 +548,7 @@ array_copy_to_host(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
     PyObject *argv[2], *result = NULL, *shaped;
     cmpy_stream_ref ref;
 
-    if (parse_args("copy_to_host", names, 2, 0, args, nargs, kwnames, argv) <
+    if (cmpy_parse_args("copy_to_host", names, 2, 0, args, nargs, kwnames, argv) <
             0 ||
         operation_stream(st, self, argv[1], &ref) < 0 ||
         check_alive(st, self) < 0 ||
@@ -665,7 +614,7 @@ array_copy_to_device(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
     cmpy_stream_ref ref;
     int rc;
 
-    if (parse_args("copy_to_device", names, 2, 1, args, nargs, kwnames,
+    if (cmpy_parse_args("copy_to_device", names, 2, 1, args, nargs, kwnames,
                    argv) < 0 ||
         operation_stream(st, self, argv[1], &ref) < 0 ||
         check_alive(st, self) < 0 ||
@@ -871,8 +820,8 @@ static PyGetSetDef array_getset[] = {
 };
 
 static PyMemberDef array_members[] = {
-    {"__weaklistoffset__", T_PYSSIZET,
-     offsetof(cmpy_DeviceNDArray, weakreflist), READONLY, NULL},
+    {"__weaklistoffset__", Py_T_PYSSIZET,
+     offsetof(cmpy_DeviceNDArray, weakreflist), Py_READONLY, NULL},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -935,22 +884,6 @@ static PyType_Spec array_spec = {
     .slots = array_slots,
 };
 
-/* The device new arrays go to: the calling thread's current one. */
-static int
-target_device(cmpy_state *st, cm_device **dev)
-{
-    cm_error err;
-
-    if (cmpy_ensure_driver(st) < 0) {
-        return -1;
-    }
-    if (cm_current_device(dev, &err) < 0) {
-        cmpy_raise(st, &err);
-        return -1;
-    }
-    return 0;
-}
-
 /* The `stream` object kept by a new array: None counts as 0. */
 static PyObject *
 kept_stream(PyObject *arg, const cmpy_stream_ref *ref)
@@ -981,7 +914,7 @@ device_array(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     int ndim, sndim;
 
     if (cmpy_numpy_init() < 0 ||
-        parse_args("device_array", names, 5, 1, args, nargs, kwnames, argv) <
+        cmpy_parse_args("device_array", names, 5, 1, args, nargs, kwnames, argv) <
             0 ||
         parse_shape(argv[0], shape, &ndim) < 0 ||
         !PyArray_DescrConverter2(argv[1] != NULL ? argv[1] : Py_None,
@@ -1022,7 +955,7 @@ device_array(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
         contiguous_strides(ndim, shape, PyDataType_ELSIZE(dtype), order,
                            strides);
     }
-    if (target_device(st, &dev) < 0 ||
+    if (cmpy_current_device(st, &dev) < 0 ||
         cmpy_stream_arg(st, argv[4] != NULL ? argv[4] : Py_None, dev, &ref) <
             0) {
         goto done;
@@ -1057,7 +990,7 @@ to_device(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     int copy = 1;
 
     if (cmpy_numpy_init() < 0 ||
-        parse_args("to_device", names, 4, 1, args, nargs, kwnames, argv) <
+        cmpy_parse_args("to_device", names, 4, 1, args, nargs, kwnames, argv) <
             0) {
         return NULL;
     }
@@ -1096,7 +1029,7 @@ to_device(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
             goto done;
         }
     }
-    if (target_device(st, &dev) < 0 ||
+    if (cmpy_current_device(st, &dev) < 0 ||
         cmpy_stream_arg(st, stream_arg, dev, &ref) < 0) {
         goto done;
     }

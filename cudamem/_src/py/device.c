@@ -459,21 +459,28 @@ select_device(PyObject *module, PyObject *arg)
     return Py_NewRef(device);
 }
 
-/* The current device (DESIGN rule 6); borrowed. */
+int
+cmpy_current_device(cmpy_state *st, cm_device **dev)
+{
+    cm_error err;
+
+    if (cmpy_ensure_driver(st) < 0) {
+        return -1;
+    }
+    if (cm_current_device(dev, &err) < 0) {
+        cmpy_raise(st, &err);
+        return -1;
+    }
+    return 0;
+}
+
+/* The current device's object; borrowed. */
 static cmpy_Device *
 current_device(cmpy_state *st)
 {
     cm_device *dev;
-    cm_error err;
 
-    if (cmpy_ensure_driver(st) < 0) {
-        return NULL;
-    }
-    if (cm_current_device(&dev, &err) < 0) {
-        cmpy_raise(st, &err);
-        return NULL;
-    }
-    return cmpy_device_of(st, dev);
+    return cmpy_current_device(st, &dev) < 0 ? NULL : cmpy_device_of(st, dev);
 }
 
 PyDoc_STRVAR(get_current_device_doc,

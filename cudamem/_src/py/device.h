@@ -33,6 +33,9 @@ PyObject *cmpy_devices(cmpy_state *st);
 /* A Device, or an int ordinal naming one (TypeError / ValueError naming
  * the value otherwise). Borrowed reference. */
 int cmpy_device_parse(cmpy_state *st, PyObject *arg, cmpy_Device **out);
+/* The calling thread's device (DESIGN rule 6), loading the driver; 0, or
+ * -1 with an exception set. */
+int cmpy_current_device(cmpy_state *st, cm_device **dev);
 /* The Device object of a core device; borrowed. */
 cmpy_Device *cmpy_device_of(cmpy_state *st, cm_device *dev);
 

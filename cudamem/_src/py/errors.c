@@ -50,19 +50,76 @@ cmpy_raise(cmpy_state *st, const cm_error *err)
 void
 cmpy_warn_release(cmpy_state *st, const cm_error *err)
 {
-    PyObject *saved = cmpy_exc_take();
-    PyObject *exc;
+    PyObject *saved, *exc;
 
     /* In a forked child a finalizer does nothing (DESIGN rule 10). */
-    if (err->kind != CM_ERR_FORK) {
-        cmpy_raise(st, err);
-        exc = cmpy_exc_take();
-        if (PyErr_WarnFormat(st->CudaWarning, 1,
-                             "cudamem could not free a resource: %S",
-                             exc) < 0) {
-            PyErr_WriteUnraisable(exc);
-        }
-        Py_XDECREF(exc);
+    if (err->kind == CM_ERR_FORK) {
+        return;
     }
+    if (st == NULL || st->CudaWarning == NULL) {
+        /* The module was torn down at exit: no warning class left. */
+        fprintf(stderr, "cudamem: could not free a resource: %s\n",
+                err->kind == CM_ERR_DRIVER && cm_error_name(err->code)
+                    ? cm_error_name(err->code)
+                    : (err->msg != NULL ? err->msg : "unknown error"));
+        return;
+    }
+    saved = cmpy_exc_take();
+    cmpy_raise(st, err);
+    exc = cmpy_exc_take();
+    if (PyErr_WarnFormat(st->CudaWarning, 1,
+                         "cudamem could not free a resource: %S", exc) < 0) {
+        PyErr_WriteUnraisable(exc);
+    }
+    Py_XDECREF(exc);
     cmpy_exc_put(saved);
+}
+
+int
+cmpy_parse_args(const char *fname, const char *const *names, int nnames,
+                int required, PyObject *const *args, Py_ssize_t nargs,
+                PyObject *kwnames, PyObject **out)
+{
+    Py_ssize_t nkw = kwnames != NULL ? PyTuple_GET_SIZE(kwnames) : 0;
+
+    if (nargs > nnames) {
+        PyErr_Format(PyExc_TypeError,
+                     "%s() takes at most %d arguments (%zd given)", fname,
+                     nnames, nargs + nkw);
+        return -1;
+    }
+    for (int i = 0; i < nnames; i++) {
+        out[i] = i < nargs ? args[i] : NULL;
+    }
+    for (Py_ssize_t k = 0; k < nkw; k++) {
+        PyObject *key = PyTuple_GET_ITEM(kwnames, k);
+        int i = 0;
+
+        while (i < nnames &&
+               PyUnicode_CompareWithASCIIString(key, names[i]) != 0) {
+            i++;
+        }
+        if (i == nnames) {
+            PyErr_Format(PyExc_TypeError,
+                         "%s() got an unexpected keyword argument %R", fname,
+                         key);
+            return -1;
+        }
+        if (out[i] != NULL) {
+            PyErr_Format(PyExc_TypeError,
+                         "%s() got multiple values for argument '%s'", fname,
+                         names[i]);
+            return -1;
+        }
+        out[i] = args[nargs + k];
+    }
+    for (int i = 0; i < required; i++) {
+        if (out[i] == NULL) {
+            PyErr_Format(PyExc_TypeError,
+                         "%s() missing required argument '%s'", fname,
+                         names[i]);
+            return -1;
+        }
+    }
+    return 0;
 }

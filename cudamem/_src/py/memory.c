@@ -213,8 +213,8 @@ static PyMethodDef pointer_methods[] = {
 };
 
 static PyMemberDef pointer_members[] = {
-    {"__weaklistoffset__", T_PYSSIZET,
-     offsetof(cmpy_MemoryPointer, weakreflist), READONLY, NULL},
+    {"__weaklistoffset__", Py_T_PYSSIZET,
+     offsetof(cmpy_MemoryPointer, weakreflist), Py_READONLY, NULL},
     {NULL, 0, 0, 0, NULL},
 };
 

@@ -5,7 +5,11 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#if PY_VERSION_HEX < 0x030C0000
 #include <structmember.h>
+#define Py_T_PYSSIZET T_PYSSIZET
+#define Py_READONLY READONLY
+#endif
 
 #include "../core/status.h"
 
@@ -72,8 +76,16 @@ cmpy_exc_put(PyObject *exc)
 /* Sets the Python exception for a core failure; returns NULL. */
 PyObject *cmpy_raise(cmpy_state *st, const cm_error *err);
 /* A failed free in a finalizer: a CudaWarning (an unraisable error when
- * warnings are errors), keeping any exception already set. */
+ * warnings are errors; stderr once the module is torn down), keeping any
+ * exception already set. Nothing in a forked child. */
 void cmpy_warn_release(cmpy_state *st, const cm_error *err);
+/* The arguments of a METH_FASTCALL | METH_KEYWORDS function by name:
+ * out[i] is the argument called names[i] (borrowed), or NULL when absent;
+ * the first `required` must be given. 0, or -1 with TypeError naming
+ * `fname`. */
+int cmpy_parse_args(const char *fname, const char *const *names, int nnames,
+                    int required, PyObject *const *args, Py_ssize_t nargs,
+                    PyObject *kwnames, PyObject **out);
 /* Loads the driver (once per process); 0, or -1 with an exception set. */
 int cmpy_ensure_driver(cmpy_state *st);
 

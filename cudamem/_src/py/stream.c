@@ -9,12 +9,6 @@
 #include <stddef.h>
 #include <time.h>
 
-#if PY_VERSION_HEX < 0x030C0000
-#include <structmember.h>
-#define Py_T_PYSSIZET T_PYSSIZET
-#define Py_READONLY READONLY
-#endif
-
 #include "../core/driver.h"
 #include "../core/stream.h"
 #include "device.h"
@@ -41,22 +35,6 @@ is_bound(const cmpy_Stream *s)
 {
     return (s->kind == CMPY_STREAM_OWNED || s->kind == CMPY_STREAM_EXTERNAL) &&
            !cm_stream_is_default(s->handle);
-}
-
-/* The calling thread's device (DESIGN rule 6), loading the driver. */
-static int
-current_device(cmpy_state *st, cm_device **dev)
-{
-    cm_error err;
-
-    if (cmpy_ensure_driver(st) < 0) {
-        return -1;
-    }
-    if (cm_current_device(dev, &err) < 0) {
-        cmpy_raise(st, &err);
-        return -1;
-    }
-    return 0;
 }
 
 /* 0 when `s` can be used: never made before a fork, and (when bound to a
@@ -204,7 +182,7 @@ int_arg(PyObject *arg, PyObject *value)
 static int
 operation_device(cmpy_state *st, cm_device **dev)
 {
-    return *dev != NULL ? 0 : current_device(st, dev);
+    return *dev != NULL ? 0 : cmpy_current_device(st, dev);
 }
 
 static int
@@ -374,7 +352,6 @@ static void
 stream_dealloc(cmpy_Stream *self)
 {
     PyTypeObject *type = Py_TYPE(self);
-    cmpy_state *st;
     cm_error err;
 
     if (self->weakreflist != NULL) {
@@ -385,19 +362,7 @@ stream_dealloc(cmpy_Stream *self)
         cm_stream_release(self->dev, self->generation, self->handle, &err) <
             0 &&
         err.kind != CM_ERR_FORK) {
-        st = (cmpy_state *)PyType_GetModuleState(type);
-        if (st != NULL && st->CudaWarning != NULL) {
-            cmpy_warn_release(st, &err);
-        }
-        else {
-            /* The module is being torn down at exit. */
-            fprintf(stderr,
-                    "cudamem: could not destroy CUDA stream %llu: %s\n",
-                    handle_value(self->handle),
-                    err.kind == CM_ERR_DRIVER && cm_error_name(err.code)
-                        ? cm_error_name(err.code)
-                        : (err.msg != NULL ? err.msg : "unknown error"));
-        }
+        cmpy_warn_release((cmpy_state *)PyType_GetModuleState(type), &err);
     }
     type->tp_free(self);
     Py_DECREF(type);
@@ -576,7 +541,7 @@ stream_priority_range(PyObject *cls, PyObject *Py_UNUSED(ignored))
     cm_device *dev;
     cm_error err;
 
-    if (current_device(st, &dev) < 0) {
+    if (cmpy_current_device(st, &dev) < 0) {
         return NULL;
     }
     if (cm_stream_priority_range(dev, &least, &greatest, &err) < 0) {
@@ -644,49 +609,6 @@ cmpy_stream_type_init(PyObject *module, cmpy_state *st)
 /* ------------------------------------------------------------------------
  * Module functions. */
 
-/* Fills vals[i] (borrowed, NULL when absent) from positional then keyword
- * arguments named `names`; TypeError naming `fname` otherwise. */
-static int
-parse_args(const char *fname, const char *const *names, Py_ssize_t n,
-           PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
-           PyObject **vals)
-{
-    Py_ssize_t nkw = kwnames != NULL ? PyTuple_GET_SIZE(kwnames) : 0;
-
-    for (Py_ssize_t i = 0; i < n; i++) {
-        vals[i] = i < nargs ? args[i] : NULL;
-    }
-    if (nargs > n) {
-        PyErr_Format(PyExc_TypeError,
-                     "%s() takes at most %zd positional argument%s (%zd "
-                     "given)",
-                     fname, n, n == 1 ? "" : "s", nargs);
-        return -1;
-    }
-    for (Py_ssize_t k = 0; k < nkw; k++) {
-        PyObject *key = PyTuple_GET_ITEM(kwnames, k);
-        Py_ssize_t j = 0;
-
-        while (j < n && PyUnicode_CompareWithASCIIString(key, names[j]) != 0) {
-            j++;
-        }
-        if (j == n) {
-            PyErr_Format(PyExc_TypeError,
-                         "%s() got an unexpected keyword argument %R", fname,
-                         key);
-            return -1;
-        }
-        if (vals[j] != NULL) {
-            PyErr_Format(PyExc_TypeError,
-                         "%s() got multiple values for argument '%s'", fname,
-                         names[j]);
-            return -1;
-        }
-        vals[j] = args[nargs + k];
-    }
-    return 0;
-}
-
 PyDoc_STRVAR(stream_doc_fn,
              "stream(priority=None, non_blocking=False) -> Stream\n\n"
              "A new stream in the current device's primary context (numba's\n"
@@ -708,7 +630,7 @@ stream_fn(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     cm_error err;
     long value;
 
-    if (parse_args("stream", names, 2, args, nargs, kwnames, vals) < 0) {
+    if (cmpy_parse_args("stream", names, 2, 0, args, nargs, kwnames, vals) < 0) {
         return NULL;
     }
     if (vals[0] != NULL && vals[0] != Py_None) {
@@ -743,7 +665,7 @@ stream_fn(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
             return NULL;
         }
     }
-    if (current_device(st, &dev) < 0) {
+    if (cmpy_current_device(st, &dev) < 0) {
         return NULL;
     }
     /* The object first, so that a failure cannot leak the handle. */
@@ -768,7 +690,7 @@ special_stream(PyObject *module, cmpy_stream_kind kind, CUstream handle)
     cmpy_state *st = cmpy_get_state(module);
     cm_device *dev;
 
-    if (current_device(st, &dev) < 0) {
+    if (cmpy_current_device(st, &dev) < 0) {
         return NULL;
     }
     return (PyObject *)stream_alloc(st, dev, kind, handle);
@@ -852,7 +774,7 @@ external_stream(PyObject *module, PyObject *arg)
                             : "");
         return NULL;
     }
-    if (current_device(st, &dev) < 0) {
+    if (cmpy_current_device(st, &dev) < 0) {
         return NULL;
     }
     if (cm_device_primary(dev, &ctx, &generation, &err) < 0) {
@@ -882,13 +804,8 @@ parse_stream(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     cm_device *dev = NULL;
     PyObject *vals[2];
 
-    if (parse_args("_parse_stream", names, 2, args, nargs, kwnames, vals) <
-        0) {
-        return NULL;
-    }
-    if (vals[0] == NULL) {
-        PyErr_SetString(PyExc_TypeError,
-                        "_parse_stream() missing required argument 'arg'");
+    if (cmpy_parse_args("_parse_stream", names, 2, 1, args, nargs, kwnames,
+                        vals) < 0) {
         return NULL;
     }
     if (vals[1] != NULL && vals[1] != Py_None) {
