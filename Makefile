@@ -71,7 +71,7 @@ test: build ctest-valgrind
 test-asan: build-asan ctest-asan
 	ASAN_OPTIONS=detect_leaks=0:abort_on_error=0:exitcode=86 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	LD_PRELOAD=$(LIBASAN) PYTHONMALLOC=malloc CUDAMEM_TEST_ASAN=1 \
+	LD_PRELOAD=$(LIBASAN) PYTHONMALLOC=malloc PYTHONUNBUFFERED=1 CUDAMEM_TEST_ASAN=1 \
 	  timeout $(BUDGET_ASAN) $(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS) tests
 
 coverage: build-coverage

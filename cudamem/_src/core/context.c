@@ -4,8 +4,6 @@
  * Allocations, streams and their queues live elsewhere. */
 #include "context.h"
 
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 
 #include "driver.h"
@@ -21,25 +19,6 @@ static struct {
  * contexts cudamem pushed and has not popped. */
 static _Thread_local int tls_selected = -1;
 static _Thread_local int tls_pushed;
-
-/* Messages naming a value live here until py/ raises them, on this
- * thread, before the next core call. */
-static _Thread_local char tls_msg[256];
-
-static int
-fail_msg(cm_error *err, cm_error_kind kind, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int
-fail_msg(cm_error *err, cm_error_kind kind, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(tls_msg, sizeof(tls_msg), fmt, ap);
-    va_end(ap);
-    return cm_fail(err, kind, tls_msg);
-}
 
 static CUcontext
 load_ctx(CUcontext *slot)
@@ -109,7 +88,7 @@ cm_device_get(int ordinal, cm_device **dev, cm_error *err)
         return -1;
     }
     if (ordinal < 0 || ordinal >= table.count) {
-        return fail_msg(err, CM_ERR_VALUE,
+        return cm_fail_fmt(err, CM_ERR_VALUE,
                         "device ordinal %d out of range: %d device%s visible",
                         ordinal, table.count, table.count == 1 ? "" : "s");
     }
@@ -303,7 +282,7 @@ resolve_current(CUcontext cur, cm_device **out, cm_error *err)
     }
     dev = by_cudev(cudev);
     if (dev == NULL) {
-        return fail_msg(err, CM_ERR_STATE,
+        return cm_fail_fmt(err, CM_ERR_STATE,
                         "the current CUDA context %p is on a device that "
                         "is not visible to cudamem",
                         (void *)cur);
@@ -313,7 +292,7 @@ resolve_current(CUcontext cur, cm_device **out, cm_error *err)
         return -1;
     }
     if (ctx != cur) {
-        return fail_msg(err, CM_ERR_STATE,
+        return cm_fail_fmt(err, CM_ERR_STATE,
                         "cudamem cannot operate on non-primary CUDA context "
                         "%p",
                         (void *)cur);
@@ -377,14 +356,14 @@ cm_context_device(CUcontext ctx, cm_device **out, cm_error *err)
     }
     dev = by_cudev(cudev);
     if (dev == NULL || primary_retain(dev, &primary, err) < 0) {
-        return dev == NULL ? fail_msg(err, CM_ERR_VALUE,
+        return dev == NULL ? cm_fail_fmt(err, CM_ERR_VALUE,
                                       "CUDA context %p is on a device that "
                                       "is not visible to cudamem",
                                       (void *)ctx)
                            : -1;
     }
     if (primary != ctx) {
-        return fail_msg(err, CM_ERR_VALUE,
+        return cm_fail_fmt(err, CM_ERR_VALUE,
                         "CUDA context %p is not a primary context: cudamem "
                         "works only with primary contexts",
                         (void *)ctx);
@@ -487,7 +466,7 @@ cm_ctx_check(cm_device *dev, uint64_t generation, cm_error *err)
         return -1;
     }
     if (__atomic_load_n(&dev->generation, __ATOMIC_ACQUIRE) != generation) {
-        return fail_msg(err, CM_ERR_STATE,
+        return cm_fail_fmt(err, CM_ERR_STATE,
                         "this Context of device %d cannot be used: the "
                         "context was reset or closed; get the current one "
                         "with current_context()",
@@ -521,7 +500,7 @@ cm_ctx_pop(cm_device *dev, uint64_t generation, cm_error *err)
         return -1;
     }
     if (cur != ctx) {
-        return fail_msg(err, CM_ERR_STATE,
+        return cm_fail_fmt(err, CM_ERR_STATE,
                         "cannot pop CUDA context %p of device %d: it is not "
                         "the current context (%p is)",
                         (void *)ctx, dev->ordinal, (void *)cur);

@@ -1,8 +1,30 @@
-/* errors.c: the one table of CUresult names and the sticky-error rule.
- * Does not format messages: py/ owns the wording. */
+/* errors.c: the one table of CUresult names, the sticky-error rule and
+ * the per-thread buffer of messages that name a value. py/ owns the
+ * exception classes and numba's wording of driver errors. */
 #include "status.h"
 
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
 #include "cuerrors.h"
+
+/* Lives until py/ raises it, on this thread, before the next core call. */
+static _Thread_local char tls_msg[256];
+
+int
+cm_fail_fmt(cm_error *err, cm_error_kind kind, const char *fmt, ...)
+{
+    char msg[sizeof(tls_msg)];
+    va_list ap;
+
+    /* Through a copy: an argument may be the previous message. */
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    memcpy(tls_msg, msg, sizeof(tls_msg));
+    return cm_fail(err, kind, tls_msg);
+}
 
 const char *
 cm_error_name(CUresult code)

@@ -42,4 +42,9 @@ cm_fail(cm_error *err, cm_error_kind kind, const char *msg)
     return -1;
 }
 
+/* cm_fail with a printf-formatted message in a per-thread buffer, valid
+ * until the thread's next cm_fail_fmt. */
+int cm_fail_fmt(cm_error *err, cm_error_kind kind, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 #endif

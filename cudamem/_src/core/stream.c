@@ -4,30 +4,8 @@
  * keeps the handle and its generation); the queue is release.c's. */
 #include "stream.h"
 
-#include <stdarg.h>
-#include <stdio.h>
-
 #include "driver.h"
 #include "release.h"
-
-/* Messages naming a value live here until py/ raises them, on this
- * thread, before the next core call. */
-static _Thread_local char tls_msg[256];
-
-static int
-fail_msg(cm_error *err, cm_error_kind kind, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int
-fail_msg(cm_error *err, cm_error_kind kind, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(tls_msg, sizeof(tls_msg), fmt, ap);
-    va_end(ap);
-    return cm_fail(err, kind, tls_msg);
-}
 
 int
 cm_stream_create(cm_device *dev, unsigned flags, int has_priority,
@@ -37,12 +15,16 @@ cm_stream_create(cm_device *dev, unsigned flags, int has_priority,
     cm_ctx_guard guard;
     CUcontext ctx;
     CUstream handle = NULL;
+    size_t max_count;
+    double max_ratio;
     cm_error ignored;
     int rc;
 
-    /* The generation is read before the retain (see cm_device_primary):
-     * a reset in between makes the new stream stale at once. */
-    if (cm_device_primary(dev, &ctx, generation, err) < 0 ||
+    /* Malformed thresholds fail the first stream, not its destroy. The
+     * generation is read before the retain (see cm_device_primary): a
+     * reset in between makes the new stream stale at once. */
+    if (cm_pending_limits(&max_count, &max_ratio, err) < 0 ||
+        cm_device_primary(dev, &ctx, generation, err) < 0 ||
         cm_ctx_enter(dev, &guard, err) < 0) {
         return -1;
     }
@@ -111,7 +93,7 @@ cm_stream_device(CUstream handle, cm_device **dev, cm_error *err)
         return -1;
     }
     if (cm_stream_is_default(handle)) {
-        return fail_msg(err, CM_ERR_VALUE,
+        return cm_fail_fmt(err, CM_ERR_VALUE,
                         "CUDA stream %zu is a default stream: it belongs to "
                         "whichever context is current",
                         (size_t)(uintptr_t)handle);
@@ -122,12 +104,9 @@ cm_stream_device(CUstream handle, cm_device **dev, cm_error *err)
     }
     if (cm_context_device(ctx, dev, err) < 0) {
         if (err->kind == CM_ERR_VALUE) {
-            char reason[sizeof(tls_msg)];
-
-            snprintf(reason, sizeof(reason), "%s", err->msg);
-            return fail_msg(err, CM_ERR_VALUE,
-                            "cudamem cannot use CUDA stream %zu: %s",
-                            (size_t)(uintptr_t)handle, reason);
+            return cm_fail_fmt(err, CM_ERR_VALUE,
+                               "cudamem cannot use CUDA stream %zu: %s",
+                               (size_t)(uintptr_t)handle, err->msg);
         }
         return -1;
     }

@@ -228,8 +228,11 @@ array_alloc(cmpy_state *st, cm_device *dev, int ndim, const Py_ssize_t *shape,
     self->dtype = (PyArray_Descr *)Py_NewRef(dtype);
     self->size = size;
     self->nbytes = size * itemsize;
-    memcpy(CMPY_SHAPE(self), shape, (size_t)ndim * sizeof(Py_ssize_t));
-    memcpy(CMPY_STRIDES(self), strides, (size_t)ndim * sizeof(Py_ssize_t));
+    /* NumPy passes NULL dims for 0-d arrays: no memcpy from NULL. */
+    for (int i = 0; i < ndim; i++) {
+        CMPY_SHAPE(self)[i] = shape[i];
+        CMPY_STRIDES(self)[i] = strides[i];
+    }
     self->flags = layout_flags(ndim, shape, strides, itemsize);
     /* Small ints are preallocated: PyLong_FromLong(0) cannot fail. */
     self->stream = stream_obj != NULL ? Py_NewRef(stream_obj)
