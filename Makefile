@@ -68,11 +68,16 @@ pytest: build
 test: build ctest-valgrind
 	timeout $(BUDGET_PYTEST) $(PY) -m pytest -q $(PYTEST_ARGS) tests
 
+# Reports go to files as well: pytest captures stderr, and a halted
+# process takes its captured output with it.
 test-asan: build-asan ctest-asan
-	ASAN_OPTIONS=detect_leaks=0:abort_on_error=0:exitcode=86 \
-	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	@rm -f build/sanitizer.*
+	ASAN_OPTIONS=detect_leaks=0:abort_on_error=0:exitcode=86:log_path=$(CURDIR)/build/sanitizer \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:log_path=$(CURDIR)/build/sanitizer \
 	LD_PRELOAD=$(LIBASAN) PYTHONMALLOC=malloc PYTHONUNBUFFERED=1 CUDAMEM_TEST_ASAN=1 \
-	  timeout $(BUDGET_ASAN) $(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS) tests
+	  timeout $(BUDGET_ASAN) $(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS) tests \
+	  || { cat build/sanitizer.* 2>/dev/null; exit 1; }
+	@if ls build/sanitizer.* >/dev/null 2>&1; then cat build/sanitizer.*; exit 1; fi
 
 coverage: build-coverage
 	find build/tmp-coverage -name '*.gcda' -delete
@@ -80,8 +85,12 @@ coverage: build-coverage
 	$(PY) tools/error_labels.py build/tmp-coverage cudamem/_src/core cudamem/_src/py
 
 # The C tests: tests/c/test_sim_*.c with every simulator source, and
-# tests/c/test_core_*.c with the parts of core that need no driver.
+# tests/c/test_core_*.c with the parts of core that need no driver, except
+# test_core_copy.c: core's copy engine with the driver gate, which loads the
+# simulator as cudamem does, from a libcusim.so built next to the test.
 CORE_UNIT_SRC := cudamem/_src/core/pending.c cudamem/_src/core/errors.c
+CORE_COPY_SRC := $(addprefix cudamem/_src/core/,driver.c context.c device.c \
+	release.c pending.c memory.c copy.c copyarray.c errors.c)
 CTEST_DEPS = $(SIM_SRC) $(SIM_HDR) $(CORE_UNIT_SRC) tests/c/check.h \
 	$(wildcard cudamem/_src/core/*.h)
 ctest_sources = $(if $(filter test_core_%,$(notdir $(1))),$(CORE_UNIT_SRC),$(SIM_SRC))
@@ -91,6 +100,18 @@ build/ctest/%: tests/c/%.c $(CTEST_DEPS)
 build/ctest-asan/%: tests/c/%.c $(CTEST_DEPS)
 	@mkdir -p build/ctest-asan
 	$(CC) $(CTEST_CFLAGS) $(ASAN_FLAGS) -o $@ $< $(call ctest_sources,$<) -lrt -ldl
+build/ctest/libcusim.so: $(SIM_SRC) $(SIM_HDR)
+	@mkdir -p build/ctest
+	$(CC) $(CTEST_CFLAGS) -shared -fPIC -o $@ $(SIM_SRC) -lrt -ldl
+build/ctest-asan/libcusim.so: $(SIM_SRC) $(SIM_HDR)
+	@mkdir -p build/ctest-asan
+	$(CC) $(CTEST_CFLAGS) $(ASAN_FLAGS) -shared -fPIC -o $@ $(SIM_SRC) -lrt -ldl
+build/ctest/test_core_copy: tests/c/test_core_copy.c $(CTEST_DEPS) \
+		$(CORE_COPY_SRC) build/ctest/libcusim.so
+	$(CC) $(CTEST_CFLAGS) -o $@ $< $(CORE_COPY_SRC) -ldl
+build/ctest-asan/test_core_copy: tests/c/test_core_copy.c $(CTEST_DEPS) \
+		$(CORE_COPY_SRC) build/ctest-asan/libcusim.so
+	$(CC) $(CTEST_CFLAGS) $(ASAN_FLAGS) -o $@ $< $(CORE_COPY_SRC) -ldl
 
 ctest: $(patsubst tests/c/%.c,build/ctest/%,$(CTEST_SRC))
 	@set -e; for t in $^; do echo "== $$t"; timeout $(BUDGET_CTEST) $$t; done

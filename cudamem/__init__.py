@@ -7,6 +7,7 @@ behaviour. Importing cudamem touches no driver: the CUDA driver (or, with
 call that needs it.
 """
 from cudamem import driver, runtime
+from cudamem.arrays import device_array_like
 from cudamem._cudamem import (
     Context,
     Deallocations,
@@ -72,6 +73,7 @@ __all__ = [
     "defer_cleanup",
     "detect",
     "device_array",
+    "device_array_like",
     "driver",
     "external_stream",
     "get_current_device",

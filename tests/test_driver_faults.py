@@ -96,6 +96,32 @@ def _device_to_device(stream=None):
         stream.synchronize()
 
 
+def _strided_to_host(shape, key, stream=None):
+    """copy_to_host of a view the copy engine moves with one cuMemcpy2D
+    ((8, 64)[::2, :16]) or cuMemcpy3D ((8, 8, 64)[:, :4, :16])."""
+    view = cudamem.device_array(shape, np.float32)[key]
+    view.copy_to_host(stream=stream if stream is not None else 0)
+    if stream is not None:
+        stream.synchronize()
+
+
+def _fill(dtype, value, strided, stream=None):
+    """A fill the engine makes one memset of: D8/D16/D32 by the pattern's
+    unit, D2D for the rows of a strided view."""
+    ary = cudamem.device_array((8, 64), dtype)
+    if strided:
+        ary = ary[:, :16]
+    ary.fill(value, stream=stream if stream is not None else 0)
+    if stream is not None:
+        stream.synchronize()
+
+
+_2D = ((8, 64), (slice(None, None, 2), slice(None, 16)))
+_3D = ((8, 8, 64), (slice(None), slice(None, 4), slice(None, 16)))
+_UNITS = {"D8": (np.uint8, 3), "D16": (np.int16, 0x0102),
+          "D32": (np.int32, 7)}
+
+
 # Row name -> the public call that reaches it.
 REACH = {
     "cuInit": LOAD,
@@ -136,6 +162,17 @@ REACH = {
         lambda: cudamem.to_device(np.arange(4), stream=cudamem.stream()),
     "cuMemcpyDtoHAsync": lambda: _to_host(cudamem.stream()),
     "cuMemcpyDtoDAsync": lambda: _device_to_device(cudamem.stream()),
+    "cuMemcpy2D": lambda: _strided_to_host(*_2D),
+    "cuMemcpy2DAsync": lambda: _strided_to_host(*_2D, cudamem.stream()),
+    "cuMemcpy3D": lambda: _strided_to_host(*_3D),
+    "cuMemcpy3DAsync": lambda: _strided_to_host(*_3D, cudamem.stream()),
+    **{"cuMemset%s%s" % (two, unit):
+       (lambda u=unit, t=two: _fill(*_UNITS[u], strided=bool(t)))
+       for unit in _UNITS for two in ("", "D2")},
+    **{"cuMemset%s%sAsync" % (two, unit):
+       (lambda u=unit, t=two: _fill(*_UNITS[u], strided=bool(t),
+                                    stream=cudamem.stream()))
+       for unit in _UNITS for two in ("", "D2")},
     "cuCtxGetStreamPriorityRange": cudamem.Stream.priority_range,
 }
 

@@ -1,8 +1,8 @@
-/* copy.h: the copy engine (DESIGN section 4). This version moves
- * contiguous byte ranges; strided layouts come with the full array. Every
- * copy names its stream: `async` 0 means synchronous and complete on
- * return (DESIGN rules 8 and 9), 1 means queued on `stream`. Owns no
- * memory. */
+/* copy.h: the copy engine (DESIGN section 4): contiguous byte ranges
+ * (copy.c), strided layouts and fills (copyarray.c). Every copy names its
+ * stream: `async` 0 means synchronous and complete on return (DESIGN
+ * rules 8 and 9), 1 means queued on `stream`. Owns no memory beyond its
+ * own temporaries. */
 #ifndef CM_COPY_H
 #define CM_COPY_H
 
@@ -19,5 +19,46 @@ int cm_copy_dtoh(cm_device *dev, void *dst, CUdeviceptr src, size_t n,
                  CUstream stream, int async, cm_error *err);
 int cm_copy_dtod(cm_device *dev, CUdeviceptr dst, CUdeviceptr src, size_t n,
                  CUstream stream, int async, cm_error *err);
+
+/* One side of an array copy: its first element (device address or host
+ * pointer) and its layout. Strides are in bytes, of any sign; a source may
+ * have zero strides (broadcast). */
+typedef struct cm_side {
+    int on_device;           /* 1: `ptr` is device memory; 0: `host` */
+    CUdeviceptr ptr;
+    void *host;
+    int ndim;
+    const ptrdiff_t *shape;  /* elements per dimension */
+    const ptrdiff_t *strides;
+} cm_side;
+
+/* Copies every element of `dst` from the element at the same index of
+ * `src` (equal shapes, one itemsize), moving exactly those elements and
+ * never the extent between them (DESIGN section 4): dimensions collapsed
+ * and flipped where both sides have negative strides; one cuMemcpy* when
+ * both are contiguous; otherwise the fewest cuMemcpy2D / cuMemcpy3D
+ * calls, or a temporary where an estimated cost says it is cheaper (see
+ * copyarray.c); broadcast sources expanded by doubling copies on the
+ * device; overlapping device ranges through a temporary. At least one
+ * side is on the device; host memory may be pageable. The destination
+ * has no zero stride along a dimension longer than 1 (CM_ERR_VALUE).
+ * Synchronous copies are complete on return (rule 9); with `async` the
+ * calls are queued on `stream` and host memory must stay valid until the
+ * stream is done, except that a copy that needs the host after the
+ * transfer (a scatter into a host layout, a temporary to release) waits
+ * for the stream before returning. Enters dev's context once; blocks when
+ * synchronous: py/ releases the GIL around it. */
+int cm_copy_array(cm_device *dev, const cm_side *dst, const cm_side *src,
+                  size_t itemsize, CUstream stream, int async, cm_error *err);
+
+/* Writes the itemsize-byte `pattern` into every element of device side
+ * `dst`: cuMemsetD8/16/32 when the pattern repeats a 1-, 2- or 4-byte
+ * unit (cuMemsetD2D* per slice when strided), else one strided memset
+ * pass per unit of the element (two cuMemsetD2D32 for 8 bytes), or part
+ * of the layout written so and doubled by device copies, or a host
+ * temporary copied in: whichever costs least. `pattern` is read before
+ * this returns, even when asynchronous. */
+int cm_fill(cm_device *dev, const cm_side *dst, const void *pattern,
+            size_t itemsize, CUstream stream, int async, cm_error *err);
 
 #endif

@@ -58,7 +58,23 @@
     X(cuStreamSynchronize, 2000, CM_ROW_REQUIRED | CM_ROW_PTDS)                \
     X(cuStreamQuery, 2000, CM_ROW_REQUIRED | CM_ROW_PTDS)                      \
     X(cuStreamGetCtx, 9020, CM_ROW_REQUIRED | CM_ROW_PTDS)                     \
-    X(cuCtxGetStreamPriorityRange, 5050, CM_ROW_REQUIRED)
+    X(cuCtxGetStreamPriorityRange, 5050, CM_ROW_REQUIRED)                      \
+    X(cuMemcpy2D, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                         \
+    X(cuMemcpy2DAsync, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                    \
+    X(cuMemcpy3D, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                         \
+    X(cuMemcpy3DAsync, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                    \
+    X(cuMemsetD8, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                         \
+    X(cuMemsetD16, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                        \
+    X(cuMemsetD32, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                        \
+    X(cuMemsetD8Async, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                    \
+    X(cuMemsetD16Async, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                   \
+    X(cuMemsetD32Async, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                   \
+    X(cuMemsetD2D8, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                       \
+    X(cuMemsetD2D16, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                      \
+    X(cuMemsetD2D32, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                      \
+    X(cuMemsetD2D8Async, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                  \
+    X(cuMemsetD2D16Async, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                 \
+    X(cuMemsetD2D32Async, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)
 
 typedef struct cm_driver_table {
 #define CM_DRIVER_FIELD(name, version, flags) PFN_##name##_v##version name;

@@ -54,8 +54,8 @@ layout_flags(int ndim, const Py_ssize_t *shape, const Py_ssize_t *strides,
 }
 
 /* A dtype a device array can hold: no Python objects, a non-zero size. */
-static int
-check_dtype(PyArray_Descr *dtype)
+int
+cmpy_check_dtype(PyArray_Descr *dtype)
 {
     if (PyDataType_REFCHK(dtype)) {
         PyErr_Format(PyExc_TypeError,
@@ -74,8 +74,8 @@ check_dtype(PyArray_Descr *dtype)
 
 /* An int or a sequence of ints (numpy.empty's shape and strides): at
  * most NPY_MAXDIMS of them. `what` names the argument in errors. */
-static int
-parse_ints(PyObject *arg, const char *what, Py_ssize_t *out, int *n)
+int
+cmpy_parse_ints(PyObject *arg, const char *what, Py_ssize_t *out, int *n)
 {
     PyObject *seq;
     Py_ssize_t len;
@@ -123,7 +123,7 @@ error:
 static int
 parse_shape(PyObject *arg, Py_ssize_t *shape, int *ndim)
 {
-    if (parse_ints(arg, "shape", shape, ndim) < 0) {
+    if (cmpy_parse_ints(arg, "shape", shape, ndim) < 0) {
         return -1;
     }
     for (int i = 0; i < *ndim; i++) {
@@ -184,8 +184,8 @@ overflow:
 }
 
 /* Strides of a contiguous layout in `order` ('C' or 'F'). */
-static void
-contiguous_strides(int ndim, const Py_ssize_t *shape, Py_ssize_t itemsize,
+void
+cmpy_contiguous_strides(int ndim, const Py_ssize_t *shape, Py_ssize_t itemsize,
                    char order, Py_ssize_t *strides)
 {
     Py_ssize_t step = itemsize;
@@ -198,25 +198,16 @@ contiguous_strides(int ndim, const Py_ssize_t *shape, Py_ssize_t itemsize,
     }
 }
 
-/* A new array on dev over new memory. Steals nothing: dtype and the
- * stream object are referenced. */
+/* An array object over `mem` (a MemoryPointer, reference stolen). */
 static cmpy_DeviceNDArray *
-array_alloc(cmpy_state *st, cm_device *dev, int ndim, const Py_ssize_t *shape,
-            const Py_ssize_t *strides, PyArray_Descr *dtype,
-            PyObject *stream_obj, const cmpy_stream_ref *ref)
+array_make(cmpy_state *st, PyObject *mem, CUdeviceptr ptr, int ndim,
+           const Py_ssize_t *shape, const Py_ssize_t *strides, Py_ssize_t size,
+           PyArray_Descr *dtype, PyObject *stream_obj, CUstream handle,
+           int async)
 {
-    Py_ssize_t itemsize = PyDataType_ELSIZE(dtype), size, low, high;
+    Py_ssize_t itemsize = PyDataType_ELSIZE(dtype);
     cmpy_DeviceNDArray *self;
-    PyObject *mem;
 
-    if (layout_extent(ndim, shape, strides, itemsize, &size, &low, &high) <
-        0) {
-        return NULL;
-    }
-    mem = cmpy_memory_alloc(st, dev, (size_t)(high - low));
-    if (mem == NULL) {
-        return NULL;
-    }
     self = PyObject_GC_NewVar(cmpy_DeviceNDArray,
                               (PyTypeObject *)st->DeviceNDArrayType, 2 * ndim);
     if (self == NULL) {
@@ -224,7 +215,7 @@ array_alloc(cmpy_state *st, cm_device *dev, int ndim, const Py_ssize_t *shape,
         return NULL;
     }
     self->gpu_data = (cmpy_MemoryPointer *)mem;
-    self->ptr = size != 0 ? self->gpu_data->ptr - (CUdeviceptr)low : 0;
+    self->ptr = ptr;
     self->dtype = (PyArray_Descr *)Py_NewRef(dtype);
     self->size = size;
     self->nbytes = size * itemsize;
@@ -237,11 +228,62 @@ array_alloc(cmpy_state *st, cm_device *dev, int ndim, const Py_ssize_t *shape,
     /* Small ints are preallocated: PyLong_FromLong(0) cannot fail. */
     self->stream = stream_obj != NULL ? Py_NewRef(stream_obj)
                                       : PyLong_FromLong(0);
-    self->stream_handle = ref->handle;
-    self->stream_async = ref->async;
+    self->stream_handle = handle;
+    self->stream_async = async;
     self->weakreflist = NULL;
     PyObject_GC_Track(self);
     return self;
+}
+
+/* A new array on dev over new memory. */
+static cmpy_DeviceNDArray *
+array_alloc(cmpy_state *st, cm_device *dev, int ndim, const Py_ssize_t *shape,
+            const Py_ssize_t *strides, PyArray_Descr *dtype,
+            PyObject *stream_obj, const cmpy_stream_ref *ref)
+{
+    Py_ssize_t itemsize = PyDataType_ELSIZE(dtype), size, low, high;
+    PyObject *mem;
+
+    if (layout_extent(ndim, shape, strides, itemsize, &size, &low, &high) <
+        0) {
+        return NULL;
+    }
+    mem = cmpy_memory_alloc(st, dev, (size_t)(high - low));
+    if (mem == NULL) {
+        return NULL;
+    }
+    return array_make(
+        st, mem,
+        size != 0 ? ((cmpy_MemoryPointer *)mem)->ptr - (CUdeviceptr)low : 0,
+        ndim, shape, strides, size, dtype, stream_obj, ref->handle,
+        ref->async);
+}
+
+cmpy_DeviceNDArray *
+cmpy_array_view(cmpy_state *st, cmpy_DeviceNDArray *base, int ndim,
+                const Py_ssize_t *shape, const Py_ssize_t *strides,
+                CUdeviceptr ptr, PyArray_Descr *dtype)
+{
+    Py_ssize_t size, low, high;
+    cmpy_MemoryPointer *mp = base->gpu_data;
+    PyObject *mem;
+    size_t offset = 0;
+
+    if (layout_extent(ndim, shape, strides, PyDataType_ELSIZE(dtype), &size,
+                      &low, &high) < 0) {
+        return NULL;
+    }
+    /* Like numba, the view's gpu_data covers exactly its extent. */
+    if (size != 0) {
+        offset = (size_t)(ptr + (CUdeviceptr)low - mp->ptr);
+    }
+    mem = cmpy_memory_view(st, mp, offset, (size_t)(high - low));
+    if (mem == NULL) {
+        return NULL;
+    }
+    return array_make(st, mem, size != 0 ? ptr : 0, ndim, shape, strides,
+                      size, dtype, base->stream, base->stream_handle,
+                      base->stream_async);
 }
 
 static int
@@ -277,104 +319,8 @@ array_dealloc(cmpy_DeviceNDArray *self)
     Py_DECREF(type);
 }
 
-/* The stream an operation uses: its stream= argument, or the array's own
- * when that is 0 (numba's rule). */
-static int
-operation_stream(cmpy_state *st, cmpy_DeviceNDArray *self, PyObject *arg,
-                 cmpy_stream_ref *ref)
-{
-    if (arg == NULL || arg == Py_None ||
-        (PyLong_CheckExact(arg) && PyLong_AsLong(arg) == 0)) {
-        ref->handle = self->stream_handle;
-        ref->async = self->stream_async;
-        ref->obj = NULL;
-        return 0;
-    }
-    return cmpy_stream_arg(st, arg, self->gpu_data->mem->dev, ref);
-}
-
-/* 0 while the array's memory still exists (its context was not reset or
- * closed), else raises. */
-static int
-check_alive(cmpy_state *st, cmpy_DeviceNDArray *self)
-{
-    cm_error err;
-
-    if (cm_mem_check(self->gpu_data->mem, &err) < 0) {
-        cmpy_raise(st, &err);
-        return -1;
-    }
-    return 0;
-}
-
-static int
-check_contiguous(cmpy_DeviceNDArray *self, const char *what)
-{
-    if (self->flags & LAYOUT) {
-        return 0;
-    }
-    PyErr_Format(PyExc_NotImplementedError,
-                 "%s of a non-contiguous device array (strides %R) is not "
-                 "supported by this version of cudamem",
-                 what, PyObject_GetAttrString((PyObject *)self, "strides"));
-    return -1;
-}
-
-/* Copies between host bytes and the array, through core. Synchronous
- * copies can wait on the device: the GIL is released around them. */
-static int
-transfer(cmpy_state *st, cmpy_DeviceNDArray *self, void *host, int to_device,
-         const cmpy_stream_ref *ref)
-{
-    cm_device *dev = self->gpu_data->mem->dev;
-    size_t n = (size_t)self->nbytes;
-    cm_error err;
-    int rc;
-
-    if (ref->async) {
-        rc = to_device ? cm_copy_htod(dev, self->ptr, host, n, ref->handle, 1,
-                                      &err)
-                       : cm_copy_dtoh(dev, host, self->ptr, n, ref->handle, 1,
-                                      &err);
-    }
-    else {
-        Py_BEGIN_ALLOW_THREADS
-        rc = to_device ? cm_copy_htod(dev, self->ptr, host, n, NULL, 0, &err)
-                       : cm_copy_dtoh(dev, host, self->ptr, n, NULL, 0, &err);
-        Py_END_ALLOW_THREADS
-    }
-    if (rc < 0) {
-        cmpy_raise(st, &err);
-        return -1;
-    }
-    return 0;
-}
-
-/* Equal shapes once dimensions of length 1 are dropped (numba's rule for
- * copies between arrays). */
-static int
-same_squeezed(int nd1, const Py_ssize_t *s1, int nd2, const Py_ssize_t *s2)
-{
-    int i = 0, j = 0;
-
-    for (;;) {
-        while (i < nd1 && s1[i] == 1) {
-            i++;
-        }
-        while (j < nd2 && s2[j] == 1) {
-            j++;
-        }
-        if (i == nd1 || j == nd2) {
-            return i == nd1 && j == nd2;
-        }
-        if (s1[i++] != s2[j++]) {
-            return 0;
-        }
-    }
-}
-
-static PyObject *
-shape_tuple(int ndim, const Py_ssize_t *dims)
+PyObject *
+cmpy_shape_tuple(int ndim, const Py_ssize_t *dims)
 {
     PyObject *t = PyTuple_New(ndim);
 
@@ -390,250 +336,17 @@ shape_tuple(int ndim, const Py_ssize_t *dims)
     return t;
 }
 
-/* numba's compatibility check for copies: the same dtype, and the same
- * shape after squeezing. */
-static int
-check_compatible(cmpy_DeviceNDArray *self, PyArrayObject *host)
+cmpy_DeviceNDArray *
+cmpy_array_empty(cmpy_state *st, cmpy_DeviceNDArray *like, char order)
 {
-    PyObject *a, *b;
+    Py_ssize_t strides[NPY_MAXDIMS];
+    cmpy_stream_ref ref = {like->stream_handle, like->stream_async, NULL};
 
-    if (!PyArray_EquivTypes(self->dtype, PyArray_DESCR(host))) {
-        PyErr_Format(PyExc_TypeError, "incompatible dtype: %R vs. %R",
-                     (PyObject *)self->dtype,
-                     (PyObject *)PyArray_DESCR(host));
-        return -1;
-    }
-    if (same_squeezed(CMPY_NDIM(self), CMPY_SHAPE(self), PyArray_NDIM(host),
-                      PyArray_DIMS(host))) {
-        return 0;
-    }
-    a = shape_tuple(CMPY_NDIM(self), CMPY_SHAPE(self));
-    b = shape_tuple(PyArray_NDIM(host), PyArray_DIMS(host));
-    if (a != NULL && b != NULL) {
-        PyErr_Format(PyExc_ValueError, "incompatible shape: %R vs. %R", a, b);
-    }
-    Py_XDECREF(a);
-    Py_XDECREF(b);
-    return -1;
-}
-
-/* A host array with exactly the device array's layout (it is contiguous):
- * new, or `host` itself when its bytes already match. New reference. */
-static PyArrayObject *
-host_twin(cmpy_DeviceNDArray *self, PyArrayObject *host)
-{
-    int want = self->flags & NPY_ARRAY_C_CONTIGUOUS ? NPY_ARRAY_C_CONTIGUOUS
-                                                    : NPY_ARRAY_F_CONTIGUOUS;
-
-    if (host != NULL && (PyArray_FLAGS(host) & want) &&
-        PyArray_NBYTES(host) == self->nbytes) {
-        return (PyArrayObject *)Py_NewRef(host);
-    }
-    Py_INCREF(self->dtype);
-    return (PyArrayObject *)PyArray_NewFromDescr(
-        &PyArray_Type, self->dtype, CMPY_NDIM(self), CMPY_SHAPE(self),
-        CMPY_STRIDES(self), NULL, want == NPY_ARRAY_F_CONTIGUOUS, NULL);
-}
-
-/* Host data for a copy into the device array: `src` itself when its bytes
- * are laid out as the device's, else a copy that is. New reference. */
-static PyArrayObject *
-host_source(cmpy_DeviceNDArray *self, PyArrayObject *src)
-{
-    PyArrayObject *twin = host_twin(self, src);
-    PyArrayObject *shaped;
-
-    if (twin == NULL || twin == src) {
-        return twin;
-    }
-    /* src has the device's shape up to dimensions of length 1. */
-    shaped = (PyArrayObject *)PyArray_Newshape(
-        src,
-        &(PyArray_Dims){CMPY_SHAPE(self), CMPY_NDIM(self)},
-        self->flags & NPY_ARRAY_C_CONTIGUOUS ? NPY_CORDER : NPY_FORTRANORDER);
-    if (shaped == NULL || PyArray_CopyInto(twin, shaped) < 0) {
-        Py_XDECREF(shaped);
-        Py_DECREF(twin);
-        return NULL;
-    }
-    Py_DECREF(shaped);
-    return twin;
-}
-
-static int
-copy_from_host(cmpy_state *st, cmpy_DeviceNDArray *self, PyObject *obj,
-               const cmpy_stream_ref *ref)
-{
-    PyArrayObject *host, *src;
-    int rc;
-
-    host = (PyArrayObject *)PyArray_FROM_O(obj);
-    if (host == NULL) {
-        return -1;
-    }
-    if (check_compatible(self, host) < 0) {
-        Py_DECREF(host);
-        return -1;
-    }
-    src = host_source(self, host);
-    Py_DECREF(host);
-    if (src == NULL) {
-        return -1;
-    }
-    rc = transfer(st, self, PyArray_DATA(src), 1, ref);
-    Py_DECREF(src);
-    return rc;
-}
-
-static int
-copy_from_device(cmpy_state *st, cmpy_DeviceNDArray *self,
-                 cmpy_DeviceNDArray *other, const cmpy_stream_ref *ref)
-{
-    cm_device *dev = self->gpu_data->mem->dev;
-    cm_error err;
-    int rc;
-
-    if (!PyArray_EquivTypes(self->dtype, other->dtype) ||
-        !same_squeezed(CMPY_NDIM(self), CMPY_SHAPE(self), CMPY_NDIM(other),
-                       CMPY_SHAPE(other))) {
-        PyErr_Format(PyExc_ValueError,
-                     "cannot copy a device array of %R into one of %R",
-                     PyObject_GetAttrString((PyObject *)other, "shape"),
-                     PyObject_GetAttrString((PyObject *)self, "shape"));
-        return -1;
-    }
-    if (check_alive(st, other) < 0 || check_contiguous(other, "a copy") < 0) {
-        return -1;
-    }
-    if (other->gpu_data->mem->dev != dev ||
-        ((self->flags & other->flags & LAYOUT) == 0 && self->size > 1)) {
-        PyErr_SetString(PyExc_NotImplementedError,
-                        "copies between device arrays of different layouts "
-                        "or devices are not supported by this version of "
-                        "cudamem");
-        return -1;
-    }
-    if (ref->async) {
-        rc = cm_copy_dtod(dev, self->ptr, other->ptr, (size_t)self->nbytes,
-                          ref->handle, 1, &err);
-    }
-    else {
-        Py_BEGIN_ALLOW_THREADS
-        rc = cm_copy_dtod(dev, self->ptr, other->ptr, (size_t)self->nbytes,
-                          NULL, 0, &err);
-        Py_END_ALLOW_THREADS
-    }
-    if (rc < 0) {
-        cmpy_raise(st, &err);
-        return -1;
-    }
-    return 0;
-}
-
-PyDoc_STRVAR(copy_to_host_doc,
-             "copy_to_host(ary=None, stream=0) -> numpy.ndarray\n\n"
-             "Copies the array to the host: into a new array with this "
-             "array's\nlayout, or into *ary* (a writeable ndarray of the same "
-             "dtype whose\nshape is equal after dropping dimensions of length "
-             "1). With stream\n0 (and no stream given at creation) the copy "
-             "is complete on return;\nwith a stream it is queued there and "
-             "complete once the stream is\n(a destination of another layout "
-             "waits for the stream first).");
-
-static PyObject *
-array_copy_to_host(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
-                   PyObject *kwnames)
-{
-    static const char *const names[] = {"ary", "stream"};
-    cmpy_DeviceNDArray *self = (cmpy_DeviceNDArray *)op;
-    cmpy_state *st = type_state(op);
-    PyArrayObject *dst = NULL, *twin = NULL;
-    PyObject *argv[2], *result = NULL, *shaped;
-    cmpy_stream_ref ref;
-
-    if (cmpy_parse_args("copy_to_host", names, 2, 0, args, nargs, kwnames, argv) <
-            0 ||
-        operation_stream(st, self, argv[1], &ref) < 0 ||
-        check_alive(st, self) < 0 ||
-        check_contiguous(self, "copy_to_host()") < 0) {
-        return NULL;
-    }
-    if (argv[0] != NULL && argv[0] != Py_None) {
-        if (!PyArray_Check(argv[0])) {
-            PyErr_Format(PyExc_TypeError,
-                         "copy_to_host() needs a numpy.ndarray for ary, not "
-                         "%.200s",
-                         Py_TYPE(argv[0])->tp_name);
-            return NULL;
-        }
-        dst = (PyArrayObject *)argv[0];
-        if (check_compatible(self, dst) < 0 ||
-            PyArray_FailUnlessWriteable(dst, "copy_to_host destination") <
-                0) {
-            return NULL;
-        }
-    }
-    twin = host_twin(self, dst);
-    if (twin == NULL || transfer(st, self, PyArray_DATA(twin), 0, &ref) < 0) {
-        goto done;
-    }
-    if (dst == NULL || twin == dst) {
-        result = Py_NewRef(dst != NULL ? (PyObject *)dst : (PyObject *)twin);
-        goto done;
-    }
-    /* Another layout: the bytes must be there before NumPy moves them. */
-    if (ref.async && cmpy_stream_wait(st, self->gpu_data->mem->dev,
-                                      ref.handle) < 0) {
-        goto done;
-    }
-    shaped = PyArray_Newshape(
-        twin, &(PyArray_Dims){PyArray_DIMS(dst), PyArray_NDIM(dst)},
-        self->flags & NPY_ARRAY_C_CONTIGUOUS ? NPY_CORDER : NPY_FORTRANORDER);
-    if (shaped != NULL &&
-        PyArray_CopyInto(dst, (PyArrayObject *)shaped) == 0) {
-        result = Py_NewRef(dst);
-    }
-    Py_XDECREF(shaped);
-done:
-    Py_XDECREF(twin);
-    return result;
-}
-
-PyDoc_STRVAR(copy_to_device_doc,
-             "copy_to_device(ary, stream=0)\n\n"
-             "Copies *ary* (array-like on the host, or a device array on "
-             "the same\ndevice) into this array. The dtype must be the same "
-             "and the shape\nequal after dropping dimensions of length 1. "
-             "Synchronous on stream\n0, queued on a stream.");
-
-static PyObject *
-array_copy_to_device(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
-                     PyObject *kwnames)
-{
-    static const char *const names[] = {"ary", "stream"};
-    cmpy_DeviceNDArray *self = (cmpy_DeviceNDArray *)op;
-    cmpy_state *st = type_state(op);
-    PyObject *argv[2];
-    cmpy_stream_ref ref;
-    int rc;
-
-    if (cmpy_parse_args("copy_to_device", names, 2, 1, args, nargs, kwnames,
-                   argv) < 0 ||
-        operation_stream(st, self, argv[1], &ref) < 0 ||
-        check_alive(st, self) < 0 ||
-        check_contiguous(self, "copy_to_device()") < 0) {
-        return NULL;
-    }
-    if (PyObject_TypeCheck(argv[0], (PyTypeObject *)st->DeviceNDArrayType)) {
-        rc = copy_from_device(st, self, (cmpy_DeviceNDArray *)argv[0], &ref);
-    }
-    else {
-        rc = copy_from_host(st, self, argv[0], &ref);
-    }
-    if (rc < 0) {
-        return NULL;
-    }
-    Py_RETURN_NONE;
+    cmpy_contiguous_strides(CMPY_NDIM(like), CMPY_SHAPE(like),
+                            PyDataType_ELSIZE(like->dtype), order, strides);
+    return array_alloc(st, like->gpu_data->mem->dev, CMPY_NDIM(like),
+                       CMPY_SHAPE(like), strides, like->dtype, like->stream,
+                       &ref);
 }
 
 PyDoc_STRVAR(is_c_contiguous_doc,
@@ -658,11 +371,51 @@ array_is_f_contiguous(PyObject *op, PyObject *Py_UNUSED(ignored))
                            NPY_ARRAY_F_CONTIGUOUS);
 }
 
+#define FASTKW(fn) (PyCFunction)(void (*)(void))(fn), METH_FASTCALL | METH_KEYWORDS
+
+PyDoc_STRVAR(reshape_doc,
+             "reshape(*shape, order='C') -> DeviceNDArray\n\n"
+             "The same elements in a new shape (one dimension may be -1): a "
+             "view\nwhen the layout allows, else a copy (numba raises).");
+PyDoc_STRVAR(ravel_doc,
+             "ravel(order='C') -> DeviceNDArray\n\n"
+             "A 1-D view, or a copy when no view exists.");
+PyDoc_STRVAR(squeeze_doc,
+             "squeeze(axis=None, stream=0) -> DeviceNDArray\n\n"
+             "A view without dimensions of length 1 (all, or those in "
+             "*axis*).");
+PyDoc_STRVAR(transpose_doc,
+             "transpose(axes=None) -> DeviceNDArray\n\n"
+             "A view with the axes permuted (reversed by default); numba "
+             "copies.");
+PyDoc_STRVAR(view_doc,
+             "view(dtype) -> DeviceNDArray\n\n"
+             "The same memory as *dtype* (numba's rules when the itemsize "
+             "changes).");
+PyDoc_STRVAR(split_doc,
+             "split(section, stream=0) -> list[DeviceNDArray]\n\n"
+             "Views of *section* elements each (the last may be shorter) of "
+             "a 1-D\narray.");
+PyDoc_STRVAR(bind_doc,
+             "bind(stream=0) -> DeviceNDArray\n\n"
+             "A view whose operations default to *stream*.");
+
 static PyMethodDef array_methods[] = {
-    {"copy_to_host", (PyCFunction)(void (*)(void))array_copy_to_host,
-     METH_FASTCALL | METH_KEYWORDS, copy_to_host_doc},
-    {"copy_to_device", (PyCFunction)(void (*)(void))array_copy_to_device,
-     METH_FASTCALL | METH_KEYWORDS, copy_to_device_doc},
+    {"copy_to_host", FASTKW(cmpy_array_copy_to_host),
+     cmpy_array_copy_to_host_doc},
+    {"copy_to_device", FASTKW(cmpy_array_copy_to_device),
+     cmpy_array_copy_to_device_doc},
+    {"fill", FASTKW(cmpy_array_fill), cmpy_array_fill_doc},
+    {"copy", FASTKW(cmpy_array_copy), cmpy_array_copy_doc},
+    {"__array__", FASTKW(cmpy_array_array), cmpy_array_array_doc},
+    {"reshape", FASTKW(cmpy_array_reshape), reshape_doc},
+    {"ravel", FASTKW(cmpy_array_ravel), ravel_doc},
+    {"squeeze", FASTKW(cmpy_array_squeeze), squeeze_doc},
+    {"transpose", (PyCFunction)(void (*)(void))cmpy_array_transpose,
+     METH_FASTCALL, transpose_doc},
+    {"view", cmpy_array_view_dtype, METH_O, view_doc},
+    {"split", FASTKW(cmpy_array_split), split_doc},
+    {"bind", FASTKW(cmpy_array_bind), bind_doc},
     {"is_c_contiguous", array_is_c_contiguous, METH_NOARGS,
      is_c_contiguous_doc},
     {"is_f_contiguous", array_is_f_contiguous, METH_NOARGS,
@@ -673,13 +426,13 @@ static PyMethodDef array_methods[] = {
 static PyObject *
 get_shape(cmpy_DeviceNDArray *self, void *Py_UNUSED(c))
 {
-    return shape_tuple(CMPY_NDIM(self), CMPY_SHAPE(self));
+    return cmpy_shape_tuple(CMPY_NDIM(self), CMPY_SHAPE(self));
 }
 
 static PyObject *
 get_strides(cmpy_DeviceNDArray *self, void *Py_UNUSED(c))
 {
-    return shape_tuple(CMPY_NDIM(self), CMPY_STRIDES(self));
+    return cmpy_shape_tuple(CMPY_NDIM(self), CMPY_STRIDES(self));
 }
 
 static PyObject *
@@ -764,7 +517,7 @@ get_cai(cmpy_DeviceNDArray *self, void *Py_UNUSED(c))
     PyObject *shape = NULL, *strides = NULL, *typestr = NULL, *stream = NULL;
     PyObject *descr = NULL, *cai = NULL;
 
-    if (check_alive(st, self) < 0) {
+    if (cmpy_array_check_alive(st, self) < 0) {
         return NULL;
     }
     shape = get_shape(self, NULL);
@@ -798,6 +551,12 @@ done:
     return cai;
 }
 
+static PyObject *
+get_true(PyObject *Py_UNUSED(self), void *Py_UNUSED(c))
+{
+    Py_RETURN_TRUE;
+}
+
 static PyGetSetDef array_getset[] = {
     {"shape", (getter)get_shape, NULL, "Tuple of dimensions.", NULL},
     {"strides", (getter)get_strides, NULL, "Tuple of byte strides.", NULL},
@@ -817,6 +576,9 @@ static PyGetSetDef array_getset[] = {
      "{'C_CONTIGUOUS': bool, 'F_CONTIGUOUS': bool}.", NULL},
     {"device_ctypes_pointer", (getter)get_device_ctypes_pointer, NULL,
      "The address of the first element as a ctypes.c_void_p.", NULL},
+    {"T", cmpy_array_get_T, NULL, "The transpose, as a view.", NULL},
+    {"__cuda_memory__", get_true, NULL, "True: device memory.", NULL},
+    {"__cuda_ndarray__", get_true, NULL, "True: a device array.", NULL},
     {"__cuda_array_interface__", (getter)get_cai, NULL,
      "The CUDA Array Interface (version 3) of this array.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
@@ -827,6 +589,16 @@ static PyMemberDef array_members[] = {
      offsetof(cmpy_DeviceNDArray, weakreflist), Py_READONLY, NULL},
     {NULL, 0, 0, 0, NULL},
 };
+
+static int
+refuse_buffer(PyObject *Py_UNUSED(self), Py_buffer *Py_UNUSED(view),
+              int Py_UNUSED(flags))
+{
+    PyErr_SetString(PyExc_BufferError,
+                    "device memory is not host-accessible; use "
+                    "copy_to_host()");
+    return -1;
+}
 
 static Py_ssize_t
 array_len(PyObject *op)
@@ -874,6 +646,9 @@ static PyType_Slot array_slots[] = {
     {Py_tp_getset, array_getset},
     {Py_tp_members, array_members},
     {Py_mp_length, array_len},
+    {Py_mp_subscript, cmpy_array_getitem},
+    {Py_mp_ass_subscript, cmpy_array_setitem},
+    {Py_bf_getbuffer, refuse_buffer},
     {Py_sq_length, array_len},
     {0, NULL},
 };
@@ -927,7 +702,7 @@ device_array(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     if (dtype == NULL) {
         dtype = PyArray_DescrFromType(NPY_DOUBLE);
     }
-    if (check_dtype(dtype) < 0) {
+    if (cmpy_check_dtype(dtype) < 0) {
         goto done;
     }
     if (argv[3] != NULL && argv[3] != Py_None) {
@@ -943,7 +718,7 @@ device_array(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
         order = s[0];
     }
     if (argv[2] != NULL && argv[2] != Py_None) {
-        if (parse_ints(argv[2], "strides", strides, &sndim) < 0) {
+        if (cmpy_parse_ints(argv[2], "strides", strides, &sndim) < 0) {
             goto done;
         }
         if (sndim != ndim) {
@@ -955,7 +730,7 @@ device_array(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
         }
     }
     else {
-        contiguous_strides(ndim, shape, PyDataType_ELSIZE(dtype), order,
+        cmpy_contiguous_strides(ndim, shape, PyDataType_ELSIZE(dtype), order,
                            strides);
     }
     if (cmpy_current_device(st, &dev) < 0 ||
@@ -986,6 +761,7 @@ to_device(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     static const char *const names[] = {"obj", "stream", "copy", "to"};
     cmpy_state *st = cmpy_get_state(module);
     PyObject *argv[4], *stream_arg, *result = NULL;
+    Py_ssize_t strides[NPY_MAXDIMS];
     PyArrayObject *host = NULL;
     cmpy_DeviceNDArray *arr;
     cmpy_stream_ref ref;
@@ -1012,7 +788,7 @@ to_device(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                          Py_TYPE(argv[3])->tp_name);
             return NULL;
         }
-        result = array_copy_to_device(argv[3], kw, 2, NULL);
+        result = cmpy_array_copy_to_device(argv[3], kw, 2, NULL);
         if (result == NULL) {
             return NULL;
         }
@@ -1023,26 +799,30 @@ to_device(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
         return Py_NewRef(argv[0]);
     }
     host = (PyArrayObject *)PyArray_FROM_O(argv[0]);
-    if (host == NULL || check_dtype(PyArray_DESCR(host)) < 0) {
-        goto done;
-    }
-    if (!(PyArray_FLAGS(host) & LAYOUT)) {
-        Py_SETREF(host, (PyArrayObject *)PyArray_NewCopy(host, NPY_CORDER));
-        if (host == NULL) {
-            goto done;
-        }
-    }
-    if (cmpy_current_device(st, &dev) < 0 ||
+    if (host == NULL || cmpy_check_dtype(PyArray_DESCR(host)) < 0 ||
+        cmpy_current_device(st, &dev) < 0 ||
         cmpy_stream_arg(st, stream_arg, dev, &ref) < 0) {
         goto done;
     }
+    /* The host's layout when contiguous; otherwise C order, and the copy
+     * moves exactly the elements (numba copies the extent). */
+    if (PyArray_FLAGS(host) & LAYOUT) {
+        /* A loop: NumPy's 0-d arrays have NULL strides. */
+        for (int i = 0; i < PyArray_NDIM(host); i++) {
+            strides[i] = PyArray_STRIDES(host)[i];
+        }
+    }
+    else {
+        cmpy_contiguous_strides(PyArray_NDIM(host), PyArray_DIMS(host),
+                                PyArray_ITEMSIZE(host), 'C', strides);
+    }
     arr = array_alloc(st, dev, PyArray_NDIM(host), PyArray_DIMS(host),
-                      PyArray_STRIDES(host), PyArray_DESCR(host),
+                      strides, PyArray_DESCR(host),
                       kept_stream(stream_arg, &ref), &ref);
     if (arr == NULL) {
         goto done;
     }
-    if (copy && transfer(st, arr, PyArray_DATA(host), 1, &ref) < 0) {
+    if (copy && cmpy_array_copy_from(st, arr, (PyObject *)host, &ref) < 0) {
         Py_DECREF(arr);
         goto done;
     }

@@ -7,6 +7,7 @@
 #include "npy.h"
 
 #include "memory.h"
+#include "stream.h"
 
 typedef struct cmpy_DeviceNDArray {
     PyObject_VAR_HEAD                /* ob_size: 2 * ndim */
@@ -26,5 +27,70 @@ typedef struct cmpy_DeviceNDArray {
 #define CMPY_NDIM(a) ((int)(Py_SIZE(a) / 2))
 #define CMPY_SHAPE(a) ((a)->dims)
 #define CMPY_STRIDES(a) ((a)->dims + CMPY_NDIM(a))
+
+/* A view of `base`'s memory: the given layout with its first element at
+ * `ptr` (inside base's allocation), base's stream. New reference. */
+cmpy_DeviceNDArray *cmpy_array_view(cmpy_state *st, cmpy_DeviceNDArray *base,
+                                    int ndim, const Py_ssize_t *shape,
+                                    const Py_ssize_t *strides, CUdeviceptr ptr,
+                                    PyArray_Descr *dtype);
+
+/* array.c: shared layout helpers. */
+int cmpy_check_dtype(PyArray_Descr *dtype);
+int cmpy_parse_ints(PyObject *arg, const char *what, Py_ssize_t *out, int *n);
+void cmpy_contiguous_strides(int ndim, const Py_ssize_t *shape,
+                             Py_ssize_t itemsize, char order,
+                             Py_ssize_t *strides);
+PyObject *cmpy_shape_tuple(int ndim, const Py_ssize_t *dims);
+/* A new uninitialized array like `like` (device, shape, dtype, stream),
+ * contiguous in `order`. */
+cmpy_DeviceNDArray *cmpy_array_empty(cmpy_state *st, cmpy_DeviceNDArray *like,
+                                     char order);
+
+/* arrayview.c: views. */
+PyObject *cmpy_array_getitem(PyObject *op, PyObject *key);
+int cmpy_array_index_layout(cmpy_DeviceNDArray *self, PyObject *key,
+                            int *ndim, Py_ssize_t *shape, Py_ssize_t *strides,
+                            CUdeviceptr *ptr);
+PyObject *cmpy_array_reshape(PyObject *, PyObject *const *, Py_ssize_t,
+                             PyObject *);
+PyObject *cmpy_array_ravel(PyObject *, PyObject *const *, Py_ssize_t,
+                           PyObject *);
+PyObject *cmpy_array_squeeze(PyObject *, PyObject *const *, Py_ssize_t,
+                             PyObject *);
+PyObject *cmpy_array_transpose(PyObject *, PyObject *const *, Py_ssize_t);
+PyObject *cmpy_array_get_T(PyObject *op, void *closure);
+PyObject *cmpy_array_view_dtype(PyObject *op, PyObject *arg);
+PyObject *cmpy_array_split(PyObject *, PyObject *const *, Py_ssize_t,
+                           PyObject *);
+PyObject *cmpy_array_bind(PyObject *, PyObject *const *, Py_ssize_t,
+                          PyObject *);
+
+/* arraycopy.c: copies. */
+int cmpy_array_check_alive(cmpy_state *st, cmpy_DeviceNDArray *self);
+/* Sets arr's stream from a stream= argument (NULL: leave it); steals arr,
+ * returns it or NULL. */
+PyObject *cmpy_array_rebind(cmpy_state *st, cmpy_DeviceNDArray *arr,
+                            PyObject *stream);
+/* numba's copy_to_device rules, into the whole of self. */
+int cmpy_array_copy_from(cmpy_state *st, cmpy_DeviceNDArray *self,
+                         PyObject *obj, const struct cmpy_stream_ref *ref);
+/* A contiguous copy in `order`, then viewed with (nd, dims) unless dims is
+ * NULL. */
+PyObject *cmpy_array_copy_as(cmpy_state *st, cmpy_DeviceNDArray *self,
+                             char order, int nd, const Py_ssize_t *dims);
+int cmpy_array_setitem(PyObject *op, PyObject *key, PyObject *value);
+PyObject *cmpy_array_copy_to_host(PyObject *, PyObject *const *, Py_ssize_t,
+                                  PyObject *);
+PyObject *cmpy_array_copy_to_device(PyObject *, PyObject *const *,
+                                    Py_ssize_t, PyObject *);
+PyObject *cmpy_array_fill(PyObject *, PyObject *const *, Py_ssize_t,
+                          PyObject *);
+PyObject *cmpy_array_copy(PyObject *, PyObject *const *, Py_ssize_t,
+                          PyObject *);
+PyObject *cmpy_array_array(PyObject *, PyObject *const *, Py_ssize_t,
+                           PyObject *);
+extern const char cmpy_array_copy_to_host_doc[], cmpy_array_copy_to_device_doc[],
+    cmpy_array_fill_doc[], cmpy_array_copy_doc[], cmpy_array_array_doc[];
 
 #endif

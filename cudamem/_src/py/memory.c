@@ -167,7 +167,6 @@ pointer_view(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
     cmpy_MemoryPointer *self = (cmpy_MemoryPointer *)op;
     cmpy_state *st = type_state(op);
     Py_ssize_t start, stop = (Py_ssize_t)self->size;
-    PyObject *owner;
 
     if (nargs < 1 || nargs > 2) {
         PyErr_Format(PyExc_TypeError,
@@ -191,19 +190,25 @@ pointer_view(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
                      start, stop, self->size);
         return NULL;
     }
-    owner = self->owner != NULL ? self->owner : op;
-    cm_mem_incref(self->mem);
-    self = new_pointer(st, self->mem,
-                       self->ptr == 0 ? 0 : self->ptr + (CUdeviceptr)start,
-                       (size_t)(stop - start), owner);
-    if (self == NULL) {
-        cm_error err;
+    return cmpy_memory_view(st, self, (size_t)start, (size_t)(stop - start));
+}
 
-        if (cm_mem_decref(((cmpy_MemoryPointer *)op)->mem, &err) < 0) {
-            cmpy_warn_release(st, &err);
-        }
+PyObject *
+cmpy_memory_view(cmpy_state *st, cmpy_MemoryPointer *base, size_t offset,
+                 size_t size)
+{
+    PyObject *owner = base->owner != NULL ? base->owner : (PyObject *)base;
+    cmpy_MemoryPointer *view;
+    cm_error err;
+
+    cm_mem_incref(base->mem);
+    view = new_pointer(st, base->mem,
+                       base->ptr == 0 ? 0 : base->ptr + (CUdeviceptr)offset,
+                       size, owner);
+    if (view == NULL && cm_mem_decref(base->mem, &err) < 0) {
+        cmpy_warn_release(st, &err);
     }
-    return (PyObject *)self;
+    return (PyObject *)view;
 }
 
 static PyMethodDef pointer_methods[] = {

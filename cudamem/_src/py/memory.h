@@ -21,4 +21,9 @@ typedef struct cmpy_MemoryPointer {
  * out-of-memory). New reference, or NULL with an exception set. */
 PyObject *cmpy_memory_alloc(cmpy_state *st, cm_device *dev, size_t nbytes);
 
+/* The bytes [offset, offset + size) of `base` (in range), sharing its
+ * allocation; the owner is base's. New reference. */
+PyObject *cmpy_memory_view(cmpy_state *st, cmpy_MemoryPointer *base,
+                           size_t offset, size_t size);
+
 #endif

@@ -1,0 +1,697 @@
+/* arraycopy.c (py/): every DeviceNDArray operation that moves elements:
+ * copy_to_host, copy_to_device, assignment, fill, copy, the copying
+ * reshape and __array__. It checks shapes, dtypes and streams and hands
+ * layouts to core's copy engine (core/copy.h), which decides how. */
+#include "array.h"
+
+#include "../core/copy.h"
+#include "stream.h"
+
+static cmpy_state *
+type_state(PyObject *self)
+{
+    return (cmpy_state *)PyType_GetModuleState(Py_TYPE(self));
+}
+
+int
+cmpy_array_check_alive(cmpy_state *st, cmpy_DeviceNDArray *self)
+{
+    cm_error err;
+
+    if (cm_mem_check(self->gpu_data->mem, &err) < 0) {
+        cmpy_raise(st, &err);
+        return -1;
+    }
+    return 0;
+}
+
+/* The stream an operation uses: its stream= argument, or the array's own
+ * when that is absent or 0 (numba's rule). */
+static int
+operation_stream(cmpy_state *st, cmpy_DeviceNDArray *self, PyObject *arg,
+                 cmpy_stream_ref *ref)
+{
+    if (arg == NULL || arg == Py_None ||
+        (PyLong_CheckExact(arg) && PyLong_AsLong(arg) == 0)) {
+        ref->handle = self->stream_handle;
+        ref->async = self->stream_async;
+        ref->obj = NULL;
+        return 0;
+    }
+    return cmpy_stream_arg(st, arg, self->gpu_data->mem->dev, ref);
+}
+
+PyObject *
+cmpy_array_rebind(cmpy_state *st, cmpy_DeviceNDArray *arr, PyObject *stream)
+{
+    cmpy_stream_ref ref;
+
+    if (arr == NULL || stream == NULL) {
+        return (PyObject *)arr;
+    }
+    if (cmpy_stream_arg(st, stream, arr->gpu_data->mem->dev, &ref) < 0) {
+        Py_DECREF(arr);
+        return NULL;
+    }
+    Py_SETREF(arr->stream, ref.obj != NULL ? Py_NewRef(stream)
+                                           : PyLong_FromLong(0));
+    arr->stream_handle = ref.handle;
+    arr->stream_async = ref.async;
+    return (PyObject *)arr;
+}
+
+static void
+device_side(cmpy_DeviceNDArray *a, cm_side *side)
+{
+    *side = (cm_side){.on_device = 1,
+                      .ptr = a->ptr,
+                      .ndim = CMPY_NDIM(a),
+                      .shape = CMPY_SHAPE(a),
+                      .strides = CMPY_STRIDES(a)};
+}
+
+/* `strides` of a source of shape (nd, shape, src_strides) seen with the
+ * destination's shape: dimensions of length 1 are dropped or added (numba's
+ * squeezed-shape rule); the shapes are known to match. */
+static void
+squeezed_strides(int nd, const Py_ssize_t *shape,
+                 const Py_ssize_t *src_strides, int dnd,
+                 const Py_ssize_t *dshape, Py_ssize_t *strides)
+{
+    int i = 0;
+
+    for (int j = 0; j < dnd; j++) {
+        if (dshape[j] == 1) {
+            strides[j] = 0;
+            continue;
+        }
+        while (shape[i] == 1) {
+            i++;
+        }
+        strides[j] = src_strides[i++];
+    }
+    (void)nd;
+}
+
+/* NumPy's broadcasting of a source layout to the destination's shape:
+ * the strides, or -1 with ValueError in NumPy's words. */
+static int
+broadcast_strides(int nd, const Py_ssize_t *shape,
+                  const Py_ssize_t *src_strides, int dnd,
+                  const Py_ssize_t *dshape, Py_ssize_t *strides)
+{
+    if (nd > dnd) {
+        goto fail;
+    }
+    for (int j = dnd - 1, i = nd - 1; j >= 0; j--, i--) {
+        if (i < 0 || shape[i] == 1) {
+            strides[j] = 0;
+        }
+        else if (shape[i] == dshape[j]) {
+            strides[j] = src_strides[i];
+        }
+        else {
+            goto fail;
+        }
+    }
+    return 0;
+fail : {
+    PyObject *a = cmpy_shape_tuple(nd, shape), *b = cmpy_shape_tuple(dnd,
+                                                                    dshape);
+
+    if (a != NULL && b != NULL) {
+        PyErr_Format(PyExc_ValueError,
+                     "could not broadcast input array from shape %R into "
+                     "shape %R",
+                     a, b);
+    }
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    return -1;
+}
+}
+
+/* One copy through the engine: dst and src have dst's shape. */
+static int
+run_copy(cmpy_state *st, cm_device *dev, const cm_side *dst,
+         const cm_side *src, size_t itemsize, const cmpy_stream_ref *ref)
+{
+    cm_error err;
+    int rc;
+
+    /* Even async copies can wait: a temporary waits for its stream. */
+    Py_BEGIN_ALLOW_THREADS
+    rc = cm_copy_array(dev, dst, src, itemsize, ref->handle, ref->async,
+                       &err);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        cmpy_raise(st, &err);
+        return -1;
+    }
+    return 0;
+}
+
+/* numba's check for copies between arrays: the same dtype, and the same
+ * shape once dimensions of length 1 are dropped. */
+static int
+check_compatible(PyArray_Descr *dtype, int nd, const Py_ssize_t *shape,
+                 PyArray_Descr *other_dtype, int ond,
+                 const Py_ssize_t *other_shape)
+{
+    PyObject *a, *b;
+    int i = 0, j = 0;
+
+    if (!PyArray_EquivTypes(dtype, other_dtype)) {
+        PyErr_Format(PyExc_TypeError, "incompatible dtype: %R vs. %R",
+                     (PyObject *)dtype, (PyObject *)other_dtype);
+        return -1;
+    }
+    for (;;) {
+        while (i < nd && shape[i] == 1) {
+            i++;
+        }
+        while (j < ond && other_shape[j] == 1) {
+            j++;
+        }
+        if (i == nd || j == ond) {
+            if (i == nd && j == ond) {
+                return 0;
+            }
+            break;
+        }
+        if (shape[i++] != other_shape[j++]) {
+            break;
+        }
+    }
+    a = cmpy_shape_tuple(nd, shape);
+    b = cmpy_shape_tuple(ond, other_shape);
+    if (a != NULL && b != NULL) {
+        PyErr_Format(PyExc_ValueError, "incompatible shape: %R vs. %R", a, b);
+    }
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    return -1;
+}
+
+/* Host array -> device layout (same dtype, squeezed-equal or broadcast
+ * shapes already resolved into `strides`). */
+static int
+host_to_device(cmpy_state *st, int ndim, const Py_ssize_t *shape,
+               CUdeviceptr ptr, const Py_ssize_t *dstrides, cm_device *dev,
+               PyArrayObject *host, const Py_ssize_t *hstrides,
+               const cmpy_stream_ref *ref)
+{
+    cm_side dst = {.on_device = 1,
+                   .ptr = ptr,
+                   .ndim = ndim,
+                   .shape = shape,
+                   .strides = dstrides};
+    cm_side src = {.on_device = 0,
+                   .host = PyArray_DATA(host),
+                   .ndim = ndim,
+                   .shape = shape,
+                   .strides = hstrides};
+
+    return run_copy(st, dev, &dst, &src,
+                    (size_t)PyArray_ITEMSIZE(host), ref);
+}
+
+/* Device array -> host array (compatible, checked). */
+static int
+device_to_host(cmpy_state *st, cmpy_DeviceNDArray *self, PyArrayObject *host,
+               const cmpy_stream_ref *ref)
+{
+    Py_ssize_t hstrides[NPY_MAXDIMS];
+    cm_side src, dst;
+
+    squeezed_strides(PyArray_NDIM(host), PyArray_DIMS(host),
+                     PyArray_STRIDES(host), CMPY_NDIM(self), CMPY_SHAPE(self),
+                     hstrides);
+    device_side(self, &src);
+    dst = (cm_side){.on_device = 0,
+                    .host = PyArray_DATA(host),
+                    .ndim = CMPY_NDIM(self),
+                    .shape = CMPY_SHAPE(self),
+                    .strides = hstrides};
+    return run_copy(st, self->gpu_data->mem->dev, &dst, &src,
+                    (size_t)PyDataType_ELSIZE(self->dtype), ref);
+}
+
+/* src (any device) -> self, with src's strides already resolved to self's
+ * shape. Across devices the bytes go through the host. */
+static int
+device_to_device(cmpy_state *st, cmpy_DeviceNDArray *self,
+                 cmpy_DeviceNDArray *src, const Py_ssize_t *sstrides,
+                 const cmpy_stream_ref *ref)
+{
+    cm_device *dev = self->gpu_data->mem->dev;
+    cm_side d, s;
+    int rc;
+
+    if (cmpy_array_check_alive(st, src) < 0) {
+        return -1;
+    }
+    device_side(self, &d);
+    s = (cm_side){.on_device = 1,
+                  .ptr = src->ptr,
+                  .ndim = CMPY_NDIM(self),
+                  .shape = CMPY_SHAPE(self),
+                  .strides = sstrides};
+    if (src->gpu_data->mem->dev == dev) {
+        return run_copy(st, dev, &d, &s, (size_t)PyDataType_ELSIZE(self->dtype),
+                        ref);
+    }
+    {
+        /* Another device: stage through a C-ordered host array. */
+        cmpy_stream_ref sync = {NULL, 0, NULL};
+        Py_ssize_t hstrides[NPY_MAXDIMS];
+        PyArrayObject *tmp;
+        cm_side h;
+
+        Py_INCREF(self->dtype);
+        tmp = (PyArrayObject *)PyArray_NewFromDescr(
+            &PyArray_Type, self->dtype, CMPY_NDIM(self), CMPY_SHAPE(self),
+            NULL, NULL, 0, NULL);
+        if (tmp == NULL) {
+            return -1;
+        }
+        for (int i = 0; i < CMPY_NDIM(self); i++) {
+            hstrides[i] = PyArray_STRIDES(tmp)[i];
+        }
+        h = (cm_side){.on_device = 0,
+                      .host = PyArray_DATA(tmp),
+                      .ndim = CMPY_NDIM(self),
+                      .shape = CMPY_SHAPE(self),
+                      .strides = hstrides};
+        rc = run_copy(st, src->gpu_data->mem->dev, &h, &s,
+                      (size_t)PyDataType_ELSIZE(self->dtype), &sync);
+        if (rc == 0) {
+            rc = host_to_device(st, CMPY_NDIM(self), CMPY_SHAPE(self),
+                                self->ptr, CMPY_STRIDES(self), dev, tmp,
+                                hstrides, &sync);
+        }
+        Py_DECREF(tmp);
+        return rc;
+    }
+}
+
+/* A new host array for a copy of self: self's layout when it is
+ * contiguous, else C order. */
+static PyArrayObject *
+new_host_like(cmpy_DeviceNDArray *self)
+{
+    int fortran = (self->flags & NPY_ARRAY_F_CONTIGUOUS) &&
+                  !(self->flags & NPY_ARRAY_C_CONTIGUOUS);
+
+    Py_INCREF(self->dtype);
+    return (PyArrayObject *)PyArray_NewFromDescr(
+        &PyArray_Type, self->dtype, CMPY_NDIM(self), CMPY_SHAPE(self),
+        (self->flags & (NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_F_CONTIGUOUS)) &&
+                !fortran
+            ? CMPY_STRIDES(self)
+            : NULL,
+        NULL, fortran, NULL);
+}
+
+const char cmpy_array_copy_to_host_doc[] = PyDoc_STR(
+             "copy_to_host(ary=None, stream=0) -> numpy.ndarray\n\n"
+             "Copies the array to the host: into a new array (this array's "
+             "layout\nwhen it is contiguous, else C order), or into *ary*, a "
+             "writeable\nndarray of the same dtype and of any layout whose "
+             "shape is equal\nafter dropping dimensions of length 1; only "
+             "its elements are\nwritten. With stream 0 (and no stream bound "
+             "to the array) the copy\nis complete on return; with a stream "
+             "it is queued there.");
+
+PyObject *
+cmpy_array_copy_to_host(PyObject *op, PyObject *const *args,
+                        Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {"ary", "stream"};
+    cmpy_DeviceNDArray *self = (cmpy_DeviceNDArray *)op;
+    cmpy_state *st = type_state(op);
+    PyArrayObject *host;
+    PyObject *argv[2];
+    cmpy_stream_ref ref;
+
+    if (cmpy_parse_args("copy_to_host", names, 2, 0, args, nargs, kwnames,
+                        argv) < 0 ||
+        operation_stream(st, self, argv[1], &ref) < 0 ||
+        cmpy_array_check_alive(st, self) < 0) {
+        return NULL;
+    }
+    if (argv[0] != NULL && argv[0] != Py_None) {
+        if (!PyArray_Check(argv[0])) {
+            PyErr_Format(PyExc_TypeError,
+                         "copy_to_host() needs a numpy.ndarray for ary, not "
+                         "%.200s",
+                         Py_TYPE(argv[0])->tp_name);
+            return NULL;
+        }
+        host = (PyArrayObject *)argv[0];
+        if (check_compatible(self->dtype, CMPY_NDIM(self), CMPY_SHAPE(self),
+                             PyArray_DESCR(host), PyArray_NDIM(host),
+                             PyArray_DIMS(host)) < 0 ||
+            PyArray_FailUnlessWriteable(host, "copy_to_host destination") <
+                0) {
+            return NULL;
+        }
+        Py_INCREF(host);
+    }
+    else if ((host = new_host_like(self)) == NULL) {
+        return NULL;
+    }
+    if (device_to_host(st, self, host, &ref) < 0) {
+        Py_DECREF(host);
+        return NULL;
+    }
+    return (PyObject *)host;
+}
+
+/* Copies `obj` (a device array, an object with __cuda_array_interface__
+ * or anything NumPy takes) into the layout (ndim, shape, strides, ptr) of
+ * `self`'s memory. `broadcast`: NumPy's assignment rules (broadcasting,
+ * casting); otherwise numba's copy rules (same dtype, squeezed shapes). */
+static int
+copy_into(cmpy_state *st, cmpy_DeviceNDArray *self, int ndim,
+          const Py_ssize_t *shape, const Py_ssize_t *strides, CUdeviceptr ptr,
+          PyObject *obj, int broadcast, const cmpy_stream_ref *ref)
+{
+    Py_ssize_t sstrides[NPY_MAXDIMS];
+    PyArrayObject *host;
+    int rc;
+
+    if (PyObject_TypeCheck(obj, (PyTypeObject *)st->DeviceNDArrayType)) {
+        cmpy_DeviceNDArray *src = (cmpy_DeviceNDArray *)obj;
+        cmpy_DeviceNDArray *dst;
+
+        if (broadcast && !PyArray_EquivTypes(self->dtype, src->dtype)) {
+            PyErr_Format(PyExc_TypeError,
+                         "cannot assign a device array of dtype %R to one of "
+                         "dtype %R: device-to-device copies do not cast",
+                         (PyObject *)src->dtype, (PyObject *)self->dtype);
+            return -1;
+        }
+        if (broadcast ? broadcast_strides(CMPY_NDIM(src), CMPY_SHAPE(src),
+                                          CMPY_STRIDES(src), ndim, shape,
+                                          sstrides)
+                      : check_compatible(self->dtype, ndim, shape, src->dtype,
+                                         CMPY_NDIM(src), CMPY_SHAPE(src))) {
+            return -1;
+        }
+        if (!broadcast) {
+            squeezed_strides(CMPY_NDIM(src), CMPY_SHAPE(src),
+                             CMPY_STRIDES(src), ndim, shape, sstrides);
+        }
+        dst = cmpy_array_view(st, self, ndim, shape, strides, ptr,
+                              self->dtype);
+        if (dst == NULL) {
+            return -1;
+        }
+        rc = device_to_device(st, dst, src, sstrides, ref);
+        Py_DECREF(dst);
+        return rc;
+    }
+    if (broadcast) {
+        Py_INCREF(self->dtype);
+        host = (PyArrayObject *)PyArray_FromAny(obj, self->dtype, 0, 0,
+                                                NPY_ARRAY_FORCECAST, NULL);
+    }
+    else {
+        host = (PyArrayObject *)PyArray_FROM_O(obj);
+    }
+    if (host == NULL) {
+        return -1;
+    }
+    rc = broadcast ? broadcast_strides(PyArray_NDIM(host), PyArray_DIMS(host),
+                                       PyArray_STRIDES(host), ndim, shape,
+                                       sstrides)
+                   : check_compatible(self->dtype, ndim, shape,
+                                      PyArray_DESCR(host), PyArray_NDIM(host),
+                                      PyArray_DIMS(host));
+    if (rc == 0 && !broadcast) {
+        squeezed_strides(PyArray_NDIM(host), PyArray_DIMS(host),
+                         PyArray_STRIDES(host), ndim, shape, sstrides);
+    }
+    if (rc == 0) {
+        rc = host_to_device(st, ndim, shape, ptr, strides,
+                            self->gpu_data->mem->dev, host, sstrides, ref);
+    }
+    Py_DECREF(host);
+    return rc;
+}
+
+const char cmpy_array_copy_to_device_doc[] = PyDoc_STR(
+             "copy_to_device(ary, stream=0)\n\n"
+             "Copies *ary* (a host array of any layout, a device array, or "
+             "array-like)\ninto this array. The dtype must be the same and "
+             "the shape equal after\ndropping dimensions of length 1. "
+             "Synchronous on stream 0, queued on\na stream.");
+
+PyObject *
+cmpy_array_copy_to_device(PyObject *op, PyObject *const *args,
+                          Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {"ary", "stream"};
+    cmpy_DeviceNDArray *self = (cmpy_DeviceNDArray *)op;
+    cmpy_state *st = type_state(op);
+    PyObject *argv[2];
+    cmpy_stream_ref ref;
+
+    if (cmpy_parse_args("copy_to_device", names, 2, 1, args, nargs, kwnames,
+                        argv) < 0 ||
+        operation_stream(st, self, argv[1], &ref) < 0 ||
+        cmpy_array_check_alive(st, self) < 0 ||
+        copy_into(st, self, CMPY_NDIM(self), CMPY_SHAPE(self),
+                  CMPY_STRIDES(self), self->ptr, argv[0], 0, &ref) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* Fills a device layout with one value cast to the array's dtype. */
+static int
+fill_layout(cmpy_state *st, cmpy_DeviceNDArray *self, int ndim,
+            const Py_ssize_t *shape, const Py_ssize_t *strides,
+            CUdeviceptr ptr, PyArrayObject *value,
+            const cmpy_stream_ref *ref)
+{
+    cm_side dst = {.on_device = 1,
+                   .ptr = ptr,
+                   .ndim = ndim,
+                   .shape = shape,
+                   .strides = strides};
+    cm_device *dev = self->gpu_data->mem->dev;
+    size_t itemsize = (size_t)PyDataType_ELSIZE(self->dtype);
+    cm_error err;
+    int rc;
+
+    Py_BEGIN_ALLOW_THREADS
+    rc = cm_fill(dev, &dst, PyArray_DATA(value), itemsize, ref->handle,
+                 ref->async, &err);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        cmpy_raise(st, &err);
+        return -1;
+    }
+    return 0;
+}
+
+/* A scalar (anything NumPy makes a 0-d array of) as the array's dtype,
+ * or NULL without an exception when `obj` is not a scalar. */
+static PyArrayObject *
+as_scalar(cmpy_DeviceNDArray *self, PyObject *obj)
+{
+    PyArrayObject *value;
+
+    if (!PyArray_IsScalar(obj, Generic) && !PyLong_Check(obj) &&
+        !PyFloat_Check(obj) && !PyComplex_Check(obj) && !PyBool_Check(obj) &&
+        !(PyArray_Check(obj) && PyArray_NDIM((PyArrayObject *)obj) == 0)) {
+        return NULL;
+    }
+    Py_INCREF(self->dtype);
+    value = (PyArrayObject *)PyArray_FromAny(obj, self->dtype, 0, 0,
+                                             NPY_ARRAY_FORCECAST |
+                                                 NPY_ARRAY_C_CONTIGUOUS,
+                                             NULL);
+    return value;
+}
+
+int
+cmpy_array_copy_from(cmpy_state *st, cmpy_DeviceNDArray *self, PyObject *obj,
+                     const cmpy_stream_ref *ref)
+{
+    return copy_into(st, self, CMPY_NDIM(self), CMPY_SHAPE(self),
+                     CMPY_STRIDES(self), self->ptr, obj, 0, ref);
+}
+
+int
+cmpy_array_setitem(PyObject *op, PyObject *key, PyObject *value)
+{
+    cmpy_DeviceNDArray *self = (cmpy_DeviceNDArray *)op;
+    cmpy_state *st = type_state(op);
+    Py_ssize_t shape[NPY_MAXDIMS], strides[NPY_MAXDIMS];
+    cmpy_stream_ref ref;
+    PyArrayObject *scalar;
+    CUdeviceptr ptr;
+    int ndim, rc;
+
+    if (value == NULL) {
+        PyErr_SetString(PyExc_ValueError,
+                        "cannot delete device array elements");
+        return -1;
+    }
+    if (cmpy_array_index_layout(self, key, &ndim, shape, strides, &ptr) < 0 ||
+        operation_stream(st, self, NULL, &ref) < 0 ||
+        cmpy_array_check_alive(st, self) < 0) {
+        return -1;
+    }
+    scalar = as_scalar(self, value);
+    if (scalar != NULL) {
+        rc = fill_layout(st, self, ndim, shape, strides, ptr, scalar, &ref);
+        Py_DECREF(scalar);
+        return rc;
+    }
+    if (PyErr_Occurred()) {
+        return -1;
+    }
+    return copy_into(st, self, ndim, shape, strides, ptr, value, 1, &ref);
+}
+
+const char cmpy_array_fill_doc[] = PyDoc_STR(
+             "fill(value, stream=0)\n\n"
+             "Sets every element to *value*, cast to the array's dtype "
+             "(beyond\nnumba). A memset where the bytes allow.");
+
+PyObject *
+cmpy_array_fill(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
+                PyObject *kwnames)
+{
+    static const char *const names[] = {"value", "stream"};
+    cmpy_DeviceNDArray *self = (cmpy_DeviceNDArray *)op;
+    cmpy_state *st = type_state(op);
+    PyArrayObject *scalar;
+    PyObject *argv[2];
+    cmpy_stream_ref ref;
+    int rc;
+
+    if (cmpy_parse_args("fill", names, 2, 1, args, nargs, kwnames, argv) <
+            0 ||
+        operation_stream(st, self, argv[1], &ref) < 0 ||
+        cmpy_array_check_alive(st, self) < 0) {
+        return NULL;
+    }
+    scalar = as_scalar(self, argv[0]);
+    if (scalar == NULL) {
+        if (!PyErr_Occurred()) {
+            PyErr_Format(PyExc_TypeError, "fill() needs a scalar, not %.200s",
+                         Py_TYPE(argv[0])->tp_name);
+        }
+        return NULL;
+    }
+    rc = fill_layout(st, self, CMPY_NDIM(self), CMPY_SHAPE(self),
+                     CMPY_STRIDES(self), self->ptr, scalar, &ref);
+    Py_DECREF(scalar);
+    if (rc < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+PyObject *
+cmpy_array_copy_as(cmpy_state *st, cmpy_DeviceNDArray *self, char order,
+                   int nd, const Py_ssize_t *dims)
+{
+    Py_ssize_t strides[NPY_MAXDIMS];
+    cmpy_DeviceNDArray *out, *shaped;
+    cmpy_stream_ref ref = {self->stream_handle, self->stream_async, NULL};
+
+    if (cmpy_array_check_alive(st, self) < 0) {
+        return NULL;
+    }
+    out = cmpy_array_empty(st, self, order);
+    if (out == NULL ||
+        device_to_device(st, out, self, CMPY_STRIDES(self), &ref) < 0) {
+        Py_XDECREF(out);
+        return NULL;
+    }
+    if (dims == NULL) {
+        return (PyObject *)out;
+    }
+    cmpy_contiguous_strides(nd, dims, PyDataType_ELSIZE(self->dtype), order,
+                            strides);
+    shaped = cmpy_array_view(st, out, nd, dims, strides, out->ptr,
+                             self->dtype);
+    Py_DECREF(out);
+    return (PyObject *)shaped;
+}
+
+const char cmpy_array_copy_doc[] = PyDoc_STR(
+             "copy(order='C') -> DeviceNDArray\n\n"
+             "A new device array with the same elements, contiguous in "
+             "*order*\n('C', 'F', 'A' or 'K'; beyond numba), on this array's "
+             "stream.");
+
+PyObject *
+cmpy_array_copy(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
+                PyObject *kwnames)
+{
+    static const char *const names[] = {"order"};
+    cmpy_DeviceNDArray *self = (cmpy_DeviceNDArray *)op;
+    PyObject *argv[1];
+    const char *s = "C";
+
+    if (cmpy_parse_args("copy", names, 1, 0, args, nargs, kwnames, argv) <
+        0) {
+        return NULL;
+    }
+    if (argv[0] != NULL && argv[0] != Py_None) {
+        s = PyUnicode_Check(argv[0]) ? PyUnicode_AsUTF8(argv[0]) : NULL;
+        if (s == NULL || strlen(s) != 1 || strchr("CFAK", s[0]) == NULL) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError,
+                         "order must be 'C', 'F', 'A' or 'K', not %R",
+                         argv[0]);
+            return NULL;
+        }
+    }
+    return cmpy_array_copy_as(
+        type_state(op), self,
+        s[0] == 'F' || ((s[0] == 'A' || s[0] == 'K') &&
+                        (self->flags & NPY_ARRAY_F_CONTIGUOUS) &&
+                        !(self->flags & NPY_ARRAY_C_CONTIGUOUS))
+            ? 'F'
+            : 'C',
+        0, NULL);
+}
+
+const char cmpy_array_array_doc[] = PyDoc_STR(
+             "__array__(dtype=None, copy=None) -> numpy.ndarray\n\n"
+             "A host copy, for numpy.asarray(). copy=False raises "
+             "ValueError: the\nelements live on the device.");
+
+PyObject *
+cmpy_array_array(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
+                 PyObject *kwnames)
+{
+    static const char *const names[] = {"dtype", "copy"};
+    PyObject *argv[2], *host, *out;
+
+    if (cmpy_parse_args("__array__", names, 2, 0, args, nargs, kwnames,
+                        argv) < 0) {
+        return NULL;
+    }
+    if (argv[1] == Py_False) {
+        PyErr_SetString(PyExc_ValueError,
+                        "a device array cannot be viewed as a host array "
+                        "without a copy (copy=False)");
+        return NULL;
+    }
+    host = cmpy_array_copy_to_host(op, NULL, 0, NULL);
+    if (host == NULL || argv[0] == NULL || argv[0] == Py_None) {
+        return host;
+    }
+    out = PyObject_CallMethod(host, "astype", "O", argv[0]);
+    Py_DECREF(host);
+    return out;
+}
