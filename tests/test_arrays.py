@@ -169,6 +169,10 @@ def test_foreign_stream_protocol():
 def test_nonzero_int_stream_is_rejected():
     with pytest.raises(ValueError, match="external_stream"):
         cudamem.to_device(np.ones(3), stream=5)
+    dev = cudamem.to_device(np.ones(3))
+    for bad in (7, 2 ** 70, -1):
+        with pytest.raises(ValueError, match="external_stream"):
+            dev.copy_to_host(stream=bad)
     with pytest.raises(TypeError):
         cudamem.device_array(3, stream="s")
 

@@ -15,8 +15,29 @@ complete(cm_error *err)
 }
 
 int
-cm_copy_htod(cm_device *dev, CUdeviceptr dst, const void *src, size_t n,
-             CUstream stream, int async, cm_error *err)
+cm__memcpy(int dst_dev, CUdeviceptr dst, void *hdst, int src_dev,
+           CUdeviceptr src, const void *hsrc, size_t n, CUstream stream,
+           int async, cm_error *err)
+{
+    if (dst_dev && src_dev) {
+        return async ? CM_CALL(err, cuMemcpyDtoDAsync, dst, src, n, stream)
+                     : CM_CALL(err, cuMemcpyDtoD, dst, src, n);
+    }
+    if (dst_dev) {
+        return async ? CM_CALL(err, cuMemcpyHtoDAsync, dst, hsrc, n, stream)
+                     : CM_CALL(err, cuMemcpyHtoD, dst, hsrc, n);
+    }
+    return async ? CM_CALL(err, cuMemcpyDtoHAsync, hdst, src, n, stream)
+                 : CM_CALL(err, cuMemcpyDtoH, hdst, src, n);
+}
+
+/* One contiguous copy in dev's context. The synchronous DtoH is complete
+ * on return, to pageable and page-locked memory alike; the others may
+ * return early when the destination is on the device. */
+static int
+copy_contiguous(cm_device *dev, int dst_dev, CUdeviceptr dst, void *hdst,
+                int src_dev, CUdeviceptr src, const void *hsrc, size_t n,
+                CUstream stream, int async, cm_error *err)
 {
     cm_ctx_guard guard;
     int rc;
@@ -27,59 +48,34 @@ cm_copy_htod(cm_device *dev, CUdeviceptr dst, const void *src, size_t n,
     if (cm_ctx_enter(dev, &guard, err) < 0) {
         return -1;
     }
-    if (async) {
-        rc = CM_CALL(err, cuMemcpyHtoDAsync, dst, src, n, stream);
-    }
-    else {
-        rc = CM_CALL(err, cuMemcpyHtoD, dst, src, n);
-        if (rc == 0) {
-            rc = complete(err);
-        }
+    rc = cm__memcpy(dst_dev, dst, hdst, src_dev, src, hsrc, n, stream, async,
+                    err);
+    if (rc == 0 && dst_dev && !async) {
+        rc = complete(err);
     }
     return cm_ctx_leave(&guard, rc, err);
+}
+
+int
+cm_copy_htod(cm_device *dev, CUdeviceptr dst, const void *src, size_t n,
+             CUstream stream, int async, cm_error *err)
+{
+    return copy_contiguous(dev, 1, dst, NULL, 0, 0, src, n, stream, async,
+                           err);
 }
 
 int
 cm_copy_dtoh(cm_device *dev, void *dst, CUdeviceptr src, size_t n,
              CUstream stream, int async, cm_error *err)
 {
-    cm_ctx_guard guard;
-    int rc;
-
-    if (n == 0) {
-        return cm_fork_check(err);
-    }
-    if (cm_ctx_enter(dev, &guard, err) < 0) {
-        return -1;
-    }
-    /* The synchronous DtoH is complete on return, to pageable and to
-     * page-locked memory alike. */
-    rc = async ? CM_CALL(err, cuMemcpyDtoHAsync, dst, src, n, stream)
-               : CM_CALL(err, cuMemcpyDtoH, dst, src, n);
-    return cm_ctx_leave(&guard, rc, err);
+    return copy_contiguous(dev, 0, 0, dst, 1, src, NULL, n, stream, async,
+                           err);
 }
 
 int
 cm_copy_dtod(cm_device *dev, CUdeviceptr dst, CUdeviceptr src, size_t n,
              CUstream stream, int async, cm_error *err)
 {
-    cm_ctx_guard guard;
-    int rc;
-
-    if (n == 0) {
-        return cm_fork_check(err);
-    }
-    if (cm_ctx_enter(dev, &guard, err) < 0) {
-        return -1;
-    }
-    if (async) {
-        rc = CM_CALL(err, cuMemcpyDtoDAsync, dst, src, n, stream);
-    }
-    else {
-        rc = CM_CALL(err, cuMemcpyDtoD, dst, src, n);
-        if (rc == 0) {
-            rc = complete(err);
-        }
-    }
-    return cm_ctx_leave(&guard, rc, err);
+    return copy_contiguous(dev, 1, dst, NULL, 1, src, NULL, n, stream, async,
+                           err);
 }

@@ -20,6 +20,13 @@ int cm_copy_dtoh(cm_device *dev, void *dst, CUdeviceptr src, size_t n,
 int cm_copy_dtod(cm_device *dev, CUdeviceptr dst, CUdeviceptr src, size_t n,
                  CUstream stream, int async, cm_error *err);
 
+/* Core-internal: the one driver call of a contiguous copy in the current
+ * context, no waiting (the *Async form on `stream` with `async`). Each
+ * side is device (`dst`/`src`) or host (`hdst`/`hsrc`), not both host. */
+int cm__memcpy(int dst_dev, CUdeviceptr dst, void *hdst, int src_dev,
+               CUdeviceptr src, const void *hsrc, size_t n, CUstream stream,
+               int async, cm_error *err);
+
 /* One side of an array copy: its first element (device address or host
  * pointer) and its layout. Strides are in bytes, of any sign; a source may
  * have zero strides (broadcast). */

@@ -505,24 +505,10 @@ static int
 copy_bytes(job *j, int ddev, uintptr_t dst, int sdev, uintptr_t src,
            size_t n, cm_error *err)
 {
-    CUdeviceptr d = (CUdeviceptr)dst, s = (CUdeviceptr)src;
-    void *hd = (void *)dst;
-    const void *hs = (const void *)src;
-    CUstream st = j->stream;
-    int rc;
+    int rc = cm__memcpy(ddev, (CUdeviceptr)dst, (void *)dst, sdev,
+                        (CUdeviceptr)src, (const void *)src, n, j->stream,
+                        j->async, err);
 
-    if (ddev && sdev) {
-        rc = j->async ? CM_CALL(err, cuMemcpyDtoDAsync, d, s, n, st)
-                      : CM_CALL(err, cuMemcpyDtoD, d, s, n);
-    }
-    else if (ddev) {
-        rc = j->async ? CM_CALL(err, cuMemcpyHtoDAsync, d, hs, n, st)
-                      : CM_CALL(err, cuMemcpyHtoD, d, hs, n);
-    }
-    else {
-        rc = j->async ? CM_CALL(err, cuMemcpyDtoHAsync, hd, s, n, st)
-                      : CM_CALL(err, cuMemcpyDtoH, hd, s, n);
-    }
     /* Device destinations: the synchronous forms may return early. */
     if (rc == 0 && ddev && !j->async) {
         j->early = 1;
@@ -535,6 +521,19 @@ memtype(int on_device)
 {
     return on_device ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
 }
+
+/* The memory types and first bytes of a CUDA_MEMCPY2D or _3D (the same
+ * field names). */
+#define SET_ENDS(m, L, dst, src)                                               \
+    do {                                                                       \
+        memset(&(m), 0, sizeof(m));                                            \
+        (m).srcMemoryType = memtype((L)->sdev);                                \
+        (m).dstMemoryType = memtype((L)->ddev);                                \
+        (m).srcDevice = (L)->sdev ? (CUdeviceptr)(src) : 0;                    \
+        (m).srcHost = (L)->sdev ? NULL : (const void *)(src);                  \
+        (m).dstDevice = (L)->ddev ? (CUdeviceptr)(dst) : 0;                    \
+        (m).dstHost = (L)->ddev ? NULL : (void *)(dst);                        \
+    } while (0)
 
 /* One call of plan p from these first elements: a plain copy for a single
  * row, cuMemcpy2D for rows, cuMemcpy3D for slices of rows. */
@@ -552,21 +551,7 @@ issue(job *j, const layout *L, const plan *p, uintptr_t dst, uintptr_t src,
     if (z == NULL) {
         CUDA_MEMCPY2D m;
 
-        memset(&m, 0, sizeof(m));
-        m.srcMemoryType = memtype(L->sdev);
-        m.dstMemoryType = memtype(L->ddev);
-        if (L->sdev) {
-            m.srcDevice = (CUdeviceptr)src;
-        }
-        else {
-            m.srcHost = (const void *)src;
-        }
-        if (L->ddev) {
-            m.dstDevice = (CUdeviceptr)dst;
-        }
-        else {
-            m.dstHost = (void *)dst;
-        }
+        SET_ENDS(m, L, dst, src);
         m.srcPitch = (size_t)h->ss;
         m.dstPitch = (size_t)h->ds;
         m.WidthInBytes = p->width;
@@ -577,21 +562,7 @@ issue(job *j, const layout *L, const plan *p, uintptr_t dst, uintptr_t src,
     else {
         CUDA_MEMCPY3D m;
 
-        memset(&m, 0, sizeof(m));
-        m.srcMemoryType = memtype(L->sdev);
-        m.dstMemoryType = memtype(L->ddev);
-        if (L->sdev) {
-            m.srcDevice = (CUdeviceptr)src;
-        }
-        else {
-            m.srcHost = (const void *)src;
-        }
-        if (L->ddev) {
-            m.dstDevice = (CUdeviceptr)dst;
-        }
-        else {
-            m.dstHost = (void *)dst;
-        }
+        SET_ENDS(m, L, dst, src);
         m.srcPitch = (size_t)h->ss;
         m.srcHeight = (size_t)(z->ss / h->ss);
         m.dstPitch = (size_t)h->ds;

@@ -11,12 +11,6 @@
 
 #define LAYOUT (NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_F_CONTIGUOUS)
 
-static cmpy_state *
-type_state(PyObject *self)
-{
-    return (cmpy_state *)PyType_GetModuleState(Py_TYPE(self));
-}
-
 /* NumPy's contiguity rules: dimensions of length 1 do not count, and an
  * empty array is both C and F contiguous. */
 static int
@@ -497,15 +491,7 @@ get_flags(cmpy_DeviceNDArray *self, void *Py_UNUSED(c))
 static PyObject *
 get_device_ctypes_pointer(cmpy_DeviceNDArray *self, void *Py_UNUSED(c))
 {
-    PyObject *ctypes = PyImport_ImportModule("ctypes"), *out;
-
-    if (ctypes == NULL) {
-        return NULL;
-    }
-    out = PyObject_CallMethod(ctypes, "c_void_p", "K",
-                              (unsigned long long)self->ptr);
-    Py_DECREF(ctypes);
-    return out;
+    return cmpy_c_void_p((unsigned long long)self->ptr);
 }
 
 /* CAI v3 (export). `stream` is None for the default stream's handle 0, as
@@ -513,7 +499,7 @@ get_device_ctypes_pointer(cmpy_DeviceNDArray *self, void *Py_UNUSED(c))
 static PyObject *
 get_cai(cmpy_DeviceNDArray *self, void *Py_UNUSED(c))
 {
-    cmpy_state *st = type_state((PyObject *)self);
+    cmpy_state *st = cmpy_type_state((PyObject *)self);
     PyObject *shape = NULL, *strides = NULL, *typestr = NULL, *stream = NULL;
     PyObject *descr = NULL, *cai = NULL;
 

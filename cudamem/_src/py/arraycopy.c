@@ -7,12 +7,6 @@
 #include "../core/copy.h"
 #include "stream.h"
 
-static cmpy_state *
-type_state(PyObject *self)
-{
-    return (cmpy_state *)PyType_GetModuleState(Py_TYPE(self));
-}
-
 int
 cmpy_array_check_alive(cmpy_state *st, cmpy_DeviceNDArray *self)
 {
@@ -31,8 +25,12 @@ static int
 operation_stream(cmpy_state *st, cmpy_DeviceNDArray *self, PyObject *arg,
                  cmpy_stream_ref *ref)
 {
+    int overflow;
+
+    /* AndOverflow: a huge int sets no exception here; the parser names it. */
     if (arg == NULL || arg == Py_None ||
-        (PyLong_CheckExact(arg) && PyLong_AsLong(arg) == 0)) {
+        (PyLong_CheckExact(arg) &&
+         PyLong_AsLongAndOverflow(arg, &overflow) == 0 && !overflow)) {
         ref->handle = self->stream_handle;
         ref->async = self->stream_async;
         ref->obj = NULL;
@@ -329,7 +327,7 @@ cmpy_array_copy_to_host(PyObject *op, PyObject *const *args,
 {
     static const char *const names[] = {"ary", "stream"};
     cmpy_DeviceNDArray *self = (cmpy_DeviceNDArray *)op;
-    cmpy_state *st = type_state(op);
+    cmpy_state *st = cmpy_type_state(op);
     PyArrayObject *host;
     PyObject *argv[2];
     cmpy_stream_ref ref;
@@ -454,7 +452,7 @@ cmpy_array_copy_to_device(PyObject *op, PyObject *const *args,
 {
     static const char *const names[] = {"ary", "stream"};
     cmpy_DeviceNDArray *self = (cmpy_DeviceNDArray *)op;
-    cmpy_state *st = type_state(op);
+    cmpy_state *st = cmpy_type_state(op);
     PyObject *argv[2];
     cmpy_stream_ref ref;
 
@@ -529,7 +527,7 @@ int
 cmpy_array_setitem(PyObject *op, PyObject *key, PyObject *value)
 {
     cmpy_DeviceNDArray *self = (cmpy_DeviceNDArray *)op;
-    cmpy_state *st = type_state(op);
+    cmpy_state *st = cmpy_type_state(op);
     Py_ssize_t shape[NPY_MAXDIMS], strides[NPY_MAXDIMS];
     cmpy_stream_ref ref;
     PyArrayObject *scalar;
@@ -569,7 +567,7 @@ cmpy_array_fill(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
 {
     static const char *const names[] = {"value", "stream"};
     cmpy_DeviceNDArray *self = (cmpy_DeviceNDArray *)op;
-    cmpy_state *st = type_state(op);
+    cmpy_state *st = cmpy_type_state(op);
     PyArrayObject *scalar;
     PyObject *argv[2];
     cmpy_stream_ref ref;
@@ -656,7 +654,7 @@ cmpy_array_copy(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
         }
     }
     return cmpy_array_copy_as(
-        type_state(op), self,
+        cmpy_type_state(op), self,
         s[0] == 'F' || ((s[0] == 'A' || s[0] == 'K') &&
                         (self->flags & NPY_ARRAY_F_CONTIGUOUS) &&
                         !(self->flags & NPY_ARRAY_C_CONTIGUOUS))

@@ -8,12 +8,6 @@
 #include "../core/copy.h"
 #include "stream.h"
 
-static cmpy_state *
-type_state(PyObject *self)
-{
-    return (cmpy_state *)PyType_GetModuleState(Py_TYPE(self));
-}
-
 /* An index that NumPy would take but a device array cannot. */
 static int
 refuse_fancy(PyObject *item)
@@ -201,7 +195,7 @@ PyObject *
 cmpy_array_getitem(PyObject *op, PyObject *key)
 {
     cmpy_DeviceNDArray *self = (cmpy_DeviceNDArray *)op;
-    cmpy_state *st = type_state(op);
+    cmpy_state *st = cmpy_type_state(op);
     Py_ssize_t shape[NPY_MAXDIMS], strides[NPY_MAXDIMS];
     CUdeviceptr ptr;
     int ndim, scalar;
@@ -391,7 +385,7 @@ cmpy_array_reshape(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
                    PyObject *kwnames)
 {
     cmpy_DeviceNDArray *self = (cmpy_DeviceNDArray *)op;
-    cmpy_state *st = type_state(op);
+    cmpy_state *st = cmpy_type_state(op);
     Py_ssize_t nkw = kwnames != NULL ? PyTuple_GET_SIZE(kwnames) : 0;
     Py_ssize_t dims[NPY_MAXDIMS];
     PyObject *order_arg = NULL, *shape_arg, *out;
@@ -439,7 +433,7 @@ cmpy_array_ravel(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
     if (shape_arg == NULL) {
         return NULL;
     }
-    out = reshape_to(type_state(op), self, 1, dims, order, shape_arg);
+    out = reshape_to(cmpy_type_state(op), self, 1, dims, order, shape_arg);
     Py_DECREF(shape_arg);
     return out;
 }
@@ -519,8 +513,8 @@ cmpy_array_squeeze(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
         }
     }
     return cmpy_array_rebind(
-        type_state(op),
-        cmpy_array_view(type_state(op), self, nd, shape, strides, self->ptr,
+        cmpy_type_state(op),
+        cmpy_array_view(cmpy_type_state(op), self, nd, shape, strides, self->ptr,
                         self->dtype),
         argv[1]);
 }
@@ -576,7 +570,7 @@ cmpy_array_transpose(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
         shape[i] = CMPY_SHAPE(self)[perm[i]];
         strides[i] = CMPY_STRIDES(self)[perm[i]];
     }
-    return (PyObject *)cmpy_array_view(type_state(op), self, ndim, shape,
+    return (PyObject *)cmpy_array_view(cmpy_type_state(op), self, ndim, shape,
                                        strides, self->ptr, self->dtype);
 }
 
@@ -634,7 +628,7 @@ cmpy_array_view_dtype(PyObject *op, PyObject *arg)
         shape[ndim - 1] = last * old / new_;
         strides[ndim - 1] = new_;
     }
-    out = (PyObject *)cmpy_array_view(type_state(op), self, ndim, shape,
+    out = (PyObject *)cmpy_array_view(cmpy_type_state(op), self, ndim, shape,
                                       strides, self->ptr, dtype);
 done:
     Py_DECREF(dtype);
@@ -647,7 +641,7 @@ cmpy_array_split(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
 {
     static const char *const names[] = {"section", "stream"};
     cmpy_DeviceNDArray *self = (cmpy_DeviceNDArray *)op;
-    cmpy_state *st = type_state(op);
+    cmpy_state *st = cmpy_type_state(op);
     Py_ssize_t section, n, stride;
     PyObject *argv[2], *out;
 
@@ -697,7 +691,7 @@ cmpy_array_bind(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
 {
     static const char *const names[] = {"stream"};
     cmpy_DeviceNDArray *self = (cmpy_DeviceNDArray *)op;
-    cmpy_state *st = type_state(op);
+    cmpy_state *st = cmpy_type_state(op);
     PyObject *argv[1];
 
     if (cmpy_parse_args("bind", names, 1, 0, args, nargs, kwnames, argv) < 0) {

@@ -7,12 +7,6 @@
 #include "../core/driver.h"
 #include "pending.h"
 
-static cmpy_state *
-type_state(PyObject *self)
-{
-    return (cmpy_state *)PyType_GetModuleState(Py_TYPE(self));
-}
-
 PyObject *
 cmpy_context_of(cmpy_state *st, cmpy_Device *device)
 {
@@ -113,7 +107,7 @@ context_get_handle(cmpy_Context *self, void *Py_UNUSED(closure))
 static PyObject *
 context_get_deallocations(cmpy_Context *self, void *closure)
 {
-    return cmpy_deallocations_new(type_state((PyObject *)self), self,
+    return cmpy_deallocations_new(cmpy_type_state((PyObject *)self), self,
                                   closure != NULL ? CM_QUEUE_MEMORY
                                                   : CM_QUEUE_OBJECTS);
 }
@@ -168,7 +162,7 @@ blocking(PyObject *self, int (*fn)(cm_device *, uint64_t, cm_error *))
     rc = fn(ctx->device->dev, ctx->generation, &err);
     Py_END_ALLOW_THREADS
     if (rc < 0) {
-        return cmpy_raise(type_state(self), &err);
+        return cmpy_raise(cmpy_type_state(self), &err);
     }
     Py_RETURN_NONE;
 }
@@ -180,7 +174,7 @@ quick(PyObject *self, int (*fn)(cm_device *, uint64_t, cm_error *))
     cm_error err;
 
     if (fn(ctx->device->dev, ctx->generation, &err) < 0) {
-        return cmpy_raise(type_state(self), &err);
+        return cmpy_raise(cmpy_type_state(self), &err);
     }
     Py_RETURN_NONE;
 }
@@ -193,7 +187,7 @@ static PyObject *
 context_get_memory_info(PyObject *self, PyObject *Py_UNUSED(ignored))
 {
     cmpy_Context *ctx = (cmpy_Context *)self;
-    cmpy_state *st = type_state(self);
+    cmpy_state *st = cmpy_type_state(self);
     size_t free_bytes, total_bytes;
     cm_error err;
 
@@ -270,7 +264,7 @@ static PyObject *
 context_can_access_peer(PyObject *self, PyObject *arg)
 {
     cmpy_Context *ctx = (cmpy_Context *)self;
-    cmpy_state *st = type_state(self);
+    cmpy_state *st = cmpy_type_state(self);
     cmpy_Device *peer;
     cm_error err;
     int can;
@@ -296,7 +290,7 @@ context_enable_peer_access(PyObject *self, PyObject *const *args,
                            Py_ssize_t nargs, PyObject *kwnames)
 {
     cmpy_Context *ctx = (cmpy_Context *)self;
-    cmpy_state *st = type_state(self);
+    cmpy_state *st = cmpy_type_state(self);
     Py_ssize_t nkw = kwnames != NULL ? PyTuple_GET_SIZE(kwnames) : 0;
     PyObject *peer_arg, *flags_arg = NULL;
     cmpy_Device *peer;
@@ -356,7 +350,7 @@ PyDoc_STRVAR(context_defer_cleanup_doc,
 static PyObject *
 context_defer_cleanup(PyObject *self, PyObject *Py_UNUSED(ignored))
 {
-    return cmpy_defer_guard_new(type_state(self), (cmpy_Context *)self,
+    return cmpy_defer_guard_new(cmpy_type_state(self), (cmpy_Context *)self,
                                 (1u << CM_QUEUE_MEMORY) |
                                     (1u << CM_QUEUE_OBJECTS));
 }

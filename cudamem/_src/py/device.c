@@ -120,12 +120,6 @@ cmpy_device_parse(cmpy_state *st, PyObject *arg, cmpy_Device **out)
     return 0;
 }
 
-static cmpy_state *
-type_state(PyObject *self)
-{
-    return (cmpy_state *)PyType_GetModuleState(Py_TYPE(self));
-}
-
 /* ------------------------------------------------------------------------
  * The Device type. */
 
@@ -196,7 +190,7 @@ device_getattro(PyObject *self, PyObject *name)
     if (res != NULL || !PyErr_ExceptionMatches(PyExc_AttributeError)) {
         return res;
     }
-    st = type_state(self);
+    st = cmpy_type_state(self);
     PyErr_Fetch(&type, &value, &tb);
     id = PyDict_GetItemWithError(st->attr_ids, name);
     if (id == NULL) {
@@ -296,7 +290,7 @@ PyDoc_STRVAR(device_get_primary_context_doc,
 static PyObject *
 device_get_primary_context(PyObject *self, PyObject *Py_UNUSED(ignored))
 {
-    return cmpy_context_of(type_state(self), (cmpy_Device *)self);
+    return cmpy_context_of(cmpy_type_state(self), (cmpy_Device *)self);
 }
 
 PyDoc_STRVAR(device_reset_doc,
@@ -317,7 +311,7 @@ device_reset(PyObject *self, PyObject *Py_UNUSED(ignored))
     rc = cm_device_reset(dev, &err);
     Py_END_ALLOW_THREADS
     if (rc < 0) {
-        return cmpy_raise(type_state(self), &err);
+        return cmpy_raise(cmpy_type_state(self), &err);
     }
     Py_RETURN_NONE;
 }
@@ -344,7 +338,7 @@ device_get_identity(PyObject *self, PyObject *Py_UNUSED(ignored))
     for (int i = 0; i < 3; i++) {
         if (cm_device_attribute(ordinal, keys[i].attr, &values[i], &err) <
             0) {
-            return cmpy_raise(type_state(self), &err);
+            return cmpy_raise(cmpy_type_state(self), &err);
         }
     }
     return Py_BuildValue("{s:i,s:i,s:i}", keys[0].key, values[0],

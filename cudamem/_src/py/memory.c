@@ -5,12 +5,6 @@
 
 #include "device.h"
 
-static cmpy_state *
-type_state(PyObject *self)
-{
-    return (cmpy_state *)PyType_GetModuleState(Py_TYPE(self));
-}
-
 static cmpy_MemoryPointer *
 new_pointer(cmpy_state *st, cm_mem *mem, CUdeviceptr ptr, size_t size,
             PyObject *owner)
@@ -66,7 +60,7 @@ pointer_dealloc(cmpy_MemoryPointer *self)
         PyObject_ClearWeakRefs((PyObject *)self);
     }
     if (cm_mem_decref(self->mem, &err) < 0) {
-        cmpy_warn_release(type_state((PyObject *)self), &err);
+        cmpy_warn_release(cmpy_type_state((PyObject *)self), &err);
     }
     Py_CLEAR(self->owner);
     type->tp_free(self);
@@ -85,9 +79,8 @@ pointer_repr(cmpy_MemoryPointer *self)
                                 addr, self->size, self->mem->dev->ordinal);
 }
 
-/* ctypes.c_void_p(value), as numba's device pointers are. */
-static PyObject *
-c_void_p(CUdeviceptr value)
+PyObject *
+cmpy_c_void_p(unsigned long long value)
 {
     PyObject *ctypes = PyImport_ImportModule("ctypes");
     PyObject *out;
@@ -95,8 +88,7 @@ c_void_p(CUdeviceptr value)
     if (ctypes == NULL) {
         return NULL;
     }
-    out = PyObject_CallMethod(ctypes, "c_void_p", "K",
-                              (unsigned long long)value);
+    out = PyObject_CallMethod(ctypes, "c_void_p", "K", value);
     Py_DECREF(ctypes);
     return out;
 }
@@ -104,7 +96,7 @@ c_void_p(CUdeviceptr value)
 static PyObject *
 pointer_get_device_pointer(cmpy_MemoryPointer *self, void *Py_UNUSED(c))
 {
-    return c_void_p(self->ptr);
+    return cmpy_c_void_p((unsigned long long)self->ptr);
 }
 
 static PyObject *
@@ -131,7 +123,7 @@ pointer_get_owner(cmpy_MemoryPointer *self, void *Py_UNUSED(c))
 static PyObject *
 pointer_get_context(cmpy_MemoryPointer *self, void *Py_UNUSED(c))
 {
-    cmpy_state *st = type_state((PyObject *)self);
+    cmpy_state *st = cmpy_type_state((PyObject *)self);
     cm_error err;
 
     if (cm_mem_check(self->mem, &err) < 0) {
@@ -165,7 +157,7 @@ static PyObject *
 pointer_view(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
 {
     cmpy_MemoryPointer *self = (cmpy_MemoryPointer *)op;
-    cmpy_state *st = type_state(op);
+    cmpy_state *st = cmpy_type_state(op);
     Py_ssize_t start, stop = (Py_ssize_t)self->size;
 
     if (nargs < 1 || nargs > 2) {

@@ -39,6 +39,17 @@ cmpy_get_state(PyObject *module)
     return (cmpy_state *)PyModule_GetState(module);
 }
 
+/* The module state of one of the module's heap types' instances. */
+static inline cmpy_state *
+cmpy_type_state(PyObject *self)
+{
+    return (cmpy_state *)PyType_GetModuleState(Py_TYPE(self));
+}
+
+/* ctypes.c_void_p(value), numba's type for device pointers and handles;
+ * ctypes is imported here, on first use (DESIGN rule 1). */
+PyObject *cmpy_c_void_p(unsigned long long value);
+
 /* The exception being handled, taken out and put back (3.12's API, and
  * the deprecated triple before it). */
 static inline PyObject *

@@ -24,12 +24,6 @@ static const char *const queue_names[CM_QUEUE_COUNT] = {
     [CM_QUEUE_OBJECTS] = "streams and events",
 };
 
-static cmpy_state *
-type_state(PyObject *self)
-{
-    return (cmpy_state *)PyType_GetModuleState(Py_TYPE(self));
-}
-
 /* 0 when the Context is still its device's; else raises. */
 static int
 check_context(cmpy_state *st, cmpy_Context *ctx)
@@ -92,7 +86,7 @@ deallocations_len(PyObject *op)
     size_t count, bytes;
     int deferred;
 
-    if (check_context(type_state(op), self->ctx) < 0) {
+    if (check_context(cmpy_type_state(op), self->ctx) < 0) {
         return -1;
     }
     cm_queue_stats(self->ctx->device->dev, self->q, &count, &bytes,
@@ -124,7 +118,7 @@ static PyObject *
 deallocations_clear(PyObject *op, PyObject *Py_UNUSED(ignored))
 {
     cmpy_Deallocations *self = (cmpy_Deallocations *)op;
-    cmpy_state *st = type_state(op);
+    cmpy_state *st = cmpy_type_state(op);
     cm_error err;
 
     if (check_context(st, self->ctx) < 0) {
@@ -146,7 +140,7 @@ deallocations_disable(PyObject *op, PyObject *Py_UNUSED(ignored))
 {
     cmpy_Deallocations *self = (cmpy_Deallocations *)op;
 
-    return cmpy_defer_guard_new(type_state(op), self->ctx, 1u << self->q);
+    return cmpy_defer_guard_new(cmpy_type_state(op), self->ctx, 1u << self->q);
 }
 
 static PyObject *
@@ -258,7 +252,7 @@ static PyObject *
 guard_enter(PyObject *op, PyObject *Py_UNUSED(ignored))
 {
     cmpy_DeferGuard *self = (cmpy_DeferGuard *)op;
-    cmpy_state *st = type_state(op);
+    cmpy_state *st = cmpy_type_state(op);
     cm_error err;
 
     if (check_context(st, self->ctx) < 0) {

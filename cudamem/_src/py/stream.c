@@ -17,12 +17,6 @@
 #define CMPY_WAIT_SPINS 64
 #define CMPY_WAIT_MAX_NAP_NS 1000000L
 
-static cmpy_state *
-type_state(PyObject *self)
-{
-    return (cmpy_state *)PyType_GetModuleState(Py_TYPE(self));
-}
-
 static unsigned long long
 handle_value(CUstream handle)
 {
@@ -371,7 +365,7 @@ stream_dealloc(cmpy_Stream *self)
 static PyObject *
 stream_repr(cmpy_Stream *self)
 {
-    cmpy_state *st = type_state((PyObject *)self);
+    cmpy_state *st = cmpy_type_state((PyObject *)self);
     unsigned long long h = handle_value(self->handle);
     const char *external = self->kind == CMPY_STREAM_EXTERNAL ? "External "
                                                               : "";
@@ -423,17 +417,7 @@ stream_int(cmpy_Stream *self)
 static PyObject *
 stream_get_handle(cmpy_Stream *self, void *Py_UNUSED(closure))
 {
-    PyObject *ctypes, *res;
-
-    /* ctypes loads only here (DESIGN rule 1). */
-    ctypes = PyImport_ImportModule("ctypes");
-    if (ctypes == NULL) {
-        return NULL;
-    }
-    res = PyObject_CallMethod(ctypes, "c_void_p", "K",
-                              handle_value(self->handle));
-    Py_DECREF(ctypes);
-    return res;
+    return cmpy_c_void_p(handle_value(self->handle));
 }
 
 static PyObject *
@@ -445,7 +429,7 @@ stream_get_external(cmpy_Stream *self, void *Py_UNUSED(closure))
 static PyObject *
 stream_get_context(cmpy_Stream *self, void *Py_UNUSED(closure))
 {
-    cmpy_state *st = type_state((PyObject *)self);
+    cmpy_state *st = cmpy_type_state((PyObject *)self);
     cmpy_Device *device;
 
     if (stream_check(st, self) < 0) {
@@ -480,7 +464,7 @@ static PyObject *
 stream_synchronize(PyObject *self, PyObject *Py_UNUSED(ignored))
 {
     cmpy_Stream *s = (cmpy_Stream *)self;
-    cmpy_state *st = type_state(self);
+    cmpy_state *st = cmpy_type_state(self);
 
     if (stream_check(st, s) < 0 ||
         cmpy_stream_wait(st, s->dev, s->handle) < 0) {
@@ -498,7 +482,7 @@ static PyObject *
 stream_query(PyObject *self, PyObject *Py_UNUSED(ignored))
 {
     cmpy_Stream *s = (cmpy_Stream *)self;
-    cmpy_state *st = type_state(self);
+    cmpy_state *st = cmpy_type_state(self);
     cm_error err;
     int done;
 
@@ -520,7 +504,7 @@ stream_cuda_stream(PyObject *self, PyObject *Py_UNUSED(ignored))
 {
     cmpy_Stream *s = (cmpy_Stream *)self;
 
-    if (stream_check(type_state(self), s) < 0) {
+    if (stream_check(cmpy_type_state(self), s) < 0) {
         return NULL;
     }
     return Py_BuildValue("(iN)", 0, PyLong_FromVoidPtr(s->handle));
