@@ -303,7 +303,7 @@ def test_to_device_to_and_copy_false(sim):
     assert empty.shape == (6,)
     assert calls(sim).get("cuMemcpyHtoD", 0) == 0
     assert cudamem.to_device(dst) is dst
-    with pytest.raises(TypeError, match="DeviceNDArray"):
+    with pytest.raises(TypeError, match="to= must be a device array, not numpy.ndarray"):
         cudamem.to_device(np.arange(6), to=np.zeros(6))
 
 

@@ -192,9 +192,10 @@ cmpy_contiguous_strides(int ndim, const Py_ssize_t *shape, Py_ssize_t itemsize,
     }
 }
 
-/* An array object over `mem` (a MemoryPointer, reference stolen). */
+/* An array object of `type` over `mem` (a MemoryPointer, reference
+ * stolen). */
 static cmpy_DeviceNDArray *
-array_make(cmpy_state *st, PyObject *mem, CUdeviceptr ptr, int ndim,
+array_make(PyObject *type, PyObject *mem, CUdeviceptr ptr, int ndim,
            const Py_ssize_t *shape, const Py_ssize_t *strides, Py_ssize_t size,
            PyArray_Descr *dtype, PyObject *stream_obj, CUstream handle,
            int async)
@@ -202,8 +203,8 @@ array_make(cmpy_state *st, PyObject *mem, CUdeviceptr ptr, int ndim,
     Py_ssize_t itemsize = PyDataType_ELSIZE(dtype);
     cmpy_DeviceNDArray *self;
 
-    self = PyObject_GC_NewVar(cmpy_DeviceNDArray,
-                              (PyTypeObject *)st->DeviceNDArrayType, 2 * ndim);
+    self = PyObject_GC_NewVar(cmpy_DeviceNDArray, (PyTypeObject *)type,
+                              2 * ndim);
     if (self == NULL) {
         Py_DECREF(mem);
         return NULL;
@@ -247,16 +248,44 @@ array_alloc(cmpy_state *st, cm_device *dev, int ndim, const Py_ssize_t *shape,
         return NULL;
     }
     return array_make(
-        st, mem,
+        st->DeviceNDArrayType, mem,
         size != 0 ? ((cmpy_MemoryPointer *)mem)->ptr - (CUdeviceptr)low : 0,
         ndim, shape, strides, size, dtype, stream_obj, ref->handle,
         ref->async);
 }
 
 cmpy_DeviceNDArray *
-cmpy_array_view(cmpy_state *st, cmpy_DeviceNDArray *base, int ndim,
-                const Py_ssize_t *shape, const Py_ssize_t *strides,
-                CUdeviceptr ptr, PyArray_Descr *dtype)
+cmpy_array_wrap(PyObject *type, PyObject *mem, CUdeviceptr ptr, int ndim, const Py_ssize_t *shape,
+                const Py_ssize_t *strides, PyArray_Descr *dtype,
+                PyObject *stream_obj, const cmpy_stream_ref *ref)
+{
+    cmpy_MemoryPointer *mp = (cmpy_MemoryPointer *)mem;
+    Py_ssize_t size, low, high;
+
+    if (layout_extent(ndim, shape, strides, PyDataType_ELSIZE(dtype), &size,
+                      &low, &high) < 0) {
+        goto fail;
+    }
+    if (size != 0 && (ptr + (CUdeviceptr)low < mp->ptr ||
+                      ptr + (CUdeviceptr)high > mp->ptr + mp->size)) {
+        PyErr_Format(PyExc_ValueError,
+                     "the array's elements span %zd bytes outside the %zu "
+                     "bytes of its memory",
+                     high - low, mp->size);
+        goto fail;
+    }
+    return array_make(type, mem, size != 0 ? ptr : 0, ndim, shape, strides,
+                      size, dtype, stream_obj, ref->handle, ref->async);
+fail:
+    Py_DECREF(mem);
+    return NULL;
+}
+
+cmpy_DeviceNDArray *
+cmpy_array_view_as(cmpy_state *st, PyObject *type, cmpy_DeviceNDArray *base,
+                   int ndim, const Py_ssize_t *shape,
+                   const Py_ssize_t *strides, CUdeviceptr ptr,
+                   PyArray_Descr *dtype)
 {
     Py_ssize_t size, low, high;
     cmpy_MemoryPointer *mp = base->gpu_data;
@@ -275,9 +304,18 @@ cmpy_array_view(cmpy_state *st, cmpy_DeviceNDArray *base, int ndim,
     if (mem == NULL) {
         return NULL;
     }
-    return array_make(st, mem, size != 0 ? ptr : 0, ndim, shape, strides,
+    return array_make(type, mem, size != 0 ? ptr : 0, ndim, shape, strides,
                       size, dtype, base->stream, base->stream_handle,
                       base->stream_async);
+}
+
+cmpy_DeviceNDArray *
+cmpy_array_view(cmpy_state *st, cmpy_DeviceNDArray *base, int ndim,
+                const Py_ssize_t *shape, const Py_ssize_t *strides,
+                CUdeviceptr ptr, PyArray_Descr *dtype)
+{
+    return cmpy_array_view_as(st, st->DeviceNDArrayType, base, ndim, shape,
+                              strides, ptr, dtype);
 }
 
 static int
@@ -394,11 +432,17 @@ PyDoc_STRVAR(bind_doc,
              "bind(stream=0) -> DeviceNDArray\n\n"
              "A view whose operations default to *stream*.");
 
-static PyMethodDef array_methods[] = {
+/* numba's DeviceNDArrayBase: what records share with arrays. */
+static PyMethodDef base_methods[] = {
     {"copy_to_host", FASTKW(cmpy_array_copy_to_host),
      cmpy_array_copy_to_host_doc},
     {"copy_to_device", FASTKW(cmpy_array_copy_to_device),
      cmpy_array_copy_to_device_doc},
+    {"bind", FASTKW(cmpy_array_bind), bind_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMethodDef array_methods[] = {
     {"fill", FASTKW(cmpy_array_fill), cmpy_array_fill_doc},
     {"copy", FASTKW(cmpy_array_copy), cmpy_array_copy_doc},
     {"__array__", FASTKW(cmpy_array_array), cmpy_array_array_doc},
@@ -409,7 +453,6 @@ static PyMethodDef array_methods[] = {
      METH_FASTCALL, transpose_doc},
     {"view", cmpy_array_view_dtype, METH_O, view_doc},
     {"split", FASTKW(cmpy_array_split), split_doc},
-    {"bind", FASTKW(cmpy_array_bind), bind_doc},
     {"is_c_contiguous", array_is_c_contiguous, METH_NOARGS,
      is_c_contiguous_doc},
     {"is_f_contiguous", array_is_f_contiguous, METH_NOARGS,
@@ -562,11 +605,15 @@ static PyGetSetDef array_getset[] = {
      "{'C_CONTIGUOUS': bool, 'F_CONTIGUOUS': bool}.", NULL},
     {"device_ctypes_pointer", (getter)get_device_ctypes_pointer, NULL,
      "The address of the first element as a ctypes.c_void_p.", NULL},
-    {"T", cmpy_array_get_T, NULL, "The transpose, as a view.", NULL},
     {"__cuda_memory__", get_true, NULL, "True: device memory.", NULL},
     {"__cuda_ndarray__", get_true, NULL, "True: a device array.", NULL},
     {"__cuda_array_interface__", (getter)get_cai, NULL,
      "The CUDA Array Interface (version 3) of this array.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyGetSetDef ndarray_getset[] = {
+    {"T", cmpy_array_get_T, NULL, "The transpose, as a view.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -615,26 +662,50 @@ array_repr(PyObject *op)
     return out;
 }
 
-PyDoc_STRVAR(array_doc,
-             "DeviceNDArray\n\n"
-             "An array in device memory (numba's DeviceNDArray). Made by "
-             "to_device(),\ndevice_array() and friends, not directly. Its "
-             "memory is freed through\nthe context's pending deallocations "
-             "when the last reference goes.");
+PyDoc_STRVAR(base_doc,
+             "DeviceNDArrayBase\n\n"
+             "What device arrays and records share (numba's "
+             "DeviceNDArrayBase): layout\nattributes, copies to and from "
+             "the host, the CUDA Array Interface.\nIts memory is freed "
+             "through the context's pending deallocations when\nthe last "
+             "reference goes.");
 
-static PyType_Slot array_slots[] = {
-    {Py_tp_doc, (void *)array_doc},
+static PyType_Slot base_slots[] = {
+    {Py_tp_doc, (void *)base_doc},
     {Py_tp_dealloc, array_dealloc},
     {Py_tp_traverse, array_traverse},
     {Py_tp_clear, array_clear},
     {Py_tp_repr, array_repr},
-    {Py_tp_methods, array_methods},
+    {Py_tp_methods, base_methods},
     {Py_tp_getset, array_getset},
     {Py_tp_members, array_members},
+    {Py_bf_getbuffer, refuse_buffer},
+    {0, NULL},
+};
+
+static PyType_Spec base_spec = {
+    .name = "cudamem.DeviceNDArrayBase",
+    .basicsize = offsetof(cmpy_DeviceNDArray, dims),
+    .itemsize = sizeof(Py_ssize_t),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE |
+             Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = base_slots,
+};
+
+PyDoc_STRVAR(array_doc,
+             "DeviceNDArray\n\n"
+             "An array in device memory (numba's DeviceNDArray). Made by "
+             "to_device(),\ndevice_array() and friends, not directly.");
+
+static PyType_Slot array_slots[] = {
+    {Py_tp_doc, (void *)array_doc},
+    {Py_tp_traverse, array_traverse},
+    {Py_tp_clear, array_clear},
+    {Py_tp_methods, array_methods},
+    {Py_tp_getset, ndarray_getset},
     {Py_mp_length, array_len},
     {Py_mp_subscript, cmpy_array_getitem},
     {Py_mp_ass_subscript, cmpy_array_setitem},
-    {Py_bf_getbuffer, refuse_buffer},
     {Py_sq_length, array_len},
     {0, NULL},
 };
@@ -766,10 +837,9 @@ to_device(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     if (argv[3] != NULL && argv[3] != Py_None) {
         PyObject *kw[] = {argv[0], stream_arg};
 
-        if (!PyObject_TypeCheck(argv[3],
-                                (PyTypeObject *)st->DeviceNDArrayType)) {
+        if (!cmpy_is_array(st, argv[3])) {
             PyErr_Format(PyExc_TypeError,
-                         "to_device(): to= must be a DeviceNDArray, not "
+                         "to_device(): to= must be a device array, not "
                          "%.200s",
                          Py_TYPE(argv[3])->tp_name);
             return NULL;
@@ -781,7 +851,7 @@ to_device(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
         Py_DECREF(result);
         return Py_NewRef(argv[3]);
     }
-    if (PyObject_TypeCheck(argv[0], (PyTypeObject *)st->DeviceNDArrayType)) {
+    if (cmpy_is_array(st, argv[0])) {
         return Py_NewRef(argv[0]);
     }
     host = (PyArrayObject *)PyArray_FROM_O(argv[0]);
@@ -829,8 +899,15 @@ PyMethodDef cmpy_array_methods[] = {
 int
 cmpy_array_type_init(PyObject *module, cmpy_state *st)
 {
-    st->DeviceNDArrayType = PyType_FromModuleAndSpec(module, &array_spec,
-                                                     NULL);
+    st->DeviceNDArrayBaseType =
+        PyType_FromModuleAndSpec(module, &base_spec, NULL);
+    if (st->DeviceNDArrayBaseType == NULL ||
+        PyModule_AddObjectRef(module, "DeviceNDArrayBase",
+                              st->DeviceNDArrayBaseType) < 0) {
+        return -1;
+    }
+    st->DeviceNDArrayType = PyType_FromModuleAndSpec(
+        module, &array_spec, st->DeviceNDArrayBaseType);
     if (st->DeviceNDArrayType == NULL) {
         return -1;
     }

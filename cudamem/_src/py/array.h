@@ -35,6 +35,32 @@ cmpy_DeviceNDArray *cmpy_array_view(cmpy_state *st, cmpy_DeviceNDArray *base,
                                     const Py_ssize_t *strides, CUdeviceptr ptr,
                                     PyArray_Descr *dtype);
 
+/* The same as cmpy_array_view, as an object of `type` (DeviceNDArray or
+ * DeviceRecord). */
+cmpy_DeviceNDArray *cmpy_array_view_as(cmpy_state *st, PyObject *type,
+                                       cmpy_DeviceNDArray *base, int ndim,
+                                       const Py_ssize_t *shape,
+                                       const Py_ssize_t *strides,
+                                       CUdeviceptr ptr, PyArray_Descr *dtype);
+
+/* An array of `type` over `mem` (a MemoryPointer, reference stolen, also
+ * on failure) with its first element at `ptr`, bound to `stream_obj`
+ * (NULL: 0) as parsed into `ref`. ValueError when the layout overflows or
+ * reaches outside mem. */
+cmpy_DeviceNDArray *cmpy_array_wrap(PyObject *type, PyObject *mem,
+                                    CUdeviceptr ptr, int ndim,
+                                    const Py_ssize_t *shape,
+                                    const Py_ssize_t *strides,
+                                    PyArray_Descr *dtype, PyObject *stream_obj,
+                                    const cmpy_stream_ref *ref);
+
+/* Whether obj is a cudamem device array or record (DeviceNDArrayBase). */
+static inline int
+cmpy_is_array(cmpy_state *st, PyObject *obj)
+{
+    return PyObject_TypeCheck(obj, (PyTypeObject *)st->DeviceNDArrayBaseType);
+}
+
 /* array.c: shared layout helpers. */
 int cmpy_check_dtype(PyArray_Descr *dtype);
 int cmpy_parse_ints(PyObject *arg, const char *what, Py_ssize_t *out, int *n);

@@ -379,7 +379,7 @@ copy_into(cmpy_state *st, cmpy_DeviceNDArray *self, int ndim,
     PyArrayObject *host;
     int rc;
 
-    if (PyObject_TypeCheck(obj, (PyTypeObject *)st->DeviceNDArrayType)) {
+    if (cmpy_is_array(st, obj)) {
         cmpy_DeviceNDArray *src = (cmpy_DeviceNDArray *)obj;
         cmpy_DeviceNDArray *dst;
 

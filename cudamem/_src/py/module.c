@@ -126,7 +126,9 @@ cudamem_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->ContextType);
     Py_VISIT(st->StreamType);
     Py_VISIT(st->MemoryPointerType);
+    Py_VISIT(st->DeviceNDArrayBaseType);
     Py_VISIT(st->DeviceNDArrayType);
+    Py_VISIT(st->DeviceRecordType);
     Py_VISIT(st->DeallocationsType);
     Py_VISIT(st->DeferGuardType);
     Py_VISIT(st->devices);
@@ -150,7 +152,9 @@ cudamem_clear(PyObject *module)
     Py_CLEAR(st->ContextType);
     Py_CLEAR(st->StreamType);
     Py_CLEAR(st->MemoryPointerType);
+    Py_CLEAR(st->DeviceNDArrayBaseType);
     Py_CLEAR(st->DeviceNDArrayType);
+    Py_CLEAR(st->DeviceRecordType);
     Py_CLEAR(st->DeallocationsType);
     Py_CLEAR(st->DeferGuardType);
     Py_CLEAR(st->attr_ids);

@@ -24,7 +24,9 @@ typedef struct cmpy_state {
     PyObject *ContextType; /* py/device.c */
     PyObject *StreamType;  /* py/stream.c */
     PyObject *MemoryPointerType; /* py/memory.c */
-    PyObject *DeviceNDArrayType; /* py/array.c */
+    PyObject *DeviceNDArrayBaseType; /* py/array.c */
+    PyObject *DeviceNDArrayType;     /* py/array.c */
+    PyObject *DeviceRecordType;      /* py/record.c */
     PyObject *DeallocationsType; /* py/pending.c */
     PyObject *DeferGuardType;    /* py/pending.c */
     PyObject *devices;     /* tuple of Device, made on first use, or NULL */
