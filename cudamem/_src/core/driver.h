@@ -46,6 +46,7 @@
     X(cuProfilerStop, 4000, CM_ROW_REQUIRED)                                   \
     X(cuMemAlloc, 3020, CM_ROW_REQUIRED)                                       \
     X(cuMemFree, 3020, CM_ROW_REQUIRED)                                        \
+    X(cuPointerGetAttributes, 7000, CM_ROW_REQUIRED)                           \
     X(cuMemcpyHtoD, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                       \
     X(cuMemcpyDtoH, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                       \
     X(cuMemcpyDtoD, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                       \

@@ -1,6 +1,7 @@
 /* memory.c: device allocation records (memory.h): allocation with numba's
- * flush-and-retry on out-of-memory, reference counts, and the hand-over to
- * release.c at zero. Does not know views, host memory or plugins. */
+ * flush-and-retry on out-of-memory, records for borrowed memory, pointer
+ * lookup, reference counts, and the hand-over to release.c at zero. Does
+ * not know views, host memory or plugins. */
 #include "memory.h"
 
 #include <stdlib.h>
@@ -77,6 +78,72 @@ cm_mem_alloc(cm_device *dev, size_t nbytes, cm_mem **out, cm_error *err)
     return 0;
 }
 
+int
+cm_mem_borrow(cm_device *dev, CUdeviceptr ptr, size_t size, cm_mem **out,
+              cm_error *err)
+{
+    uint64_t generation;
+    CUcontext ctx;
+    cm_mem *m;
+
+    /* The generation ties the record to the context the memory lives in:
+     * a reset frees it with the context, and stale use then raises. */
+    if (cm_device_primary(dev, &ctx, &generation, err) < 0) {
+        return -1;
+    }
+    m = malloc(sizeof(*m));
+    if (m == NULL) {
+        return cm_fail(err, CM_ERR_NOMEM, "out of host memory");
+    }
+    *m = (cm_mem){.refs = 1,
+                  .kind = CM_FREE_NONE,
+                  .dev = dev,
+                  .generation = generation,
+                  .ptr = ptr,
+                  .size = size};
+    *out = m;
+    return 0;
+}
+
+int
+cm_pointer_device(CUdeviceptr ptr, cm_device **dev, cm_error *err)
+{
+    CUpointer_attribute attrs[2] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                    CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL};
+    unsigned int type = 0;
+    int ordinal = -1;
+    void *data[2] = {&type, &ordinal};
+    cm_ctx_guard guard;
+    cm_device *cur;
+
+    /* The driver answers only with some context current. */
+    if (cm_current_device(&cur, err) < 0 ||
+        cm_ctx_enter(cur, &guard, err) < 0 ||
+        cm_ctx_leave(&guard,
+                     CM_CALL(err, cuPointerGetAttributes, 2, attrs, data,
+                             ptr),
+                     err) < 0) {
+        return -1;
+    }
+    /* Unknown memory is not an error to the driver: it reports type 0. */
+    if (type == 0) {
+        return cm_fail_fmt(err, CM_ERR_VALUE,
+                           "pointer %#llx is not memory the CUDA driver "
+                           "knows",
+                           (unsigned long long)ptr);
+    }
+    if (cm_device_get(ordinal, dev, err) < 0) {
+        if (err->kind != CM_ERR_VALUE) {
+            return -1;
+        }
+        return cm_fail_fmt(err, CM_ERR_VALUE,
+                           "pointer %#llx belongs to device %d, which "
+                           "cudamem cannot use: %s",
+                           (unsigned long long)ptr, ordinal, err->msg);
+    }
+    return 0;
+}
+
 void
 cm_mem_incref(cm_mem *m)
 {
@@ -91,7 +158,7 @@ cm_mem_decref(cm_mem *m, cm_error *err)
     if (__atomic_sub_fetch(&m->refs, 1, __ATOMIC_ACQ_REL) != 0) {
         return 0;
     }
-    if (m->ptr != 0) {
+    if (m->ptr != 0 && m->kind != CM_FREE_NONE) {
         rc = cm_release(m->dev, m->generation, m->kind, m->ptr, m->size,
                         err);
     }

@@ -1,7 +1,8 @@
 /* memory.h: device allocations as refcounted records (DESIGN rule 4): the
  * device and generation they belong to, their kind and size. The last
- * decref hands the free to release.c. Views are the owner's business
- * (py/): a record is the whole allocation. */
+ * decref hands the free to release.c (borrowed memory is never freed).
+ * Views are the owner's business (py/): a record is the whole
+ * allocation. */
 #ifndef CM_MEMORY_H
 #define CM_MEMORY_H
 
@@ -26,8 +27,18 @@ typedef struct cm_mem {
  * deferred) and the allocation tried once more. nbytes 0 allocates
  * nothing. */
 int cm_mem_alloc(cm_device *dev, size_t nbytes, cm_mem **out, cm_error *err);
+/* A record (one refcount, kind CM_FREE_NONE) for the `size` bytes at ptr
+ * that another library allocated in dev's primary context: its last decref
+ * frees the record only. Retains dev's primary context. */
+int cm_mem_borrow(cm_device *dev, CUdeviceptr ptr, size_t size, cm_mem **out,
+                  cm_error *err);
+/* The device that owns ptr, from one cuPointerGetAttributes call in the
+ * current device's context. Memory the driver does not know fails with
+ * CM_ERR_VALUE naming the pointer. */
+int cm_pointer_device(CUdeviceptr ptr, cm_device **dev, cm_error *err);
 void cm_mem_incref(cm_mem *m);
-/* Drops a reference; the last one queues the free and frees the record.
+/* Drops a reference; the last one queues the free (none for borrowed
+ * memory) and frees the record.
  * -1: a queued free failed (reported in err); the record is gone anyway. */
 int cm_mem_decref(cm_mem *m, cm_error *err);
 /* Fails with CM_ERR_STATE when the device was reset or closed since the

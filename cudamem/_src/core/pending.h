@@ -18,7 +18,8 @@ typedef enum cm_free_kind {
     CM_FREE_IPC,        /* cuIpcCloseMemHandle */
     CM_FREE_STREAM,     /* cuStreamDestroy */
     CM_FREE_EVENT,      /* cuEventDestroy */
-    CM_FREE_EXTERNAL    /* memory owned by an EMM plugin: its release hook */
+    CM_FREE_EXTERNAL,   /* memory owned by an EMM plugin: its release hook */
+    CM_FREE_NONE        /* memory another library owns: never freed here */
 } cm_free_kind;
 
 /* Frees one queued item; 0, or -1 with err filled. `arg` is the queue's. */

@@ -232,9 +232,10 @@ array_make(PyObject *type, PyObject *mem, CUdeviceptr ptr, int ndim,
 
 /* A new array on dev over new memory. */
 static cmpy_DeviceNDArray *
-array_alloc(cmpy_state *st, cm_device *dev, int ndim, const Py_ssize_t *shape,
-            const Py_ssize_t *strides, PyArray_Descr *dtype,
-            PyObject *stream_obj, const cmpy_stream_ref *ref)
+array_alloc(cmpy_state *st, PyObject *type, cm_device *dev, int ndim,
+            const Py_ssize_t *shape, const Py_ssize_t *strides,
+            PyArray_Descr *dtype, PyObject *stream_obj,
+            const cmpy_stream_ref *ref)
 {
     Py_ssize_t itemsize = PyDataType_ELSIZE(dtype), size, low, high;
     PyObject *mem;
@@ -248,7 +249,7 @@ array_alloc(cmpy_state *st, cm_device *dev, int ndim, const Py_ssize_t *shape,
         return NULL;
     }
     return array_make(
-        st->DeviceNDArrayType, mem,
+        type, mem,
         size != 0 ? ((cmpy_MemoryPointer *)mem)->ptr - (CUdeviceptr)low : 0,
         ndim, shape, strides, size, dtype, stream_obj, ref->handle,
         ref->async);
@@ -318,9 +319,11 @@ cmpy_array_view(cmpy_state *st, cmpy_DeviceNDArray *base, int ndim,
                               strides, ptr, dtype);
 }
 
-static int
-array_traverse(cmpy_DeviceNDArray *self, visitproc visit, void *arg)
+int
+cmpy_array_traverse(PyObject *op, visitproc visit, void *arg)
 {
+    cmpy_DeviceNDArray *self = (cmpy_DeviceNDArray *)op;
+
     Py_VISIT(Py_TYPE(self));
     Py_VISIT(self->gpu_data);
     Py_VISIT(self->dtype);
@@ -328,9 +331,11 @@ array_traverse(cmpy_DeviceNDArray *self, visitproc visit, void *arg)
     return 0;
 }
 
-static int
-array_clear(cmpy_DeviceNDArray *self)
+int
+cmpy_array_clear(PyObject *op)
 {
+    cmpy_DeviceNDArray *self = (cmpy_DeviceNDArray *)op;
+
     Py_CLEAR(self->gpu_data);
     Py_CLEAR(self->dtype);
     Py_CLEAR(self->stream);
@@ -346,7 +351,7 @@ array_dealloc(cmpy_DeviceNDArray *self)
     if (self->weakreflist != NULL) {
         PyObject_ClearWeakRefs((PyObject *)self);
     }
-    array_clear(self);
+    cmpy_array_clear((PyObject *)self);
     type->tp_free(self);
     Py_DECREF(type);
 }
@@ -376,7 +381,7 @@ cmpy_array_empty(cmpy_state *st, cmpy_DeviceNDArray *like, char order)
 
     cmpy_contiguous_strides(CMPY_NDIM(like), CMPY_SHAPE(like),
                             PyDataType_ELSIZE(like->dtype), order, strides);
-    return array_alloc(st, like->gpu_data->mem->dev, CMPY_NDIM(like),
+    return array_alloc(st, st->DeviceNDArrayType, like->gpu_data->mem->dev, CMPY_NDIM(like),
                        CMPY_SHAPE(like), strides, like->dtype, like->stream,
                        &ref);
 }
@@ -432,6 +437,37 @@ PyDoc_STRVAR(bind_doc,
              "bind(stream=0) -> DeviceNDArray\n\n"
              "A view whose operations default to *stream*.");
 
+PyDoc_STRVAR(reduce_ex_doc,
+             "__reduce_ex__(protocol)\n\n"
+             "Pickles a host copy (out of band with protocol 5); "
+             "unpickling copies it\nto the current device. The stream is "
+             "not kept.");
+
+static PyObject *
+array_reduce_ex(PyObject *op, PyObject *Py_UNUSED(protocol))
+{
+    cmpy_state *st = cmpy_type_state(op);
+    PyObject *host, *value, *to_device;
+
+    to_device = PyObject_GetAttrString(PyType_GetModule(Py_TYPE(op)),
+                                       "to_device");
+    if (to_device == NULL) {
+        return NULL;
+    }
+    host = cmpy_array_to_host(st, (cmpy_DeviceNDArray *)op);
+    /* A record travels as the numpy.void that to_device makes one of. */
+    value = host != NULL && Py_IS_TYPE(op, (PyTypeObject *)st->DeviceRecordType)
+                ? PyArray_ToScalar(PyArray_DATA((PyArrayObject *)host),
+                                   (PyArrayObject *)host)
+                : Py_XNewRef(host);
+    Py_XDECREF(host);
+    if (value == NULL) {
+        Py_DECREF(to_device);
+        return NULL;
+    }
+    return Py_BuildValue("N(N)", to_device, value);
+}
+
 /* numba's DeviceNDArrayBase: what records share with arrays. */
 static PyMethodDef base_methods[] = {
     {"copy_to_host", FASTKW(cmpy_array_copy_to_host),
@@ -439,6 +475,7 @@ static PyMethodDef base_methods[] = {
     {"copy_to_device", FASTKW(cmpy_array_copy_to_device),
      cmpy_array_copy_to_device_doc},
     {"bind", FASTKW(cmpy_array_bind), bind_doc},
+    {"__reduce_ex__", array_reduce_ex, METH_O, reduce_ex_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -645,20 +682,61 @@ array_len(PyObject *op)
     return CMPY_SHAPE(self)[0];
 }
 
+/* Arrays of at most this many elements show their values in repr(). */
+#define REPR_VALUES 100
+
+/* The values of a small array as NumPy prints them, or NULL with no
+ * exception when there are none to show (too many, or unreadable: a repr
+ * must not raise for a stale array). */
+static PyObject *
+repr_values(cmpy_DeviceNDArray *self)
+{
+    PyObject *host, *text;
+
+    if (self->size == 0 || self->size > REPR_VALUES) {
+        return NULL;
+    }
+    host = cmpy_array_to_host(cmpy_type_state((PyObject *)self), self);
+    text = host != NULL ? PyObject_Str(host) : NULL;
+    Py_XDECREF(host);
+    if (text == NULL && !PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {
+        PyErr_Clear();
+    }
+    return text;
+}
+
 static PyObject *
 array_repr(PyObject *op)
 {
     cmpy_DeviceNDArray *self = (cmpy_DeviceNDArray *)op;
-    PyObject *shape = get_shape(self, NULL), *out;
+    PyObject *shape = get_shape(self, NULL), *values, *out;
 
     if (shape == NULL) {
         return NULL;
     }
-    out = PyUnicode_FromFormat("<cudamem.DeviceNDArray shape=%R dtype=%S "
-                               "on device %d>",
-                               shape, (PyObject *)self->dtype,
-                               self->gpu_data->mem->dev->ordinal);
+    values = repr_values(self);
+    if (values == NULL && PyErr_Occurred()) {
+        Py_DECREF(shape);
+        return NULL;
+    }
+    if (values == NULL) {
+        out = PyUnicode_FromFormat("<%s shape=%R dtype=%S on device %d>",
+                                   Py_TYPE(op)->tp_name, shape,
+                                   (PyObject *)self->dtype,
+                                   self->gpu_data->mem->dev->ordinal);
+    }
+    else {
+        int multiline = PyUnicode_FindChar(values, '\n', 0,
+                                           PyUnicode_GET_LENGTH(values),
+                                           1) >= 0;
+
+        out = PyUnicode_FromFormat(
+            "<%s shape=%R dtype=%S on device %d%s%U>", Py_TYPE(op)->tp_name,
+            shape, (PyObject *)self->dtype, self->gpu_data->mem->dev->ordinal,
+            multiline ? "\n" : ": ", values);
+    }
     Py_DECREF(shape);
+    Py_XDECREF(values);
     return out;
 }
 
@@ -673,8 +751,8 @@ PyDoc_STRVAR(base_doc,
 static PyType_Slot base_slots[] = {
     {Py_tp_doc, (void *)base_doc},
     {Py_tp_dealloc, array_dealloc},
-    {Py_tp_traverse, array_traverse},
-    {Py_tp_clear, array_clear},
+    {Py_tp_traverse, cmpy_array_traverse},
+    {Py_tp_clear, cmpy_array_clear},
     {Py_tp_repr, array_repr},
     {Py_tp_methods, base_methods},
     {Py_tp_getset, array_getset},
@@ -699,8 +777,8 @@ PyDoc_STRVAR(array_doc,
 
 static PyType_Slot array_slots[] = {
     {Py_tp_doc, (void *)array_doc},
-    {Py_tp_traverse, array_traverse},
-    {Py_tp_clear, array_clear},
+    {Py_tp_traverse, cmpy_array_traverse},
+    {Py_tp_clear, cmpy_array_clear},
     {Py_tp_methods, array_methods},
     {Py_tp_getset, ndarray_getset},
     {Py_mp_length, array_len},
@@ -795,7 +873,7 @@ device_array(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
             0) {
         goto done;
     }
-    result = (PyObject *)array_alloc(st, dev, ndim, shape, strides, dtype,
+    result = (PyObject *)array_alloc(st, st->DeviceNDArrayType, dev, ndim, shape, strides, dtype,
                                      kept_stream(argv[4], &ref), &ref);
 done:
     Py_XDECREF(dtype);
@@ -872,7 +950,13 @@ to_device(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
         cmpy_contiguous_strides(PyArray_NDIM(host), PyArray_DIMS(host),
                                 PyArray_ITEMSIZE(host), 'C', strides);
     }
-    arr = array_alloc(st, dev, PyArray_NDIM(host), PyArray_DIMS(host),
+    /* numba: a numpy.void becomes a DeviceRecord. */
+    arr = array_alloc(st,
+                      PyArray_IsScalar(argv[0], Void) &&
+                              PyDataType_HASFIELDS(PyArray_DESCR(host))
+                          ? st->DeviceRecordType
+                          : st->DeviceNDArrayType,
+                      dev, PyArray_NDIM(host), PyArray_DIMS(host),
                       strides, PyArray_DESCR(host),
                       kept_stream(stream_arg, &ref), &ref);
     if (arr == NULL) {
@@ -908,7 +992,8 @@ cmpy_array_type_init(PyObject *module, cmpy_state *st)
     }
     st->DeviceNDArrayType = PyType_FromModuleAndSpec(
         module, &array_spec, st->DeviceNDArrayBaseType);
-    if (st->DeviceNDArrayType == NULL) {
+    if (st->DeviceNDArrayType == NULL ||
+        cmpy_record_type_init(module, st) < 0) {
         return -1;
     }
     return PyModule_AddObjectRef(module, "DeviceNDArray",

@@ -75,6 +75,10 @@ cmpy_DeviceNDArray *cmpy_array_empty(cmpy_state *st, cmpy_DeviceNDArray *like,
 
 /* arrayview.c: views. */
 PyObject *cmpy_array_getitem(PyObject *op, PyObject *key);
+/* The element of `dtype` at ptr (in self's memory) read to the host after
+ * the work queued before it on self's stream: a NumPy scalar. */
+PyObject *cmpy_array_read_scalar(cmpy_state *st, cmpy_DeviceNDArray *self,
+                                 CUdeviceptr ptr, PyArray_Descr *dtype);
 int cmpy_array_index_layout(cmpy_DeviceNDArray *self, PyObject *key,
                             int *ndim, Py_ssize_t *shape, Py_ssize_t *strides,
                             CUdeviceptr *ptr);
@@ -94,6 +98,10 @@ PyObject *cmpy_array_bind(PyObject *, PyObject *const *, Py_ssize_t,
 
 /* arraycopy.c: copies. */
 int cmpy_array_check_alive(cmpy_state *st, cmpy_DeviceNDArray *self);
+/* A new host array with self's elements (self's layout when contiguous,
+ * else C order), complete on return: queued on self's stream, then
+ * waited for. */
+PyObject *cmpy_array_to_host(cmpy_state *st, cmpy_DeviceNDArray *self);
 /* Sets arr's stream from a stream= argument (NULL: leave it); steals arr,
  * returns it or NULL. */
 PyObject *cmpy_array_rebind(cmpy_state *st, cmpy_DeviceNDArray *arr,
@@ -118,5 +126,12 @@ PyObject *cmpy_array_array(PyObject *, PyObject *const *, Py_ssize_t,
                            PyObject *);
 extern const char cmpy_array_copy_to_host_doc[], cmpy_array_copy_to_device_doc[],
     cmpy_array_fill_doc[], cmpy_array_copy_doc[], cmpy_array_array_doc[];
+
+/* The GC slots every array type shares. */
+int cmpy_array_traverse(PyObject *op, visitproc visit, void *arg);
+int cmpy_array_clear(PyObject *op);
+
+/* record.c: DeviceRecord, made after DeviceNDArrayBase. */
+int cmpy_record_type_init(PyObject *module, cmpy_state *st);
 
 #endif

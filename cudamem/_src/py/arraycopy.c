@@ -322,6 +322,60 @@ const char cmpy_array_copy_to_host_doc[] = PyDoc_STR(
              "it is queued there.");
 
 PyObject *
+cmpy_array_to_host(cmpy_state *st, cmpy_DeviceNDArray *self)
+{
+    cmpy_stream_ref ref = {self->stream_handle, self->stream_async, NULL};
+    PyArrayObject *host;
+
+    if (cmpy_array_check_alive(st, self) < 0 ||
+        (host = new_host_like(self)) == NULL) {
+        return NULL;
+    }
+    if (device_to_host(st, self, host, &ref) < 0 ||
+        (ref.async &&
+         cmpy_stream_wait(st, self->gpu_data->mem->dev, ref.handle) < 0)) {
+        Py_DECREF(host);
+        return NULL;
+    }
+    return (PyObject *)host;
+}
+
+/* copy_to_host into a numpy.void (numba's tests copy records into one):
+ * written in place, as NumPy's field assignment would. */
+static PyObject *
+copy_to_void(cmpy_state *st, cmpy_DeviceNDArray *self, PyObject *ary,
+             cmpy_stream_ref *ref)
+{
+    PyVoidScalarObject *v = (PyVoidScalarObject *)ary;
+    PyArrayObject *host;
+
+    if (CMPY_NDIM(self) != 0 || !PyArray_EquivTypes(v->descr, self->dtype)) {
+        PyErr_Format(PyExc_TypeError,
+                     "copy_to_host() into a numpy.void of dtype %R needs a "
+                     "record of that dtype, not %R",
+                     (PyObject *)v->descr, (PyObject *)self->dtype);
+        return NULL;
+    }
+    if (!(v->flags & NPY_ARRAY_WRITEABLE)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "copy_to_host destination is read-only");
+        return NULL;
+    }
+    if ((host = new_host_like(self)) == NULL) {
+        return NULL;
+    }
+    if (device_to_host(st, self, host, ref) < 0 ||
+        (ref->async &&
+         cmpy_stream_wait(st, self->gpu_data->mem->dev, ref->handle) < 0)) {
+        Py_DECREF(host);
+        return NULL;
+    }
+    memcpy(v->obval, PyArray_DATA(host), (size_t)PyArray_ITEMSIZE(host));
+    Py_DECREF(host);
+    return Py_NewRef(ary);
+}
+
+PyObject *
 cmpy_array_copy_to_host(PyObject *op, PyObject *const *args,
                         Py_ssize_t nargs, PyObject *kwnames)
 {
@@ -337,6 +391,9 @@ cmpy_array_copy_to_host(PyObject *op, PyObject *const *args,
         operation_stream(st, self, argv[1], &ref) < 0 ||
         cmpy_array_check_alive(st, self) < 0) {
         return NULL;
+    }
+    if (argv[0] != NULL && PyArray_IsScalar(argv[0], Void)) {
+        return copy_to_void(st, self, argv[0], &ref);
     }
     if (argv[0] != NULL && argv[0] != Py_None) {
         if (!PyArray_Check(argv[0])) {
@@ -685,7 +742,7 @@ cmpy_array_array(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
                         "without a copy (copy=False)");
         return NULL;
     }
-    host = cmpy_array_copy_to_host(op, NULL, 0, NULL);
+    host = cmpy_array_to_host(cmpy_type_state(op), (cmpy_DeviceNDArray *)op);
     if (host == NULL || argv[0] == NULL || argv[0] == Py_None) {
         return host;
     }

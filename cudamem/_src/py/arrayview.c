@@ -157,10 +157,9 @@ error:
     return -1;
 }
 
-/* One element read to the host, after the work queued before it on the
- * array's stream: a NumPy scalar. */
-static PyObject *
-read_scalar(cmpy_state *st, cmpy_DeviceNDArray *self, CUdeviceptr ptr)
+PyObject *
+cmpy_array_read_scalar(cmpy_state *st, cmpy_DeviceNDArray *self,
+                       CUdeviceptr ptr, PyArray_Descr *dtype)
 {
     cm_device *dev = self->gpu_data->mem->dev;
     PyArrayObject *host;
@@ -168,15 +167,18 @@ read_scalar(cmpy_state *st, cmpy_DeviceNDArray *self, CUdeviceptr ptr)
     cm_error err;
     int rc;
 
-    Py_INCREF(self->dtype);
-    host = (PyArrayObject *)PyArray_NewFromDescr(&PyArray_Type, self->dtype,
-                                                 0, NULL, NULL, NULL, 0, NULL);
+    if (cmpy_array_check_alive(st, self) < 0) {
+        return NULL;
+    }
+    Py_INCREF(dtype);
+    host = (PyArrayObject *)PyArray_NewFromDescr(&PyArray_Type, dtype, 0,
+                                                 NULL, NULL, NULL, 0, NULL);
     if (host == NULL) {
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
     rc = cm_copy_dtoh(dev, PyArray_DATA(host), ptr,
-                      (size_t)PyDataType_ELSIZE(self->dtype),
+                      (size_t)PyDataType_ELSIZE(dtype),
                       self->stream_handle, self->stream_async, &err);
     Py_END_ALLOW_THREADS
     if (rc < 0) {
@@ -203,11 +205,13 @@ cmpy_array_getitem(PyObject *op, PyObject *key)
     if (apply_index(self, key, &ndim, shape, strides, &ptr, &scalar) < 0) {
         return NULL;
     }
+    if (scalar && PyDataType_HASFIELDS(self->dtype)) {
+        return (PyObject *)cmpy_array_view_as(st, st->DeviceRecordType, self,
+                                              0, NULL, NULL, ptr,
+                                              self->dtype);
+    }
     if (scalar) {
-        if (cmpy_array_check_alive(st, self) < 0) {
-            return NULL;
-        }
-        return read_scalar(st, self, ptr);
+        return cmpy_array_read_scalar(st, self, ptr, self->dtype);
     }
     return (PyObject *)cmpy_array_view(st, self, ndim, shape, strides, ptr,
                                        self->dtype);
@@ -699,7 +703,8 @@ cmpy_array_bind(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
     }
     return cmpy_array_rebind(
         st,
-        cmpy_array_view(st, self, CMPY_NDIM(self), CMPY_SHAPE(self),
-                        CMPY_STRIDES(self), self->ptr, self->dtype),
+        cmpy_array_view_as(st, (PyObject *)Py_TYPE(self), self,
+                           CMPY_NDIM(self), CMPY_SHAPE(self),
+                           CMPY_STRIDES(self), self->ptr, self->dtype),
         argv[0] != NULL ? argv[0] : Py_None);
 }

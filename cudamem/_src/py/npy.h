@@ -11,6 +11,7 @@
 #define NO_IMPORT_ARRAY
 #endif
 #include <numpy/arrayobject.h>
+#include <numpy/arrayscalars.h>
 
 /* Imports NumPy's C API once; 0 or -1 with an exception set. */
 int cmpy_numpy_init(void);
