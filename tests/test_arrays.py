@@ -503,3 +503,70 @@ def test_fork(run_py):
     """)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "ok"
+
+
+def test_repr_shows_values_of_small_arrays():
+    h = np.arange(6.0).reshape(2, 3)
+    text = repr(cudamem.to_device(h))
+    assert text == ("<cudamem.DeviceNDArray shape=(2, 3) dtype=float64 on "
+                    "device 0\n%s>" % (h,))
+    assert repr(cudamem.to_device(np.arange(3, dtype=np.int16))) == (
+        "<cudamem.DeviceNDArray shape=(3,) dtype=int16 on device 0: "
+        "[0 1 2]>")
+    big = cudamem.to_device(np.zeros(101))
+    assert repr(big) == ("<cudamem.DeviceNDArray shape=(101,) dtype=float64 "
+                         "on device 0>")
+    empty = cudamem.device_array((0, 4))
+    assert repr(empty) == ("<cudamem.DeviceNDArray shape=(0, 4) "
+                           "dtype=float64 on device 0>")
+    # A strided view shows its own elements.
+    view = cudamem.to_device(np.arange(10))[::-3]
+    assert repr(view).endswith(": %s>" % (np.arange(10)[::-3],))
+
+
+def test_repr_of_a_stale_array_does_not_raise():
+    dev = cudamem.to_device(np.arange(3.0))
+    cudamem.list_devices()[0].reset()
+    assert repr(dev) == ("<cudamem.DeviceNDArray shape=(3,) dtype=float64 "
+                         "on device 0>")
+    with pytest.raises(CudaDriverError):
+        dev.copy_to_host()
+
+
+def test_host_reads_wait_for_the_arrays_stream(sim):
+    """__array__, repr and pickling read complete data from an array bound
+    to a stream, even when the stream's work finishes late."""
+    import pickle
+    stream = cudamem.stream()
+    h = np.arange(64, dtype=np.int32)
+    dev = cudamem.device_array(64, np.int32, stream=stream)
+    with sim.delay(20000):
+        dev.copy_to_device(h)
+        np.testing.assert_array_equal(np.asarray(dev), h)
+        dev.copy_to_device(h * 2)
+        back = pickle.loads(pickle.dumps(dev, protocol=5))
+        dev.copy_to_device(h * 3)
+        assert repr(dev) == ("<cudamem.DeviceNDArray shape=(64,) dtype=int32 "
+                             "on device 0\n%s>" % (h * 3,))
+    np.testing.assert_array_equal(back.copy_to_host(), h * 2)
+    assert back.stream == 0
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_pickle_round_trip(order):
+    import pickle
+    h = np.asarray(_host((3, 4), np.complex64), order=order)
+    dev = cudamem.to_device(h)
+    buffers = []
+    data = pickle.dumps(dev, protocol=5, buffer_callback=buffers.append)
+    assert len(buffers) == 1 and buffers[0].raw().nbytes == h.nbytes
+    back = pickle.loads(data, buffers=buffers)
+    assert type(back) is cudamem.DeviceNDArray
+    assert back.strides == dev.strides and back.dtype == dev.dtype
+    np.testing.assert_array_equal(back.copy_to_host(), h)
+    assert back.gpu_data.device_pointer_value != dev.gpu_data.device_pointer_value
+    # A strided view arrives C-ordered, with its own elements only.
+    view = dev[::2, ::-1]
+    back = pickle.loads(pickle.dumps(view))
+    assert back.is_c_contiguous()
+    np.testing.assert_array_equal(back.copy_to_host(), h[::2, ::-1])

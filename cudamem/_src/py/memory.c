@@ -41,6 +41,24 @@ cmpy_memory_alloc(cmpy_state *st, cm_device *dev, size_t nbytes)
     return (PyObject *)self;
 }
 
+PyObject *
+cmpy_memory_borrow(cmpy_state *st, cm_device *dev, CUdeviceptr ptr,
+                   size_t size, PyObject *owner)
+{
+    cmpy_MemoryPointer *self;
+    cm_error err;
+    cm_mem *mem;
+
+    if (cm_mem_borrow(dev, ptr, size, &mem, &err) < 0) {
+        return cmpy_raise(st, &err);
+    }
+    self = new_pointer(st, mem, ptr, size, owner == Py_None ? NULL : owner);
+    if (self == NULL && cm_mem_decref(mem, &err) < 0) {
+        cmpy_warn_release(st, &err);
+    }
+    return (PyObject *)self;
+}
+
 static int
 pointer_traverse(cmpy_MemoryPointer *self, visitproc visit, void *arg)
 {
@@ -141,7 +159,9 @@ static PyGetSetDef pointer_getset[] = {
      "The address as an int (None for a zero-size allocation).", NULL},
     {"size", (getter)pointer_get_size, NULL, "Bytes from the address.", NULL},
     {"owner", (getter)pointer_get_owner, NULL,
-     "The MemoryPointer that owns the allocation (itself unless a view).",
+     "The MemoryPointer that owns the allocation (itself unless a view), "
+     "or
+the object whose memory it borrows (as_cuda_array's *obj*).",
      NULL},
     {"context", (getter)pointer_get_context, NULL,
      "The Context the memory belongs to.", NULL},
@@ -220,7 +240,9 @@ PyDoc_STRVAR(pointer_doc,
              "Device memory owned by cudamem (numba's MemoryPointer), as an "
              "array's\ngpu_data. When the last reference to it and its "
              "views goes, the\nfree is queued in the context's pending "
-             "deallocations.");
+             "deallocations. Memory imported\nthrough the CUDA Array "
+             "Interface is never freed: the pointer keeps\nits owner "
+             "alive instead.");
 
 static PyType_Slot pointer_slots[] = {
     {Py_tp_doc, (void *)pointer_doc},

@@ -13,13 +13,21 @@ typedef struct cmpy_MemoryPointer {
     cm_mem *mem;      /* shared by views */
     CUdeviceptr ptr;  /* mem->ptr plus this view's offset */
     size_t size;      /* bytes from ptr */
-    PyObject *owner;  /* the MemoryPointer that made mem, or NULL: self */
+    PyObject *owner;  /* the MemoryPointer that made mem, the object whose
+                         memory mem borrows, or NULL: self */
     PyObject *weakreflist;
 } cmpy_MemoryPointer;
 
 /* Allocates nbytes on dev (flushing pending frees and retrying once on
  * out-of-memory). New reference, or NULL with an exception set. */
 PyObject *cmpy_memory_alloc(cmpy_state *st, cm_device *dev, size_t nbytes);
+
+/* The `size` bytes at ptr on dev, allocated by another library: never
+ * freed by cudamem. `owner` (None or NULL: the pointer itself) is kept
+ * alive by the pointer and every view of it, and is their `owner`. New
+ * reference, or NULL with an exception set. */
+PyObject *cmpy_memory_borrow(cmpy_state *st, cm_device *dev, CUdeviceptr ptr,
+                             size_t size, PyObject *owner);
 
 /* The bytes [offset, offset + size) of `base` (in range), sharing its
  * allocation; the owner is base's. New reference. */
