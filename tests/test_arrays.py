@@ -570,3 +570,23 @@ def test_pickle_round_trip(order):
     back = pickle.loads(pickle.dumps(view))
     assert back.is_c_contiguous()
     np.testing.assert_array_equal(back.copy_to_host(), h[::2, ::-1])
+
+
+def test_ravel_on_a_stream(sim):
+    """numba's ravel(order='C', stream=0): the result is bound to the
+    stream, and a copy (where no view exists) is made there."""
+    stream = cudamem.stream()
+    h = np.arange(12.0).reshape(3, 4)
+    dev = cudamem.to_device(h)
+    flat = dev.ravel(stream=stream)
+    assert flat.stream is stream and dev.stream == 0
+    assert flat.gpu_data.owner is dev.gpu_data
+    sim.reset()
+    copied = dev.T.ravel(stream=stream)
+    made = calls(sim)
+    assert made.get("cuMemcpy2D", 0) + made.get("cuMemcpyDtoD", 0) == 0
+    stream.synchronize()
+    assert copied.stream is stream
+    np.testing.assert_array_equal(copied.copy_to_host(), h.T.ravel())
+    with pytest.raises(TypeError, match="stream"):
+        dev.ravel(stream="s")

@@ -145,6 +145,8 @@ REACH = {
     "cuMemGetInfo": lambda: cudamem.current_context().get_memory_info(),
     "cuDeviceCanAccessPeer": lambda: cudamem.can_access_peer(0, 0),
     "cuCtxEnablePeerAccess": TWO,
+    "cuMemcpyPeer": TWO,
+    "cuMemcpyPeerAsync": TWO,
     "cuProfilerStart": cudamem.profile_start,
     "cuProfilerStop": cudamem.profile_stop,
     "cuStreamCreate": cudamem.stream,
@@ -155,6 +157,8 @@ REACH = {
     "cuStreamGetCtx": _foreign_stream_device,
     "cuMemAlloc": lambda: cudamem.device_array(4),
     "cuMemFree": _mem_free,
+    "cuPointerGetAttributes": lambda: cudamem.from_cuda_array_interface(
+        (a := cudamem.device_array(4)).__cuda_array_interface__, owner=a),
     "cuMemcpyHtoD": lambda: cudamem.to_device(np.arange(4)),
     "cuMemcpyDtoH": _to_host,
     "cuMemcpyDtoD": _device_to_device,
@@ -197,10 +201,17 @@ IN_TWO = [name for name in ROWS if REACH.get(name) is TWO]
 
 # Rows reached only with two devices, in a fresh process with two
 # simulated devices: the public call for each.
+# An array made on device 1, then copied to device 0 (the current one).
+_FAR = ("(cudamem.select_device(1), "
+        "far := cudamem.to_device(__import__('numpy').arange(4)), "
+        "cudamem.select_device(0))[1]")
 TWO_DEVICE_REACH = {
     "cuCtxEnablePeerAccess":
         "cudamem.list_devices()[0].get_primary_context()"
         ".enable_peer_access(1)",
+    "cuMemcpyPeer": "cudamem.to_device(%s)" % _FAR,
+    "cuMemcpyPeerAsync":
+        "cudamem.to_device(%s, stream=cudamem.stream())" % _FAR,
 }
 
 

@@ -79,3 +79,30 @@ cm_copy_dtod(cm_device *dev, CUdeviceptr dst, CUdeviceptr src, size_t n,
     return copy_contiguous(dev, 1, dst, NULL, 1, src, NULL, n, stream, async,
                            err);
 }
+
+int
+cm_copy_peer(cm_device *dst_dev, CUdeviceptr dst, cm_device *src_dev,
+             CUdeviceptr src, size_t n, CUstream stream, int async,
+             cm_error *err)
+{
+    CUcontext dctx, sctx;
+    cm_ctx_guard guard;
+    uint64_t generation;
+    int rc;
+
+    if (n == 0) {
+        return cm_fork_check(err);
+    }
+    if (cm_device_primary(dst_dev, &dctx, &generation, err) < 0 ||
+        cm_device_primary(src_dev, &sctx, &generation, err) < 0 ||
+        cm_ctx_enter(dst_dev, &guard, err) < 0) {
+        return -1;
+    }
+    rc = async ? CM_CALL(err, cuMemcpyPeerAsync, dst, dctx, src, sctx, n,
+                         stream)
+               : CM_CALL(err, cuMemcpyPeer, dst, dctx, src, sctx, n);
+    if (rc == 0 && !async) {
+        rc = complete(err);
+    }
+    return cm_ctx_leave(&guard, rc, err);
+}

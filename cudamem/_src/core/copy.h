@@ -20,6 +20,14 @@ int cm_copy_dtoh(cm_device *dev, void *dst, CUdeviceptr src, size_t n,
 int cm_copy_dtod(cm_device *dev, CUdeviceptr dst, CUdeviceptr src, size_t n,
                  CUstream stream, int async, cm_error *err);
 
+/* A contiguous copy from src_dev's memory to dst_dev's (another device)
+ * with cuMemcpyPeer, in dst_dev's context; `stream` is dst_dev's. The
+ * synchronous form is serialized with the work of both contexts and
+ * complete on return. */
+int cm_copy_peer(cm_device *dst_dev, CUdeviceptr dst, cm_device *src_dev,
+                 CUdeviceptr src, size_t n, CUstream stream, int async,
+                 cm_error *err);
+
 /* Core-internal: the one driver call of a contiguous copy in the current
  * context, no waiting (the *Async form on `stream` with `async`). Each
  * side is device (`dst`/`src`) or host (`hdst`/`hsrc`), not both host. */

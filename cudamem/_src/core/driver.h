@@ -75,7 +75,9 @@
     X(cuMemsetD2D32, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                      \
     X(cuMemsetD2D8Async, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                  \
     X(cuMemsetD2D16Async, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                 \
-    X(cuMemsetD2D32Async, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)
+    X(cuMemsetD2D32Async, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                 \
+    X(cuMemcpyPeer, 4000, CM_ROW_REQUIRED | CM_ROW_PTDS)                       \
+    X(cuMemcpyPeerAsync, 4000, CM_ROW_REQUIRED | CM_ROW_PTDS)
 
 typedef struct cm_driver_table {
 #define CM_DRIVER_FIELD(name, version, flags) PFN_##name##_v##version name;

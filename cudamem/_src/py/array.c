@@ -6,6 +6,7 @@
 #include "array.h"
 
 #include "../core/copy.h"
+#include "cai.h"
 #include "device.h"
 #include "stream.h"
 
@@ -415,8 +416,10 @@ PyDoc_STRVAR(reshape_doc,
              "The same elements in a new shape (one dimension may be -1): a "
              "view\nwhen the layout allows, else a copy (numba raises).");
 PyDoc_STRVAR(ravel_doc,
-             "ravel(order='C') -> DeviceNDArray\n\n"
-             "A 1-D view, or a copy when no view exists.");
+             "ravel(order='C', stream=0) -> DeviceNDArray\n\n"
+             "A 1-D view, or a copy when no view exists (numba raises); "
+             "with a\n*stream*, the result is bound to it and a copy is "
+             "made there.");
 PyDoc_STRVAR(squeeze_doc,
              "squeeze(axis=None, stream=0) -> DeviceNDArray\n\n"
              "A view without dimensions of length 1 (all, or those in "
@@ -895,10 +898,13 @@ to_device(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
 {
     static const char *const names[] = {"obj", "stream", "copy", "to"};
     cmpy_state *st = cmpy_get_state(module);
-    PyObject *argv[4], *stream_arg, *result = NULL;
+    PyObject *argv[4], *stream_arg, *type, *result = NULL;
+    const Py_ssize_t *shape, *layout;
     Py_ssize_t strides[NPY_MAXDIMS];
+    cmpy_DeviceNDArray *arr, *src = NULL;
     PyArrayObject *host = NULL;
-    cmpy_DeviceNDArray *arr;
+    PyArray_Descr *dtype;
+    int ndim, cai;
     cmpy_stream_ref ref;
     cm_device *dev;
     int copy = 1;
@@ -930,45 +936,75 @@ to_device(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
         return Py_NewRef(argv[3]);
     }
     if (cmpy_is_array(st, argv[0])) {
-        return Py_NewRef(argv[0]);
+        src = (cmpy_DeviceNDArray *)Py_NewRef(argv[0]);
     }
-    host = (PyArrayObject *)PyArray_FROM_O(argv[0]);
-    if (host == NULL || cmpy_check_dtype(PyArray_DESCR(host)) < 0 ||
-        cmpy_current_device(st, &dev) < 0 ||
-        cmpy_stream_arg(st, stream_arg, dev, &ref) < 0) {
-        goto done;
-    }
-    /* The host's layout when contiguous; otherwise C order, and the copy
-     * moves exactly the elements (numba copies the extent). */
-    if (PyArray_FLAGS(host) & LAYOUT) {
-        /* A loop: NumPy's 0-d arrays have NULL strides. */
-        for (int i = 0; i < PyArray_NDIM(host); i++) {
-            strides[i] = PyArray_STRIDES(host)[i];
+    else if ((cai = cmpy_cai_check(st, argv[0])) != 0) {
+        /* Wrapped without a copy (numba's as_cuda_array). */
+        if (cai < 0 || (src = (cmpy_DeviceNDArray *)cmpy_cai_import(
+                            st, argv[0], 1)) == NULL) {
+            goto done;
         }
     }
-    else {
-        cmpy_contiguous_strides(PyArray_NDIM(host), PyArray_DIMS(host),
-                                PyArray_ITEMSIZE(host), 'C', strides);
+    else if ((host = (PyArrayObject *)PyArray_FROM_O(argv[0])) == NULL ||
+             cmpy_check_dtype(PyArray_DESCR(host)) < 0) {
+        goto done;
     }
-    /* numba: a numpy.void becomes a DeviceRecord. */
-    arr = array_alloc(st,
-                      PyArray_IsScalar(argv[0], Void) &&
-                              PyDataType_HASFIELDS(PyArray_DESCR(host))
-                          ? st->DeviceRecordType
-                          : st->DeviceNDArrayType,
-                      dev, PyArray_NDIM(host), PyArray_DIMS(host),
-                      strides, PyArray_DESCR(host),
+    if (cmpy_current_device(st, &dev) < 0) {
+        goto done;
+    }
+    /* A device array on this device is returned as it is (numba); one on
+     * another device is copied here. */
+    if (src != NULL && src->gpu_data->mem->dev == dev) {
+        result = Py_NewRef(src);
+        goto done;
+    }
+    if (cmpy_stream_arg(st, stream_arg, dev, &ref) < 0) {
+        goto done;
+    }
+    if (src != NULL) {
+        type = (PyObject *)Py_TYPE(src);
+        ndim = CMPY_NDIM(src);
+        shape = CMPY_SHAPE(src);
+        layout = src->flags & LAYOUT ? CMPY_STRIDES(src) : NULL;
+        dtype = src->dtype;
+    }
+    else {
+        /* numba: a numpy.void becomes a DeviceRecord. */
+        type = PyArray_IsScalar(argv[0], Void) &&
+                       PyDataType_HASFIELDS(PyArray_DESCR(host))
+                   ? st->DeviceRecordType
+                   : st->DeviceNDArrayType;
+        ndim = PyArray_NDIM(host);
+        shape = PyArray_DIMS(host);
+        layout = PyArray_FLAGS(host) & LAYOUT ? PyArray_STRIDES(host) : NULL;
+        dtype = PyArray_DESCR(host);
+    }
+    /* The source's layout when contiguous; otherwise C order, and the copy
+     * moves exactly the elements (numba copies the extent). A loop: NumPy's
+     * 0-d arrays have NULL strides. */
+    for (int i = 0; layout != NULL && i < ndim; i++) {
+        strides[i] = layout[i];
+    }
+    if (layout == NULL) {
+        cmpy_contiguous_strides(ndim, shape, PyDataType_ELSIZE(dtype), 'C',
+                                strides);
+    }
+    arr = array_alloc(st, type, dev, ndim, shape, strides, dtype,
                       kept_stream(stream_arg, &ref), &ref);
     if (arr == NULL) {
         goto done;
     }
-    if (copy && cmpy_array_copy_from(st, arr, (PyObject *)host, &ref) < 0) {
+    if (copy && cmpy_array_copy_from(st, arr,
+                                     src != NULL ? (PyObject *)src
+                                                 : (PyObject *)host,
+                                     &ref) < 0) {
         Py_DECREF(arr);
         goto done;
     }
     result = (PyObject *)arr;
 done:
     Py_XDECREF(host);
+    Py_XDECREF(src);
     return result;
 }
 

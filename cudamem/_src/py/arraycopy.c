@@ -5,6 +5,7 @@
 #include "array.h"
 
 #include "../core/copy.h"
+#include "cai.h"
 #include "stream.h"
 
 int
@@ -235,16 +236,141 @@ device_to_host(cmpy_state *st, cmpy_DeviceNDArray *self, PyArrayObject *host,
                     (size_t)PyDataType_ELSIZE(self->dtype), ref);
 }
 
+static int device_to_device(cmpy_state *st, cmpy_DeviceNDArray *self,
+                            cmpy_DeviceNDArray *src,
+                            const Py_ssize_t *sstrides,
+                            const cmpy_stream_ref *ref);
+
+/* Whether a layout is C-contiguous (dimensions of length 1 aside). */
+static int
+is_c_layout(int nd, const Py_ssize_t *shape, const Py_ssize_t *strides,
+            Py_ssize_t itemsize)
+{
+    Py_ssize_t expect = itemsize;
+
+    for (int i = nd - 1; i >= 0; i--) {
+        if (shape[i] == 0) {
+            return 1;
+        }
+        if (shape[i] != 1) {
+            if (strides[i] != expect) {
+                return 0;
+            }
+            expect *= shape[i];
+        }
+    }
+    return 1;
+}
+
+/* The bytes of src (another device, layout (self's shape, sstrides)) into
+ * self's layout, through host memory. Both legs are synchronous. */
+static int
+staged_through_host(cmpy_state *st, cmpy_DeviceNDArray *self,
+                    cmpy_DeviceNDArray *src, const cm_side *s,
+                    const cmpy_stream_ref *ref)
+{
+    cmpy_stream_ref sync = {NULL, 0, NULL};
+    Py_ssize_t hstrides[NPY_MAXDIMS];
+    PyArrayObject *tmp;
+    cm_side h;
+    int rc;
+
+    Py_INCREF(self->dtype);
+    tmp = (PyArrayObject *)PyArray_NewFromDescr(&PyArray_Type, self->dtype,
+                                                CMPY_NDIM(self),
+                                                CMPY_SHAPE(self), NULL, NULL,
+                                                0, NULL);
+    if (tmp == NULL) {
+        return -1;
+    }
+    for (int i = 0; i < CMPY_NDIM(self); i++) {
+        hstrides[i] = PyArray_STRIDES(tmp)[i];
+    }
+    h = (cm_side){.on_device = 0,
+                  .host = PyArray_DATA(tmp),
+                  .ndim = CMPY_NDIM(self),
+                  .shape = CMPY_SHAPE(self),
+                  .strides = hstrides};
+    rc = run_copy(st, src->gpu_data->mem->dev, &h, s,
+                  (size_t)PyDataType_ELSIZE(self->dtype), &sync);
+    if (rc == 0) {
+        rc = host_to_device(st, CMPY_NDIM(self), CMPY_SHAPE(self), self->ptr,
+                            CMPY_STRIDES(self), self->gpu_data->mem->dev, tmp,
+                            hstrides, ref);
+    }
+    Py_DECREF(tmp);
+    return rc;
+}
+
+/* The same, peer to peer: one cuMemcpyPeer between C-ordered layouts,
+ * with a C-ordered temporary on the side that is not one (filled, or
+ * emptied, by the device-local engine). The source side is synchronous, so
+ * that the peer copy follows it whatever the streams. */
+static int
+peer_to_peer(cmpy_state *st, cmpy_DeviceNDArray *self,
+             cmpy_DeviceNDArray *src, const Py_ssize_t *sstrides,
+             const cmpy_stream_ref *ref)
+{
+    cmpy_stream_ref sync = {NULL, 0, NULL};
+    size_t itemsize = (size_t)PyDataType_ELSIZE(self->dtype);
+    cmpy_DeviceNDArray *stmp = NULL, *dtmp = NULL;
+    cm_device *dev = self->gpu_data->mem->dev;
+    CUdeviceptr from = src->ptr, to = self->ptr;
+    int nd = CMPY_NDIM(self), rc = -1;
+    cm_error err;
+
+    if (!is_c_layout(nd, CMPY_SHAPE(self), sstrides, (Py_ssize_t)itemsize)) {
+        cmpy_DeviceNDArray *view = cmpy_array_view(
+            st, src, nd, CMPY_SHAPE(self), sstrides, src->ptr, src->dtype);
+
+        stmp = view != NULL ? cmpy_array_empty(st, view, 'C') : NULL;
+        if (stmp == NULL ||
+            device_to_device(st, stmp, view, sstrides, &sync) < 0) {
+            Py_XDECREF(view);
+            goto done;
+        }
+        Py_DECREF(view);
+        from = stmp->ptr;
+    }
+    if (!(self->flags & NPY_ARRAY_C_CONTIGUOUS)) {
+        if ((dtmp = cmpy_array_empty(st, self, 'C')) == NULL) {
+            goto done;
+        }
+        to = dtmp->ptr;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = cm_copy_peer(dev, to, src->gpu_data->mem->dev, from,
+                      (size_t)self->nbytes, ref->handle, ref->async, &err);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        cmpy_raise(st, &err);
+        goto done;
+    }
+    if (dtmp != NULL) {
+        rc = device_to_device(st, self, dtmp, CMPY_STRIDES(dtmp), ref);
+        /* The temporary goes only after the stream is done with it. */
+        if (rc == 0 && ref->async) {
+            rc = cmpy_stream_wait(st, dev, ref->handle);
+        }
+    }
+done:
+    Py_XDECREF(stmp);
+    Py_XDECREF(dtmp);
+    return rc;
+}
+
 /* src (any device) -> self, with src's strides already resolved to self's
- * shape. Across devices the bytes go through the host. */
+ * shape. Across devices: peer to peer where the devices can, else through
+ * the host. */
 static int
 device_to_device(cmpy_state *st, cmpy_DeviceNDArray *self,
                  cmpy_DeviceNDArray *src, const Py_ssize_t *sstrides,
                  const cmpy_stream_ref *ref)
 {
     cm_device *dev = self->gpu_data->mem->dev;
+    cm_error err;
     cm_side d, s;
-    int rc;
+    int can;
 
     if (cmpy_array_check_alive(st, src) < 0) {
         return -1;
@@ -259,38 +385,12 @@ device_to_device(cmpy_state *st, cmpy_DeviceNDArray *self,
         return run_copy(st, dev, &d, &s, (size_t)PyDataType_ELSIZE(self->dtype),
                         ref);
     }
-    {
-        /* Another device: stage through a C-ordered host array. */
-        cmpy_stream_ref sync = {NULL, 0, NULL};
-        Py_ssize_t hstrides[NPY_MAXDIMS];
-        PyArrayObject *tmp;
-        cm_side h;
-
-        Py_INCREF(self->dtype);
-        tmp = (PyArrayObject *)PyArray_NewFromDescr(
-            &PyArray_Type, self->dtype, CMPY_NDIM(self), CMPY_SHAPE(self),
-            NULL, NULL, 0, NULL);
-        if (tmp == NULL) {
-            return -1;
-        }
-        for (int i = 0; i < CMPY_NDIM(self); i++) {
-            hstrides[i] = PyArray_STRIDES(tmp)[i];
-        }
-        h = (cm_side){.on_device = 0,
-                      .host = PyArray_DATA(tmp),
-                      .ndim = CMPY_NDIM(self),
-                      .shape = CMPY_SHAPE(self),
-                      .strides = hstrides};
-        rc = run_copy(st, src->gpu_data->mem->dev, &h, &s,
-                      (size_t)PyDataType_ELSIZE(self->dtype), &sync);
-        if (rc == 0) {
-            rc = host_to_device(st, CMPY_NDIM(self), CMPY_SHAPE(self),
-                                self->ptr, CMPY_STRIDES(self), dev, tmp,
-                                hstrides, &sync);
-        }
-        Py_DECREF(tmp);
-        return rc;
+    if (cm_peer_can_access(dev, src->gpu_data->mem->dev, &can, &err) < 0) {
+        cmpy_raise(st, &err);
+        return -1;
     }
+    return can ? peer_to_peer(st, self, src, sstrides, ref)
+               : staged_through_host(st, self, src, &s, ref);
 }
 
 /* A new host array for a copy of self: self's layout when it is
@@ -436,6 +536,17 @@ copy_into(cmpy_state *st, cmpy_DeviceNDArray *self, int ndim,
     PyArrayObject *host;
     int rc;
 
+    if (!cmpy_is_array(st, obj) && (rc = cmpy_cai_check(st, obj)) != 0) {
+        PyObject *imported = rc > 0 ? cmpy_cai_import(st, obj, 1) : NULL;
+
+        if (imported == NULL) {
+            return -1;
+        }
+        rc = copy_into(st, self, ndim, shape, strides, ptr, imported,
+                       broadcast, ref);
+        Py_DECREF(imported);
+        return rc;
+    }
     if (cmpy_is_array(st, obj)) {
         cmpy_DeviceNDArray *src = (cmpy_DeviceNDArray *)obj;
         cmpy_DeviceNDArray *dst;

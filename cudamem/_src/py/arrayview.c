@@ -422,23 +422,38 @@ PyObject *
 cmpy_array_ravel(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
                  PyObject *kwnames)
 {
-    static const char *const names[] = {"order"};
+    static const char *const names[] = {"order", "stream"};
     cmpy_DeviceNDArray *self = (cmpy_DeviceNDArray *)op;
+    cmpy_state *st = cmpy_type_state(op);
     Py_ssize_t dims[1] = {-1};
-    PyObject *argv[1], *shape_arg, *out;
+    PyObject *argv[2], *shape_arg, *out = NULL;
     char order;
 
-    if (cmpy_parse_args("ravel", names, 1, 0, args, nargs, kwnames, argv) <
+    if (cmpy_parse_args("ravel", names, 2, 0, args, nargs, kwnames, argv) <
             0 ||
         parse_order(self, argv[0], &order) < 0) {
         return NULL;
     }
-    shape_arg = Py_BuildValue("(n)", self->size);
-    if (shape_arg == NULL) {
-        return NULL;
+    /* numba: the result (a view, or a copy made there) is on *stream*. */
+    if (argv[1] != NULL) {
+        self = (cmpy_DeviceNDArray *)cmpy_array_rebind(
+            st,
+            cmpy_array_view(st, self, CMPY_NDIM(self), CMPY_SHAPE(self),
+                            CMPY_STRIDES(self), self->ptr, self->dtype),
+            argv[1]);
+        if (self == NULL) {
+            return NULL;
+        }
     }
-    out = reshape_to(cmpy_type_state(op), self, 1, dims, order, shape_arg);
-    Py_DECREF(shape_arg);
+    else {
+        Py_INCREF(self);
+    }
+    shape_arg = Py_BuildValue("(n)", self->size);
+    if (shape_arg != NULL) {
+        out = reshape_to(st, self, 1, dims, order, shape_arg);
+        Py_DECREF(shape_arg);
+    }
+    Py_DECREF(self);
     return out;
 }
 

@@ -160,8 +160,7 @@ static PyGetSetDef pointer_getset[] = {
     {"size", (getter)pointer_get_size, NULL, "Bytes from the address.", NULL},
     {"owner", (getter)pointer_get_owner, NULL,
      "The MemoryPointer that owns the allocation (itself unless a view), "
-     "or
-the object whose memory it borrows (as_cuda_array's *obj*).",
+     "or\nthe object whose memory it borrows (as_cuda_array's *obj*).",
      NULL},
     {"context", (getter)pointer_get_context, NULL,
      "The Context the memory belongs to.", NULL},

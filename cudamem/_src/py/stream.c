@@ -728,12 +728,8 @@ external_stream(PyObject *module, PyObject *arg)
 {
     cmpy_state *st = cmpy_get_state(module);
     unsigned long long h;
-    cmpy_Stream *self;
     PyObject *index;
     cm_device *dev;
-    cm_error err;
-    uint64_t generation;
-    CUcontext ctx;
 
     if (PyBool_Check(arg) || !PyIndex_Check(arg)) {
         PyErr_Format(PyExc_TypeError,
@@ -761,10 +757,24 @@ external_stream(PyObject *module, PyObject *arg)
     if (cmpy_current_device(st, &dev) < 0) {
         return NULL;
     }
-    if (cm_device_primary(dev, &ctx, &generation, &err) < 0) {
+    return cmpy_stream_wrap(st, dev, CMPY_STREAM_EXTERNAL,
+                            (CUstream)(uintptr_t)h);
+}
+
+PyObject *
+cmpy_stream_wrap(cmpy_state *st, cm_device *dev, cmpy_stream_kind kind,
+                 CUstream handle)
+{
+    uint64_t generation = 0;
+    cmpy_Stream *self;
+    CUcontext ctx;
+    cm_error err;
+
+    if (!cm_stream_is_default(handle) &&
+        cm_device_primary(dev, &ctx, &generation, &err) < 0) {
         return cmpy_raise(st, &err);
     }
-    self = stream_alloc(st, dev, CMPY_STREAM_EXTERNAL, (CUstream)(uintptr_t)h);
+    self = stream_alloc(st, dev, kind, handle);
     if (self != NULL) {
         self->generation = generation;
     }

@@ -43,6 +43,11 @@ typedef struct cmpy_stream_ref {
 int cmpy_stream_arg(cmpy_state *st, PyObject *arg, cm_device *dev,
                     cmpy_stream_ref *out);
 
+/* A Stream object of `kind` (not OWNED) for a handle in dev's primary
+ * context that cudamem does not own, as external_stream() makes. New
+ * reference. */
+PyObject *cmpy_stream_wrap(cmpy_state *st, cm_device *dev,
+                           cmpy_stream_kind kind, CUstream handle);
 /* Waits for `handle` on `dev` with the GIL released, polling so that
  * Ctrl-C (any pending signal handler raising) interrupts the wait. 0, or
  * -1 with an exception set. */
