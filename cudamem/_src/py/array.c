@@ -887,10 +887,13 @@ PyDoc_STRVAR(to_device_doc,
              "to_device(obj, stream=0, copy=True, to=None) -> DeviceNDArray\n\n"
              "Copies *obj* (anything numpy.asarray takes) to a new array on "
              "the\ncurrent device, keeping its layout when it is C- or "
-             "F-contiguous and\nC order otherwise; returns a DeviceNDArray "
-             "as it is. With *to*, copies\ninto that array and returns it; "
-             "with copy=False, only allocates.\nSynchronous on stream 0, "
-             "queued on a stream.");
+             "F-contiguous and\nC order otherwise; a numpy.void becomes a "
+             "DeviceRecord. A device array\n(or an object with "
+             "__cuda_array_interface__, wrapped without a copy)\nis returned "
+             "as it is when it lives on the current device, else copied\n"
+             "here (peer to peer where the devices can). With *to*, copies "
+             "into\nthat array and returns it; with copy=False, only "
+             "allocates.\nSynchronous on stream 0, queued on a stream.");
 
 static PyObject *
 to_device(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
