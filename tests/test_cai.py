@@ -616,3 +616,60 @@ def test_device_comes_from_the_pointer(run_py):
     assert proc.returncode == 0, proc.stderr
     live = eval(proc.stdout)
     assert live["device_allocations"] == 0 and live["contexts"] == 0, live
+
+
+def test_cai_objects_are_sources_everywhere(sim):
+    """to_device wraps a CAI object without copying; copy_to_device and
+    assignment take it as a device-to-device source."""
+    h = _host((4, 6))
+    base = cudamem.to_device(h)
+    producer = Producer(base)
+    sim.reset()
+    wrapped = cudamem.to_device(producer)
+    made = calls(sim)
+    assert not any(n for k, n in made.items() if k.startswith("cuMemcpy"))
+    assert type(wrapped) is cudamem.DeviceNDArray
+    assert wrapped.gpu_data.owner is producer
+    assert (wrapped.device_ctypes_pointer.value
+            == base.device_ctypes_pointer.value)
+    dst = cudamem.device_array((4, 6))
+    sim.reset()
+    dst.copy_to_device(producer)
+    made = calls(sim)
+    assert made.get("cuMemcpyDtoD", 0) == 1 and not made.get("cuMemcpyHtoD")
+    np.testing.assert_array_equal(dst.copy_to_host(), h)
+    # Assignment into a strided view, broadcast from a CAI row.
+    dst[::-2, 1:] = Producer(base[0, 1:])
+    want = h.copy()
+    want[::-2, 1:] = h[0, 1:]
+    np.testing.assert_array_equal(dst.copy_to_host(), want)
+    with pytest.raises(TypeError, match="incompatible dtype"):
+        dst.copy_to_device(Producer(cudamem.to_device(h.astype(np.float32))))
+
+
+def test_to_device_copies_a_cai_object_of_another_device(run_py):
+    proc = run_py("""
+        import numpy as np, cudamem
+        from cudamem import simulator
+
+        class Producer:
+            def __init__(self, base):
+                self.base = base
+            @property
+            def __cuda_array_interface__(self):
+                return self.base.__cuda_array_interface__
+
+        h = np.arange(12.0).reshape(3, 4)
+        with cudamem.gpus[1]:
+            p = Producer(cudamem.to_device(h))
+        near = cudamem.to_device(p)
+        assert near.gpu_data.context.device.id == 0
+        assert near.gpu_data.owner is not p
+        np.testing.assert_array_equal(near.copy_to_host(), h)
+        del p, near
+        cudamem.close()
+        print(simulator.live())
+    """, env={"CUDAMEM_SIM_DEVICES": "2", "CUDA_VISIBLE_DEVICES": None})
+    assert proc.returncode == 0, proc.stderr
+    live = eval(proc.stdout)
+    assert live["device_allocations"] == 0, live
