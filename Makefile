@@ -30,10 +30,21 @@ LIBASAN = $(shell $(CC) -print-file-name=libasan.so)
 BUDGET_PYTEST ?= 1200
 BUDGET_ASAN ?= 1800
 BUDGET_CTEST ?= 600
+BUDGET_STRESS ?= 600
+BUDGET_FUZZ ?= 1200
 PYTEST_ARGS ?=
+# test-stress: the array suites with the simulator's stream-order hazard
+# checker on and every stream operation delayed by STRESS_DELAY_US, which
+# exposes missing synchronization (about 25 s today at 5000).
+STRESS_DELAY_US ?= 5000
+STRESS_TESTS = tests/test_arrays.py tests/test_views.py tests/test_streams.py \
+	$(wildcard tests/test_cai.py)
+# fuzz: examples per hypothesis test (about 7 minutes for 10000 today).
+FUZZ_EXAMPLES ?= 10000
 
-.PHONY: all demo test test-asan coverage gpu-check clean build build-asan \
-	build-coverage ctest ctest-valgrind ctest-asan pytest bench-floor venv
+.PHONY: all demo test test-asan test-stress fuzz coverage gpu-check clean \
+	build build-asan build-coverage ctest ctest-valgrind ctest-asan pytest \
+	bench-floor venv
 
 all: build
 
@@ -67,6 +78,23 @@ pytest: build
 
 test: build ctest-valgrind
 	timeout $(BUDGET_PYTEST) $(PY) -m pytest -q $(PYTEST_ARGS) tests
+	$(MAKE) --no-print-directory test-stress
+
+# A test during which the hazard checker reported a race fails (see
+# tests/conftest.py); the simulator reads both variables at cuInit.
+test-stress: build
+	CUDAMEM_SIM_HAZARDS=1 CUDAMEM_SIM_DELAY_US=$(STRESS_DELAY_US) \
+	  timeout $(BUDGET_STRESS) $(PY) -m pytest -q \
+	  $(PYTEST_ARGS) $(STRESS_TESTS)
+
+# Not part of `make test`: every hypothesis test (tests/conftest.py marks
+# them `fuzz`) under the "fuzz" profile, FUZZ_EXAMPLES examples each, with
+# the hazard checker on. Failures print a @reproduce_failure blob.
+fuzz: build
+	CUDAMEM_SIM_HAZARDS=1 CUDAMEM_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) \
+	  timeout $(BUDGET_FUZZ) $(PY) -m pytest -q -m fuzz \
+	  --hypothesis-profile=fuzz --hypothesis-show-statistics \
+	  $(PYTEST_ARGS) tests
 
 # Reports go to files as well: pytest captures stderr, and a halted
 # process takes its captured output with it.

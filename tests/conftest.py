@@ -7,6 +7,21 @@ skipped, with its reason, on the other driver.
 
 Every test is checked for leaks: after it, cudamem is quiesced and the
 simulator's live counts must be back where they were before it.
+
+The simulator's stress switches pass through the environment (the
+simulator reads them at cuInit, and run_python's subprocesses inherit
+them): ``CUDAMEM_SIM_DELAY_US=<us>`` delays every stream operation, and
+with ``CUDAMEM_SIM_HAZARDS=1`` a test during which the hazard checker
+reported a stream-order race fails (the checker itself only counts and
+prints); mark a test ``expect_hazards`` when it provokes them on purpose.
+``make test-stress`` runs the array suites that way.
+
+Hypothesis profiles: "ci" (the default) and "fuzz" (many more examples,
+``CUDAMEM_FUZZ_EXAMPLES``, default 2000), chosen with
+``HYPOTHESIS_PROFILE=fuzz`` or ``--hypothesis-profile=fuzz``. Under "fuzz"
+a test's own ``@settings(max_examples=...)`` is raised to the profile's.
+Every hypothesis test is marked ``fuzz`` (``make fuzz`` runs ``-m fuzz``),
+as is any test marked so by hand.
 """
 import gc
 import os
@@ -36,9 +51,57 @@ if not REAL:
 
 import cudamem  # noqa: E402
 
+HAZARDS = not REAL and os.environ.get("CUDAMEM_SIM_HAZARDS", "0") not in (
+    "", "0")
+
+try:
+    from hypothesis import HealthCheck, settings
+except ImportError:  # a GPU box without hypothesis: its tests fail to import
+    settings = None
+else:
+    # "ci": hypothesis's defaults as the suite has always run them, without
+    # the per-example deadline (simulated copies of big shapes are slow).
+    settings.register_profile(
+        "ci", settings.get_profile("default"), deadline=None,
+        suppress_health_check=[HealthCheck.too_slow], print_blob=True)
+    settings.register_profile(
+        "fuzz", settings.get_profile("ci"),
+        max_examples=int(os.environ.get("CUDAMEM_FUZZ_EXAMPLES", "2000")),
+        suppress_health_check=[HealthCheck.too_slow,
+                               HealthCheck.filter_too_much,
+                               HealthCheck.data_too_large])
+    # --hypothesis-profile (hypothesis's pytest plugin) overrides this.
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "fuzz: a property test run by `make fuzz` (every "
+        "hypothesis test is marked so automatically)")
+    config.addinivalue_line(
+        "markers", "expect_hazards: the test provokes stream-order hazards "
+        "on purpose (not failed under CUDAMEM_SIM_HAZARDS=1)")
+
 
 def pytest_report_header(config):
-    return "cudamem driver: %s" % ("real" if REAL else "simulated")
+    lines = ["cudamem driver: %s" % ("real" if REAL else "simulated")]
+    if not REAL:
+        lines.append("simulator stress: CUDAMEM_SIM_DELAY_US=%s "
+                     "CUDAMEM_SIM_HAZARDS=%s"
+                     % (os.environ.get("CUDAMEM_SIM_DELAY_US", "0"),
+                        os.environ.get("CUDAMEM_SIM_HAZARDS", "0")))
+    return lines
+
+
+def _fuzz_settings(item):
+    """Under the fuzz profile, raise a hypothesis test's own max_examples
+    (an explicit @settings wins over any profile) to the profile's."""
+    fn = getattr(item, "obj", None)
+    own = getattr(fn, "_hypothesis_internal_use_settings", None)
+    want = settings.default.max_examples
+    if own is not None and own.max_examples < want:
+        fn._hypothesis_internal_use_settings = settings(own,
+                                                        max_examples=want)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -46,7 +109,13 @@ def pytest_collection_modifyitems(config, items):
                                 "(running on the simulated driver)")
     skip_sim = pytest.mark.skip(reason="needs the simulated driver's control "
                                 "API (running on the real driver)")
+    fuzz = (settings is not None
+            and settings.get_current_profile_name() == "fuzz")
     for item in items:
+        if getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
+            item.add_marker(pytest.mark.fuzz)
+            if fuzz:
+                _fuzz_settings(item)
         if "gpu" in item.keywords and not REAL:
             item.add_marker(skip_gpu)
         if "simulator" in item.keywords and REAL:
@@ -67,20 +136,28 @@ def quiesce():
 
 
 @pytest.fixture(autouse=True)
-def no_leaks():
-    """Live simulator objects after a test equal those before it."""
+def no_leaks(request):
+    """Live simulator objects after a test equal those before it; with
+    CUDAMEM_SIM_HAZARDS=1, no stream-order hazard was reported during it."""
     if REAL:
         yield
         return
     from cudamem import simulator
     quiesce()
     before = simulator.live()
+    hazards = simulator.hazard_count() if HAZARDS else 0
     yield
     simulator.clear_faults()
     quiesce()
     after = simulator.live()
     leaked = {k: (before[k], after[k]) for k in before if before[k] != after[k]}
     assert not leaked, "live counts changed (before, after): %r" % leaked
+    if HAZARDS and not request.node.get_closest_marker("expect_hazards"):
+        now = simulator.hazard_count()
+        # simulator.reset() in the test restarts the count from 0.
+        new = now - hazards if now >= hazards else now
+        assert new == 0, ("%d stream-order hazard(s) reported; the last: %s"
+                          % (new, simulator.last_hazard()))
 
 
 @pytest.fixture

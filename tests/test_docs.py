@@ -1,0 +1,320 @@
+"""Docstrings of the public API: every callable in ``cudamem.__all__`` (and
+in the ``__all__`` of its public submodules), every type there, and every
+public method and attribute of the extension types has one. A function's
+or method's first line is its signature, ``name(...)`` (or, for C functions
+that use it, a ``__text_signature__``); a type's starts with the type's
+name. The parameters a signature names are accepted by those names, as
+numba's are (``select_device(device_id=0)``, ``d.transpose(axes=...)``).
+
+A row that fails today for code this suite cannot change is marked
+``xfail(strict=True, reason="BUG: ...")``.
+"""
+import functools
+import re
+import types
+
+import numpy as np
+import pytest
+
+import cudamem
+from cudamem import _cudamem
+
+EXTENSION_TYPES = [_cudamem.DeviceNDArray, _cudamem.DeviceNDArrayBase,
+                   _cudamem.DeviceRecord, _cudamem.Stream, _cudamem.Device,
+                   _cudamem.Context, _cudamem.MemoryPointer,
+                   _cudamem.Deallocations]
+SUBMODULES = ["driver", "runtime", "simulator"]
+# Protocol members that are public although their names start with "_".
+PROTOCOL = {"__array__", "__cuda_array_interface__", "__cuda_memory__",
+            "__cuda_ndarray__", "__cuda_stream__"}
+
+
+def bug(reason):
+    return pytest.mark.xfail(strict=True, reason="BUG: " + reason)
+
+
+# Known failures, by the id of their row.
+KNOWN = {
+    "cudamem.CudaDriverError": bug(
+        "cudamem/errors.py: CudaDriverError's docstring starts 'A misuse of "
+        "the driver ...', not with its name"),
+    "cudamem.CudaStickyError": bug(
+        "cudamem/errors.py: CudaStickyError's docstring starts 'The context "
+        "hit an error ...', not with its name"),
+    "cudamem.CudaSupportError": bug(
+        "cudamem/errors.py: CudaSupportError's docstring starts 'CUDA "
+        "cannot be used ...', not with its name"),
+    "cudamem.CudaWarning": bug(
+        "cudamem/errors.py: CudaWarning's docstring starts 'Something "
+        "failed where raising was impossible ...', not with its name"),
+}
+
+
+def _public(name):
+    return not name.startswith("_") or name in PROTOCOL
+
+
+def _rows():
+    """(id, name, object, kind): kind is 'type', 'function', 'method',
+    'attribute' or 'module'."""
+    rows = []
+    for name in cudamem.__all__:
+        obj = getattr(cudamem, name)
+        if isinstance(obj, type):
+            rows.append(("cudamem." + name, name, obj, "type"))
+        elif isinstance(obj, types.ModuleType):
+            rows.append(("cudamem." + name, name, obj, "module"))
+        elif callable(obj):
+            rows.append(("cudamem." + name, name, obj, "function"))
+        else:
+            rows.append(("cudamem." + name, name, obj, "attribute"))
+    for mod in SUBMODULES:
+        module = getattr(cudamem, mod)
+        for name in module.__all__:
+            obj = getattr(module, name)
+            kind = "type" if isinstance(obj, type) else (
+                "function" if callable(obj) else "attribute")
+            rows.append(("cudamem.%s.%s" % (mod, name), name, obj, kind))
+    for cls in EXTENSION_TYPES:
+        rows.append(("_cudamem." + cls.__name__, cls.__name__, cls, "type"))
+        for name, member in sorted(vars(cls).items()):
+            if not _public(name):
+                continue
+            kind = "method" if callable(member) or isinstance(
+                member, (classmethod, staticmethod)) else "attribute"
+            rows.append(("%s.%s" % (cls.__name__, name), name, member, kind))
+    return rows
+
+
+ROWS = _rows()
+
+
+def _params(rows):
+    return [pytest.param(name, obj, kind, id=rid, marks=KNOWN.get(rid, ()))
+            for rid, name, obj, kind in rows]
+
+
+def test_the_table_covers_the_api():
+    ids = {r[0] for r in ROWS}
+    assert "cudamem.to_device" in ids and "DeviceNDArray.reshape" in ids
+    assert "DeviceNDArrayBase.copy_to_host" in ids
+    assert "Stream.__cuda_stream__" in ids and "Device.reset" in ids
+    assert "Deallocations.clear" in ids and "MemoryPointer.view" in ids
+    assert set(KNOWN) <= ids, set(KNOWN) - ids  # no stale marks
+
+
+def _doc(obj):
+    doc = getattr(obj, "__doc__", None)
+    if isinstance(obj, (classmethod, staticmethod)):
+        doc = obj.__func__.__doc__
+    return doc
+
+
+@pytest.mark.parametrize("name, obj, kind", _params(ROWS))
+def test_has_a_docstring(name, obj, kind):
+    doc = _doc(obj)
+    assert doc and doc.strip(), "%s has no docstring" % name
+    first = doc.strip().splitlines()[0]
+    if kind == "type":
+        assert first.startswith(name), \
+            "%s's docstring starts %r, not with its name" % (name, first)
+    elif kind in ("function", "method"):
+        text_sig = getattr(obj, "__text_signature__", None)
+        assert text_sig or first.startswith(name + "("), \
+            "%s's first line %r is not its signature" % (name, first)
+
+
+# ---------------------------------------------------------------------------
+# The parameters a signature names are accepted by name.
+
+def _signature_params(doc):
+    """Names of the parameters in the first line 'name(a, b=1, *c, d=2)':
+    those that can be passed by keyword (not *args, **kw, or before '/')."""
+    first = doc.strip().splitlines()[0]
+    # The first line may wrap (device_array's does): join up to ')'.
+    text = doc.strip()
+    start = text.index("(")
+    depth, end = 0, start
+    for end in range(start, len(text)):
+        depth += {"(": 1, ")": -1, "[": 1, "]": -1}.get(text[end], 0)
+        if depth == 0:
+            break
+    inner = text[start + 1:end]
+    assert first  # the caller checked it is a signature
+    parts, depth, cur = [], 0, ""
+    for ch in inner:
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        parts.append(cur)
+    names = []
+    for part in (p.strip() for p in parts):
+        if part == "/":
+            names = []  # the ones before are positional-only
+        elif part.startswith("*"):
+            continue
+        else:
+            names.append(re.split(r"[=:]", part)[0].strip())
+    return names
+
+
+class Samples:
+    """Objects to call methods on, made per test."""
+
+    def __init__(self):
+        self.array = cudamem.to_device(np.arange(6.0))
+        self.record = cudamem.to_device(
+            np.zeros(1, [("a", np.int32), ("b", np.float64)]))[0]
+        self.stream = cudamem.stream()
+        self.device = cudamem.get_current_device()
+        self.context = cudamem.current_context()
+
+
+# name -> function of Samples giving (the callable, keyword arguments to
+# call it with: every parameter its signature names).
+KEYWORD_CALLS = {
+    "cudamem.as_cuda_array": lambda s: (
+        cudamem.as_cuda_array, dict(obj=s.array, sync=True)),
+    "cudamem.can_access_peer": lambda s: (
+        cudamem.can_access_peer, dict(device=0, peer=0)),
+    "cudamem.current_context": lambda s: (
+        cudamem.current_context, dict(devnum=None)),
+    "cudamem.device_array": lambda s: (
+        cudamem.device_array, dict(shape=3, dtype=np.float64, strides=None,
+                                   order="C", stream=0)),
+    "cudamem.device_array_like": lambda s: (
+        cudamem.device_array_like, dict(ary=np.zeros(3), stream=0)),
+    "cudamem.external_stream": lambda s: (
+        cudamem.external_stream, dict(ptr=1)),
+    "cudamem.from_cuda_array_interface": lambda s: (
+        cudamem.from_cuda_array_interface,
+        dict(desc=s.array.__cuda_array_interface__, owner=s.array,
+             sync=True)),
+    "cudamem.is_cuda_array": lambda s: (
+        cudamem.is_cuda_array, dict(obj=s.array)),
+    "cudamem.require_context": lambda s: (
+        cudamem.require_context, dict(fn=len)),
+    "cudamem.select_device": lambda s: (
+        cudamem.select_device, dict(device_id=0)),
+    "cudamem.stream": lambda s: (
+        cudamem.stream, dict(priority=None, non_blocking=False)),
+    "cudamem.to_device": lambda s: (
+        cudamem.to_device, dict(obj=np.ones(3), stream=0, copy=True,
+                                to=None)),
+    "DeviceNDArray.copy": lambda s: (s.array.copy, dict(order="C")),
+    "DeviceNDArray.fill": lambda s: (s.array.fill, dict(value=1, stream=0)),
+    "DeviceNDArray.ravel": lambda s: (s.array.ravel,
+                                      dict(order="C", stream=0)),
+    # *shape cannot be named: given positionally.
+    "DeviceNDArray.reshape": lambda s: (
+        functools.partial(s.array.reshape, 6), dict(order="C")),
+    "DeviceNDArray.split": lambda s: (s.array.split,
+                                      dict(section=2, stream=0)),
+    "DeviceNDArray.squeeze": lambda s: (s.array.squeeze,
+                                        dict(axis=None, stream=0)),
+    "DeviceNDArray.transpose": lambda s: (s.array.transpose,
+                                          dict(axes=None)),
+    "DeviceNDArray.view": lambda s: (s.array.view, dict(dtype=np.int64)),
+    "DeviceNDArray.__array__": lambda s: (s.array.__array__,
+                                          dict(dtype=None, copy=None)),
+    "DeviceNDArrayBase.bind": lambda s: (s.array.bind, dict(stream=0)),
+    "DeviceNDArrayBase.copy_to_device": lambda s: (
+        s.array.copy_to_device, dict(ary=np.ones(6), stream=0)),
+    "DeviceNDArrayBase.copy_to_host": lambda s: (
+        s.array.copy_to_host, dict(ary=None, stream=0)),
+    "DeviceRecord.getitem": lambda s: (s.record.getitem,
+                                       dict(item="a", stream=0)),
+    "DeviceRecord.setitem": lambda s: (s.record.setitem,
+                                       dict(key="a", value=1, stream=0)),
+    "Context.can_access_peer": lambda s: (s.context.can_access_peer,
+                                          dict(peer_device=0)),
+    "MemoryPointer.view": lambda s: (s.array.gpu_data.view,
+                                     dict(start=0, stop=None)),
+}
+# Signatures with parameters whose calls would change global state.
+NOT_CALLED = {"Context.enable_peer_access", "cudamem.simulator.inject",
+              "cudamem.simulator.set_memory", "cudamem.simulator.set_delay_us",
+              "cudamem.simulator.delay", "cudamem.simulator.set_hazards",
+              "cudamem.simulator.error_code"}
+NUMBA_BY_NAME = "; numba's own signature takes it by name"
+KEYWORD_BUGS = {
+    "cudamem.can_access_peer": "can_access_peer(device=0, peer=0)",
+    "cudamem.external_stream": "external_stream(ptr=...)" + NUMBA_BY_NAME,
+    "cudamem.select_device": "select_device(device_id=0)" + NUMBA_BY_NAME,
+    "DeviceNDArray.transpose": "d.transpose(axes=None)" + NUMBA_BY_NAME,
+    "DeviceNDArray.view": "d.view(dtype=...)" + NUMBA_BY_NAME,
+    "Context.can_access_peer": "ctx.can_access_peer(peer_device=0)"
+                               + NUMBA_BY_NAME,
+    "MemoryPointer.view": "gpu_data.view(start=0, stop=None)"
+                          + NUMBA_BY_NAME,
+}
+
+
+def _keyword_rows():
+    rows = []
+    for rid, name, obj, kind in ROWS:
+        doc = _doc(obj)
+        if kind not in ("function", "method") or not doc or \
+                not doc.strip().startswith(name + "("):
+            continue
+        if _signature_params(doc) and rid not in NOT_CALLED:
+            marks = ()
+            if rid in KEYWORD_BUGS:
+                call, _, why = KEYWORD_BUGS[rid].partition("; ")
+                marks = bug("%s raises TypeError '... takes no keyword "
+                            "arguments' although the docstring names the "
+                            "parameters%s" % (call, "; " + why if why else ""))
+            rows.append(pytest.param(rid, _signature_params(doc), id=rid,
+                                     marks=marks))
+    return rows
+
+
+KEYWORD_ROWS = _keyword_rows()
+
+
+def test_every_signature_with_parameters_has_a_call():
+    ids = {p.values[0] for p in KEYWORD_ROWS}
+    assert not ids - set(KEYWORD_CALLS), (
+        "add a row to KEYWORD_CALLS (or NOT_CALLED) for %s"
+        % sorted(ids - set(KEYWORD_CALLS)))
+    assert not set(KEYWORD_CALLS) - ids, (
+        "KEYWORD_CALLS rows without a documented signature: %s"
+        % sorted(set(KEYWORD_CALLS) - ids))
+
+
+@pytest.mark.parametrize("rid, names", KEYWORD_ROWS)
+def test_signature_parameters_are_accepted_by_name(rid, names):
+    if rid not in KEYWORD_CALLS:
+        pytest.fail("no KEYWORD_CALLS row for %s" % rid)
+    samples = Samples()
+    fn, kwargs = KEYWORD_CALLS[rid](samples)
+    assert sorted(kwargs) == sorted(names), \
+        "the signature names %r" % (names,)
+    try:
+        fn(**kwargs)
+    except TypeError as exc:
+        error = str(exc)  # not the traceback: it would keep the samples
+    else:
+        error = None
+    del samples, fn, kwargs
+    assert error is None, error
+    # select_device / current_context leave device 0 current, as before.
+    assert cudamem.get_current_device().id == 0
+
+
+def test_signature_parser():
+    assert _signature_params("f(a, b=1, *c, d=2, **e) -> x") == \
+        ["a", "b", "d"]
+    assert _signature_params("f(a, /, b)") == ["b"]
+    assert _signature_params("device_array(shape, dtype=np.float64, "
+                             "strides=None, order='C', stream=0)\n-> D") == \
+        ["shape", "dtype", "strides", "order", "stream"]
+    assert _signature_params("reshape(*shape, order='C') -> D") == ["order"]
+    assert _signature_params("priority_range() -> (least, greatest)") == []
