@@ -32,6 +32,10 @@ def device_array_like(ary, stream=0):
     An uninitialized device array with ``ary``'s shape and dtype, laid out
     as numba does: ``ary``'s order when it is contiguous, else contiguous
     strides that keep its axis order. ``ary`` is a NumPy or device array."""
+    if not all(hasattr(ary, name) for name in ("shape", "dtype", "flags",
+                                                "strides", "ndim")):
+        raise TypeError("device_array_like() needs a NumPy or device array, "
+                        "not %s" % type(ary).__name__)
     return _cudamem.device_array(ary.shape, dtype=ary.dtype,
                                  strides=_strides_like(ary),
                                  order=_order_like(ary), stream=stream)

@@ -16,13 +16,17 @@ __all__ = [
 
 
 class CudaSupportError(ImportError):
-    """CUDA cannot be used: no driver, the toolkit's stub, too old, or cuInit
+    """CudaSupportError
+
+    CUDA cannot be used: no driver, the toolkit's stub, too old, or cuInit
     failed. Raised by the first call that needs the driver, and again by every
     later one."""
 
 
 class CudaDriverError(Exception):
-    """A misuse of the driver that is not a failed call, such as using CUDA
+    """CudaDriverError
+
+    A misuse of the driver that is not a failed call, such as using CUDA
     in a child of a process that initialized it."""
 
 
@@ -73,7 +77,9 @@ class CudaOutOfMemoryError(CudaAPIError):
 
 
 class CudaStickyError(CudaAPIError):
-    """The context hit an error that leaves it unusable (an illegal address,
+    """CudaStickyError(code, call, name=None)
+
+    The context hit an error that leaves it unusable (an illegal address,
     a failed launch, an uncorrectable ECC error). Every later call in it
     fails; restart the process."""
 
@@ -83,5 +89,7 @@ class CudaStickyError(CudaAPIError):
 
 
 class CudaWarning(UserWarning):
-    """Something failed where raising was impossible (a finalizer, a callback,
+    """CudaWarning
+
+    Something failed where raising was impossible (a finalizer, a callback,
     shutdown)."""

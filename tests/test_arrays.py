@@ -590,3 +590,21 @@ def test_ravel_on_a_stream(sim):
     np.testing.assert_array_equal(copied.copy_to_host(), h.T.ravel())
     with pytest.raises(TypeError, match="stream"):
         dev.ravel(stream="s")
+
+
+def test_copy_into_interleaved_and_overlapping_host_layouts():
+    """A destination whose strides interleave without overlapping is
+    written exactly; one whose elements share bytes is refused (the result
+    would depend on the order of the writes), naming its strides."""
+    from numpy.lib.stride_tricks import as_strided
+    h = np.arange(6, dtype=np.float32).reshape(2, 3)
+    dev = cudamem.to_device(h)
+    buf = np.full(16, -1, np.float32)
+    dst = as_strided(buf, (2, 3), (12, 8), writeable=True)
+    dev.copy_to_host(dst)
+    np.testing.assert_array_equal(dst, h)
+    before = buf.copy()
+    bad = as_strided(buf, (2, 3), (8, 4), writeable=True)
+    with pytest.raises(ValueError, match=r"strides \(8, 4\) map several"):
+        dev.copy_to_host(bad)
+    np.testing.assert_array_equal(buf, before)

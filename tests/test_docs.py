@@ -5,9 +5,6 @@ or method's first line is its signature, ``name(...)`` (or, for C functions
 that use it, a ``__text_signature__``); a type's starts with the type's
 name. The parameters a signature names are accepted by those names, as
 numba's are (``select_device(device_id=0)``, ``d.transpose(axes=...)``).
-
-A row that fails today for code this suite cannot change is marked
-``xfail(strict=True, reason="BUG: ...")``.
 """
 import functools
 import re
@@ -27,27 +24,6 @@ SUBMODULES = ["driver", "runtime", "simulator"]
 # Protocol members that are public although their names start with "_".
 PROTOCOL = {"__array__", "__cuda_array_interface__", "__cuda_memory__",
             "__cuda_ndarray__", "__cuda_stream__"}
-
-
-def bug(reason):
-    return pytest.mark.xfail(strict=True, reason="BUG: " + reason)
-
-
-# Known failures, by the id of their row.
-KNOWN = {
-    "cudamem.CudaDriverError": bug(
-        "cudamem/errors.py: CudaDriverError's docstring starts 'A misuse of "
-        "the driver ...', not with its name"),
-    "cudamem.CudaStickyError": bug(
-        "cudamem/errors.py: CudaStickyError's docstring starts 'The context "
-        "hit an error ...', not with its name"),
-    "cudamem.CudaSupportError": bug(
-        "cudamem/errors.py: CudaSupportError's docstring starts 'CUDA "
-        "cannot be used ...', not with its name"),
-    "cudamem.CudaWarning": bug(
-        "cudamem/errors.py: CudaWarning's docstring starts 'Something "
-        "failed where raising was impossible ...', not with its name"),
-}
 
 
 def _public(name):
@@ -90,7 +66,7 @@ ROWS = _rows()
 
 
 def _params(rows):
-    return [pytest.param(name, obj, kind, id=rid, marks=KNOWN.get(rid, ()))
+    return [pytest.param(name, obj, kind, id=rid)
             for rid, name, obj, kind in rows]
 
 
@@ -100,7 +76,6 @@ def test_the_table_covers_the_api():
     assert "DeviceNDArrayBase.copy_to_host" in ids
     assert "Stream.__cuda_stream__" in ids and "Device.reset" in ids
     assert "Deallocations.clear" in ids and "MemoryPointer.view" in ids
-    assert set(KNOWN) <= ids, set(KNOWN) - ids  # no stale marks
 
 
 def _doc(obj):
@@ -243,20 +218,6 @@ NOT_CALLED = {"Context.enable_peer_access", "cudamem.simulator.inject",
               "cudamem.simulator.set_memory", "cudamem.simulator.set_delay_us",
               "cudamem.simulator.delay", "cudamem.simulator.set_hazards",
               "cudamem.simulator.error_code"}
-NUMBA_BY_NAME = "; numba's own signature takes it by name"
-KEYWORD_BUGS = {
-    "cudamem.can_access_peer": "can_access_peer(device=0, peer=0)",
-    "cudamem.external_stream": "external_stream(ptr=...)" + NUMBA_BY_NAME,
-    "cudamem.select_device": "select_device(device_id=0)" + NUMBA_BY_NAME,
-    "DeviceNDArray.transpose": "d.transpose(axes=None)" + NUMBA_BY_NAME,
-    "DeviceNDArray.view": "d.view(dtype=...)" + NUMBA_BY_NAME,
-    "Context.can_access_peer": "ctx.can_access_peer(peer_device=0)"
-                               + NUMBA_BY_NAME,
-    "MemoryPointer.view": "gpu_data.view(start=0, stop=None)"
-                          + NUMBA_BY_NAME,
-}
-
-
 def _keyword_rows():
     rows = []
     for rid, name, obj, kind in ROWS:
@@ -265,14 +226,7 @@ def _keyword_rows():
                 not doc.strip().startswith(name + "("):
             continue
         if _signature_params(doc) and rid not in NOT_CALLED:
-            marks = ()
-            if rid in KEYWORD_BUGS:
-                call, _, why = KEYWORD_BUGS[rid].partition("; ")
-                marks = bug("%s raises TypeError '... takes no keyword "
-                            "arguments' although the docstring names the "
-                            "parameters%s" % (call, "; " + why if why else ""))
-            rows.append(pytest.param(rid, _signature_params(doc), id=rid,
-                                     marks=marks))
+            rows.append(pytest.param(rid, _signature_params(doc), id=rid))
     return rows
 
 

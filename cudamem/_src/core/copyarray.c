@@ -7,6 +7,7 @@
 
 #include <float.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -123,6 +124,102 @@ count(const layout *L)
 /* ---------------------------------------------------------------------------
  * Layouts. */
 
+static int
+cmp_offset(const void *a, const void *b)
+{
+    ptrdiff_t x = *(const ptrdiff_t *)a, y = *(const ptrdiff_t *)b;
+
+    return (x > y) - (x < y);
+}
+
+/* Whether two elements of the destination share bytes (the result would
+ * depend on the order of the writes, as for a zero stride). Each stride
+ * clearing the span of the smaller ones proves they do not; otherwise the
+ * element offsets are listed and compared, up to a bound. */
+#define OVERLAP_LIST_MAX ((size_t)1 << 22)
+
+/* "(s0, s1, ...)" of a side's strides, cut short to fit. */
+static const char *
+strides_text(const cm_side *side, char *buf, size_t size)
+{
+    size_t used = 0;
+
+    buf[0] = '\0';
+    for (int i = 0; i < side->ndim && used + 1 < size; i++) {
+        int w = snprintf(buf + used, size - used, "%s%td%s",
+                         i == 0 ? "(" : " ", side->strides[i],
+                         side->ndim == 1 ? ",)"
+                         : i + 1 < side->ndim ? ","
+                                              : ")");
+
+        used += w > 0 ? (size_t)w : 0;
+    }
+    return side->ndim == 0 ? "()" : buf;
+}
+
+static int
+check_no_overlap(const cm_side *dst, const layout *L, size_t n,
+                 size_t itemsize, cm_error *err)
+{
+    char text[256];
+    ptrdiff_t step[MAXDIM], len[MAXDIM], span = (ptrdiff_t)itemsize;
+    ptrdiff_t *offsets;
+    int nd = L->nd, clear = 1;
+
+    for (int i = 0; i < nd; i++) {
+        int j = i;
+
+        step[i] = L->d[i].ds < 0 ? -L->d[i].ds : L->d[i].ds;
+        len[i] = L->d[i].n;
+        for (; j > 0 && step[j - 1] > step[j]; j--) {
+            ptrdiff_t t = step[j], u = len[j];
+
+            step[j] = step[j - 1];
+            len[j] = len[j - 1];
+            step[j - 1] = t;
+            len[j - 1] = u;
+        }
+    }
+    for (int i = 0; i < nd && clear; i++) {
+        clear = step[i] >= span;
+        span += (len[i] - 1) * step[i];
+    }
+    if (clear) {
+        return 0;
+    }
+    if (n > OVERLAP_LIST_MAX ||
+        (offsets = malloc(n * sizeof(*offsets))) == NULL) {
+        return cm_fail_fmt(err, CM_ERR_VALUE,
+                           "destination strides %s interleave in a way whose "
+                           "elements cannot be shown not to overlap",
+                           strides_text(dst, text, sizeof(text)));
+    }
+    for (size_t k = 0; k < n; k++) {
+        size_t rest = k;
+        ptrdiff_t off = 0;
+
+        for (int i = 0; i < nd; i++) {
+            off += (ptrdiff_t)(rest % (size_t)len[i]) * step[i];
+            rest /= (size_t)len[i];
+        }
+        offsets[k] = off;
+    }
+    qsort(offsets, n, sizeof(*offsets), cmp_offset);
+    for (size_t k = 1; k < n && clear == 0; k++) {
+        if (offsets[k] - offsets[k - 1] < (ptrdiff_t)itemsize) {
+            clear = -1;
+        }
+    }
+    free(offsets);
+    if (clear < 0) {
+        return cm_fail_fmt(err, CM_ERR_VALUE,
+                           "destination elements overlap: strides %s map "
+                           "several elements to the same bytes",
+                           strides_text(dst, text, sizeof(text)));
+    }
+    return 0;
+}
+
 /* Checks the sides (numba's rules were py/'s; these keep core safe) and
  * builds the dims of length > 1; *n is the element count. A fill passes
  * src NULL. */
@@ -184,7 +281,7 @@ build(const cm_side *dst, const cm_side *src, size_t itemsize, layout *L,
                               src != NULL ? src->strides[i]
                                           : dst->strides[i]};
     }
-    return 0;
+    return check_no_overlap(dst, L, *n, itemsize, err);
 }
 
 /* Flips the dims where the destination runs backwards and the source does

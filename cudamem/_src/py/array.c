@@ -67,6 +67,23 @@ cmpy_check_dtype(PyArray_Descr *dtype)
     return 0;
 }
 
+/* One int of argument `arg` (`what`), or ValueError naming both when it
+ * does not fit a Py_ssize_t. */
+static int
+as_ssize(PyObject *item, const char *what, PyObject *arg, Py_ssize_t *out)
+{
+    *out = PyNumber_AsSsize_t(item, PyExc_OverflowError);
+    if (*out == -1 && PyErr_Occurred()) {
+        if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError, "%s %R: %R is out of range", what,
+                         arg, item);
+        }
+        return -1;
+    }
+    return 0;
+}
+
 /* An int or a sequence of ints (numpy.empty's shape and strides): at
  * most NPY_MAXDIMS of them. `what` names the argument in errors. */
 int
@@ -76,9 +93,8 @@ cmpy_parse_ints(PyObject *arg, const char *what, Py_ssize_t *out, int *n)
     Py_ssize_t len;
 
     if (PyIndex_Check(arg)) {
-        out[0] = PyNumber_AsSsize_t(arg, PyExc_ValueError);
         *n = 1;
-        return out[0] == -1 && PyErr_Occurred() ? -1 : 0;
+        return as_ssize(arg, what, arg, &out[0]);
     }
     seq = PySequence_Fast(arg, "");
     if (seq == NULL) {
@@ -102,8 +118,7 @@ cmpy_parse_ints(PyObject *arg, const char *what, Py_ssize_t *out, int *n)
                          what, arg, Py_TYPE(item)->tp_name);
             goto error;
         }
-        out[i] = PyNumber_AsSsize_t(item, PyExc_ValueError);
-        if (out[i] == -1 && PyErr_Occurred()) {
+        if (as_ssize(item, what, arg, &out[i]) < 0) {
             goto error;
         }
     }
@@ -171,11 +186,21 @@ layout_extent(int ndim, const Py_ssize_t *shape, const Py_ssize_t *strides,
     *low = count != 0 ? lo : 0;
     *high = count != 0 ? hi : 0;
     return 0;
-overflow:
-    PyErr_SetString(PyExc_ValueError,
-                    "array is too big; `arr.size * arr.dtype.itemsize` is "
-                    "larger than the maximum possible size");
+overflow : {
+    PyObject *a = cmpy_shape_tuple(ndim, shape);
+    PyObject *b = cmpy_shape_tuple(ndim, strides);
+
+    if (a != NULL && b != NULL) {
+        PyErr_Format(PyExc_ValueError,
+                     "array is too big: shape %R with strides %R and "
+                     "itemsize %zd spans more bytes than the maximum "
+                     "possible size",
+                     a, b, itemsize);
+    }
+    Py_XDECREF(a);
+    Py_XDECREF(b);
     return -1;
+}
 }
 
 /* Strides of a contiguous layout in `order` ('C' or 'F'). */
@@ -189,7 +214,10 @@ cmpy_contiguous_strides(int ndim, const Py_ssize_t *shape, Py_ssize_t itemsize,
         int i = order == 'F' ? k : ndim - 1 - k;
 
         strides[i] = step;
-        step *= shape[i] > 0 ? shape[i] : 1;
+        /* Saturates: layout_extent then reports the size as too big. */
+        step = shape[i] > 1 && step > PY_SSIZE_T_MAX / shape[i]
+                   ? PY_SSIZE_T_MAX
+                   : step * (shape[i] > 0 ? shape[i] : 1);
     }
 }
 
@@ -489,9 +517,8 @@ static PyMethodDef array_methods[] = {
     {"reshape", FASTKW(cmpy_array_reshape), reshape_doc},
     {"ravel", FASTKW(cmpy_array_ravel), ravel_doc},
     {"squeeze", FASTKW(cmpy_array_squeeze), squeeze_doc},
-    {"transpose", (PyCFunction)(void (*)(void))cmpy_array_transpose,
-     METH_FASTCALL, transpose_doc},
-    {"view", cmpy_array_view_dtype, METH_O, view_doc},
+    {"transpose", FASTKW(cmpy_array_transpose), transpose_doc},
+    {"view", FASTKW(cmpy_array_view_dtype), view_doc},
     {"split", FASTKW(cmpy_array_split), split_doc},
     {"is_c_contiguous", array_is_c_contiguous, METH_NOARGS,
      is_c_contiguous_doc},

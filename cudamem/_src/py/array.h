@@ -88,9 +88,11 @@ PyObject *cmpy_array_ravel(PyObject *, PyObject *const *, Py_ssize_t,
                            PyObject *);
 PyObject *cmpy_array_squeeze(PyObject *, PyObject *const *, Py_ssize_t,
                              PyObject *);
-PyObject *cmpy_array_transpose(PyObject *, PyObject *const *, Py_ssize_t);
+PyObject *cmpy_array_transpose(PyObject *, PyObject *const *, Py_ssize_t,
+                               PyObject *);
 PyObject *cmpy_array_get_T(PyObject *op, void *closure);
-PyObject *cmpy_array_view_dtype(PyObject *op, PyObject *arg);
+PyObject *cmpy_array_view_dtype(PyObject *, PyObject *const *, Py_ssize_t,
+                                PyObject *);
 PyObject *cmpy_array_split(PyObject *, PyObject *const *, Py_ssize_t,
                            PyObject *);
 PyObject *cmpy_array_bind(PyObject *, PyObject *const *, Py_ssize_t,

@@ -14,7 +14,26 @@ cmpy_array_check_alive(cmpy_state *st, cmpy_DeviceNDArray *self)
     cm_error err;
 
     if (cm_mem_check(self->gpu_data->mem, &err) < 0) {
-        cmpy_raise(st, &err);
+        PyObject *shape;
+
+        if (err.kind != CM_ERR_STATE ||
+            (shape = cmpy_shape_tuple(CMPY_NDIM(self), CMPY_SHAPE(self))) ==
+                NULL) {
+            cmpy_raise(st, &err);
+            return -1;
+        }
+        /* Name the array: the context's words would not say which. */
+        PyErr_Format(st->CudaDriverError,
+                     "this device %s of shape %R and dtype %S on device %d "
+                     "cannot be used: the context was reset or closed since "
+                     "it was made, and its memory is gone",
+                     Py_IS_TYPE(self, (PyTypeObject *)st->DeviceRecordType)
+                         ? "record"
+                         : "array",
+                     shape,
+                     (PyObject *)self->dtype,
+                     self->gpu_data->mem->dev->ordinal);
+        Py_DECREF(shape);
         return -1;
     }
     return 0;
@@ -99,8 +118,11 @@ broadcast_strides(int nd, const Py_ssize_t *shape,
                   const Py_ssize_t *src_strides, int dnd,
                   const Py_ssize_t *dshape, Py_ssize_t *strides)
 {
-    if (nd > dnd) {
-        goto fail;
+    /* NumPy drops a value's extra leading dimensions of length 1. */
+    for (int i = 0; i < nd - dnd; i++) {
+        if (shape[i] != 1) {
+            goto fail;
+        }
     }
     for (int j = dnd - 1, i = nd - 1; j >= 0; j--, i--) {
         if (i < 0 || shape[i] == 1) {
@@ -841,6 +863,7 @@ cmpy_array_array(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
                  PyObject *kwnames)
 {
     static const char *const names[] = {"dtype", "copy"};
+    PyArray_Descr *dtype = NULL;
     PyObject *argv[2], *host, *out;
 
     if (cmpy_parse_args("__array__", names, 2, 0, args, nargs, kwnames,
@@ -853,11 +876,17 @@ cmpy_array_array(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
                         "without a copy (copy=False)");
         return NULL;
     }
+    /* The dtype is checked before anything is copied. */
+    if (!PyArray_DescrConverter2(argv[0] != NULL ? argv[0] : Py_None,
+                                 &dtype)) {
+        return NULL;
+    }
     host = cmpy_array_to_host(cmpy_type_state(op), (cmpy_DeviceNDArray *)op);
-    if (host == NULL || argv[0] == NULL || argv[0] == Py_None) {
+    if (host == NULL || dtype == NULL) {
+        Py_XDECREF(dtype);
         return host;
     }
-    out = PyObject_CallMethod(host, "astype", "O", argv[0]);
+    out = PyArray_CastToType((PyArrayObject *)host, dtype, 0);
     Py_DECREF(host);
     return out;
 }

@@ -20,6 +20,10 @@ refuse_fancy(PyObject *item)
     return -1;
 }
 
+static PyObject *transpose_axes(PyObject *op, PyObject *const *args,
+                                Py_ssize_t nargs);
+static PyObject *view_dtype(PyObject *op, PyObject *arg);
+
 /* Applies `key` to self's layout: the result's layout, its first element,
  * and whether every dimension was taken by an integer (a scalar). */
 static int
@@ -64,6 +68,19 @@ apply_index(cmpy_DeviceNDArray *self, PyObject *key, int *ndim_out,
                 goto error;
             }
             if (!PySlice_Check(item) && !PyIndex_Check(item)) {
+                /* Device arrays are integer-array indexes too. */
+                /* Named by type: a repr would read the device. */
+                if (cmpy_is_array(cmpy_type_state((PyObject *)self), item) ||
+                    PyObject_HasAttrString(item,
+                                           "__cuda_array_interface__")) {
+                    PyErr_Format(PyExc_TypeError,
+                                 "device arrays support only integer, "
+                                 "slice, Ellipsis and None indexes; "
+                                 "integer-array indexes such as a %.200s are "
+                                 "not supported (copy to the host first)",
+                                 Py_TYPE(item)->tp_name);
+                    goto error;
+                }
                 PyErr_Format(PyExc_IndexError,
                              "only integers, slices (`:`), ellipsis (`...`) "
                              "and None are valid indices, not %.200s",
@@ -124,7 +141,8 @@ apply_index(cmpy_DeviceNDArray *self, PyObject *key, int *ndim_out,
             dim++;
         }
         else {
-            Py_ssize_t i = PyNumber_AsSsize_t(item, PyExc_IndexError);
+            /* Clipped: a huge index is out of bounds like any other. */
+            Py_ssize_t i = PyNumber_AsSsize_t(item, NULL);
             Py_ssize_t n = CMPY_SHAPE(self)[dim];
 
             if (i == -1 && PyErr_Occurred()) {
@@ -132,9 +150,9 @@ apply_index(cmpy_DeviceNDArray *self, PyObject *key, int *ndim_out,
             }
             if (i < -n || i >= n) {
                 PyErr_Format(PyExc_IndexError,
-                             "index %zd is out of bounds for axis %d with "
+                             "index %S is out of bounds for axis %d with "
                              "size %zd",
-                             i, dim, n);
+                             item, dim, n);
                 goto error;
             }
             offset += (i < 0 ? i + n : i) * CMPY_STRIDES(self)[dim];
@@ -461,7 +479,8 @@ cmpy_array_ravel(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
 static int
 parse_axis(PyObject *arg, int ndim, int *axis)
 {
-    Py_ssize_t a = PyNumber_AsSsize_t(arg, PyExc_IndexError);
+    /* Clipped: a huge axis is out of bounds like any other. */
+    Py_ssize_t a = PyNumber_AsSsize_t(arg, NULL);
 
     if (a == -1 && PyErr_Occurred()) {
         if (!PyIndex_Check(arg)) {
@@ -473,8 +492,8 @@ parse_axis(PyObject *arg, int ndim, int *axis)
     }
     if (a < -ndim || a >= ndim) {
         PyErr_Format(PyExc_ValueError,
-                     "axis %zd is out of bounds for array of dimension %d", a,
-                     ndim);
+                     "axis %S is out of bounds for array of dimension %d",
+                     arg, ndim);
         return -1;
     }
     *axis = (int)(a < 0 ? a + ndim : a);
@@ -538,8 +557,26 @@ cmpy_array_squeeze(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
         argv[1]);
 }
 
+/* transpose(*axes) or transpose(axes=...), NumPy's forms. */
 PyObject *
-cmpy_array_transpose(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+cmpy_array_transpose(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
+                     PyObject *kwnames)
+{
+    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0) {
+        static const char *const names[] = {"axes"};
+        PyObject *argv[1];
+
+        if (cmpy_parse_args("transpose", names, 1, 0, args, nargs, kwnames,
+                            argv) < 0) {
+            return NULL;
+        }
+        return transpose_axes(op, argv, 1);
+    }
+    return transpose_axes(op, args, nargs);
+}
+
+static PyObject *
+transpose_axes(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
 {
     cmpy_DeviceNDArray *self = (cmpy_DeviceNDArray *)op;
     Py_ssize_t shape[NPY_MAXDIMS], strides[NPY_MAXDIMS];
@@ -596,11 +633,25 @@ cmpy_array_transpose(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
 PyObject *
 cmpy_array_get_T(PyObject *op, void *Py_UNUSED(closure))
 {
-    return cmpy_array_transpose(op, NULL, 0);
+    return transpose_axes(op, NULL, 0);
 }
 
 PyObject *
-cmpy_array_view_dtype(PyObject *op, PyObject *arg)
+cmpy_array_view_dtype(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
+                      PyObject *kwnames)
+{
+    static const char *const names[] = {"dtype"};
+    PyObject *argv[1];
+
+    if (cmpy_parse_args("view", names, 1, 1, args, nargs, kwnames, argv) <
+        0) {
+        return NULL;
+    }
+    return view_dtype(op, argv[0]);
+}
+
+static PyObject *
+view_dtype(PyObject *op, PyObject *arg)
 {
     cmpy_DeviceNDArray *self = (cmpy_DeviceNDArray *)op;
     Py_ssize_t shape[NPY_MAXDIMS], strides[NPY_MAXDIMS];
@@ -668,7 +719,8 @@ cmpy_array_split(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
         0) {
         return NULL;
     }
-    section = PyNumber_AsSsize_t(argv[0], PyExc_OverflowError);
+    /* Clipped: a huge section is one part, as any longer than the array. */
+    section = PyNumber_AsSsize_t(argv[0], NULL);
     if (section == -1 && PyErr_Occurred()) {
         return NULL;
     }
@@ -680,8 +732,8 @@ cmpy_array_split(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
         return NULL;
     }
     if (section <= 0) {
-        PyErr_Format(PyExc_ValueError, "split section must be positive, not "
-                     "%zd", section);
+        PyErr_Format(PyExc_ValueError,
+                     "split section must be positive, not %S", argv[0]);
         return NULL;
     }
     n = CMPY_SHAPE(self)[0];

@@ -261,7 +261,7 @@ PyDoc_STRVAR(context_can_access_peer_doc,
              "memory\n(an int ordinal or a Device).");
 
 static PyObject *
-context_can_access_peer(PyObject *self, PyObject *arg)
+context_can_access_peer_one(PyObject *self, PyObject *arg)
 {
     cmpy_Context *ctx = (cmpy_Context *)self;
     cmpy_state *st = cmpy_type_state(self);
@@ -277,6 +277,20 @@ context_can_access_peer(PyObject *self, PyObject *arg)
         return cmpy_raise(st, &err);
     }
     return PyBool_FromLong(can);
+}
+
+static PyObject *
+context_can_access_peer(PyObject *self, PyObject *const *args,
+                        Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {"peer_device"};
+    PyObject *argv[1];
+
+    if (cmpy_parse_args("can_access_peer", names, 1, 1, args, nargs, kwnames,
+                        argv) < 0) {
+        return NULL;
+    }
+    return context_can_access_peer_one(self, argv[0]);
 }
 
 PyDoc_STRVAR(context_enable_peer_access_doc,
@@ -365,7 +379,9 @@ static PyMethodDef context_methods[] = {
     {"synchronize", context_synchronize, METH_NOARGS,
      context_synchronize_doc},
     {"reset", context_reset, METH_NOARGS, context_reset_doc},
-    {"can_access_peer", context_can_access_peer, METH_O,
+    {"can_access_peer",
+     (PyCFunction)(void (*)(void))context_can_access_peer,
+     METH_FASTCALL | METH_KEYWORDS,
      context_can_access_peer_doc},
     {"enable_peer_access",
      (PyCFunction)(void (*)(void))context_enable_peer_access,

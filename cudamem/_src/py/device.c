@@ -178,6 +178,23 @@ device_richcompare(PyObject *self, PyObject *other, int op)
 
 /* Any CU_DEVICE_ATTRIBUTE_* by its name without the prefix, as numba's
  * Device.__getattr__ does. */
+/* The attributes read by name are the device's facts: setting one says so
+ * rather than that it does not exist. */
+static int
+device_setattro(PyObject *self, PyObject *name, PyObject *value)
+{
+    cmpy_state *st = cmpy_type_state(self);
+    int known = PyUnicode_Check(name) && st->attr_ids != NULL &&
+                PyDict_Contains(st->attr_ids, name) == 1;
+
+    if (known) {
+        PyErr_Format(PyExc_AttributeError,
+                     "device attribute %R is read-only", name);
+        return -1;
+    }
+    return PyObject_GenericSetAttr(self, name, value);
+}
+
 static PyObject *
 device_getattro(PyObject *self, PyObject *name)
 {
@@ -370,6 +387,7 @@ static PyType_Slot device_slots[] = {
     {Py_tp_hash, device_hash},
     {Py_tp_richcompare, device_richcompare},
     {Py_tp_getattro, device_getattro},
+    {Py_tp_setattro, device_setattro},
     {Py_tp_getset, device_getset},
     {Py_tp_methods, device_methods},
     {0, NULL},
@@ -438,7 +456,7 @@ PyDoc_STRVAR(select_device_doc,
              "and returns\nthe Device. Loads the driver.");
 
 static PyObject *
-select_device(PyObject *module, PyObject *arg)
+select_device_one(PyObject *module, PyObject *arg)
 {
     cmpy_state *st = cmpy_get_state(module);
     cmpy_Device *device;
@@ -451,6 +469,20 @@ select_device(PyObject *module, PyObject *arg)
         return cmpy_raise(st, &err);
     }
     return Py_NewRef(device);
+}
+
+static PyObject *
+select_device(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+              PyObject *kwnames)
+{
+    static const char *const names[] = {"device_id"};
+    PyObject *argv[1];
+
+    if (cmpy_parse_args("select_device", names, 1, 1, args, nargs, kwnames,
+                        argv) < 0) {
+        return NULL;
+    }
+    return select_device_one(self, argv[0]);
 }
 
 int
@@ -672,21 +704,20 @@ PyDoc_STRVAR(can_access_peer_doc,
              "Devices).");
 
 static PyObject *
-can_access_peer(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+can_access_peer(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+                PyObject *kwnames)
 {
+    static const char *const names[] = {"device", "peer"};
     cmpy_state *st = cmpy_get_state(module);
+    PyObject *argv[2];
     cmpy_Device *a, *b;
     cm_error err;
     int can;
 
-    if (nargs != 2) {
-        PyErr_Format(PyExc_TypeError,
-                     "can_access_peer() takes 2 arguments (%zd given)",
-                     nargs);
-        return NULL;
-    }
-    if (cmpy_device_parse(st, args[0], &a) < 0 ||
-        cmpy_device_parse(st, args[1], &b) < 0) {
+    if (cmpy_parse_args("can_access_peer", names, 2, 2, args, nargs,
+                        kwnames, argv) < 0 ||
+        cmpy_device_parse(st, argv[0], &a) < 0 ||
+        cmpy_device_parse(st, argv[1], &b) < 0) {
         return NULL;
     }
     if (cm_peer_can_access(a->dev, b->dev, &can, &err) < 0) {
@@ -720,7 +751,8 @@ active_device(PyObject *module, PyObject *Py_UNUSED(ignored))
 }
 
 PyMethodDef cmpy_device_methods[] = {
-    {"select_device", select_device, METH_O, select_device_doc},
+    {"select_device", (PyCFunction)(void (*)(void))select_device,
+     METH_FASTCALL | METH_KEYWORDS, select_device_doc},
     {"get_current_device", get_current_device, METH_NOARGS,
      get_current_device_doc},
     {"list_devices", list_devices, METH_NOARGS, list_devices_doc},
@@ -731,7 +763,7 @@ PyMethodDef cmpy_device_methods[] = {
     {"profile_start", profile_start, METH_NOARGS, profile_start_doc},
     {"profile_stop", profile_stop, METH_NOARGS, profile_stop_doc},
     {"can_access_peer", (PyCFunction)(void (*)(void))can_access_peer,
-     METH_FASTCALL, can_access_peer_doc},
+     METH_FASTCALL | METH_KEYWORDS, can_access_peer_doc},
     {"_active_device", active_device, METH_NOARGS, active_device_doc},
     {NULL, NULL, 0, NULL},
 };

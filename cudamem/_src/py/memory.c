@@ -173,32 +173,40 @@ PyDoc_STRVAR(pointer_view_doc,
              "allocation.");
 
 static PyObject *
-pointer_view(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+pointer_view(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
+             PyObject *kwnames)
 {
+    static const char *const names[] = {"start", "stop"};
     cmpy_MemoryPointer *self = (cmpy_MemoryPointer *)op;
     cmpy_state *st = cmpy_type_state(op);
     Py_ssize_t start, stop = (Py_ssize_t)self->size;
+    PyObject *argv[2], *stop_arg;
 
-    if (nargs < 1 || nargs > 2) {
-        PyErr_Format(PyExc_TypeError,
-                     "view() takes start and an optional stop (%zd given)",
-                     nargs);
+    if (cmpy_parse_args("view", names, 2, 1, args, nargs, kwnames, argv) <
+        0) {
         return NULL;
     }
-    start = PyNumber_AsSsize_t(args[0], PyExc_OverflowError);
+    /* Clipped: a huge bound is outside the memory like any other. */
+    start = PyNumber_AsSsize_t(argv[0], NULL);
     if (start == -1 && PyErr_Occurred()) {
         return NULL;
     }
-    if (nargs == 2 && args[1] != Py_None) {
-        stop = PyNumber_AsSsize_t(args[1], PyExc_OverflowError);
+    stop_arg = argv[1] != NULL && argv[1] != Py_None ? argv[1] : NULL;
+    if (stop_arg != NULL) {
+        stop = PyNumber_AsSsize_t(stop_arg, NULL);
         if (stop == -1 && PyErr_Occurred()) {
             return NULL;
         }
     }
     if (start < 0 || stop < start || (size_t)stop > self->size) {
-        PyErr_Format(PyExc_IndexError,
-                     "view(%zd, %zd) is outside this memory of %zu bytes",
-                     start, stop, self->size);
+        PyObject *size = PyLong_FromSize_t(self->size);
+
+        if (size != NULL) {
+            PyErr_Format(PyExc_IndexError,
+                         "view(%S, %S) is outside this memory of %S bytes",
+                         argv[0], stop_arg != NULL ? stop_arg : size, size);
+            Py_DECREF(size);
+        }
         return NULL;
     }
     return cmpy_memory_view(st, self, (size_t)start, (size_t)(stop - start));
@@ -223,8 +231,8 @@ cmpy_memory_view(cmpy_state *st, cmpy_MemoryPointer *base, size_t offset,
 }
 
 static PyMethodDef pointer_methods[] = {
-    {"view", (PyCFunction)(void (*)(void))pointer_view, METH_FASTCALL,
-     pointer_view_doc},
+    {"view", (PyCFunction)(void (*)(void))pointer_view,
+     METH_FASTCALL | METH_KEYWORDS, pointer_view_doc},
     {NULL, NULL, 0, NULL},
 };
 

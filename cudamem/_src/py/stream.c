@@ -724,7 +724,7 @@ PyDoc_STRVAR(external_stream_doc,
              "the Stream\nobject and every operation queued on it.");
 
 static PyObject *
-external_stream(PyObject *module, PyObject *arg)
+external_stream_one(PyObject *module, PyObject *arg)
 {
     cmpy_state *st = cmpy_get_state(module);
     unsigned long long h;
@@ -759,6 +759,20 @@ external_stream(PyObject *module, PyObject *arg)
     }
     return cmpy_stream_wrap(st, dev, CMPY_STREAM_EXTERNAL,
                             (CUstream)(uintptr_t)h);
+}
+
+static PyObject *
+external_stream(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                PyObject *kwnames)
+{
+    static const char *const names[] = {"ptr"};
+    PyObject *argv[1];
+
+    if (cmpy_parse_args("external_stream", names, 1, 1, args, nargs, kwnames,
+                        argv) < 0) {
+        return NULL;
+    }
+    return external_stream_one(self, argv[0]);
 }
 
 PyObject *
@@ -823,7 +837,8 @@ PyMethodDef cmpy_stream_methods[] = {
      legacy_default_stream_doc},
     {"per_thread_default_stream", per_thread_default_stream, METH_NOARGS,
      per_thread_default_stream_doc},
-    {"external_stream", external_stream, METH_O, external_stream_doc},
+    {"external_stream", (PyCFunction)(void (*)(void))external_stream,
+     METH_FASTCALL | METH_KEYWORDS, external_stream_doc},
     {"_parse_stream", (PyCFunction)(void (*)(void))parse_stream,
      METH_FASTCALL | METH_KEYWORDS, parse_stream_doc},
     {NULL, NULL, 0, NULL},
