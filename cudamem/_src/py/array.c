@@ -147,12 +147,10 @@ parse_shape(PyObject *arg, Py_ssize_t *shape, int *ndim)
     return 0;
 }
 
-/* The extent of a layout: the lowest and one past the highest byte offset
- * any element touches, relative to the first element. Fails on overflow. */
-static int
-layout_extent(int ndim, const Py_ssize_t *shape, const Py_ssize_t *strides,
-              Py_ssize_t itemsize, Py_ssize_t *size, Py_ssize_t *low,
-              Py_ssize_t *high)
+int
+cmpy_layout_extent(int ndim, const Py_ssize_t *shape,
+                   const Py_ssize_t *strides, Py_ssize_t itemsize,
+                   Py_ssize_t *size, Py_ssize_t *low, Py_ssize_t *high)
 {
     Py_ssize_t count = 1, lo = 0, hi = itemsize, span;
 
@@ -214,7 +212,7 @@ cmpy_contiguous_strides(int ndim, const Py_ssize_t *shape, Py_ssize_t itemsize,
         int i = order == 'F' ? k : ndim - 1 - k;
 
         strides[i] = step;
-        /* Saturates: layout_extent then reports the size as too big. */
+        /* Saturates: the extent check then reports the size as too big. */
         step = shape[i] > 1 && step > PY_SSIZE_T_MAX / shape[i]
                    ? PY_SSIZE_T_MAX
                    : step * (shape[i] > 0 ? shape[i] : 1);
@@ -269,8 +267,8 @@ array_alloc(cmpy_state *st, PyObject *type, cm_device *dev, int ndim,
     Py_ssize_t itemsize = PyDataType_ELSIZE(dtype), size, low, high;
     PyObject *mem;
 
-    if (layout_extent(ndim, shape, strides, itemsize, &size, &low, &high) <
-        0) {
+    if (cmpy_layout_extent(ndim, shape, strides, itemsize, &size, &low,
+                           &high) < 0) {
         return NULL;
     }
     mem = cmpy_memory_alloc(st, dev, (size_t)(high - low));
@@ -292,8 +290,8 @@ cmpy_array_wrap(PyObject *type, PyObject *mem, CUdeviceptr ptr, int ndim, const 
     cmpy_MemoryPointer *mp = (cmpy_MemoryPointer *)mem;
     Py_ssize_t size, low, high;
 
-    if (layout_extent(ndim, shape, strides, PyDataType_ELSIZE(dtype), &size,
-                      &low, &high) < 0) {
+    if (cmpy_layout_extent(ndim, shape, strides, PyDataType_ELSIZE(dtype),
+                           &size, &low, &high) < 0) {
         goto fail;
     }
     if (size != 0 && (ptr + (CUdeviceptr)low < mp->ptr ||
@@ -322,8 +320,8 @@ cmpy_array_view_as(cmpy_state *st, PyObject *type, cmpy_DeviceNDArray *base,
     PyObject *mem;
     size_t offset = 0;
 
-    if (layout_extent(ndim, shape, strides, PyDataType_ELSIZE(dtype), &size,
-                      &low, &high) < 0) {
+    if (cmpy_layout_extent(ndim, shape, strides, PyDataType_ELSIZE(dtype),
+                           &size, &low, &high) < 0) {
         return NULL;
     }
     /* Like numba, the view's gpu_data covers exactly its extent. */

@@ -62,6 +62,13 @@ cmpy_is_array(cmpy_state *st, PyObject *obj)
 }
 
 /* array.c: shared layout helpers. */
+/* The extent of a layout: its elements, and the lowest and one past the
+ * highest byte offset any element touches, relative to the first element
+ * (both 0 when there are none). ValueError naming the layout when it
+ * overflows. */
+int cmpy_layout_extent(int ndim, const Py_ssize_t *shape,
+                       const Py_ssize_t *strides, Py_ssize_t itemsize,
+                       Py_ssize_t *size, Py_ssize_t *low, Py_ssize_t *high);
 int cmpy_check_dtype(PyArray_Descr *dtype);
 int cmpy_parse_ints(PyObject *arg, const char *what, Py_ssize_t *out, int *n);
 void cmpy_contiguous_strides(int ndim, const Py_ssize_t *shape,

@@ -443,23 +443,35 @@ const char cmpy_array_copy_to_host_doc[] = PyDoc_STR(
              "to the array) the copy\nis complete on return; with a stream "
              "it is queued there.");
 
+/* A new host array with self's elements, copied on `ref` and complete on
+ * return. */
+static PyArrayObject *
+complete_host_copy(cmpy_state *st, cmpy_DeviceNDArray *self,
+                   const cmpy_stream_ref *ref)
+{
+    PyArrayObject *host = new_host_like(self);
+
+    if (host == NULL) {
+        return NULL;
+    }
+    if (device_to_host(st, self, host, ref) < 0 ||
+        (ref->async &&
+         cmpy_stream_wait(st, self->gpu_data->mem->dev, ref->handle) < 0)) {
+        Py_DECREF(host);
+        return NULL;
+    }
+    return host;
+}
+
 PyObject *
 cmpy_array_to_host(cmpy_state *st, cmpy_DeviceNDArray *self)
 {
     cmpy_stream_ref ref = {self->stream_handle, self->stream_async, NULL};
-    PyArrayObject *host;
 
-    if (cmpy_array_check_alive(st, self) < 0 ||
-        (host = new_host_like(self)) == NULL) {
+    if (cmpy_array_check_alive(st, self) < 0) {
         return NULL;
     }
-    if (device_to_host(st, self, host, &ref) < 0 ||
-        (ref.async &&
-         cmpy_stream_wait(st, self->gpu_data->mem->dev, ref.handle) < 0)) {
-        Py_DECREF(host);
-        return NULL;
-    }
-    return (PyObject *)host;
+    return (PyObject *)complete_host_copy(st, self, &ref);
 }
 
 /* copy_to_host into a numpy.void (numba's tests copy records into one):
@@ -483,13 +495,7 @@ copy_to_void(cmpy_state *st, cmpy_DeviceNDArray *self, PyObject *ary,
                         "copy_to_host destination is read-only");
         return NULL;
     }
-    if ((host = new_host_like(self)) == NULL) {
-        return NULL;
-    }
-    if (device_to_host(st, self, host, ref) < 0 ||
-        (ref->async &&
-         cmpy_stream_wait(st, self->gpu_data->mem->dev, ref->handle) < 0)) {
-        Py_DECREF(host);
+    if ((host = complete_host_copy(st, self, ref)) == NULL) {
         return NULL;
     }
     memcpy(v->obval, PyArray_DATA(host), (size_t)PyArray_ITEMSIZE(host));

@@ -6,6 +6,7 @@
 #include "array.h"
 
 #include "../core/copy.h"
+#include "cai.h"
 #include "stream.h"
 
 /* An index that NumPy would take but a device array cannot. */
@@ -70,9 +71,14 @@ apply_index(cmpy_DeviceNDArray *self, PyObject *key, int *ndim_out,
             if (!PySlice_Check(item) && !PyIndex_Check(item)) {
                 /* Device arrays are integer-array indexes too. */
                 /* Named by type: a repr would read the device. */
-                if (cmpy_is_array(cmpy_type_state((PyObject *)self), item) ||
-                    PyObject_HasAttrString(item,
-                                           "__cuda_array_interface__")) {
+                cmpy_state *st = cmpy_type_state((PyObject *)self);
+                int cai = cmpy_is_array(st, item) ? 1
+                                                  : cmpy_cai_check(st, item);
+
+                if (cai < 0) {
+                    goto error;
+                }
+                if (cai) {
                     PyErr_Format(PyExc_TypeError,
                                  "device arrays support only integer, "
                                  "slice, Ellipsis and None indexes; "

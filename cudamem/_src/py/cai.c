@@ -29,25 +29,6 @@ typedef struct cai_desc {
     Py_ssize_t low, high; /* the extent, in bytes from ptr */
 } cai_desc;
 
-/* PyObject_GetOptionalAttr before 3.13: 1 found, 0 not, -1 error. */
-static int
-optional_attr(PyObject *obj, const char *name, PyObject **out)
-{
-#if PY_VERSION_HEX >= 0x030D0000
-    return PyObject_GetOptionalAttrString(obj, name, out);
-#else
-    *out = PyObject_GetAttrString(obj, name);
-    if (*out != NULL) {
-        return 1;
-    }
-    if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
-        PyErr_Clear();
-        return 0;
-    }
-    return -1;
-#endif
-}
-
 /* The exception being handled becomes the cause of a new one. */
 static void
 raise_from(PyObject *type, PyObject *msg)
@@ -337,47 +318,6 @@ parse_strides(PyObject *desc, cai_desc *out)
     return 0;
 }
 
-/* The elements and the byte extent [low, high) around the first element;
- * ValueError when it overflows. */
-static int
-layout_extent(cai_desc *d)
-{
-    Py_ssize_t itemsize = PyDataType_ELSIZE(d->dtype), count = 1, span;
-
-    d->low = 0;
-    d->high = itemsize;
-    for (int i = 0; i < d->ndim; i++) {
-        if (__builtin_mul_overflow(count, d->shape[i], &count)) {
-            goto overflow;
-        }
-    }
-    d->size = count;
-    if (count == 0) {
-        d->high = 0;
-        return 0;
-    }
-    if (__builtin_mul_overflow(count, itemsize, &span)) {
-        goto overflow;
-    }
-    for (int i = 0; i < d->ndim; i++) {
-        if (__builtin_mul_overflow(d->shape[i] - 1, d->strides[i], &span) ||
-            (span < 0 ? __builtin_add_overflow(d->low, span, &d->low)
-                      : __builtin_add_overflow(d->high, span, &d->high))) {
-            goto overflow;
-        }
-    }
-    /* array.c's bound: the extent's size must fit too. */
-    if (d->low < -(PY_SSIZE_T_MAX / 2) || d->high > PY_SSIZE_T_MAX / 2) {
-        goto overflow;
-    }
-    return 0;
-overflow:
-    PyErr_SetString(PyExc_ValueError,
-                    "array is too big; `arr.size * arr.dtype.itemsize` is "
-                    "larger than the maximum possible size");
-    return -1;
-}
-
 static int
 parse_data(PyObject *desc, cai_desc *out)
 {
@@ -422,7 +362,9 @@ parse_data(PyObject *desc, cai_desc *out)
         return -1;
     }
     out->ptr = (CUdeviceptr)p;
-    if (layout_extent(out) < 0) {
+    if (cmpy_layout_extent(out->ndim, out->shape, out->strides,
+                           PyDataType_ELSIZE(out->dtype), &out->size,
+                           &out->low, &out->high) < 0) {
         return -1;
     }
     if (out->size == 0) {
@@ -657,7 +599,7 @@ cmpy_cai_check(cmpy_state *st, PyObject *obj)
     if (cmpy_is_array(st, obj)) {
         return 0;
     }
-    found = optional_attr(obj, "__cuda_array_interface__", &attr);
+    found = cmpy_optional_attr(obj, "__cuda_array_interface__", &attr);
     Py_XDECREF(attr);
     return found;
 }
@@ -671,7 +613,7 @@ cmpy_cai_import(cmpy_state *st, PyObject *obj, int sync)
     if (cmpy_is_array(st, obj)) {
         return Py_NewRef(obj);
     }
-    found = optional_attr(obj, "__cuda_array_interface__", &desc);
+    found = cmpy_optional_attr(obj, "__cuda_array_interface__", &desc);
     if (found < 0) {
         return NULL;
     }

@@ -52,6 +52,25 @@ cmpy_type_state(PyObject *self)
  * ctypes is imported here, on first use (DESIGN rule 1). */
 PyObject *cmpy_c_void_p(unsigned long long value);
 
+/* PyObject_GetOptionalAttr before 3.13: 1 found, 0 not, -1 error. */
+static inline int
+cmpy_optional_attr(PyObject *obj, const char *name, PyObject **out)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    return PyObject_GetOptionalAttrString(obj, name, out);
+#else
+    *out = PyObject_GetAttrString(obj, name);
+    if (*out != NULL) {
+        return 1;
+    }
+    if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        PyErr_Clear();
+        return 0;
+    }
+    return -1;
+#endif
+}
+
 /* The exception being handled, taken out and put back (3.12's API, and
  * the deprecated triple before it). */
 static inline PyObject *

@@ -132,25 +132,6 @@ cmpy_stream_wait(cmpy_state *st, cm_device *dev, CUstream handle)
 /* ------------------------------------------------------------------------
  * The stream= parser. */
 
-/* PyObject_GetOptionalAttr before 3.13: 1 found, 0 not, -1 error. */
-static int
-optional_attr(PyObject *obj, const char *name, PyObject **out)
-{
-#if PY_VERSION_HEX >= 0x030D0000
-    return PyObject_GetOptionalAttrString(obj, name, out);
-#else
-    *out = PyObject_GetAttrString(obj, name);
-    if (*out != NULL) {
-        return 1;
-    }
-    if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
-        PyErr_Clear();
-        return 0;
-    }
-    return -1;
-#endif
-}
-
 /* An int stream argument (bool included): only 0 is valid. */
 static int
 int_arg(PyObject *arg, PyObject *value)
@@ -306,7 +287,7 @@ cmpy_stream_arg(cmpy_state *st, PyObject *arg, cm_device *dev,
     if (Py_IS_TYPE(arg, (PyTypeObject *)st->StreamType)) {
         return stream_obj_arg(st, (cmpy_Stream *)arg, dev, out);
     }
-    found = optional_attr(arg, "__cuda_stream__", &attr);
+    found = cmpy_optional_attr(arg, "__cuda_stream__", &attr);
     if (found < 0) {
         return -1;
     }
