@@ -298,6 +298,18 @@ cm_driver_version(void)
 }
 
 int
+cm__missing(cm_error *err, const char *call)
+{
+    int rc = cm_fail_fmt(err, CM_ERR_SUPPORT,
+                         "the CUDA driver %s (version %d.%d) has no %s",
+                         drv.path, drv.version / 1000,
+                         drv.version % 1000 / 10, call);
+
+    err->call = call;
+    return rc;
+}
+
+int
 cm_driver_is_simulator(void)
 {
     return drv.is_sim;

@@ -77,7 +77,23 @@
     X(cuMemsetD2D16Async, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                 \
     X(cuMemsetD2D32Async, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                 \
     X(cuMemcpyPeer, 4000, CM_ROW_REQUIRED | CM_ROW_PTDS)                       \
-    X(cuMemcpyPeerAsync, 4000, CM_ROW_REQUIRED | CM_ROW_PTDS)
+    X(cuMemcpyPeerAsync, 4000, CM_ROW_REQUIRED | CM_ROW_PTDS)                  \
+    X(cuEventCreate, 2000, CM_ROW_REQUIRED)                                    \
+    X(cuEventDestroy, 4000, CM_ROW_REQUIRED)                                   \
+    X(cuEventRecord, 2000, CM_ROW_REQUIRED | CM_ROW_PTDS)                      \
+    X(cuEventSynchronize, 2000, CM_ROW_REQUIRED)                               \
+    X(cuEventQuery, 2000, CM_ROW_REQUIRED)                                     \
+    X(cuEventElapsedTime, 2000, CM_ROW_REQUIRED)                               \
+    X(cuStreamWaitEvent, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                  \
+    X(cuStreamAddCallback, 5000, CM_ROW_REQUIRED | CM_ROW_PTDS)                \
+    X(cuMemHostAlloc, 2020, CM_ROW_REQUIRED)                                   \
+    X(cuMemFreeHost, 2000, CM_ROW_REQUIRED)                                    \
+    X(cuMemHostGetDevicePointer, 3020, CM_ROW_REQUIRED)                        \
+    X(cuMemHostRegister, 6050, CM_ROW_REQUIRED)                                \
+    X(cuMemHostUnregister, 4000, CM_ROW_REQUIRED)                              \
+    X(cuMemAllocManaged, 6000, CM_ROW_REQUIRED)                                \
+    X(cuMemPrefetchAsync, 12020, CM_ROW_PTDS)                                  \
+    X(cuMemAdvise, 12020, 0)
 
 typedef struct cm_driver_table {
 #define CM_DRIVER_FIELD(name, version, flags) PFN_##name##_v##version name;
@@ -150,6 +166,13 @@ int cm__done(cm_error *err, const char *call, CUresult rc, const cm__arg *args,
                               NULL, 0}}                                        \
                         : NULL,                                                \
              #__VA_ARGS__)
+
+/* CM_REQUIRE(err, fn): 0 when the optional row fn was resolved, else -1
+ * with CM_ERR_SUPPORT naming the entry point and the driver's version. */
+#define CM_REQUIRE(err, fn)                                                    \
+    (cm_drv.fn != NULL ? 0 : cm__missing((err), #fn))
+
+int cm__missing(cm_error *err, const char *call);
 
 /* CM_CALL0(err, fn): the same for entry points without arguments. */
 #define CM_CALL0(err, fn)                                                      \

@@ -30,12 +30,18 @@ free_one(void *arg, cm_free_kind kind, uint64_t handle, size_t nbytes,
     case CM_FREE_MANAGED:
         rc = CM_CALL(err, cuMemFree, (CUdeviceptr)handle);
         break;
+    case CM_FREE_HOST:
+        rc = CM_CALL(err, cuMemFreeHost, (void *)(uintptr_t)handle);
+        break;
     case CM_FREE_STREAM:
         rc = CM_CALL(err, cuStreamDestroy, (CUstream)(uintptr_t)handle);
         break;
+    case CM_FREE_EVENT:
+        rc = CM_CALL(err, cuEventDestroy, (CUevent)(uintptr_t)handle);
+        break;
     default:
-        /* Kinds whose owners (host memory, events, IPC, plugins) are not
-         * built yet never reach a queue. */
+        /* Kinds whose owners (IPC, plugins) are not built yet never reach
+         * a queue. */
         rc = cm_fail(err, CM_ERR_STATE, "cudamem cannot free this kind");
         break;
     }
