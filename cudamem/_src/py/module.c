@@ -3,6 +3,7 @@
  * Importing it touches no driver (DESIGN rule 1). */
 #define CMPY_NPY_IMPORT
 #include "cai.h"
+#include "dlpack.h"
 #include "npy.h"
 #include "stream.h"
 
@@ -94,6 +95,7 @@ cudamem_exec(PyObject *module)
         PyModule_AddFunctions(module, cmpy_stream_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_array_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_cai_methods) < 0 ||
+        PyModule_AddFunctions(module, cmpy_dlpack_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_pending_methods) < 0 ||
         cmpy_device_types_init(module, st) < 0 ||
         cmpy_stream_type_init(module, st) < 0 ||

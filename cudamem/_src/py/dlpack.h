@@ -1,0 +1,104 @@
+/* dlpack.h (py/): the DLPack ABI (version 1.1, written from the
+ * specification) and cudamem's one exporter of memory as DLPack capsules,
+ * legacy ("dltensor") or versioned ("dltensor_versioned"). Consuming
+ * capsules and the stream handshake of __dlpack__ are not here. */
+#ifndef CMPY_DLPACK_H
+#define CMPY_DLPACK_H
+
+#include "npy.h"
+
+#include <stdint.h>
+
+enum {
+    CMPY_DL_CPU = 1,
+    CMPY_DL_CUDA = 2,
+    CMPY_DL_CUDA_HOST = 3,
+    CMPY_DL_CUDA_MANAGED = 13,
+};
+
+enum {
+    CMPY_DL_INT = 0,
+    CMPY_DL_UINT = 1,
+    CMPY_DL_FLOAT = 2,
+    CMPY_DL_BFLOAT = 4,
+    CMPY_DL_COMPLEX = 5,
+    CMPY_DL_BOOL = 6,
+};
+
+#define CMPY_DLPACK_MAJOR 1
+#define CMPY_DLPACK_MINOR 1
+#define CMPY_DLPACK_FLAG_READ_ONLY ((uint64_t)1 << 0)
+
+typedef struct {
+    uint32_t major;
+    uint32_t minor;
+} cmpy_DLPackVersion;
+
+typedef struct {
+    int32_t device_type; /* DLDeviceType, an int-sized enum */
+    int32_t device_id;
+} cmpy_DLDevice;
+
+typedef struct {
+    uint8_t code;
+    uint8_t bits;
+    uint16_t lanes;
+} cmpy_DLDataType;
+
+typedef struct {
+    void *data;
+    cmpy_DLDevice device;
+    int32_t ndim;
+    cmpy_DLDataType dtype;
+    int64_t *shape;
+    int64_t *strides; /* in elements */
+    uint64_t byte_offset;
+} cmpy_DLTensor;
+
+typedef struct cmpy_DLManagedTensor {
+    cmpy_DLTensor dl_tensor;
+    void *manager_ctx;
+    void (*deleter)(struct cmpy_DLManagedTensor *);
+} cmpy_DLManagedTensor;
+
+typedef struct cmpy_DLManagedTensorVersioned {
+    cmpy_DLPackVersion version;
+    void *manager_ctx;
+    void (*deleter)(struct cmpy_DLManagedTensorVersioned *);
+    uint64_t flags;
+    cmpy_DLTensor dl_tensor;
+} cmpy_DLManagedTensorVersioned;
+
+/* What a layout exports as. */
+typedef struct cmpy_dlpack_desc {
+    void *data; /* the first element */
+    int ndim;
+    const Py_ssize_t *shape;
+    const Py_ssize_t *strides; /* in bytes, as NumPy's */
+    PyArray_Descr *dtype;
+    int device_type; /* CMPY_DL_* */
+    int device_id;
+    int readonly;
+} cmpy_dlpack_desc;
+
+/* DLPack's name for a NumPy dtype: bool, integers, floats (float16 to
+ * float64), complex64/128, and ml_dtypes' bfloat16. Anything else (or a
+ * byte-swapped dtype) raises BufferError naming it. 0 or -1. */
+int cmpy_dlpack_dtype(PyArray_Descr *dtype, cmpy_DLDataType *out);
+
+/* Whether a consumer's max_version (None or a (major, minor) tuple) takes
+ * a versioned capsule: *versioned 1 for major >= 1. TypeError naming a
+ * malformed value. 0 or -1. */
+int cmpy_dlpack_wants_versioned(PyObject *max_version, int *versioned);
+
+/* A capsule over desc, keeping `owner` alive until the consumer's deleter
+ * (or the unconsumed capsule's destructor) runs; the deleter may run on
+ * any thread, and after interpreter shutdown it leaks the owner on
+ * purpose. BufferError when a stride is not a multiple of the item size.
+ * New reference. */
+PyObject *cmpy_dlpack_capsule(PyObject *owner, const cmpy_dlpack_desc *desc,
+                              int versioned);
+
+extern PyMethodDef cmpy_dlpack_methods[];
+
+#endif
