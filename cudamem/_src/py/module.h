@@ -23,6 +23,7 @@ typedef struct cmpy_state {
     PyObject *DeviceType;  /* py/device.c */
     PyObject *ContextType; /* py/device.c */
     PyObject *StreamType;  /* py/stream.c */
+    PyObject *EventType;   /* py/event.c */
     PyObject *MemoryPointerType; /* py/memory.c */
     PyObject *DeviceNDArrayBaseType; /* py/array.c */
     PyObject *DeviceNDArrayType;     /* py/array.c */
@@ -107,6 +108,10 @@ cmpy_exc_put(PyObject *exc)
 
 /* Sets the Python exception for a core failure; returns NULL. */
 PyObject *cmpy_raise(cmpy_state *st, const cm_error *err);
+/* The same, with `hint` (or NULL) appended to a plain CudaAPIError's
+ * message: why cudamem thinks the call failed. */
+PyObject *cmpy_raise_hint(cmpy_state *st, const cm_error *err,
+                          const char *hint);
 /* A failed free in a finalizer: a CudaWarning (an unraisable error when
  * warnings are errors; stderr once the module is torn down), keeping any
  * exception already set. Nothing in a forked child. */

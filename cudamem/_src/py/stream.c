@@ -12,6 +12,7 @@
 #include "../core/driver.h"
 #include "../core/stream.h"
 #include "device.h"
+#include "event.h"
 
 /* Polls of a wait before it starts sleeping, and its longest sleep. */
 #define CMPY_WAIT_SPINS 64
@@ -515,8 +516,31 @@ stream_priority_range(PyObject *cls, PyObject *Py_UNUSED(ignored))
     return Py_BuildValue("(ii)", least, greatest);
 }
 
+PyDoc_STRVAR(stream_wait_event_doc,
+             "wait_event(event)\n\n"
+             "Work queued on this stream after this call waits, on the "
+             "device, until\n*event* occurs: event.wait(stream=self). The "
+             "host does not wait.");
+
+static PyObject *
+stream_wait_event(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                  PyObject *kwnames)
+{
+    static const char *const names[] = {"event"};
+    PyObject *vals[1];
+
+    if (cmpy_parse_args("wait_event", names, 1, 1, args, nargs, kwnames,
+                        vals) < 0 ||
+        cmpy_event_stream_wait(cmpy_type_state(self), vals[0], self) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef stream_methods[] = {
     {"synchronize", stream_synchronize, METH_NOARGS, stream_synchronize_doc},
+    {"wait_event", (PyCFunction)(void (*)(void))stream_wait_event,
+     METH_FASTCALL | METH_KEYWORDS, stream_wait_event_doc},
     {"query", stream_query, METH_NOARGS, stream_query_doc},
     {"__cuda_stream__", stream_cuda_stream, METH_NOARGS,
      stream_cuda_stream_doc},
