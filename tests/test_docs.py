@@ -219,6 +219,8 @@ KEYWORD_CALLS = {
                                           dict(peer_device=0)),
     "MemoryPointer.view": lambda s: (s.array.gpu_data.view,
                                      dict(start=0, stop=None)),
+    "Stream.add_callback": lambda s: (
+        s.stream.add_callback, dict(callback=lambda *a: None, arg=None)),
     "Stream.wait_event": lambda s: (s.stream.wait_event,
                                     dict(event=s.event)),
     "Event.record": lambda s: (s.event.record, dict(stream=s.stream)),

@@ -210,6 +210,8 @@ REACH = {
     "cuEventElapsedTime": _elapsed,
     "cuStreamWaitEvent": lambda: cudamem.stream().wait_event(
         _recorded_event()),
+    "cuStreamAddCallback": lambda: cudamem.default_stream().add_callback(
+        lambda stream, status, arg: None),
 }
 
 ROWS = [row[0] for row in driver.table()]

@@ -3,6 +3,7 @@
  * Importing it touches no driver (DESIGN rule 1). */
 #define CMPY_NPY_IMPORT
 #include "cai.h"
+#include "callback.h"
 #include "event.h"
 #include "npy.h"
 #include "stream.h"
@@ -94,6 +95,7 @@ cudamem_exec(PyObject *module)
         PyModule_AddFunctions(module, cmpy_device_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_stream_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_event_methods) < 0 ||
+        PyModule_AddFunctions(module, cmpy_callback_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_array_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_cai_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_pending_methods) < 0 ||
@@ -140,6 +142,9 @@ cudamem_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->devices);
     Py_VISIT(st->attr_ids);
     Py_VISIT(st->MemoryInfo);
+    for (int i = 0; i < CMPY_GLUE_COUNT; i++) {
+        Py_VISIT(st->glue[i]);
+    }
     return 0;
 }
 
@@ -166,6 +171,9 @@ cudamem_clear(PyObject *module)
     Py_CLEAR(st->DeferGuardType);
     Py_CLEAR(st->attr_ids);
     Py_CLEAR(st->MemoryInfo);
+    for (int i = 0; i < CMPY_GLUE_COUNT; i++) {
+        Py_CLEAR(st->glue[i]);
+    }
     return 0;
 }
 

@@ -13,6 +13,9 @@
 
 #include "../core/status.h"
 
+/* The functions of cudamem/_streams.py that py/callback.c calls. */
+#define CMPY_GLUE_COUNT 3
+
 typedef struct cmpy_state {
     PyObject *CudaSupportError;
     PyObject *CudaDriverError;
@@ -33,6 +36,8 @@ typedef struct cmpy_state {
     PyObject *devices;     /* tuple of Device, made on first use, or NULL */
     PyObject *attr_ids;    /* {"WARP_SIZE": 10, ...}: every attribute */
     PyObject *MemoryInfo;  /* cudamem.devices.MemoryInfo, loaded lazily */
+    /* cudamem._streams' functions by cmpy_glue_fn, loaded lazily */
+    PyObject *glue[CMPY_GLUE_COUNT];
     char *sim_path; /* the bundled simulator, next to this module's file */
 } cmpy_state;
 
