@@ -149,9 +149,8 @@ PyDoc_STRVAR(dispatch_stop_doc,
              "Callbacks\nthe driver reaches later are never run (exit).");
 
 static PyObject *
-dispatch_stop(PyObject *module, PyObject *Py_UNUSED(ignored))
+dispatch_stop(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
 {
-    (void)module;
     cm_callback_stop();
     Py_RETURN_NONE;
 }

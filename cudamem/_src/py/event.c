@@ -436,8 +436,9 @@ PyDoc_STRVAR(event_fn_doc,
              "event(timing=True) -> Event\n\n"
              "A new event in the current device's primary context (numba's\n"
              "cuda.event()). Only with *timing* does it record time for\n"
-             "elapsed_time(); without, it is cheaper (CU_EVENT_DISABLE_TIMING)."
-             "\nWaits on it poll, so Ctrl-C interrupts them.");
+             "elapsed_time(); without, it is cheaper\n"
+             "(CU_EVENT_DISABLE_TIMING). Waits on it poll, so Ctrl-C "
+             "interrupts them.");
 
 static PyObject *
 event_fn(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
