@@ -31,20 +31,27 @@ class CudaDriverError(Exception):
 
 
 class CudaAPIError(CudaDriverError):
-    """CudaAPIError(code, call, name=None)
+    """CudaAPIError(code, call, name=None, hint=None)
 
     A driver call failed. ``code`` is the ``CUresult``, ``name`` its
-    ``CUDA_ERROR_*`` name and ``call`` the driver entry point."""
+    ``CUDA_ERROR_*`` name and ``call`` the driver entry point. ``hint``,
+    when cudamem knows why the call failed (an event made with
+    ``timing=False``), is appended to the message."""
 
-    def __init__(self, code, call, name=None):
-        super().__init__(code, call, name)
+    def __init__(self, code, call, name=None, hint=None):
+        if hint is None:
+            super().__init__(code, call, name)
+        else:
+            super().__init__(code, call, name, hint)
         self.code = code
         self.call = call
         self.name = name if name is not None else "CUDA_ERROR_%d" % code
+        self.hint = hint
 
     def __str__(self):
-        return "[%d] Call to %s results in %s" % (self.code, self.call,
+        text = "[%d] Call to %s results in %s" % (self.code, self.call,
                                                   self.name)
+        return text if self.hint is None else "%s: %s" % (text, self.hint)
 
 
 class CudaOutOfMemoryError(CudaAPIError):

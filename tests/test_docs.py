@@ -17,7 +17,8 @@ import cudamem
 from cudamem import _cudamem
 
 EXTENSION_TYPES = [_cudamem.DeviceNDArray, _cudamem.DeviceNDArrayBase,
-                   _cudamem.DeviceRecord, _cudamem.Stream, _cudamem.Device,
+                   _cudamem.DeviceRecord, _cudamem.Stream, _cudamem.Event,
+                   _cudamem.Device,
                    _cudamem.Context, _cudamem.MemoryPointer,
                    _cudamem.Deallocations]
 SUBMODULES = ["driver", "runtime", "simulator"]
@@ -148,6 +149,9 @@ class Samples:
         self.record = cudamem.to_device(
             np.zeros(1, [("a", np.int32), ("b", np.float64)]))[0]
         self.stream = cudamem.stream()
+        self.event = cudamem.event()
+        self.event.record(self.stream)
+        self.event.synchronize()
         self.device = cudamem.get_current_device()
         self.context = cudamem.current_context()
 
@@ -166,6 +170,9 @@ KEYWORD_CALLS = {
                                    order="C", stream=0)),
     "cudamem.device_array_like": lambda s: (
         cudamem.device_array_like, dict(ary=np.zeros(3), stream=0)),
+    "cudamem.event": lambda s: (cudamem.event, dict(timing=True)),
+    "cudamem.event_elapsed_time": lambda s: (
+        cudamem.event_elapsed_time, dict(evtstart=s.event, evtend=s.event)),
     "cudamem.external_stream": lambda s: (
         cudamem.external_stream, dict(ptr=1)),
     "cudamem.from_cuda_array_interface": lambda s: (
@@ -212,6 +219,14 @@ KEYWORD_CALLS = {
                                           dict(peer_device=0)),
     "MemoryPointer.view": lambda s: (s.array.gpu_data.view,
                                      dict(start=0, stop=None)),
+    "Stream.add_callback": lambda s: (
+        s.stream.add_callback, dict(callback=lambda *a: None, arg=None)),
+    "Stream.wait_event": lambda s: (s.stream.wait_event,
+                                    dict(event=s.event)),
+    "Event.record": lambda s: (s.event.record, dict(stream=s.stream)),
+    "Event.wait": lambda s: (s.event.wait, dict(stream=s.stream)),
+    "Event.elapsed_time": lambda s: (s.event.elapsed_time,
+                                     dict(evtend=s.event)),
 }
 # Signatures with parameters whose calls would change global state.
 NOT_CALLED = {"Context.enable_peer_access", "cudamem.simulator.inject",

@@ -71,6 +71,29 @@ def _foreign_stream_device():
     del stream
 
 
+def _event_destroy():
+    """An event dropped, then its queue flushed: cuEventDestroy."""
+    event = cudamem.event()
+    del event
+    try:
+        cudamem.current_context().deallocations.clear()
+    except CudaAPIError:
+        _dev().reset()  # as for _stream_destroy
+        raise
+
+
+def _recorded_event():
+    event = cudamem.event()
+    event.record()
+    return event
+
+
+def _elapsed():
+    start, end = _recorded_event(), _recorded_event()
+    end.synchronize()
+    return start.elapsed_time(end)
+
+
 def _mem_free():
     """An array dropped, then the memory queue flushed: cuMemFree."""
     cudamem.device_array(4)
@@ -178,6 +201,17 @@ REACH = {
                                     stream=cudamem.stream()))
        for unit in _UNITS for two in ("", "D2")},
     "cuCtxGetStreamPriorityRange": cudamem.Stream.priority_range,
+    "cuEventCreate": cudamem.event,
+    "cuEventDestroy": _event_destroy,
+    "cuEventRecord": _recorded_event,
+    # A wait polls cuEventQuery, then ends with cuEventSynchronize.
+    "cuEventSynchronize": lambda: _recorded_event().synchronize(),
+    "cuEventQuery": lambda: cudamem.event().query(),
+    "cuEventElapsedTime": _elapsed,
+    "cuStreamWaitEvent": lambda: cudamem.stream().wait_event(
+        _recorded_event()),
+    "cuStreamAddCallback": lambda: cudamem.default_stream().add_callback(
+        lambda stream, status, arg: None),
 }
 
 ROWS = [row[0] for row in driver.table()]

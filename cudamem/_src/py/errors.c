@@ -7,6 +7,12 @@
 PyObject *
 cmpy_raise(cmpy_state *st, const cm_error *err)
 {
+    return cmpy_raise_hint(st, err, NULL);
+}
+
+PyObject *
+cmpy_raise_hint(cmpy_state *st, const cm_error *err, const char *hint)
+{
     PyObject *cls, *exc;
     const char *name;
 
@@ -22,8 +28,16 @@ cmpy_raise(cmpy_state *st, const cm_error *err)
         else {
             cls = st->CudaAPIError;
         }
-        exc = PyObject_CallFunction(cls, "isz", (int)err->code, err->call,
-                                    name);
+        /* Only CudaAPIError itself takes a hint; its subclasses explain
+         * themselves. */
+        if (hint != NULL && cls == st->CudaAPIError) {
+            exc = PyObject_CallFunction(cls, "iszs", (int)err->code,
+                                        err->call, name, hint);
+        }
+        else {
+            exc = PyObject_CallFunction(cls, "isz", (int)err->code,
+                                        err->call, name);
+        }
         if (exc != NULL) {
             PyErr_SetObject(cls, exc);
             Py_DECREF(exc);

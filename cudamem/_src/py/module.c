@@ -3,7 +3,9 @@
  * Importing it touches no driver (DESIGN rule 1). */
 #define CMPY_NPY_IMPORT
 #include "cai.h"
+#include "callback.h"
 #include "dlpack.h"
+#include "event.h"
 #include "npy.h"
 #include "stream.h"
 
@@ -93,12 +95,15 @@ cudamem_exec(PyObject *module)
     if (PyModule_AddFunctions(module, cmpy_driver_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_device_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_stream_methods) < 0 ||
+        PyModule_AddFunctions(module, cmpy_event_methods) < 0 ||
+        PyModule_AddFunctions(module, cmpy_callback_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_array_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_cai_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_dlpack_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_pending_methods) < 0 ||
         cmpy_device_types_init(module, st) < 0 ||
         cmpy_stream_type_init(module, st) < 0 ||
+        cmpy_event_type_init(module, st) < 0 ||
         cmpy_memory_type_init(module, st) < 0 ||
         cmpy_array_type_init(module, st) < 0 ||
         cmpy_pending_type_init(module, st) < 0) {
@@ -129,6 +134,7 @@ cudamem_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->DeviceType);
     Py_VISIT(st->ContextType);
     Py_VISIT(st->StreamType);
+    Py_VISIT(st->EventType);
     Py_VISIT(st->MemoryPointerType);
     Py_VISIT(st->DeviceNDArrayBaseType);
     Py_VISIT(st->DeviceNDArrayType);
@@ -138,6 +144,9 @@ cudamem_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->devices);
     Py_VISIT(st->attr_ids);
     Py_VISIT(st->MemoryInfo);
+    for (int i = 0; i < CMPY_GLUE_COUNT; i++) {
+        Py_VISIT(st->glue[i]);
+    }
     return 0;
 }
 
@@ -155,6 +164,7 @@ cudamem_clear(PyObject *module)
     Py_CLEAR(st->DeviceType);
     Py_CLEAR(st->ContextType);
     Py_CLEAR(st->StreamType);
+    Py_CLEAR(st->EventType);
     Py_CLEAR(st->MemoryPointerType);
     Py_CLEAR(st->DeviceNDArrayBaseType);
     Py_CLEAR(st->DeviceNDArrayType);
@@ -163,6 +173,9 @@ cudamem_clear(PyObject *module)
     Py_CLEAR(st->DeferGuardType);
     Py_CLEAR(st->attr_ids);
     Py_CLEAR(st->MemoryInfo);
+    for (int i = 0; i < CMPY_GLUE_COUNT; i++) {
+        Py_CLEAR(st->glue[i]);
+    }
     return 0;
 }
 

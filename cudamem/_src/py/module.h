@@ -13,6 +13,9 @@
 
 #include "../core/status.h"
 
+/* The functions of cudamem/_streams.py that py/callback.c calls. */
+#define CMPY_GLUE_COUNT 3
+
 typedef struct cmpy_state {
     PyObject *CudaSupportError;
     PyObject *CudaDriverError;
@@ -23,6 +26,7 @@ typedef struct cmpy_state {
     PyObject *DeviceType;  /* py/device.c */
     PyObject *ContextType; /* py/device.c */
     PyObject *StreamType;  /* py/stream.c */
+    PyObject *EventType;   /* py/event.c */
     PyObject *MemoryPointerType; /* py/memory.c */
     PyObject *DeviceNDArrayBaseType; /* py/array.c */
     PyObject *DeviceNDArrayType;     /* py/array.c */
@@ -32,6 +36,8 @@ typedef struct cmpy_state {
     PyObject *devices;     /* tuple of Device, made on first use, or NULL */
     PyObject *attr_ids;    /* {"WARP_SIZE": 10, ...}: every attribute */
     PyObject *MemoryInfo;  /* cudamem.devices.MemoryInfo, loaded lazily */
+    /* cudamem._streams' functions by cmpy_glue_fn, loaded lazily */
+    PyObject *glue[CMPY_GLUE_COUNT];
     char *sim_path; /* the bundled simulator, next to this module's file */
 } cmpy_state;
 
@@ -107,6 +113,10 @@ cmpy_exc_put(PyObject *exc)
 
 /* Sets the Python exception for a core failure; returns NULL. */
 PyObject *cmpy_raise(cmpy_state *st, const cm_error *err);
+/* The same, with `hint` (or NULL) appended to a plain CudaAPIError's
+ * message: why cudamem thinks the call failed. */
+PyObject *cmpy_raise_hint(cmpy_state *st, const cm_error *err,
+                          const char *hint);
 /* A failed free in a finalizer: a CudaWarning (an unraisable error when
  * warnings are errors; stderr once the module is torn down), keeping any
  * exception already set. Nothing in a forked child. */

@@ -11,7 +11,9 @@
 
 #include "../core/driver.h"
 #include "../core/stream.h"
+#include "callback.h"
 #include "device.h"
+#include "event.h"
 
 /* Polls of a wait before it starts sleeping, and its longest sleep. */
 #define CMPY_WAIT_SPINS 64
@@ -515,8 +517,96 @@ stream_priority_range(PyObject *cls, PyObject *Py_UNUSED(ignored))
     return Py_BuildValue("(ii)", least, greatest);
 }
 
+PyDoc_STRVAR(stream_wait_event_doc,
+             "wait_event(event)\n\n"
+             "Work queued on this stream after this call waits, on the "
+             "device, until\n*event* occurs: event.wait(stream=self). The "
+             "host does not wait.");
+
+static PyObject *
+stream_wait_event(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                  PyObject *kwnames)
+{
+    static const char *const names[] = {"event"};
+    PyObject *vals[1];
+
+    if (cmpy_parse_args("wait_event", names, 1, 1, args, nargs, kwnames,
+                        vals) < 0 ||
+        cmpy_event_stream_wait(cmpy_type_state(self), vals[0], self) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(stream_add_callback_doc,
+             "add_callback(callback, arg=None)\n\n"
+             "Calls callback(stream, status, arg) once all work queued on "
+             "this\nstream before this call is complete; *status* is the "
+             "stream's\nCUresult as an int (0: success). Callbacks run in "
+             "queue order on one\ncudamem thread (not a driver thread), so "
+             "they may call cudamem; the\nstream does not wait for them. "
+             "What a callback raises becomes a\nCudaWarning. The stream, "
+             "callback and arg are kept alive until it\nran.");
+
+static PyObject *
+stream_add_callback(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                    PyObject *kwnames)
+{
+    static const char *const names[] = {"callback", "arg"};
+    cmpy_Stream *s = (cmpy_Stream *)self;
+    cmpy_state *st = cmpy_type_state(self);
+    PyObject *vals[2];
+
+    if (cmpy_parse_args("add_callback", names, 2, 1, args, nargs, kwnames,
+                        vals) < 0 ||
+        stream_check(st, s) < 0 ||
+        cmpy_callback_add(st, self, s->dev, s->handle, vals[0],
+                          vals[1] != NULL ? vals[1] : Py_None) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(stream_async_done_doc,
+             "async_done() -> asyncio.Future\n\n"
+             "A future of the running event loop that resolves to this "
+             "stream once\nall work queued on it before this call is "
+             "complete (CudaAPIError\nnaming the status when the stream "
+             "failed). Cancelling it is safe.");
+
+static PyObject *
+stream_async_done(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    cmpy_state *st = cmpy_type_state(self);
+
+    if (stream_check(st, (cmpy_Stream *)self) < 0) {
+        return NULL;
+    }
+    return cmpy_glue_call(st, CMPY_GLUE_ASYNC_DONE, self);
+}
+
+PyDoc_STRVAR(stream_auto_synchronize_doc,
+             "auto_synchronize()\n\n"
+             "A context manager that yields this stream and synchronizes "
+             "it on exit,\nalso when the block raises (the block's "
+             "exception wins).");
+
+static PyObject *
+stream_auto_synchronize(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    return cmpy_glue_call(cmpy_type_state(self), CMPY_GLUE_AUTO_SYNCHRONIZE,
+                          self);
+}
+
 static PyMethodDef stream_methods[] = {
     {"synchronize", stream_synchronize, METH_NOARGS, stream_synchronize_doc},
+    {"add_callback", (PyCFunction)(void (*)(void))stream_add_callback,
+     METH_FASTCALL | METH_KEYWORDS, stream_add_callback_doc},
+    {"async_done", stream_async_done, METH_NOARGS, stream_async_done_doc},
+    {"auto_synchronize", stream_auto_synchronize, METH_NOARGS,
+     stream_auto_synchronize_doc},
+    {"wait_event", (PyCFunction)(void (*)(void))stream_wait_event,
+     METH_FASTCALL | METH_KEYWORDS, stream_wait_event_doc},
     {"query", stream_query, METH_NOARGS, stream_query_doc},
     {"__cuda_stream__", stream_cuda_stream, METH_NOARGS,
      stream_cuda_stream_doc},

@@ -1,0 +1,162 @@
+/* callback.c (py/): stream callbacks in Python (DESIGN rule 7). A payload
+ * (callback, stream, arg) goes through core/callback.c's queue to the one
+ * dispatcher thread, which runs _dispatch_loop() here; the thread's
+ * lifetime (start, exit, fork) is cudamem/_streams.py's, as are
+ * async_done() and auto_synchronize(), which this file imports lazily. */
+#include "callback.h"
+
+#include "../core/callback.h"
+
+/* How long the dispatcher waits for a payload before it looks again. */
+#define CMPY_DISPATCH_POLL_MS 100
+
+static const char *const glue_names[CMPY_GLUE_COUNT] = {
+    "async_done",
+    "auto_synchronize",
+    "ensure_dispatcher",
+};
+
+/* st->glue[fn], importing cudamem._streams on first use (it brings
+ * threading; `import cudamem` must not). Borrowed, or NULL with an
+ * exception set. */
+static PyObject *
+glue(cmpy_state *st, cmpy_glue_fn fn)
+{
+    PyObject *module;
+
+    if (st->glue[fn] != NULL) {
+        return st->glue[fn];
+    }
+    module = PyImport_ImportModule("cudamem._streams");
+    if (module == NULL) {
+        return NULL;
+    }
+    for (int i = 0; i < CMPY_GLUE_COUNT; i++) {
+        if (st->glue[i] == NULL &&
+            (st->glue[i] = PyObject_GetAttrString(module, glue_names[i])) ==
+                NULL) {
+            Py_DECREF(module);
+            return NULL;
+        }
+    }
+    Py_DECREF(module);
+    return st->glue[fn];
+}
+
+PyObject *
+cmpy_glue_call(cmpy_state *st, cmpy_glue_fn fn, PyObject *stream)
+{
+    PyObject *func = glue(st, fn);
+
+    return func != NULL ? PyObject_CallOneArg(func, stream) : NULL;
+}
+
+int
+cmpy_callback_add(cmpy_state *st, PyObject *stream, cm_device *dev,
+                  CUstream handle, PyObject *callback, PyObject *arg)
+{
+    PyObject *payload, *started;
+    cm_error err;
+
+    if (!PyCallable_Check(callback)) {
+        PyErr_Format(PyExc_TypeError,
+                     "callback must be callable, not %.200s",
+                     Py_TYPE(callback)->tp_name);
+        return -1;
+    }
+    started = cmpy_glue_call(st, CMPY_GLUE_ENSURE_DISPATCHER, Py_None);
+    if (started == NULL) {
+        return -1;
+    }
+    Py_DECREF(started);
+    payload = PyTuple_Pack(3, callback, stream, arg);
+    if (payload == NULL) {
+        return -1;
+    }
+    /* The driver may call back before this returns: the payload is the
+     * dispatcher's from here on, unless the add failed. */
+    if (cm_callback_add(dev, handle, payload, &err) < 0) {
+        Py_DECREF(payload);
+        cmpy_raise(st, &err);
+        return -1;
+    }
+    return 0;
+}
+
+/* Runs one payload: callback(stream, status, arg). What it raises becomes
+ * a CudaWarning (or, when warnings are errors, goes to
+ * sys.unraisablehook): the dispatcher goes on. */
+static void
+run_payload(cmpy_state *st, PyObject *payload, CUresult status)
+{
+    PyObject *callback = PyTuple_GET_ITEM(payload, 0);
+    PyObject *args[3] = {PyTuple_GET_ITEM(payload, 1), NULL,
+                         PyTuple_GET_ITEM(payload, 2)};
+    PyObject *res = NULL, *exc;
+
+    args[1] = PyLong_FromLong((long)status);
+    if (args[1] != NULL) {
+        res = PyObject_Vectorcall(callback, args, 3, NULL);
+        Py_DECREF(args[1]);
+    }
+    if (res != NULL) {
+        Py_DECREF(res);
+        return;
+    }
+    exc = cmpy_exc_take();
+    if (PyErr_WarnFormat(st->CudaWarning, 1,
+                         "stream callback %R raised %R", callback, exc) < 0) {
+        PyErr_Clear();
+        cmpy_exc_put(Py_NewRef(exc));
+        PyErr_WriteUnraisable(callback);
+    }
+    Py_DECREF(exc);
+}
+
+PyDoc_STRVAR(dispatch_loop_doc,
+             "_dispatch_loop()\n\n"
+             "The body of the cudamem-callbacks thread: runs stream "
+             "callbacks in\nthe order the driver reached them until "
+             "_dispatch_stop() and the queue\nis empty. Waits with the GIL "
+             "released.");
+
+static PyObject *
+dispatch_loop(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    cmpy_state *st = cmpy_get_state(module);
+    void *payload = NULL;
+    CUresult status = CUDA_SUCCESS;
+    int rc;
+
+    for (;;) {
+        Py_BEGIN_ALLOW_THREADS
+        rc = cm_callback_next(CMPY_DISPATCH_POLL_MS, &payload, &status);
+        Py_END_ALLOW_THREADS
+        if (rc < 0) {
+            Py_RETURN_NONE;
+        }
+        if (rc > 0) {
+            run_payload(st, (PyObject *)payload, status);
+            /* The references to callback, stream and arg go now. */
+            Py_DECREF((PyObject *)payload);
+        }
+    }
+}
+
+PyDoc_STRVAR(dispatch_stop_doc,
+             "_dispatch_stop()\n\n"
+             "Makes _dispatch_loop() return once what is queued has run. "
+             "Callbacks\nthe driver reaches later are never run (exit).");
+
+static PyObject *
+dispatch_stop(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
+{
+    cm_callback_stop();
+    Py_RETURN_NONE;
+}
+
+PyMethodDef cmpy_callback_methods[] = {
+    {"_dispatch_loop", dispatch_loop, METH_NOARGS, dispatch_loop_doc},
+    {"_dispatch_stop", dispatch_stop, METH_NOARGS, dispatch_stop_doc},
+    {NULL, NULL, 0, NULL},
+};
