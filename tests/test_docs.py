@@ -19,7 +19,7 @@ from cudamem import _cudamem
 EXTENSION_TYPES = [_cudamem.DeviceNDArray, _cudamem.DeviceNDArrayBase,
                    _cudamem.DeviceRecord, _cudamem.Stream, _cudamem.Device,
                    _cudamem.Context, _cudamem.MemoryPointer,
-                   _cudamem.Deallocations]
+                   _cudamem.Deallocations, cudamem.ManagedNDArray]
 SUBMODULES = ["driver", "runtime", "simulator"]
 # Protocol members that are public although their names start with "_".
 PROTOCOL = {"__array__", "__cuda_array_interface__", "__cuda_memory__",
@@ -150,6 +150,7 @@ class Samples:
         self.stream = cudamem.stream()
         self.device = cudamem.get_current_device()
         self.context = cudamem.current_context()
+        self.managed = cudamem.managed_array(6)
 
 
 # name -> function of Samples giving (the callable, keyword arguments to
@@ -212,6 +213,21 @@ KEYWORD_CALLS = {
                                           dict(peer_device=0)),
     "MemoryPointer.view": lambda s: (s.array.gpu_data.view,
                                      dict(start=0, stop=None)),
+    "cudamem.managed_array": lambda s: (
+        cudamem.managed_array, dict(shape=3, dtype=np.float64, strides=None,
+                                    order="C", stream=0,
+                                    attach_global=True)),
+    "cudamem.managed_array_like": lambda s: (
+        cudamem.managed_array_like, dict(ary=np.zeros(3), stream=0,
+                                         attach_global=True)),
+    "ManagedNDArray.copy_to_host": lambda s: (
+        s.managed.copy_to_host, dict(ary=None, stream=0)),
+    "ManagedNDArray.copy_to_device": lambda s: (
+        s.managed.copy_to_device, dict(ary=np.ones(6), stream=0)),
+    "ManagedNDArray.prefetch": lambda s: (
+        s.managed.prefetch, dict(device=None, stream=0)),
+    "ManagedNDArray.advise": lambda s: (
+        s.managed.advise, dict(advice="read_mostly", device=None)),
 }
 # Signatures with parameters whose calls would change global state.
 NOT_CALLED = {"Context.enable_peer_access", "cudamem.simulator.inject",

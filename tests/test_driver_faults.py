@@ -178,6 +178,9 @@ REACH = {
                                     stream=cudamem.stream()))
        for unit in _UNITS for two in ("", "D2")},
     "cuCtxGetStreamPriorityRange": cudamem.Stream.priority_range,
+    "cuMemAllocManaged": lambda: cudamem.managed_array(4),
+    "cuMemPrefetchAsync": lambda: cudamem.managed_array(4).prefetch(),
+    "cuMemAdvise": lambda: cudamem.managed_array(4).advise("read_mostly"),
 }
 
 ROWS = [row[0] for row in driver.table()]
