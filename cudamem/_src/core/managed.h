@@ -11,9 +11,9 @@
 #include "context.h"
 
 /* cuMemPrefetchAsync of [ptr, ptr + nbytes) (managed memory of dev) to
- * device `to`, or the host when `to` is NULL, queued on `stream` in dev's context; the caller waits for a
- * synchronous one. CM_ERR_SUPPORT when the driver lacks the entry point or
- * the device concurrent managed access. */
+ * device `to`, or the host when `to` is NULL, queued on `stream` in dev's
+ * context; the caller waits for a synchronous one. CM_ERR_SUPPORT when the
+ * driver lacks the entry point or the device concurrent managed access. */
 int cm_managed_prefetch(cm_device *dev, CUdeviceptr ptr, size_t nbytes,
                         cm_device *to, CUstream stream, cm_error *err);
 /* cuMemAdvise of [ptr, ptr + nbytes) with `advice` about `to` (NULL: the

@@ -70,8 +70,9 @@ owner_of(cmpy_state *st, PyObject *self)
                            &low, &high) < 0) {
         return NULL;
     }
-    if (size == 0 || (data + (uintptr_t)low >= (uintptr_t)mp->ptr &&
-                      data + (uintptr_t)high <= (uintptr_t)mp->ptr + mp->size)) {
+    if (size == 0 ||
+        (data + (uintptr_t)low >= (uintptr_t)mp->ptr &&
+         data + (uintptr_t)high <= (uintptr_t)mp->ptr + mp->size)) {
         return mp;
     }
 not_managed:
@@ -477,7 +478,8 @@ managed_advise(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
     Py_RETURN_NONE;
 }
 
-#define FASTKW(fn) (PyCFunction)(void (*)(void))(fn), METH_FASTCALL | METH_KEYWORDS
+#define FASTKW(fn) \
+    (PyCFunction)(void (*)(void))(fn), METH_FASTCALL | METH_KEYWORDS
 
 static PyMethodDef managed_methods[] = {
     {"__array_finalize__", managed_array_finalize, METH_O,
