@@ -7,7 +7,7 @@ behaviour. Importing cudamem touches no driver: the CUDA driver (or, with
 call that needs it.
 """
 from cudamem import driver, runtime
-from cudamem.arrays import device_array_like
+from cudamem.arrays import device_array_like, managed_array_like
 from cudamem._cudamem import (
     Context,
     Deallocations,
@@ -33,6 +33,7 @@ from cudamem._cudamem import (
     is_cuda_array,
     legacy_default_stream,
     list_devices,
+    managed_array,
     per_thread_default_stream,
     profile_start,
     profile_stop,
@@ -74,6 +75,7 @@ __all__ = [
     "DeviceNDArrayBase",
     "DeviceRecord",
     "Event",
+    "ManagedNDArray",
     "MemoryInfo",
     "MemoryPointer",
     "Stream",
@@ -97,6 +99,8 @@ __all__ = [
     "is_cuda_array",
     "legacy_default_stream",
     "list_devices",
+    "managed_array",
+    "managed_array_like",
     "per_thread_default_stream",
     "profile_start",
     "profile_stop",
@@ -112,6 +116,10 @@ __all__ = [
 
 
 def __getattr__(name):
+    # ManagedNDArray subclasses numpy.ndarray: it is made, with NumPy
+    # loaded, when first asked for.
+    if name == "ManagedNDArray":
+        return _cudamem._managed_ndarray_type()
     # The simulator's control API needs ctypes: load it only when asked for.
     if name == "simulator":
         import importlib

@@ -2,7 +2,7 @@
 rules numba applies in Python, which are not on a hot path."""
 from cudamem import _cudamem
 
-__all__ = ["device_array_like"]
+__all__ = ["device_array_like", "managed_array_like"]
 
 
 def _strides_like(ary):
@@ -26,16 +26,32 @@ def _order_like(ary):
     return "F" if flags["F_CONTIGUOUS"] and not flags["C_CONTIGUOUS"] else "C"
 
 
+def _check_like(fname, ary):
+    if not all(hasattr(ary, name) for name in ("shape", "dtype", "flags",
+                                                "strides", "ndim")):
+        raise TypeError("%s() needs a NumPy or device array, not %s"
+                        % (fname, type(ary).__name__))
+
+
 def device_array_like(ary, stream=0):
     """device_array_like(ary, stream=0) -> DeviceNDArray
 
     An uninitialized device array with ``ary``'s shape and dtype, laid out
     as numba does: ``ary``'s order when it is contiguous, else contiguous
     strides that keep its axis order. ``ary`` is a NumPy or device array."""
-    if not all(hasattr(ary, name) for name in ("shape", "dtype", "flags",
-                                                "strides", "ndim")):
-        raise TypeError("device_array_like() needs a NumPy or device array, "
-                        "not %s" % type(ary).__name__)
+    _check_like("device_array_like", ary)
     return _cudamem.device_array(ary.shape, dtype=ary.dtype,
                                  strides=_strides_like(ary),
                                  order=_order_like(ary), stream=stream)
+
+
+def managed_array_like(ary, stream=0, attach_global=True):
+    """managed_array_like(ary, stream=0, attach_global=True) -> ManagedNDArray
+
+    An uninitialized managed array with ``ary``'s shape and dtype, laid out
+    as device_array_like() lays out a device array."""
+    _check_like("managed_array_like", ary)
+    return _cudamem.managed_array(ary.shape, dtype=ary.dtype,
+                                  strides=_strides_like(ary),
+                                  order=_order_like(ary), stream=stream,
+                                  attach_global=attach_global)

@@ -20,7 +20,7 @@ EXTENSION_TYPES = [_cudamem.DeviceNDArray, _cudamem.DeviceNDArrayBase,
                    _cudamem.DeviceRecord, _cudamem.Stream, _cudamem.Event,
                    _cudamem.Device,
                    _cudamem.Context, _cudamem.MemoryPointer,
-                   _cudamem.Deallocations]
+                   _cudamem.Deallocations, cudamem.ManagedNDArray]
 SUBMODULES = ["driver", "runtime", "simulator"]
 # Protocol members that are public although their names start with "_".
 PROTOCOL = {"__array__", "__cuda_array_interface__", "__cuda_memory__",
@@ -154,6 +154,7 @@ class Samples:
         self.event.synchronize()
         self.device = cudamem.get_current_device()
         self.context = cudamem.current_context()
+        self.managed = cudamem.managed_array(6)
 
 
 # name -> function of Samples giving (the callable, keyword arguments to
@@ -227,6 +228,21 @@ KEYWORD_CALLS = {
     "Event.wait": lambda s: (s.event.wait, dict(stream=s.stream)),
     "Event.elapsed_time": lambda s: (s.event.elapsed_time,
                                      dict(evtend=s.event)),
+    "cudamem.managed_array": lambda s: (
+        cudamem.managed_array, dict(shape=3, dtype=np.float64, strides=None,
+                                    order="C", stream=0,
+                                    attach_global=True)),
+    "cudamem.managed_array_like": lambda s: (
+        cudamem.managed_array_like, dict(ary=np.zeros(3), stream=0,
+                                         attach_global=True)),
+    "ManagedNDArray.copy_to_host": lambda s: (
+        s.managed.copy_to_host, dict(ary=None, stream=0)),
+    "ManagedNDArray.copy_to_device": lambda s: (
+        s.managed.copy_to_device, dict(ary=np.ones(6), stream=0)),
+    "ManagedNDArray.prefetch": lambda s: (
+        s.managed.prefetch, dict(device=None, stream=0)),
+    "ManagedNDArray.advise": lambda s: (
+        s.managed.advise, dict(advice="read_mostly", device=None)),
 }
 # Signatures with parameters whose calls would change global state.
 NOT_CALLED = {"Context.enable_peer_access", "cudamem.simulator.inject",

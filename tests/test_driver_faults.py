@@ -212,6 +212,9 @@ REACH = {
         _recorded_event()),
     "cuStreamAddCallback": lambda: cudamem.default_stream().add_callback(
         lambda stream, status, arg: None),
+    "cuMemAllocManaged": lambda: cudamem.managed_array(4),
+    "cuMemPrefetchAsync": lambda: cudamem.managed_array(4).prefetch(),
+    "cuMemAdvise": lambda: cudamem.managed_array(4).advise("read_mostly"),
 }
 
 ROWS = [row[0] for row in driver.table()]

@@ -553,6 +553,42 @@ test_drop(void)
     cm_pending_delete(q);
 }
 
+/* Salvage hands every item over in order, deferred or not, reports the
+ * first failure and goes on; the queue is empty and usable afterwards. */
+static void
+test_salvage(void)
+{
+    cm_error err;
+    freelog log, salvaged;
+    cm_pending *q = new_queue((size_t)1 << 40, &log);
+    uint64_t h;
+
+    memset(&salvaged, 0, sizeof(salvaged));
+    cm_pending_defer(q);
+    for (h = 1; h <= 40; h++) {
+        CHECK(cm_pending_add(q, h % 2 ? CM_FREE_MANAGED : CM_FREE_DEVICE, h,
+                             2, &err) == 0);
+    }
+    salvaged.fail = 7;
+    memset(&err, 0, sizeof(err));
+    CHECK(cm_pending_salvage(q, log_free, &salvaged, &err) == -1);
+    CHECK(err.kind == CM_ERR_DRIVER);
+    CHECK(salvaged.calls == 40 && salvaged.n == 39);
+    CHECK(salvaged.handles[5] == 6 && salvaged.handles[6] == 8);
+    CHECK(salvaged.kinds[0] == CM_FREE_MANAGED &&
+          salvaged.kinds[1] == CM_FREE_DEVICE);
+    CHECK(cm_pending_count(q) == 0 && cm_pending_bytes(q) == 0);
+    CHECK(log.calls == 0);
+    CHECK(cm_pending_salvage(q, log_free, &salvaged, &err) == 0);
+    CHECK(salvaged.calls == 40);
+    cm_pending_undefer(q);
+    for (h = 1; h <= 11; h++) {
+        CHECK(cm_pending_add(q, CM_FREE_EVENT, h, 0, &err) == 0);
+    }
+    CHECK(freed_in_order(&log, 1, 11));
+    cm_pending_delete(q);
+}
+
 static void
 test_shutdown(void)
 {
@@ -735,6 +771,7 @@ main(void)
     test_nested_defer();
     test_early_exit();
     test_drop();
+    test_salvage();
     test_shutdown();
     test_reentrant_free();
     test_stress();

@@ -135,9 +135,12 @@ cm_device_primary(cm_device *dev, CUcontext *ctx, uint64_t *generation,
 }
 
 /* Caller holds dev->lock. Drops cudamem's retain; the handle becomes stale
- * for every Context made before. */
+ * for every Context made before. `reset`: the context is about to be
+ * reset, which takes managed memory with it. 0; -1 when nothing changed;
+ * 1 when the context was released but a queued managed free failed
+ * (reported in err). */
 static int
-release_locked(cm_device *dev, cm_error *err)
+release_locked(cm_device *dev, int reset, cm_error *err)
 {
     int rc = 0;
 
@@ -151,7 +154,12 @@ release_locked(cm_device *dev, cm_error *err)
         }
     }
     if (rc == 0) {
-        cm__queues_drop(dev);
+        if (reset) {
+            __atomic_add_fetch(&dev->resets, 1, __ATOMIC_ACQ_REL);
+        }
+        /* Queued managed frees still hold the context: they run (or, on
+         * a reset, give their retains back) even when one fails. */
+        rc = cm__queues_drop(dev, reset, err) < 0 ? 1 : 0;
         __atomic_add_fetch(&dev->generation, 1, __ATOMIC_ACQ_REL);
     }
     pthread_mutex_unlock(&dev->qlock);
@@ -162,7 +170,8 @@ int
 cm_device_reset(cm_device *dev, cm_error *err)
 {
     cm_ctx_guard guard;
-    int rc;
+    cm_error ignored;
+    int rc, released;
 
     if (cm_fork_check(err) < 0) {
         return -1;
@@ -179,12 +188,12 @@ cm_device_reset(cm_device *dev, cm_error *err)
         }
     }
     pthread_mutex_lock(&dev->lock);
-    rc = release_locked(dev, err);
-    if (rc == 0) {
-        rc = CM_CALL(err, cuDevicePrimaryCtxReset, dev->cudev);
-    }
+    released = release_locked(dev, 1, err);
+    rc = released < 0 ? -1
+                      : CM_CALL(released > 0 ? &ignored : err,
+                                cuDevicePrimaryCtxReset, dev->cudev);
     pthread_mutex_unlock(&dev->lock);
-    return rc;
+    return released > 0 ? -1 : rc;
 }
 
 int
@@ -431,6 +440,8 @@ int
 cm_devices_close(int main_thread, cm_error *err)
 {
     CUcontext popped;
+    cm_error ignored;
+    int failed = 0;
 
     if (cm_fork_check(err) < 0 || table_ready(err) < 0) {
         return -1;
@@ -445,18 +456,20 @@ cm_devices_close(int main_thread, cm_error *err)
     if (!main_thread) {
         return 0;
     }
+    /* A failed managed free is reported once every device is closed. */
     for (int i = 0; i < table.count; i++) {
         cm_device *dev = &table.devices[i];
         int rc;
 
         pthread_mutex_lock(&dev->lock);
-        rc = release_locked(dev, err);
+        rc = release_locked(dev, 0, failed ? &ignored : err);
         pthread_mutex_unlock(&dev->lock);
         if (rc < 0) {
             return -1;
         }
+        failed |= rc > 0;
     }
-    return 0;
+    return failed ? -1 : 0;
 }
 
 int

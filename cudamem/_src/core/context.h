@@ -21,6 +21,8 @@ typedef struct cm_device {
     CUcontext primary;      /* retained by cudamem, or NULL */
     CUcontext last_primary; /* the last handle retained, kept after release */
     uint64_t generation;    /* bumped by reset and close */
+    uint64_t resets;        /* bumped by reset only: managed memory of an
+                               older count is gone, whatever its retains */
     pthread_mutex_t lock;
     /* release.c's queues for the current generation, made on first use.
      * qlock (recursive: a free may release more) orders queueing against
@@ -44,7 +46,9 @@ int cm_device_get(int ordinal, cm_device **dev, cm_error *err);
 int cm_device_primary(cm_device *dev, CUcontext *ctx, uint64_t *generation,
                       cm_error *err);
 /* numba's Device.reset(): waits for the device's work, releases cudamem's
- * retain, resets the primary context and bumps the generation. */
+ * retain, resets the primary context and bumps the generation. The reset
+ * destroys the context whatever its retains: managed memory still in use
+ * goes with it. */
 int cm_device_reset(cm_device *dev, cm_error *err);
 
 /* Makes dev's primary context current for one operation, only if it is not

@@ -138,9 +138,10 @@ typedef struct cm__arg {
 int cm__done(cm_error *err, const char *call, CUresult rc, const cm__arg *args,
              const char *names);
 
-/* `1 ? x : x` decays arrays to pointers and leaves structs whole. */
+/* `1 ? x : x` decays arrays to pointers and leaves structs whole; a
+ * one-element array takes a struct (CUmemLocation) as its initializer. */
 #define CM__ARG(x)                                                             \
-    {&(__typeof__(1 ? (x) : (x))){x}, sizeof(__typeof__(1 ? (x) : (x)))},
+    {(__typeof__(1 ? (x) : (x))[1]){x}, sizeof(__typeof__(1 ? (x) : (x)))},
 #define CM__MAP1(m, a) m(a)
 #define CM__MAP2(m, a, ...) m(a) CM__MAP1(m, __VA_ARGS__)
 #define CM__MAP3(m, a, ...) m(a) CM__MAP2(m, __VA_ARGS__)

@@ -1,25 +1,38 @@
-/* memory.c: device allocation records (memory.h): allocation with numba's
- * flush-and-retry on out-of-memory, records for borrowed memory, pointer
- * lookup, reference counts, and the hand-over to release.c at zero. Does
- * not know views, host memory or plugins. */
+/* memory.c: device and managed allocation records (memory.h): allocation
+ * with numba's flush-and-retry on out-of-memory, records for borrowed
+ * memory, pointer lookup, reference counts, and the hand-over to release.c
+ * at zero. Does not know views, host memory or plugins. */
 #include "memory.h"
 
 #include <stdlib.h>
 
+#include "device.h"
 #include "driver.h"
 #include "release.h"
 
-/* cuMemAlloc in the current context; on out-of-memory the device's
+/* One allocation of `kind` in the current context. */
+static int
+alloc_once(cm_free_kind kind, unsigned flags, size_t nbytes,
+           CUdeviceptr *ptr, cm_error *err)
+{
+    if (kind == CM_FREE_MANAGED) {
+        return CM_CALL(err, cuMemAllocManaged, ptr, nbytes, flags);
+    }
+    return CM_CALL(err, cuMemAlloc, ptr, nbytes);
+}
+
+/* An allocation in the current context; on out-of-memory the device's
  * memory queue is flushed (a no-op while deferred) and the call retried
  * once. A failed flush is not the caller's error: the allocation's is. */
 static int
-alloc_retry(cm_device *dev, size_t nbytes, CUdeviceptr *ptr, cm_error *err)
+alloc_retry(cm_device *dev, cm_free_kind kind, unsigned flags, size_t nbytes,
+            CUdeviceptr *ptr, cm_error *err)
 {
     size_t count, bytes;
     cm_error flush_err;
     int deferred;
 
-    if (CM_CALL(err, cuMemAlloc, ptr, nbytes) == 0) {
+    if (alloc_once(kind, flags, nbytes, ptr, err) == 0) {
         return 0;
     }
     if (err->kind != CM_ERR_DRIVER || err->code != CUDA_ERROR_OUT_OF_MEMORY) {
@@ -30,17 +43,37 @@ alloc_retry(cm_device *dev, size_t nbytes, CUdeviceptr *ptr, cm_error *err)
         return -1;
     }
     (void)cm_queue_flush(dev, CM_QUEUE_MEMORY, &flush_err);
-    return CM_CALL(err, cuMemAlloc, ptr, nbytes);
+    return alloc_once(kind, flags, nbytes, ptr, err);
 }
 
-int
-cm_mem_alloc(cm_device *dev, size_t nbytes, cm_mem **out, cm_error *err)
+/* Gives back what a failed allocation of `kind` holds: the memory, if
+ * the driver made it, and a managed allocation's retain. */
+static void
+alloc_undo(cm_device *dev, cm_free_kind kind, uint64_t generation,
+           uint64_t resets, CUdeviceptr ptr, size_t nbytes)
+{
+    cm_error ignored;
+
+    if (kind == CM_FREE_MANAGED && ptr != 0) {
+        (void)cm_release_managed(dev, generation, resets, ptr, nbytes,
+                                 &ignored);
+    }
+    else if (kind == CM_FREE_MANAGED) {
+        (void)CM_CALL(&ignored, cuDevicePrimaryCtxRelease, dev->cudev);
+    }
+    else if (ptr != 0) {
+        (void)cm_release(dev, generation, kind, ptr, nbytes, &ignored);
+    }
+}
+
+static int
+mem_alloc(cm_device *dev, cm_free_kind kind, unsigned flags, size_t nbytes,
+          cm_mem **out, cm_error *err)
 {
     cm_ctx_guard guard;
-    cm_error ignored;
     CUcontext ctx;
     CUdeviceptr ptr = 0;
-    uint64_t generation;
+    uint64_t generation, resets;
     size_t max_count;
     double max_ratio;
     cm_mem *m;
@@ -50,32 +83,68 @@ cm_mem_alloc(cm_device *dev, size_t nbytes, cm_mem **out, cm_error *err)
         cm_device_primary(dev, &ctx, &generation, err) < 0) {
         return -1;
     }
+    /* Read before allocating: a reset racing with the allocation then
+     * leaks it rather than letting its free hit someone else's memory. */
+    resets = __atomic_load_n(&dev->resets, __ATOMIC_ACQUIRE);
     m = malloc(sizeof(*m));
     if (m == NULL) {
         return cm_fail(err, CM_ERR_NOMEM, "out of host memory");
     }
     if (nbytes > 0) {
+        /* Managed memory keeps its context alive past close(). */
+        if (kind == CM_FREE_MANAGED &&
+            CM_CALL(err, cuDevicePrimaryCtxRetain, &ctx, dev->cudev) < 0) {
+            free(m);
+            return -1;
+        }
         if (cm_ctx_enter(dev, &guard, err) < 0 ||
-            cm_ctx_leave(&guard, alloc_retry(dev, nbytes, &ptr, err), err) <
-                0) {
+            cm_ctx_leave(&guard,
+                         alloc_retry(dev, kind, flags, nbytes, &ptr, err),
+                         err) < 0) {
             /* A failed pop after a good allocation leaves the memory in
              * a context cudamem cannot reach reliably: free it there. */
-            if (ptr != 0) {
-                (void)cm_release(dev, generation, CM_FREE_DEVICE, ptr,
-                                 nbytes, &ignored);
-            }
+            alloc_undo(dev, kind, generation, resets, ptr, nbytes);
             free(m);
             return -1;
         }
     }
     *m = (cm_mem){.refs = 1,
-                  .kind = CM_FREE_DEVICE,
+                  .kind = kind,
                   .dev = dev,
                   .generation = generation,
+                  .resets = resets,
                   .ptr = ptr,
                   .size = nbytes};
     *out = m;
     return 0;
+}
+
+int
+cm_mem_alloc(cm_device *dev, size_t nbytes, cm_mem **out, cm_error *err)
+{
+    return mem_alloc(dev, CM_FREE_DEVICE, 0, nbytes, out, err);
+}
+
+int
+cm_mem_alloc_managed(cm_device *dev, size_t nbytes, int attach_global,
+                     cm_mem **out, cm_error *err)
+{
+    int supported;
+
+    if (cm_device_attribute(dev->ordinal, CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY,
+                            &supported, err) < 0) {
+        return -1;
+    }
+    if (!supported) {
+        return cm_fail_fmt(err, CM_ERR_SUPPORT,
+                           "device %d does not support managed memory "
+                           "(CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY is 0)",
+                           dev->ordinal);
+    }
+    return mem_alloc(dev, CM_FREE_MANAGED,
+                     attach_global ? CU_MEM_ATTACH_GLOBAL
+                                   : CU_MEM_ATTACH_HOST,
+                     nbytes, out, err);
 }
 
 int
@@ -158,7 +227,11 @@ cm_mem_decref(cm_mem *m, cm_error *err)
     if (__atomic_sub_fetch(&m->refs, 1, __ATOMIC_ACQ_REL) != 0) {
         return 0;
     }
-    if (m->ptr != 0 && m->kind != CM_FREE_NONE) {
+    if (m->ptr != 0 && m->kind == CM_FREE_MANAGED) {
+        rc = cm_release_managed(m->dev, m->generation, m->resets, m->ptr,
+                                m->size, err);
+    }
+    else if (m->ptr != 0 && m->kind != CM_FREE_NONE) {
         rc = cm_release(m->dev, m->generation, m->kind, m->ptr, m->size,
                         err);
     }
@@ -169,5 +242,20 @@ cm_mem_decref(cm_mem *m, cm_error *err)
 int
 cm_mem_check(const cm_mem *m, cm_error *err)
 {
+    /* Managed memory lives on after close(): its record holds the
+     * context. */
+    if (m->kind == CM_FREE_MANAGED) {
+        if (cm_fork_check(err) < 0) {
+            return -1;
+        }
+        if (__atomic_load_n(&m->dev->resets, __ATOMIC_ACQUIRE) !=
+            m->resets) {
+            return cm_fail_fmt(err, CM_ERR_STATE,
+                               "the managed memory at %#llx cannot be used: "
+                               "device %d was reset, which freed it",
+                               (unsigned long long)m->ptr, m->dev->ordinal);
+        }
+        return 0;
+    }
     return cm_ctx_check(m->dev, m->generation, err);
 }

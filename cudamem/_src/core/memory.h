@@ -18,6 +18,7 @@ typedef struct cm_mem {
     cm_free_kind kind;
     cm_device *dev;
     uint64_t generation;
+    uint64_t resets; /* the device's reset count (managed memory) */
     CUdeviceptr ptr; /* 0 for a zero-size allocation */
     size_t size;
 } cm_mem;
@@ -27,6 +28,13 @@ typedef struct cm_mem {
  * deferred) and the allocation tried once more. nbytes 0 allocates
  * nothing. */
 int cm_mem_alloc(cm_device *dev, size_t nbytes, cm_mem **out, cm_error *err);
+/* cuMemAllocManaged of nbytes (CU_MEM_ATTACH_GLOBAL, or CU_MEM_ATTACH_HOST
+ * without `attach_global`) in dev's primary context, with cm_mem_alloc's
+ * retry. The record (kind CM_FREE_MANAGED) retains the primary context
+ * until its free has run, so the memory outlives close(); a reset still
+ * frees it. CM_ERR_SUPPORT when the device has no managed memory. */
+int cm_mem_alloc_managed(cm_device *dev, size_t nbytes, int attach_global,
+                         cm_mem **out, cm_error *err);
 /* A record (one refcount, kind CM_FREE_NONE) for the `size` bytes at ptr
  * that another library allocated in dev's primary context: its last decref
  * frees the record only. Retains dev's primary context. */
@@ -42,7 +50,7 @@ void cm_mem_incref(cm_mem *m);
  * -1: a queued free failed (reported in err); the record is gone anyway. */
 int cm_mem_decref(cm_mem *m, cm_error *err);
 /* Fails with CM_ERR_STATE when the device was reset or closed since the
- * allocation (its memory is gone). */
+ * allocation (its memory is gone); for managed memory, only a reset. */
 int cm_mem_check(const cm_mem *m, cm_error *err);
 
 #endif

@@ -317,6 +317,23 @@ reset_empty(cm_pending *q)
     }
 }
 
+/* Under the lock: takes the oldest item; 0 when the queue is empty. */
+static int
+pop_locked(cm_pending *q, item *out)
+{
+    if (q->len == 0) {
+        return 0;
+    }
+    *out = q->ring[q->head];
+    q->head = (q->head + 1) % q->cap;
+    q->len--;
+    q->bytes -= out->nbytes;
+    if (q->len == 0) {
+        reset_empty(q);
+    }
+    return 1;
+}
+
 /* Pops one item at a time under the lock and frees it unlocked: the free
  * function calls the driver, which can block, and may itself release
  * further handles into this queue. `force` ignores deferral and shutdown. */
@@ -325,21 +342,14 @@ flush_items(cm_pending *q, int force, cm_error *err)
 {
     for (;;) {
         item it;
+        int got;
 
         pthread_mutex_lock(&q->lock);
-        if (q->len == 0 || (!force && (q->deferred || q->stopped))) {
-            pthread_mutex_unlock(&q->lock);
+        got = (force || (!q->deferred && !q->stopped)) && pop_locked(q, &it);
+        pthread_mutex_unlock(&q->lock);
+        if (!got) {
             return 0;
         }
-        it = q->ring[q->head];
-        q->head = (q->head + 1) % q->cap;
-        q->len--;
-        q->bytes -= it.nbytes;
-        if (q->len == 0) {
-            reset_empty(q);
-        }
-        pthread_mutex_unlock(&q->lock);
-
         /* A failed item is not retried: freeing it again may be a double
          * free. The rest stay queued (numba cancels them instead). */
         if (q->fn(q->arg, it.kind, it.handle, it.nbytes, err) < 0) {
@@ -387,6 +397,30 @@ cm_pending_drop(cm_pending *q)
     q->len = 0;
     reset_empty(q);
     pthread_mutex_unlock(&q->lock);
+}
+
+int
+cm_pending_salvage(cm_pending *q, cm_free_fn salvage, void *arg,
+                   cm_error *err)
+{
+    cm_error later;
+    int rc = 0;
+
+    for (;;) {
+        item it;
+        int got;
+
+        pthread_mutex_lock(&q->lock);
+        got = pop_locked(q, &it);
+        pthread_mutex_unlock(&q->lock);
+        if (!got) {
+            return rc;
+        }
+        if (salvage(arg, it.kind, it.handle, it.nbytes,
+                    rc < 0 ? &later : err) < 0) {
+            rc = -1;
+        }
+    }
 }
 
 void

@@ -55,6 +55,12 @@ int cm_pending_add(cm_pending *q, cm_free_kind kind, uint64_t handle,
 int cm_pending_flush(cm_pending *q, cm_error *err);
 /* Forgets every queued item without freeing (their context is gone). */
 void cm_pending_drop(cm_pending *q);
+/* Empties the queue as cm_pending_drop does, handing each item in order
+ * (unlocked, deferral or not) to `salvage`, which frees what outlives the
+ * context and ignores the rest. Every item is handed over; the first
+ * failure is reported. */
+int cm_pending_salvage(cm_pending *q, cm_free_fn salvage, void *arg,
+                       cm_error *err);
 
 /* defer_cleanup(): nests; while deferred nothing flushes, and leaving does
  * not flush. */

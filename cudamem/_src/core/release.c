@@ -5,20 +5,16 @@
 
 #include "driver.h"
 
-/* Frees one handle of dev's primary context. Runs with dev->qlock held,
- * so the context cannot be released meanwhile: push it directly rather
- * than through cm_ctx_enter, which could need dev->lock. */
+/* Frees one handle in ctx. Runs with dev->qlock held, so the context
+ * cannot be released meanwhile: push it directly rather than through
+ * cm_ctx_enter, which could need dev->lock. */
 static int
-free_one(void *arg, cm_free_kind kind, uint64_t handle, size_t nbytes,
-         cm_error *err)
+free_in(CUcontext ctx, cm_free_kind kind, uint64_t handle, cm_error *err)
 {
-    cm_device *dev = arg;
-    CUcontext ctx = __atomic_load_n(&dev->primary, __ATOMIC_ACQUIRE);
     CUcontext cur, popped;
     cm_error ignored;
     int rc;
 
-    (void)nbytes;
     if (CM_CALL(err, cuCtxGetCurrent, &cur) < 0) {
         return -1;
     }
@@ -50,6 +46,42 @@ free_one(void *arg, cm_free_kind kind, uint64_t handle, size_t nbytes,
         return -1;
     }
     return rc;
+}
+
+/* Managed memory: freed in the context its record kept retained (the
+ * last one cudamem retained: the retain kept it from being replaced)
+ * unless a reset took it, then that retain is released, even after a
+ * failed free: the context must not outlive every user. */
+static int
+free_managed(cm_device *dev, int alive, uint64_t handle, cm_error *err)
+{
+    CUcontext ctx = __atomic_load_n(&dev->last_primary, __ATOMIC_ACQUIRE);
+    cm_error ignored;
+    int rc = 0;
+
+    if (alive) {
+        rc = free_in(ctx, CM_FREE_MANAGED, handle, err);
+    }
+    if (CM_CALL(rc < 0 ? &ignored : err, cuDevicePrimaryCtxRelease,
+                dev->cudev) < 0) {
+        rc = -1;
+    }
+    return rc;
+}
+
+/* A queue's free function: one handle of dev's primary context. */
+static int
+free_one(void *arg, cm_free_kind kind, uint64_t handle, size_t nbytes,
+         cm_error *err)
+{
+    cm_device *dev = arg;
+
+    (void)nbytes;
+    if (kind == CM_FREE_MANAGED) {
+        return free_managed(dev, 1, handle, err);
+    }
+    return free_in(__atomic_load_n(&dev->primary, __ATOMIC_ACQUIRE), kind,
+                   handle, err);
 }
 
 static cm_queue_id
@@ -84,6 +116,25 @@ queues_ready(cm_device *dev, cm_error *err)
     return 0;
 }
 
+/* Caller holds dev->qlock and the generation is current. */
+static int
+queue_locked(cm_device *dev, cm_free_kind kind, uint64_t handle,
+             size_t nbytes, cm_error *err)
+{
+    int rc;
+
+    if (queues_ready(dev, err) < 0) {
+        return -1;
+    }
+    rc = cm_pending_add(dev->queues[queue_of(kind)], kind, handle, nbytes,
+                        err);
+    if (rc < 0 && err->kind == CM_ERR_NOMEM) {
+        /* Not queued: free it now rather than leak it. */
+        rc = free_one(dev, kind, handle, nbytes, err);
+    }
+    return rc;
+}
+
 int
 cm_release(cm_device *dev, uint64_t generation, cm_free_kind kind,
            uint64_t handle, size_t nbytes, cm_error *err)
@@ -94,20 +145,33 @@ cm_release(cm_device *dev, uint64_t generation, cm_free_kind kind,
         return -1;
     }
     pthread_mutex_lock(&dev->qlock);
-    if (__atomic_load_n(&dev->generation, __ATOMIC_ACQUIRE) != generation) {
-        goto done; /* freed by the driver with its context */
+    /* Another generation: freed by the driver with its context. */
+    if (__atomic_load_n(&dev->generation, __ATOMIC_ACQUIRE) == generation) {
+        rc = queue_locked(dev, kind, handle, nbytes, err);
     }
-    if (queues_ready(dev, err) < 0) {
-        rc = -1;
-        goto done;
+    pthread_mutex_unlock(&dev->qlock);
+    return rc;
+}
+
+int
+cm_release_managed(cm_device *dev, uint64_t generation, uint64_t resets,
+                   uint64_t handle, size_t nbytes, cm_error *err)
+{
+    int rc;
+
+    if (cm_fork_check(err) < 0) {
+        return -1;
     }
-    rc = cm_pending_add(dev->queues[queue_of(kind)], kind, handle, nbytes,
-                        err);
-    if (rc < 0 && err->kind == CM_ERR_NOMEM) {
-        /* Not queued: free it now rather than leak it. */
-        rc = free_one(dev, kind, handle, nbytes, err);
+    pthread_mutex_lock(&dev->qlock);
+    if (__atomic_load_n(&dev->generation, __ATOMIC_ACQUIRE) == generation) {
+        rc = queue_locked(dev, CM_FREE_MANAGED, handle, nbytes, err);
     }
-done:
+    else {
+        /* Its queue is gone: free it now, unless a reset did. */
+        rc = free_managed(
+            dev, __atomic_load_n(&dev->resets, __ATOMIC_ACQUIRE) == resets,
+            handle, err);
+    }
     pthread_mutex_unlock(&dev->qlock);
     return rc;
 }
@@ -211,14 +275,39 @@ cm_queues_shutdown(cm_error *err)
     return rc;
 }
 
-void
-cm__queues_drop(cm_device *dev)
+typedef struct salvage_arg {
+    cm_device *dev;
+    int reset;
+} salvage_arg;
+
+/* What a dropped queue still owns: only managed memory, whose retain kept
+ * the context alive. */
+static int
+salvage_one(void *arg, cm_free_kind kind, uint64_t handle, size_t nbytes,
+            cm_error *err)
 {
-    pthread_mutex_lock(&dev->qlock);
+    salvage_arg *sa = arg;
+
+    (void)nbytes;
+    if (kind != CM_FREE_MANAGED) {
+        return 0;
+    }
+    return free_managed(sa->dev, !sa->reset, handle, err);
+}
+
+int
+cm__queues_drop(cm_device *dev, int reset, cm_error *err)
+{
+    salvage_arg sa = {dev, reset};
+    cm_error later;
+    int rc = 0;
+
     for (int q = 0; q < CM_QUEUE_COUNT; q++) {
-        if (dev->queues[q] != NULL) {
-            cm_pending_drop(dev->queues[q]);
+        if (dev->queues[q] != NULL &&
+            cm_pending_salvage(dev->queues[q], salvage_one, &sa,
+                               rc < 0 ? &later : err) < 0) {
+            rc = -1;
         }
     }
-    pthread_mutex_unlock(&dev->qlock);
+    return rc;
 }

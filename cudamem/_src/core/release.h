@@ -2,7 +2,8 @@
  * go (DESIGN rule 5). Each device has numba's two queues for its primary
  * context: one for memory, one for streams and events. A generation that is
  * no longer the device's drops the free: the driver freed it with the
- * context. Owns the free functions; does not own the records. */
+ * context (managed memory excepted: see cm_release_managed). Owns the free
+ * functions; does not own the records. */
 #ifndef CM_RELEASE_H
 #define CM_RELEASE_H
 
@@ -26,6 +27,15 @@ typedef enum cm_queue_id {
 int cm_release(cm_device *dev, uint64_t generation, cm_free_kind kind,
                uint64_t handle, size_t nbytes, cm_error *err);
 
+/* cm_release for managed memory, whose record holds a retain of dev's
+ * primary context so that the memory outlives cudamem's own retain
+ * (close()). `resets` is the device's reset count at allocation. While
+ * `generation` is the device's, the free is queued (the queue frees, then
+ * releases the retain); after a close it runs at once; after a reset the
+ * memory is gone and only the retain is released. */
+int cm_release_managed(cm_device *dev, uint64_t generation, uint64_t resets,
+                       uint64_t handle, size_t nbytes, cm_error *err);
+
 /* numba's deallocations.clear(): frees what the queue holds unless it is
  * deferred. The first failed free stops the flush and is reported; the
  * rest stay queued. */
@@ -48,8 +58,12 @@ void cm_queue_stats(cm_device *dev, cm_queue_id q, size_t *count,
  * other queues are still flushed. */
 int cm_queues_shutdown(cm_error *err);
 
-/* context.c, with dev->lock held, before bumping the generation: forgets
- * everything queued (the context that owned it is going away). */
-void cm__queues_drop(cm_device *dev);
+/* context.c, with dev->lock and qlock held, after releasing cudamem's
+ * retain and before bumping the generation: forgets everything queued (the
+ * context that owned it is going away), except managed memory, which keeps
+ * the context alive: it is freed (`reset`: the reset frees it) and its
+ * retain released. -1: a managed free failed (the first is reported; the
+ * rest still run). */
+int cm__queues_drop(cm_device *dev, int reset, cm_error *err);
 
 #endif

@@ -310,6 +310,40 @@ fail:
 }
 
 cmpy_DeviceNDArray *
+cmpy_array_over(cmpy_state *st, cmpy_MemoryPointer *owner, CUdeviceptr ptr,
+                int ndim, const Py_ssize_t *shape, const Py_ssize_t *strides,
+                PyArray_Descr *dtype, PyObject *stream_obj,
+                const cmpy_stream_ref *ref)
+{
+    Py_ssize_t size, low, high;
+    size_t offset = 0;
+    PyObject *mem;
+
+    if (cmpy_layout_extent(ndim, shape, strides, PyDataType_ELSIZE(dtype),
+                           &size, &low, &high) < 0) {
+        return NULL;
+    }
+    if (size != 0 &&
+        (ptr + (CUdeviceptr)low < owner->ptr ||
+         ptr + (CUdeviceptr)high > owner->ptr + owner->size)) {
+        PyErr_Format(PyExc_ValueError,
+                     "the array's elements span %zd bytes outside the %zu "
+                     "bytes of its memory",
+                     high - low, owner->size);
+        return NULL;
+    }
+    if (size != 0) {
+        offset = (size_t)(ptr + (CUdeviceptr)low - owner->ptr);
+    }
+    mem = cmpy_memory_view(st, owner, offset, (size_t)(high - low));
+    if (mem == NULL) {
+        return NULL;
+    }
+    return cmpy_array_wrap(st->DeviceNDArrayType, mem, ptr, ndim, shape,
+                           strides, dtype, stream_obj, ref);
+}
+
+cmpy_DeviceNDArray *
 cmpy_array_view_as(cmpy_state *st, PyObject *type, cmpy_DeviceNDArray *base,
                    int ndim, const Py_ssize_t *shape,
                    const Py_ssize_t *strides, CUdeviceptr ptr,
@@ -832,6 +866,61 @@ kept_stream(PyObject *arg, const cmpy_stream_ref *ref)
     return ref->obj != NULL ? arg : NULL;
 }
 
+int
+cmpy_parse_layout(PyObject *shape_arg, PyObject *dtype_arg,
+                  PyObject *strides_arg, PyObject *order_arg, int *ndim,
+                  Py_ssize_t *shape, Py_ssize_t *strides,
+                  PyArray_Descr **dtype)
+{
+    char order = 'C';
+    int sndim;
+
+    *dtype = NULL;
+    if (parse_shape(shape_arg, shape, ndim) < 0 ||
+        !PyArray_DescrConverter2(dtype_arg != NULL ? dtype_arg : Py_None,
+                                 dtype)) {
+        return -1;
+    }
+    if (*dtype == NULL) {
+        *dtype = PyArray_DescrFromType(NPY_DOUBLE);
+    }
+    if (cmpy_check_dtype(*dtype) < 0) {
+        goto error;
+    }
+    if (order_arg != NULL && order_arg != Py_None) {
+        const char *s = PyUnicode_Check(order_arg)
+                            ? PyUnicode_AsUTF8(order_arg)
+                            : NULL;
+
+        if (s == NULL || (strcmp(s, "C") != 0 && strcmp(s, "F") != 0)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError, "order must be 'C' or 'F', not %R",
+                         order_arg);
+            goto error;
+        }
+        order = s[0];
+    }
+    if (strides_arg == NULL || strides_arg == Py_None) {
+        cmpy_contiguous_strides(*ndim, shape, PyDataType_ELSIZE(*dtype),
+                                order, strides);
+        return 0;
+    }
+    if (cmpy_parse_ints(strides_arg, "strides", strides, &sndim) < 0) {
+        goto error;
+    }
+    if (sndim != *ndim) {
+        PyErr_Format(PyExc_ValueError,
+                     "strides %R do not match the %d dimensions of the "
+                     "shape %R",
+                     strides_arg, *ndim, shape_arg);
+        goto error;
+    }
+    return 0;
+error:
+    Py_CLEAR(*dtype);
+    return -1;
+}
+
 PyDoc_STRVAR(device_array_doc,
              "device_array(shape, dtype=np.float64, strides=None, order='C', "
              "stream=0)\n-> DeviceNDArray\n\n"
@@ -851,50 +940,14 @@ device_array(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     PyObject *argv[5], *result = NULL;
     cmpy_stream_ref ref;
     cm_device *dev;
-    char order = 'C';
-    int ndim, sndim;
+    int ndim;
 
     if (cmpy_numpy_init() < 0 ||
-        cmpy_parse_args("device_array", names, 5, 1, args, nargs, kwnames, argv) <
-            0 ||
-        parse_shape(argv[0], shape, &ndim) < 0 ||
-        !PyArray_DescrConverter2(argv[1] != NULL ? argv[1] : Py_None,
-                                 &dtype)) {
+        cmpy_parse_args("device_array", names, 5, 1, args, nargs, kwnames,
+                        argv) < 0 ||
+        cmpy_parse_layout(argv[0], argv[1], argv[2], argv[3], &ndim, shape,
+                          strides, &dtype) < 0) {
         return NULL;
-    }
-    if (dtype == NULL) {
-        dtype = PyArray_DescrFromType(NPY_DOUBLE);
-    }
-    if (cmpy_check_dtype(dtype) < 0) {
-        goto done;
-    }
-    if (argv[3] != NULL && argv[3] != Py_None) {
-        const char *s = PyUnicode_Check(argv[3]) ? PyUnicode_AsUTF8(argv[3])
-                                                 : NULL;
-
-        if (s == NULL || (strcmp(s, "C") != 0 && strcmp(s, "F") != 0)) {
-            PyErr_Clear();
-            PyErr_Format(PyExc_ValueError, "order must be 'C' or 'F', not %R",
-                         argv[3]);
-            goto done;
-        }
-        order = s[0];
-    }
-    if (argv[2] != NULL && argv[2] != Py_None) {
-        if (cmpy_parse_ints(argv[2], "strides", strides, &sndim) < 0) {
-            goto done;
-        }
-        if (sndim != ndim) {
-            PyErr_Format(PyExc_ValueError,
-                         "strides %R do not match the %d dimensions of the "
-                         "shape %R",
-                         argv[2], ndim, argv[0]);
-            goto done;
-        }
-    }
-    else {
-        cmpy_contiguous_strides(ndim, shape, PyDataType_ELSIZE(dtype), order,
-                           strides);
     }
     if (cmpy_current_device(st, &dev) < 0 ||
         cmpy_stream_arg(st, argv[4] != NULL ? argv[4] : Py_None, dev, &ref) <

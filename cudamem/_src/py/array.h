@@ -54,6 +54,28 @@ cmpy_DeviceNDArray *cmpy_array_wrap(PyObject *type, PyObject *mem,
                                     PyArray_Descr *dtype, PyObject *stream_obj,
                                     const cmpy_stream_ref *ref);
 
+/* A DeviceNDArray (the device side of a host array over memory that both
+ * can reach: managed, mapped) with the given layout and its first element
+ * at device address `ptr` inside `owner`'s memory, bound to `stream_obj`
+ * as parsed into `ref`. Its gpu_data is a view of owner covering exactly
+ * the elements. New reference, or NULL with ValueError when the layout
+ * reaches outside owner. */
+cmpy_DeviceNDArray *cmpy_array_over(cmpy_state *st, cmpy_MemoryPointer *owner,
+                                    CUdeviceptr ptr, int ndim,
+                                    const Py_ssize_t *shape,
+                                    const Py_ssize_t *strides,
+                                    PyArray_Descr *dtype, PyObject *stream_obj,
+                                    const cmpy_stream_ref *ref);
+
+/* numpy.empty's layout arguments, as device_array() and its kin take
+ * them: shape, dtype (NULL or None: float64), strides (NULL or None:
+ * contiguous in order), order (NULL or None: 'C'). *dtype is a new
+ * reference. 0, or -1 with TypeError / ValueError naming the value. */
+int cmpy_parse_layout(PyObject *shape_arg, PyObject *dtype_arg,
+                      PyObject *strides_arg, PyObject *order_arg, int *ndim,
+                      Py_ssize_t *shape, Py_ssize_t *strides,
+                      PyArray_Descr **dtype);
+
 /* Whether obj is a cudamem device array or record (DeviceNDArrayBase). */
 static inline int
 cmpy_is_array(cmpy_state *st, PyObject *obj)

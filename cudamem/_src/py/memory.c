@@ -1,6 +1,7 @@
 /* memory.c (py/): the MemoryPointer type (numba's MemoryPointer as an
- * array's gpu_data): device pointer, size, owner, views. Allocation and
- * release are core/memory.c's; this file only holds the reference. */
+ * array's gpu_data): device pointer, size, owner, views, and the buffer
+ * protocol for host-accessible (managed) memory. Allocation and release
+ * are core/memory.c's; this file only holds the reference. */
 #include "memory.h"
 
 #include "device.h"
@@ -24,21 +25,42 @@ new_pointer(cmpy_state *st, cm_mem *mem, CUdeviceptr ptr, size_t size,
     return self;
 }
 
-PyObject *
-cmpy_memory_alloc(cmpy_state *st, cm_device *dev, size_t nbytes)
+/* A MemoryPointer owning a new record from `made` (0 or -1). */
+static PyObject *
+own_record(cmpy_state *st, int made, cm_mem *mem, const cm_error *made_err)
 {
     cmpy_MemoryPointer *self;
     cm_error err;
-    cm_mem *mem;
 
-    if (cm_mem_alloc(dev, nbytes, &mem, &err) < 0) {
-        return cmpy_raise(st, &err);
+    if (made < 0) {
+        return cmpy_raise(st, made_err);
     }
-    self = new_pointer(st, mem, mem->ptr, nbytes, NULL);
+    self = new_pointer(st, mem, mem->ptr, mem->size, NULL);
     if (self == NULL && cm_mem_decref(mem, &err) < 0) {
         cmpy_warn_release(st, &err);
     }
     return (PyObject *)self;
+}
+
+PyObject *
+cmpy_memory_alloc(cmpy_state *st, cm_device *dev, size_t nbytes)
+{
+    cm_error err;
+    cm_mem *mem = NULL;
+    int made = cm_mem_alloc(dev, nbytes, &mem, &err);
+
+    return own_record(st, made, mem, &err);
+}
+
+PyObject *
+cmpy_memory_alloc_managed(cmpy_state *st, cm_device *dev, size_t nbytes,
+                          int attach_global)
+{
+    cm_error err;
+    cm_mem *mem = NULL;
+    int made = cm_mem_alloc_managed(dev, nbytes, attach_global, &mem, &err);
+
+    return own_record(st, made, mem, &err);
 }
 
 PyObject *
@@ -230,6 +252,39 @@ cmpy_memory_view(cmpy_state *st, cmpy_MemoryPointer *base, size_t offset,
     return (PyObject *)view;
 }
 
+/* Zero-size memory has no address; a buffer still needs one. */
+static char empty_buffer[1];
+
+/* Managed memory is host-accessible at its device address; device memory
+ * is not, and is refused with the way to a host copy. */
+static int
+pointer_getbuffer(PyObject *op, Py_buffer *view, int flags)
+{
+    cmpy_MemoryPointer *self = (cmpy_MemoryPointer *)op;
+    cmpy_state *st = cmpy_type_state(op);
+    cm_error err;
+
+    if (self->mem->kind != CM_FREE_MANAGED) {
+        char addr[24];
+
+        snprintf(addr, sizeof(addr), "0x%llx", (unsigned long long)self->ptr);
+        PyErr_Format(PyExc_BufferError,
+                     "the MemoryPointer at %s is device memory, which the "
+                     "host cannot read: get a host copy with the array's "
+                     "copy_to_host()",
+                     addr);
+        return -1;
+    }
+    if (cm_mem_check(self->mem, &err) < 0) {
+        cmpy_raise(st, &err);
+        return -1;
+    }
+    return PyBuffer_FillInfo(view, op,
+                             self->ptr != 0 ? (void *)(uintptr_t)self->ptr
+                                            : empty_buffer,
+                             (Py_ssize_t)self->size, 0, flags);
+}
+
 static PyMethodDef pointer_methods[] = {
     {"view", (PyCFunction)(void (*)(void))pointer_view,
      METH_FASTCALL | METH_KEYWORDS, pointer_view_doc},
@@ -249,7 +304,9 @@ PyDoc_STRVAR(pointer_doc,
              "views goes, the\nfree is queued in the context's pending "
              "deallocations. Memory imported\nthrough the CUDA Array "
              "Interface is never freed: the pointer keeps\nits owner "
-             "alive instead.");
+             "alive instead. Managed memory is host-accessible and "
+             "exports the\nbuffer protocol (memoryview(ptr)); device "
+             "memory refuses it.");
 
 static PyType_Slot pointer_slots[] = {
     {Py_tp_doc, (void *)pointer_doc},
@@ -259,6 +316,7 @@ static PyType_Slot pointer_slots[] = {
     {Py_tp_getset, pointer_getset},
     {Py_tp_methods, pointer_methods},
     {Py_tp_members, pointer_members},
+    {Py_bf_getbuffer, pointer_getbuffer},
     {0, NULL},
 };
 

@@ -1,6 +1,7 @@
 /* memory.h (py/): MemoryPointer, the Python owner of a core allocation
  * record (an array's gpu_data). Views share the record and point into it;
- * the record is released when the last MemoryPointer goes. */
+ * the record is released when the last MemoryPointer goes. Host-accessible
+ * memory (managed) exports the buffer protocol. */
 #ifndef CMPY_MEMORY_H
 #define CMPY_MEMORY_H
 
@@ -21,6 +22,10 @@ typedef struct cmpy_MemoryPointer {
 /* Allocates nbytes on dev (flushing pending frees and retrying once on
  * out-of-memory). New reference, or NULL with an exception set. */
 PyObject *cmpy_memory_alloc(cmpy_state *st, cm_device *dev, size_t nbytes);
+
+/* The same for managed memory (core's cm_mem_alloc_managed). */
+PyObject *cmpy_memory_alloc_managed(cmpy_state *st, cm_device *dev,
+                                    size_t nbytes, int attach_global);
 
 /* The `size` bytes at ptr on dev, allocated by another library: never
  * freed by cudamem. `owner` (None or NULL: the pointer itself) is kept

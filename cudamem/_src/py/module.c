@@ -101,6 +101,7 @@ cudamem_exec(PyObject *module)
         PyModule_AddFunctions(module, cmpy_cai_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_dlpack_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_pending_methods) < 0 ||
+        PyModule_AddFunctions(module, cmpy_managed_methods) < 0 ||
         cmpy_device_types_init(module, st) < 0 ||
         cmpy_stream_type_init(module, st) < 0 ||
         cmpy_event_type_init(module, st) < 0 ||
@@ -139,6 +140,7 @@ cudamem_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->DeviceNDArrayBaseType);
     Py_VISIT(st->DeviceNDArrayType);
     Py_VISIT(st->DeviceRecordType);
+    Py_VISIT(st->ManagedNDArrayType);
     Py_VISIT(st->DeallocationsType);
     Py_VISIT(st->DeferGuardType);
     Py_VISIT(st->devices);
@@ -169,6 +171,7 @@ cudamem_clear(PyObject *module)
     Py_CLEAR(st->DeviceNDArrayBaseType);
     Py_CLEAR(st->DeviceNDArrayType);
     Py_CLEAR(st->DeviceRecordType);
+    Py_CLEAR(st->ManagedNDArrayType);
     Py_CLEAR(st->DeallocationsType);
     Py_CLEAR(st->DeferGuardType);
     Py_CLEAR(st->attr_ids);

@@ -31,6 +31,7 @@ typedef struct cmpy_state {
     PyObject *DeviceNDArrayBaseType; /* py/array.c */
     PyObject *DeviceNDArrayType;     /* py/array.c */
     PyObject *DeviceRecordType;      /* py/record.c */
+    PyObject *ManagedNDArrayType;    /* py/managed.c, made on first use */
     PyObject *DeallocationsType; /* py/pending.c */
     PyObject *DeferGuardType;    /* py/pending.c */
     PyObject *devices;     /* tuple of Device, made on first use, or NULL */
@@ -136,6 +137,7 @@ extern PyMethodDef cmpy_driver_methods[];
 extern PyMethodDef cmpy_device_methods[];
 extern PyMethodDef cmpy_array_methods[];
 extern PyMethodDef cmpy_pending_methods[];
+extern PyMethodDef cmpy_managed_methods[];
 
 /* py/device.c: creates the Device and Context types and the attribute
  * table in the module state; 0, or -1 with an exception set. */
