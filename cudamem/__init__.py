@@ -15,6 +15,7 @@ from cudamem._cudamem import (
     DeviceNDArray,
     DeviceNDArrayBase,
     DeviceRecord,
+    HostBuffer,
     MemoryPointer,
     Stream,
     as_cuda_array,
@@ -31,6 +32,7 @@ from cudamem._cudamem import (
     legacy_default_stream,
     list_devices,
     per_thread_default_stream,
+    pinned_array,
     profile_start,
     profile_stop,
     select_device,
@@ -54,6 +56,15 @@ from cudamem.errors import (
     CudaSupportError,
     CudaWarning,
 )
+from cudamem.hostarrays import (
+    deregister,
+    mapped,
+    mapped_array,
+    mapped_array_like,
+    pinned,
+    pinned_array_like,
+    register,
+)
 
 __version__ = "0.1.0"
 
@@ -70,6 +81,8 @@ __all__ = [
     "DeviceNDArray",
     "DeviceNDArrayBase",
     "DeviceRecord",
+    "HostBuffer",
+    "MappedNDArray",
     "MemoryInfo",
     "MemoryPointer",
     "Stream",
@@ -79,6 +92,7 @@ __all__ = [
     "current_context",
     "default_stream",
     "defer_cleanup",
+    "deregister",
     "detect",
     "device_array",
     "device_array_like",
@@ -91,10 +105,17 @@ __all__ = [
     "is_cuda_array",
     "legacy_default_stream",
     "list_devices",
+    "mapped",
+    "mapped_array",
+    "mapped_array_like",
     "per_thread_default_stream",
+    "pinned",
+    "pinned_array",
+    "pinned_array_like",
     "profile_start",
     "profile_stop",
     "profiling",
+    "register",
     "require_context",
     "runtime",
     "select_device",
@@ -110,4 +131,8 @@ def __getattr__(name):
     if name == "simulator":
         import importlib
         return importlib.import_module("cudamem.simulator")
+    # A numpy.ndarray subclass: NumPy is loaded only when it is asked for.
+    if name == "MappedNDArray":
+        from cudamem.mappedarray import MappedNDArray
+        return MappedNDArray
     raise AttributeError("module 'cudamem' has no attribute %r" % name)

@@ -181,6 +181,8 @@ cm_device_reset(cm_device *dev, cm_error *err)
     pthread_mutex_lock(&dev->lock);
     rc = release_locked(dev, err);
     if (rc == 0) {
+        /* Before the call: a reset that fails half-way may have freed. */
+        __atomic_add_fetch(&dev->resets, 1, __ATOMIC_ACQ_REL);
         rc = CM_CALL(err, cuDevicePrimaryCtxReset, dev->cudev);
     }
     pthread_mutex_unlock(&dev->lock);

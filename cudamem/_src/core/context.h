@@ -13,7 +13,8 @@
 #include "status.h"
 
 /* One per visible device, created when first asked for after the driver
- * loaded, never freed. `primary`, `last_primary` and `generation` are read
+ * loaded, never freed. `primary`, `last_primary`, `generation` and
+ * `resets` are read
  * without the lock (atomically); they change only under it. */
 typedef struct cm_device {
     int ordinal;
@@ -21,6 +22,8 @@ typedef struct cm_device {
     CUcontext primary;      /* retained by cudamem, or NULL */
     CUcontext last_primary; /* the last handle retained, kept after release */
     uint64_t generation;    /* bumped by reset and close */
+    uint64_t resets;        /* bumped by reset only: what survives close
+                               (memory under another retain) dies here */
     pthread_mutex_t lock;
     /* release.c's queues for the current generation, made on first use.
      * qlock (recursive: a free may release more) orders queueing against
