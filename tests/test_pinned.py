@@ -114,11 +114,13 @@ def test_memory_outlives_close_and_reset(sim):
     a[:] = np.arange(100)
     cudamem.close()
     np.testing.assert_array_equal(a, np.arange(100))
+    assert sim.live()["registrations"] == 1  # still page-locked
     b = cudamem.pinned_array(100, np.int32)
     cudamem.get_current_device().reset()
+    assert sim.live()["registrations"] == 0
     b[:] = a
     unregisters = sim.stats()["calls"]["cuMemHostUnregister"]["calls"]
-    # Their registrations died with the contexts: nothing to unregister.
+    # Their registrations died with the context: nothing to unregister.
     del a, b
     gc.collect()
     assert sim.stats()["calls"]["cuMemHostUnregister"]["calls"] == \

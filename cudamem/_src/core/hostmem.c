@@ -18,7 +18,8 @@
 #define REG_FLAGS (CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP)
 
 /* One driver registration: disjoint, page-aligned, in the table while
- * `linked`. */
+ * `linked`. It retains its device's primary context, so that close()
+ * leaves it registered; only a reset ends it. */
 typedef struct node {
     uintptr_t base;
     size_t size;
@@ -26,7 +27,8 @@ typedef struct node {
     int linked;
     unsigned flags;
     cm_device *dev;
-    uint64_t generation; /* dev's at registration */
+    CUcontext ctx;   /* retained by the node */
+    uint64_t resets; /* dev's at registration */
 } node;
 
 struct cm_hostreg {
@@ -52,12 +54,11 @@ page_size(void)
     return ps;
 }
 
-/* A reset or close since the registration took it from the driver. */
+/* A reset since the registration took it from the driver. */
 static int
 stale(const node *n)
 {
-    return __atomic_load_n(&n->dev->generation, __ATOMIC_ACQUIRE) !=
-           n->generation;
+    return __atomic_load_n(&n->dev->resets, __ATOMIC_ACQUIRE) != n->resets;
 }
 
 /* The first node ending after addr. */
@@ -116,7 +117,8 @@ table_unlink(node *n)
 static int
 node_drop(node *n, cm_error *err)
 {
-    cm_ctx_guard guard;
+    CUcontext popped;
+    cm_error ignored;
     int rc = 0;
 
     if (--n->refs > 0) {
@@ -125,13 +127,16 @@ node_drop(node *n, cm_error *err)
     if (n->linked) {
         table_unlink(n);
     }
-    if (!stale(n)) {
-        rc = cm_ctx_enter(n->dev, &guard, err);
-        if (rc == 0) {
-            rc = cm_ctx_leave(
-                &guard,
-                CM_CALL(err, cuMemHostUnregister, (void *)n->base), err);
+    /* In the context the node keeps alive, whatever cudamem holds. */
+    if (!stale(n) && (rc = CM_CALL(err, cuCtxPushCurrent, n->ctx)) == 0) {
+        rc = CM_CALL(err, cuMemHostUnregister, (void *)n->base);
+        if (CM_CALL(rc < 0 ? &ignored : err, cuCtxPopCurrent, &popped) < 0) {
+            rc = -1;
         }
+    }
+    if (CM_CALL(rc < 0 ? &ignored : err, cuDevicePrimaryCtxRelease,
+                n->dev->cudev) < 0) {
+        rc = -1;
     }
     free(n);
     return rc;
@@ -176,7 +181,7 @@ unlink_stale(uintptr_t lo, uintptr_t hi)
  * context current. */
 static int
 register_gap(uintptr_t lo, uintptr_t hi, unsigned flags, cm_device *dev,
-             uint64_t generation, size_t at, node **made, cm_error *err)
+             uint64_t resets, size_t at, node **made, cm_error *err)
 {
     node *n = malloc(sizeof(*n));
     cm_error ignored;
@@ -189,8 +194,13 @@ register_gap(uintptr_t lo, uintptr_t hi, unsigned flags, cm_device *dev,
                 .size = hi - lo,
                 .flags = flags,
                 .dev = dev,
-                .generation = generation};
+                .resets = resets};
+    if (CM_CALL(err, cuDevicePrimaryCtxRetain, &n->ctx, dev->cudev) < 0) {
+        free(n);
+        return -1;
+    }
     if (CM_CALL(err, cuMemHostRegister, (void *)lo, hi - lo, flags) < 0) {
+        (void)CM_CALL(&ignored, cuDevicePrimaryCtxRelease, dev->cudev);
         free(n);
         /* Pinned by someone else (cuMemHostAlloc memory, another
          * library): already what was asked for. */
@@ -201,6 +211,7 @@ register_gap(uintptr_t lo, uintptr_t hi, unsigned flags, cm_device *dev,
     }
     if (table_insert(at, n, err) < 0) {
         (void)CM_CALL(&ignored, cuMemHostUnregister, (void *)lo);
+        (void)CM_CALL(&ignored, cuDevicePrimaryCtxRelease, dev->cudev);
         free(n);
         return -1;
     }
@@ -212,7 +223,7 @@ register_gap(uintptr_t lo, uintptr_t hi, unsigned flags, cm_device *dev,
  * gaps. Lock held, dev's context current. */
 static int
 reg_acquire(uintptr_t lo, uintptr_t hi, unsigned flags, cm_device *dev,
-            uint64_t generation, cm_hostreg **out, cm_error *err)
+            uint64_t resets, cm_hostreg **out, cm_error *err)
 {
     size_t i, count = 0, at;
     uintptr_t cur = lo;
@@ -255,7 +266,7 @@ reg_acquire(uintptr_t lo, uintptr_t hi, unsigned flags, cm_device *dev,
         uintptr_t end = n != NULL && n->base < hi ? n->base : hi;
         node *made;
 
-        if (register_gap(cur, end, flags, dev, generation, at, &made, err) <
+        if (register_gap(cur, end, flags, dev, resets, at, &made, err) <
             0) {
             (void)reg_drop(r, &ignored);
             return -1;
@@ -296,6 +307,7 @@ host_register(cm_device *dev, cm_host *h, int readonly, int mapped,
         return -1;
     }
     h->dev = dev;
+    h->resets = __atomic_load_n(&dev->resets, __ATOMIC_ACQUIRE);
     h->readonly = readonly;
     h->mapped = mapped;
     if (h->size == 0) {
@@ -322,7 +334,7 @@ host_register(cm_device *dev, cm_host *h, int readonly, int mapped,
         return -1;
     }
     pthread_mutex_lock(&table.lock);
-    rc = reg_acquire(lo, hi, flags, dev, h->generation, &h->reg, err);
+    rc = reg_acquire(lo, hi, flags, dev, h->resets, &h->reg, err);
     pthread_mutex_unlock(&table.lock);
     if (rc == 0 && mapped) {
         /* Several registrations need not be contiguous on the device. */
@@ -559,19 +571,13 @@ cm_host_check(const cm_host *h, cm_error *err)
     if (cm_fork_check(err) < 0) {
         return -1;
     }
-    gone = h->kind == CM_HOST_MAPPED_WC
-               ? __atomic_load_n(&h->dev->resets, __ATOMIC_ACQUIRE) !=
-                     h->resets
-               : __atomic_load_n(&h->dev->generation, __ATOMIC_ACQUIRE) !=
-                     h->generation;
+    gone = __atomic_load_n(&h->dev->resets, __ATOMIC_ACQUIRE) != h->resets;
     if (gone) {
         return cm_fail_fmt(err, CM_ERR_STATE,
                            "the mapped host memory at %p cannot be used "
-                           "on device %d: the context was %s since it was "
+                           "on device %d: the device was reset since it was "
                            "mapped",
-                           h->ptr, h->dev->ordinal,
-                           h->kind == CM_HOST_MAPPED_WC ? "reset"
-                                                        : "reset or closed");
+                           h->ptr, h->dev->ordinal);
     }
     return 0;
 }

@@ -33,8 +33,9 @@ typedef struct cm_host {
     int mapped;       /* dptr is the device address of ptr */
     cm_hostreg *reg;  /* NULL: write-combined, size 0 or unregistered */
     cm_device *dev;   /* the device it was registered or mapped on */
-    uint64_t generation; /* dev's then (registrations die with it) */
-    uint64_t resets;  /* write-combined: dev's resets when allocated */
+    uint64_t generation; /* write-combined: dev's when allocated */
+    uint64_t resets;  /* dev's then: a reset ends registrations and
+                         write-combined memory, close() does not */
     CUcontext ctx;    /* write-combined: the primary context it retains */
     CUdeviceptr dptr; /* mapped kinds: the device address of ptr */
 } cm_host;
@@ -42,10 +43,12 @@ typedef struct cm_host {
 /* New host memory of `kind` (PINNED, MAPPED or MAPPED_WC) for nbytes on
  * dev (the calling thread's current device). PINNED and MAPPED are
  * page-rounded mmap pages registered portable and mapped, valid until
- * cm_host_free whatever happens to contexts; MAPPED_WC is cuMemHostAlloc'd
- * (PORTABLE when `portable`) under a retain of the device's primary
- * context (so close() leaves it), freed through the device's memory queue
- * or by Device.reset(). nbytes 0 maps nothing. */
+ * cm_host_free whatever happens to contexts (page-locked until a
+ * reset: a registration retains its device's primary context);
+ * MAPPED_WC is cuMemHostAlloc'd (PORTABLE when `portable`) under a
+ * retain of the device's primary context (so close() leaves it), freed
+ * through the device's memory queue or by Device.reset(). nbytes 0 maps
+ * nothing. */
 int cm_host_alloc(cm_device *dev, cm_host_kind kind, size_t nbytes,
                   int portable, cm_host **out, cm_error *err);
 
@@ -70,7 +73,7 @@ int cm_host_unregister(cm_host *h, cm_error *err);
 int cm_host_free(cm_host *h, cm_error *err);
 
 /* For a mapped kind: fails with CM_ERR_STATE when the mapping is gone
- * (its device was reset, or closed for cudamem's own pages). */
+ * (its device was reset). */
 int cm_host_check(const cm_host *h, cm_error *err);
 
 #endif

@@ -223,8 +223,10 @@ PyDoc_STRVAR(buffer_doc,
              "exported through the\nbuffer protocol (read-only for a "
              "read-only registration). cudamem's own\npages stay valid as "
              "long as the buffer lives, whatever happens to\ncontexts, and "
-             "are freed with it; write-combined memory is freed by\n"
-             "Device.reset().");
+             "are freed with it. Registrations and write-combined\nmemory "
+             "retain their device's primary context: close() leaves "
+             "them,\nDevice.reset() ends them (and frees write-combined "
+             "memory).");
 
 static PyType_Slot buffer_slots[] = {
     {Py_tp_doc, (void *)buffer_doc},
@@ -371,8 +373,8 @@ PyDoc_STRVAR(pinned_array_doc,
              "(numba's\npinned_array); its .base is the HostBuffer that "
              "frees the memory when\nthe last reference goes. *strides* "
              "(bytes, any sign) overrides\n*order*. The memory stays valid "
-             "after close() or Device.reset() (it is\nthen no longer "
-             "page-locked).");
+             "and page-locked after close(); after\nDevice.reset() it stays "
+             "valid but is no longer page-locked.");
 
 static PyObject *
 pinned_array(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
