@@ -209,7 +209,8 @@ def test_bad_input_registers_nothing(sim, api, bad, exc, match):
 
 
 def test_failure_on_a_later_array_rolls_back(sim):
-    a, b = np.arange(10.0), np.arange(10.0)
+    buf = page_buffer(2)
+    a, b = buf[:10], buf[PAGE // 8:]  # one page each
     sim.inject("cuMemHostRegister", "CUDA_ERROR_UNKNOWN", after=1)
     with pytest.raises(CudaAPIError, match="cuMemHostRegister"):
         cudamem.register(a, b)
