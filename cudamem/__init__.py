@@ -16,6 +16,7 @@ from cudamem._cudamem import (
     DeviceNDArrayBase,
     DeviceRecord,
     Event,
+    HostBuffer,
     MemoryPointer,
     Stream,
     as_cuda_array,
@@ -35,6 +36,7 @@ from cudamem._cudamem import (
     list_devices,
     managed_array,
     per_thread_default_stream,
+    pinned_array,
     profile_start,
     profile_stop,
     select_device,
@@ -58,6 +60,15 @@ from cudamem.errors import (
     CudaSupportError,
     CudaWarning,
 )
+from cudamem.hostarrays import (
+    deregister,
+    mapped,
+    mapped_array,
+    mapped_array_like,
+    pinned,
+    pinned_array_like,
+    register,
+)
 
 __version__ = "0.1.0"
 
@@ -75,7 +86,9 @@ __all__ = [
     "DeviceNDArrayBase",
     "DeviceRecord",
     "Event",
+    "HostBuffer",
     "ManagedNDArray",
+    "MappedNDArray",
     "MemoryInfo",
     "MemoryPointer",
     "Stream",
@@ -85,6 +98,7 @@ __all__ = [
     "current_context",
     "default_stream",
     "defer_cleanup",
+    "deregister",
     "detect",
     "device_array",
     "device_array_like",
@@ -101,10 +115,17 @@ __all__ = [
     "list_devices",
     "managed_array",
     "managed_array_like",
+    "mapped",
+    "mapped_array",
+    "mapped_array_like",
     "per_thread_default_stream",
+    "pinned",
+    "pinned_array",
+    "pinned_array_like",
     "profile_start",
     "profile_stop",
     "profiling",
+    "register",
     "require_context",
     "runtime",
     "select_device",
@@ -124,4 +145,8 @@ def __getattr__(name):
     if name == "simulator":
         import importlib
         return importlib.import_module("cudamem.simulator")
+    # A numpy.ndarray subclass: NumPy is loaded only when it is asked for.
+    if name == "MappedNDArray":
+        from cudamem.mappedarray import MappedNDArray
+        return MappedNDArray
     raise AttributeError("module 'cudamem' has no attribute %r" % name)

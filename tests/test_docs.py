@@ -21,6 +21,7 @@ EXTENSION_TYPES = [_cudamem.DeviceNDArray, _cudamem.DeviceNDArrayBase,
                    _cudamem.Device,
                    _cudamem.Context, _cudamem.MemoryPointer,
                    _cudamem.Deallocations, cudamem.ManagedNDArray]
+                   _cudamem.Deallocations, _cudamem.HostBuffer]
 SUBMODULES = ["driver", "runtime", "simulator"]
 # Protocol members that are public although their names start with "_".
 PROTOCOL = {"__array__", "__cuda_array_interface__", "__cuda_memory__",
@@ -182,6 +183,19 @@ KEYWORD_CALLS = {
              sync=True)),
     "cudamem.is_cuda_array": lambda s: (
         cudamem.is_cuda_array, dict(obj=s.array)),
+    "cudamem.mapped": lambda s: (cudamem.mapped, dict(stream=0)),
+    "cudamem.mapped_array": lambda s: (
+        cudamem.mapped_array, dict(shape=3, dtype=np.float64, strides=None,
+                                   order="C", stream=0, portable=False,
+                                   wc=False)),
+    "cudamem.mapped_array_like": lambda s: (
+        cudamem.mapped_array_like, dict(ary=np.zeros(3), stream=0,
+                                        portable=False, wc=False)),
+    "cudamem.pinned_array": lambda s: (
+        cudamem.pinned_array, dict(shape=3, dtype=np.float64, strides=None,
+                                   order="C")),
+    "cudamem.pinned_array_like": lambda s: (
+        cudamem.pinned_array_like, dict(ary=np.zeros(3))),
     "cudamem.require_context": lambda s: (
         cudamem.require_context, dict(fn=len)),
     "cudamem.select_device": lambda s: (

@@ -104,6 +104,31 @@ def _mem_free():
         raise
 
 
+def _pinned_block():
+    """An array page-locked for a block: cuMemHostRegister, then
+    cuMemHostUnregister."""
+    try:
+        with cudamem.pinned(np.zeros(4)):
+            pass
+    except CudaAPIError as exc:
+        if exc.call == "cuMemHostUnregister":
+            # The registry forgot the pages; the driver keeps them
+            # page-locked until their context goes: reset it.
+            _dev().reset()
+        raise
+
+
+def _wc_free():
+    """Write-combined memory dropped, then the memory queue flushed:
+    cuMemFreeHost."""
+    cudamem.mapped_array(4, wc=True)
+    try:
+        cudamem.current_context().memory_manager.deallocations.clear()
+    except CudaAPIError:
+        _dev().reset()  # as for _stream_destroy
+        raise
+
+
 def _to_host(stream=None):
     ary = cudamem.to_device(np.arange(4))
     ary.copy_to_host(stream=stream if stream is not None else 0)
@@ -215,6 +240,11 @@ REACH = {
     "cuMemAllocManaged": lambda: cudamem.managed_array(4),
     "cuMemPrefetchAsync": lambda: cudamem.managed_array(4).prefetch(),
     "cuMemAdvise": lambda: cudamem.managed_array(4).advise("read_mostly"),
+    "cuMemHostRegister": _pinned_block,
+    "cuMemHostUnregister": _pinned_block,
+    "cuMemHostGetDevicePointer": lambda: cudamem.mapped_array(4),
+    "cuMemHostAlloc": lambda: cudamem.mapped_array(4, wc=True),
+    "cuMemFreeHost": _wc_free,
 }
 
 ROWS = [row[0] for row in driver.table()]

@@ -13,8 +13,9 @@
 #include "status.h"
 
 /* One per visible device, created when first asked for after the driver
- * loaded, never freed. `primary`, `last_primary` and `generation` are read
- * without the lock (atomically); they change only under it. */
+ * loaded, never freed. `primary`, `last_primary`, `generation` and
+ * `resets` are read without the lock (atomically); they change only under
+ * it. */
 typedef struct cm_device {
     int ordinal;
     CUdevice cudev;

@@ -102,12 +102,14 @@ cudamem_exec(PyObject *module)
         PyModule_AddFunctions(module, cmpy_dlpack_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_pending_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_managed_methods) < 0 ||
+        PyModule_AddFunctions(module, cmpy_hostbuf_methods) < 0 ||
         cmpy_device_types_init(module, st) < 0 ||
         cmpy_stream_type_init(module, st) < 0 ||
         cmpy_event_type_init(module, st) < 0 ||
         cmpy_memory_type_init(module, st) < 0 ||
         cmpy_array_type_init(module, st) < 0 ||
-        cmpy_pending_type_init(module, st) < 0) {
+        cmpy_pending_type_init(module, st) < 0 ||
+        cmpy_hostbuf_type_init(module, st) < 0) {
         return -1;
     }
     /* The CUDA version of the headers cudamem was built with. */
@@ -143,6 +145,7 @@ cudamem_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->ManagedNDArrayType);
     Py_VISIT(st->DeallocationsType);
     Py_VISIT(st->DeferGuardType);
+    Py_VISIT(st->HostBufferType);
     Py_VISIT(st->devices);
     Py_VISIT(st->attr_ids);
     Py_VISIT(st->MemoryInfo);
@@ -174,6 +177,7 @@ cudamem_clear(PyObject *module)
     Py_CLEAR(st->ManagedNDArrayType);
     Py_CLEAR(st->DeallocationsType);
     Py_CLEAR(st->DeferGuardType);
+    Py_CLEAR(st->HostBufferType);
     Py_CLEAR(st->attr_ids);
     Py_CLEAR(st->MemoryInfo);
     for (int i = 0; i < CMPY_GLUE_COUNT; i++) {

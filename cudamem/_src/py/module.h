@@ -34,6 +34,7 @@ typedef struct cmpy_state {
     PyObject *ManagedNDArrayType;    /* py/managed.c, made on first use */
     PyObject *DeallocationsType; /* py/pending.c */
     PyObject *DeferGuardType;    /* py/pending.c */
+    PyObject *HostBufferType;    /* py/hostbuf.c */
     PyObject *devices;     /* tuple of Device, made on first use, or NULL */
     PyObject *attr_ids;    /* {"WARP_SIZE": 10, ...}: every attribute */
     PyObject *MemoryInfo;  /* cudamem.devices.MemoryInfo, loaded lazily */
@@ -138,13 +139,15 @@ extern PyMethodDef cmpy_device_methods[];
 extern PyMethodDef cmpy_array_methods[];
 extern PyMethodDef cmpy_pending_methods[];
 extern PyMethodDef cmpy_managed_methods[];
+extern PyMethodDef cmpy_hostbuf_methods[];
 
 /* py/device.c: creates the Device and Context types and the attribute
  * table in the module state; 0, or -1 with an exception set. */
 int cmpy_device_types_init(PyObject *module, cmpy_state *st);
-/* The same for py/memory.c, py/array.c and py/pending.c. */
+/* The same for py/memory.c, py/array.c, py/pending.c and py/hostbuf.c. */
 int cmpy_memory_type_init(PyObject *module, cmpy_state *st);
 int cmpy_array_type_init(PyObject *module, cmpy_state *st);
 int cmpy_pending_type_init(PyObject *module, cmpy_state *st);
+int cmpy_hostbuf_type_init(PyObject *module, cmpy_state *st);
 
 #endif

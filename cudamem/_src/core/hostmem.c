@@ -1,0 +1,583 @@
+/* hostmem.c: the registry of host registrations and the host buffers of
+ * hostmem.h. Registrations are page-rounded nodes shared by reference, so
+ * overlapping requests never reach the driver as overlapping
+ * registrations. Does not know arrays, views or Python. */
+#include "hostmem.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "driver.h"
+#include "release.h"
+
+/* Every registration is pinned for all contexts and mappable, so that a
+ * later mapped() over the same pages finds them usable. */
+#define REG_FLAGS (CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP)
+
+/* One driver registration: disjoint, page-aligned, in the table while
+ * `linked`. It retains its device's primary context, so that close()
+ * leaves it registered; only a reset ends it. */
+typedef struct node {
+    uintptr_t base;
+    size_t size;
+    int refs;
+    int linked;
+    unsigned flags;
+    cm_device *dev;
+    CUcontext ctx;   /* retained by the node */
+    uint64_t resets; /* dev's at registration */
+} node;
+
+struct cm_hostreg {
+    size_t n;
+    node *nodes[];
+};
+
+/* The nodes sorted by base; everything here under `lock`. */
+static struct {
+    pthread_mutex_t lock;
+    node **nodes;
+    size_t n, cap;
+} table = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static size_t
+page_size(void)
+{
+    static size_t ps;
+
+    if (ps == 0) {
+        ps = (size_t)sysconf(_SC_PAGESIZE);
+    }
+    return ps;
+}
+
+/* A reset since the registration took it from the driver. */
+static int
+stale(const node *n)
+{
+    return __atomic_load_n(&n->dev->resets, __ATOMIC_ACQUIRE) != n->resets;
+}
+
+/* The first node ending after addr. */
+static size_t
+first_after(uintptr_t addr)
+{
+    size_t lo = 0, hi = table.n;
+
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+
+        if (table.nodes[mid]->base + table.nodes[mid]->size <= addr) {
+            lo = mid + 1;
+        }
+        else {
+            hi = mid;
+        }
+    }
+    return lo;
+}
+
+static int
+table_insert(size_t at, node *n, cm_error *err)
+{
+    if (table.n == table.cap) {
+        size_t cap = table.cap ? 2 * table.cap : 16;
+        node **grown = realloc(table.nodes, cap * sizeof(*grown));
+
+        if (grown == NULL) {
+            return cm_fail(err, CM_ERR_NOMEM, "out of host memory");
+        }
+        table.nodes = grown;
+        table.cap = cap;
+    }
+    memmove(&table.nodes[at + 1], &table.nodes[at],
+            (table.n - at) * sizeof(*table.nodes));
+    table.nodes[at] = n;
+    table.n++;
+    n->linked = 1;
+    return 0;
+}
+
+static void
+table_unlink(node *n)
+{
+    size_t at = first_after(n->base);
+
+    memmove(&table.nodes[at], &table.nodes[at + 1],
+            (table.n - at - 1) * sizeof(*table.nodes));
+    table.n--;
+    n->linked = 0;
+}
+
+/* Drops a reference; the last one unregisters the pages, unless the
+ * driver already dropped them with their context. Lock held. */
+static int
+node_drop(node *n, cm_error *err)
+{
+    CUcontext popped;
+    cm_error ignored;
+    int rc = 0;
+
+    if (--n->refs > 0) {
+        return 0;
+    }
+    if (n->linked) {
+        table_unlink(n);
+    }
+    /* In the context the node keeps alive, whatever cudamem holds. */
+    if (!stale(n) && (rc = CM_CALL(err, cuCtxPushCurrent, n->ctx)) == 0) {
+        rc = CM_CALL(err, cuMemHostUnregister, (void *)n->base);
+        if (CM_CALL(rc < 0 ? &ignored : err, cuCtxPopCurrent, &popped) < 0) {
+            rc = -1;
+        }
+    }
+    if (CM_CALL(rc < 0 ? &ignored : err, cuDevicePrimaryCtxRelease,
+                n->dev->cudev) < 0) {
+        rc = -1;
+    }
+    free(n);
+    return rc;
+}
+
+/* Drops every reference of r and frees it; the first failure is
+ * reported, the rest still dropped. Lock held. */
+static int
+reg_drop(cm_hostreg *r, cm_error *err)
+{
+    cm_error later;
+    int rc = 0;
+
+    for (size_t i = 0; i < r->n; i++) {
+        if (node_drop(r->nodes[i], rc < 0 ? &later : err) < 0) {
+            rc = -1;
+        }
+    }
+    free(r);
+    return rc;
+}
+
+/* Forgets the nodes in [lo, hi) whose registration died with its context;
+ * their holders still drop them. Lock held. */
+static void
+unlink_stale(uintptr_t lo, uintptr_t hi)
+{
+    size_t i = first_after(lo);
+
+    while (i < table.n && table.nodes[i]->base < hi) {
+        if (stale(table.nodes[i])) {
+            table_unlink(table.nodes[i]);
+        }
+        else {
+            i++;
+        }
+    }
+}
+
+/* Registers the gap [lo, hi) as a new node at table index `at`. *made is
+ * NULL when another owner already page-locked it. Lock held, dev's
+ * context current. */
+static int
+register_gap(uintptr_t lo, uintptr_t hi, unsigned flags, cm_device *dev,
+             uint64_t resets, size_t at, node **made, cm_error *err)
+{
+    node *n = malloc(sizeof(*n));
+    cm_error ignored;
+
+    *made = NULL;
+    if (n == NULL) {
+        return cm_fail(err, CM_ERR_NOMEM, "out of host memory");
+    }
+    *n = (node){.base = lo,
+                .size = hi - lo,
+                .flags = flags,
+                .dev = dev,
+                .resets = resets};
+    if (CM_CALL(err, cuDevicePrimaryCtxRetain, &n->ctx, dev->cudev) < 0) {
+        free(n);
+        return -1;
+    }
+    if (CM_CALL(err, cuMemHostRegister, (void *)lo, hi - lo, flags) < 0) {
+        (void)CM_CALL(&ignored, cuDevicePrimaryCtxRelease, dev->cudev);
+        free(n);
+        /* Pinned by someone else (cuMemHostAlloc memory, another
+         * library): already what was asked for. */
+        return err->kind == CM_ERR_DRIVER &&
+                       err->code == CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED
+                   ? 0
+                   : -1;
+    }
+    if (table_insert(at, n, err) < 0) {
+        (void)CM_CALL(&ignored, cuMemHostUnregister, (void *)lo);
+        (void)CM_CALL(&ignored, cuDevicePrimaryCtxRelease, dev->cudev);
+        free(n);
+        return -1;
+    }
+    *made = n;
+    return 0;
+}
+
+/* References on nodes covering the pages of [lo, hi), registering the
+ * gaps. Lock held, dev's context current. */
+static int
+reg_acquire(uintptr_t lo, uintptr_t hi, unsigned flags, cm_device *dev,
+            uint64_t resets, cm_hostreg **out, cm_error *err)
+{
+    size_t i, count = 0, at;
+    uintptr_t cur = lo;
+    cm_error ignored;
+    cm_hostreg *r;
+
+    unlink_stale(lo, hi);
+    for (i = first_after(lo); i < table.n && table.nodes[i]->base < hi;
+         i++) {
+        node *n = table.nodes[i];
+
+        if (!(flags & CU_MEMHOSTREGISTER_READ_ONLY) &&
+            (n->flags & CU_MEMHOSTREGISTER_READ_ONLY)) {
+            return cm_fail_fmt(err, CM_ERR_VALUE,
+                               "host memory at %#lx (%zu bytes) is "
+                               "registered read-only (by a read-only "
+                               "array): a writable array sharing its "
+                               "pages cannot be registered meanwhile",
+                               (unsigned long)n->base, n->size);
+        }
+        count++;
+    }
+    /* At most one gap before each node and one after the last. */
+    r = malloc(sizeof(*r) + (2 * count + 1) * sizeof(r->nodes[0]));
+    if (r == NULL) {
+        return cm_fail(err, CM_ERR_NOMEM, "out of host memory");
+    }
+    r->n = 0;
+    at = first_after(lo);
+    while (cur < hi) {
+        node *n = at < table.n ? table.nodes[at] : NULL;
+
+        if (n != NULL && n->base <= cur) {
+            n->refs++;
+            r->nodes[r->n++] = n;
+            cur = n->base + n->size;
+            at++;
+            continue;
+        }
+        uintptr_t end = n != NULL && n->base < hi ? n->base : hi;
+        node *made;
+
+        if (register_gap(cur, end, flags, dev, resets, at, &made, err) <
+            0) {
+            (void)reg_drop(r, &ignored);
+            return -1;
+        }
+        if (made != NULL) {
+            made->refs = 1;
+            r->nodes[r->n++] = made;
+            at++;
+        }
+        cur = end;
+    }
+    *out = r;
+    return 0;
+}
+
+/* The device address of ptr in dev's (current) context. */
+static int
+device_pointer(void *ptr, CUdeviceptr *out, cm_error *err)
+{
+    return CM_CALL(err, cuMemHostGetDevicePointer, out, ptr, 0);
+}
+
+/* Registers [ptr, ptr + size) on the current device, with a device
+ * address when `mapped`; fills h's registration fields. */
+static int
+host_register(cm_device *dev, cm_host *h, int readonly, int mapped,
+              cm_error *err)
+{
+    uintptr_t lo, hi, ps = page_size();
+    unsigned flags = REG_FLAGS;
+    cm_ctx_guard guard;
+    cm_error ignored;
+    CUdeviceptr last;
+    CUcontext ctx;
+    int rc, supported = 1;
+
+    if (cm_device_primary(dev, &ctx, &h->generation, err) < 0) {
+        return -1;
+    }
+    h->dev = dev;
+    h->resets = __atomic_load_n(&dev->resets, __ATOMIC_ACQUIRE);
+    h->readonly = readonly;
+    h->mapped = mapped;
+    if (h->size == 0) {
+        return 0;
+    }
+    if (readonly) {
+        if (CM_CALL(err, cuDeviceGetAttribute, &supported,
+                    CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED,
+                    dev->cudev) < 0) {
+            return -1;
+        }
+        if (!supported) {
+            return cm_fail_fmt(err, CM_ERR_SUPPORT,
+                               "device %d cannot page-lock read-only host "
+                               "memory (no READ_ONLY_HOST_REGISTER_"
+                               "SUPPORTED): make the array writable",
+                               dev->ordinal);
+        }
+        flags |= CU_MEMHOSTREGISTER_READ_ONLY;
+    }
+    lo = (uintptr_t)h->ptr & ~(ps - 1);
+    hi = ((uintptr_t)h->ptr + h->size + ps - 1) & ~(ps - 1);
+    if (cm_ctx_enter(dev, &guard, err) < 0) {
+        return -1;
+    }
+    pthread_mutex_lock(&table.lock);
+    rc = reg_acquire(lo, hi, flags, dev, h->resets, &h->reg, err);
+    pthread_mutex_unlock(&table.lock);
+    if (rc == 0 && mapped) {
+        /* Several registrations need not be contiguous on the device. */
+        rc = device_pointer(h->ptr, &h->dptr, err);
+        if (rc == 0 && h->size > 1) {
+            rc = device_pointer((char *)h->ptr + h->size - 1, &last, err);
+        }
+        if (rc == 0 && h->size > 1 && last - h->dptr != h->size - 1) {
+            rc = cm_fail_fmt(err, CM_ERR_VALUE,
+                             "host memory at %p (%zu bytes) spans "
+                             "registrations that are not contiguous on "
+                             "device %d: it cannot be mapped as one array",
+                             h->ptr, h->size, dev->ordinal);
+        }
+        if (rc < 0) {
+            pthread_mutex_lock(&table.lock);
+            (void)reg_drop(h->reg, &ignored);
+            pthread_mutex_unlock(&table.lock);
+            h->reg = NULL;
+        }
+    }
+    return cm_ctx_leave(&guard, rc, err);
+}
+
+/* cuMemHostAlloc'd write-combined memory under its own retain of the
+ * current device's primary context, so that close() cannot free it. */
+static int
+alloc_wc(cm_device *dev, cm_host *h, int portable, cm_error *err)
+{
+    unsigned flags = CU_MEMHOSTALLOC_WRITECOMBINED |
+                     CU_MEMHOSTALLOC_DEVICEMAP |
+                     (portable ? CU_MEMHOSTALLOC_PORTABLE : 0);
+    cm_ctx_guard guard;
+    cm_error ignored;
+    void *p = NULL;
+    int rc;
+
+    if (cm_device_primary(dev, &h->ctx, &h->generation, err) < 0) {
+        return -1;
+    }
+    h->dev = dev;
+    h->mapped = 1;
+    if (h->size == 0) {
+        h->ctx = NULL;
+        return 0;
+    }
+    h->resets = __atomic_load_n(&dev->resets, __ATOMIC_ACQUIRE);
+    if (CM_CALL(err, cuDevicePrimaryCtxRetain, &h->ctx, dev->cudev) < 0) {
+        return -1;
+    }
+    rc = cm_ctx_enter(dev, &guard, err);
+    if (rc == 0) {
+        rc = CM_CALL(err, cuMemHostAlloc, &p, h->size, flags);
+        if (rc == 0) {
+            rc = device_pointer(p, &h->dptr, err);
+            if (rc < 0) {
+                (void)CM_CALL(&ignored, cuMemFreeHost, p);
+            }
+        }
+        rc = cm_ctx_leave(&guard, rc, err);
+    }
+    if (rc < 0) {
+        /* A pop that failed after a good allocation: the memory is
+         * unreachable; freeing it with the context is the best left. */
+        (void)CM_CALL(&ignored, cuDevicePrimaryCtxRelease, dev->cudev);
+        return -1;
+    }
+    h->ptr = p;
+    return 0;
+}
+
+int
+cm_host_alloc(cm_device *dev, cm_host_kind kind, size_t nbytes, int portable,
+              cm_host **out, cm_error *err)
+{
+    size_t ps = page_size();
+    cm_host *h;
+    void *p;
+
+    if (cm_fork_check(err) < 0) {
+        return -1;
+    }
+    if (kind != CM_HOST_PINNED && kind != CM_HOST_MAPPED &&
+        kind != CM_HOST_MAPPED_WC) {
+        return cm_fail(err, CM_ERR_VALUE, "not a kind of host allocation");
+    }
+    h = calloc(1, sizeof(*h));
+    if (h == NULL) {
+        return cm_fail(err, CM_ERR_NOMEM, "out of host memory");
+    }
+    h->kind = kind;
+    h->size = nbytes;
+    if (kind == CM_HOST_MAPPED_WC) {
+        if (alloc_wc(dev, h, portable, err) < 0) {
+            free(h);
+            return -1;
+        }
+        *out = h;
+        return 0;
+    }
+    if (nbytes > SIZE_MAX - (ps - 1)) {
+        free(h);
+        return cm_fail_fmt(err, CM_ERR_NOMEM,
+                           "cannot map %zu bytes of host memory", nbytes);
+    }
+    if (nbytes > 0) {
+        h->maplen = (nbytes + ps - 1) & ~(ps - 1);
+        p = mmap(NULL, h->maplen, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) {
+            free(h);
+            return cm_fail_fmt(err, CM_ERR_NOMEM,
+                               "cannot map %zu bytes of host memory",
+                               nbytes);
+        }
+        h->ptr = p;
+    }
+    if (host_register(dev, h, 0, kind == CM_HOST_MAPPED, err) < 0) {
+        if (h->ptr != NULL) {
+            munmap(h->ptr, h->maplen);
+        }
+        free(h);
+        return -1;
+    }
+    *out = h;
+    return 0;
+}
+
+int
+cm_host_register(cm_device *dev, void *ptr, size_t size, int readonly,
+                 int mapped, cm_host **out, cm_error *err)
+{
+    cm_host *h;
+
+    if (cm_fork_check(err) < 0) {
+        return -1;
+    }
+    h = calloc(1, sizeof(*h));
+    if (h == NULL) {
+        return cm_fail(err, CM_ERR_NOMEM, "out of host memory");
+    }
+    h->kind = CM_HOST_REGISTERED;
+    h->ptr = size > 0 ? ptr : NULL;
+    h->size = size;
+    if (host_register(dev, h, readonly, mapped, err) < 0) {
+        free(h);
+        return -1;
+    }
+    *out = h;
+    return 0;
+}
+
+int
+cm_host_unregister(cm_host *h, cm_error *err)
+{
+    int rc;
+
+    if (h->reg == NULL) {
+        return 0;
+    }
+    if (cm_fork_check(err) < 0) {
+        return -1;
+    }
+    pthread_mutex_lock(&table.lock);
+    rc = reg_drop(h->reg, err);
+    pthread_mutex_unlock(&table.lock);
+    h->reg = NULL;
+    return rc;
+}
+
+/* Frees write-combined memory: through the device's memory queue while
+ * cudamem's own retain of its context lives (numba's deferral), at once
+ * in the context this buffer retains after a close, not at all after a
+ * reset (which freed it). Then drops that retain. */
+static int
+free_wc(cm_host *h, cm_error *err)
+{
+    int reset = __atomic_load_n(&h->dev->resets, __ATOMIC_ACQUIRE) !=
+                h->resets;
+    int closed = __atomic_load_n(&h->dev->generation, __ATOMIC_ACQUIRE) !=
+                 h->generation;
+    CUcontext popped;
+    cm_error ignored;
+    int rc = 0;
+
+    if (!reset && !closed) {
+        rc = cm_release(h->dev, h->generation, CM_FREE_HOST,
+                        (uint64_t)(uintptr_t)h->ptr, h->size, err);
+    }
+    else if (!reset && (rc = CM_CALL(err, cuCtxPushCurrent, h->ctx)) == 0) {
+        rc = CM_CALL(err, cuMemFreeHost, h->ptr);
+        if (CM_CALL(rc < 0 ? &ignored : err, cuCtxPopCurrent, &popped) < 0) {
+            rc = -1;
+        }
+    }
+    if (CM_CALL(rc < 0 ? &ignored : err, cuDevicePrimaryCtxRelease,
+                h->dev->cudev) < 0) {
+        rc = -1;
+    }
+    return rc;
+}
+
+int
+cm_host_free(cm_host *h, cm_error *err)
+{
+    int rc = 0;
+
+    if (cm_fork_check(err) < 0) {
+        free(h);
+        return -1;
+    }
+    if (h->kind == CM_HOST_MAPPED_WC) {
+        if (h->ptr != NULL) {
+            rc = free_wc(h, err);
+        }
+    }
+    else {
+        rc = cm_host_unregister(h, err);
+        /* After a failed unregister the driver still holds the pages:
+         * leave them mapped. */
+        if (rc == 0 && h->kind != CM_HOST_REGISTERED && h->ptr != NULL) {
+            munmap(h->ptr, h->maplen);
+        }
+    }
+    free(h);
+    return rc;
+}
+
+int
+cm_host_check(const cm_host *h, cm_error *err)
+{
+    int gone;
+
+    if (cm_fork_check(err) < 0) {
+        return -1;
+    }
+    gone = __atomic_load_n(&h->dev->resets, __ATOMIC_ACQUIRE) != h->resets;
+    if (gone) {
+        return cm_fail_fmt(err, CM_ERR_STATE,
+                           "the mapped host memory at %p cannot be used "
+                           "on device %d: the device was reset since it was "
+                           "mapped",
+                           h->ptr, h->dev->ordinal);
+    }
+    return 0;
+}

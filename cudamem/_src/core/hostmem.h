@@ -1,0 +1,79 @@
+/* hostmem.h: page-locked host memory: the one registry of host
+ * registrations (page-rounded driver registrations shared by reference)
+ * and the host buffers built on it (pinned, mapped, write-combined, and
+ * the caller's memory registered). Does not own Python objects or device
+ * memory. */
+#ifndef CM_HOSTMEM_H
+#define CM_HOSTMEM_H
+
+#include <cuda.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "context.h"
+
+typedef enum cm_host_kind {
+    CM_HOST_PINNED = 1, /* cudamem's pages (mmap), registered */
+    CM_HOST_MAPPED,     /* the same, with a device address */
+    CM_HOST_MAPPED_WC,  /* cuMemHostAlloc, write-combined and mapped */
+    CM_HOST_REGISTERED  /* the caller's memory, registered */
+} cm_host_kind;
+
+/* A user-level registration: references on the driver registrations that
+ * cover its pages. Opaque. */
+typedef struct cm_hostreg cm_hostreg;
+
+/* One host buffer, owned by one Python object. */
+typedef struct cm_host {
+    cm_host_kind kind;
+    void *ptr;        /* the first byte the owner sees (NULL: size 0) */
+    size_t size;      /* bytes from ptr */
+    size_t maplen;    /* pinned / mapped: length of the mmap at ptr */
+    int readonly;     /* registered read-only */
+    int mapped;       /* dptr is the device address of ptr */
+    cm_hostreg *reg;  /* NULL: write-combined, size 0 or unregistered */
+    cm_device *dev;   /* the device it was registered or mapped on */
+    uint64_t generation; /* write-combined: dev's when allocated */
+    uint64_t resets;  /* dev's then: a reset ends registrations and
+                         write-combined memory, close() does not */
+    CUcontext ctx;    /* write-combined: the primary context it retains */
+    CUdeviceptr dptr; /* mapped kinds: the device address of ptr */
+} cm_host;
+
+/* New host memory of `kind` (PINNED, MAPPED or MAPPED_WC) for nbytes on
+ * dev (the calling thread's current device). PINNED and MAPPED are
+ * page-rounded mmap pages registered portable and mapped, valid until
+ * cm_host_free whatever happens to contexts (page-locked until a
+ * reset: a registration retains its device's primary context);
+ * MAPPED_WC is cuMemHostAlloc'd (PORTABLE when `portable`) under a
+ * retain of the device's primary context (so close() leaves it), freed
+ * through the device's memory queue or by Device.reset(). nbytes 0 maps
+ * nothing. */
+int cm_host_alloc(cm_device *dev, cm_host_kind kind, size_t nbytes,
+                  int portable, cm_host **out, cm_error *err);
+
+/* Registers the caller's [ptr, ptr + size) (READ_ONLY when `readonly`;
+ * CM_ERR_SUPPORT when the device cannot) in dev's primary context (the
+ * calling thread's current device); with `mapped`, also finds its device
+ * address. Pages already registered by cudamem are shared; pages another
+ * owner page-locked are accepted as they are. A writable request over
+ * pages registered read-only fails with CM_ERR_VALUE. On failure nothing
+ * stays registered. size 0 registers nothing. */
+int cm_host_register(cm_device *dev, void *ptr, size_t size, int readonly,
+                     int mapped, cm_host **out, cm_error *err);
+
+/* Drops h's registration now (a no-op the second time); registrations
+ * that no one else holds are unregistered at once. A failed unregister is
+ * reported; the registration is forgotten anyway. */
+int cm_host_unregister(cm_host *h, cm_error *err);
+
+/* cm_host_unregister, then frees cudamem's memory and the record. After
+ * a failed unregister the pages stay mapped (the driver still holds them)
+ * and the failure is reported; the record is freed anyway. */
+int cm_host_free(cm_host *h, cm_error *err);
+
+/* For a mapped kind: fails with CM_ERR_STATE when the mapping is gone
+ * (its device was reset). */
+int cm_host_check(const cm_host *h, cm_error *err);
+
+#endif

@@ -1,0 +1,718 @@
+/* hostbuf.c (py/): HostBuffer, the Python owner of one core host buffer
+ * (core/hostmem.h), exporting its bytes through the buffer protocol, and
+ * the functions that make host arrays over it, register the caller's
+ * arrays and give mapped memory its device side. The context managers and
+ * MappedNDArray are cudamem/hostarrays.py's. */
+#include "npy.h"
+
+#include "../core/hostmem.h"
+#include "array.h"
+#include "device.h"
+#include "memory.h"
+#include "stream.h"
+
+typedef struct cmpy_HostBuffer {
+    PyObject_HEAD
+    cm_host *host;
+    PyObject *owner; /* registered: the array whose memory it is */
+    PyObject *weakreflist;
+} cmpy_HostBuffer;
+
+/* Where a zero-size array points: NumPy allocates for NULL data. */
+static char empty_data[1];
+
+static void *
+buffer_data(const cm_host *h)
+{
+    return h->ptr != NULL ? h->ptr : empty_data;
+}
+
+static PyObject *
+new_buffer(cmpy_state *st, cm_host *host, PyObject *owner)
+{
+    cmpy_HostBuffer *self = PyObject_GC_New(
+        cmpy_HostBuffer, (PyTypeObject *)st->HostBufferType);
+
+    if (self == NULL) {
+        return NULL;
+    }
+    self->host = host;
+    self->owner = Py_XNewRef(owner);
+    self->weakreflist = NULL;
+    PyObject_GC_Track(self);
+    return (PyObject *)self;
+}
+
+/* Frees a host buffer no Python object owns yet. */
+static void
+discard(cmpy_state *st, cm_host *host)
+{
+    cm_error err;
+    int rc;
+
+    Py_BEGIN_ALLOW_THREADS
+    rc = cm_host_free(host, &err);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        cmpy_warn_release(st, &err);
+    }
+}
+
+static int
+buffer_traverse(cmpy_HostBuffer *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->owner);
+    return 0;
+}
+
+static void
+buffer_dealloc(cmpy_HostBuffer *self)
+{
+    PyTypeObject *type = Py_TYPE(self);
+
+    PyObject_GC_UnTrack(self);
+    if (self->weakreflist != NULL) {
+        PyObject_ClearWeakRefs((PyObject *)self);
+    }
+    discard(cmpy_type_state((PyObject *)self), self->host);
+    Py_CLEAR(self->owner);
+    type->tp_free(self);
+    Py_DECREF(type);
+}
+
+static const char *
+kind_name(const cm_host *h)
+{
+    switch (h->kind) {
+    case CM_HOST_PINNED:
+        return "pinned";
+    case CM_HOST_MAPPED:
+        return "mapped";
+    case CM_HOST_MAPPED_WC:
+        return "mapped_wc";
+    default:
+        return h->mapped ? "registered_mapped" : "registered";
+    }
+}
+
+static PyObject *
+buffer_repr(cmpy_HostBuffer *self)
+{
+    char addr[24];
+
+    snprintf(addr, sizeof(addr), "%p", self->host->ptr);
+    return PyUnicode_FromFormat("<cudamem.HostBuffer %s, %zu bytes at %s%s>",
+                                kind_name(self->host), self->host->size,
+                                addr,
+                                self->host->reg != NULL ||
+                                        self->host->kind ==
+                                            CM_HOST_MAPPED_WC ||
+                                        self->host->size == 0
+                                    ? ""
+                                    : ", not page-locked");
+}
+
+static int
+buffer_getbuffer(PyObject *op, Py_buffer *view, int flags)
+{
+    cmpy_HostBuffer *self = (cmpy_HostBuffer *)op;
+
+    return PyBuffer_FillInfo(view, op, buffer_data(self->host),
+                             (Py_ssize_t)self->host->size,
+                             self->host->readonly, flags);
+}
+
+static PyObject *
+get_host_pointer(cmpy_HostBuffer *self, void *Py_UNUSED(c))
+{
+    return PyLong_FromVoidPtr(self->host->ptr);
+}
+
+static PyObject *
+get_device_pointer(cmpy_HostBuffer *self, void *Py_UNUSED(c))
+{
+    if (!self->host->mapped) {
+        Py_RETURN_NONE;
+    }
+    return cmpy_c_void_p((unsigned long long)self->host->dptr);
+}
+
+static PyObject *
+get_device_pointer_value(cmpy_HostBuffer *self, void *Py_UNUSED(c))
+{
+    if (!self->host->mapped || self->host->dptr == 0) {
+        Py_RETURN_NONE;
+    }
+    return PyLong_FromUnsignedLongLong((unsigned long long)self->host->dptr);
+}
+
+static PyObject *
+get_size(cmpy_HostBuffer *self, void *Py_UNUSED(c))
+{
+    return PyLong_FromSize_t(self->host->size);
+}
+
+static PyObject *
+get_kind(cmpy_HostBuffer *self, void *Py_UNUSED(c))
+{
+    return PyUnicode_FromString(kind_name(self->host));
+}
+
+static PyObject *
+get_readonly(cmpy_HostBuffer *self, void *Py_UNUSED(c))
+{
+    return PyBool_FromLong(self->host->readonly);
+}
+
+static PyObject *
+get_device(cmpy_HostBuffer *self, void *Py_UNUSED(c))
+{
+    if (!self->host->mapped) {
+        Py_RETURN_NONE;
+    }
+    return Py_NewRef(cmpy_device_of(cmpy_type_state((PyObject *)self),
+                                    self->host->dev));
+}
+
+static PyObject *
+get_registered(cmpy_HostBuffer *self, void *Py_UNUSED(c))
+{
+    return PyBool_FromLong(self->host->reg != NULL);
+}
+
+static PyGetSetDef buffer_getset[] = {
+    {"host_pointer", (getter)get_host_pointer, NULL,
+     "The address of the first byte, an int (0 for a zero-size buffer).",
+     NULL},
+    {"device_pointer", (getter)get_device_pointer, NULL,
+     "The device address of the first byte as a ctypes.c_void_p "
+     "(numba's\nMappedMemory.device_pointer), or None unless mapped.",
+     NULL},
+    {"device_pointer_value", (getter)get_device_pointer_value, NULL,
+     "The device address as an int, or None unless mapped (or zero-size).",
+     NULL},
+    {"size", (getter)get_size, NULL, "Bytes from the host pointer.", NULL},
+    {"kind", (getter)get_kind, NULL,
+     "'pinned', 'mapped', 'mapped_wc' (write-combined), 'registered' or\n"
+     "'registered_mapped' (an existing array registered by pinned(),\n"
+     "register() or mapped()).",
+     NULL},
+    {"readonly", (getter)get_readonly, NULL,
+     "Whether the memory is registered (and exported) read-only.", NULL},
+    {"device", (getter)get_device, NULL,
+     "The Device the memory is mapped for, or None unless mapped.", NULL},
+    {"registered", (getter)get_registered, NULL,
+     "Whether cudamem holds a page-locking registration for it now.",
+     NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMemberDef buffer_members[] = {
+    {"__weaklistoffset__", Py_T_PYSSIZET,
+     offsetof(cmpy_HostBuffer, weakreflist), Py_READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+PyDoc_STRVAR(buffer_doc,
+             "HostBuffer\n\n"
+             "Page-locked host memory as one object (numba's PinnedMemory "
+             "and\nMappedMemory): the .base of the arrays pinned_array() "
+             "and\nmapped_array() make, and what pinned(), register() and "
+             "mapped()\nhold while an array is registered. Its bytes are "
+             "exported through the\nbuffer protocol (read-only for a "
+             "read-only registration). cudamem's own\npages stay valid as "
+             "long as the buffer lives, whatever happens to\ncontexts, and "
+             "are freed with it. Registrations and write-combined\nmemory "
+             "retain their device's primary context: close() leaves "
+             "them,\nDevice.reset() ends them (and frees write-combined "
+             "memory).");
+
+static PyType_Slot buffer_slots[] = {
+    {Py_tp_doc, (void *)buffer_doc},
+    {Py_tp_dealloc, buffer_dealloc},
+    {Py_tp_traverse, buffer_traverse},
+    {Py_tp_repr, buffer_repr},
+    {Py_tp_getset, buffer_getset},
+    {Py_tp_members, buffer_members},
+    {Py_bf_getbuffer, buffer_getbuffer},
+    {0, NULL},
+};
+
+static PyType_Spec buffer_spec = {
+    .name = "cudamem.HostBuffer",
+    .basicsize = sizeof(cmpy_HostBuffer),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC |
+             Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = buffer_slots,
+};
+
+/* The layout arguments of numpy.empty (shape, dtype, strides, order): a
+ * new dtype reference. */
+static int
+parse_layout(PyObject *const *argv, int *ndim, Py_ssize_t *shape,
+             Py_ssize_t *strides, PyArray_Descr **dtype)
+{
+    char order = 'C';
+    int sndim;
+
+    *dtype = NULL;
+    if (cmpy_parse_ints(argv[0], "shape", shape, ndim) < 0) {
+        return -1;
+    }
+    for (int i = 0; i < *ndim; i++) {
+        if (shape[i] < 0) {
+            PyErr_Format(PyExc_ValueError,
+                         "negative dimensions are not allowed: shape %R",
+                         argv[0]);
+            return -1;
+        }
+    }
+    if (!PyArray_DescrConverter2(argv[1] != NULL ? argv[1] : Py_None,
+                                 dtype)) {
+        return -1;
+    }
+    if (*dtype == NULL) {
+        *dtype = PyArray_DescrFromType(NPY_DOUBLE);
+    }
+    if (cmpy_check_dtype(*dtype) < 0) {
+        goto fail;
+    }
+    if (argv[3] != NULL && argv[3] != Py_None) {
+        const char *s = PyUnicode_Check(argv[3]) ? PyUnicode_AsUTF8(argv[3])
+                                                 : NULL;
+
+        if (s == NULL || (strcmp(s, "C") != 0 && strcmp(s, "F") != 0)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError, "order must be 'C' or 'F', not %R",
+                         argv[3]);
+            goto fail;
+        }
+        order = s[0];
+    }
+    if (argv[2] == NULL || argv[2] == Py_None) {
+        cmpy_contiguous_strides(*ndim, shape, PyDataType_ELSIZE(*dtype),
+                                order, strides);
+        return 0;
+    }
+    if (cmpy_parse_ints(argv[2], "strides", strides, &sndim) < 0) {
+        goto fail;
+    }
+    if (sndim != *ndim) {
+        PyErr_Format(PyExc_ValueError,
+                     "strides %R do not match the %d dimensions of the "
+                     "shape %R",
+                     argv[2], *ndim, argv[0]);
+        goto fail;
+    }
+    return 0;
+fail:
+    Py_CLEAR(*dtype);
+    return -1;
+}
+
+/* A NumPy array over new host memory of `kind`, its .base the
+ * HostBuffer. */
+static PyObject *
+host_array(cmpy_state *st, PyObject *const *argv, cm_host_kind kind,
+           int portable)
+{
+    Py_ssize_t shape[NPY_MAXDIMS], strides[NPY_MAXDIMS], size, low, high;
+    PyArray_Descr *dtype;
+    PyObject *buf, *arr = NULL;
+    cm_device *dev;
+    cm_host *host;
+    cm_error err;
+    int ndim, rc;
+
+    if (cmpy_numpy_init() < 0 ||
+        parse_layout(argv, &ndim, shape, strides, &dtype) < 0) {
+        return NULL;
+    }
+    if (cmpy_layout_extent(ndim, shape, strides, PyDataType_ELSIZE(dtype),
+                           &size, &low, &high) < 0 ||
+        cmpy_current_device(st, &dev) < 0) {
+        Py_DECREF(dtype);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = cm_host_alloc(dev, kind, (size_t)(high - low), portable, &host,
+                       &err);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        Py_DECREF(dtype);
+        return cmpy_raise(st, &err);
+    }
+    buf = new_buffer(st, host, NULL);
+    if (buf == NULL) {
+        discard(st, host);
+        Py_DECREF(dtype);
+        return NULL;
+    }
+    /* Steals dtype. Negative strides: the first element is -low in. */
+    arr = PyArray_NewFromDescr(&PyArray_Type, dtype, ndim, shape, strides,
+                               (char *)buffer_data(host) - low,
+                               NPY_ARRAY_WRITEABLE, NULL);
+    if (arr == NULL || PyArray_SetBaseObject((PyArrayObject *)arr, buf) < 0) {
+        Py_XDECREF(arr);
+        if (arr == NULL) {
+            Py_DECREF(buf);
+        }
+        return NULL;
+    }
+    return arr;
+}
+
+static const char *const layout_names[] = {"shape", "dtype", "strides",
+                                           "order", "portable", "wc"};
+
+PyDoc_STRVAR(pinned_array_doc,
+             "pinned_array(shape, dtype=np.float64, strides=None, "
+             "order='C')\n-> numpy.ndarray\n\n"
+             "An uninitialized NumPy array in page-locked host memory "
+             "(numba's\npinned_array); its .base is the HostBuffer that "
+             "frees the memory when\nthe last reference goes. *strides* "
+             "(bytes, any sign) overrides\n*order*. The memory stays valid "
+             "and page-locked after close(); after\nDevice.reset() it stays "
+             "valid but is no longer page-locked.");
+
+static PyObject *
+pinned_array(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+             PyObject *kwnames)
+{
+    PyObject *argv[4];
+
+    if (cmpy_parse_args("pinned_array", layout_names, 4, 1, args, nargs,
+                        kwnames, argv) < 0) {
+        return NULL;
+    }
+    return host_array(cmpy_get_state(module), argv, CM_HOST_PINNED, 0);
+}
+
+PyDoc_STRVAR(mapped_buffer_array_doc,
+             "_mapped_array(shape, dtype=np.float64, strides=None, "
+             "order='C', portable=False, wc=False) -> numpy.ndarray\n\n"
+             "mapped_array()'s memory as a plain NumPy array over a mapped "
+             "HostBuffer.");
+
+static PyObject *
+mapped_buffer_array(PyObject *module, PyObject *const *args,
+                    Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *argv[6];
+    int portable = 0, wc = 0;
+
+    if (cmpy_parse_args("mapped_array", layout_names, 6, 1, args, nargs,
+                        kwnames, argv) < 0 ||
+        (argv[4] != NULL && (portable = PyObject_IsTrue(argv[4])) < 0) ||
+        (argv[5] != NULL && (wc = PyObject_IsTrue(argv[5])) < 0)) {
+        return NULL;
+    }
+    return host_array(cmpy_get_state(module), argv,
+                      wc ? CM_HOST_MAPPED_WC : CM_HOST_MAPPED, portable);
+}
+
+/* The bytes an array's elements touch: [*lo, *lo + *n). TypeError or
+ * ValueError naming anything that cannot be registered. */
+static int
+array_extent(PyObject *obj, char **lo, size_t *n)
+{
+    PyArrayObject *a = (PyArrayObject *)obj;
+    Py_ssize_t size, low, high;
+
+    if (!PyArray_Check(obj)) {
+        PyErr_Format(PyExc_TypeError,
+                     "only NumPy arrays can be page-locked, not %.200s",
+                     Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    if (PyDataType_REFCHK(PyArray_DESCR(a))) {
+        PyErr_Format(PyExc_TypeError,
+                     "an array of dtype %R holds Python objects, which "
+                     "cannot be page-locked for the device",
+                     (PyObject *)PyArray_DESCR(a));
+        return -1;
+    }
+    if (cmpy_layout_extent(PyArray_NDIM(a), PyArray_DIMS(a),
+                           PyArray_STRIDES(a), PyArray_ITEMSIZE(a), &size,
+                           &low, &high) < 0) {
+        return -1;
+    }
+    *lo = PyArray_BYTES(a) + low;
+    *n = (size_t)(high - low);
+    return 0;
+}
+
+/* Drops the registrations of buffers[0:n]; the first failure is raised,
+ * the others still dropped. */
+static int
+unregister_all(cmpy_state *st, PyObject *const *buffers, Py_ssize_t n)
+{
+    cm_error err, later;
+    int rc = 0;
+
+    for (Py_ssize_t i = 0; i < n; i++) {
+        cm_host *host = ((cmpy_HostBuffer *)buffers[i])->host;
+        int one;
+
+        Py_BEGIN_ALLOW_THREADS
+        one = cm_host_unregister(host, rc < 0 ? &later : &err);
+        Py_END_ALLOW_THREADS
+        if (one < 0) {
+            rc = -1;
+        }
+    }
+    if (rc < 0) {
+        cmpy_raise(st, &err);
+    }
+    return rc;
+}
+
+PyDoc_STRVAR(host_register_doc,
+             "_host_register(arrays, mapped=False) -> list[HostBuffer]\n\n"
+             "Page-locks every array of the sequence (read-only ones "
+             "read-only),\nwith a device address when *mapped*: all or "
+             "none.");
+
+static PyObject *
+host_register(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+              PyObject *kwnames)
+{
+    static const char *const names[] = {"arrays", "mapped"};
+    cmpy_state *st = cmpy_get_state(module);
+    PyObject *argv[2], *seq, *out = NULL;
+    Py_ssize_t n, i;
+    cm_device *dev;
+    int mapped = 0;
+
+    if (cmpy_numpy_init() < 0 ||
+        cmpy_parse_args("_host_register", names, 2, 1, args, nargs, kwnames,
+                        argv) < 0 ||
+        (argv[1] != NULL && (mapped = PyObject_IsTrue(argv[1])) < 0)) {
+        return NULL;
+    }
+    seq = PySequence_Fast(argv[0], "_host_register() needs a sequence");
+    if (seq == NULL) {
+        return NULL;
+    }
+    n = PySequence_Fast_GET_SIZE(seq);
+    /* Every array is checked before anything is registered. */
+    for (i = 0; i < n; i++) {
+        char *lo;
+        size_t size;
+
+        if (array_extent(PySequence_Fast_GET_ITEM(seq, i), &lo, &size) < 0) {
+            goto done;
+        }
+    }
+    if (cmpy_current_device(st, &dev) < 0 || (out = PyList_New(n)) == NULL) {
+        goto done;
+    }
+    for (i = 0; i < n; i++) {
+        PyObject *obj = PySequence_Fast_GET_ITEM(seq, i), *buf;
+        int readonly = !PyArray_ISWRITEABLE((PyArrayObject *)obj), rc;
+        cm_host *host;
+        cm_error err;
+        size_t size;
+        char *lo;
+
+        (void)array_extent(obj, &lo, &size);
+        Py_BEGIN_ALLOW_THREADS
+        rc = cm_host_register(dev, lo, size, readonly, mapped, &host, &err);
+        Py_END_ALLOW_THREADS
+        if (rc < 0) {
+            cmpy_raise(st, &err);
+            goto fail;
+        }
+        buf = new_buffer(st, host, obj);
+        if (buf == NULL) {
+            discard(st, host);
+            goto fail;
+        }
+        PyList_SET_ITEM(out, i, buf);
+    }
+    goto done;
+fail : {
+    /* All or none: drop what this call registered. */
+    PyObject *exc = cmpy_exc_take();
+
+    if (unregister_all(st, PySequence_Fast_ITEMS(out), i) < 0) {
+        PyErr_Clear();
+    }
+    cmpy_exc_put(exc);
+    Py_CLEAR(out);
+}
+done:
+    Py_DECREF(seq);
+    return out;
+}
+
+PyDoc_STRVAR(host_unregister_doc,
+             "_host_unregister(buffers) -> None\n\n"
+             "Drops the registrations of a sequence of HostBuffers now; the "
+             "first\nfailure is raised after all are dropped.");
+
+static PyObject *
+host_unregister(PyObject *module, PyObject *arg)
+{
+    cmpy_state *st = cmpy_get_state(module);
+    PyObject *seq = PySequence_Fast(arg, "_host_unregister() needs a "
+                                         "sequence of HostBuffers");
+    int rc;
+
+    if (seq == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+        if (!Py_IS_TYPE(PySequence_Fast_GET_ITEM(seq, i),
+                        (PyTypeObject *)st->HostBufferType)) {
+            PyErr_Format(PyExc_TypeError,
+                         "_host_unregister() needs HostBuffers, not %.200s",
+                         Py_TYPE(PySequence_Fast_GET_ITEM(seq, i))->tp_name);
+            Py_DECREF(seq);
+            return NULL;
+        }
+    }
+    rc = unregister_all(st, PySequence_Fast_ITEMS(seq),
+                        PySequence_Fast_GET_SIZE(seq));
+    Py_DECREF(seq);
+    if (rc < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* The HostBuffer at the root of an array's chain of .base. */
+static cmpy_HostBuffer *
+root_buffer(cmpy_state *st, PyObject *ary)
+{
+    PyObject *obj = ary;
+
+    while (PyArray_Check(obj) && PyArray_BASE((PyArrayObject *)obj) != NULL) {
+        obj = PyArray_BASE((PyArrayObject *)obj);
+    }
+    if (!Py_IS_TYPE(obj, (PyTypeObject *)st->HostBufferType)) {
+        PyErr_Format(PyExc_TypeError,
+                     "this %.200s is not a view of mapped memory (its "
+                     "memory belongs to %.200s): an operation on a "
+                     "MappedNDArray made it",
+                     Py_TYPE(ary)->tp_name, Py_TYPE(obj)->tp_name);
+        return NULL;
+    }
+    return (cmpy_HostBuffer *)obj;
+}
+
+PyDoc_STRVAR(host_device_array_doc,
+             "_host_device_array(ary, stream=0, buffer=None) -> "
+             "DeviceNDArray\n\n"
+             "The device side of *ary*, a view of mapped memory: a "
+             "DeviceNDArray over\nthe same bytes, whose first element is "
+             "ary's. *buffer* is the mapped\nHostBuffer holding ary's "
+             "memory (by default the one at the root of\nary.base).");
+
+static PyObject *
+host_device_array(PyObject *module, PyObject *const *args,
+                  Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {"ary", "stream", "buffer"};
+    cmpy_state *st = cmpy_get_state(module);
+    PyObject *argv[3], *mem, *stream_arg;
+    Py_ssize_t size, low, high;
+    cmpy_HostBuffer *buf;
+    cmpy_stream_ref ref;
+    PyArrayObject *a;
+    cm_host *host;
+    CUdeviceptr first = 0;
+    cm_error err;
+    char *data;
+
+    if (cmpy_numpy_init() < 0 ||
+        cmpy_parse_args("_host_device_array", names, 3, 1, args, nargs,
+                        kwnames, argv) < 0) {
+        return NULL;
+    }
+    if (!PyArray_Check(argv[0])) {
+        PyErr_Format(PyExc_TypeError, "a NumPy array is needed, not %.200s",
+                     Py_TYPE(argv[0])->tp_name);
+        return NULL;
+    }
+    a = (PyArrayObject *)argv[0];
+    if (argv[2] != NULL && argv[2] != Py_None) {
+        if (!Py_IS_TYPE(argv[2], (PyTypeObject *)st->HostBufferType)) {
+            PyErr_Format(PyExc_TypeError, "buffer must be a HostBuffer, "
+                         "not %.200s", Py_TYPE(argv[2])->tp_name);
+            return NULL;
+        }
+        buf = (cmpy_HostBuffer *)argv[2];
+    }
+    else if ((buf = root_buffer(st, argv[0])) == NULL) {
+        return NULL;
+    }
+    host = buf->host;
+    if (!host->mapped) {
+        PyErr_Format(PyExc_TypeError,
+                     "%s host memory has no device address: it is not "
+                     "mapped",
+                     kind_name(host));
+        return NULL;
+    }
+    if (cm_host_check(host, &err) < 0) {
+        return cmpy_raise(st, &err);
+    }
+    if (cmpy_layout_extent(PyArray_NDIM(a), PyArray_DIMS(a),
+                           PyArray_STRIDES(a), PyArray_ITEMSIZE(a), &size,
+                           &low, &high) < 0) {
+        return NULL;
+    }
+    data = PyArray_BYTES(a);
+    if (size != 0) {
+        char *base = buffer_data(host);
+
+        if (data + low < base || data + high > base + host->size) {
+            PyErr_Format(PyExc_ValueError,
+                         "the array's elements reach outside the %zu "
+                         "mapped bytes of its HostBuffer",
+                         host->size);
+            return NULL;
+        }
+        /* The one translation: the same offset on both sides. */
+        first = host->dptr + (CUdeviceptr)(data - base);
+    }
+    stream_arg = argv[1] != NULL ? argv[1] : Py_None;
+    if (cmpy_stream_arg(st, stream_arg, host->dev, &ref) < 0) {
+        return NULL;
+    }
+    mem = cmpy_memory_borrow(st, host->dev, host->dptr, host->size,
+                             (PyObject *)buf);
+    if (mem == NULL) {
+        return NULL;
+    }
+    return (PyObject *)cmpy_array_wrap(
+        st->DeviceNDArrayType, mem, first, PyArray_NDIM(a), PyArray_DIMS(a),
+        PyArray_STRIDES(a), PyArray_DESCR(a),
+        ref.obj != NULL ? stream_arg : NULL, &ref);
+}
+
+PyMethodDef cmpy_hostbuf_methods[] = {
+    {"pinned_array", (PyCFunction)(void (*)(void))pinned_array,
+     METH_FASTCALL | METH_KEYWORDS, pinned_array_doc},
+    {"_mapped_array", (PyCFunction)(void (*)(void))mapped_buffer_array,
+     METH_FASTCALL | METH_KEYWORDS, mapped_buffer_array_doc},
+    {"_host_register", (PyCFunction)(void (*)(void))host_register,
+     METH_FASTCALL | METH_KEYWORDS, host_register_doc},
+    {"_host_unregister", (PyCFunction)host_unregister, METH_O,
+     host_unregister_doc},
+    {"_host_device_array", (PyCFunction)(void (*)(void))host_device_array,
+     METH_FASTCALL | METH_KEYWORDS, host_device_array_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+int
+cmpy_hostbuf_type_init(PyObject *module, cmpy_state *st)
+{
+    st->HostBufferType = PyType_FromModuleAndSpec(module, &buffer_spec, NULL);
+    if (st->HostBufferType == NULL) {
+        return -1;
+    }
+    return PyModule_AddObjectRef(module, "HostBuffer", st->HostBufferType);
+}

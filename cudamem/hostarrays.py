@@ -1,0 +1,173 @@
+"""Page-locked host memory: numba's pinned and mapped arrays, and the
+context managers and functions that page-lock existing arrays. Thin Python
+over the C registry (one registration per page range, shared by
+reference): nothing here imports NumPy or loads the driver at import."""
+import _thread
+import contextlib
+
+from cudamem import _cudamem
+from cudamem.arrays import _order_like, _strides_like
+
+__all__ = ["pinned_array_like", "mapped_array", "mapped_array_like",
+           "register", "deregister", "pinned", "mapped"]
+
+# register()'s registrations: (address, nbytes) -> HostBuffer.
+_registered = {}
+_lock = _thread.allocate_lock()
+
+
+def _describe(ary):
+    return "array of shape %s and dtype %s at %#x" % (
+        ary.shape, ary.dtype, ary.__array_interface__["data"][0])
+
+
+def _key(ary):
+    import numpy
+    if not isinstance(ary, numpy.ndarray):
+        raise TypeError("only NumPy arrays can be page-locked, not %s"
+                        % type(ary).__name__)
+    return (ary.__array_interface__["data"][0], ary.nbytes)
+
+
+def _check_like(ary, fn):
+    if not all(hasattr(ary, name) for name in ("shape", "dtype", "flags",
+                                                "strides", "ndim")):
+        raise TypeError("%s() needs an array, not %s"
+                        % (fn, type(ary).__name__))
+
+
+def pinned_array_like(ary):
+    """pinned_array_like(ary) -> numpy.ndarray
+
+    An uninitialized page-locked array with ``ary``'s shape and dtype,
+    laid out as numba does: ``ary``'s order when it is contiguous, else
+    contiguous strides that keep its axis order."""
+    _check_like(ary, "pinned_array_like")
+    return _cudamem.pinned_array(ary.shape, dtype=ary.dtype,
+                                 strides=_strides_like(ary),
+                                 order=_order_like(ary))
+
+
+def mapped_array(shape, dtype=float, strides=None, order="C", stream=0,
+                 portable=False, wc=False):
+    """mapped_array(shape, dtype=np.float64, strides=None, order='C',
+    stream=0, portable=False, wc=False) -> MappedNDArray
+
+    An uninitialized array in page-locked host memory mapped into the
+    current device's address space (numba's mapped_array): a NumPy array
+    on the host side, a device array (``gpu_data``,
+    ``__cuda_array_interface__``) on the device side, over the same bytes.
+    ``portable`` maps it for every context; ``wc`` allocates it
+    write-combined (fast for the device to read, very slow for the host to
+    read), and such memory is freed by ``Device.reset()``. ``stream`` is
+    the stream its device-side copies use by default."""
+    from cudamem.mappedarray import MappedNDArray
+    _cudamem._parse_stream(stream)  # a bad stream allocates nothing
+    host = _cudamem._mapped_array(shape, dtype=dtype, strides=strides,
+                                  order=order, portable=portable, wc=wc)
+    out = host.view(MappedNDArray)
+    out._stream = stream
+    return out
+
+
+def mapped_array_like(ary, stream=0, portable=False, wc=False):
+    """mapped_array_like(ary, stream=0, portable=False, wc=False)
+    -> MappedNDArray
+
+    mapped_array() with ``ary``'s shape and dtype, laid out as
+    pinned_array_like() does."""
+    _check_like(ary, "mapped_array_like")
+    return mapped_array(ary.shape, dtype=ary.dtype,
+                        strides=_strides_like(ary), order=_order_like(ary),
+                        stream=stream, portable=portable, wc=wc)
+
+
+class _Registration:
+    """What register() returns: a context manager that deregisters, at
+    exit, the arrays it registered that are still registered."""
+
+    def __init__(self, entries):
+        self._entries = entries
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        with _lock:
+            mine = [(key, buf) for key, buf in self._entries
+                    if _registered.get(key) is buf]
+            for key, _ in mine:
+                del _registered[key]
+        self._entries = []
+        _cudamem._host_unregister([buf for _, buf in mine])
+
+
+def register(*arrays):
+    """register(*arrays) -> context manager
+
+    Page-locks every array until deregister() or the end of the ``with``
+    block the result is used in (numba's ROC ``register``). Read-only
+    arrays are registered read-only. Arrays sharing pages share the
+    page-locking. Registering an array that is registered already (the
+    same address and size) raises ValueError; on any error nothing is
+    registered."""
+    keys = [_key(ary) for ary in arrays]
+    with _lock:
+        for i, (ary, key) in enumerate(zip(arrays, keys)):
+            if key in _registered or key in keys[:i]:
+                raise ValueError("the %s (%d bytes) is registered already"
+                                 % (_describe(ary), key[1]))
+        buffers = _cudamem._host_register(arrays)
+        entries = list(zip(keys, buffers))
+        _registered.update(entries)
+    return _Registration(entries)
+
+
+def deregister(*arrays):
+    """deregister(*arrays) -> None
+
+    Ends what register() did for every array (numba's ROC
+    ``deregister``). An array that is not registered raises ValueError
+    before anything is deregistered."""
+    keys = [_key(ary) for ary in arrays]
+    with _lock:
+        for i, (ary, key) in enumerate(zip(arrays, keys)):
+            if key not in _registered or key in keys[:i]:
+                raise ValueError("the %s (%d bytes) is not registered"
+                                 % (_describe(ary), key[1]))
+        buffers = [_registered.pop(key) for key in keys]
+    _cudamem._host_unregister(buffers)
+
+
+@contextlib.contextmanager
+def pinned(*arrays):
+    """pinned(*arrays)
+
+    A context manager that page-locks the arrays for the ``with`` block
+    and unlocks them at its end, also on an exception (numba's
+    ``pinned``). It nests, and memory already page-locked (a
+    pinned_array(), a registered array, memory another library pinned) is
+    fine."""
+    buffers = _cudamem._host_register(arrays)
+    try:
+        yield
+    finally:
+        _cudamem._host_unregister(buffers)
+
+
+@contextlib.contextmanager
+def mapped(*arrays, stream=0):
+    """mapped(*arrays, stream=0)
+
+    A context manager that page-locks the arrays mapped into the current
+    device's address space for the ``with`` block (numba's ``mapped``) and
+    yields their device side: a DeviceNDArray over the same memory, or a
+    list of them for several arrays."""
+    buffers = _cudamem._host_register(arrays, mapped=True)
+    try:
+        devices = [_cudamem._host_device_array(ary, stream=stream,
+                                               buffer=buf)
+                   for ary, buf in zip(arrays, buffers)]
+        yield devices[0] if len(devices) == 1 else devices
+    finally:
+        _cudamem._host_unregister(buffers)
