@@ -235,7 +235,10 @@ class Arg:
     pass
 
 
-def test_references_held_until_the_callback_ran(delayed):
+def test_references_held_until_the_callback_ran(sim, delayed):
+    # Half a second of queued work: a loaded machine must not finish it
+    # before the first check.
+    sim.set_delay_us(500_000)
     s = cudamem.stream()
     ary = cudamem.device_array(64, np.uint8)
     ary.fill(1, stream=s)
@@ -243,7 +246,6 @@ def test_references_held_until_the_callback_ran(delayed):
     refs = [weakref.ref(cb), weakref.ref(arg), weakref.ref(s)]
     s.add_callback(cb, arg)
     del cb, arg, s
-    gc.collect()
     assert all(r() is not None for r in refs)  # queued: kept alive
     barrier()
     gc.collect()

@@ -18,10 +18,9 @@ from cudamem import _cudamem
 
 EXTENSION_TYPES = [_cudamem.DeviceNDArray, _cudamem.DeviceNDArrayBase,
                    _cudamem.DeviceRecord, _cudamem.Stream, _cudamem.Event,
-                   _cudamem.Device,
-                   _cudamem.Context, _cudamem.MemoryPointer,
-                   _cudamem.Deallocations, cudamem.ManagedNDArray]
-                   _cudamem.Deallocations, _cudamem.HostBuffer]
+                   _cudamem.Device, _cudamem.Context,
+                   _cudamem.MemoryPointer, _cudamem.Deallocations,
+                   _cudamem.HostBuffer, cudamem.ManagedNDArray]
 SUBMODULES = ["driver", "runtime", "simulator"]
 # Protocol members that are public although their names start with "_".
 PROTOCOL = {"__array__", "__cuda_array_interface__", "__cuda_memory__",
