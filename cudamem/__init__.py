@@ -35,6 +35,7 @@ from cudamem._cudamem import (
     legacy_default_stream,
     list_devices,
     managed_array,
+    mapped_array,
     per_thread_default_stream,
     pinned_array,
     profile_start,
@@ -63,7 +64,6 @@ from cudamem.errors import (
 from cudamem.hostarrays import (
     deregister,
     mapped,
-    mapped_array,
     mapped_array_like,
     pinned,
     pinned_array_like,
@@ -137,16 +137,12 @@ __all__ = [
 
 
 def __getattr__(name):
-    # ManagedNDArray subclasses numpy.ndarray: it is made, with NumPy
-    # loaded, when first asked for.
-    if name == "ManagedNDArray":
-        return _cudamem._managed_ndarray_type()
+    # numpy.ndarray subclasses: made, with NumPy loaded, when first asked
+    # for.
+    if name in ("ManagedNDArray", "MappedNDArray"):
+        return _cudamem._host_ndarray_type(name)
     # The simulator's control API needs ctypes: load it only when asked for.
     if name == "simulator":
         import importlib
         return importlib.import_module("cudamem.simulator")
-    # A numpy.ndarray subclass: NumPy is loaded only when it is asked for.
-    if name == "MappedNDArray":
-        from cudamem.mappedarray import MappedNDArray
-        return MappedNDArray
     raise AttributeError("module 'cudamem' has no attribute %r" % name)

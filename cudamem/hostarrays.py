@@ -8,7 +8,7 @@ import contextlib
 from cudamem import _cudamem
 from cudamem.arrays import _order_like, _strides_like
 
-__all__ = ["pinned_array_like", "mapped_array", "mapped_array_like",
+__all__ = ["pinned_array_like", "mapped_array_like",
            "register", "deregister", "pinned", "mapped"]
 
 # register()'s registrations: (address, nbytes) -> HostBuffer.
@@ -48,28 +48,6 @@ def pinned_array_like(ary):
                                  order=_order_like(ary))
 
 
-def mapped_array(shape, dtype=float, strides=None, order="C", stream=0,
-                 portable=False, wc=False):
-    """mapped_array(shape, dtype=np.float64, strides=None, order='C',
-    stream=0, portable=False, wc=False) -> MappedNDArray
-
-    An uninitialized array in page-locked host memory mapped into the
-    current device's address space (numba's mapped_array): a NumPy array
-    on the host side, a device array (``gpu_data``,
-    ``__cuda_array_interface__``) on the device side, over the same bytes.
-    ``portable`` maps it for every context; ``wc`` allocates it
-    write-combined (fast for the device to read, very slow for the host to
-    read), and such memory is freed by ``Device.reset()``. ``stream`` is
-    the stream its device-side copies use by default."""
-    from cudamem.mappedarray import MappedNDArray
-    _cudamem._parse_stream(stream)  # a bad stream allocates nothing
-    host = _cudamem._mapped_array(shape, dtype=dtype, strides=strides,
-                                  order=order, portable=portable, wc=wc)
-    out = host.view(MappedNDArray)
-    out._stream = stream
-    return out
-
-
 def mapped_array_like(ary, stream=0, portable=False, wc=False):
     """mapped_array_like(ary, stream=0, portable=False, wc=False)
     -> MappedNDArray
@@ -77,7 +55,7 @@ def mapped_array_like(ary, stream=0, portable=False, wc=False):
     mapped_array() with ``ary``'s shape and dtype, laid out as
     pinned_array_like() does."""
     _check_like(ary, "mapped_array_like")
-    return mapped_array(ary.shape, dtype=ary.dtype,
+    return _cudamem.mapped_array(ary.shape, dtype=ary.dtype,
                         strides=_strides_like(ary), order=_order_like(ary),
                         stream=stream, portable=portable, wc=wc)
 
@@ -165,8 +143,7 @@ def mapped(*arrays, stream=0):
     list of them for several arrays."""
     buffers = _cudamem._host_register(arrays, mapped=True)
     try:
-        devices = [_cudamem._host_device_array(ary, stream=stream,
-                                               buffer=buf)
+        devices = [_cudamem._host_device_array(ary, buf, stream=stream)
                    for ary, buf in zip(arrays, buffers)]
         yield devices[0] if len(devices) == 1 else devices
     finally:

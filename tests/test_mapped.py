@@ -152,7 +152,7 @@ def test_bad_stream_allocates_nothing(sim):
 
 def test_results_of_operations_have_no_device_side():
     m = cudamem.mapped_array(4)
-    with pytest.raises(TypeError, match="not a view of mapped memory"):
+    with pytest.raises(ValueError, match="not in mapped memory"):
         (m + 1).__cuda_array_interface__
 
 

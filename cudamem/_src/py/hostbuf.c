@@ -1,13 +1,12 @@
 /* hostbuf.c (py/): HostBuffer, the Python owner of one core host buffer
  * (core/hostmem.h), exporting its bytes through the buffer protocol, and
  * the functions that make host arrays over it, register the caller's
- * arrays and give mapped memory its device side. The context managers and
- * MappedNDArray are cudamem/hostarrays.py's. */
-#include "npy.h"
+ * arrays and give mapped memory its device side. MappedNDArray itself is
+ * hostarray.c's; the context managers are cudamem/hostarrays.py's. */
+#include "hostbuf.h"
 
-#include "../core/hostmem.h"
-#include "array.h"
 #include "device.h"
+#include "hostarray.h"
 #include "memory.h"
 #include "stream.h"
 
@@ -311,28 +310,21 @@ fail:
     return -1;
 }
 
-/* A NumPy array over new host memory of `kind`, its .base the
- * HostBuffer. */
+/* A NumPy array of the given layout (dtype borrowed) over new host
+ * memory of `kind` on dev, its .base the HostBuffer. */
 static PyObject *
-host_array(cmpy_state *st, PyObject *const *argv, cm_host_kind kind,
-           int portable)
+host_array(cmpy_state *st, cm_device *dev, cm_host_kind kind, int portable,
+           PyArray_Descr *dtype, int ndim, const Py_ssize_t *shape,
+           const Py_ssize_t *strides)
 {
-    Py_ssize_t shape[NPY_MAXDIMS], strides[NPY_MAXDIMS], size, low, high;
-    PyArray_Descr *dtype;
-    PyObject *buf, *arr = NULL;
-    cm_device *dev;
+    Py_ssize_t size, low, high;
+    PyObject *buf, *arr;
     cm_host *host;
     cm_error err;
-    int ndim, rc;
+    int rc;
 
-    if (cmpy_numpy_init() < 0 ||
-        parse_layout(argv, &ndim, shape, strides, &dtype) < 0) {
-        return NULL;
-    }
     if (cmpy_layout_extent(ndim, shape, strides, PyDataType_ELSIZE(dtype),
-                           &size, &low, &high) < 0 ||
-        cmpy_current_device(st, &dev) < 0) {
-        Py_DECREF(dtype);
+                           &size, &low, &high) < 0) {
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
@@ -340,31 +332,32 @@ host_array(cmpy_state *st, PyObject *const *argv, cm_host_kind kind,
                        &err);
     Py_END_ALLOW_THREADS
     if (rc < 0) {
-        Py_DECREF(dtype);
         return cmpy_raise(st, &err);
     }
     buf = new_buffer(st, host, NULL);
     if (buf == NULL) {
         discard(st, host);
-        Py_DECREF(dtype);
         return NULL;
     }
-    /* Steals dtype. Negative strides: the first element is -low in. */
+    /* Steals a dtype reference. Negative strides: the first element is
+     * -low in. */
+    Py_INCREF(dtype);
     arr = PyArray_NewFromDescr(&PyArray_Type, dtype, ndim, shape, strides,
                                (char *)buffer_data(host) - low,
                                NPY_ARRAY_WRITEABLE, NULL);
-    if (arr == NULL || PyArray_SetBaseObject((PyArrayObject *)arr, buf) < 0) {
-        Py_XDECREF(arr);
-        if (arr == NULL) {
-            Py_DECREF(buf);
-        }
+    if (arr == NULL) {
+        Py_DECREF(buf);
         return NULL;
+    }
+    if (PyArray_SetBaseObject((PyArrayObject *)arr, buf) < 0) {
+        Py_CLEAR(arr);
     }
     return arr;
 }
 
-static const char *const layout_names[] = {"shape", "dtype", "strides",
-                                           "order", "portable", "wc"};
+static const char *const layout_names[] = {"shape",  "dtype",    "strides",
+                                           "order",  "stream",   "portable",
+                                           "wc"};
 
 PyDoc_STRVAR(pinned_array_doc,
              "pinned_array(shape, dtype=np.float64, strides=None, "
@@ -380,36 +373,94 @@ static PyObject *
 pinned_array(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
              PyObject *kwnames)
 {
-    PyObject *argv[4];
+    cmpy_state *st = cmpy_get_state(module);
+    Py_ssize_t shape[NPY_MAXDIMS], strides[NPY_MAXDIMS];
+    PyObject *argv[4], *arr = NULL;
+    PyArray_Descr *dtype;
+    cm_device *dev;
+    int ndim;
 
-    if (cmpy_parse_args("pinned_array", layout_names, 4, 1, args, nargs,
-                        kwnames, argv) < 0) {
+    if (cmpy_numpy_init() < 0 ||
+        cmpy_parse_args("pinned_array", layout_names, 4, 1, args, nargs,
+                        kwnames, argv) < 0 ||
+        parse_layout(argv, &ndim, shape, strides, &dtype) < 0) {
         return NULL;
     }
-    return host_array(cmpy_get_state(module), argv, CM_HOST_PINNED, 0);
+    if (cmpy_current_device(st, &dev) == 0) {
+        arr = host_array(st, dev, CM_HOST_PINNED, 0, dtype, ndim, shape,
+                         strides);
+    }
+    Py_DECREF(dtype);
+    return arr;
 }
 
-PyDoc_STRVAR(mapped_buffer_array_doc,
-             "_mapped_array(shape, dtype=np.float64, strides=None, "
-             "order='C', portable=False, wc=False) -> numpy.ndarray\n\n"
-             "mapped_array()'s memory as a plain NumPy array over a mapped "
-             "HostBuffer.");
-
-static PyObject *
-mapped_buffer_array(PyObject *module, PyObject *const *args,
-                    Py_ssize_t nargs, PyObject *kwnames)
+PyObject *
+cmpy_mapped_empty(PyObject *module, cm_device *dev, int wc, int portable,
+                  PyArray_Descr *dtype, int ndim, const Py_ssize_t *shape,
+                  const Py_ssize_t *strides, const cmpy_stream_ref *ref)
 {
-    PyObject *argv[6];
-    int portable = 0, wc = 0;
+    PyObject *host;
 
-    if (cmpy_parse_args("mapped_array", layout_names, 6, 1, args, nargs,
-                        kwnames, argv) < 0 ||
-        (argv[4] != NULL && (portable = PyObject_IsTrue(argv[4])) < 0) ||
-        (argv[5] != NULL && (wc = PyObject_IsTrue(argv[5])) < 0)) {
+    /* The type first: failing to make it allocates nothing. */
+    if (cmpy_hostarray_type(module, CMPY_HOSTARRAY_MAPPED) == NULL) {
         return NULL;
     }
-    return host_array(cmpy_get_state(module), argv,
-                      wc ? CM_HOST_MAPPED_WC : CM_HOST_MAPPED, portable);
+    host = host_array(cmpy_get_state(module), dev,
+                      wc ? CM_HOST_MAPPED_WC : CM_HOST_MAPPED, portable,
+                      dtype, ndim, shape, strides);
+    if (host == NULL) {
+        return NULL;
+    }
+    /* A view of the plain array: its .base is the HostBuffer's array. */
+    return cmpy_hostarray_new(module, CMPY_HOSTARRAY_MAPPED, dtype, ndim,
+                              shape, strides,
+                              PyArray_DATA((PyArrayObject *)host), host,
+                              ref);
+}
+
+PyDoc_STRVAR(mapped_array_doc,
+             "mapped_array(shape, dtype=np.float64, strides=None, "
+             "order='C', stream=0,\nportable=False, wc=False) -> "
+             "MappedNDArray\n\n"
+             "An uninitialized array in page-locked host memory mapped "
+             "into the\ncurrent device's address space (numba's "
+             "mapped_array): a NumPy array\non the host side, a device "
+             "array (gpu_data, __cuda_array_interface__)\non the device "
+             "side, over the same bytes. *portable* maps it for "
+             "every\ncontext; *wc* allocates it write-combined (fast for "
+             "the device to read,\nvery slow for the host to read), and "
+             "such memory is freed by\nDevice.reset(). *stream* is the "
+             "stream its device-side copies use by\ndefault.");
+
+static PyObject *
+mapped_array(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+             PyObject *kwnames)
+{
+    cmpy_state *st = cmpy_get_state(module);
+    Py_ssize_t shape[NPY_MAXDIMS], strides[NPY_MAXDIMS];
+    PyObject *argv[7], *arr = NULL;
+    PyArray_Descr *dtype;
+    cmpy_stream_ref ref;
+    int ndim, portable = 0, wc = 0;
+    cm_device *dev;
+
+    if (cmpy_numpy_init() < 0 ||
+        cmpy_parse_args("mapped_array", layout_names, 7, 1, args, nargs,
+                        kwnames, argv) < 0 ||
+        parse_layout(argv, &ndim, shape, strides, &dtype) < 0) {
+        return NULL;
+    }
+    /* A bad stream allocates nothing. */
+    if ((argv[5] == NULL || (portable = PyObject_IsTrue(argv[5])) >= 0) &&
+        (argv[6] == NULL || (wc = PyObject_IsTrue(argv[6])) >= 0) &&
+        cmpy_current_device(st, &dev) == 0 &&
+        cmpy_stream_arg(st, argv[4] != NULL ? argv[4] : Py_None, dev,
+                        &ref) == 0) {
+        arr = cmpy_mapped_empty(module, dev, wc, portable, dtype, ndim, shape,
+                                strides, &ref);
+    }
+    Py_DECREF(dtype);
+    return arr;
 }
 
 /* The bytes an array's elements touch: [*lo, *lo + *n). TypeError or
@@ -582,73 +633,25 @@ host_unregister(PyObject *module, PyObject *arg)
     Py_RETURN_NONE;
 }
 
-/* The HostBuffer at the root of an array's chain of .base. */
-static cmpy_HostBuffer *
-root_buffer(cmpy_state *st, PyObject *ary)
+cm_host *
+cmpy_hostbuf_host(cmpy_state *st, PyObject *obj)
 {
-    PyObject *obj = ary;
-
-    while (PyArray_Check(obj) && PyArray_BASE((PyArrayObject *)obj) != NULL) {
-        obj = PyArray_BASE((PyArrayObject *)obj);
-    }
-    if (!Py_IS_TYPE(obj, (PyTypeObject *)st->HostBufferType)) {
-        PyErr_Format(PyExc_TypeError,
-                     "this %.200s is not a view of mapped memory (its "
-                     "memory belongs to %.200s): an operation on a "
-                     "MappedNDArray made it",
-                     Py_TYPE(ary)->tp_name, Py_TYPE(obj)->tp_name);
-        return NULL;
-    }
-    return (cmpy_HostBuffer *)obj;
+    return Py_IS_TYPE(obj, (PyTypeObject *)st->HostBufferType)
+               ? ((cmpy_HostBuffer *)obj)->host
+               : NULL;
 }
 
-PyDoc_STRVAR(host_device_array_doc,
-             "_host_device_array(ary, stream=0, buffer=None) -> "
-             "DeviceNDArray\n\n"
-             "The device side of *ary*, a view of mapped memory: a "
-             "DeviceNDArray over\nthe same bytes, whose first element is "
-             "ary's. *buffer* is the mapped\nHostBuffer holding ary's "
-             "memory (by default the one at the root of\nary.base).");
-
-static PyObject *
-host_device_array(PyObject *module, PyObject *const *args,
-                  Py_ssize_t nargs, PyObject *kwnames)
+cmpy_DeviceNDArray *
+cmpy_hostbuf_device_array(cmpy_state *st, PyObject *buf, PyArrayObject *ary,
+                          const cmpy_stream_ref *ref)
 {
-    static const char *const names[] = {"ary", "stream", "buffer"};
-    cmpy_state *st = cmpy_get_state(module);
-    PyObject *argv[3], *mem, *stream_arg;
+    cm_host *host = ((cmpy_HostBuffer *)buf)->host;
     Py_ssize_t size, low, high;
-    cmpy_HostBuffer *buf;
-    cmpy_stream_ref ref;
-    PyArrayObject *a;
-    cm_host *host;
     CUdeviceptr first = 0;
+    PyObject *mem;
     cm_error err;
     char *data;
 
-    if (cmpy_numpy_init() < 0 ||
-        cmpy_parse_args("_host_device_array", names, 3, 1, args, nargs,
-                        kwnames, argv) < 0) {
-        return NULL;
-    }
-    if (!PyArray_Check(argv[0])) {
-        PyErr_Format(PyExc_TypeError, "a NumPy array is needed, not %.200s",
-                     Py_TYPE(argv[0])->tp_name);
-        return NULL;
-    }
-    a = (PyArrayObject *)argv[0];
-    if (argv[2] != NULL && argv[2] != Py_None) {
-        if (!Py_IS_TYPE(argv[2], (PyTypeObject *)st->HostBufferType)) {
-            PyErr_Format(PyExc_TypeError, "buffer must be a HostBuffer, "
-                         "not %.200s", Py_TYPE(argv[2])->tp_name);
-            return NULL;
-        }
-        buf = (cmpy_HostBuffer *)argv[2];
-    }
-    else if ((buf = root_buffer(st, argv[0])) == NULL) {
-        return NULL;
-    }
-    host = buf->host;
     if (!host->mapped) {
         PyErr_Format(PyExc_TypeError,
                      "%s host memory has no device address: it is not "
@@ -657,14 +660,15 @@ host_device_array(PyObject *module, PyObject *const *args,
         return NULL;
     }
     if (cm_host_check(host, &err) < 0) {
-        return cmpy_raise(st, &err);
+        cmpy_raise(st, &err);
+        return NULL;
     }
-    if (cmpy_layout_extent(PyArray_NDIM(a), PyArray_DIMS(a),
-                           PyArray_STRIDES(a), PyArray_ITEMSIZE(a), &size,
+    if (cmpy_layout_extent(PyArray_NDIM(ary), PyArray_DIMS(ary),
+                           PyArray_STRIDES(ary), PyArray_ITEMSIZE(ary), &size,
                            &low, &high) < 0) {
         return NULL;
     }
-    data = PyArray_BYTES(a);
+    data = PyArray_BYTES(ary);
     if (size != 0) {
         char *base = buffer_data(host);
 
@@ -678,26 +682,60 @@ host_device_array(PyObject *module, PyObject *const *args,
         /* The one translation: the same offset on both sides. */
         first = host->dptr + (CUdeviceptr)(data - base);
     }
-    stream_arg = argv[1] != NULL ? argv[1] : Py_None;
-    if (cmpy_stream_arg(st, stream_arg, host->dev, &ref) < 0) {
-        return NULL;
-    }
-    mem = cmpy_memory_borrow(st, host->dev, host->dptr, host->size,
-                             (PyObject *)buf);
+    mem = cmpy_memory_borrow(st, host->dev, host->dptr, host->size, buf);
     if (mem == NULL) {
         return NULL;
     }
-    return (PyObject *)cmpy_array_wrap(
-        st->DeviceNDArrayType, mem, first, PyArray_NDIM(a), PyArray_DIMS(a),
-        PyArray_STRIDES(a), PyArray_DESCR(a),
-        ref.obj != NULL ? stream_arg : NULL, &ref);
+    return cmpy_array_wrap(st->DeviceNDArrayType, mem, first,
+                           PyArray_NDIM(ary), PyArray_DIMS(ary),
+                           PyArray_STRIDES(ary), PyArray_DESCR(ary), ref->obj,
+                           ref);
+}
+
+PyDoc_STRVAR(host_device_array_doc,
+             "_host_device_array(ary, buffer, stream=0) -> DeviceNDArray\n\n"
+             "The device side of *ary*, whose memory the mapped HostBuffer "
+             "*buffer*\nholds: a DeviceNDArray over the same bytes, whose "
+             "first element is\nary's.");
+
+static PyObject *
+host_device_array(PyObject *module, PyObject *const *args,
+                  Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {"ary", "buffer", "stream"};
+    cmpy_state *st = cmpy_get_state(module);
+    PyObject *argv[3];
+    cmpy_stream_ref ref;
+    cm_host *host;
+
+    if (cmpy_numpy_init() < 0 ||
+        cmpy_parse_args("_host_device_array", names, 3, 2, args, nargs,
+                        kwnames, argv) < 0) {
+        return NULL;
+    }
+    if (!PyArray_Check(argv[0])) {
+        PyErr_Format(PyExc_TypeError, "a NumPy array is needed, not %.200s",
+                     Py_TYPE(argv[0])->tp_name);
+        return NULL;
+    }
+    if ((host = cmpy_hostbuf_host(st, argv[1])) == NULL) {
+        PyErr_Format(PyExc_TypeError, "buffer must be a HostBuffer, not "
+                     "%.200s", Py_TYPE(argv[1])->tp_name);
+        return NULL;
+    }
+    if (cmpy_stream_arg(st, argv[2] != NULL ? argv[2] : Py_None, host->dev,
+                        &ref) < 0) {
+        return NULL;
+    }
+    return (PyObject *)cmpy_hostbuf_device_array(
+        st, argv[1], (PyArrayObject *)argv[0], &ref);
 }
 
 PyMethodDef cmpy_hostbuf_methods[] = {
     {"pinned_array", (PyCFunction)(void (*)(void))pinned_array,
      METH_FASTCALL | METH_KEYWORDS, pinned_array_doc},
-    {"_mapped_array", (PyCFunction)(void (*)(void))mapped_buffer_array,
-     METH_FASTCALL | METH_KEYWORDS, mapped_buffer_array_doc},
+    {"mapped_array", (PyCFunction)(void (*)(void))mapped_array,
+     METH_FASTCALL | METH_KEYWORDS, mapped_array_doc},
     {"_host_register", (PyCFunction)(void (*)(void))host_register,
      METH_FASTCALL | METH_KEYWORDS, host_register_doc},
     {"_host_unregister", (PyCFunction)host_unregister, METH_O,

@@ -103,6 +103,7 @@ cudamem_exec(PyObject *module)
         PyModule_AddFunctions(module, cmpy_pending_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_managed_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_hostbuf_methods) < 0 ||
+        PyModule_AddFunctions(module, cmpy_hostarray_methods) < 0 ||
         cmpy_device_types_init(module, st) < 0 ||
         cmpy_stream_type_init(module, st) < 0 ||
         cmpy_event_type_init(module, st) < 0 ||
@@ -143,6 +144,7 @@ cudamem_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->DeviceNDArrayType);
     Py_VISIT(st->DeviceRecordType);
     Py_VISIT(st->ManagedNDArrayType);
+    Py_VISIT(st->MappedNDArrayType);
     Py_VISIT(st->DeallocationsType);
     Py_VISIT(st->DeferGuardType);
     Py_VISIT(st->HostBufferType);
@@ -175,6 +177,7 @@ cudamem_clear(PyObject *module)
     Py_CLEAR(st->DeviceNDArrayType);
     Py_CLEAR(st->DeviceRecordType);
     Py_CLEAR(st->ManagedNDArrayType);
+    Py_CLEAR(st->MappedNDArrayType);
     Py_CLEAR(st->DeallocationsType);
     Py_CLEAR(st->DeferGuardType);
     Py_CLEAR(st->HostBufferType);

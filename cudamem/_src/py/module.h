@@ -31,7 +31,8 @@ typedef struct cmpy_state {
     PyObject *DeviceNDArrayBaseType; /* py/array.c */
     PyObject *DeviceNDArrayType;     /* py/array.c */
     PyObject *DeviceRecordType;      /* py/record.c */
-    PyObject *ManagedNDArrayType;    /* py/managed.c, made on first use */
+    PyObject *ManagedNDArrayType;    /* py/hostarray.c, made on first use */
+    PyObject *MappedNDArrayType;     /* py/hostarray.c, made on first use */
     PyObject *DeallocationsType; /* py/pending.c */
     PyObject *DeferGuardType;    /* py/pending.c */
     PyObject *HostBufferType;    /* py/hostbuf.c */
@@ -140,6 +141,7 @@ extern PyMethodDef cmpy_array_methods[];
 extern PyMethodDef cmpy_pending_methods[];
 extern PyMethodDef cmpy_managed_methods[];
 extern PyMethodDef cmpy_hostbuf_methods[];
+extern PyMethodDef cmpy_hostarray_methods[];
 
 /* py/device.c: creates the Device and Context types and the attribute
  * table in the module state; 0, or -1 with an exception set. */

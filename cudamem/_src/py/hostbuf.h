@@ -1,0 +1,26 @@
+/* hostbuf.h (py/): what other py/ files use of HostBuffer (hostbuf.c):
+ * the host memory one holds, and the one translation of mapped host
+ * addresses to device addresses. The type itself stays hostbuf.c's. */
+#ifndef CMPY_HOSTBUF_H
+#define CMPY_HOSTBUF_H
+
+#include "npy.h"
+
+#include "../core/hostmem.h"
+#include "array.h"
+
+/* The host memory obj holds when it is a HostBuffer, else NULL (no
+ * exception). */
+cm_host *cmpy_hostbuf_host(cmpy_state *st, PyObject *obj);
+
+/* The device side of `ary`, whose elements lie in the HostBuffer `buf`:
+ * a DeviceNDArray over the same bytes at their device address, its
+ * gpu_data a MemoryPointer over buf's mapped bytes owned by buf, bound to
+ * the stream `ref` was parsed from. TypeError when buf is not mapped,
+ * CudaDriverError once its device was reset, ValueError when ary reaches
+ * outside buf. New reference. */
+cmpy_DeviceNDArray *cmpy_hostbuf_device_array(cmpy_state *st, PyObject *buf,
+                                              PyArrayObject *ary,
+                                              const cmpy_stream_ref *ref);
+
+#endif
