@@ -20,11 +20,13 @@ EXTENSION_TYPES = [_cudamem.DeviceNDArray, _cudamem.DeviceNDArrayBase,
                    _cudamem.DeviceRecord, _cudamem.Stream, _cudamem.Event,
                    _cudamem.Device, _cudamem.Context,
                    _cudamem.MemoryPointer, _cudamem.Deallocations,
-                   _cudamem.HostBuffer, cudamem.ManagedNDArray]
+                   _cudamem.HostBuffer, cudamem.ManagedNDArray,
+                   cudamem.MappedNDArray]
 SUBMODULES = ["driver", "runtime", "simulator"]
 # Protocol members that are public although their names start with "_".
 PROTOCOL = {"__array__", "__cuda_array_interface__", "__cuda_memory__",
-            "__cuda_ndarray__", "__cuda_stream__"}
+            "__cuda_ndarray__", "__cuda_stream__", "__dlpack__",
+            "__dlpack_device__"}
 
 
 def _public(name):
@@ -155,6 +157,7 @@ class Samples:
         self.device = cudamem.get_current_device()
         self.context = cudamem.current_context()
         self.managed = cudamem.managed_array(6)
+        self.mapped = cudamem.mapped_array(6)
 
 
 # name -> function of Samples giving (the callable, keyword arguments to
@@ -256,6 +259,16 @@ KEYWORD_CALLS = {
         s.managed.prefetch, dict(device=None, stream=0)),
     "ManagedNDArray.advise": lambda s: (
         s.managed.advise, dict(advice="read_mostly", device=None)),
+    "ManagedNDArray.__dlpack__": lambda s: (
+        s.managed.__dlpack__, dict(stream=None, max_version=None,
+                                   dl_device=None, copy=None)),
+    "MappedNDArray.copy_to_host": lambda s: (
+        s.mapped.copy_to_host, dict(ary=None, stream=0)),
+    "MappedNDArray.copy_to_device": lambda s: (
+        s.mapped.copy_to_device, dict(ary=np.ones(6), stream=0)),
+    "MappedNDArray.__dlpack__": lambda s: (
+        s.mapped.__dlpack__, dict(stream=None, max_version=None,
+                                  dl_device=None, copy=None)),
 }
 # Signatures with parameters whose calls would change global state.
 NOT_CALLED = {"Context.enable_peer_access", "cudamem.simulator.inject",
