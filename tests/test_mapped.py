@@ -216,6 +216,18 @@ def test_close_keeps_mapped_memory(sim):
     cudamem.current_context().memory_manager.deallocations.clear()
 
 
+def test_queued_write_combined_free_runs_at_close(sim):
+    # The queued free still holds the context: close() frees the memory
+    # rather than dropping the free with the queue.
+    live = sim.live()["host_allocations"]
+    wc = cudamem.mapped_array(10, wc=True)
+    del wc
+    assert len(cudamem.current_context().memory_manager.deallocations) == 1
+    assert sim.live()["host_allocations"] == live + 1
+    cudamem.close()
+    assert sim.live()["host_allocations"] == live
+
+
 def test_reset_ends_the_device_side(sim):
     m = cudamem.mapped_array(10)
     m[:] = 3

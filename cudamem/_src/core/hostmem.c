@@ -360,7 +360,8 @@ host_register(cm_device *dev, cm_host *h, int readonly, int mapped,
 }
 
 /* cuMemHostAlloc'd write-combined memory under its own retain of the
- * current device's primary context, so that close() cannot free it. */
+ * current device's primary context, so that close() cannot free it (see
+ * cm_release_retained). */
 static int
 alloc_wc(cm_device *dev, cm_host *h, int portable, cm_error *err)
 {
@@ -369,20 +370,20 @@ alloc_wc(cm_device *dev, cm_host *h, int portable, cm_error *err)
                      (portable ? CU_MEMHOSTALLOC_PORTABLE : 0);
     cm_ctx_guard guard;
     cm_error ignored;
+    CUcontext ctx;
     void *p = NULL;
     int rc;
 
-    if (cm_device_primary(dev, &h->ctx, &h->generation, err) < 0) {
+    if (cm_device_primary(dev, &ctx, &h->generation, err) < 0) {
         return -1;
     }
     h->dev = dev;
     h->mapped = 1;
     if (h->size == 0) {
-        h->ctx = NULL;
         return 0;
     }
     h->resets = __atomic_load_n(&dev->resets, __ATOMIC_ACQUIRE);
-    if (CM_CALL(err, cuDevicePrimaryCtxRetain, &h->ctx, dev->cudev) < 0) {
+    if (CM_CALL(err, cuDevicePrimaryCtxRetain, &ctx, dev->cudev) < 0) {
         return -1;
     }
     rc = cm_ctx_enter(dev, &guard, err);
@@ -505,38 +506,6 @@ cm_host_unregister(cm_host *h, cm_error *err)
     return rc;
 }
 
-/* Frees write-combined memory: through the device's memory queue while
- * cudamem's own retain of its context lives (numba's deferral), at once
- * in the context this buffer retains after a close, not at all after a
- * reset (which freed it). Then drops that retain. */
-static int
-free_wc(cm_host *h, cm_error *err)
-{
-    int reset = __atomic_load_n(&h->dev->resets, __ATOMIC_ACQUIRE) !=
-                h->resets;
-    int closed = __atomic_load_n(&h->dev->generation, __ATOMIC_ACQUIRE) !=
-                 h->generation;
-    CUcontext popped;
-    cm_error ignored;
-    int rc = 0;
-
-    if (!reset && !closed) {
-        rc = cm_release(h->dev, h->generation, CM_FREE_HOST,
-                        (uint64_t)(uintptr_t)h->ptr, h->size, err);
-    }
-    else if (!reset && (rc = CM_CALL(err, cuCtxPushCurrent, h->ctx)) == 0) {
-        rc = CM_CALL(err, cuMemFreeHost, h->ptr);
-        if (CM_CALL(rc < 0 ? &ignored : err, cuCtxPopCurrent, &popped) < 0) {
-            rc = -1;
-        }
-    }
-    if (CM_CALL(rc < 0 ? &ignored : err, cuDevicePrimaryCtxRelease,
-                h->dev->cudev) < 0) {
-        rc = -1;
-    }
-    return rc;
-}
-
 int
 cm_host_free(cm_host *h, cm_error *err)
 {
@@ -548,7 +517,10 @@ cm_host_free(cm_host *h, cm_error *err)
     }
     if (h->kind == CM_HOST_MAPPED_WC) {
         if (h->ptr != NULL) {
-            rc = free_wc(h, err);
+            rc = cm_release_retained(h->dev, h->generation, h->resets,
+                                     CM_FREE_HOST,
+                                     (uint64_t)(uintptr_t)h->ptr, h->size,
+                                     err);
         }
     }
     else {

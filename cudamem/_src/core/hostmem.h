@@ -36,7 +36,6 @@ typedef struct cm_host {
     uint64_t generation; /* write-combined: dev's when allocated */
     uint64_t resets;  /* dev's then: a reset ends registrations and
                          write-combined memory, close() does not */
-    CUcontext ctx;    /* write-combined: the primary context it retains */
     CUdeviceptr dptr; /* mapped kinds: the device address of ptr */
 } cm_host;
 

@@ -55,8 +55,8 @@ alloc_undo(cm_device *dev, cm_free_kind kind, uint64_t generation,
     cm_error ignored;
 
     if (kind == CM_FREE_MANAGED && ptr != 0) {
-        (void)cm_release_managed(dev, generation, resets, ptr, nbytes,
-                                 &ignored);
+        (void)cm_release_retained(dev, generation, resets, kind, ptr,
+                                  nbytes, &ignored);
     }
     else if (kind == CM_FREE_MANAGED) {
         (void)CM_CALL(&ignored, cuDevicePrimaryCtxRelease, dev->cudev);
@@ -228,8 +228,8 @@ cm_mem_decref(cm_mem *m, cm_error *err)
         return 0;
     }
     if (m->ptr != 0 && m->kind == CM_FREE_MANAGED) {
-        rc = cm_release_managed(m->dev, m->generation, m->resets, m->ptr,
-                                m->size, err);
+        rc = cm_release_retained(m->dev, m->generation, m->resets, m->kind,
+                                 m->ptr, m->size, err);
     }
     else if (m->ptr != 0 && m->kind != CM_FREE_NONE) {
         rc = cm_release(m->dev, m->generation, m->kind, m->ptr, m->size,

@@ -48,25 +48,33 @@ free_in(CUcontext ctx, cm_free_kind kind, uint64_t handle, cm_error *err)
     return rc;
 }
 
-/* Managed memory: freed in the context its record kept retained (the
- * last one cudamem retained: the retain kept it from being replaced)
- * unless a reset took it, then that retain is released, even after a
+/* Memory whose record holds a retain of its device's primary context
+ * (managed memory, write-combined host memory): freed in that context
+ * (the last one cudamem retained: the retain kept it from being replaced)
+ * unless a reset took it, then the retain is released, even after a
  * failed free: the context must not outlive every user. */
 static int
-free_managed(cm_device *dev, int alive, uint64_t handle, cm_error *err)
+free_retained(cm_device *dev, int alive, cm_free_kind kind, uint64_t handle,
+              cm_error *err)
 {
     CUcontext ctx = __atomic_load_n(&dev->last_primary, __ATOMIC_ACQUIRE);
     cm_error ignored;
     int rc = 0;
 
     if (alive) {
-        rc = free_in(ctx, CM_FREE_MANAGED, handle, err);
+        rc = free_in(ctx, kind, handle, err);
     }
     if (CM_CALL(rc < 0 ? &ignored : err, cuDevicePrimaryCtxRelease,
                 dev->cudev) < 0) {
         rc = -1;
     }
     return rc;
+}
+
+static int
+is_retained(cm_free_kind kind)
+{
+    return kind == CM_FREE_MANAGED || kind == CM_FREE_HOST;
 }
 
 /* A queue's free function: one handle of dev's primary context. */
@@ -77,8 +85,8 @@ free_one(void *arg, cm_free_kind kind, uint64_t handle, size_t nbytes,
     cm_device *dev = arg;
 
     (void)nbytes;
-    if (kind == CM_FREE_MANAGED) {
-        return free_managed(dev, 1, handle, err);
+    if (is_retained(kind)) {
+        return free_retained(dev, 1, kind, handle, err);
     }
     return free_in(__atomic_load_n(&dev->primary, __ATOMIC_ACQUIRE), kind,
                    handle, err);
@@ -154,8 +162,9 @@ cm_release(cm_device *dev, uint64_t generation, cm_free_kind kind,
 }
 
 int
-cm_release_managed(cm_device *dev, uint64_t generation, uint64_t resets,
-                   uint64_t handle, size_t nbytes, cm_error *err)
+cm_release_retained(cm_device *dev, uint64_t generation, uint64_t resets,
+                    cm_free_kind kind, uint64_t handle, size_t nbytes,
+                    cm_error *err)
 {
     int rc;
 
@@ -164,13 +173,13 @@ cm_release_managed(cm_device *dev, uint64_t generation, uint64_t resets,
     }
     pthread_mutex_lock(&dev->qlock);
     if (__atomic_load_n(&dev->generation, __ATOMIC_ACQUIRE) == generation) {
-        rc = queue_locked(dev, CM_FREE_MANAGED, handle, nbytes, err);
+        rc = queue_locked(dev, kind, handle, nbytes, err);
     }
     else {
         /* Its queue is gone: free it now, unless a reset did. */
-        rc = free_managed(
+        rc = free_retained(
             dev, __atomic_load_n(&dev->resets, __ATOMIC_ACQUIRE) == resets,
-            handle, err);
+            kind, handle, err);
     }
     pthread_mutex_unlock(&dev->qlock);
     return rc;
@@ -280,8 +289,8 @@ typedef struct salvage_arg {
     int reset;
 } salvage_arg;
 
-/* What a dropped queue still owns: only managed memory, whose retain kept
- * the context alive. */
+/* What a dropped queue still owns: only memory whose own retain kept the
+ * context alive. */
 static int
 salvage_one(void *arg, cm_free_kind kind, uint64_t handle, size_t nbytes,
             cm_error *err)
@@ -289,10 +298,10 @@ salvage_one(void *arg, cm_free_kind kind, uint64_t handle, size_t nbytes,
     salvage_arg *sa = arg;
 
     (void)nbytes;
-    if (kind != CM_FREE_MANAGED) {
+    if (!is_retained(kind)) {
         return 0;
     }
-    return free_managed(sa->dev, !sa->reset, handle, err);
+    return free_retained(sa->dev, !sa->reset, kind, handle, err);
 }
 
 int

@@ -2,7 +2,8 @@
  * go (DESIGN rule 5). Each device has numba's two queues for its primary
  * context: one for memory, one for streams and events. A generation that is
  * no longer the device's drops the free: the driver freed it with the
- * context (managed memory excepted: see cm_release_managed). Owns the free
+ * context (memory holding its own retain excepted: see
+ * cm_release_retained). Owns the free
  * functions; does not own the records. */
 #ifndef CM_RELEASE_H
 #define CM_RELEASE_H
@@ -27,14 +28,16 @@ typedef enum cm_queue_id {
 int cm_release(cm_device *dev, uint64_t generation, cm_free_kind kind,
                uint64_t handle, size_t nbytes, cm_error *err);
 
-/* cm_release for managed memory, whose record holds a retain of dev's
- * primary context so that the memory outlives cudamem's own retain
- * (close()). `resets` is the device's reset count at allocation. While
- * `generation` is the device's, the free is queued (the queue frees, then
- * releases the retain); after a close it runs at once; after a reset the
- * memory is gone and only the retain is released. */
-int cm_release_managed(cm_device *dev, uint64_t generation, uint64_t resets,
-                       uint64_t handle, size_t nbytes, cm_error *err);
+/* cm_release for memory whose record holds a retain of dev's primary
+ * context (managed memory; write-combined host memory, CM_FREE_HOST), so
+ * that the memory outlives cudamem's own retain (close()). `resets` is
+ * the device's reset count when it was made. While `generation` is the
+ * device's, the free is queued (the queue frees, then releases the
+ * retain); after a close it runs at once; after a reset the memory is gone
+ * and only the retain is released. */
+int cm_release_retained(cm_device *dev, uint64_t generation, uint64_t resets,
+                        cm_free_kind kind, uint64_t handle, size_t nbytes,
+                        cm_error *err);
 
 /* numba's deallocations.clear(): frees what the queue holds unless it is
  * deferred. The first failed free stops the flush and is reported; the
