@@ -35,10 +35,12 @@ BUDGET_FUZZ ?= 1200
 PYTEST_ARGS ?=
 # test-stress: the array suites with the simulator's stream-order hazard
 # checker on and every stream operation delayed by STRESS_DELAY_US, which
-# exposes missing synchronization (about 25 s today at 5000).
+# exposes missing synchronization (about 45 s today at 5000).
 STRESS_DELAY_US ?= 5000
 STRESS_TESTS = tests/test_arrays.py tests/test_views.py tests/test_streams.py \
-	$(wildcard tests/test_cai.py)
+	tests/test_cai.py tests/test_events.py tests/test_callbacks.py \
+	tests/test_stream_semantics.py tests/test_pinned.py tests/test_mapped.py \
+	tests/test_managed.py tests/test_host_dlpack.py tests/test_registration.py
 # fuzz: examples per hypothesis test (about 7 minutes for 10000 today).
 FUZZ_EXAMPLES ?= 10000
 
