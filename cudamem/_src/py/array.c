@@ -282,31 +282,64 @@ array_alloc(cmpy_state *st, PyObject *type, cm_device *dev, int ndim,
         ref->async);
 }
 
-cmpy_DeviceNDArray *
-cmpy_array_wrap(PyObject *type, PyObject *mem, CUdeviceptr ptr, int ndim, const Py_ssize_t *shape,
-                const Py_ssize_t *strides, PyArray_Descr *dtype,
-                PyObject *stream_obj, const cmpy_stream_ref *ref)
+/* ValueError unless the bytes [ptr + low, ptr + high) lie inside mp. */
+static int
+check_inside(const cmpy_MemoryPointer *mp, CUdeviceptr ptr, Py_ssize_t low,
+             Py_ssize_t high)
 {
-    cmpy_MemoryPointer *mp = (cmpy_MemoryPointer *)mem;
-    Py_ssize_t size, low, high;
-
-    if (cmpy_layout_extent(ndim, shape, strides, PyDataType_ELSIZE(dtype),
-                           &size, &low, &high) < 0) {
-        goto fail;
-    }
-    if (size != 0 && (ptr + (CUdeviceptr)low < mp->ptr ||
-                      ptr + (CUdeviceptr)high > mp->ptr + mp->size)) {
+    if (ptr + (CUdeviceptr)low < mp->ptr ||
+        ptr + (CUdeviceptr)high > mp->ptr + mp->size) {
         PyErr_Format(PyExc_ValueError,
                      "the array's elements span %zd bytes outside the %zu "
                      "bytes of its memory",
                      high - low, mp->size);
-        goto fail;
+        return -1;
+    }
+    return 0;
+}
+
+cmpy_DeviceNDArray *
+cmpy_array_wrap(PyObject *type, PyObject *mem, CUdeviceptr ptr, int ndim,
+                const Py_ssize_t *shape, const Py_ssize_t *strides,
+                PyArray_Descr *dtype, PyObject *stream_obj,
+                const cmpy_stream_ref *ref)
+{
+    Py_ssize_t size, low, high;
+
+    if (cmpy_layout_extent(ndim, shape, strides, PyDataType_ELSIZE(dtype),
+                           &size, &low, &high) < 0 ||
+        (size != 0 &&
+         check_inside((cmpy_MemoryPointer *)mem, ptr, low, high) < 0)) {
+        Py_DECREF(mem);
+        return NULL;
     }
     return array_make(type, mem, size != 0 ? ptr : 0, ndim, shape, strides,
                       size, dtype, stream_obj, ref->handle, ref->async);
-fail:
-    Py_DECREF(mem);
-    return NULL;
+}
+
+/* A MemoryPointer over exactly the bytes of mp that the layout with its
+ * first element at ptr touches (numba: a view's gpu_data covers its
+ * extent), and the layout's element count. ValueError when they reach
+ * outside mp. New reference. */
+static PyObject *
+extent_view(cmpy_state *st, cmpy_MemoryPointer *mp, CUdeviceptr ptr,
+            int ndim, const Py_ssize_t *shape, const Py_ssize_t *strides,
+            PyArray_Descr *dtype, Py_ssize_t *size)
+{
+    Py_ssize_t low, high;
+    size_t offset = 0;
+
+    if (cmpy_layout_extent(ndim, shape, strides, PyDataType_ELSIZE(dtype),
+                           size, &low, &high) < 0) {
+        return NULL;
+    }
+    if (*size != 0) {
+        if (check_inside(mp, ptr, low, high) < 0) {
+            return NULL;
+        }
+        offset = (size_t)(ptr + (CUdeviceptr)low - mp->ptr);
+    }
+    return cmpy_memory_view(st, mp, offset, (size_t)(high - low));
 }
 
 cmpy_DeviceNDArray *
@@ -315,32 +348,16 @@ cmpy_array_over(cmpy_state *st, cmpy_MemoryPointer *owner, CUdeviceptr ptr,
                 PyArray_Descr *dtype, PyObject *stream_obj,
                 const cmpy_stream_ref *ref)
 {
-    Py_ssize_t size, low, high;
-    size_t offset = 0;
-    PyObject *mem;
+    Py_ssize_t size;
+    PyObject *mem = extent_view(st, owner, ptr, ndim, shape, strides, dtype,
+                                &size);
 
-    if (cmpy_layout_extent(ndim, shape, strides, PyDataType_ELSIZE(dtype),
-                           &size, &low, &high) < 0) {
-        return NULL;
-    }
-    if (size != 0 &&
-        (ptr + (CUdeviceptr)low < owner->ptr ||
-         ptr + (CUdeviceptr)high > owner->ptr + owner->size)) {
-        PyErr_Format(PyExc_ValueError,
-                     "the array's elements span %zd bytes outside the %zu "
-                     "bytes of its memory",
-                     high - low, owner->size);
-        return NULL;
-    }
-    if (size != 0) {
-        offset = (size_t)(ptr + (CUdeviceptr)low - owner->ptr);
-    }
-    mem = cmpy_memory_view(st, owner, offset, (size_t)(high - low));
     if (mem == NULL) {
         return NULL;
     }
-    return cmpy_array_wrap(st->DeviceNDArrayType, mem, ptr, ndim, shape,
-                           strides, dtype, stream_obj, ref);
+    return array_make(st->DeviceNDArrayType, mem, size != 0 ? ptr : 0, ndim,
+                      shape, strides, size, dtype, stream_obj, ref->handle,
+                      ref->async);
 }
 
 cmpy_DeviceNDArray *
@@ -349,20 +366,10 @@ cmpy_array_view_as(cmpy_state *st, PyObject *type, cmpy_DeviceNDArray *base,
                    const Py_ssize_t *strides, CUdeviceptr ptr,
                    PyArray_Descr *dtype)
 {
-    Py_ssize_t size, low, high;
-    cmpy_MemoryPointer *mp = base->gpu_data;
-    PyObject *mem;
-    size_t offset = 0;
+    Py_ssize_t size;
+    PyObject *mem = extent_view(st, base->gpu_data, ptr, ndim, shape,
+                                strides, dtype, &size);
 
-    if (cmpy_layout_extent(ndim, shape, strides, PyDataType_ELSIZE(dtype),
-                           &size, &low, &high) < 0) {
-        return NULL;
-    }
-    /* Like numba, the view's gpu_data covers exactly its extent. */
-    if (size != 0) {
-        offset = (size_t)(ptr + (CUdeviceptr)low - mp->ptr);
-    }
-    mem = cmpy_memory_view(st, mp, offset, (size_t)(high - low));
     if (mem == NULL) {
         return NULL;
     }
@@ -442,9 +449,9 @@ cmpy_array_empty(cmpy_state *st, cmpy_DeviceNDArray *like, char order)
 
     cmpy_contiguous_strides(CMPY_NDIM(like), CMPY_SHAPE(like),
                             PyDataType_ELSIZE(like->dtype), order, strides);
-    return array_alloc(st, st->DeviceNDArrayType, like->gpu_data->mem->dev, CMPY_NDIM(like),
-                       CMPY_SHAPE(like), strides, like->dtype, like->stream,
-                       &ref);
+    return array_alloc(st, st->DeviceNDArrayType, like->gpu_data->mem->dev,
+                       CMPY_NDIM(like), CMPY_SHAPE(like), strides,
+                       like->dtype, like->stream, &ref);
 }
 
 PyDoc_STRVAR(is_c_contiguous_doc,
@@ -469,7 +476,8 @@ array_is_f_contiguous(PyObject *op, PyObject *Py_UNUSED(ignored))
                            NPY_ARRAY_F_CONTIGUOUS);
 }
 
-#define FASTKW(fn) (PyCFunction)(void (*)(void))(fn), METH_FASTCALL | METH_KEYWORDS
+#define FASTKW(fn)                                                             \
+    (PyCFunction)(void (*)(void))(fn), METH_FASTCALL | METH_KEYWORDS
 
 PyDoc_STRVAR(reshape_doc,
              "reshape(*shape, order='C') -> DeviceNDArray\n\n"
@@ -954,7 +962,8 @@ device_array(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
             0) {
         goto done;
     }
-    result = (PyObject *)array_alloc(st, st->DeviceNDArrayType, dev, ndim, shape, strides, dtype,
+    result = (PyObject *)array_alloc(st, st->DeviceNDArrayType, dev, ndim,
+                                     shape, strides, dtype,
                                      kept_stream(argv[4], &ref), &ref);
 done:
     Py_XDECREF(dtype);

@@ -155,8 +155,9 @@ PyObject *cmpy_array_copy(PyObject *, PyObject *const *, Py_ssize_t,
                           PyObject *);
 PyObject *cmpy_array_array(PyObject *, PyObject *const *, Py_ssize_t,
                            PyObject *);
-extern const char cmpy_array_copy_to_host_doc[], cmpy_array_copy_to_device_doc[],
-    cmpy_array_fill_doc[], cmpy_array_copy_doc[], cmpy_array_array_doc[];
+extern const char cmpy_array_copy_to_host_doc[],
+    cmpy_array_copy_to_device_doc[], cmpy_array_fill_doc[],
+    cmpy_array_copy_doc[], cmpy_array_array_doc[];
 
 /* The GC slots every array type shares. */
 int cmpy_array_traverse(PyObject *op, visitproc visit, void *arg);

@@ -1,22 +1,15 @@
 /* event.c (py/): the Event type (numba's Event: record, query, synchronize,
- * wait, elapsed_time), the module's event() and event_elapsed_time(), and
- * the waits that Ctrl-C interrupts. Creating and destroying handles is
- * core/event.c's; parsing stream= arguments is py/stream.c's. */
+ * wait, elapsed_time) and the module's event() and event_elapsed_time().
+ * Creating and destroying handles is core/event.c's; parsing stream=
+ * arguments and polled waits are py/stream.c's. */
 #include "event.h"
 
-#include <sched.h>
 #include <stddef.h>
 #include <stdio.h>
-#include <time.h>
 
 #include "../core/event.h"
 #include "device.h"
 #include "stream.h"
-
-/* Polls of a wait before it starts sleeping, and its longest sleep (as
- * for streams). */
-#define CMPY_WAIT_SPINS 64
-#define CMPY_WAIT_MAX_NAP_NS 1000000L
 
 static unsigned long long
 handle_value(CUevent handle)
@@ -71,48 +64,16 @@ event_stream_arg(cmpy_state *st, cmpy_Event *ev, const char *what,
     return -1;
 }
 
-/* Waits for the event's recorded work with the GIL released, polling so
- * that Ctrl-C interrupts (cmpy_stream_wait's scheme). */
 static int
-event_wait_host(cmpy_state *st, cmpy_Event *ev)
+query_event(cm_device *dev, void *handle, int *done, cm_error *err)
 {
-    struct timespec nap = {0, 0};
-    cm_error err;
-    int done = 0, rc;
+    return cm_event_query(dev, (CUevent)handle, done, err);
+}
 
-    for (;;) {
-        Py_BEGIN_ALLOW_THREADS
-        if (nap.tv_nsec > 0) {
-            nanosleep(&nap, NULL);
-        }
-        rc = cm_event_query(ev->dev, ev->handle, &done, &err);
-        for (int spin = 0;
-             nap.tv_nsec == 0 && rc == 0 && !done && spin < CMPY_WAIT_SPINS;
-             spin++) {
-            sched_yield();
-            rc = cm_event_query(ev->dev, ev->handle, &done, &err);
-        }
-        /* End on the driver's own completion point, which reports what
-         * the query may not. */
-        if (rc == 0 && done) {
-            rc = cm_event_synchronize(ev->dev, ev->handle, &err);
-        }
-        Py_END_ALLOW_THREADS
-        if (rc < 0) {
-            cmpy_raise(st, &err);
-            return -1;
-        }
-        if (done) {
-            return 0;
-        }
-        if (PyErr_CheckSignals() < 0) {
-            return -1;
-        }
-        nap.tv_nsec = nap.tv_nsec == 0 ? 1000 : nap.tv_nsec * 2;
-        if (nap.tv_nsec > CMPY_WAIT_MAX_NAP_NS) {
-            nap.tv_nsec = CMPY_WAIT_MAX_NAP_NS;
-        }
-    }
+static int
+finish_event(cm_device *dev, void *handle, cm_error *err)
+{
+    return cm_event_synchronize(dev, (CUevent)handle, err);
 }
 
 int
@@ -326,7 +287,9 @@ event_synchronize(PyObject *self, PyObject *Py_UNUSED(ignored))
     cmpy_Event *ev = (cmpy_Event *)self;
     cmpy_state *st = cmpy_type_state(self);
 
-    if (event_check(st, ev) < 0 || event_wait_host(st, ev) < 0) {
+    if (event_check(st, ev) < 0 ||
+        cmpy_wait_polled(st, ev->dev, (void *)ev->handle, query_event,
+                         finish_event) < 0) {
         return NULL;
     }
     Py_RETURN_NONE;

@@ -87,7 +87,8 @@ stream_alloc(cmpy_state *st, cm_device *dev, cmpy_stream_kind kind,
  * Waiting. */
 
 int
-cmpy_stream_wait(cmpy_state *st, cm_device *dev, CUstream handle)
+cmpy_wait_polled(cmpy_state *st, cm_device *dev, void *handle,
+                 cmpy_poll_fn query, cmpy_finish_fn finish)
 {
     struct timespec nap = {0, 0};
     cm_error err;
@@ -98,18 +99,18 @@ cmpy_stream_wait(cmpy_state *st, cm_device *dev, CUstream handle)
         if (nap.tv_nsec > 0) {
             nanosleep(&nap, NULL);
         }
-        rc = cm_stream_query(dev, handle, &done, &err);
+        rc = query(dev, handle, &done, &err);
         /* Short work finishes within a few polls: spin before sleeping. */
         for (int spin = 0;
              nap.tv_nsec == 0 && rc == 0 && !done && spin < CMPY_WAIT_SPINS;
              spin++) {
             sched_yield();
-            rc = cm_stream_query(dev, handle, &done, &err);
+            rc = query(dev, handle, &done, &err);
         }
-        /* End on the driver's own completion point: on an idle stream it
-         * returns at once, and whatever it reports is raised. */
+        /* End on the driver's own completion point: once the work is done
+         * it returns at once, and whatever it reports is raised. */
         if (rc == 0 && done) {
-            rc = cm_stream_synchronize(dev, handle, &err);
+            rc = finish(dev, handle, &err);
         }
         Py_END_ALLOW_THREADS
         if (rc < 0) {
@@ -129,6 +130,25 @@ cmpy_stream_wait(cmpy_state *st, cm_device *dev, CUstream handle)
             nap.tv_nsec = CMPY_WAIT_MAX_NAP_NS;
         }
     }
+}
+
+static int
+query_stream(cm_device *dev, void *handle, int *done, cm_error *err)
+{
+    return cm_stream_query(dev, (CUstream)handle, done, err);
+}
+
+static int
+finish_stream(cm_device *dev, void *handle, cm_error *err)
+{
+    return cm_stream_synchronize(dev, (CUstream)handle, err);
+}
+
+int
+cmpy_stream_wait(cmpy_state *st, cm_device *dev, CUstream handle)
+{
+    return cmpy_wait_polled(st, dev, (void *)handle, query_stream,
+                            finish_stream);
 }
 
 /* ------------------------------------------------------------------------
@@ -685,7 +705,8 @@ stream_fn(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     cm_error err;
     long value;
 
-    if (cmpy_parse_args("stream", names, 2, 0, args, nargs, kwnames, vals) < 0) {
+    if (cmpy_parse_args("stream", names, 2, 0, args, nargs, kwnames, vals) <
+        0) {
         return NULL;
     }
     if (vals[0] != NULL && vals[0] != Py_None) {

@@ -48,6 +48,17 @@ int cmpy_stream_arg(cmpy_state *st, PyObject *arg, cm_device *dev,
  * reference. */
 PyObject *cmpy_stream_wrap(cmpy_state *st, cm_device *dev,
                            cmpy_stream_kind kind, CUstream handle);
+/* A wait that polls, for streams and events: `query` says whether the
+ * work is done (without blocking), `finish` is the driver's own completion
+ * point, called once it is. Runs with the GIL released between polls,
+ * spinning briefly, then sleeping up to a millisecond; a pending signal
+ * handler that raises (Ctrl-C) ends it. 0, or -1 with an exception set. */
+typedef int (*cmpy_poll_fn)(cm_device *dev, void *handle, int *done,
+                            cm_error *err);
+typedef int (*cmpy_finish_fn)(cm_device *dev, void *handle, cm_error *err);
+int cmpy_wait_polled(cmpy_state *st, cm_device *dev, void *handle,
+                     cmpy_poll_fn query, cmpy_finish_fn finish);
+
 /* Waits for `handle` on `dev` with the GIL released, polling so that
  * Ctrl-C (any pending signal handler raising) interrupts the wait. 0, or
  * -1 with an exception set. */
