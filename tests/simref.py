@@ -102,3 +102,11 @@ class SimDriver:
         self.call("cuDeviceCanAccessPeer", ctypes.byref(can), self.device(a),
                   self.device(b))
         return bool(can.value)
+
+    def host_flags(self, ary):
+        """The driver's flags for the page-locked memory under a NumPy
+        array (cuMemHostGetFlags)."""
+        flags = ctypes.c_uint()
+        self.call("cuMemHostGetFlags", ctypes.byref(flags),
+                  ctypes.c_void_p(ary.__array_interface__["data"][0]))
+        return flags.value

@@ -6,14 +6,12 @@ and what close() and Device.reset() leave.
 The host side is checked against NumPy; the device side through device
 copies (write on one side, read on the other) and the simulator's own
 cuMemHostGetFlags."""
-import ctypes
 import gc
 
 import numpy as np
 import pytest
 
 import cudamem
-from cudamem import _cudamem
 from simref import SimDriver
 
 PORTABLE, DEVICEMAP, WRITECOMBINED = 0x1, 0x2, 0x4
@@ -22,11 +20,7 @@ pytestmark = pytest.mark.simulator
 
 
 def host_flags(sim, ary):
-    flags = ctypes.c_uint()
-    SimDriver(sim.library_path()).call(
-        "cuMemHostGetFlags", ctypes.byref(flags),
-        ctypes.c_void_p(ary.__array_interface__["data"][0]))
-    return flags.value
+    return SimDriver(sim.library_path()).host_flags(ary)
 
 
 def device_read(m):

@@ -5,7 +5,6 @@ copies into pinned memory that never block the host.
 
 The reference for layouts is numpy.empty; for page-locking, the
 simulator's live registrations and its own cuMemHostGetFlags."""
-import ctypes
 import gc
 import mmap
 
@@ -13,19 +12,13 @@ import numpy as np
 import pytest
 
 import cudamem
-from cudamem import _cudamem
 from simref import SimDriver
 
 PAGE = mmap.PAGESIZE
 
 
 def host_flags(sim, ary):
-    """The driver's flags for the page-locked memory of ary."""
-    flags = ctypes.c_uint()
-    SimDriver(sim.library_path()).call(
-        "cuMemHostGetFlags", ctypes.byref(flags),
-        ctypes.c_void_p(ary.__array_interface__["data"][0]))
-    return flags.value
+    return SimDriver(sim.library_path()).host_flags(ary)
 
 
 @pytest.mark.parametrize("shape, dtype, order", [

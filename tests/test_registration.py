@@ -5,7 +5,6 @@ registrations, bad input and injected failures (nothing stays registered).
 
 The reference is the simulator: its live registrations, its call counters
 and its own cuMemHostGetFlags."""
-import ctypes
 import mmap
 import threading
 
@@ -36,11 +35,7 @@ def page_buffer(pages):
 
 
 def host_flags(sim, ary):
-    flags = ctypes.c_uint()
-    SimDriver(sim.library_path()).call(
-        "cuMemHostGetFlags", ctypes.byref(flags),
-        ctypes.c_void_p(ary.__array_interface__["data"][0]))
-    return flags.value
+    return SimDriver(sim.library_path()).host_flags(ary)
 
 
 def test_register_until_deregister(sim):
