@@ -10,7 +10,9 @@ Environment read by the simulator at ``cuInit``: ``CUDAMEM_SIM_DEVICES``
 (default 1), ``CUDAMEM_SIM_MEMORY`` (bytes per device, default 16 GiB of
 lazily backed address space), ``CUDAMEM_SIM_DELAY_US``,
 ``CUDAMEM_SIM_HAZARDS=1``, ``CUDAMEM_SIM_IPC_REOPEN=error``,
-``CUDAMEM_SIM_DRIVER_VERSION`` and ``CUDA_VISIBLE_DEVICES``.
+``CUDAMEM_SIM_DRIVER_VERSION``, ``CUDAMEM_SIM_NO_PEER=1``,
+``CUDAMEM_SIM_ATTRS`` (``<attribute number>=<value>,...``, reported by
+every device instead of its own) and ``CUDA_VISIBLE_DEVICES``.
 """
 import contextlib
 import ctypes

@@ -175,6 +175,30 @@ def test_read_only_arrays_are_registered_read_only(sim):
             pass
 
 
+def test_read_only_registration_needs_the_capability(run_py):
+    # CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED is 113.
+    proc = run_py("""
+        import cudamem, numpy as np
+        from cudamem import simulator as sim
+        ro = np.arange(8.0)
+        ro.flags.writeable = False
+        cudamem.current_context()
+        before = sim.live()
+        try:
+            cudamem.register(ro)
+        except cudamem.CudaSupportError as e:
+            print(e)
+        with cudamem.pinned(np.arange(8.0)):  # writable memory still works
+            pass
+        print(sim.live() == before)
+        """, env={"CUDAMEM_SIM_ATTRS": "113=0"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        "device 0 cannot page-lock read-only host memory (no "
+        "READ_ONLY_HOST_REGISTER_SUPPORTED): make the array writable",
+        "True"]
+
+
 def test_read_only_host_buffer_exports_read_only(sim):
     ro = np.arange(8.0)
     ro.flags.writeable = False

@@ -57,6 +57,16 @@ static CUcontext *ctx_chunks[SIM_CTX_CHUNKS];
 static size_t ctx_count; /* published with release ordering */
 static int no_peer;      /* CUDAMEM_SIM_NO_PEER */
 
+/* CUDAMEM_SIM_ATTRS="<attribute>=<value>,...": attributes (by number) that
+ * every device reports instead of its own, so that tests reach the paths
+ * of devices that lack a capability. */
+#define SIM_MAX_ATTR_OVERRIDES 16
+static struct {
+    int attr;
+    int value;
+} attr_overrides[SIM_MAX_ATTR_OVERRIDES];
+static int n_attr_overrides;
+
 /* ---------------------------------------------------------------------------
  * Contexts: registry and stack. */
 
@@ -299,6 +309,32 @@ visible_devices(int nphys, int phys[SIM_MAX_DEVICES])
     return n;
 }
 
+/* A malformed list stops at the first bad entry: what came before it
+ * stays. */
+static void
+parse_attr_overrides(void)
+{
+    const char *s = getenv("CUDAMEM_SIM_ATTRS");
+    char *end;
+
+    n_attr_overrides = 0;
+    while (s != NULL && *s != '\0' &&
+           n_attr_overrides < SIM_MAX_ATTR_OVERRIDES) {
+        long attr = strtol(s, &end, 0), value;
+
+        if (end == s || *end != '=')
+            return;
+        s = end + 1;
+        value = strtol(s, &end, 0);
+        if (end == s || (*end != ',' && *end != '\0'))
+            return;
+        attr_overrides[n_attr_overrides].attr = (int)attr;
+        attr_overrides[n_attr_overrides].value = (int)value;
+        n_attr_overrides++;
+        s = *end == ',' ? end + 1 : end;
+    }
+}
+
 CUresult
 sim_devices_init(void)
 {
@@ -313,6 +349,7 @@ sim_devices_init(void)
     if (mem == 0 || mem > SIZE_MAX / 2)
         mem = 16ULL << 30;
     no_peer = sim_env_ull("CUDAMEM_SIM_NO_PEER", 0) != 0;
+    parse_attr_overrides();
     n = visible_devices((int)nphys, phys);
     if (n == 0)
         return CUDA_ERROR_NO_DEVICE;
@@ -735,6 +772,10 @@ attribute_value(const sim_device *d, CUdevice_attribute attrib, int *out)
     }
     if (v == INT_MIN)
         return -1;
+    for (int i = 0; i < n_attr_overrides; i++) {
+        if (attr_overrides[i].attr == (int)attrib)
+            v = attr_overrides[i].value;
+    }
     *out = v;
     return 0;
 }
