@@ -24,7 +24,9 @@ from cudamem.errors import CudaAPIError, CudaDriverError, CudaWarning
 
 pytestmark = pytest.mark.simulator
 
-DELAY_US = 20_000
+# Long enough that a loaded CI machine does not finish queued work
+# before the test looks at it.
+DELAY_US = 100_000
 TIMEOUT = 30
 
 

@@ -25,7 +25,9 @@ pytestmark = pytest.mark.simulator
 INVALID_HANDLE = 400  # CUDA_ERROR_INVALID_HANDLE
 NOT_READY = 600  # CUDA_ERROR_NOT_READY
 STALE = "reset or closed"
-DELAY_US = 20_000
+# Long enough that a loaded CI machine does not finish queued work
+# before the test looks at it.
+DELAY_US = 100_000
 HAZARDS_ON = os.environ.get("CUDAMEM_SIM_HAZARDS", "0") not in ("", "0")
 TWO_DEVICES = {"CUDAMEM_SIM_DEVICES": "2", "CUDA_VISIBLE_DEVICES": None}
 

@@ -21,7 +21,9 @@ from cudamem.errors import CudaAPIError
 
 pytestmark = pytest.mark.simulator
 
-DELAY_US = 50_000
+# Long enough that a loaded CI machine does not finish queued work
+# before the test looks at it.
+DELAY_US = 200_000
 HAZARDS_ON = os.environ.get("CUDAMEM_SIM_HAZARDS", "0") not in ("", "0")
 
 
