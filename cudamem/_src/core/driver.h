@@ -93,7 +93,11 @@
     X(cuMemHostUnregister, 4000, CM_ROW_REQUIRED)                              \
     X(cuMemAllocManaged, 6000, CM_ROW_REQUIRED)                                \
     X(cuMemPrefetchAsync, 12020, CM_ROW_PTDS)                                  \
-    X(cuMemAdvise, 12020, 0)
+    X(cuMemAdvise, 12020, 0)                                                   \
+    X(cuMemGetAddressRange, 3020, CM_ROW_REQUIRED)                             \
+    X(cuIpcGetMemHandle, 4010, CM_ROW_REQUIRED)                                \
+    X(cuIpcOpenMemHandle, 11000, CM_ROW_REQUIRED)                              \
+    X(cuIpcCloseMemHandle, 4010, CM_ROW_REQUIRED)
 
 typedef struct cm_driver_table {
 #define CM_DRIVER_FIELD(name, version, flags) PFN_##name##_v##version name;

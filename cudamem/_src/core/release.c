@@ -35,9 +35,12 @@ free_in(CUcontext ctx, cm_free_kind kind, uint64_t handle, cm_error *err)
     case CM_FREE_EVENT:
         rc = CM_CALL(err, cuEventDestroy, (CUevent)(uintptr_t)handle);
         break;
+    case CM_FREE_IPC:
+        rc = CM_CALL(err, cuIpcCloseMemHandle, (CUdeviceptr)handle);
+        break;
     default:
-        /* Kinds whose owners (IPC, plugins) are not built yet never reach
-         * a queue. */
+        /* Kinds whose owners (plugins) are not built yet never reach a
+         * queue. */
         rc = cm_fail(err, CM_ERR_STATE, "cudamem cannot free this kind");
         break;
     }
