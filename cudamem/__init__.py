@@ -61,6 +61,12 @@ from cudamem.errors import (
     CudaSupportError,
     CudaWarning,
 )
+from cudamem.memory import (
+    BaseCUDAMemoryManager,
+    HostOnlyCUDAMemoryManager,
+    set_memory_manager,
+    using_memory_manager,
+)
 from cudamem.hostarrays import (
     deregister,
     mapped,
@@ -73,6 +79,7 @@ from cudamem.hostarrays import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "BaseCUDAMemoryManager",
     "Context",
     "CudaAPIError",
     "CudaDriverError",
@@ -87,6 +94,7 @@ __all__ = [
     "DeviceRecord",
     "Event",
     "HostBuffer",
+    "HostOnlyCUDAMemoryManager",
     "ManagedNDArray",
     "MappedNDArray",
     "MemoryInfo",
@@ -129,10 +137,12 @@ __all__ = [
     "require_context",
     "runtime",
     "select_device",
+    "set_memory_manager",
     "simulator",
     "stream",
     "synchronize",
     "to_device",
+    "using_memory_manager",
 ]
 
 

@@ -1,49 +1,314 @@
-"""Memory managers: the object behind ``Context.memory_manager``.
+"""Memory managers: the object behind ``Context.memory_manager``, and
+numba's External Memory Management (EMM) plugin interface, version 1.
 
-This module holds cudamem's default manager, which allocates with
-``cuMemAlloc`` in C and queues frees in numba's deferred-deallocation queue.
-The External Memory Management plugin interface builds on it.
+cudamem's default manager allocates with ``cuMemAlloc`` in C and queues
+frees in numba's deferred-deallocation queue. A plugin (a
+``BaseCUDAMemoryManager`` subclass, usually over
+``HostOnlyCUDAMemoryManager``) set with ``set_memory_manager()`` or
+``CUDAMEM_MEMORY_MANAGER=<module>`` receives every array allocation of the
+contexts whose manager is made afterwards; ``using_memory_manager()``
+switches the current context's for a block. Temporaries of cudamem's own
+copy engine stay on cudamem's allocator.
 """
+import abc
+import contextlib
+import os
 
-__all__ = ["DefaultMemoryManager"]
+from cudamem import _cudamem
+from cudamem._cudamem import MemoryPointer
+from cudamem.devices import MemoryInfo
+
+__all__ = ["BaseCUDAMemoryManager", "HostOnlyCUDAMemoryManager",
+           "DefaultMemoryManager", "MemoryPointer", "MemoryInfo",
+           "set_memory_manager", "using_memory_manager"]
+
+_SUPPORTED_EMM_INTERFACE_VERSION = 1
+
+# Values of CUDAMEM_MEMORY_MANAGER that name a manager rather than a
+# plugin's module: (module, class).
+_NAMED = {"default": ("cudamem.memory", "DefaultMemoryManager"),
+          "pool": ("cudamem.pool", "PoolMemoryManager")}
 
 
-class DefaultMemoryManager:
-    """DefaultMemoryManager(context)
+class BaseCUDAMemoryManager(abc.ABC):
+    """BaseCUDAMemoryManager(context)
 
-    numba's ``NumbaCUDAMemoryManager`` surface for one context:
-    ``deallocations`` (the memory queue), ``defer_cleanup()``,
-    ``get_memory_info()``, ``reset()`` and ``interface_version``."""
-
-    interface_version = 1
+    The abstract base class of EMM plugins (numba's). A plugin is made
+    once per context, as ``cls(context=context)``, then ``initialize()``
+    is called; cudamem calls ``memalloc(size)`` for every device array it
+    allocates in that context, ``memhostalloc(size, mapped, portable, wc)``
+    for pinned and mapped arrays and, when the plugin has it,
+    ``memallocmanaged(size, attach_global)`` for managed arrays.
+    ``Context.get_memory_info()``, ``reset()`` and ``defer_cleanup()``
+    delegate to it."""
 
     def __init__(self, context):
         self.context = context
+
+    @abc.abstractmethod
+    def memalloc(self, size):
+        """memalloc(size) -> MemoryPointer
+
+        *size* bytes of device memory in ``self.context``: a
+        MemoryPointer, or any object with ``device_pointer`` (an int or a
+        ctypes pointer) and ``size``; cudamem keeps it alive while any
+        array uses the memory."""
+
+    @abc.abstractmethod
+    def memhostalloc(self, size, mapped=False, portable=False, wc=False):
+        """memhostalloc(size, mapped=False, portable=False, wc=False)
+
+        *size* bytes of page-locked host memory, mapped into the device's
+        address space when *mapped*."""
+
+    @abc.abstractmethod
+    def mempin(self, owner, pointer, size, mapped=False):
+        """mempin(owner, pointer, size, mapped=False)
+
+        Page-locks the *size* bytes at *pointer*, owned by *owner*."""
+
+    @abc.abstractmethod
+    def initialize(self):
+        """initialize()
+
+        Called once, after the manager is made for its context."""
+
+    @abc.abstractmethod
+    def get_ipc_handle(self, memory):
+        """get_ipc_handle(memory) -> IpcHandle
+
+        An IPC handle for the device memory *memory*."""
+
+    @abc.abstractmethod
+    def get_memory_info(self):
+        """get_memory_info() -> MemoryInfo
+
+        ``(free, total)`` bytes of the context's device."""
+
+    @abc.abstractmethod
+    def reset(self):
+        """reset()
+
+        Frees what the manager holds for its context."""
+
+    @abc.abstractmethod
+    def defer_cleanup(self):
+        """defer_cleanup() -> context manager
+
+        Inside the block the manager frees nothing it has deferred."""
+
+    @property
+    @abc.abstractmethod
+    def interface_version(self):
+        """The EMM interface version the plugin implements: 1."""
+
+
+class HostOnlyCUDAMemoryManager(BaseCUDAMemoryManager):
+    """HostOnlyCUDAMemoryManager(context)
+
+    A base for plugins that manage device memory only (numba's): host
+    memory comes from cudamem, its frees go through the context's memory
+    queue, and ``reset()`` / ``defer_cleanup()`` act on that queue
+    (plugins overriding them call ``super()``'s, as numba asks)."""
 
     @property
     def deallocations(self):
         """The context's queue of pending memory frees."""
         return self.context._memory_deallocations
 
-    def initialize(self):
-        """Nothing to set up: allocation needs no state beyond the
-        context."""
+    def memhostalloc(self, size, mapped=False, portable=False, wc=False):
+        """memhostalloc(size, mapped=False, portable=False, wc=False)
+        -> HostBuffer
 
-    def defer_cleanup(self):
-        """A context manager inside which no pending free runs (nests)."""
-        return self.deallocations.disable()
+        *size* bytes of cudamem's page-locked memory (mapped into the
+        device's address space when *mapped*; *portable* and *wc* apply
+        to mapped memory)."""
+        if mapped:
+            ary = _cudamem.mapped_array(size, dtype="u1", portable=portable,
+                                        wc=wc)
+        else:
+            ary = _cudamem.pinned_array(size, dtype="u1")
+        while not isinstance(ary, _cudamem.HostBuffer):
+            ary = ary.base
+        return ary
 
-    def get_memory_info(self):
-        """``MemoryInfo(free, total)`` of the context's device."""
-        return self.context.get_memory_info()
+    def mempin(self, owner, pointer, size, mapped=False):
+        """mempin(owner, pointer, size, mapped=False) -> HostBuffer
+
+        Page-locks the NumPy array *owner*, whose *size* bytes start at
+        *pointer*, until the result is released."""
+        data = getattr(owner, "__array_interface__", {}).get("data")
+        nbytes = getattr(owner, "nbytes", None)
+        if data is None or (data[0], nbytes) != (pointer, size):
+            raise ValueError("mempin() needs the array whose %r bytes at "
+                             "%r it pins, not %r" % (size, pointer, owner))
+        return _cudamem._host_register([owner], mapped=mapped)[0]
 
     def reset(self):
-        """Frees every pending memory deallocation now."""
+        """reset()
+
+        Frees the context's pending host (and cudamem device) frees."""
         self.deallocations.clear()
+
+    def defer_cleanup(self):
+        """defer_cleanup() -> context manager
+
+        Inside the block the context's memory queue frees nothing."""
+        return self.deallocations.disable()
+
+
+class DefaultMemoryManager(HostOnlyCUDAMemoryManager):
+    """DefaultMemoryManager(context)
+
+    cudamem's own manager (numba's ``NumbaCUDAMemoryManager``):
+    ``cuMemAlloc`` in C with numba's deferred frees, retried once after a
+    flush on out-of-memory. Arrays of a context using it never call into
+    Python to allocate; plugins may subclass or wrap it."""
+
+    def memalloc(self, size):
+        """memalloc(size) -> MemoryPointer
+
+        *size* bytes from cudamem's allocator."""
+        return _cudamem._memalloc(self.context, size)
+
+    def initialize(self):
+        """initialize()
+
+        Nothing to set up: allocation needs no state beyond the
+        context."""
+
+    def get_ipc_handle(self, memory):
+        """get_ipc_handle(memory) -> IpcHandle
+
+        IPC handles come with cudamem.ipc."""
+        raise NotImplementedError("IPC handles of %r need cudamem.ipc"
+                                  % (memory,))
+
+    def get_memory_info(self):
+        """get_memory_info() -> MemoryInfo
+
+        ``MemoryInfo(free, total)`` of the context's device."""
+        return self.context._device_memory_info()
+
+    @property
+    def interface_version(self):
+        """1: the EMM interface this cudamem implements."""
+        return _SUPPORTED_EMM_INTERFACE_VERSION
 
     def __repr__(self):
         return "<cudamem.DefaultMemoryManager of %r>" % (self.context,)
 
 
-def _default_memory_manager(context):
-    return DefaultMemoryManager(context)
+# Managers cudamem allocates for itself, by exact type: their contexts'
+# arrays never call memalloc() (the mode Context._set_memory_manager
+# takes). Every other manager is a plugin.
+_NATIVE = {DefaultMemoryManager: 0}
+_PLUGIN_MODE = 1
+
+# set_memory_manager()'s class; None until it or the first manager made.
+_manager_class = None
+
+
+def _manager_mode(cls):
+    return _NATIVE.get(cls, _PLUGIN_MODE)
+
+
+def _check_version(manager):
+    version = manager.interface_version
+    if version != _SUPPORTED_EMM_INTERFACE_VERSION:
+        raise RuntimeError("EMM Plugin interface has version %r - version "
+                           "%d required" % (version,
+                                            _SUPPORTED_EMM_INTERFACE_VERSION))
+
+
+def _check_class(cls):
+    if not isinstance(cls, type):
+        raise TypeError("a memory manager must be a class, not %r" % (cls,))
+    # numba's check: a dummy instance without a context.
+    _check_version(cls(context=None))
+    if _manager_mode(cls) == _PLUGIN_MODE:
+        _cudamem._enable_plugins()
+
+
+def _class_from_env():
+    import importlib
+    name = os.environ.get("CUDAMEM_MEMORY_MANAGER") or "default"
+    try:
+        if name in _NAMED:
+            module, attr = _NAMED[name]
+            cls = getattr(importlib.import_module(module), attr)
+        else:
+            module = importlib.import_module(name)
+            cls = getattr(module, "_cudamem_memory_manager", None)
+            if cls is None:
+                cls = module._numba_memory_manager
+    except Exception as exc:
+        raise RuntimeError("Failed to use memory manager from %s (set by "
+                           "CUDAMEM_MEMORY_MANAGER)" % name) from exc
+    _check_class(cls)
+    return cls
+
+
+def _make(cls, context):
+    manager = cls(context=context)
+    # Checked again: a class may change its version after it was set.
+    _check_version(manager)
+    manager.initialize()
+    return manager, _manager_mode(type(manager))
+
+
+def _make_memory_manager(context):
+    """The (manager, mode) a context without one gets (py/context.c)."""
+    global _manager_class
+    if _manager_class is None:
+        _manager_class = _class_from_env()
+    return _make(_manager_class, context)
+
+
+@contextlib.contextmanager
+def _plugin_defer_cleanup(context, manager):
+    # numba's Context.defer_cleanup() with a plugin.
+    with manager.defer_cleanup(), context.deallocations.disable():
+        yield
+
+
+def set_memory_manager(cls):
+    """set_memory_manager(cls)
+
+    Makes the EMM plugin class *cls* (a BaseCUDAMemoryManager) the memory
+    manager of every context whose manager is made afterwards, as numba's
+    does: a context gets its manager when it first allocates or is asked
+    for ``memory_manager``; contexts that have one already keep it (use
+    ``using_memory_manager()`` to switch one). Raises RuntimeError unless
+    ``cls(context=None).interface_version`` is 1; the version is checked
+    again for each context."""
+    global _manager_class
+    _check_class(cls)
+    _manager_class = cls
+
+
+@contextlib.contextmanager
+def using_memory_manager(cls):
+    """using_memory_manager(cls)
+
+    A context manager that makes a new *cls* (a BaseCUDAMemoryManager) the
+    current context's memory manager for the ``with`` block, yielding it,
+    and restores the previous manager at its end. Arrays allocated inside
+    keep working after it: each keeps its memory alive."""
+    context = _cudamem.current_context()
+    previous = context.memory_manager
+    if _manager_mode(cls) == _PLUGIN_MODE:
+        _cudamem._enable_plugins()
+    manager, mode = _make(cls, context)
+    context._set_memory_manager(manager, mode)
+    try:
+        yield manager
+    finally:
+        context._set_memory_manager(previous,
+                                    _manager_mode(type(previous)))
+
+
+# A plugin named in the environment is loaded with the first context's
+# manager; allocations must ask for it from the start.
+if (os.environ.get("CUDAMEM_MEMORY_MANAGER") or "default") != "default":
+    _cudamem._enable_plugins()

@@ -202,6 +202,14 @@ KEYWORD_CALLS = {
         cudamem.require_context, dict(fn=len)),
     "cudamem.select_device": lambda s: (
         cudamem.select_device, dict(device_id=0)),
+    # Makes the default manager the default again.
+    "cudamem.set_memory_manager": lambda s: (
+        cudamem.set_memory_manager,
+        dict(cls=cudamem.memory.DefaultMemoryManager)),
+    # Not entered: the context manager is only made.
+    "cudamem.using_memory_manager": lambda s: (
+        cudamem.using_memory_manager,
+        dict(cls=cudamem.memory.DefaultMemoryManager)),
     "cudamem.stream": lambda s: (
         cudamem.stream, dict(priority=None, non_blocking=False)),
     "cudamem.to_device": lambda s: (

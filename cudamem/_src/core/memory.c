@@ -1,7 +1,8 @@
 /* memory.c: device and managed allocation records (memory.h): allocation
- * with numba's flush-and-retry on out-of-memory, records for borrowed
- * memory, pointer lookup, reference counts, and the hand-over to release.c
- * at zero. Does not know views, host memory or plugins. */
+ * with numba's flush-and-retry on out-of-memory, records for borrowed and
+ * plugin-owned memory, pointer lookup, reference counts, and the
+ * hand-over to release.c (or the release hook) at zero. Does not know
+ * views, host memory or what a plugin's object is. */
 #include "memory.h"
 
 #include <stdlib.h>
@@ -9,6 +10,10 @@
 #include "device.h"
 #include "driver.h"
 #include "release.h"
+
+/* py/'s, set once at module init with the GIL held; read with it held. */
+static cm_release_hook release_hook;
+static void *release_hook_arg;
 
 /* One allocation of `kind` in the current context. */
 static int
@@ -147,9 +152,10 @@ cm_mem_alloc_managed(cm_device *dev, size_t nbytes, int attach_global,
                      nbytes, out, err);
 }
 
-int
-cm_mem_borrow(cm_device *dev, CUdeviceptr ptr, size_t size, cm_mem **out,
-              cm_error *err)
+/* A record of memory cudamem did not allocate, in dev's primary context. */
+static int
+mem_record(cm_device *dev, cm_free_kind kind, CUdeviceptr ptr, size_t size,
+           void *external, cm_mem **out, cm_error *err)
 {
     uint64_t generation;
     CUcontext ctx;
@@ -165,13 +171,35 @@ cm_mem_borrow(cm_device *dev, CUdeviceptr ptr, size_t size, cm_mem **out,
         return cm_fail(err, CM_ERR_NOMEM, "out of host memory");
     }
     *m = (cm_mem){.refs = 1,
-                  .kind = CM_FREE_NONE,
+                  .kind = kind,
                   .dev = dev,
                   .generation = generation,
                   .ptr = ptr,
-                  .size = size};
+                  .size = size,
+                  .external = external};
     *out = m;
     return 0;
+}
+
+int
+cm_mem_borrow(cm_device *dev, CUdeviceptr ptr, size_t size, cm_mem **out,
+              cm_error *err)
+{
+    return mem_record(dev, CM_FREE_NONE, ptr, size, NULL, out, err);
+}
+
+int
+cm_mem_external(cm_device *dev, CUdeviceptr ptr, size_t size,
+                void *external, cm_mem **out, cm_error *err)
+{
+    return mem_record(dev, CM_FREE_EXTERNAL, ptr, size, external, out, err);
+}
+
+void
+cm_mem_set_release_hook(cm_release_hook hook, void *hook_arg)
+{
+    release_hook = hook;
+    release_hook_arg = hook_arg;
 }
 
 int
@@ -227,7 +255,13 @@ cm_mem_decref(cm_mem *m, cm_error *err)
     if (__atomic_sub_fetch(&m->refs, 1, __ATOMIC_ACQ_REL) != 0) {
         return 0;
     }
-    if (m->ptr != 0 && m->kind == CM_FREE_MANAGED) {
+    if (m->kind == CM_FREE_EXTERNAL) {
+        /* Zero-size memory too: the plugin's object is released. */
+        if (release_hook != NULL) {
+            release_hook(release_hook_arg, m->external);
+        }
+    }
+    else if (m->ptr != 0 && m->kind == CM_FREE_MANAGED) {
         rc = cm_release_retained(m->dev, m->generation, m->resets, m->kind,
                                  m->ptr, m->size, err);
     }

@@ -1,8 +1,8 @@
 /* memory.h: device allocations as refcounted records (DESIGN rule 4): the
  * device and generation they belong to, their kind and size. The last
- * decref hands the free to release.c (borrowed memory is never freed).
- * Views are the owner's business (py/): a record is the whole
- * allocation. */
+ * decref hands the free to release.c (borrowed memory is never freed;
+ * memory an EMM plugin owns goes to py/'s release hook). Views are the
+ * owner's business (py/): a record is the whole allocation. */
 #ifndef CM_MEMORY_H
 #define CM_MEMORY_H
 
@@ -21,7 +21,14 @@ typedef struct cm_mem {
     uint64_t resets; /* the device's reset count (managed memory) */
     CUdeviceptr ptr; /* 0 for a zero-size allocation */
     size_t size;
+    void *external; /* CM_FREE_EXTERNAL: what the release hook gets */
 } cm_mem;
+
+/* What the last decref of an external record runs: py/ installs it (the
+ * one place core calls back into Python, DESIGN section 2), and external
+ * records are only decref'd with the GIL held. `hook_arg` is the one given
+ * to cm_mem_set_release_hook. */
+typedef void (*cm_release_hook)(void *hook_arg, void *external);
 
 /* cuMemAlloc of nbytes in dev's primary context, with one refcount. On
  * CUDA_ERROR_OUT_OF_MEMORY the device's memory queue is flushed (unless
@@ -40,6 +47,14 @@ int cm_mem_alloc_managed(cm_device *dev, size_t nbytes, int attach_global,
  * frees the record only. Retains dev's primary context. */
 int cm_mem_borrow(cm_device *dev, CUdeviceptr ptr, size_t size, cm_mem **out,
                   cm_error *err);
+/* A record (one refcount, kind CM_FREE_EXTERNAL) for the `size` bytes at
+ * ptr that an EMM plugin allocated in dev's primary context: its last
+ * decref hands `external` to the release hook, which frees it. */
+int cm_mem_external(cm_device *dev, CUdeviceptr ptr, size_t size,
+                    void *external, cm_mem **out, cm_error *err);
+/* Installs the release hook of external records (NULL: none, their
+ * `external` then leaks, as releases do after shutdown). */
+void cm_mem_set_release_hook(cm_release_hook hook, void *hook_arg);
 /* The device that owns ptr, from one cuPointerGetAttributes call in the
  * current device's context. Memory the driver does not know fails with
  * CM_ERR_VALUE naming the pointer. */

@@ -39,8 +39,8 @@ free_in(CUcontext ctx, cm_free_kind kind, uint64_t handle, cm_error *err)
         rc = CM_CALL(err, cuIpcCloseMemHandle, (CUdeviceptr)handle);
         break;
     default:
-        /* Kinds whose owners (plugins) are not built yet never reach a
-         * queue. */
+        /* External records go to py/'s release hook (memory.c) and
+         * borrowed memory is never freed: neither reaches a queue. */
         rc = cm_fail(err, CM_ERR_STATE, "cudamem cannot free this kind");
         break;
     }

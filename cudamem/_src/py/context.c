@@ -1,7 +1,9 @@
 /* context.c (py/): the Context type, a device's primary context as numba's
- * Context: memory info, push/pop, synchronize, reset, peer access. It
- * records its device's generation; core refuses it after a reset or close.
- * Devices and the current-context rules are py/device.c and core/. */
+ * Context: memory info, push/pop, synchronize, reset, peer access, and its
+ * memory manager (delegated to when it is an EMM plugin). It records its
+ * device's generation; core refuses it after a reset or close. Devices and
+ * the current-context rules are py/device.c and core/; which manager a
+ * context gets is cudamem/memory.py's. */
 #include "device.h"
 
 #include "../core/driver.h"
@@ -30,6 +32,8 @@ cmpy_context_of(cmpy_state *st, cmpy_Device *device)
     ctx->handle = handle;
     ctx->generation = generation;
     ctx->memory_manager = NULL;
+    ctx->manager_mode = CMPY_MANAGER_DEFAULT;
+    ctx->weakreflist = NULL;
     PyObject_GC_Track(ctx);
     Py_XSETREF(device->context, Py_NewRef(ctx));
     return (PyObject *)ctx;
@@ -58,6 +62,9 @@ context_dealloc(cmpy_Context *self)
     PyTypeObject *type = Py_TYPE(self);
 
     PyObject_GC_UnTrack(self);
+    if (self->weakreflist != NULL) {
+        PyObject_ClearWeakRefs((PyObject *)self);
+    }
     context_clear(self);
     type->tp_free(self);
     Py_DECREF(type);
@@ -112,25 +119,97 @@ context_get_deallocations(cmpy_Context *self, void *closure)
                                                   : CM_QUEUE_OBJECTS);
 }
 
-/* The default manager is Python (cudamem.memory), made once per Context. */
+/* Installs (manager, mode); 0, or -1 with ValueError naming a bad mode. */
+static int
+set_manager(cmpy_Context *self, PyObject *manager, PyObject *mode_arg)
+{
+    long mode = PyLong_Check(mode_arg) ? PyLong_AsLong(mode_arg) : -1;
+
+    if (mode != CMPY_MANAGER_DEFAULT && mode != CMPY_MANAGER_PLUGIN) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "invalid memory manager mode %R",
+                     mode_arg);
+        return -1;
+    }
+    Py_XSETREF(self->memory_manager, Py_NewRef(manager));
+    self->manager_mode = (cmpy_manager_mode)mode;
+    return 0;
+}
+
+/* Made once per Context by cudamem.memory._make_memory_manager, which
+ * returns (manager, mode). */
 static PyObject *
 context_get_memory_manager(cmpy_Context *self, void *Py_UNUSED(closure))
 {
-    PyObject *mod;
+    PyObject *mod, *made;
+    int rc;
 
     if (self->memory_manager == NULL) {
         mod = PyImport_ImportModule("cudamem.memory");
         if (mod == NULL) {
             return NULL;
         }
-        self->memory_manager = PyObject_CallMethod(
-            mod, "_default_memory_manager", "O", (PyObject *)self);
+        made = PyObject_CallMethod(mod, "_make_memory_manager", "O",
+                                   (PyObject *)self);
         Py_DECREF(mod);
-        if (self->memory_manager == NULL) {
+        if (made == NULL) {
+            return NULL;
+        }
+        if (!PyTuple_Check(made) || PyTuple_GET_SIZE(made) != 2) {
+            PyErr_Format(PyExc_TypeError,
+                         "_make_memory_manager() returned %R, not "
+                         "(manager, mode)",
+                         made);
+            Py_DECREF(made);
+            return NULL;
+        }
+        /* Another thread may have made one meanwhile: the first stays. */
+        rc = self->memory_manager != NULL
+                 ? 0
+                 : set_manager(self, PyTuple_GET_ITEM(made, 0),
+                               PyTuple_GET_ITEM(made, 1));
+        Py_DECREF(made);
+        if (rc < 0) {
             return NULL;
         }
     }
     return Py_NewRef(self->memory_manager);
+}
+
+PyObject *
+cmpy_context_manager(cmpy_state *st, cm_device *dev, cmpy_manager_mode *mode)
+{
+    cmpy_Device *device = cmpy_device_of(st, dev);
+    PyObject *ctx, *manager;
+
+    if (device == NULL) {
+        return NULL;
+    }
+    ctx = cmpy_context_of(st, device);
+    if (ctx == NULL) {
+        return NULL;
+    }
+    manager = context_get_memory_manager((cmpy_Context *)ctx, NULL);
+    *mode = ((cmpy_Context *)ctx)->manager_mode;
+    Py_DECREF(ctx);
+    return manager;
+}
+
+/* The context's manager when it is a plugin (new reference); NULL without
+ * an exception when cudamem allocates for it, with one on failure. */
+static PyObject *
+plugin_of(cmpy_Context *self, cmpy_state *st)
+{
+    PyObject *manager;
+
+    if (!st->plugins) {
+        return NULL;
+    }
+    manager = context_get_memory_manager(self, NULL);
+    if (manager != NULL && self->manager_mode != CMPY_MANAGER_PLUGIN) {
+        Py_CLEAR(manager);
+    }
+    return manager;
 }
 
 static PyGetSetDef context_getset[] = {
@@ -179,12 +258,13 @@ quick(PyObject *self, int (*fn)(cm_device *, uint64_t, cm_error *))
     Py_RETURN_NONE;
 }
 
-PyDoc_STRVAR(context_get_memory_info_doc,
-             "get_memory_info() -> MemoryInfo\n\n"
-             "(free, total) device memory in bytes, as a namedtuple.");
+PyDoc_STRVAR(context_device_memory_info_doc,
+             "_device_memory_info() -> MemoryInfo\n\n"
+             "(free, total) device memory in bytes from the driver, "
+             "whatever the\nmemory manager.");
 
 static PyObject *
-context_get_memory_info(PyObject *self, PyObject *Py_UNUSED(ignored))
+context_device_memory_info(PyObject *self, PyObject *Py_UNUSED(ignored))
 {
     cmpy_Context *ctx = (cmpy_Context *)self;
     cmpy_state *st = cmpy_type_state(self);
@@ -209,6 +289,27 @@ context_get_memory_info(PyObject *self, PyObject *Py_UNUSED(ignored))
     }
     return PyObject_CallFunction(st->MemoryInfo, "nn", (Py_ssize_t)free_bytes,
                                  (Py_ssize_t)total_bytes);
+}
+
+PyDoc_STRVAR(context_get_memory_info_doc,
+             "get_memory_info() -> MemoryInfo\n\n"
+             "(free, total) device memory in bytes, as a namedtuple; with "
+             "an EMM\nplugin, what its get_memory_info() returns.");
+
+static PyObject *
+context_get_memory_info(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *plugin = plugin_of((cmpy_Context *)self,
+                                 cmpy_type_state(self));
+    PyObject *info;
+
+    if (plugin == NULL) {
+        return PyErr_Occurred() ? NULL
+                                : context_device_memory_info(self, NULL);
+    }
+    info = PyObject_CallMethod(plugin, "get_memory_info", NULL);
+    Py_DECREF(plugin);
+    return info;
 }
 
 PyDoc_STRVAR(context_push_doc,
@@ -246,12 +347,28 @@ context_synchronize(PyObject *self, PyObject *Py_UNUSED(ignored))
 PyDoc_STRVAR(context_reset_doc,
              "reset()\n\n"
              "Waits for this context's work and frees every pending\n"
-             "deallocation (numba's Context.reset()); the context stays "
-             "usable.\nTo destroy it, use Device.reset().");
+             "deallocation (numba's Context.reset()), after calling an EMM\n"
+             "plugin's reset(); the context stays usable. To destroy it, "
+             "use\nDevice.reset().");
 
 static PyObject *
 context_reset(PyObject *self, PyObject *Py_UNUSED(ignored))
 {
+    PyObject *plugin = plugin_of((cmpy_Context *)self,
+                                 cmpy_type_state(self));
+    PyObject *res;
+
+    if (plugin != NULL) {
+        res = PyObject_CallMethod(plugin, "reset", NULL);
+        Py_DECREF(plugin);
+        if (res == NULL) {
+            return NULL;
+        }
+        Py_DECREF(res);
+    }
+    else if (PyErr_Occurred()) {
+        return NULL;
+    }
     return blocking(self, cm_ctx_reset);
 }
 
@@ -359,14 +476,50 @@ PyDoc_STRVAR(context_defer_cleanup_doc,
              "defer_cleanup() -> context manager\n\n"
              "Inside the block no pending free of this context runs "
              "(blocks\nnest); leaving it does not free. numba's "
-             "Context.defer_cleanup().");
+             "Context.defer_cleanup(): with\nan EMM plugin, its "
+             "defer_cleanup() and the streams and events queue's.");
 
 static PyObject *
 context_defer_cleanup(PyObject *self, PyObject *Py_UNUSED(ignored))
 {
-    return cmpy_defer_guard_new(cmpy_type_state(self), (cmpy_Context *)self,
-                                (1u << CM_QUEUE_MEMORY) |
-                                    (1u << CM_QUEUE_OBJECTS));
+    cmpy_state *st = cmpy_type_state(self);
+    PyObject *plugin = plugin_of((cmpy_Context *)self, st), *mod, *guard;
+
+    if (plugin == NULL) {
+        return PyErr_Occurred()
+                   ? NULL
+                   : cmpy_defer_guard_new(st, (cmpy_Context *)self,
+                                          (1u << CM_QUEUE_MEMORY) |
+                                              (1u << CM_QUEUE_OBJECTS));
+    }
+    mod = PyImport_ImportModule("cudamem.memory");
+    guard = mod != NULL ? PyObject_CallMethod(mod, "_plugin_defer_cleanup",
+                                              "OO", self, plugin)
+                        : NULL;
+    Py_XDECREF(mod);
+    Py_DECREF(plugin);
+    return guard;
+}
+
+PyDoc_STRVAR(context_set_memory_manager_doc,
+             "_set_memory_manager(manager, mode)\n\n"
+             "Makes *manager* this context's memory manager; *mode* is "
+             "0 when\ncudamem allocates for it, 1 for an EMM plugin "
+             "(cudamem.memory\ndecides).");
+
+static PyObject *
+context_set_memory_manager(PyObject *self, PyObject *const *args,
+                           Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {"manager", "mode"};
+    PyObject *argv[2];
+
+    if (cmpy_parse_args("_set_memory_manager", names, 2, 2, args, nargs,
+                        kwnames, argv) < 0 ||
+        set_manager((cmpy_Context *)self, argv[0], argv[1]) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
 }
 
 static PyMethodDef context_methods[] = {
@@ -374,6 +527,11 @@ static PyMethodDef context_methods[] = {
      context_defer_cleanup_doc},
     {"get_memory_info", context_get_memory_info, METH_NOARGS,
      context_get_memory_info_doc},
+    {"_device_memory_info", context_device_memory_info, METH_NOARGS,
+     context_device_memory_info_doc},
+    {"_set_memory_manager",
+     (PyCFunction)(void (*)(void))context_set_memory_manager,
+     METH_FASTCALL | METH_KEYWORDS, context_set_memory_manager_doc},
     {"push", context_push, METH_NOARGS, context_push_doc},
     {"pop", context_pop, METH_NOARGS, context_pop_doc},
     {"synchronize", context_synchronize, METH_NOARGS,
@@ -396,7 +554,14 @@ PyDoc_STRVAR(context_doc,
              "reset or\nclosed every method raises CudaDriverError. Made by "
              "cudamem, not\nby user code.");
 
+static PyMemberDef context_members[] = {
+    {"__weaklistoffset__", Py_T_PYSSIZET,
+     offsetof(cmpy_Context, weakreflist), Py_READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
 static PyType_Slot context_slots[] = {
+    {Py_tp_members, context_members},
     {Py_tp_doc, (void *)context_doc},
     {Py_tp_dealloc, context_dealloc},
     {Py_tp_traverse, context_traverse},

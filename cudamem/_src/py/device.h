@@ -19,12 +19,20 @@ typedef struct cmpy_Device {
     PyObject *context; /* the Context last handed out, or NULL */
 } cmpy_Device;
 
+/* Who allocates a context's memory (cudamem.memory._manager_mode). */
+typedef enum cmpy_manager_mode {
+    CMPY_MANAGER_DEFAULT = 0, /* cudamem's allocator, no Python call */
+    CMPY_MANAGER_PLUGIN = 1   /* an EMM plugin: its methods are called */
+} cmpy_manager_mode;
+
 typedef struct cmpy_Context {
     PyObject_HEAD
     cmpy_Device *device;
     CUcontext handle;
     uint64_t generation; /* the device's when this object was made */
     PyObject *memory_manager; /* made on first use, or NULL */
+    cmpy_manager_mode manager_mode; /* of memory_manager */
+    PyObject *weakreflist; /* plugins hold weakref.proxy(context) */
 } cmpy_Context;
 
 /* Every visible device's object, made on first use (loads the driver);
@@ -42,6 +50,10 @@ cmpy_Device *cmpy_device_of(cmpy_state *st, cm_device *dev);
 /* The device's primary context as a Context: the same object while the
  * device's generation is unchanged. New reference. */
 PyObject *cmpy_context_of(cmpy_state *st, cmpy_Device *device);
+/* dev's Context's memory manager, made (by cudamem.memory) on first use,
+ * and its mode. New reference, or NULL with an exception set. */
+PyObject *cmpy_context_manager(cmpy_state *st, cm_device *dev,
+                               cmpy_manager_mode *mode);
 int cmpy_context_type_init(PyObject *module, cmpy_state *st);
 
 #endif

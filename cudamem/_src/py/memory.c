@@ -1,7 +1,9 @@
 /* memory.c (py/): the MemoryPointer type (numba's MemoryPointer as an
- * array's gpu_data): device pointer, size, owner, views, and the buffer
- * protocol for host-accessible (managed) memory. Allocation and release
- * are core/memory.c's; this file only holds the reference. */
+ * array's gpu_data): device pointer, size, owner, views, the buffer
+ * protocol for host-accessible (managed) memory, numba's constructor for
+ * EMM plugins, and the dispatch of allocations to a context's plugin.
+ * Allocation and release are core/memory.c's (plugin memory: the release
+ * hook here); which manager a context has is py/context.c's. */
 #include "memory.h"
 
 #include "device.h"
@@ -42,14 +44,245 @@ own_record(cmpy_state *st, int made, cm_mem *mem, const cm_error *made_err)
     return (PyObject *)self;
 }
 
-PyObject *
-cmpy_memory_alloc(cmpy_state *st, cm_device *dev, size_t nbytes)
+static PyObject *
+native_alloc(cmpy_state *st, cm_device *dev, size_t nbytes)
 {
     cm_error err;
     cm_mem *mem = NULL;
     int made = cm_mem_alloc(dev, nbytes, &mem, &err);
 
     return own_record(st, made, mem, &err);
+}
+
+/* An address given as an int or as an object with an int `.value` (a
+ * ctypes pointer; None for NULL, as c_void_p(0).value). 0, or -1 with
+ * TypeError / ValueError naming `what` and the value. */
+static int
+address_arg(PyObject *arg, const char *what, CUdeviceptr *out)
+{
+    PyObject *value = NULL, *index;
+    unsigned long long addr;
+
+    if (!PyIndex_Check(arg) || PyBool_Check(arg)) {
+        if (cmpy_optional_attr(arg, "value", &value) < 0) {
+            return -1;
+        }
+        if (value == Py_None) {
+            Py_DECREF(value);
+            *out = 0;
+            return 0;
+        }
+        if (value == NULL || !PyIndex_Check(value) || PyBool_Check(value)) {
+            Py_XDECREF(value);
+            PyErr_Format(PyExc_TypeError,
+                         "%s must be an int or a pointer object with an int "
+                         ".value, not %R",
+                         what, arg);
+            return -1;
+        }
+    }
+    index = PyNumber_Index(value != NULL ? value : arg);
+    Py_XDECREF(value);
+    if (index == NULL) {
+        return -1;
+    }
+    addr = PyLong_AsUnsignedLongLong(index);
+    Py_DECREF(index);
+    if (addr == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "%s %R is not an address", what, arg);
+        return -1;
+    }
+    *out = (CUdeviceptr)addr;
+    return 0;
+}
+
+/* A byte count: an int >= 0. */
+static int
+size_arg(PyObject *arg, const char *what, size_t *out)
+{
+    Py_ssize_t n;
+
+    if (!PyIndex_Check(arg) || PyBool_Check(arg)) {
+        PyErr_Format(PyExc_TypeError, "%s must be an int, not %R", what,
+                     arg);
+        return -1;
+    }
+    n = PyNumber_AsSsize_t(arg, NULL);
+    if (n < 0) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "%s %R is not a byte count", what,
+                     arg);
+        return -1;
+    }
+    *out = (size_t)n;
+    return 0;
+}
+
+/* A MemoryPointer owning an external record for `size` bytes at ptr on
+ * dev, whose release hook calls `finalizer` (or None) and drops `keep`
+ * (or None). */
+static PyObject *
+external_pointer(cmpy_state *st, cm_device *dev, CUdeviceptr ptr,
+                 size_t size, PyObject *finalizer, PyObject *keep,
+                 PyObject *owner)
+{
+    PyObject *pair = PyTuple_Pack(2, finalizer, keep);
+    cmpy_MemoryPointer *self;
+    cm_error err;
+    cm_mem *mem;
+
+    if (pair == NULL) {
+        return NULL;
+    }
+    if (cm_mem_external(dev, ptr, size, pair, &mem, &err) < 0) {
+        Py_DECREF(pair);
+        return cmpy_raise(st, &err);
+    }
+    self = new_pointer(st, mem, ptr, size, owner);
+    if (self == NULL) {
+        /* Runs the release hook: the finalizer frees the memory. */
+        (void)cm_mem_decref(mem, &err);
+    }
+    return (PyObject *)self;
+}
+
+/* A plugin's finalizer raised: a CudaWarning naming it (an unraisable
+ * error when warnings are errors or the module is gone). The exception is
+ * set on entry and cleared on return. */
+static void
+warn_finalizer(cmpy_state *st, PyObject *finalizer)
+{
+    PyObject *exc = cmpy_exc_take();
+
+    if (st->CudaWarning == NULL ||
+        PyErr_WarnFormat(st->CudaWarning, 1,
+                         "the finalizer %R of an EMM plugin's memory "
+                         "raised %R",
+                         finalizer, exc) < 0) {
+        PyErr_WriteUnraisable(exc);
+    }
+    Py_XDECREF(exc);
+}
+
+/* The release hook of external records (core/memory.h): `external` is
+ * (finalizer or None, the plugin's object or None). Runs with the GIL
+ * held, in a deallocator: any exception already set is kept. */
+static void
+release_external(void *hook_arg, void *external)
+{
+    PyObject *pair = external, *finalizer = PyTuple_GET_ITEM(pair, 0);
+    PyObject *saved = cmpy_exc_take(), *res;
+
+    if (finalizer != Py_None) {
+        res = PyObject_CallNoArgs(finalizer);
+        if (res == NULL) {
+            warn_finalizer(hook_arg, finalizer);
+        }
+        Py_XDECREF(res);
+    }
+    Py_DECREF(pair);
+    cmpy_exc_put(saved);
+}
+
+/* What a plugin's memalloc(nbytes) returned, as an array's gpu_data: a
+ * cudamem MemoryPointer as it is; any other object with a
+ * `device_pointer` (an int, or with `.value`) and a `size` wrapped in an
+ * external record that keeps it alive. TypeError / ValueError naming the
+ * plugin and the object otherwise. */
+static PyObject *
+adopt(cmpy_state *st, cm_device *dev, PyObject *plugin, PyObject *got,
+      size_t nbytes)
+{
+    PyObject *ptr_obj = NULL, *size_obj = NULL, *out = NULL;
+    CUdeviceptr ptr;
+    size_t size;
+
+    if (PyObject_TypeCheck(got, (PyTypeObject *)st->MemoryPointerType)) {
+        cmpy_MemoryPointer *mp = (cmpy_MemoryPointer *)got;
+
+        if (mp->mem->dev != dev || mp->size < nbytes) {
+            PyErr_Format(PyExc_ValueError,
+                         "%R.memalloc(%zu) returned %R, not %zu bytes on "
+                         "device %d",
+                         plugin, nbytes, got, nbytes, dev->ordinal);
+            return NULL;
+        }
+        return Py_NewRef(got);
+    }
+    if (cmpy_optional_attr(got, "device_pointer", &ptr_obj) < 0 ||
+        (ptr_obj != NULL &&
+         cmpy_optional_attr(got, "size", &size_obj) < 0)) {
+        goto done;
+    }
+    if (ptr_obj == NULL || size_obj == NULL) {
+        PyErr_Format(PyExc_TypeError,
+                     "%R.memalloc(%zu) returned %R, which is not a "
+                     "MemoryPointer (it needs device_pointer and size)",
+                     plugin, nbytes, got);
+        goto done;
+    }
+    if (address_arg(ptr_obj, "memalloc()'s device_pointer", &ptr) < 0 ||
+        size_arg(size_obj, "memalloc()'s size", &size) < 0) {
+        goto done;
+    }
+    if (size < nbytes || (ptr == 0 && size != 0)) {
+        PyErr_Format(PyExc_ValueError,
+                     "%R.memalloc(%zu) returned %R, which is not %zu bytes "
+                     "of memory",
+                     plugin, nbytes, got, nbytes);
+        goto done;
+    }
+    out = external_pointer(st, dev, ptr, size, Py_None, got, NULL);
+done:
+    Py_XDECREF(ptr_obj);
+    Py_XDECREF(size_obj);
+    return out;
+}
+
+/* nbytes from dev's context's memory manager: its memalloc() with the
+ * context current when it is a plugin, else cudamem's allocator. */
+static PyObject *
+manager_alloc(cmpy_state *st, cm_device *dev, size_t nbytes)
+{
+    cmpy_manager_mode mode;
+    PyObject *manager = cmpy_context_manager(st, dev, &mode), *got;
+    PyObject *out = NULL;
+    cm_ctx_guard guard;
+    cm_error err;
+
+    if (manager == NULL) {
+        return NULL;
+    }
+    if (mode != CMPY_MANAGER_PLUGIN) {
+        Py_DECREF(manager);
+        return native_alloc(st, dev, nbytes);
+    }
+    if (cm_ctx_enter(dev, &guard, &err) < 0) {
+        Py_DECREF(manager);
+        return cmpy_raise(st, &err);
+    }
+    got = PyObject_CallMethod(manager, "memalloc", "n", (Py_ssize_t)nbytes);
+    if (got != NULL) {
+        out = adopt(st, dev, manager, got, nbytes);
+        Py_DECREF(got);
+    }
+    if (cm_ctx_leave(&guard, 0, &err) < 0 && out != NULL) {
+        Py_CLEAR(out);
+        cmpy_raise(st, &err);
+    }
+    Py_DECREF(manager);
+    return out;
+}
+
+PyObject *
+cmpy_memory_alloc(cmpy_state *st, cm_device *dev, size_t nbytes)
+{
+    /* numba asks no plugin for zero bytes: the pointer is NULL. */
+    if (st->plugins && nbytes > 0) {
+        return manager_alloc(st, dev, nbytes);
+    }
+    return native_alloc(st, dev, nbytes);
 }
 
 PyObject *
@@ -79,6 +312,79 @@ cmpy_memory_borrow(cmpy_state *st, cm_device *dev, CUdeviceptr ptr,
         cmpy_warn_release(st, &err);
     }
     return (PyObject *)self;
+}
+
+/* A Context, or a weakref.proxy of one (numba's plugins pass those). New
+ * reference, or NULL with TypeError naming the value. */
+static cmpy_Context *
+context_arg(cmpy_state *st, PyObject *arg)
+{
+    PyObject *obj = arg;
+
+    if (PyWeakref_CheckProxy(arg)) {
+#if PY_VERSION_HEX >= 0x030D0000
+        if (PyWeakref_GetRef(arg, &obj) < 0) {
+            return NULL;
+        }
+#else
+        obj = Py_NewRef(PyWeakref_GetObject(arg));
+#endif
+    }
+    else {
+        Py_INCREF(obj);
+    }
+    if (obj == NULL || !Py_IS_TYPE(obj, (PyTypeObject *)st->ContextType)) {
+        PyErr_Format(PyExc_TypeError,
+                     "MemoryPointer() needs a cudamem Context, not %R", arg);
+        Py_XDECREF(obj);
+        return NULL;
+    }
+    return (cmpy_Context *)obj;
+}
+
+/* numba's MemoryPointer(context, pointer, size, owner=None,
+ * finalizer=None), for EMM plugins: an external record whose release
+ * hook calls `finalizer` once the pointer and every view of it are
+ * gone. */
+static PyObject *
+pointer_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *names[] = {"context", "pointer", "size", "owner",
+                            "finalizer", NULL};
+    cmpy_state *st = (cmpy_state *)PyType_GetModuleState(type);
+    PyObject *context, *pointer, *size_obj, *owner = Py_None;
+    PyObject *finalizer = Py_None, *out = NULL;
+    cmpy_Context *ctx;
+    CUdeviceptr ptr;
+    size_t size;
+    cm_error err;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO|OO:MemoryPointer",
+                                     names, &context, &pointer, &size_obj,
+                                     &owner, &finalizer) ||
+        (ctx = context_arg(st, context)) == NULL) {
+        return NULL;
+    }
+    if (address_arg(pointer, "MemoryPointer()'s pointer", &ptr) < 0 ||
+        size_arg(size_obj, "MemoryPointer()'s size", &size) < 0) {
+        goto done;
+    }
+    if (finalizer != Py_None && !PyCallable_Check(finalizer)) {
+        PyErr_Format(PyExc_TypeError,
+                     "MemoryPointer()'s finalizer must be callable or None, "
+                     "not %R",
+                     finalizer);
+        goto done;
+    }
+    if (cm_ctx_check(ctx->device->dev, ctx->generation, &err) < 0) {
+        cmpy_raise(st, &err);
+        goto done;
+    }
+    out = external_pointer(st, ctx->device->dev, ptr, size, finalizer,
+                           Py_None, owner != Py_None ? owner : NULL);
+done:
+    Py_DECREF(ctx);
+    return out;
 }
 
 static int
@@ -298,18 +604,25 @@ static PyMemberDef pointer_members[] = {
 };
 
 PyDoc_STRVAR(pointer_doc,
-             "MemoryPointer\n\n"
-             "Device memory owned by cudamem (numba's MemoryPointer), as an "
-             "array's\ngpu_data. When the last reference to it and its "
-             "views goes, the\nfree is queued in the context's pending "
-             "deallocations. Memory imported\nthrough the CUDA Array "
-             "Interface is never freed: the pointer keeps\nits owner "
-             "alive instead. Managed memory is host-accessible and "
-             "exports the\nbuffer protocol (memoryview(ptr)); device "
-             "memory refuses it.");
+             "MemoryPointer(context, pointer, size, owner=None, "
+             "finalizer=None)\n\n"
+             "Device memory as an array's gpu_data (numba's MemoryPointer). "
+             "When\ncudamem allocated it, the free is queued in the "
+             "context's pending\ndeallocations once the last reference to "
+             "it and its views goes.\nMemory imported through the CUDA "
+             "Array Interface is never freed: the\npointer keeps its owner "
+             "alive instead. Managed memory is\nhost-accessible and "
+             "exports the buffer protocol (memoryview(ptr));\ndevice "
+             "memory refuses it.\n\n"
+             "EMM plugins make one with numba's constructor: the *size* "
+             "bytes at\n*pointer* (an int, or a ctypes pointer) in "
+             "*context*, kept alive with\n*owner*; *finalizer* (no "
+             "arguments) frees them when the pointer and\nall its views "
+             "are gone. An exception in it becomes a CudaWarning.");
 
 static PyType_Slot pointer_slots[] = {
     {Py_tp_doc, (void *)pointer_doc},
+    {Py_tp_new, pointer_new},
     {Py_tp_dealloc, pointer_dealloc},
     {Py_tp_traverse, pointer_traverse},
     {Py_tp_repr, pointer_repr},
@@ -324,8 +637,54 @@ static PyType_Spec pointer_spec = {
     .name = "cudamem.MemoryPointer",
     .basicsize = sizeof(cmpy_MemoryPointer),
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC |
-             Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_IMMUTABLETYPE,
+             Py_TPFLAGS_IMMUTABLETYPE,
     .slots = pointer_slots,
+};
+
+PyDoc_STRVAR(memalloc_doc,
+             "_memalloc(context, size) -> MemoryPointer\n\n"
+             "*size* bytes from cudamem's own allocator in *context*, "
+             "whatever its\nmemory manager (DefaultMemoryManager.memalloc).");
+
+static PyObject *
+memalloc(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+         PyObject *kwnames)
+{
+    static const char *const names[] = {"context", "size"};
+    cmpy_state *st = cmpy_get_state(module);
+    cmpy_Context *ctx;
+    PyObject *argv[2], *out = NULL;
+    size_t size;
+
+    if (cmpy_parse_args("_memalloc", names, 2, 2, args, nargs, kwnames,
+                        argv) < 0 ||
+        (ctx = context_arg(st, argv[0])) == NULL) {
+        return NULL;
+    }
+    if (size_arg(argv[1], "memalloc()'s size", &size) == 0) {
+        out = native_alloc(st, ctx->device->dev, size);
+    }
+    Py_DECREF(ctx);
+    return out;
+}
+
+PyDoc_STRVAR(enable_plugins_doc,
+             "_enable_plugins()\n\n"
+             "From now on allocations ask their context's memory manager "
+             "(set when\nan EMM plugin may be in use; never unset).");
+
+static PyObject *
+enable_plugins(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    cmpy_get_state(module)->plugins = 1;
+    Py_RETURN_NONE;
+}
+
+PyMethodDef cmpy_memory_methods[] = {
+    {"_memalloc", (PyCFunction)(void (*)(void))memalloc,
+     METH_FASTCALL | METH_KEYWORDS, memalloc_doc},
+    {"_enable_plugins", enable_plugins, METH_NOARGS, enable_plugins_doc},
+    {NULL, NULL, 0, NULL},
 };
 
 int
@@ -336,6 +695,9 @@ cmpy_memory_type_init(PyObject *module, cmpy_state *st)
     if (st->MemoryPointerType == NULL) {
         return -1;
     }
+    /* The state lives as long as the module; module.c uninstalls the
+     * hook when it goes. */
+    cm_mem_set_release_hook(release_external, st);
     return PyModule_AddObjectRef(module, "MemoryPointer",
                                  st->MemoryPointerType);
 }

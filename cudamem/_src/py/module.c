@@ -6,6 +6,7 @@
 #include "callback.h"
 #include "dlpack.h"
 #include "event.h"
+#include "memory.h"
 #include "npy.h"
 #include "stream.h"
 
@@ -104,6 +105,7 @@ cudamem_exec(PyObject *module)
         PyModule_AddFunctions(module, cmpy_managed_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_hostbuf_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_hostarray_methods) < 0 ||
+        PyModule_AddFunctions(module, cmpy_memory_methods) < 0 ||
         cmpy_device_types_init(module, st) < 0 ||
         cmpy_stream_type_init(module, st) < 0 ||
         cmpy_event_type_init(module, st) < 0 ||
@@ -193,6 +195,8 @@ static void
 cudamem_free(void *module)
 {
     cmpy_state *st = cmpy_get_state((PyObject *)module);
+    /* Plugin memory released after this leaks, as after shutdown. */
+    cm_mem_set_release_hook(NULL, NULL);
     cudamem_clear((PyObject *)module);
     PyMem_Free(st->sim_path);
     st->sim_path = NULL;

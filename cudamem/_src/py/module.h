@@ -39,6 +39,9 @@ typedef struct cmpy_state {
     PyObject *devices;     /* tuple of Device, made on first use, or NULL */
     PyObject *attr_ids;    /* {"WARP_SIZE": 10, ...}: every attribute */
     PyObject *MemoryInfo;  /* cudamem.devices.MemoryInfo, loaded lazily */
+    /* Set (for good) once a plugin memory manager may be in use: until
+     * then allocations skip every memory-manager lookup. */
+    int plugins;
     /* cudamem._streams' functions by cmpy_glue_fn, loaded lazily */
     PyObject *glue[CMPY_GLUE_COUNT];
     char *sim_path; /* the bundled simulator, next to this module's file */
@@ -142,6 +145,7 @@ extern PyMethodDef cmpy_pending_methods[];
 extern PyMethodDef cmpy_managed_methods[];
 extern PyMethodDef cmpy_hostbuf_methods[];
 extern PyMethodDef cmpy_hostarray_methods[];
+extern PyMethodDef cmpy_memory_methods[];
 
 /* py/device.c: creates the Device and Context types and the attribute
  * table in the module state; 0, or -1 with an exception set. */
