@@ -43,11 +43,12 @@ own_record(cmpy_state *st, int made, cm_mem *mem, const cm_error *made_err)
 }
 
 PyObject *
-cmpy_memory_alloc(cmpy_state *st, cm_device *dev, size_t nbytes)
+cmpy_memory_alloc(cmpy_state *st, cm_device *dev, size_t nbytes,
+                  CUstream stream)
 {
     cm_error err;
     cm_mem *mem = NULL;
-    int made = cm_mem_alloc(dev, nbytes, &mem, &err);
+    int made = cm_mem_alloc(dev, nbytes, stream, &mem, &err);
 
     return own_record(st, made, mem, &err);
 }
