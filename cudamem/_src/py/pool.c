@@ -25,9 +25,11 @@ PyDoc_STRVAR(pool_enable_doc,
              "Turns cudamem's memory pool on or off for *device* (a Device "
              "or an\nordinal). While on, device arrays and temporaries are "
              "blocks of\ncuMemAlloc slabs kept by the pool, returned to it "
-             "when their last\nreference goes. Turning it off keeps the "
-             "slabs: blocks still in use\nreturn to the pool, _pool_trim() "
-             "frees what is free.");
+             "when their last\nreference goes (at once, in the order of "
+             "the stream they were made\nfor; not through the pending "
+             "deallocations). Turning it off keeps\nthe slabs: blocks "
+             "still in use return to the pool, _pool_trim()\nfrees what "
+             "is free.");
 
 static PyObject *
 pool_enable(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
