@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "driver.h"
+#include "pool.h"
 #include "release.h"
 
 static struct {
@@ -160,6 +161,7 @@ release_locked(cm_device *dev, int reset, cm_error *err)
         /* Queued managed frees still hold the context: they run (or, on
          * a reset, give their retains back) even when one fails. */
         rc = cm__queues_drop(dev, reset, err) < 0 ? 1 : 0;
+        cm__pool_drop(dev);
         __atomic_add_fetch(&dev->generation, 1, __ATOMIC_ACQ_REL);
     }
     pthread_mutex_unlock(&dev->qlock);

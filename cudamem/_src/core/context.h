@@ -30,6 +30,10 @@ typedef struct cm_device {
      * the generation bump; taken after lock, never before it. */
     struct cm_pending *queues[2];
     pthread_mutex_t qlock;
+    /* pool.c's pool, made on first enable (under qlock) and never freed;
+     * pool_on is the same pointer while pooled allocation is on. */
+    struct cm_pool *pool;
+    struct cm_pool *pool_on;
 } cm_device;
 
 /* What cm_ctx_enter pushed, for cm_ctx_leave to pop. */

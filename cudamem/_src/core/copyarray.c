@@ -1004,7 +1004,7 @@ run_temp(job *j, const layout *L, int how, cm_error *err)
     cm_mem *m;
     int rc;
 
-    if (cm_mem_alloc(j->dev, size, &m, err) < 0) {
+    if (cm_mem_alloc(j->dev, size, j->stream, &m, err) < 0) {
         return -1;
     }
     with_temp(L, 0, 1, (uintptr_t)(m->ptr + (CUdeviceptr)origin), ts, &in);

@@ -1,14 +1,16 @@
 /* memory.c: device and managed allocation records (memory.h): allocation
- * with numba's flush-and-retry on out-of-memory, records for borrowed and
- * plugin-owned memory, pointer lookup, reference counts, and the
- * hand-over to release.c (or the release hook) at zero. Does not know
- * views, host memory or what a plugin's object is. */
+ * (from the pool when it is on) with numba's flush-and-retry on
+ * out-of-memory, records for borrowed and plugin-owned memory, pointer
+ * lookup, reference counts, and the hand-over to release.c, the pool or
+ * the release hook at zero. Does not know views, host memory or what a
+ * plugin's object is. */
 #include "memory.h"
 
 #include <stdlib.h>
 
 #include "device.h"
 #include "driver.h"
+#include "pool.h"
 #include "release.h"
 
 /* py/'s, set once at module init with the GIL held; read with it held. */
@@ -26,15 +28,16 @@ alloc_once(cm_free_kind kind, unsigned flags, size_t nbytes,
     return CM_CALL(err, cuMemAlloc, ptr, nbytes);
 }
 
-/* An allocation in the current context; on out-of-memory the device's
- * memory queue is flushed (a no-op while deferred) and the call retried
- * once. A failed flush is not the caller's error: the allocation's is. */
+/* An allocation in the current context; on out-of-memory the pool's free
+ * slabs are freed and the device's memory queue is flushed (a no-op while
+ * deferred), and the call retried once. A failed trim or flush is not the
+ * caller's error: the allocation's is. */
 static int
 alloc_retry(cm_device *dev, cm_free_kind kind, unsigned flags, size_t nbytes,
             CUdeviceptr *ptr, cm_error *err)
 {
-    size_t count, bytes;
-    cm_error flush_err;
+    size_t count, bytes, cached = cm_pool_cached_bytes(dev);
+    cm_error ignored;
     int deferred;
 
     if (alloc_once(kind, flags, nbytes, ptr, err) == 0) {
@@ -44,22 +47,34 @@ alloc_retry(cm_device *dev, cm_free_kind kind, unsigned flags, size_t nbytes,
         return -1;
     }
     cm_queue_stats(dev, CM_QUEUE_MEMORY, &count, &bytes, &deferred);
-    if (count == 0 || deferred) {
+    if ((count == 0 || deferred) && cached == 0) {
         return -1;
     }
-    (void)cm_queue_flush(dev, CM_QUEUE_MEMORY, &flush_err);
+    (void)cm_pool_trim(dev, &ignored);
+    (void)cm_queue_flush(dev, CM_QUEUE_MEMORY, &ignored);
     return alloc_once(kind, flags, nbytes, ptr, err);
 }
 
+int
+cm__mem_alloc_device(cm_device *dev, size_t nbytes, CUdeviceptr *ptr,
+                     cm_error *err)
+{
+    return alloc_retry(dev, CM_FREE_DEVICE, 0, nbytes, ptr, err);
+}
+
 /* Gives back what a failed allocation of `kind` holds: the memory, if
- * the driver made it, and a managed allocation's retain. */
+ * the driver (or the pool) made it, and a managed allocation's retain. */
 static void
 alloc_undo(cm_device *dev, cm_free_kind kind, uint64_t generation,
-           uint64_t resets, CUdeviceptr ptr, size_t nbytes)
+           uint64_t resets, CUdeviceptr ptr, size_t nbytes,
+           cm_pool_block *block, CUstream stream)
 {
     cm_error ignored;
 
-    if (kind == CM_FREE_MANAGED && ptr != 0) {
+    if (kind == CM_FREE_POOL && block != NULL) {
+        (void)cm__pool_return(dev, generation, block, stream, &ignored);
+    }
+    else if (kind == CM_FREE_MANAGED && ptr != 0) {
         (void)cm_release_retained(dev, generation, resets, kind, ptr,
                                   nbytes, &ignored);
     }
@@ -71,10 +86,25 @@ alloc_undo(cm_device *dev, cm_free_kind kind, uint64_t generation,
     }
 }
 
+/* The allocation itself, in the current context: the pool's block for
+ * kind CM_FREE_POOL, else the driver's. */
+static int
+alloc_in(cm_device *dev, cm_free_kind kind, unsigned flags,
+         uint64_t generation, CUstream stream, size_t nbytes,
+         cm_pool_block **block, CUdeviceptr *ptr, cm_error *err)
+{
+    if (kind == CM_FREE_POOL) {
+        return cm__pool_alloc(dev, generation, stream, nbytes, block, ptr,
+                              err);
+    }
+    return alloc_retry(dev, kind, flags, nbytes, ptr, err);
+}
+
 static int
 mem_alloc(cm_device *dev, cm_free_kind kind, unsigned flags, size_t nbytes,
-          cm_mem **out, cm_error *err)
+          CUstream stream, cm_mem **out, cm_error *err)
 {
+    cm_pool_block *block = NULL;
     cm_ctx_guard guard;
     CUcontext ctx;
     CUdeviceptr ptr = 0;
@@ -104,11 +134,13 @@ mem_alloc(cm_device *dev, cm_free_kind kind, unsigned flags, size_t nbytes,
         }
         if (cm_ctx_enter(dev, &guard, err) < 0 ||
             cm_ctx_leave(&guard,
-                         alloc_retry(dev, kind, flags, nbytes, &ptr, err),
+                         alloc_in(dev, kind, flags, generation, stream,
+                                  nbytes, &block, &ptr, err),
                          err) < 0) {
             /* A failed pop after a good allocation leaves the memory in
              * a context cudamem cannot reach reliably: free it there. */
-            alloc_undo(dev, kind, generation, resets, ptr, nbytes);
+            alloc_undo(dev, kind, generation, resets, ptr, nbytes, block,
+                       stream);
             free(m);
             return -1;
         }
@@ -119,15 +151,21 @@ mem_alloc(cm_device *dev, cm_free_kind kind, unsigned flags, size_t nbytes,
                   .generation = generation,
                   .resets = resets,
                   .ptr = ptr,
-                  .size = nbytes};
+                  .size = nbytes,
+                  .block = block,
+                  .stream = stream};
     *out = m;
     return 0;
 }
 
 int
-cm_mem_alloc(cm_device *dev, size_t nbytes, cm_mem **out, cm_error *err)
+cm_mem_alloc(cm_device *dev, size_t nbytes, CUstream stream, cm_mem **out,
+             cm_error *err)
 {
-    return mem_alloc(dev, CM_FREE_DEVICE, 0, nbytes, out, err);
+    return mem_alloc(dev,
+                     cm_pool_active(dev) != NULL ? CM_FREE_POOL
+                                                 : CM_FREE_DEVICE,
+                     0, nbytes, stream, out, err);
 }
 
 int
@@ -149,7 +187,7 @@ cm_mem_alloc_managed(cm_device *dev, size_t nbytes, int attach_global,
     return mem_alloc(dev, CM_FREE_MANAGED,
                      attach_global ? CU_MEM_ATTACH_GLOBAL
                                    : CU_MEM_ATTACH_HOST,
-                     nbytes, out, err);
+                     nbytes, NULL, out, err);
 }
 
 /* A record of memory cudamem did not allocate, in dev's primary context. */
@@ -260,6 +298,10 @@ cm_mem_decref(cm_mem *m, cm_error *err)
         if (release_hook != NULL) {
             release_hook(release_hook_arg, m->external);
         }
+    }
+    else if (m->ptr != 0 && m->kind == CM_FREE_POOL) {
+        rc = cm__pool_return(m->dev, m->generation, m->block, m->stream,
+                             err);
     }
     else if (m->ptr != 0 && m->kind == CM_FREE_MANAGED) {
         rc = cm_release_retained(m->dev, m->generation, m->resets, m->kind,

@@ -1,8 +1,9 @@
 /* memory.h: device allocations as refcounted records (DESIGN rule 4): the
  * device and generation they belong to, their kind and size. The last
- * decref hands the free to release.c (borrowed memory is never freed;
- * memory an EMM plugin owns goes to py/'s release hook). Views are the
- * owner's business (py/): a record is the whole allocation. */
+ * decref hands the free to release.c, or a pooled block back to pool.c
+ * (borrowed memory is never freed; memory an EMM plugin owns goes to
+ * py/'s release hook). Views are the owner's business (py/): a record is
+ * the whole allocation. */
 #ifndef CM_MEMORY_H
 #define CM_MEMORY_H
 
@@ -22,6 +23,10 @@ typedef struct cm_mem {
     CUdeviceptr ptr; /* 0 for a zero-size allocation */
     size_t size;
     void *external; /* CM_FREE_EXTERNAL: what the release hook gets */
+    /* CM_FREE_POOL: the pool's block and the stream it was allocated for,
+     * which orders its reuse. */
+    struct cm_pool_block *block;
+    CUstream stream;
 } cm_mem;
 
 /* What the last decref of an external record runs: py/ installs it (the
@@ -30,11 +35,19 @@ typedef struct cm_mem {
  * to cm_mem_set_release_hook. */
 typedef void (*cm_release_hook)(void *hook_arg, void *external);
 
-/* cuMemAlloc of nbytes in dev's primary context, with one refcount. On
- * CUDA_ERROR_OUT_OF_MEMORY the device's memory queue is flushed (unless
- * deferred) and the allocation tried once more. nbytes 0 allocates
+/* nbytes of device memory in dev's primary context for work on `stream`,
+ * with one refcount: from dev's pool while it is enabled (kind
+ * CM_FREE_POOL: the last decref returns the block to the pool at once,
+ * not through the queue), else cuMemAlloc. On CUDA_ERROR_OUT_OF_MEMORY
+ * the pool is trimmed and the device's memory queue flushed (unless
+ * deferred), and the allocation tried once more. nbytes 0 allocates
  * nothing. */
-int cm_mem_alloc(cm_device *dev, size_t nbytes, cm_mem **out, cm_error *err);
+int cm_mem_alloc(cm_device *dev, size_t nbytes, CUstream stream,
+                 cm_mem **out, cm_error *err);
+/* pool.c's slabs: cuMemAlloc with cm_mem_alloc's recovery, in the current
+ * context (dev's primary). */
+int cm__mem_alloc_device(cm_device *dev, size_t nbytes, CUdeviceptr *ptr,
+                         cm_error *err);
 /* cuMemAllocManaged of nbytes (CU_MEM_ATTACH_GLOBAL, or CU_MEM_ATTACH_HOST
  * without `attach_global`) in dev's primary context, with cm_mem_alloc's
  * retry. The record (kind CM_FREE_MANAGED) retains the primary context

@@ -271,7 +271,7 @@ array_alloc(cmpy_state *st, PyObject *type, cm_device *dev, int ndim,
                            &high) < 0) {
         return NULL;
     }
-    mem = cmpy_memory_alloc(st, dev, (size_t)(high - low));
+    mem = cmpy_memory_alloc(st, dev, (size_t)(high - low), ref->handle);
     if (mem == NULL) {
         return NULL;
     }

@@ -45,11 +45,12 @@ own_record(cmpy_state *st, int made, cm_mem *mem, const cm_error *made_err)
 }
 
 static PyObject *
-native_alloc(cmpy_state *st, cm_device *dev, size_t nbytes)
+native_alloc(cmpy_state *st, cm_device *dev, size_t nbytes,
+             CUstream stream)
 {
     cm_error err;
     cm_mem *mem = NULL;
-    int made = cm_mem_alloc(dev, nbytes, &mem, &err);
+    int made = cm_mem_alloc(dev, nbytes, stream, &mem, &err);
 
     return own_record(st, made, mem, &err);
 }
@@ -243,7 +244,8 @@ done:
 /* nbytes from dev's context's memory manager: its memalloc() with the
  * context current when it is a plugin, else cudamem's allocator. */
 static PyObject *
-manager_alloc(cmpy_state *st, cm_device *dev, size_t nbytes)
+manager_alloc(cmpy_state *st, cm_device *dev, size_t nbytes,
+              CUstream stream)
 {
     cmpy_manager_mode mode;
     PyObject *manager = cmpy_context_manager(st, dev, &mode), *got;
@@ -256,7 +258,7 @@ manager_alloc(cmpy_state *st, cm_device *dev, size_t nbytes)
     }
     if (mode != CMPY_MANAGER_PLUGIN) {
         Py_DECREF(manager);
-        return native_alloc(st, dev, nbytes);
+        return native_alloc(st, dev, nbytes, stream);
     }
     if (cm_ctx_enter(dev, &guard, &err) < 0) {
         Py_DECREF(manager);
@@ -276,13 +278,14 @@ manager_alloc(cmpy_state *st, cm_device *dev, size_t nbytes)
 }
 
 PyObject *
-cmpy_memory_alloc(cmpy_state *st, cm_device *dev, size_t nbytes)
+cmpy_memory_alloc(cmpy_state *st, cm_device *dev, size_t nbytes,
+                  CUstream stream)
 {
     /* numba asks no plugin for zero bytes: the pointer is NULL. */
     if (st->plugins && nbytes > 0) {
-        return manager_alloc(st, dev, nbytes);
+        return manager_alloc(st, dev, nbytes, stream);
     }
-    return native_alloc(st, dev, nbytes);
+    return native_alloc(st, dev, nbytes, stream);
 }
 
 PyObject *
@@ -662,7 +665,8 @@ memalloc(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
         return NULL;
     }
     if (size_arg(argv[1], "memalloc()'s size", &size) == 0) {
-        out = native_alloc(st, ctx->device->dev, size);
+        /* A plugin's memalloc() serves the legacy default stream. */
+        out = native_alloc(st, ctx->device->dev, size, NULL);
     }
     Py_DECREF(ctx);
     return out;

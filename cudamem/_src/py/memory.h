@@ -19,9 +19,11 @@ typedef struct cmpy_MemoryPointer {
     PyObject *weakreflist;
 } cmpy_MemoryPointer;
 
-/* Allocates nbytes on dev (flushing pending frees and retrying once on
- * out-of-memory). New reference, or NULL with an exception set. */
-PyObject *cmpy_memory_alloc(cmpy_state *st, cm_device *dev, size_t nbytes);
+/* Allocates nbytes on dev for work on `stream` (from dev's pool while it
+ * is enabled; flushing pending frees and retrying once on out-of-memory).
+ * New reference, or NULL with an exception set. */
+PyObject *cmpy_memory_alloc(cmpy_state *st, cm_device *dev, size_t nbytes,
+                            CUstream stream);
 
 /* The same for managed memory (core's cm_mem_alloc_managed). */
 PyObject *cmpy_memory_alloc_managed(cmpy_state *st, cm_device *dev,

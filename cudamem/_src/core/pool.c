@@ -1,0 +1,782 @@
+/* pool.c: the device memory pool of pool.h: slabs, blocks, free lists per
+ * stream, the events that order reuse across streams, the limit, trim and
+ * the drop with the context. The records that hold blocks are memory.c's;
+ * slabs come from memory.c's cuMemAlloc with its out-of-memory recovery.
+ *
+ * Locks: dev->qlock, then pool->lock. Returns and trims run under qlock,
+ * so the context cannot go while they record events or free slabs (as
+ * release.c frees); pool->lock is held only for bookkeeping and calls that
+ * do not block (cuEventQuery, cuStreamQuery). */
+#include "pool.h"
+
+#include <stdlib.h>
+
+#include "driver.h"
+#include "event.h"
+#include "memory.h"
+#include "release.h"
+#include "stream.h"
+
+typedef struct cm_pool_slab cm_pool_slab;
+typedef struct cm_pool_list cm_pool_list;
+
+struct cm_pool_block {
+    cm_pool_block *prev, *next;   /* address neighbours in the slab */
+    cm_pool_block *fprev, *fnext; /* its free list, while free */
+    cm_pool_slab *slab;
+    CUdeviceptr ptr;
+    size_t size;
+    cm_pool_list *list; /* the free list it is on; NULL while in use */
+    CUevent event;      /* on a stream's list: recorded on that stream when
+                           freed; NULL: wait for the whole stream */
+    uint64_t seq;       /* when freed: a merge keeps the newer's event */
+};
+
+struct cm_pool_slab {
+    cm_pool_slab *prev, *next;
+    CUdeviceptr ptr;
+    size_t size;
+    cm_pool_block *first;
+};
+
+/* The free blocks of one stream, or (stream NULL) those that any stream
+ * may take at once. */
+struct cm_pool_list {
+    cm_pool_list *next;
+    CUstream stream;
+    cm_pool_block *head;
+};
+
+struct cm_pool {
+    pthread_mutex_t lock;
+    int enabled;
+    uint64_t generation; /* the device's that the slabs belong to */
+    size_t limit;
+    size_t slab_bytes, reserved, used_bytes;
+    size_t slabs, used_blocks, free_blocks;
+    uint64_t seq;
+    cm_pool_slab *slab_list;
+    cm_pool_list ready;
+    cm_pool_list *streams;
+    CUevent *spare; /* events not attached to a block */
+    size_t nspare, nevents, cap;
+};
+
+static size_t
+round_up(size_t n, size_t unit)
+{
+    return (n + unit - 1) / unit * unit;
+}
+
+static int
+is_legacy(CUstream stream)
+{
+    return stream == NULL || stream == CU_STREAM_LEGACY;
+}
+
+/* ---------------------------------------------------------------------
+ * Bookkeeping; callers hold pool->lock. */
+
+static void
+list_push(cm_pool *pool, cm_pool_list *list, cm_pool_block *b)
+{
+    b->list = list;
+    b->fprev = NULL;
+    b->fnext = list->head;
+    if (list->head != NULL) {
+        list->head->fprev = b;
+    }
+    list->head = b;
+    pool->free_blocks++;
+}
+
+static void
+list_unlink(cm_pool *pool, cm_pool_block *b)
+{
+    if (b->fprev != NULL) {
+        b->fprev->fnext = b->fnext;
+    }
+    else {
+        b->list->head = b->fnext;
+    }
+    if (b->fnext != NULL) {
+        b->fnext->fprev = b->fprev;
+    }
+    b->list = NULL;
+    pool->free_blocks--;
+}
+
+/* The free list of `stream`, made on first use; NULL when out of host
+ * memory. */
+static cm_pool_list *
+list_for(cm_pool *pool, CUstream stream)
+{
+    cm_pool_list *l;
+
+    for (l = pool->streams; l != NULL; l = l->next) {
+        if (l->stream == stream) {
+            return l;
+        }
+    }
+    l = calloc(1, sizeof(*l));
+    if (l != NULL) {
+        l->stream = stream;
+        l->next = pool->streams;
+        pool->streams = l;
+    }
+    return l;
+}
+
+/* Never fails: the array has room for every event the pool made. */
+static void
+spare_push(cm_pool *pool, CUevent ev)
+{
+    if (ev != NULL) {
+        pool->spare[pool->nspare++] = ev;
+    }
+}
+
+/* Joins free b with its neighbours on the same list. A merge within a
+ * stream's list keeps the newer free's event: recorded later on the same
+ * stream, it orders the older block's work too. */
+static void
+coalesce(cm_pool *pool, cm_pool_block *b)
+{
+    cm_pool_block *n;
+
+    for (int side = 0; side < 2; side++) {
+        n = side == 0 ? b->prev : b->next;
+        if (n == NULL || n->list != b->list) {
+            continue;
+        }
+        list_unlink(pool, n);
+        if (n->seq > b->seq) {
+            spare_push(pool, b->event);
+            b->event = n->event;
+            b->seq = n->seq;
+        }
+        else {
+            spare_push(pool, n->event);
+        }
+        if (side == 0) {
+            b->ptr = n->ptr;
+            b->prev = n->prev;
+            if (b->prev != NULL) {
+                b->prev->next = b;
+            }
+            else {
+                b->slab->first = b;
+            }
+        }
+        else {
+            b->next = n->next;
+            if (b->next != NULL) {
+                b->next->prev = b;
+            }
+        }
+        b->size += n->size;
+        free(n);
+    }
+}
+
+/* Whether no stream can still use free block b; polls without waiting. */
+static int
+block_idle(const cm_pool_block *b)
+{
+    cm_error ignored;
+
+    if (b->list->stream == NULL) {
+        return 1;
+    }
+    if (b->event != NULL) {
+        return CM_CALL(&ignored, cuEventQuery, b->event) == 0;
+    }
+    return CM_CALL(&ignored, cuStreamQuery, b->list->stream) == 0;
+}
+
+/* Moves every idle block of the streams' lists to the ready list. */
+static void
+settle(cm_pool *pool)
+{
+    cm_pool_block *b, *next;
+
+    for (cm_pool_list *l = pool->streams; l != NULL; l = l->next) {
+        for (b = l->head; b != NULL; b = next) {
+            next = b->fnext;
+            if (!block_idle(b)) {
+                continue;
+            }
+            list_unlink(pool, b);
+            spare_push(pool, b->event);
+            b->event = NULL;
+            list_push(pool, &pool->ready, b);
+            /* Merges only with ready blocks: `next` stays. */
+            coalesce(pool, b);
+        }
+    }
+}
+
+static cm_pool_block *
+best_in(const cm_pool_list *l, size_t need, cm_pool_block *best)
+{
+    for (cm_pool_block *b = l != NULL ? l->head : NULL; b != NULL;
+         b = b->fnext) {
+        if (b->size >= need && (best == NULL || b->size < best->size)) {
+            best = b;
+        }
+    }
+    return best;
+}
+
+/* The smallest free block that `stream` may take at once: its own, or a
+ * ready one. The per-thread default stream's list is shared by every
+ * thread's stream of that name: never its own. */
+static cm_pool_block *
+find_fit(cm_pool *pool, CUstream stream, size_t need)
+{
+    cm_pool_block *best = best_in(&pool->ready, need, NULL);
+    cm_pool_list *own = NULL;
+
+    if (!is_legacy(stream) && stream != CU_STREAM_PER_THREAD) {
+        for (own = pool->streams; own != NULL; own = own->next) {
+            if (own->stream == stream) {
+                break;
+            }
+        }
+    }
+    return best_in(own, need, best);
+}
+
+/* Hands out the first `need` bytes of free block b; the rest stays free
+ * on b's list with b's event. */
+static void
+take(cm_pool *pool, cm_pool_block *b, size_t need)
+{
+    cm_pool_list *list = b->list;
+    cm_pool_block *rest;
+
+    list_unlink(pool, b);
+    if (b->size - need >= CM_POOL_ALIGN &&
+        (rest = malloc(sizeof(*rest))) != NULL) {
+        *rest = (cm_pool_block){.prev = b,
+                                .next = b->next,
+                                .slab = b->slab,
+                                .ptr = b->ptr + need,
+                                .size = b->size - need,
+                                .event = b->event,
+                                .seq = b->seq};
+        if (b->next != NULL) {
+            b->next->prev = rest;
+        }
+        b->next = rest;
+        b->size = need;
+        list_push(pool, list, rest);
+    }
+    else {
+        spare_push(pool, b->event);
+    }
+    b->event = NULL;
+    pool->used_blocks++;
+    pool->used_bytes += b->size;
+}
+
+static size_t
+slab_size(size_t need)
+{
+    return need <= CM_POOL_SMALL ? CM_POOL_SLAB
+                                 : round_up(need, CM_POOL_SLAB);
+}
+
+/* Adds a slab as one ready block; -1 when out of host memory. */
+static int
+slab_add(cm_pool *pool, CUdeviceptr ptr, size_t size)
+{
+    cm_pool_slab *s = malloc(sizeof(*s));
+    cm_pool_block *b = malloc(sizeof(*b));
+
+    if (s == NULL || b == NULL) {
+        free(s);
+        free(b);
+        return -1;
+    }
+    *b = (cm_pool_block){.slab = s, .ptr = ptr, .size = size};
+    *s = (cm_pool_slab){.next = pool->slab_list,
+                        .ptr = ptr,
+                        .size = size,
+                        .first = b};
+    if (pool->slab_list != NULL) {
+        pool->slab_list->prev = s;
+    }
+    pool->slab_list = s;
+    pool->slabs++;
+    pool->slab_bytes += size;
+    list_push(pool, &pool->ready, b);
+    return 0;
+}
+
+static void
+slab_unlink(cm_pool *pool, cm_pool_slab *s)
+{
+    if (s->prev != NULL) {
+        s->prev->next = s->next;
+    }
+    else {
+        pool->slab_list = s->next;
+    }
+    if (s->next != NULL) {
+        s->next->prev = s->prev;
+    }
+    pool->slabs--;
+    pool->slab_bytes -= s->size;
+}
+
+static void
+slab_forget(cm_pool_slab *s)
+{
+    cm_pool_block *b, *next;
+
+    for (b = s->first; b != NULL; b = next) {
+        next = b->next;
+        free(b);
+    }
+    free(s);
+}
+
+/* Empties the pool's bookkeeping: the slabs and events went with the
+ * context, or trim took them. Keeps enabled, limit and the counters of
+ * blocks still out, which no longer come back. */
+static void
+forget_all(cm_pool *pool)
+{
+    cm_pool_slab *s, *snext;
+    cm_pool_list *l, *lnext;
+
+    for (s = pool->slab_list; s != NULL; s = snext) {
+        snext = s->next;
+        slab_forget(s);
+    }
+    for (l = pool->streams; l != NULL; l = lnext) {
+        lnext = l->next;
+        free(l);
+    }
+    pool->slab_list = NULL;
+    pool->streams = NULL;
+    pool->ready.head = NULL;
+    pool->slab_bytes = pool->used_bytes = 0;
+    pool->slabs = pool->used_blocks = pool->free_blocks = 0;
+    pool->nspare = pool->nevents = 0;
+}
+
+/* ---------------------------------------------------------------------
+ * The pool's life. */
+
+/* dev's pool, made (disabled, no limit) if there is none. */
+static int
+pool_get(cm_device *dev, cm_pool **out, cm_error *err)
+{
+    cm_pool *pool;
+
+    if (cm_fork_check(err) < 0) {
+        return -1;
+    }
+    pthread_mutex_lock(&dev->qlock);
+    pool = dev->pool;
+    if (pool == NULL) {
+        pool = calloc(1, sizeof(*pool));
+        if (pool == NULL) {
+            pthread_mutex_unlock(&dev->qlock);
+            return cm_fail(err, CM_ERR_NOMEM, "out of host memory");
+        }
+        pthread_mutex_init(&pool->lock, NULL);
+        pool->limit = SIZE_MAX;
+        pool->generation = __atomic_load_n(&dev->generation,
+                                           __ATOMIC_ACQUIRE);
+        __atomic_store_n(&dev->pool, pool, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&dev->qlock);
+    *out = pool;
+    return 0;
+}
+
+int
+cm_pool_enable(cm_device *dev, int enabled, cm_error *err)
+{
+    cm_pool *pool;
+
+    if (pool_get(dev, &pool, err) < 0) {
+        return -1;
+    }
+    pthread_mutex_lock(&pool->lock);
+    pool->enabled = enabled != 0;
+    __atomic_store_n(&dev->pool_on, enabled ? pool : NULL, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&pool->lock);
+    return 0;
+}
+
+int
+cm_pool_set_limit(cm_device *dev, size_t limit, cm_error *err)
+{
+    cm_pool *pool;
+
+    if (pool_get(dev, &pool, err) < 0) {
+        return -1;
+    }
+    pthread_mutex_lock(&pool->lock);
+    pool->limit = limit;
+    pthread_mutex_unlock(&pool->lock);
+    return 0;
+}
+
+void
+cm__pool_drop(cm_device *dev)
+{
+    cm_pool *pool = dev->pool;
+
+    if (pool == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&pool->lock);
+    forget_all(pool);
+    /* Blocks of the old context never come back: see cm__pool_return. */
+    pool->generation = dev->generation + 1;
+    pthread_mutex_unlock(&pool->lock);
+}
+
+/* ---------------------------------------------------------------------
+ * Allocation and return. */
+
+static int
+out_of_memory(cm_error *err)
+{
+    /* What cuMemAlloc itself would say, so that callers (out-of-memory
+     * recovery, CudaOutOfMemoryError) treat both alike. */
+    err->kind = CM_ERR_DRIVER;
+    err->code = CUDA_ERROR_OUT_OF_MEMORY;
+    err->call = "cuMemAlloc";
+    err->msg = NULL;
+    return -1;
+}
+
+static int
+stale(cm_error *err, cm_device *dev)
+{
+    return cm_fail_fmt(err, CM_ERR_STATE,
+                       "device %d was reset or its context closed during "
+                       "a pooled allocation",
+                       dev->ordinal);
+}
+
+/* A new slab of `size` bytes for a request of `need`, within the limit
+ * (trimming once to make room). Called and returns with pool->lock held;
+ * drops it around the driver. */
+static int
+grow(cm_device *dev, cm_pool *pool, uint64_t generation, size_t size,
+     cm_error *err)
+{
+    CUdeviceptr ptr = 0;
+    cm_error ignored;
+    int rc;
+
+    if (pool->slab_bytes + pool->reserved > pool->limit ||
+        size > pool->limit - pool->slab_bytes - pool->reserved) {
+        pthread_mutex_unlock(&pool->lock);
+        rc = cm_pool_trim(dev, err);
+        pthread_mutex_lock(&pool->lock);
+        if (rc < 0) {
+            return -1;
+        }
+        if (pool->slab_bytes + pool->reserved > pool->limit ||
+            size > pool->limit - pool->slab_bytes - pool->reserved) {
+            return out_of_memory(err);
+        }
+    }
+    /* Counted against the limit while the lock is dropped. */
+    pool->reserved += size;
+    pthread_mutex_unlock(&pool->lock);
+    rc = cm__mem_alloc_device(dev, size, &ptr, err);
+    pthread_mutex_lock(&pool->lock);
+    pool->reserved -= size;
+    if (rc < 0) {
+        return -1;
+    }
+    if (pool->generation != generation) {
+        pthread_mutex_unlock(&pool->lock);
+        (void)cm_release(dev, generation, CM_FREE_DEVICE, ptr, size,
+                         &ignored);
+        pthread_mutex_lock(&pool->lock);
+        return stale(err, dev);
+    }
+    if (slab_add(pool, ptr, size) < 0) {
+        pthread_mutex_unlock(&pool->lock);
+        (void)cm_release(dev, generation, CM_FREE_DEVICE, ptr, size,
+                         &ignored);
+        pthread_mutex_lock(&pool->lock);
+        return cm_fail(err, CM_ERR_NOMEM, "out of host memory");
+    }
+    return 0;
+}
+
+int
+cm__pool_alloc(cm_device *dev, uint64_t generation, CUstream stream,
+               size_t nbytes, cm_pool_block **block, CUdeviceptr *ptr,
+               cm_error *err)
+{
+    cm_pool *pool = dev->pool;
+    size_t need = round_up(nbytes, CM_POOL_ALIGN);
+    cm_pool_block *b;
+    int rc = -1;
+
+    if (need < nbytes) {
+        return out_of_memory(err);
+    }
+    pthread_mutex_lock(&pool->lock);
+    if (pool->generation != generation) {
+        stale(err, dev);
+        goto done;
+    }
+    b = find_fit(pool, stream, need);
+    if (b == NULL) {
+        settle(pool);
+        b = find_fit(pool, stream, need);
+    }
+    if (b == NULL) {
+        if (grow(dev, pool, generation, slab_size(need), err) < 0) {
+            goto done;
+        }
+        /* The new slab, or a block freed meanwhile. */
+        b = find_fit(pool, stream, need);
+    }
+    take(pool, b, need);
+    *block = b;
+    *ptr = b->ptr;
+    rc = 0;
+done:
+    pthread_mutex_unlock(&pool->lock);
+    return rc;
+}
+
+/* An event for a free on `stream`: a spare one, or a new one (when the
+ * spare array has room for it). NULL when none can be had. Caller holds
+ * qlock with the generation current. */
+static CUevent
+event_get(cm_device *dev, cm_pool *pool)
+{
+    CUevent ev = NULL, *grown;
+    uint64_t generation;
+    cm_error ignored;
+    int make = 0;
+
+    pthread_mutex_lock(&pool->lock);
+    if (pool->nspare > 0) {
+        ev = pool->spare[--pool->nspare];
+    }
+    else if (pool->nevents < pool->cap) {
+        make = 1;
+    }
+    else {
+        grown = realloc(pool->spare, (pool->cap * 2 + 8) * sizeof(*grown));
+        if (grown != NULL) {
+            pool->spare = grown;
+            pool->cap = pool->cap * 2 + 8;
+            make = 1;
+        }
+    }
+    pthread_mutex_unlock(&pool->lock);
+    if (make && cm_event_create(dev, CU_EVENT_DISABLE_TIMING, &ev,
+                                &generation, &ignored) == 0) {
+        pthread_mutex_lock(&pool->lock);
+        pool->nevents++;
+        pthread_mutex_unlock(&pool->lock);
+    }
+    return ev;
+}
+
+int
+cm__pool_return(cm_device *dev, uint64_t generation, cm_pool_block *b,
+                CUstream stream, cm_error *err)
+{
+    cm_pool *pool = __atomic_load_n(&dev->pool, __ATOMIC_ACQUIRE);
+    cm_pool_list *list;
+    cm_error ignored;
+    CUevent ev = NULL;
+    int rc = 0;
+
+    if (cm_fork_check(err) < 0) {
+        return -1;
+    }
+    pthread_mutex_lock(&dev->qlock);
+    /* Only a drop (under qlock) changes the generation of a pool with
+     * blocks out. */
+    if (pool->generation != generation) {
+        goto done;
+    }
+    if (!is_legacy(stream)) {
+        ev = event_get(dev, pool);
+        if (ev != NULL &&
+            cm_event_record(dev, ev, stream, &ignored) < 0) {
+            /* The block then waits for its whole stream (block_idle). */
+            pthread_mutex_lock(&pool->lock);
+            spare_push(pool, ev);
+            pthread_mutex_unlock(&pool->lock);
+            ev = NULL;
+        }
+    }
+    pthread_mutex_lock(&pool->lock);
+    list = is_legacy(stream) ? &pool->ready : list_for(pool, stream);
+    if (list == NULL) {
+        /* The block stays out until the context goes. */
+        spare_push(pool, ev);
+        rc = cm_fail(err, CM_ERR_NOMEM, "out of host memory");
+    }
+    else {
+        pool->used_blocks--;
+        pool->used_bytes -= b->size;
+        b->event = ev;
+        b->seq = ++pool->seq;
+        list_push(pool, list, b);
+        coalesce(pool, b);
+    }
+    pthread_mutex_unlock(&pool->lock);
+done:
+    pthread_mutex_unlock(&dev->qlock);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------
+ * Trim and statistics. */
+
+/* Takes every wholly free, idle slab and the spare events out of the
+ * pool, into *slabs and *events (the caller frees them). Caller holds
+ * pool->lock. */
+static void
+collect(cm_pool *pool, cm_pool_slab **slabs, CUevent **events,
+        size_t *nevents)
+{
+    cm_pool_slab *s, *next;
+    cm_pool_list **lp;
+
+    settle(pool);
+    *slabs = NULL;
+    for (s = pool->slab_list; s != NULL; s = next) {
+        next = s->next;
+        if (s->first->list != &pool->ready || s->first->size != s->size) {
+            continue;
+        }
+        list_unlink(pool, s->first);
+        slab_unlink(pool, s);
+        s->next = *slabs;
+        *slabs = s;
+    }
+    /* Lists of streams with nothing free: the streams may be gone. */
+    for (lp = &pool->streams; *lp != NULL;) {
+        cm_pool_list *l = *lp;
+
+        if (l->head == NULL) {
+            *lp = l->next;
+            free(l);
+        }
+        else {
+            lp = &l->next;
+        }
+    }
+    *events = malloc(pool->nspare * sizeof(**events) + 1);
+    *nevents = 0;
+    if (*events != NULL) {
+        for (size_t i = 0; i < pool->nspare; i++) {
+            (*events)[i] = pool->spare[i];
+        }
+        *nevents = pool->nspare;
+        pool->nevents -= pool->nspare;
+        pool->nspare = 0;
+    }
+}
+
+int
+cm_pool_trim(cm_device *dev, cm_error *err)
+{
+    cm_pool *pool = __atomic_load_n(&dev->pool, __ATOMIC_ACQUIRE);
+    cm_pool_slab *slabs = NULL, *next;
+    CUevent *events = NULL;
+    size_t nevents = 0;
+    cm_ctx_guard guard;
+    cm_error later;
+    int rc = 0;
+
+    if (cm_fork_check(err) < 0) {
+        return -1;
+    }
+    if (pool == NULL) {
+        return 0;
+    }
+    pthread_mutex_lock(&dev->qlock);
+    pthread_mutex_lock(&pool->lock);
+    /* An empty pool may belong to a released context: touch nothing.
+     * Otherwise the context is retained, and entering it cannot need
+     * dev->lock. */
+    if (pool->slab_list == NULL && pool->nspare == 0) {
+        pthread_mutex_unlock(&pool->lock);
+        goto done;
+    }
+    pthread_mutex_unlock(&pool->lock);
+    if (cm_ctx_enter(dev, &guard, err) < 0) {
+        rc = -1;
+        goto done;
+    }
+    pthread_mutex_lock(&pool->lock);
+    collect(pool, &slabs, &events, &nevents);
+    pthread_mutex_unlock(&pool->lock);
+    /* The first failure is reported; the rest are still freed. */
+    for (; slabs != NULL; slabs = next) {
+        next = slabs->next;
+        if (CM_CALL(rc < 0 ? &later : err, cuMemFree, slabs->ptr) < 0) {
+            rc = -1;
+        }
+        slab_forget(slabs);
+    }
+    for (size_t i = 0; i < nevents; i++) {
+        if (CM_CALL(rc < 0 ? &later : err, cuEventDestroy, events[i]) < 0) {
+            rc = -1;
+        }
+    }
+    free(events);
+    rc = cm_ctx_leave(&guard, rc, err);
+done:
+    pthread_mutex_unlock(&dev->qlock);
+    return rc;
+}
+
+size_t
+cm_pool_cached_bytes(cm_device *dev)
+{
+    cm_pool_stats st;
+
+    cm_pool_get_stats(dev, &st);
+    return st.cached_bytes;
+}
+
+void
+cm_pool_get_stats(cm_device *dev, cm_pool_stats *out)
+{
+    cm_pool *pool = __atomic_load_n(&dev->pool, __ATOMIC_ACQUIRE);
+    size_t ready = 0;
+
+    *out = (cm_pool_stats){.limit = SIZE_MAX};
+    if (pool == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&pool->lock);
+    for (cm_pool_block *b = pool->ready.head; b != NULL; b = b->fnext) {
+        ready++;
+    }
+    *out = (cm_pool_stats){.enabled = pool->enabled,
+                           .limit = pool->limit,
+                           .slabs = pool->slabs,
+                           .slab_bytes = pool->slab_bytes,
+                           .used_blocks = pool->used_blocks,
+                           .used_bytes = pool->used_bytes,
+                           .free_blocks = pool->free_blocks,
+                           .cached_bytes = pool->slab_bytes -
+                                           pool->used_bytes,
+                           .pending_blocks = pool->free_blocks - ready};
+    pthread_mutex_unlock(&pool->lock);
+}

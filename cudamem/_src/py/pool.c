@@ -1,0 +1,188 @@
+/* pool.c (py/): the module functions behind PoolMemoryManager: switching
+ * a device's pool on and off, trim, the limit and statistics. The pool is
+ * core/pool.c's; the class that calls these lives in cudamem/memory.py. */
+#include "device.h"
+
+#include <stdint.h>
+
+#include "../core/pool.h"
+
+/* The core device of a Device or ordinal argument. */
+static int
+device_arg(cmpy_state *st, PyObject *arg, cm_device **dev)
+{
+    cmpy_Device *device;
+
+    if (cmpy_device_parse(st, arg, &device) < 0) {
+        return -1;
+    }
+    *dev = device->dev;
+    return 0;
+}
+
+PyDoc_STRVAR(pool_enable_doc,
+             "_pool_enable(device, enabled)\n\n"
+             "Turns cudamem's memory pool on or off for *device* (a Device "
+             "or an\nordinal). While on, device arrays and temporaries are "
+             "blocks of\ncuMemAlloc slabs kept by the pool, returned to it "
+             "when their last\nreference goes (at once, in the order of "
+             "the stream they were made\nfor; not through the pending "
+             "deallocations). Turning it off keeps\nthe slabs: blocks "
+             "still in use return to the pool, _pool_trim()\nfrees what "
+             "is free.");
+
+static PyObject *
+pool_enable(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+            PyObject *kwnames)
+{
+    static const char *const names[] = {"device", "enabled"};
+    cmpy_state *st = cmpy_get_state(module);
+    PyObject *argv[2];
+    cm_device *dev;
+    cm_error err;
+    int enabled;
+
+    if (cmpy_parse_args("_pool_enable", names, 2, 2, args, nargs, kwnames,
+                        argv) < 0 ||
+        device_arg(st, argv[0], &dev) < 0) {
+        return NULL;
+    }
+    enabled = PyObject_IsTrue(argv[1]);
+    if (enabled < 0) {
+        return NULL;
+    }
+    if (cm_pool_enable(dev, enabled, &err) < 0) {
+        return cmpy_raise(st, &err);
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(pool_trim_doc,
+             "_pool_trim(device)\n\n"
+             "Frees every slab of *device*'s pool that is wholly free and "
+             "that no\nstream can still be using, and the pool's spare "
+             "events. Does not wait\nfor any stream.");
+
+static PyObject *
+pool_trim(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+          PyObject *kwnames)
+{
+    static const char *const names[] = {"device"};
+    cmpy_state *st = cmpy_get_state(module);
+    PyObject *argv[1];
+    cm_device *dev;
+    cm_error err;
+    int rc;
+
+    if (cmpy_parse_args("_pool_trim", names, 1, 1, args, nargs, kwnames,
+                        argv) < 0 ||
+        device_arg(st, argv[0], &dev) < 0) {
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = cm_pool_trim(dev, &err);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        return cmpy_raise(st, &err);
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(pool_set_limit_doc,
+             "_pool_set_limit(device, nbytes)\n\n"
+             "Caps the bytes of cuMemAlloc slabs *device*'s pool holds "
+             "(None: no\ncap). An allocation that needs a slab beyond it "
+             "first trims the pool,\nthen raises CudaAPIError with "
+             "CUDA_ERROR_OUT_OF_MEMORY. Lowering the cap\nfrees nothing "
+             "by itself.");
+
+static PyObject *
+pool_set_limit(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+               PyObject *kwnames)
+{
+    static const char *const names[] = {"device", "nbytes"};
+    cmpy_state *st = cmpy_get_state(module);
+    size_t limit = SIZE_MAX;
+    PyObject *argv[2];
+    cm_device *dev;
+    cm_error err;
+
+    if (cmpy_parse_args("_pool_set_limit", names, 2, 2, args, nargs,
+                        kwnames, argv) < 0) {
+        return NULL;
+    }
+    if (argv[1] != Py_None) {
+        if (PyBool_Check(argv[1]) || !PyLong_Check(argv[1])) {
+            PyErr_Format(PyExc_TypeError,
+                         "nbytes must be an int or None, not %.200s",
+                         Py_TYPE(argv[1])->tp_name);
+            return NULL;
+        }
+        limit = PyLong_AsSize_t(argv[1]);
+        if (limit == (size_t)-1 && PyErr_Occurred()) {
+            PyErr_Format(PyExc_ValueError,
+                         "nbytes must be a byte count >= 0, not %R",
+                         argv[1]);
+            return NULL;
+        }
+    }
+    if (device_arg(st, argv[0], &dev) < 0) {
+        return NULL;
+    }
+    if (cm_pool_set_limit(dev, limit, &err) < 0) {
+        return cmpy_raise(st, &err);
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(pool_stats_doc,
+             "_pool_stats(device) -> dict\n\n"
+             "The state of *device*'s pool: enabled, limit (None: no cap), "
+             "slabs and\nslab_bytes (cuMemAlloc allocations held), "
+             "used_blocks and used_bytes\n(handed out), free_blocks and "
+             "cached_bytes (free in the slabs), and\npending_blocks (free "
+             "blocks whose stream may still be using them).");
+
+static PyObject *
+pool_stats(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+           PyObject *kwnames)
+{
+    static const char *const names[] = {"device"};
+    cmpy_state *st = cmpy_get_state(module);
+    PyObject *argv[1], *limit;
+    cm_pool_stats s;
+    cm_device *dev;
+
+    if (cmpy_parse_args("_pool_stats", names, 1, 1, args, nargs, kwnames,
+                        argv) < 0 ||
+        device_arg(st, argv[0], &dev) < 0) {
+        return NULL;
+    }
+    cm_pool_get_stats(dev, &s);
+    limit = s.limit == SIZE_MAX ? Py_NewRef(Py_None)
+                                : PyLong_FromSize_t(s.limit);
+    if (limit == NULL) {
+        return NULL;
+    }
+    return Py_BuildValue("{s:O,s:N,s:n,s:n,s:n,s:n,s:n,s:n,s:n}", "enabled",
+                         s.enabled ? Py_True : Py_False, "limit", limit,
+                         "slabs", (Py_ssize_t)s.slabs, "slab_bytes",
+                         (Py_ssize_t)s.slab_bytes, "used_blocks",
+                         (Py_ssize_t)s.used_blocks, "used_bytes",
+                         (Py_ssize_t)s.used_bytes, "free_blocks",
+                         (Py_ssize_t)s.free_blocks, "cached_bytes",
+                         (Py_ssize_t)s.cached_bytes, "pending_blocks",
+                         (Py_ssize_t)s.pending_blocks);
+}
+
+PyMethodDef cmpy_pool_methods[] = {
+    {"_pool_enable", (PyCFunction)(void (*)(void))pool_enable,
+     METH_FASTCALL | METH_KEYWORDS, pool_enable_doc},
+    {"_pool_trim", (PyCFunction)(void (*)(void))pool_trim,
+     METH_FASTCALL | METH_KEYWORDS, pool_trim_doc},
+    {"_pool_set_limit", (PyCFunction)(void (*)(void))pool_set_limit,
+     METH_FASTCALL | METH_KEYWORDS, pool_set_limit_doc},
+    {"_pool_stats", (PyCFunction)(void (*)(void))pool_stats,
+     METH_FASTCALL | METH_KEYWORDS, pool_stats_doc},
+    {NULL, NULL, 0, NULL},
+};
