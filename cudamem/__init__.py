@@ -67,6 +67,7 @@ from cudamem.memory import (
     set_memory_manager,
     using_memory_manager,
 )
+from cudamem.pool import PoolMemoryManager
 from cudamem.hostarrays import (
     deregister,
     mapped,
@@ -99,6 +100,7 @@ __all__ = [
     "MappedNDArray",
     "MemoryInfo",
     "MemoryPointer",
+    "PoolMemoryManager",
     "Stream",
     "as_cuda_array",
     "can_access_peer",

@@ -226,7 +226,10 @@ def _check_class(cls):
         raise TypeError("a memory manager must be a class, not %r" % (cls,))
     # numba's check: a dummy instance without a context.
     _check_version(cls(context=None))
-    if _manager_mode(cls) == _PLUGIN_MODE:
+    # Any manager but the default must exist before its context's first
+    # allocation (a plugin is asked for memory, the pool turns itself on):
+    # from now on allocations make it.
+    if cls is not DefaultMemoryManager:
         _cudamem._enable_plugins()
 
 
@@ -304,11 +307,16 @@ def using_memory_manager(cls):
     try:
         yield manager
     finally:
+        # A manager that switched something on in C (the pool) switches
+        # it off before the previous one is back.
+        detach = getattr(manager, "_detach", None)
+        if detach is not None:
+            detach()
         context._set_memory_manager(previous,
                                     _manager_mode(type(previous)))
 
 
-# A plugin named in the environment is loaded with the first context's
+# A manager named in the environment is made with the first context's
 # manager; allocations must ask for it from the start.
 if (os.environ.get("CUDAMEM_MEMORY_MANAGER") or "default") != "default":
     _cudamem._enable_plugins()

@@ -343,7 +343,7 @@ slab_forget(cm_pool_slab *s)
 }
 
 /* Empties the pool's bookkeeping: the slabs and events went with the
- * context, or trim took them. Keeps enabled, limit and the counters of
+ * context, or trim took them. Keeps the limit and the counters of
  * blocks still out, which no longer come back. */
 static void
 forget_all(cm_pool *pool)
@@ -439,6 +439,10 @@ cm__pool_drop(cm_device *dev)
     forget_all(pool);
     /* Blocks of the old context never come back: see cm__pool_return. */
     pool->generation = dev->generation + 1;
+    /* The pool belongs to the context's memory manager: the next
+     * context's manager turns it on again if it is a pool. */
+    pool->enabled = 0;
+    __atomic_store_n(&dev->pool_on, NULL, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&pool->lock);
 }
 

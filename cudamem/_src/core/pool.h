@@ -77,7 +77,8 @@ void cm_pool_get_stats(cm_device *dev, cm_pool_stats *out);
 
 /* context.c, with dev->lock and dev->qlock held, before the generation is
  * bumped: forgets every slab, block and event (the driver frees them with
- * the context). */
+ * the context) and turns the pool off: it was the context's memory
+ * manager's, and the next context's manager decides. */
 void cm__pool_drop(cm_device *dev);
 
 #endif

@@ -1,0 +1,75 @@
+"""PoolMemoryManager: cudamem's memory pool as an EMM memory manager.
+
+The pool itself is C (core/pool.c): best-fit blocks of cuMemAlloc slabs,
+split and coalesced, reused at once on the stream that freed them and on
+other streams once that stream's work is done. This class turns it on for
+a context, and gives it numba's memory-manager surface plus ``set_limit``,
+``trim`` and ``stats``.
+"""
+from cudamem import _cudamem
+from cudamem import memory
+
+__all__ = ["PoolMemoryManager"]
+
+
+class PoolMemoryManager(memory.DefaultMemoryManager):
+    """PoolMemoryManager(context)
+
+    cudamem's memory pool for one context, selected with
+    ``set_memory_manager(cudamem.PoolMemoryManager)``,
+    ``using_memory_manager(cudamem.PoolMemoryManager)`` or
+    ``CUDAMEM_MEMORY_MANAGER=pool``. Allocations stay in C (no Python per
+    allocation). Freed blocks return to the pool at once rather than through
+    the pending deallocations, ordered by the stream their array was made
+    for; ``trim()`` gives wholly free slabs back to the driver. Out of
+    memory, the pool is trimmed and the allocation retried. IPC of a pooled
+    array is its slab's handle plus an offset."""
+
+    def _device(self):
+        return self.context.device
+
+    def initialize(self):
+        """initialize()
+
+        Turns the pool on for the context's device."""
+        _cudamem._pool_enable(self._device(), True)
+
+    def _detach(self):
+        # using_memory_manager() restoring another manager: new arrays
+        # stop coming from the pool; blocks in use still return to it.
+        _cudamem._pool_enable(self._device(), False)
+
+    def set_limit(self, nbytes):
+        """set_limit(nbytes)
+
+        Caps the bytes of the pool's slabs (None: no cap). An allocation
+        that would pass it trims the pool first, then raises
+        CudaOutOfMemoryError."""
+        _cudamem._pool_set_limit(self._device(), nbytes)
+
+    def trim(self):
+        """trim()
+
+        Frees every slab none of whose blocks is in use or waiting for its
+        stream."""
+        _cudamem._pool_trim(self._device())
+
+    def stats(self):
+        """stats() -> dict
+
+        The pool's slabs, blocks and bytes: ``slab_bytes``, ``used_bytes``,
+        ``cached_bytes`` (free in slabs), their counts and the limit."""
+        return _cudamem._pool_stats(self._device())
+
+    def reset(self):
+        """reset()
+
+        Frees the pending deallocations and trims the pool."""
+        super().reset()
+        self.trim()
+
+    def __repr__(self):
+        return "<cudamem.PoolMemoryManager of %r>" % (self.context,)
+
+
+memory._NATIVE[PoolMemoryManager] = 0
