@@ -61,6 +61,12 @@ from cudamem.errors import (
     CudaSupportError,
     CudaWarning,
 )
+from cudamem.ipc import (
+    GetIpcHandleMixin,
+    IpcArrayHandle,
+    IpcHandle,
+    open_ipc_array,
+)
 from cudamem.hostarrays import (
     deregister,
     mapped,
@@ -86,7 +92,10 @@ __all__ = [
     "DeviceNDArrayBase",
     "DeviceRecord",
     "Event",
+    "GetIpcHandleMixin",
     "HostBuffer",
+    "IpcArrayHandle",
+    "IpcHandle",
     "ManagedNDArray",
     "MappedNDArray",
     "MemoryInfo",
@@ -118,6 +127,7 @@ __all__ = [
     "mapped",
     "mapped_array",
     "mapped_array_like",
+    "open_ipc_array",
     "per_thread_default_stream",
     "pinned",
     "pinned_array",

@@ -8,6 +8,7 @@
 
 #include "device.h"
 #include "driver.h"
+#include "ipc.h"
 #include "release.h"
 
 /* One allocation of `kind` in the current context. */
@@ -28,21 +29,13 @@ static int
 alloc_retry(cm_device *dev, cm_free_kind kind, unsigned flags, size_t nbytes,
             CUdeviceptr *ptr, cm_error *err)
 {
-    size_t count, bytes;
-    cm_error flush_err;
-    int deferred;
-
     if (alloc_once(kind, flags, nbytes, ptr, err) == 0) {
         return 0;
     }
-    if (err->kind != CM_ERR_DRIVER || err->code != CUDA_ERROR_OUT_OF_MEMORY) {
+    if (err->kind != CM_ERR_DRIVER || err->code != CUDA_ERROR_OUT_OF_MEMORY ||
+        !cm_queue_relieve(dev, CM_QUEUE_MEMORY)) {
         return -1;
     }
-    cm_queue_stats(dev, CM_QUEUE_MEMORY, &count, &bytes, &deferred);
-    if (count == 0 || deferred) {
-        return -1;
-    }
-    (void)cm_queue_flush(dev, CM_QUEUE_MEMORY, &flush_err);
     return alloc_once(kind, flags, nbytes, ptr, err);
 }
 
@@ -224,7 +217,10 @@ cm_mem_decref(cm_mem *m, cm_error *err)
 {
     int rc = 0;
 
-    if (__atomic_sub_fetch(&m->refs, 1, __ATOMIC_ACQ_REL) != 0) {
+    /* An IPC mapping's count reaches zero under ipc.c's cache lock. */
+    if (m->kind == CM_FREE_IPC ? !cm__ipc_unref(m)
+                               : __atomic_sub_fetch(&m->refs, 1,
+                                                    __ATOMIC_ACQ_REL) != 0) {
         return 0;
     }
     if (m->ptr != 0 && m->kind == CM_FREE_MANAGED) {

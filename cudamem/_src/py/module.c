@@ -104,6 +104,7 @@ cudamem_exec(PyObject *module)
         PyModule_AddFunctions(module, cmpy_managed_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_hostbuf_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_hostarray_methods) < 0 ||
+        PyModule_AddFunctions(module, cmpy_ipc_methods) < 0 ||
         cmpy_device_types_init(module, st) < 0 ||
         cmpy_stream_type_init(module, st) < 0 ||
         cmpy_event_type_init(module, st) < 0 ||
