@@ -61,31 +61,19 @@ cm_ipc_export_ptr(cm_device *dev, CUdeviceptr ptr, cm_ipc_export *out,
     return cm_ctx_leave(&guard, export_in(ptr, out, err), err);
 }
 
-static int
-open_once(const CUipcMemHandle *handle, CUdeviceptr *ptr, cm_error *err)
-{
-    return CM_CALL(err, cuIpcOpenMemHandle, ptr, *handle,
-                   CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
-}
-
 /* Maps handle in the current context (dev's) and reads the mapping's
  * size; *ptr stays 0 unless the mapping was made and is still open. */
 static int
-map_in(cm_device *dev, const CUipcMemHandle *handle, CUdeviceptr *ptr,
-       size_t *size, cm_error *err)
+map_in(const CUipcMemHandle *handle, CUdeviceptr *ptr, size_t *size,
+       cm_error *err)
 {
     CUdeviceptr base;
     cm_error ignored;
 
-    if (open_once(handle, ptr, err) < 0) {
-        /* This process's own mapping, closed but still queued. */
-        if (err->kind != CM_ERR_DRIVER ||
-            err->code != CUDA_ERROR_ALREADY_MAPPED ||
-            !cm_queue_relieve(dev, CM_QUEUE_MEMORY) ||
-            open_once(handle, ptr, err) < 0) {
-            *ptr = 0;
-            return -1;
-        }
+    if (CM_CALL(err, cuIpcOpenMemHandle, ptr, *handle,
+                CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) < 0) {
+        *ptr = 0;
+        return -1;
     }
     if (CM_CALL(err, cuMemGetAddressRange, &base, size, *ptr) < 0) {
         (void)CM_CALL(&ignored, cuIpcCloseMemHandle, *ptr);
@@ -115,8 +103,7 @@ open_locked(cm_device *dev, uint64_t generation, const CUipcMemHandle *handle,
     if (cm_ctx_enter(dev, &guard, err) < 0) {
         goto done;
     }
-    if (cm_ctx_leave(&guard, map_in(dev, handle, &ptr, &size, err), err) <
-        0) {
+    if (cm_ctx_leave(&guard, map_in(handle, &ptr, &size, err), err) < 0) {
         /* Made, but the pop failed: closed from the queue, as a failed
          * allocation is freed. */
         if (ptr != 0) {
@@ -145,19 +132,14 @@ done:
     return rc;
 }
 
-int
-cm_ipc_open(cm_device *dev, const CUipcMemHandle *handle, cm_mem **out,
-            cm_error *err)
+/* One try: the cached mapping, or a new one. */
+static int
+open_cached(cm_device *dev, uint64_t generation, const CUipcMemHandle *handle,
+            cm_mem **out, cm_error *err)
 {
-    uint64_t generation;
     cache_entry *e;
-    CUcontext ctx;
     int rc = 0;
 
-    if (cm_fork_check(err) < 0 ||
-        cm_device_primary(dev, &ctx, &generation, err) < 0) {
-        return -1;
-    }
     /* Held across the driver calls: two threads opening one handle must
      * not both map it. */
     pthread_mutex_lock(&cache_lock);
@@ -171,6 +153,29 @@ cm_ipc_open(cm_device *dev, const CUipcMemHandle *handle, cm_mem **out,
     }
     pthread_mutex_unlock(&cache_lock);
     return rc;
+}
+
+int
+cm_ipc_open(cm_device *dev, const CUipcMemHandle *handle, cm_mem **out,
+            cm_error *err)
+{
+    uint64_t generation;
+    CUcontext ctx;
+
+    if (cm_fork_check(err) < 0 ||
+        cm_device_primary(dev, &ctx, &generation, err) < 0) {
+        return -1;
+    }
+    if (open_cached(dev, generation, handle, out, err) == 0) {
+        return 0;
+    }
+    /* This process's own mapping, closed but still queued: flushed
+     * without the cache lock (a queued free may need other locks). */
+    if (err->kind != CM_ERR_DRIVER || err->code != CUDA_ERROR_ALREADY_MAPPED ||
+        !cm_queue_relieve(dev, CM_QUEUE_MEMORY)) {
+        return -1;
+    }
+    return open_cached(dev, generation, handle, out, err);
 }
 
 int
