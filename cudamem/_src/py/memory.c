@@ -1,7 +1,8 @@
 /* memory.c (py/): the MemoryPointer type (numba's MemoryPointer as an
  * array's gpu_data): device pointer, size, owner, views, and the buffer
  * protocol for host-accessible (managed) memory. Allocation and release
- * are core/memory.c's; this file only holds the reference. */
+ * are core/memory.c's, IPC mappings core/ipc.c's; this file only holds
+ * the reference. */
 #include "memory.h"
 
 #include "../core/ipc.h"
