@@ -68,6 +68,12 @@ from cudamem.memory import (
     using_memory_manager,
 )
 from cudamem.pool import PoolMemoryManager
+from cudamem.ipc import (
+    GetIpcHandleMixin,
+    IpcArrayHandle,
+    IpcHandle,
+    open_ipc_array,
+)
 from cudamem.hostarrays import (
     deregister,
     mapped,
@@ -94,8 +100,11 @@ __all__ = [
     "DeviceNDArrayBase",
     "DeviceRecord",
     "Event",
+    "GetIpcHandleMixin",
     "HostBuffer",
     "HostOnlyCUDAMemoryManager",
+    "IpcArrayHandle",
+    "IpcHandle",
     "ManagedNDArray",
     "MappedNDArray",
     "MemoryInfo",
@@ -128,6 +137,7 @@ __all__ = [
     "mapped",
     "mapped_array",
     "mapped_array_like",
+    "open_ipc_array",
     "per_thread_default_stream",
     "pinned",
     "pinned_array",

@@ -193,6 +193,11 @@ KEYWORD_CALLS = {
     "cudamem.mapped_array_like": lambda s: (
         cudamem.mapped_array_like, dict(ary=np.zeros(3), stream=0,
                                         portable=False, wc=False)),
+    # A context manager: the call binds the arguments, opening is on entry.
+    "cudamem.open_ipc_array": lambda s: (
+        cudamem.open_ipc_array, dict(handle=bytes(64), shape=3,
+                                     dtype=np.uint8, strides=None,
+                                     offset=0)),
     "cudamem.pinned_array": lambda s: (
         cudamem.pinned_array, dict(shape=3, dtype=np.float64, strides=None,
                                    order="C")),

@@ -2,6 +2,8 @@
 public call that reaches it, gives the right exception and leaks nothing
 (the autouse leak check). A row added to core/driver.h without an entry in
 REACH fails test_every_row_has_a_reach."""
+import pickle
+
 import numpy as np
 import pytest
 
@@ -14,6 +16,7 @@ pytestmark = pytest.mark.simulator
 
 LOAD = "load"  # called while loading: observed in a fresh process
 TWO = "two devices"  # needs a second device: observed in a fresh process
+IPC = "another process"  # opens a handle this process exported
 
 
 def _dev():
@@ -245,6 +248,10 @@ REACH = {
     "cuMemHostGetDevicePointer": lambda: cudamem.mapped_array(4),
     "cuMemHostAlloc": lambda: cudamem.mapped_array(4, wc=True),
     "cuMemFreeHost": _wc_free,
+    "cuMemGetAddressRange": lambda: cudamem.device_array(4).get_ipc_handle(),
+    "cuIpcGetMemHandle": lambda: cudamem.device_array(4).get_ipc_handle(),
+    "cuIpcOpenMemHandle": IPC,
+    "cuIpcCloseMemHandle": IPC,
 }
 
 ROWS = [row[0] for row in driver.table()]
@@ -262,9 +269,11 @@ def test_rows_are_resolved():
             assert present, name
 
 
-IN_PROCESS = [name for name in ROWS if REACH.get(name) not in (LOAD, TWO)]
+IN_PROCESS = [name for name in ROWS
+              if REACH.get(name) not in (LOAD, TWO, IPC)]
 AT_LOAD = [name for name in ROWS if REACH.get(name) is LOAD]
 IN_TWO = [name for name in ROWS if REACH.get(name) is TWO]
+IN_IPC = [name for name in ROWS if REACH.get(name) is IPC]
 
 # Rows reached only with two devices, in a fresh process with two
 # simulated devices: the public call for each.
@@ -337,6 +346,56 @@ def test_two_device_row_failures(run_py, row):
         print(simulator.live())
     """ % (TWO_DEVICE_REACH[row], row, row),
         env={"CUDAMEM_SIM_DEVICES": "2", "CUDA_VISIBLE_DEVICES": None})
+    assert proc.returncode == 0, proc.stderr
+    live = eval(proc.stdout)
+    assert all(v == 0 for v in live.values()), live
+
+
+# Rows reached only by opening an IPC handle, which the driver refuses in the
+# process that exported it: a fresh process opens one exported here, then
+# closes it (the close is queued: flushing the queue runs it).
+IPC_REACH = """
+def reach():
+    array = handle.open()
+    handle.close()
+    del array
+    try:
+        cudamem.current_context().memory_manager.deallocations.clear()
+    except CudaAPIError:
+        # A failed close leaves the mapping: it goes with the context.
+        cudamem.get_current_device().reset()
+        raise
+"""
+
+
+@pytest.mark.parametrize("row", IN_IPC)
+def test_ipc_row_failures(run_py, row):
+    array = cudamem.device_array(4)
+    proc = run_py("""
+        import pickle
+        import cudamem
+        from cudamem import simulator
+        from cudamem.errors import (CudaAPIError, CudaOutOfMemoryError,
+                                    CudaStickyError)
+        handle = pickle.loads(%r)
+        %s
+        for code, cls in [("CUDA_ERROR_UNKNOWN", CudaAPIError),
+                          ("CUDA_ERROR_OUT_OF_MEMORY", CudaOutOfMemoryError),
+                          ("CUDA_ERROR_ILLEGAL_ADDRESS", CudaStickyError)]:
+            simulator.inject(%r, code)
+            try:
+                reach()
+            except CudaAPIError as exc:
+                assert type(exc) is cls, (code, exc)
+                assert exc.call == %r, exc.call
+            else:
+                raise SystemExit("no error for " + code)
+            cudamem.get_current_device().reset()
+            reach()
+        cudamem.close()
+        print(simulator.live())
+    """ % (pickle.dumps(array.get_ipc_handle()),
+           IPC_REACH.replace("\n", "\n        "), row, row))
     assert proc.returncode == 0, proc.stderr
     live = eval(proc.stdout)
     assert all(v == 0 for v in live.values()), live

@@ -355,7 +355,7 @@ buf_new(buf *b, int on_device, size_t size)
         b->host[i] = (unsigned char)rnd();
     }
     if (on_device) {
-        CHECK(cm_mem_alloc(dev, size, &b->mem, &err) == 0);
+        CHECK(cm_mem_alloc(dev, size, NULL, &b->mem, &err) == 0);
         CHECK(cm_copy_htod(dev, b->mem->ptr, b->host, size, NULL, 0, &err) ==
               0);
     }

@@ -10,6 +10,7 @@
 
 #include "device.h"
 #include "driver.h"
+#include "ipc.h"
 #include "pool.h"
 #include "release.h"
 
@@ -36,9 +37,9 @@ static int
 alloc_retry(cm_device *dev, cm_free_kind kind, unsigned flags, size_t nbytes,
             CUdeviceptr *ptr, cm_error *err)
 {
-    size_t count, bytes, cached = cm_pool_cached_bytes(dev);
+    size_t cached = cm_pool_cached_bytes(dev);
     cm_error ignored;
-    int deferred;
+    int relieved;
 
     if (alloc_once(kind, flags, nbytes, ptr, err) == 0) {
         return 0;
@@ -46,12 +47,14 @@ alloc_retry(cm_device *dev, cm_free_kind kind, unsigned flags, size_t nbytes,
     if (err->kind != CM_ERR_DRIVER || err->code != CUDA_ERROR_OUT_OF_MEMORY) {
         return -1;
     }
-    cm_queue_stats(dev, CM_QUEUE_MEMORY, &count, &bytes, &deferred);
-    if ((count == 0 || deferred) && cached == 0) {
+    relieved = cm_queue_relieve(dev, CM_QUEUE_MEMORY);
+    if (cached != 0) {
+        (void)cm_pool_trim(dev, &ignored);
+        relieved = 1;
+    }
+    if (!relieved) {
         return -1;
     }
-    (void)cm_pool_trim(dev, &ignored);
-    (void)cm_queue_flush(dev, CM_QUEUE_MEMORY, &ignored);
     return alloc_once(kind, flags, nbytes, ptr, err);
 }
 
@@ -290,7 +293,10 @@ cm_mem_decref(cm_mem *m, cm_error *err)
 {
     int rc = 0;
 
-    if (__atomic_sub_fetch(&m->refs, 1, __ATOMIC_ACQ_REL) != 0) {
+    /* An IPC mapping's count reaches zero under ipc.c's cache lock. */
+    if (m->kind == CM_FREE_IPC ? !cm__ipc_unref(m)
+                               : __atomic_sub_fetch(&m->refs, 1,
+                                                    __ATOMIC_ACQ_REL) != 0) {
         return 0;
     }
     if (m->kind == CM_FREE_EXTERNAL) {

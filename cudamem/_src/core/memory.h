@@ -74,7 +74,8 @@ void cm_mem_set_release_hook(cm_release_hook hook, void *hook_arg);
 int cm_pointer_device(CUdeviceptr ptr, cm_device **dev, cm_error *err);
 void cm_mem_incref(cm_mem *m);
 /* Drops a reference; the last one queues the free (none for borrowed
- * memory) and frees the record.
+ * memory; for an IPC mapping, its close: see ipc.h) and frees the
+ * record.
  * -1: a queued free failed (reported in err); the record is gone anyway. */
 int cm_mem_decref(cm_mem *m, cm_error *err);
 /* Fails with CM_ERR_STATE when the device was reset or closed since the

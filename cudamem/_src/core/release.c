@@ -214,6 +214,21 @@ cm_queues_flush(cm_device *dev, cm_error *err)
 }
 
 int
+cm_queue_relieve(cm_device *dev, cm_queue_id q)
+{
+    size_t count, bytes;
+    cm_error ignored;
+    int deferred;
+
+    cm_queue_stats(dev, q, &count, &bytes, &deferred);
+    if (count == 0 || deferred) {
+        return 0;
+    }
+    (void)cm_queue_flush(dev, q, &ignored);
+    return 1;
+}
+
+int
 cm_queue_defer(cm_device *dev, cm_queue_id q, cm_error *err)
 {
     int rc;

@@ -45,6 +45,11 @@ int cm_release_retained(cm_device *dev, uint64_t generation, uint64_t resets,
 int cm_queue_flush(cm_device *dev, cm_queue_id q, cm_error *err);
 /* Both queues (Context.reset(), out-of-memory). */
 int cm_queues_flush(cm_device *dev, cm_error *err);
+/* Flushes q so that a failed call can be retried (out-of-memory; a
+ * mapping whose close is still queued): 1 when q held something and was
+ * not deferred, else 0. A failed flush is not the caller's error (the
+ * retry's is): it is dropped. */
+int cm_queue_relieve(cm_device *dev, cm_queue_id q);
 
 /* numba's deallocations.disable() on one queue (nests); defer_cleanup()
  * is both. Leaving does not flush. */

@@ -560,6 +560,8 @@ static PyMethodDef array_methods[] = {
     {"transpose", FASTKW(cmpy_array_transpose), transpose_doc},
     {"view", FASTKW(cmpy_array_view_dtype), view_doc},
     {"split", FASTKW(cmpy_array_split), split_doc},
+    {"get_ipc_handle", cmpy_array_get_ipc_handle, METH_NOARGS,
+     cmpy_array_get_ipc_handle_doc},
     {"is_c_contiguous", array_is_c_contiguous, METH_NOARGS,
      is_c_contiguous_doc},
     {"is_f_contiguous", array_is_f_contiguous, METH_NOARGS,

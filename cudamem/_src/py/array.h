@@ -159,6 +159,10 @@ extern const char cmpy_array_copy_to_host_doc[],
     cmpy_array_copy_to_device_doc[], cmpy_array_fill_doc[],
     cmpy_array_copy_doc[], cmpy_array_array_doc[];
 
+/* ipc.c: DeviceNDArray.get_ipc_handle(). */
+PyObject *cmpy_array_get_ipc_handle(PyObject *, PyObject *);
+extern const char cmpy_array_get_ipc_handle_doc[];
+
 /* The GC slots every array type shares. */
 int cmpy_array_traverse(PyObject *op, visitproc visit, void *arg);
 int cmpy_array_clear(PyObject *op);

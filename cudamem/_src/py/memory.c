@@ -3,9 +3,11 @@
  * protocol for host-accessible (managed) memory, numba's constructor for
  * EMM plugins, and the dispatch of allocations to a context's plugin.
  * Allocation and release are core/memory.c's (plugin memory: the release
- * hook here); which manager a context has is py/context.c's. */
+ * hook here), IPC mappings core/ipc.c's; which manager a context has is
+ * py/context.c's. */
 #include "memory.h"
 
+#include "../core/ipc.h"
 #include "device.h"
 
 static cmpy_MemoryPointer *
@@ -296,6 +298,20 @@ cmpy_memory_alloc_managed(cmpy_state *st, cm_device *dev, size_t nbytes,
     cm_mem *mem = NULL;
     int made = cm_mem_alloc_managed(dev, nbytes, attach_global, &mem, &err);
 
+    return own_record(st, made, mem, &err);
+}
+
+PyObject *
+cmpy_memory_ipc_open(cmpy_state *st, cm_device *dev,
+                     const CUipcMemHandle *handle)
+{
+    cm_error err;
+    cm_mem *mem = NULL;
+    int made;
+
+    Py_BEGIN_ALLOW_THREADS
+    made = cm_ipc_open(dev, handle, &mem, &err);
+    Py_END_ALLOW_THREADS
     return own_record(st, made, mem, &err);
 }
 

@@ -29,6 +29,12 @@ PyObject *cmpy_memory_alloc(cmpy_state *st, cm_device *dev, size_t nbytes,
 PyObject *cmpy_memory_alloc_managed(cmpy_state *st, cm_device *dev,
                                     size_t nbytes, int attach_global);
 
+/* The mapping of an IPC handle on dev (core's cm_ipc_open, with the GIL
+ * released): the whole allocation, shared with every other open of the
+ * handle on dev in this process. */
+PyObject *cmpy_memory_ipc_open(cmpy_state *st, cm_device *dev,
+                               const CUipcMemHandle *handle);
+
 /* The `size` bytes at ptr on dev, allocated by another library: never
  * freed by cudamem. `owner` (None or NULL: the pointer itself) is kept
  * alive by the pointer and every view of it, and is their `owner`. New

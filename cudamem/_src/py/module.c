@@ -107,6 +107,7 @@ cudamem_exec(PyObject *module)
         PyModule_AddFunctions(module, cmpy_hostarray_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_memory_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_pool_methods) < 0 ||
+        PyModule_AddFunctions(module, cmpy_ipc_methods) < 0 ||
         cmpy_device_types_init(module, st) < 0 ||
         cmpy_stream_type_init(module, st) < 0 ||
         cmpy_event_type_init(module, st) < 0 ||

@@ -147,6 +147,7 @@ extern PyMethodDef cmpy_hostbuf_methods[];
 extern PyMethodDef cmpy_hostarray_methods[];
 extern PyMethodDef cmpy_memory_methods[];
 extern PyMethodDef cmpy_pool_methods[];
+extern PyMethodDef cmpy_ipc_methods[];
 
 /* py/device.c: creates the Device and Context types and the attribute
  * table in the module state; 0, or -1 with an exception set. */

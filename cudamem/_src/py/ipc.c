@@ -1,0 +1,265 @@
+/* ipc.c (py/): the C side of IPC: DeviceNDArray.get_ipc_handle() and the
+ * private functions cudamem/ipc.py builds on (_ipc_get, _ipc_open,
+ * _ipc_array). Where a handle opens, staged copies and pickling are
+ * cudamem/ipc.py's; exports and the cache of mappings are core/ipc.c's. */
+#include "npy.h"
+
+#include <string.h>
+
+#include "../core/ipc.h"
+#include "array.h"
+#include "device.h"
+
+/* An IPC handle argument: bytes of the driver's handle size. */
+static int
+parse_handle(PyObject *arg, CUipcMemHandle *out)
+{
+    if (!PyBytes_Check(arg)) {
+        PyErr_Format(PyExc_TypeError,
+                     "an IPC handle must be bytes, not %.200s",
+                     Py_TYPE(arg)->tp_name);
+        return -1;
+    }
+    if (PyBytes_GET_SIZE(arg) != CU_IPC_HANDLE_SIZE) {
+        PyErr_Format(PyExc_ValueError,
+                     "an IPC handle has %d bytes, not %zd: %R",
+                     CU_IPC_HANDLE_SIZE, PyBytes_GET_SIZE(arg), arg);
+        return -1;
+    }
+    memcpy(out->reserved, PyBytes_AS_STRING(arg), CU_IPC_HANDLE_SIZE);
+    return 0;
+}
+
+/* core's export of the memory at ptr on dev, with the GIL released; 0,
+ * or -1 with the exception set. */
+static int
+export_ptr(cmpy_state *st, cm_device *dev, CUdeviceptr ptr,
+           cm_ipc_export *ex)
+{
+    cm_error err;
+    int rc;
+
+    Py_BEGIN_ALLOW_THREADS
+    rc = cm_ipc_export_ptr(dev, ptr, ex, &err);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        cmpy_raise(st, &err);
+    }
+    return rc;
+}
+
+static PyObject *
+handle_bytes(const cm_ipc_export *ex)
+{
+    return PyBytes_FromStringAndSize(ex->handle.reserved,
+                                     CU_IPC_HANDLE_SIZE);
+}
+
+const char cmpy_array_get_ipc_handle_doc[] =
+    "get_ipc_handle() -> IpcArrayHandle\n\n"
+    "A picklable handle that shares this array's memory with another "
+    "process\non the same machine (numba's): its open() there gives a "
+    "DeviceNDArray\nof this shape, strides and dtype over the same bytes. "
+    "Works for views\nand for memory imported through the CUDA Array "
+    "Interface (the\nallocation around it is found with "
+    "cuMemGetAddressRange). The handle\nkeeps the memory alive in this "
+    "process. A zero-size array shares\nnothing: it opens as an empty "
+    "array.";
+
+PyObject *
+cmpy_array_get_ipc_handle(PyObject *op, PyObject *Py_UNUSED(args))
+{
+    cmpy_DeviceNDArray *self = (cmpy_DeviceNDArray *)op;
+    cmpy_state *st = cmpy_type_state(op);
+    cm_device *dev = self->gpu_data->mem->dev;
+    PyObject *handle, *shape = NULL, *strides = NULL, *module = NULL;
+    PyObject *result = NULL;
+    Py_ssize_t size, low, high, offset = 0;
+    CUdeviceptr lowest;
+    cm_ipc_export ex;
+
+    if (cmpy_array_check_alive(st, self) < 0 ||
+        cmpy_layout_extent(CMPY_NDIM(self), CMPY_SHAPE(self),
+                           CMPY_STRIDES(self), PyDataType_ELSIZE(self->dtype),
+                           &size, &low, &high) < 0) {
+        return NULL;
+    }
+    /* The handle covers the bytes the elements span, from the lowest; a
+     * zero-size array has no memory to share (None). */
+    lowest = self->ptr + (CUdeviceptr)low;
+    if (size == 0) {
+        handle = Py_NewRef(Py_None);
+    }
+    else if (export_ptr(st, dev, lowest, &ex) < 0) {
+        return NULL;
+    }
+    else {
+        handle = handle_bytes(&ex);
+        offset = (Py_ssize_t)(lowest - ex.base);
+    }
+    if (handle == NULL) {
+        return NULL;
+    }
+    shape = cmpy_shape_tuple(CMPY_NDIM(self), CMPY_SHAPE(self));
+    strides = cmpy_shape_tuple(CMPY_NDIM(self), CMPY_STRIDES(self));
+    if (shape == NULL || strides == NULL ||
+        (module = PyImport_ImportModule("cudamem.ipc")) == NULL) {
+        goto done;
+    }
+    result = PyObject_CallMethod(module, "_array_handle", "OOnOnOOOn",
+                                 self->gpu_data, handle, high - low,
+                                 cmpy_device_of(st, dev)->uuid, offset,
+                                 shape, strides, self->dtype, -low);
+done:
+    Py_DECREF(handle);
+    Py_XDECREF(shape);
+    Py_XDECREF(strides);
+    Py_XDECREF(module);
+    return result;
+}
+
+PyDoc_STRVAR(ipc_get_doc,
+             "_ipc_get(pointer, device) -> (handle, base, size)\n\n"
+             "The IPC handle (bytes) of the allocation around device "
+             "address *pointer*\non *device* (an ordinal or a Device), "
+             "with the allocation's base and\nsize (cuMemGetAddressRange, "
+             "cuIpcGetMemHandle).");
+
+static PyObject *
+ipc_get(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+        PyObject *kwnames)
+{
+    static const char *const names[] = {"pointer", "device"};
+    cmpy_state *st = cmpy_get_state(module);
+    unsigned long long ptr;
+    cmpy_Device *device;
+    cm_ipc_export ex;
+    PyObject *argv[2];
+
+    if (cmpy_parse_args("_ipc_get", names, 2, 2, args, nargs, kwnames,
+                        argv) < 0) {
+        return NULL;
+    }
+    if (!PyLong_Check(argv[0]) || PyBool_Check(argv[0])) {
+        PyErr_Format(PyExc_TypeError, "pointer must be an int, not %.200s",
+                     Py_TYPE(argv[0])->tp_name);
+        return NULL;
+    }
+    ptr = PyLong_AsUnsignedLongLong(argv[0]);
+    if (ptr == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        ptr = 0;
+    }
+    if (ptr == 0) {
+        PyErr_Format(PyExc_ValueError,
+                     "pointer %R is not a device address that can have an "
+                     "IPC handle",
+                     argv[0]);
+        return NULL;
+    }
+    if (cmpy_device_parse(st, argv[1], &device) < 0 ||
+        export_ptr(st, device->dev, (CUdeviceptr)ptr, &ex) < 0) {
+        return NULL;
+    }
+    return Py_BuildValue("(NKn)", handle_bytes(&ex),
+                         (unsigned long long)ex.base, (Py_ssize_t)ex.size);
+}
+
+PyDoc_STRVAR(ipc_open_doc,
+             "_ipc_open(handle, device) -> MemoryPointer\n\n"
+             "The whole allocation behind IPC *handle* (bytes) mapped on "
+             "*device* (an\nordinal or a Device), shared with every other "
+             "open of it there in this\nprocess; None opens nothing (an "
+             "empty MemoryPointer). The mapping\ncloses through the "
+             "pending deallocations once no MemoryPointer uses it.");
+
+static PyObject *
+ipc_open(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+         PyObject *kwnames)
+{
+    static const char *const names[] = {"handle", "device"};
+    cmpy_state *st = cmpy_get_state(module);
+    CUipcMemHandle handle;
+    cmpy_Device *device;
+    PyObject *argv[2];
+
+    if (cmpy_parse_args("_ipc_open", names, 2, 2, args, nargs, kwnames,
+                        argv) < 0 ||
+        (argv[0] != Py_None && parse_handle(argv[0], &handle) < 0) ||
+        cmpy_device_parse(st, argv[1], &device) < 0) {
+        return NULL;
+    }
+    if (argv[0] == Py_None) {
+        return cmpy_memory_alloc(st, device->dev, 0, NULL);
+    }
+    return cmpy_memory_ipc_open(st, device->dev, &handle);
+}
+
+PyDoc_STRVAR(ipc_array_doc,
+             "_ipc_array(mem, shape, dtype, strides=None, offset=0) -> "
+             "DeviceNDArray\n\n"
+             "An array over MemoryPointer *mem* with its first element "
+             "*offset* bytes\nfrom mem's address (*strides* in bytes, "
+             "default C-contiguous).\nValueError when the elements reach "
+             "outside mem.");
+
+static PyObject *
+ipc_array(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+          PyObject *kwnames)
+{
+    static const char *const names[] = {"mem", "shape", "dtype", "strides",
+                                        "offset"};
+    cmpy_state *st = cmpy_get_state(module);
+    Py_ssize_t shape[NPY_MAXDIMS], strides[NPY_MAXDIMS], offset = 0;
+    PyArray_Descr *dtype = NULL;
+    PyObject *argv[5], *result = NULL;
+    cmpy_MemoryPointer *mp;
+    cmpy_stream_ref ref;
+    int ndim;
+
+    if (cmpy_numpy_init() < 0 ||
+        cmpy_parse_args("_ipc_array", names, 5, 3, args, nargs, kwnames,
+                        argv) < 0) {
+        return NULL;
+    }
+    if (!Py_IS_TYPE(argv[0], (PyTypeObject *)st->MemoryPointerType)) {
+        PyErr_Format(PyExc_TypeError,
+                     "mem must be a cudamem MemoryPointer, not %.200s",
+                     Py_TYPE(argv[0])->tp_name);
+        return NULL;
+    }
+    mp = (cmpy_MemoryPointer *)argv[0];
+    if (argv[4] != NULL) {
+        offset = PyNumber_AsSsize_t(argv[4], PyExc_OverflowError);
+        if (offset == -1 && PyErr_Occurred()) {
+            return NULL;
+        }
+    }
+    if (offset < 0 || (size_t)offset > mp->size) {
+        PyErr_Format(PyExc_ValueError,
+                     "offset %zd is outside the %zu bytes of the memory",
+                     offset, mp->size);
+        return NULL;
+    }
+    if (cmpy_parse_layout(argv[1], argv[2], argv[3], NULL, &ndim, shape,
+                          strides, &dtype) < 0) {
+        return NULL;
+    }
+    if (cmpy_stream_arg(st, Py_None, mp->mem->dev, &ref) == 0) {
+        result = (PyObject *)cmpy_array_over(
+            st, mp, mp->ptr + (CUdeviceptr)offset, ndim, shape, strides,
+            dtype, NULL, &ref);
+    }
+    Py_DECREF(dtype);
+    return result;
+}
+
+#define FASTKW(fn) \
+    (PyCFunction)(void (*)(void))(fn), METH_FASTCALL | METH_KEYWORDS
+
+PyMethodDef cmpy_ipc_methods[] = {
+    {"_ipc_get", FASTKW(ipc_get), ipc_get_doc},
+    {"_ipc_open", FASTKW(ipc_open), ipc_open_doc},
+    {"_ipc_array", FASTKW(ipc_array), ipc_array_doc},
+    {NULL, NULL, 0, NULL},
+};

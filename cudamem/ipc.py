@@ -1,0 +1,267 @@
+"""Sharing device memory with other processes (numba's IPC API):
+``IpcArrayHandle`` (from ``DeviceNDArray.get_ipc_handle()``),
+``open_ipc_array`` for raw handles, and the External Memory Management
+pieces ``IpcHandle`` and ``GetIpcHandleMixin``.
+
+This module decides where a handle opens (mapped on the current device, or
+copied there when it cannot reach the exporting device) and keeps the plain
+data that pickles. Mapping is C's: one driver mapping per handle and device
+in a process, shared by every open of it, closed through the context's
+pending deallocations once no memory from it is left.
+"""
+import contextlib
+import os
+
+from cudamem import _cudamem
+
+__all__ = ["GetIpcHandleMixin", "IpcArrayHandle", "IpcHandle",
+           "open_ipc_array"]
+
+# Which process made a handle: its pid and a nonce drawn once per process
+# (a pid can be reused by a later process; a forked child has its own).
+_NONCE = os.urandom(8).hex()
+
+
+def _this_process():
+    return "%d-%s" % (os.getpid(), _NONCE)
+
+
+def _handle_bytes(handle):
+    """The 64 bytes of a cuIpcMemHandle given as bytes or a sequence of
+    ints (None stays None: nothing to map)."""
+    if handle is None:
+        return None
+    if isinstance(handle, int):
+        raise TypeError("an IPC handle must be bytes or a sequence of ints, "
+                        "not int")
+    try:
+        data = bytes(handle)
+    except (TypeError, ValueError):
+        raise TypeError("an IPC handle must be bytes or a sequence of ints "
+                        "in range(256), not %r" % (handle,)) from None
+    if len(data) != 64:
+        raise ValueError("an IPC handle has 64 bytes, not %d: %r"
+                         % (len(data), handle))
+    return data
+
+
+def _byte_count(value, name):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError("%s must be an int, not %s"
+                        % (name, type(value).__name__))
+    if value < 0:
+        raise ValueError("%s must not be negative, not %d" % (name, value))
+    return value
+
+
+def _device_of(uuid):
+    """The visible device with this UUID, or None."""
+    for device in _cudamem.list_devices():
+        if device.uuid == uuid:
+            return device
+    return None
+
+
+class IpcHandle:
+    """IpcHandle(base, handle, size, source_info=None, offset=0)
+
+    A CUDA IPC handle for the *size* bytes at *offset* in an exported
+    allocation (numba's EMM ``IpcHandle``). *handle* is the driver's
+    64-byte ``cuIpcMemHandle`` (bytes or a sequence of ints; None when
+    *size* is 0: nothing is mapped), *source_info* the exporting device's
+    UUID (``Device.uuid``; None: unknown), *base* the exported memory,
+    which the handle keeps alive in the exporting process (None in
+    others). Pickles as plain data, without *base*.
+
+    ``open(context)`` in another process maps the memory on the context's
+    device. When that is not the exporting device and cannot access it
+    peer to peer, the memory is mapped on the exporting device instead and
+    ``open()`` returns a copy on the context's device (numba's staged
+    open): writes to the copy do not reach the exporter.
+    """
+
+    def __init__(self, base, handle, size, source_info=None, offset=0):
+        self.base = base
+        self.handle = _handle_bytes(handle)
+        self.size = _byte_count(size, "size")
+        self.source_info = source_info
+        self.offset = _byte_count(offset, "offset")
+        if self.handle is None and self.size:
+            raise ValueError("an IpcHandle of %d bytes needs a handle"
+                             % self.size)
+        self._exporter = _this_process() if base is not None else None
+        self._opened = None
+
+    def __reduce__(self):
+        return (type(self),
+                (None, self.handle, self.size, self.source_info,
+                 self.offset),
+                {"_exporter": self._exporter})
+
+    def can_access_peer(self, context):
+        """can_access_peer(context) -> bool
+
+        Whether *context*'s device can use the memory where the exporting
+        device has it: it is that device, can access it peer to peer, or
+        the exporting device is unknown here (the driver then decides)."""
+        source = _device_of(self.source_info)
+        device = context.device
+        return (source is None or source.id == device.id
+                or _cudamem.can_access_peer(device, source))
+
+    def open(self, context):
+        """open(context) -> MemoryPointer
+
+        The shared memory in *context*'s device, mapped (or a copy: see the
+        class). ValueError in the process that made the handle ("opening
+        IpcHandle from original process", numba's words) and when this
+        handle is already open."""
+        if self._opened is not None:
+            raise ValueError("IpcHandle is already opened")
+        if self.base is not None or self._exporter == _this_process():
+            raise ValueError("opening IpcHandle from original process")
+        if self.handle is None or self.can_access_peer(context):
+            mapped = _cudamem._ipc_open(self.handle, context.device)
+            mem = mapped.view(self.offset, self.offset + self.size)
+        else:
+            mem = self._open_staged(context.device)
+        self._opened = mem
+        return mem
+
+    def _open_staged(self, device):
+        # Mapped on the exporting device, copied peer to peer (the driver
+        # stages through the host), unmapped when `source` goes.
+        from cudamem.devices import gpus
+
+        mapped = _cudamem._ipc_open(self.handle, _device_of(self.source_info))
+        source = _cudamem._ipc_array(mapped, self.size, "u1",
+                                     offset=self.offset)
+        with gpus[device.id]:
+            return _cudamem.to_device(source).gpu_data
+
+    def open_array(self, context, shape, dtype, strides=None):
+        """open_array(context, shape, dtype, strides=None) -> DeviceNDArray
+
+        ``open(context)`` as an array of *shape* and *dtype* starting at the
+        shared memory's first byte (*strides* in bytes; default
+        C-contiguous)."""
+        return _cudamem._ipc_array(self.open(context), shape, dtype, strides)
+
+    def close(self):
+        """close() -> None
+
+        Drops this handle's reference to what ``open()`` returned; the
+        mapping closes once nothing else uses it (arrays from it stay
+        valid until then). Closing a handle that is not open does nothing
+        (numba raises)."""
+        self._opened = None
+
+    def __repr__(self):
+        return "<cudamem.IpcHandle of %d bytes at offset %d from %s>" % (
+            self.size, self.offset, self.source_info)
+
+
+class IpcArrayHandle:
+    """IpcArrayHandle(ipc_handle, array_desc)
+
+    A device array shared with other processes on the same machine
+    (numba's), from ``DeviceNDArray.get_ipc_handle()``: an ``IpcHandle``
+    and the array's ``shape``, ``strides``, ``dtype`` and ``offset`` (of
+    its first element from the handle's first byte). Pickle it to another
+    process, where ``open()`` gives a DeviceNDArray over the same memory
+    on the current device (a copy when that device cannot reach the
+    exporting one) and ``close()`` lets it go. As a context manager::
+
+        with handle as array:
+            use(array)
+    """
+
+    def __init__(self, ipc_handle, array_desc):
+        self._ipc_handle = ipc_handle
+        self._array_desc = dict(array_desc)
+
+    def __reduce__(self):
+        return (type(self), (self._ipc_handle, self._array_desc))
+
+    def open(self):
+        """open() -> DeviceNDArray
+
+        The shared array on the current device. ValueError in the exporting
+        process ("opening IpcHandle from original process") and while this
+        handle is open."""
+        mem = self._ipc_handle.open(_cudamem.current_context())
+        try:
+            return _cudamem._ipc_array(mem, **self._array_desc)
+        except BaseException:
+            self._ipc_handle.close()
+            raise
+
+    def close(self):
+        """close() -> None
+
+        Closes this handle (``IpcHandle.close()``): the memory stays mapped
+        while arrays from ``open()`` use it. Closing twice does nothing."""
+        self._ipc_handle.close()
+
+    def __enter__(self):
+        return self.open()
+
+    def __exit__(self, exc_type, exc_value, traceback):
+        self.close()
+
+    def __repr__(self):
+        desc = self._array_desc
+        return "<cudamem.IpcArrayHandle shape=%r dtype=%s>" % (
+            desc.get("shape"), desc.get("dtype"))
+
+
+def _array_handle(base, handle, size, source_info, offset, shape, strides,
+                  dtype, first):
+    # DeviceNDArray.get_ipc_handle() (py/ipc.c) after the export.
+    return IpcArrayHandle(
+        IpcHandle(base, handle, size, source_info, offset),
+        dict(shape=shape, strides=strides, dtype=dtype, offset=first))
+
+
+@contextlib.contextmanager
+def open_ipc_array(handle, shape, dtype, strides=None, offset=0):
+    """open_ipc_array(handle, shape, dtype, strides=None, offset=0)
+
+    A context manager (numba's) that opens a raw IPC *handle* (a
+    ``cuIpcMemHandle``: bytes or a sequence of 64 ints) on the current
+    device and yields a DeviceNDArray of *shape* and *dtype* (*strides* in
+    bytes, default C-contiguous) whose first element lies *offset* bytes
+    into the exported allocation. Leaving the block drops the context
+    manager's reference: the mapping closes once the array is gone too.
+    """
+    data = _handle_bytes(handle)
+    if data is None:
+        raise TypeError("an IPC handle must be bytes or a sequence of ints, "
+                        "not None")
+    mem = _cudamem._ipc_open(data, _cudamem.get_current_device())
+    array = _cudamem._ipc_array(mem, shape, dtype, strides, offset)
+    del mem
+    yield array
+
+
+class GetIpcHandleMixin:
+    """GetIpcHandleMixin
+
+    numba's default ``get_ipc_handle()`` for External Memory Management
+    plugins: mix it into a memory manager (with a ``context``) whose
+    allocations are ordinary ``cuMemAlloc`` memory."""
+
+    def get_ipc_handle(self, memory):
+        """get_ipc_handle(memory) -> IpcHandle
+
+        An IpcHandle for the bytes of *memory* (a MemoryPointer of this
+        manager's context): the allocation around them from
+        ``cuMemGetAddressRange``, its handle from ``cuIpcGetMemHandle``,
+        and their offset in it. Zero-size memory shares nothing."""
+        device = self.context.device
+        if not memory.size:
+            return IpcHandle(memory, None, 0, device.uuid)
+        pointer = memory.device_pointer_value
+        handle, base, _ = _cudamem._ipc_get(pointer, device)
+        return IpcHandle(memory, handle, memory.size, device.uuid,
+                         offset=pointer - base)
