@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "stats.h"
 #include "status.h"
 
 /* One per visible device, created when first asked for after the driver
@@ -30,6 +31,7 @@ typedef struct cm_device {
      * the generation bump; taken after lock, never before it. */
     struct cm_pending *queues[2];
     pthread_mutex_t qlock;
+    cm_counts counts[CM_STAT_KINDS]; /* stats.c's, atomic */
 } cm_device;
 
 /* What cm_ctx_enter pushed, for cm_ctx_leave to pop. */

@@ -1,5 +1,5 @@
 /* memory.c: device and managed allocation records (memory.h): allocation
- * with numba's flush-and-retry on out-of-memory, records for borrowed
+ * with out-of-memory recovery and one retry (stats.h), records for borrowed
  * memory, pointer lookup, reference counts, and the hand-over to release.c
  * at zero. Does not know views, host memory or plugins. */
 #include "memory.h"
@@ -9,6 +9,13 @@
 #include "device.h"
 #include "driver.h"
 #include "release.h"
+#include "stats.h"
+
+static cm_stat_kind
+stat_kind(cm_free_kind kind)
+{
+    return kind == CM_FREE_MANAGED ? CM_STAT_MANAGED : CM_STAT_DEVICE;
+}
 
 /* One allocation of `kind` in the current context. */
 static int
@@ -21,29 +28,38 @@ alloc_once(cm_free_kind kind, unsigned flags, size_t nbytes,
     return CM_CALL(err, cuMemAlloc, ptr, nbytes);
 }
 
-/* An allocation in the current context; on out-of-memory the device's
- * memory queue is flushed (a no-op while deferred) and the call retried
- * once. A failed flush is not the caller's error: the allocation's is. */
+/* One allocation in dev's primary context. On failure *ptr is nonzero
+ * when the driver made the memory but the context could not be left. */
+static int
+alloc_in(cm_device *dev, cm_free_kind kind, unsigned flags, size_t nbytes,
+         CUdeviceptr *ptr, cm_error *err)
+{
+    cm_ctx_guard guard;
+
+    if (cm_ctx_enter(dev, &guard, err) < 0) {
+        return -1;
+    }
+    return cm_ctx_leave(&guard, alloc_once(kind, flags, nbytes, ptr, err),
+                        err);
+}
+
+/* alloc_in, with stats.h's recovery and one more try on out-of-memory
+ * (outside the context: the recovery frees in contexts of its own). */
 static int
 alloc_retry(cm_device *dev, cm_free_kind kind, unsigned flags, size_t nbytes,
             CUdeviceptr *ptr, cm_error *err)
 {
-    size_t count, bytes;
-    cm_error flush_err;
-    int deferred;
-
-    if (alloc_once(kind, flags, nbytes, ptr, err) == 0) {
+    if (alloc_in(dev, kind, flags, nbytes, ptr, err) == 0) {
         return 0;
     }
-    if (err->kind != CM_ERR_DRIVER || err->code != CUDA_ERROR_OUT_OF_MEMORY) {
+    if (*ptr != 0 || !cm__oom_recover(dev, err)) {
         return -1;
     }
-    cm_queue_stats(dev, CM_QUEUE_MEMORY, &count, &bytes, &deferred);
-    if (count == 0 || deferred) {
-        return -1;
+    if (alloc_in(dev, kind, flags, nbytes, ptr, err) == 0) {
+        return 0;
     }
-    (void)cm_queue_flush(dev, CM_QUEUE_MEMORY, &flush_err);
-    return alloc_once(kind, flags, nbytes, ptr, err);
+    cm__oom_mark(dev, nbytes, err);
+    return -1;
 }
 
 /* Gives back what a failed allocation of `kind` holds: the memory, if
@@ -70,7 +86,6 @@ static int
 mem_alloc(cm_device *dev, cm_free_kind kind, unsigned flags, size_t nbytes,
           cm_mem **out, cm_error *err)
 {
-    cm_ctx_guard guard;
     CUcontext ctx;
     CUdeviceptr ptr = 0;
     uint64_t generation, resets;
@@ -97,10 +112,7 @@ mem_alloc(cm_device *dev, cm_free_kind kind, unsigned flags, size_t nbytes,
             free(m);
             return -1;
         }
-        if (cm_ctx_enter(dev, &guard, err) < 0 ||
-            cm_ctx_leave(&guard,
-                         alloc_retry(dev, kind, flags, nbytes, &ptr, err),
-                         err) < 0) {
+        if (alloc_retry(dev, kind, flags, nbytes, &ptr, err) < 0) {
             /* A failed pop after a good allocation leaves the memory in
              * a context cudamem cannot reach reliably: free it there. */
             alloc_undo(dev, kind, generation, resets, ptr, nbytes);
@@ -115,6 +127,9 @@ mem_alloc(cm_device *dev, cm_free_kind kind, unsigned flags, size_t nbytes,
                   .resets = resets,
                   .ptr = ptr,
                   .size = nbytes};
+    if (nbytes > 0) {
+        cm__stats_add(dev, stat_kind(kind), nbytes);
+    }
     *out = m;
     return 0;
 }
@@ -226,6 +241,10 @@ cm_mem_decref(cm_mem *m, cm_error *err)
 
     if (__atomic_sub_fetch(&m->refs, 1, __ATOMIC_ACQ_REL) != 0) {
         return 0;
+    }
+    if (m->ptr != 0 && (m->kind == CM_FREE_DEVICE ||
+                        m->kind == CM_FREE_MANAGED)) {
+        cm__stats_sub(m->dev, stat_kind(m->kind), m->size);
     }
     if (m->ptr != 0 && m->kind == CM_FREE_MANAGED) {
         rc = cm_release_retained(m->dev, m->generation, m->resets, m->kind,

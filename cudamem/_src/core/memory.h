@@ -24,15 +24,18 @@ typedef struct cm_mem {
 } cm_mem;
 
 /* cuMemAlloc of nbytes in dev's primary context, with one refcount. On
- * CUDA_ERROR_OUT_OF_MEMORY the device's memory queue is flushed (unless
- * deferred) and the allocation tried once more. nbytes 0 allocates
+ * CUDA_ERROR_OUT_OF_MEMORY stats.h's recovery runs (the garbage collector,
+ * a flush of the device's memory queue unless deferred, a pool trim) and
+ * the allocation is tried once more; a second failure is marked with
+ * cm__oom_mark. Counted in stats.h's CM_STAT_DEVICE. nbytes 0 allocates
  * nothing. */
 int cm_mem_alloc(cm_device *dev, size_t nbytes, cm_mem **out, cm_error *err);
 /* cuMemAllocManaged of nbytes (CU_MEM_ATTACH_GLOBAL, or CU_MEM_ATTACH_HOST
  * without `attach_global`) in dev's primary context, with cm_mem_alloc's
- * retry. The record (kind CM_FREE_MANAGED) retains the primary context
- * until its free has run, so the memory outlives close(); a reset still
- * frees it. CM_ERR_SUPPORT when the device has no managed memory. */
+ * recovery and retry (CM_STAT_MANAGED). The record (kind CM_FREE_MANAGED)
+ * retains the primary context until its free has run, so the memory
+ * outlives close(); a reset still frees it. CM_ERR_SUPPORT when the
+ * device has no managed memory. */
 int cm_mem_alloc_managed(cm_device *dev, size_t nbytes, int attach_global,
                          cm_mem **out, cm_error *err);
 /* A record (one refcount, kind CM_FREE_NONE) for the `size` bytes at ptr

@@ -47,8 +47,12 @@ cmpy_memory_alloc(cmpy_state *st, cm_device *dev, size_t nbytes)
 {
     cm_error err;
     cm_mem *mem = NULL;
-    int made = cm_mem_alloc(dev, nbytes, &mem, &err);
+    int made;
 
+    /* The recovery on out-of-memory can wait for the device. */
+    Py_BEGIN_ALLOW_THREADS
+    made = cm_mem_alloc(dev, nbytes, &mem, &err);
+    Py_END_ALLOW_THREADS
     return own_record(st, made, mem, &err);
 }
 
@@ -58,8 +62,11 @@ cmpy_memory_alloc_managed(cmpy_state *st, cm_device *dev, size_t nbytes,
 {
     cm_error err;
     cm_mem *mem = NULL;
-    int made = cm_mem_alloc_managed(dev, nbytes, attach_global, &mem, &err);
+    int made;
 
+    Py_BEGIN_ALLOW_THREADS
+    made = cm_mem_alloc_managed(dev, nbytes, attach_global, &mem, &err);
+    Py_END_ALLOW_THREADS
     return own_record(st, made, mem, &err);
 }
 

@@ -19,8 +19,10 @@ typedef struct cmpy_MemoryPointer {
     PyObject *weakreflist;
 } cmpy_MemoryPointer;
 
-/* Allocates nbytes on dev (flushing pending frees and retrying once on
- * out-of-memory). New reference, or NULL with an exception set. */
+/* Allocates nbytes on dev, with the GIL released (core's out-of-memory
+ * recovery runs the garbage collector, flushes pending frees and trims
+ * the pool before its one retry; CudaOutOfMemoryError with the numbers
+ * after). New reference, or NULL with an exception set. */
 PyObject *cmpy_memory_alloc(cmpy_state *st, cm_device *dev, size_t nbytes);
 
 /* The same for managed memory (core's cm_mem_alloc_managed). */

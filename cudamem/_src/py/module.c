@@ -104,6 +104,7 @@ cudamem_exec(PyObject *module)
         PyModule_AddFunctions(module, cmpy_managed_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_hostbuf_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_hostarray_methods) < 0 ||
+        PyModule_AddFunctions(module, cmpy_stats_methods) < 0 ||
         cmpy_device_types_init(module, st) < 0 ||
         cmpy_stream_type_init(module, st) < 0 ||
         cmpy_event_type_init(module, st) < 0 ||
@@ -113,6 +114,7 @@ cudamem_exec(PyObject *module)
         cmpy_hostbuf_type_init(module, st) < 0) {
         return -1;
     }
+    cmpy_stats_install(1);
     /* The CUDA version of the headers cudamem was built with. */
     if (PyModule_AddIntConstant(module, "CUDA_VERSION", CUDA_VERSION) < 0) {
         return -1;
@@ -193,6 +195,7 @@ static void
 cudamem_free(void *module)
 {
     cmpy_state *st = cmpy_get_state((PyObject *)module);
+    cmpy_stats_install(0);
     cudamem_clear((PyObject *)module);
     PyMem_Free(st->sim_path);
     st->sim_path = NULL;
