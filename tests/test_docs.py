@@ -186,6 +186,8 @@ KEYWORD_CALLS = {
     "cudamem.is_cuda_array": lambda s: (
         cudamem.is_cuda_array, dict(obj=s.array)),
     "cudamem.mapped": lambda s: (cudamem.mapped, dict(stream=0)),
+    "cudamem.memory_stats": lambda s: (
+        cudamem.memory_stats, dict(device=None)),
     "cudamem.mapped_array": lambda s: (
         cudamem.mapped_array, dict(shape=3, dtype=np.float64, strides=None,
                                    order="C", stream=0, portable=False,
@@ -205,6 +207,8 @@ KEYWORD_CALLS = {
         cudamem.pinned_array_like, dict(ary=np.zeros(3))),
     "cudamem.require_context": lambda s: (
         cudamem.require_context, dict(fn=len)),
+    "cudamem.reset_peak_stats": lambda s: (
+        cudamem.reset_peak_stats, dict(device=0)),
     "cudamem.select_device": lambda s: (
         cudamem.select_device, dict(device_id=0)),
     # Makes the default manager the default again.

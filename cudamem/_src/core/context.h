@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "stats.h"
 #include "status.h"
 
 /* One per visible device, created when first asked for after the driver
@@ -34,6 +35,7 @@ typedef struct cm_device {
      * pool_on is the same pointer while pooled allocation is on. */
     struct cm_pool *pool;
     struct cm_pool *pool_on;
+    cm_counts counts[CM_STAT_KINDS]; /* stats.c's, atomic */
 } cm_device;
 
 /* What cm_ctx_enter pushed, for cm_ctx_leave to pop. */

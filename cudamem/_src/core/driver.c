@@ -422,5 +422,7 @@ cm__done(cm_error *err, const char *call, CUresult rc, const cm__arg *args,
     err->code = rc;
     err->call = call;
     err->msg = NULL;
+    err->oom_dev = NULL;
+    err->oom_bytes = 0;
     return -1;
 }

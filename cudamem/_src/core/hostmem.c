@@ -12,6 +12,7 @@
 
 #include "driver.h"
 #include "release.h"
+#include "stats.h"
 
 /* Every registration is pinned for all contexts and mappable, so that a
  * later mapped() over the same pages finds them usable. */
@@ -407,21 +408,15 @@ alloc_wc(cm_device *dev, cm_host *h, int portable, cm_error *err)
     return 0;
 }
 
-int
-cm_host_alloc(cm_device *dev, cm_host_kind kind, size_t nbytes, int portable,
-              cm_host **out, cm_error *err)
+/* One try at cm_host_alloc. */
+static int
+host_alloc(cm_device *dev, cm_host_kind kind, size_t nbytes, int portable,
+           cm_host **out, cm_error *err)
 {
     size_t ps = page_size();
     cm_host *h;
     void *p;
 
-    if (cm_fork_check(err) < 0) {
-        return -1;
-    }
-    if (kind != CM_HOST_PINNED && kind != CM_HOST_MAPPED &&
-        kind != CM_HOST_MAPPED_WC) {
-        return cm_fail(err, CM_ERR_VALUE, "not a kind of host allocation");
-    }
     h = calloc(1, sizeof(*h));
     if (h == NULL) {
         return cm_fail(err, CM_ERR_NOMEM, "out of host memory");
@@ -462,6 +457,50 @@ cm_host_alloc(cm_device *dev, cm_host_kind kind, size_t nbytes, int portable,
     }
     *out = h;
     return 0;
+}
+
+/* stats.h's kind and bytes of cudamem's own host memory: what the driver
+ * holds, whole pages for cudamem's mmap pages. */
+static cm_stat_kind
+stat_kind(cm_host_kind kind)
+{
+    return kind == CM_HOST_PINNED   ? CM_STAT_PINNED
+           : kind == CM_HOST_MAPPED ? CM_STAT_MAPPED
+                                    : CM_STAT_WRITE_COMBINED;
+}
+
+static size_t
+stat_bytes(const cm_host *h)
+{
+    return h->kind == CM_HOST_MAPPED_WC ? h->size : h->maplen;
+}
+
+int
+cm_host_alloc(cm_device *dev, cm_host_kind kind, size_t nbytes, int portable,
+              cm_host **out, cm_error *err)
+{
+    int rc;
+
+    if (cm_fork_check(err) < 0) {
+        return -1;
+    }
+    if (kind != CM_HOST_PINNED && kind != CM_HOST_MAPPED &&
+        kind != CM_HOST_MAPPED_WC) {
+        return cm_fail(err, CM_ERR_VALUE, "not a kind of host allocation");
+    }
+    /* Where the driver reports out-of-memory for page-locked memory, the
+     * same recovery as for device memory can give some back. */
+    rc = host_alloc(dev, kind, nbytes, portable, out, err);
+    if (rc < 0 && cm__oom_recover(dev, err)) {
+        rc = host_alloc(dev, kind, nbytes, portable, out, err);
+        if (rc < 0) {
+            cm__oom_mark(dev, nbytes, err);
+        }
+    }
+    if (rc == 0 && (*out)->ptr != NULL) {
+        cm__stats_add(dev, stat_kind(kind), stat_bytes(*out));
+    }
+    return rc;
 }
 
 int
@@ -514,6 +553,9 @@ cm_host_free(cm_host *h, cm_error *err)
     if (cm_fork_check(err) < 0) {
         free(h);
         return -1;
+    }
+    if (h->kind != CM_HOST_REGISTERED && h->ptr != NULL) {
+        cm__stats_sub(h->dev, stat_kind(h->kind), stat_bytes(h));
     }
     if (h->kind == CM_HOST_MAPPED_WC) {
         if (h->ptr != NULL) {

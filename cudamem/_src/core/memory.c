@@ -1,6 +1,6 @@
 /* memory.c: device and managed allocation records (memory.h): allocation
- * (from the pool when it is on) with numba's flush-and-retry on
- * out-of-memory, records for borrowed and plugin-owned memory, pointer
+ * (from the pool when it is on) with out-of-memory recovery and one retry
+ * (stats.h), records for borrowed and plugin-owned memory, pointer
  * lookup, reference counts, and the hand-over to release.c, the pool or
  * the release hook at zero. Does not know views, host memory or what a
  * plugin's object is. */
@@ -13,10 +13,26 @@
 #include "ipc.h"
 #include "pool.h"
 #include "release.h"
+#include "stats.h"
 
 /* py/'s, set once at module init with the GIL held; read with it held. */
 static cm_release_hook release_hook;
 static void *release_hook_arg;
+
+/* Pooled blocks are device memory in use; what the pool keeps free is
+ * its cached bytes. */
+static cm_stat_kind
+stat_kind(cm_free_kind kind)
+{
+    return kind == CM_FREE_MANAGED ? CM_STAT_MANAGED : CM_STAT_DEVICE;
+}
+
+static int
+is_counted(cm_free_kind kind)
+{
+    return kind == CM_FREE_DEVICE || kind == CM_FREE_MANAGED ||
+           kind == CM_FREE_POOL;
+}
 
 /* One allocation of `kind` in the current context. */
 static int
@@ -29,40 +45,67 @@ alloc_once(cm_free_kind kind, unsigned flags, size_t nbytes,
     return CM_CALL(err, cuMemAlloc, ptr, nbytes);
 }
 
-/* An allocation in the current context; on out-of-memory the pool's free
- * slabs are freed and the device's memory queue is flushed (a no-op while
- * deferred), and the call retried once. A failed trim or flush is not the
- * caller's error: the allocation's is. */
+/* One allocation in dev's primary context. On failure *ptr is nonzero
+ * when the driver made the memory but the context could not be left. */
+static int
+alloc_in(cm_device *dev, cm_free_kind kind, unsigned flags, size_t nbytes,
+         CUdeviceptr *ptr, cm_error *err)
+{
+    cm_ctx_guard guard;
+
+    if (cm_ctx_enter(dev, &guard, err) < 0) {
+        return -1;
+    }
+    return cm_ctx_leave(&guard, alloc_once(kind, flags, nbytes, ptr, err),
+                        err);
+}
+
+/* alloc_in, with stats.h's recovery and one more try on out-of-memory
+ * (outside the context: the recovery frees in contexts of its own). */
 static int
 alloc_retry(cm_device *dev, cm_free_kind kind, unsigned flags, size_t nbytes,
             CUdeviceptr *ptr, cm_error *err)
 {
-    size_t cached = cm_pool_cached_bytes(dev);
-    cm_error ignored;
-    int relieved;
-
-    if (alloc_once(kind, flags, nbytes, ptr, err) == 0) {
+    if (alloc_in(dev, kind, flags, nbytes, ptr, err) == 0) {
         return 0;
     }
-    if (err->kind != CM_ERR_DRIVER || err->code != CUDA_ERROR_OUT_OF_MEMORY) {
+    if (*ptr != 0 || !cm__oom_recover(dev, err)) {
         return -1;
     }
-    relieved = cm_queue_relieve(dev, CM_QUEUE_MEMORY);
-    if (cached != 0) {
-        (void)cm_pool_trim(dev, &ignored);
-        relieved = 1;
+    if (alloc_in(dev, kind, flags, nbytes, ptr, err) == 0) {
+        return 0;
     }
-    if (!relieved) {
-        return -1;
-    }
-    return alloc_once(kind, flags, nbytes, ptr, err);
+    cm__oom_mark(dev, nbytes, err);
+    return -1;
 }
 
 int
 cm__mem_alloc_device(cm_device *dev, size_t nbytes, CUdeviceptr *ptr,
                      cm_error *err)
 {
-    return alloc_retry(dev, CM_FREE_DEVICE, 0, nbytes, ptr, err);
+    return alloc_in(dev, CM_FREE_DEVICE, 0, nbytes, ptr, err);
+}
+
+/* A pooled block, with the same recovery as alloc_retry around the whole
+ * of it: a slab the driver refused and the pool's limit alike. */
+static int
+pool_retry(cm_device *dev, uint64_t generation, CUstream stream,
+           size_t nbytes, cm_pool_block **block, CUdeviceptr *ptr,
+           cm_error *err)
+{
+    if (cm__pool_alloc(dev, generation, stream, nbytes, block, ptr, err) ==
+        0) {
+        return 0;
+    }
+    if (!cm__oom_recover(dev, err)) {
+        return -1;
+    }
+    if (cm__pool_alloc(dev, generation, stream, nbytes, block, ptr, err) ==
+        0) {
+        return 0;
+    }
+    cm__oom_mark(dev, nbytes, err);
+    return -1;
 }
 
 /* Gives back what a failed allocation of `kind` holds: the memory, if
@@ -89,32 +132,18 @@ alloc_undo(cm_device *dev, cm_free_kind kind, uint64_t generation,
     }
 }
 
-/* The allocation itself, in the current context: the pool's block for
- * kind CM_FREE_POOL, else the driver's. */
-static int
-alloc_in(cm_device *dev, cm_free_kind kind, unsigned flags,
-         uint64_t generation, CUstream stream, size_t nbytes,
-         cm_pool_block **block, CUdeviceptr *ptr, cm_error *err)
-{
-    if (kind == CM_FREE_POOL) {
-        return cm__pool_alloc(dev, generation, stream, nbytes, block, ptr,
-                              err);
-    }
-    return alloc_retry(dev, kind, flags, nbytes, ptr, err);
-}
-
 static int
 mem_alloc(cm_device *dev, cm_free_kind kind, unsigned flags, size_t nbytes,
           CUstream stream, cm_mem **out, cm_error *err)
 {
     cm_pool_block *block = NULL;
-    cm_ctx_guard guard;
     CUcontext ctx;
     CUdeviceptr ptr = 0;
     uint64_t generation, resets;
     size_t max_count;
     double max_ratio;
     cm_mem *m;
+    int rc;
 
     /* Malformed thresholds fail the first allocation, not its free. */
     if (cm_pending_limits(&max_count, &max_ratio, err) < 0 ||
@@ -135,11 +164,14 @@ mem_alloc(cm_device *dev, cm_free_kind kind, unsigned flags, size_t nbytes,
             free(m);
             return -1;
         }
-        if (cm_ctx_enter(dev, &guard, err) < 0 ||
-            cm_ctx_leave(&guard,
-                         alloc_in(dev, kind, flags, generation, stream,
-                                  nbytes, &block, &ptr, err),
-                         err) < 0) {
+        if (kind == CM_FREE_POOL) {
+            rc = pool_retry(dev, generation, stream, nbytes, &block, &ptr,
+                            err);
+        }
+        else {
+            rc = alloc_retry(dev, kind, flags, nbytes, &ptr, err);
+        }
+        if (rc < 0) {
             /* A failed pop after a good allocation leaves the memory in
              * a context cudamem cannot reach reliably: free it there. */
             alloc_undo(dev, kind, generation, resets, ptr, nbytes, block,
@@ -147,6 +179,7 @@ mem_alloc(cm_device *dev, cm_free_kind kind, unsigned flags, size_t nbytes,
             free(m);
             return -1;
         }
+        cm__stats_add(dev, stat_kind(kind), nbytes);
     }
     *m = (cm_mem){.refs = 1,
                   .kind = kind,
@@ -298,6 +331,9 @@ cm_mem_decref(cm_mem *m, cm_error *err)
                                : __atomic_sub_fetch(&m->refs, 1,
                                                     __ATOMIC_ACQ_REL) != 0) {
         return 0;
+    }
+    if (m->ptr != 0 && is_counted(m->kind)) {
+        cm__stats_sub(m->dev, stat_kind(m->kind), m->size);
     }
     if (m->kind == CM_FREE_EXTERNAL) {
         /* Zero-size memory too: the plugin's object is released. */

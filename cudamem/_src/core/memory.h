@@ -39,20 +39,24 @@ typedef void (*cm_release_hook)(void *hook_arg, void *external);
  * with one refcount: from dev's pool while it is enabled (kind
  * CM_FREE_POOL: the last decref returns the block to the pool at once,
  * not through the queue), else cuMemAlloc. On CUDA_ERROR_OUT_OF_MEMORY
- * the pool is trimmed and the device's memory queue flushed (unless
- * deferred), and the allocation tried once more. nbytes 0 allocates
+ * stats.h's recovery runs (the garbage collector, a flush of the
+ * device's memory queue unless deferred, a pool trim) and the allocation
+ * is tried once more; a second failure is marked with cm__oom_mark.
+ * Counted in stats.h's CM_STAT_DEVICE. nbytes 0 allocates
  * nothing. */
 int cm_mem_alloc(cm_device *dev, size_t nbytes, CUstream stream,
                  cm_mem **out, cm_error *err);
-/* pool.c's slabs: cuMemAlloc with cm_mem_alloc's recovery, in the current
- * context (dev's primary). */
+/* pool.c's slabs: one cuMemAlloc in dev's primary context (the recovery
+ * on out-of-memory is cm_mem_alloc's, around the whole pool
+ * allocation). */
 int cm__mem_alloc_device(cm_device *dev, size_t nbytes, CUdeviceptr *ptr,
                          cm_error *err);
 /* cuMemAllocManaged of nbytes (CU_MEM_ATTACH_GLOBAL, or CU_MEM_ATTACH_HOST
  * without `attach_global`) in dev's primary context, with cm_mem_alloc's
- * retry. The record (kind CM_FREE_MANAGED) retains the primary context
- * until its free has run, so the memory outlives close(); a reset still
- * frees it. CM_ERR_SUPPORT when the device has no managed memory. */
+ * recovery and retry (CM_STAT_MANAGED). The record (kind CM_FREE_MANAGED)
+ * retains the primary context until its free has run, so the memory
+ * outlives close(); a reset still frees it. CM_ERR_SUPPORT when the
+ * device has no managed memory. */
 int cm_mem_alloc_managed(cm_device *dev, size_t nbytes, int attach_global,
                          cm_mem **out, cm_error *err);
 /* A record (one refcount, kind CM_FREE_NONE) for the `size` bytes at ptr

@@ -458,6 +458,8 @@ out_of_memory(cm_error *err)
     err->code = CUDA_ERROR_OUT_OF_MEMORY;
     err->call = "cuMemAlloc";
     err->msg = NULL;
+    err->oom_dev = NULL;
+    err->oom_bytes = 0;
     return -1;
 }
 

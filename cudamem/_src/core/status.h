@@ -21,6 +21,11 @@ typedef struct cm_error {
     CUresult code;    /* CM_ERR_DRIVER */
     const char *call; /* the driver entry point, a string literal */
     const char *msg;  /* static, or owned by the subsystem that set it */
+    /* CUDA_ERROR_OUT_OF_MEMORY of one of cudamem's allocations after its
+     * recovery (stats.h): the device and the bytes asked for; else NULL
+     * and 0. */
+    struct cm_device *oom_dev;
+    size_t oom_bytes;
 } cm_error;
 
 /* Name of a CUresult ("CUDA_ERROR_OUT_OF_MEMORY"), or NULL when unknown.
@@ -39,6 +44,8 @@ cm_fail(cm_error *err, cm_error_kind kind, const char *msg)
     err->code = CUDA_SUCCESS;
     err->call = NULL;
     err->msg = msg;
+    err->oom_dev = NULL;
+    err->oom_bytes = 0;
     return -1;
 }
 

@@ -5,6 +5,8 @@
 #include "array.h"
 
 #include "../core/copy.h"
+#include "../core/hostmem.h"
+#include "../core/stream.h"
 #include "cai.h"
 #include "stream.h"
 
@@ -284,54 +286,66 @@ is_c_layout(int nd, const Py_ssize_t *shape, const Py_ssize_t *strides,
     return 1;
 }
 
-/* The bytes of src (another device, layout (self's shape, sstrides)) into
- * self's layout, through host memory. Both legs are synchronous. */
+/* n contiguous bytes from src_dev to dev through page-locked host memory
+ * (DMA both ways; no driver staging of pageable memory): device to host,
+ * synchronous, then host to device on `ref`. The buffer goes only once
+ * the stream is done with it, even after an interrupted wait. */
 static int
-staged_through_host(cmpy_state *st, cmpy_DeviceNDArray *self,
-                    cmpy_DeviceNDArray *src, const cm_side *s,
+staged_through_host(cmpy_state *st, cm_device *dev, CUdeviceptr to,
+                    cm_device *src_dev, CUdeviceptr from, size_t n,
                     const cmpy_stream_ref *ref)
 {
-    cmpy_stream_ref sync = {NULL, 0, NULL};
-    Py_ssize_t hstrides[NPY_MAXDIMS];
-    PyArrayObject *tmp;
-    cm_side h;
-    int rc;
+    cm_error err, free_err;
+    cm_host *h = NULL;
+    int rc, freed;
 
-    Py_INCREF(self->dtype);
-    tmp = (PyArrayObject *)PyArray_NewFromDescr(&PyArray_Type, self->dtype,
-                                                CMPY_NDIM(self),
-                                                CMPY_SHAPE(self), NULL, NULL,
-                                                0, NULL);
-    if (tmp == NULL) {
+    if (n == 0) {
+        return 0;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = cm_host_alloc(src_dev, CM_HOST_PINNED, n, 0, &h, &err);
+    if (rc == 0) {
+        rc = cm_copy_dtoh(src_dev, h->ptr, from, n, NULL, 0, &err);
+    }
+    if (rc == 0) {
+        rc = cm_copy_htod(dev, to, h->ptr, n, ref->handle, ref->async, &err);
+    }
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        cmpy_raise(st, &err);
+    }
+    else if (ref->async) {
+        rc = cmpy_stream_wait(st, dev, ref->handle);
+    }
+    if (h == NULL) {
+        return rc;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    if (rc < 0 && ref->async) {
+        (void)cm_stream_synchronize(dev, ref->handle, &free_err);
+    }
+    freed = cm_host_free(h, &free_err);
+    Py_END_ALLOW_THREADS
+    if (freed < 0 && rc == 0) {
+        cmpy_raise(st, &free_err);
         return -1;
     }
-    for (int i = 0; i < CMPY_NDIM(self); i++) {
-        hstrides[i] = PyArray_STRIDES(tmp)[i];
+    if (freed < 0) {
+        cmpy_warn_release(st, &free_err);
     }
-    h = (cm_side){.on_device = 0,
-                  .host = PyArray_DATA(tmp),
-                  .ndim = CMPY_NDIM(self),
-                  .shape = CMPY_SHAPE(self),
-                  .strides = hstrides};
-    rc = run_copy(st, src->gpu_data->mem->dev, &h, s,
-                  (size_t)PyDataType_ELSIZE(self->dtype), &sync);
-    if (rc == 0) {
-        rc = host_to_device(st, CMPY_NDIM(self), CMPY_SHAPE(self), self->ptr,
-                            CMPY_STRIDES(self), self->gpu_data->mem->dev, tmp,
-                            hstrides, ref);
-    }
-    Py_DECREF(tmp);
     return rc;
 }
 
-/* The same, peer to peer: one cuMemcpyPeer between C-ordered layouts,
- * with a C-ordered temporary on the side that is not one (filled, or
- * emptied, by the device-local engine). The source side is synchronous, so
- * that the peer copy follows it whatever the streams. */
+/* src (another device, layout (self's shape, sstrides)) into self: one
+ * contiguous transfer between C-ordered layouts, with a C-ordered
+ * temporary on the side that is not one (filled, or emptied, by the
+ * device-local engine); the transfer is one cuMemcpyPeer with `peer`,
+ * else staged through page-locked host memory. The source side is
+ * synchronous, so that the transfer follows it whatever the streams. */
 static int
-peer_to_peer(cmpy_state *st, cmpy_DeviceNDArray *self,
+cross_device(cmpy_state *st, cmpy_DeviceNDArray *self,
              cmpy_DeviceNDArray *src, const Py_ssize_t *sstrides,
-             const cmpy_stream_ref *ref)
+             const cmpy_stream_ref *ref, int peer)
 {
     cmpy_stream_ref sync = {NULL, 0, NULL};
     size_t itemsize = (size_t)PyDataType_ELSIZE(self->dtype);
@@ -360,12 +374,21 @@ peer_to_peer(cmpy_state *st, cmpy_DeviceNDArray *self,
         }
         to = dtmp->ptr;
     }
-    Py_BEGIN_ALLOW_THREADS
-    rc = cm_copy_peer(dev, to, src->gpu_data->mem->dev, from,
-                      (size_t)self->nbytes, ref->handle, ref->async, &err);
-    Py_END_ALLOW_THREADS
+    if (!peer) {
+        rc = staged_through_host(st, dev, to, src->gpu_data->mem->dev, from,
+                                 (size_t)self->nbytes, ref);
+    }
+    else {
+        Py_BEGIN_ALLOW_THREADS
+        rc = cm_copy_peer(dev, to, src->gpu_data->mem->dev, from,
+                          (size_t)self->nbytes, ref->handle, ref->async,
+                          &err);
+        Py_END_ALLOW_THREADS
+        if (rc < 0) {
+            cmpy_raise(st, &err);
+        }
+    }
     if (rc < 0) {
-        cmpy_raise(st, &err);
         goto done;
     }
     if (dtmp != NULL) {
@@ -411,8 +434,7 @@ device_to_device(cmpy_state *st, cmpy_DeviceNDArray *self,
         cmpy_raise(st, &err);
         return -1;
     }
-    return can ? peer_to_peer(st, self, src, sstrides, ref)
-               : staged_through_host(st, self, src, &s, ref);
+    return cross_device(st, self, src, sstrides, ref, can);
 }
 
 /* A new host array for a copy of self: self's layout when it is

@@ -4,6 +4,29 @@
 
 #include <cuda.h>
 
+#include "../core/stats.h"
+
+/* CudaOutOfMemoryError for an allocation that recovery did not help,
+ * with the numbers of its device as they are now. */
+static PyObject *
+oom_error(PyObject *cls, const cm_error *err, const char *name)
+{
+    size_t free_bytes, total, pending, cached;
+    cm_error ignored;
+
+    if (cm_oom_info(err->oom_dev, &free_bytes, &total, &pending, &cached,
+                    &ignored) < 0) {
+        /* The device cannot say: the message keeps what was asked. */
+        return PyObject_CallFunction(cls, "iszn", (int)err->code, err->call,
+                                     name, (Py_ssize_t)err->oom_bytes);
+    }
+    return PyObject_CallFunction(
+        cls, "iszKKKKK", (int)err->code, err->call, name,
+        (unsigned long long)err->oom_bytes, (unsigned long long)free_bytes,
+        (unsigned long long)total, (unsigned long long)pending,
+        (unsigned long long)cached);
+}
+
 PyObject *
 cmpy_raise(cmpy_state *st, const cm_error *err)
 {
@@ -30,7 +53,10 @@ cmpy_raise_hint(cmpy_state *st, const cm_error *err, const char *hint)
         }
         /* Only CudaAPIError itself takes a hint; its subclasses explain
          * themselves. */
-        if (hint != NULL && cls == st->CudaAPIError) {
+        if (err->oom_dev != NULL) {
+            exc = oom_error(cls, err, name);
+        }
+        else if (hint != NULL && cls == st->CudaAPIError) {
             exc = PyObject_CallFunction(cls, "iszs", (int)err->code,
                                         err->call, name, hint);
         }

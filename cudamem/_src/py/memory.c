@@ -52,8 +52,12 @@ native_alloc(cmpy_state *st, cm_device *dev, size_t nbytes,
 {
     cm_error err;
     cm_mem *mem = NULL;
-    int made = cm_mem_alloc(dev, nbytes, stream, &mem, &err);
+    int made;
 
+    /* The recovery on out-of-memory can wait for the device. */
+    Py_BEGIN_ALLOW_THREADS
+    made = cm_mem_alloc(dev, nbytes, stream, &mem, &err);
+    Py_END_ALLOW_THREADS
     return own_record(st, made, mem, &err);
 }
 
@@ -296,8 +300,11 @@ cmpy_memory_alloc_managed(cmpy_state *st, cm_device *dev, size_t nbytes,
 {
     cm_error err;
     cm_mem *mem = NULL;
-    int made = cm_mem_alloc_managed(dev, nbytes, attach_global, &mem, &err);
+    int made;
 
+    Py_BEGIN_ALLOW_THREADS
+    made = cm_mem_alloc_managed(dev, nbytes, attach_global, &mem, &err);
+    Py_END_ALLOW_THREADS
     return own_record(st, made, mem, &err);
 }
 

@@ -20,8 +20,10 @@ typedef struct cmpy_MemoryPointer {
 } cmpy_MemoryPointer;
 
 /* Allocates nbytes on dev for work on `stream` (from dev's pool while it
- * is enabled; flushing pending frees and retrying once on out-of-memory).
- * New reference, or NULL with an exception set. */
+ * is enabled), with the GIL released (core's out-of-memory recovery runs
+ * the garbage collector, flushes pending frees and trims the pool before
+ * its one retry; CudaOutOfMemoryError with the numbers after). New
+ * reference, or NULL with an exception set. */
 PyObject *cmpy_memory_alloc(cmpy_state *st, cm_device *dev, size_t nbytes,
                             CUstream stream);
 

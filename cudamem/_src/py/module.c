@@ -108,6 +108,7 @@ cudamem_exec(PyObject *module)
         PyModule_AddFunctions(module, cmpy_memory_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_pool_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_ipc_methods) < 0 ||
+        PyModule_AddFunctions(module, cmpy_stats_methods) < 0 ||
         cmpy_device_types_init(module, st) < 0 ||
         cmpy_stream_type_init(module, st) < 0 ||
         cmpy_event_type_init(module, st) < 0 ||
@@ -117,6 +118,7 @@ cudamem_exec(PyObject *module)
         cmpy_hostbuf_type_init(module, st) < 0) {
         return -1;
     }
+    cmpy_stats_install(1);
     /* The CUDA version of the headers cudamem was built with. */
     if (PyModule_AddIntConstant(module, "CUDA_VERSION", CUDA_VERSION) < 0) {
         return -1;
@@ -199,6 +201,7 @@ cudamem_free(void *module)
     cmpy_state *st = cmpy_get_state((PyObject *)module);
     /* Plugin memory released after this leaks, as after shutdown. */
     cm_mem_set_release_hook(NULL, NULL);
+    cmpy_stats_install(0);
     cudamem_clear((PyObject *)module);
     PyMem_Free(st->sim_path);
     st->sim_path = NULL;

@@ -148,6 +148,11 @@ extern PyMethodDef cmpy_hostarray_methods[];
 extern PyMethodDef cmpy_memory_methods[];
 extern PyMethodDef cmpy_pool_methods[];
 extern PyMethodDef cmpy_ipc_methods[];
+extern PyMethodDef cmpy_stats_methods[];
+
+/* py/stats.c: installs (on) or removes the garbage-collector hook of
+ * core's out-of-memory recovery (process-wide). */
+void cmpy_stats_install(int on);
 
 /* py/device.c: creates the Device and Context types and the attribute
  * table in the module state; 0, or -1 with an exception set. */
