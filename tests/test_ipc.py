@@ -147,6 +147,35 @@ done()
     np.testing.assert_array_equal(after[~changed], before[~changed])
 
 
+def test_round_trip_of_a_pooled_array(run_py, sim):
+    """A pooled array is a block inside a cuMemAlloc slab: its handle is
+    the slab's plus an offset, and a child opening it twice shares one
+    mapping."""
+    with cudamem.using_memory_manager(cudamem.PoolMemoryManager) as pool:
+        neighbour = cudamem.to_device(np.full(64, 7.0))
+        array = cudamem.to_device(np.arange(100.0))
+        assert pool.stats()["slabs"] == 1 and pool.stats()["used_blocks"] == 2
+        handle = array.get_ipc_handle()
+        _child(run_py, handle, """
+again = pickle.loads(pickle.dumps(handle))
+a, b = handle.open(), again.open()
+assert calls("cuIpcOpenMemHandle") == 1
+assert list(a.copy_to_host()) == list(np.arange(100.0))
+b.copy_to_device(-np.arange(100.0))
+assert list(a.copy_to_host()) == list(-np.arange(100.0))
+handle.close()
+again.close()
+del a, b
+done()
+""")
+        np.testing.assert_array_equal(array.copy_to_host(), -np.arange(100.0))
+        np.testing.assert_array_equal(neighbour.copy_to_host(), 7.0)
+        # The handle keeps the exported memory alive, as numba's does.
+        del array, neighbour, handle
+        pool.trim()
+    assert sim.live()["device_allocations"] == 0
+
+
 def test_handle_carries_the_layout_and_the_device():
     base = cudamem.to_device(np.arange(40, dtype=np.float64).reshape(5, 8))
     view = base[1:4, 2::2]
