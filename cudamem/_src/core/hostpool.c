@@ -40,13 +40,6 @@ class_of(size_t nbytes)
     return shift;
 }
 
-/* A block whose class it is: what cm_hostpool_alloc made it for. */
-static int
-block_class(const cm_host *h)
-{
-    return class_of(h->maplen);
-}
-
 /* Its registration died with a reset of its device: no longer
  * page-locked. */
 static int
@@ -149,14 +142,17 @@ cm_hostpool_alloc(cm_device *dev, size_t nbytes, cm_host **out,
 int
 cm_hostpool_free(cm_host *h, cm_error *err)
 {
+    cm_error forked;
     int kept = 0;
 
-    if (!h->pooled || h->reg == NULL || stale(h)) {
+    /* In a forked child cm_host_free reports the fork. */
+    if (!h->pooled || h->reg == NULL || stale(h) ||
+        cm_fork_check(&forked) < 0) {
         return cm_host_free(h, err);
     }
     pthread_mutex_lock(&pool.lock);
     if (pool.limit >= h->maplen && pool.bytes <= pool.limit - h->maplen) {
-        int c = block_class(h);
+        int c = class_of(h->maplen); /* what it was made for */
 
         h->next = pool.free[c];
         pool.free[c] = h;
