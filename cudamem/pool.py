@@ -4,7 +4,8 @@ The pool itself is C (core/pool.c): best-fit blocks of cuMemAlloc slabs,
 split and coalesced, reused at once on the stream that freed them and on
 other streams once that stream's work is done. This class turns it on for
 a context, and gives it numba's memory-manager surface plus ``set_limit``,
-``trim`` and ``stats``.
+``trim`` and ``stats``. While it is on, pinned arrays come from the host
+pool (core/hostpool.c): page-locked blocks kept registered for reuse.
 """
 from cudamem import _cudamem
 from cudamem import memory
@@ -23,7 +24,15 @@ class PoolMemoryManager(memory.DefaultMemoryManager):
     the pending deallocations, ordered by the stream their array was made
     for; ``trim()`` gives wholly free slabs back to the driver. Out of
     memory, the pool is trimmed and the allocation retried. IPC of a pooled
-    array is its slab's handle plus an offset."""
+    array is its slab's handle plus an offset.
+
+    While it is on, ``pinned_array()`` and ``pinned_array_like()`` take
+    page-locked blocks from the process-wide host pool (power-of-two size
+    classes up to 64 MiB), and the last reference to such an array gives
+    its block back still page-locked; staged cross-device copies always use
+    the host pool. Cached blocks keep the contexts of the devices that
+    page-locked them alive, so detaching this manager and ``close()`` free
+    them; ``memory_stats()`` reports them as ``pinned_pool_cached_bytes``."""
 
     def _device(self):
         return self.context.device
@@ -37,7 +46,9 @@ class PoolMemoryManager(memory.DefaultMemoryManager):
     def _detach(self):
         # using_memory_manager() restoring another manager: new arrays
         # stop coming from the pool; blocks in use still return to it.
+        # Cached host blocks retain their devices' contexts: free them.
         _cudamem._pool_enable(self._device(), False)
+        _cudamem._hostpool_trim()
 
     def set_limit(self, nbytes):
         """set_limit(nbytes)
@@ -47,12 +58,21 @@ class PoolMemoryManager(memory.DefaultMemoryManager):
         CudaOutOfMemoryError."""
         _cudamem._pool_set_limit(self._device(), nbytes)
 
+    def set_pinned_limit(self, nbytes):
+        """set_pinned_limit(nbytes)
+
+        Caps the bytes of page-locked blocks the host pool keeps for reuse
+        (None: no cap; 256 MiB at first), freeing cached blocks down to it.
+        The host pool is process-wide: the cap is every device's."""
+        _cudamem._hostpool_set_limit(nbytes)
+
     def trim(self):
         """trim()
 
         Frees every slab none of whose blocks is in use or waiting for its
-        stream."""
+        stream, and every page-locked block the host pool keeps."""
         _cudamem._pool_trim(self._device())
+        _cudamem._hostpool_trim()
 
     def stats(self):
         """stats() -> dict

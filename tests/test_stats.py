@@ -40,7 +40,8 @@ def _check_device(sim):
 def test_keys():
     stats = cudamem.memory_stats()
     expected = {"pending_free_bytes", "pending_free_count",
-                "pool_cached_bytes"}
+                "pool_cached_bytes", "pinned_pool_cached_bytes",
+                "pinned_pool_cached_count"}
     for kind in KINDS:
         expected |= {kind + "_bytes_in_use", kind + "_bytes_peak",
                      kind + "_count", kind + "_count_peak"}

@@ -16,7 +16,9 @@ What it shows:
   assignment, ``to_device`` of another device's array) is one
   ``cuMemcpyPeer`` when the devices can access each other's memory
   (``can_access_peer``), else it goes through page-locked host memory:
-  device to host, then host to device. Either way the result is the same.
+  device to host, then host to device (the staging buffers stay
+  page-locked in cudamem's host pool for the next such copy). Either way
+  the result is the same.
 * Each device has its own streams; a stream belongs to the device that
   was current when it was made, and copies on it are asynchronous until
   ``synchronize()``.

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "driver.h"
+#include "hostpool.h"
 #include "pool.h"
 #include "release.h"
 
@@ -458,7 +459,10 @@ cm_devices_close(int main_thread, cm_error *err)
     if (!main_thread) {
         return 0;
     }
-    /* A failed managed free is reported once every device is closed. */
+    /* Cached page-locked blocks retain the contexts of the devices that
+     * registered them: free them, so that close() releases every context.
+     * A failure is reported once every device is closed. */
+    failed = cm_hostpool_trim(err) < 0;
     for (int i = 0; i < table.count; i++) {
         cm_device *dev = &table.devices[i];
         int rc;

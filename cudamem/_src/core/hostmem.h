@@ -37,6 +37,8 @@ typedef struct cm_host {
     uint64_t resets;  /* dev's then: a reset ends registrations and
                          write-combined memory, close() does not */
     CUdeviceptr dptr; /* mapped kinds: the device address of ptr */
+    int pooled;       /* hostpool.h's block: give it back there */
+    struct cm_host *next; /* hostpool.c's free list while cached */
 } cm_host;
 
 /* New host memory of `kind` (PINNED, MAPPED or MAPPED_WC) for nbytes on

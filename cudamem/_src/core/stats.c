@@ -6,6 +6,7 @@
 
 #include "context.h"
 #include "driver.h"
+#include "hostpool.h"
 #include "pool.h"
 #include "release.h"
 
@@ -50,8 +51,19 @@ cm__stats_sub(cm_device *dev, cm_stat_kind kind, size_t nbytes)
 }
 
 void
+cm__stats_recount(cm_device *dev, cm_stat_kind kind, size_t nbytes)
+{
+    cm_counts *c = &dev->counts[kind];
+
+    __atomic_add_fetch(&c->bytes, nbytes, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&c->count, 1, __ATOMIC_RELAXED);
+}
+
+void
 cm_stats_get(cm_device *dev, cm_stats *out)
 {
+    cm_hostpool_stats host;
+
     for (int k = 0; k < CM_STAT_KINDS; k++) {
         cm_counts *c = &dev->counts[k];
 
@@ -64,6 +76,9 @@ cm_stats_get(cm_device *dev, cm_stats *out)
     cm_queue_stats(dev, CM_QUEUE_MEMORY, &out->pending_count,
                    &out->pending_bytes, &out->pending_deferred);
     out->pool_cached_bytes = cm_pool_cached_bytes(dev);
+    cm_hostpool_get_stats(&host);
+    out->pinned_pool_cached_bytes = host.cached_bytes;
+    out->pinned_pool_cached_count = host.cached_blocks;
 }
 
 void
@@ -105,6 +120,8 @@ cm__oom_recover(cm_device *dev, const cm_error *err)
     }
     (void)cm_queue_flush(dev, CM_QUEUE_MEMORY, &ignored);
     (void)cm_pool_trim(dev, &ignored);
+    /* Cached page-locked blocks are host memory the driver holds. */
+    (void)cm_hostpool_trim(&ignored);
     return 1;
 }
 

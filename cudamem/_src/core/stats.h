@@ -35,9 +35,13 @@ typedef struct cm_stats {
     size_t pending_bytes, pending_count; /* the memory queue's */
     int pending_deferred;
     size_t pool_cached_bytes; /* held by the pool, free for reuse */
+    /* hostpool.h's, process-wide: page-locked blocks kept for reuse (not
+     * in PINNED while cached). */
+    size_t pinned_pool_cached_bytes, pinned_pool_cached_count;
 } cm_stats;
 
-/* A snapshot of dev's counters, its memory queue and the pool. */
+/* A snapshot of dev's counters, its memory queue, its pool and the host
+ * pool. */
 void cm_stats_get(struct cm_device *dev, cm_stats *out);
 /* Every peak of dev back to its current value. */
 void cm_stats_reset_peaks(struct cm_device *dev);
@@ -45,6 +49,10 @@ void cm_stats_reset_peaks(struct cm_device *dev);
 /* memory.c and hostmem.c: an allocation of nbytes made or given up. */
 void cm__stats_add(struct cm_device *dev, cm_stat_kind kind, size_t nbytes);
 void cm__stats_sub(struct cm_device *dev, cm_stat_kind kind, size_t nbytes);
+/* hostpool.c: a cached block counted back in, without touching the peaks,
+ * just before cm_host_free counts it out. */
+void cm__stats_recount(struct cm_device *dev, cm_stat_kind kind,
+                       size_t nbytes);
 
 /* Out-of-memory recovery, DESIGN section 2's second sanctioned call into
  * Python: py/ installs a hook that runs the garbage collector, taking the
@@ -55,8 +63,9 @@ void cm_oom_set_hook(cm_oom_hook hook);
 
 /* After a failed allocation on dev: when err is CUDA_ERROR_OUT_OF_MEMORY,
  * runs the recovery (the hook, a flush of dev's memory queue unless
- * deferred, a pool trim) and returns 1: the caller tries once more, then
- * calls cm__oom_mark. 0 for any other error (err untouched). */
+ * deferred, a trim of dev's pool and of the host pool) and returns 1:
+ * the caller tries once more, then calls cm__oom_mark. 0 for any other
+ * error (err untouched). */
 int cm__oom_recover(struct cm_device *dev, const cm_error *err);
 /* Marks err, when it is out of memory, as the failure of an allocation
  * of nbytes on dev that recovery did not help (cm_error's oom fields). */

@@ -5,7 +5,7 @@
 #include "array.h"
 
 #include "../core/copy.h"
-#include "../core/hostmem.h"
+#include "../core/hostpool.h"
 #include "../core/stream.h"
 #include "cai.h"
 #include "stream.h"
@@ -289,7 +289,9 @@ is_c_layout(int nd, const Py_ssize_t *shape, const Py_ssize_t *strides,
 /* n contiguous bytes from src_dev to dev through page-locked host memory
  * (DMA both ways; no driver staging of pageable memory): device to host,
  * synchronous, then host to device on `ref`. The buffer goes only once
- * the stream is done with it, even after an interrupted wait. */
+ * the stream is done with it, even after an interrupted wait. It is the
+ * host pool's, whether or not a device pool is on: page-locking a buffer
+ * per copy would cost more than many a copy. */
 static int
 staged_through_host(cmpy_state *st, cm_device *dev, CUdeviceptr to,
                     cm_device *src_dev, CUdeviceptr from, size_t n,
@@ -303,7 +305,7 @@ staged_through_host(cmpy_state *st, cm_device *dev, CUdeviceptr to,
         return 0;
     }
     Py_BEGIN_ALLOW_THREADS
-    rc = cm_host_alloc(src_dev, CM_HOST_PINNED, n, 0, &h, &err);
+    rc = cm_hostpool_alloc(src_dev, n, &h, &err);
     if (rc == 0) {
         rc = cm_copy_dtoh(src_dev, h->ptr, from, n, NULL, 0, &err);
     }
@@ -324,7 +326,7 @@ staged_through_host(cmpy_state *st, cm_device *dev, CUdeviceptr to,
     if (rc < 0 && ref->async) {
         (void)cm_stream_synchronize(dev, ref->handle, &free_err);
     }
-    freed = cm_host_free(h, &free_err);
+    freed = cm_hostpool_free(h, &free_err);
     Py_END_ALLOW_THREADS
     if (freed < 0 && rc == 0) {
         cmpy_raise(st, &free_err);

@@ -10,6 +10,9 @@
 #include "memory.h"
 #include "stream.h"
 
+#include "../core/hostpool.h"
+#include "../core/pool.h"
+
 typedef struct cmpy_HostBuffer {
     PyObject_HEAD
     cm_host *host;
@@ -50,7 +53,8 @@ discard(cmpy_state *st, cm_host *host)
     int rc;
 
     Py_BEGIN_ALLOW_THREADS
-    rc = cm_host_free(host, &err);
+    rc = host->pooled ? cm_hostpool_free(host, &err)
+                      : cm_host_free(host, &err);
     Py_END_ALLOW_THREADS
     if (rc < 0) {
         cmpy_warn_release(st, &err);
@@ -328,8 +332,15 @@ host_array(cmpy_state *st, cm_device *dev, cm_host_kind kind, int portable,
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
-    rc = cm_host_alloc(dev, kind, (size_t)(high - low), portable, &host,
-                       &err);
+    /* While the device's pool is on, pinned memory is the host pool's:
+     * the last reference gives it back there, still page-locked. */
+    if (kind == CM_HOST_PINNED && cm_pool_active(dev) != NULL) {
+        rc = cm_hostpool_alloc(dev, (size_t)(high - low), &host, &err);
+    }
+    else {
+        rc = cm_host_alloc(dev, kind, (size_t)(high - low), portable,
+                           &host, &err);
+    }
     Py_END_ALLOW_THREADS
     if (rc < 0) {
         return cmpy_raise(st, &err);

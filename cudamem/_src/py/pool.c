@@ -1,10 +1,12 @@
 /* pool.c (py/): the module functions behind PoolMemoryManager: switching
- * a device's pool on and off, trim, the limit and statistics. The pool is
- * core/pool.c's; the class that calls these lives in cudamem/memory.py. */
+ * a device's pool on and off, and trim, limit and statistics of it and of
+ * the host pool. The pools are core/pool.c's and core/hostpool.c's; the
+ * class that calls these lives in cudamem/pool.py. */
 #include "device.h"
 
 #include <stdint.h>
 
+#include "../core/hostpool.h"
 #include "../core/pool.h"
 
 /* The core device of a Device or ordinal argument. */
@@ -88,6 +90,29 @@ pool_trim(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     Py_RETURN_NONE;
 }
 
+/* A limit argument: a byte count, or None for no cap (SIZE_MAX). */
+static int
+limit_arg(PyObject *arg, size_t *limit)
+{
+    *limit = SIZE_MAX;
+    if (arg == Py_None) {
+        return 0;
+    }
+    if (PyBool_Check(arg) || !PyLong_Check(arg)) {
+        PyErr_Format(PyExc_TypeError,
+                     "nbytes must be an int or None, not %.200s",
+                     Py_TYPE(arg)->tp_name);
+        return -1;
+    }
+    *limit = PyLong_AsSize_t(arg);
+    if (*limit == (size_t)-1 && PyErr_Occurred()) {
+        PyErr_Format(PyExc_ValueError,
+                     "nbytes must be a byte count >= 0, not %R", arg);
+        return -1;
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(pool_set_limit_doc,
              "_pool_set_limit(device, nbytes)\n\n"
              "Caps the bytes of cuMemAlloc slabs *device*'s pool holds "
@@ -102,31 +127,15 @@ pool_set_limit(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
 {
     static const char *const names[] = {"device", "nbytes"};
     cmpy_state *st = cmpy_get_state(module);
-    size_t limit = SIZE_MAX;
     PyObject *argv[2];
     cm_device *dev;
     cm_error err;
+    size_t limit;
 
     if (cmpy_parse_args("_pool_set_limit", names, 2, 2, args, nargs,
-                        kwnames, argv) < 0) {
-        return NULL;
-    }
-    if (argv[1] != Py_None) {
-        if (PyBool_Check(argv[1]) || !PyLong_Check(argv[1])) {
-            PyErr_Format(PyExc_TypeError,
-                         "nbytes must be an int or None, not %.200s",
-                         Py_TYPE(argv[1])->tp_name);
-            return NULL;
-        }
-        limit = PyLong_AsSize_t(argv[1]);
-        if (limit == (size_t)-1 && PyErr_Occurred()) {
-            PyErr_Format(PyExc_ValueError,
-                         "nbytes must be a byte count >= 0, not %R",
-                         argv[1]);
-            return NULL;
-        }
-    }
-    if (device_arg(st, argv[0], &dev) < 0) {
+                        kwnames, argv) < 0 ||
+        limit_arg(argv[1], &limit) < 0 ||
+        device_arg(st, argv[0], &dev) < 0) {
         return NULL;
     }
     if (cm_pool_set_limit(dev, limit, &err) < 0) {
@@ -175,6 +184,80 @@ pool_stats(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                          (Py_ssize_t)s.pending_blocks);
 }
 
+PyDoc_STRVAR(hostpool_trim_doc,
+             "_hostpool_trim()\n\n"
+             "Frees every page-locked block the host pool keeps for reuse "
+             "(pinned\narrays made while a device's pool is on, staging "
+             "buffers of\ncross-device copies). The pool is process-wide.");
+
+static PyObject *
+hostpool_trim(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    cm_error err;
+    int rc;
+
+    Py_BEGIN_ALLOW_THREADS
+    rc = cm_hostpool_trim(&err);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        return cmpy_raise(cmpy_get_state(module), &err);
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(hostpool_set_limit_doc,
+             "_hostpool_set_limit(nbytes)\n\n"
+             "Caps the bytes of page-locked blocks the host pool keeps "
+             "(None: no\ncap), freeing cached blocks, largest first, down "
+             "to it; a block\ngiven back beyond it is freed.");
+
+static PyObject *
+hostpool_set_limit(PyObject *module, PyObject *const *args,
+                   Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {"nbytes"};
+    PyObject *argv[1];
+    size_t limit;
+    cm_error err;
+    int rc;
+
+    if (cmpy_parse_args("_hostpool_set_limit", names, 1, 1, args, nargs,
+                        kwnames, argv) < 0 ||
+        limit_arg(argv[0], &limit) < 0) {
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = cm_hostpool_set_limit(limit, &err);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        return cmpy_raise(cmpy_get_state(module), &err);
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(hostpool_stats_doc,
+             "_hostpool_stats() -> dict\n\n"
+             "The host pool's limit (None: no cap), cached_blocks and "
+             "cached_bytes\n(page-locked blocks waiting for reuse, whole "
+             "size classes).");
+
+static PyObject *
+hostpool_stats(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
+{
+    cm_hostpool_stats s;
+    PyObject *limit;
+
+    cm_hostpool_get_stats(&s);
+    limit = s.limit == SIZE_MAX ? Py_NewRef(Py_None)
+                                : PyLong_FromSize_t(s.limit);
+    if (limit == NULL) {
+        return NULL;
+    }
+    return Py_BuildValue("{s:N,s:n,s:n}", "limit", limit, "cached_blocks",
+                         (Py_ssize_t)s.cached_blocks, "cached_bytes",
+                         (Py_ssize_t)s.cached_bytes);
+}
+
 PyMethodDef cmpy_pool_methods[] = {
     {"_pool_enable", (PyCFunction)(void (*)(void))pool_enable,
      METH_FASTCALL | METH_KEYWORDS, pool_enable_doc},
@@ -184,5 +267,9 @@ PyMethodDef cmpy_pool_methods[] = {
      METH_FASTCALL | METH_KEYWORDS, pool_set_limit_doc},
     {"_pool_stats", (PyCFunction)(void (*)(void))pool_stats,
      METH_FASTCALL | METH_KEYWORDS, pool_stats_doc},
+    {"_hostpool_trim", hostpool_trim, METH_NOARGS, hostpool_trim_doc},
+    {"_hostpool_set_limit", (PyCFunction)(void (*)(void))hostpool_set_limit,
+     METH_FASTCALL | METH_KEYWORDS, hostpool_set_limit_doc},
+    {"_hostpool_stats", hostpool_stats, METH_NOARGS, hostpool_stats_doc},
     {NULL, NULL, 0, NULL},
 };

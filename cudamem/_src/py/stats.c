@@ -117,9 +117,12 @@ PyDoc_STRVAR(memory_stats_doc,
              "<kind>_count_peak\n(their maxima since reset_peak_stats()); "
              "pending_free_bytes and\npending_free_count (frees queued in "
              "the device's pending\ndeallocations; the driver still holds "
-             "that memory) and pool_cached_bytes\n(freed memory the pool "
-             "keeps for reuse). The caller's memory\npage-locked by "
-             "register() or pinned() is not counted.");
+             "that memory), pool_cached_bytes\n(freed memory the pool "
+             "keeps for reuse) and pinned_pool_cached_bytes and\n"
+             "pinned_pool_cached_count (page-locked blocks the host pool "
+             "keeps for\nreuse, not in pinned_*; process-wide, the same "
+             "for every device).\nThe caller's memory page-locked by "
+             "register() or pinned() is not\ncounted.");
 
 static PyObject *
 memory_stats(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
@@ -148,7 +151,11 @@ memory_stats(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     }
     if (set_size(out, "pending_free_bytes", stats.pending_bytes) < 0 ||
         set_size(out, "pending_free_count", stats.pending_count) < 0 ||
-        set_size(out, "pool_cached_bytes", stats.pool_cached_bytes) < 0) {
+        set_size(out, "pool_cached_bytes", stats.pool_cached_bytes) < 0 ||
+        set_size(out, "pinned_pool_cached_bytes",
+                 stats.pinned_pool_cached_bytes) < 0 ||
+        set_size(out, "pinned_pool_cached_count",
+                 stats.pinned_pool_cached_count) < 0) {
         goto fail;
     }
     return out;
