@@ -1,7 +1,8 @@
 /* ipc.c (py/): the C side of IPC: DeviceNDArray.get_ipc_handle() (asking
  * the context's EMM plugin when it has one) and the private functions
- * cudamem/ipc.py builds on (_ipc_get, _ipc_open, _ipc_array). Where a handle opens, staged copies and pickling are
- * cudamem/ipc.py's; exports and the cache of mappings are core/ipc.c's. */
+ * cudamem/ipc.py builds on (_ipc_get, _ipc_open, _ipc_array). Where a
+ * handle opens, staged copies and pickling are cudamem/ipc.py's; exports
+ * and the cache of mappings are core/ipc.c's. */
 #include "npy.h"
 
 #include <string.h>
