@@ -66,6 +66,9 @@ from cudamem.errors import (
 from cudamem.memory import (
     BaseCUDAMemoryManager,
     HostOnlyCUDAMemoryManager,
+    ManagedMemory,
+    MappedMemory,
+    PinnedMemory,
     set_memory_manager,
     using_memory_manager,
 )
@@ -107,10 +110,13 @@ __all__ = [
     "HostOnlyCUDAMemoryManager",
     "IpcArrayHandle",
     "IpcHandle",
+    "ManagedMemory",
     "ManagedNDArray",
+    "MappedMemory",
     "MappedNDArray",
     "MemoryInfo",
     "MemoryPointer",
+    "PinnedMemory",
     "PoolMemoryManager",
     "Stream",
     "as_cuda_array",

@@ -117,6 +117,28 @@ def deregister(*arrays):
     _cudamem._host_unregister(buffers)
 
 
+def _pin(arrays, mapped):
+    """HostBuffers page-locking the arrays (with a device address when
+    *mapped*): the current context's EMM plugin's mempin() for each
+    (numba's Context.mempin) when it has one, else cudamem's registrations.
+    All or none: what a failure leaves is released with the list."""
+    manager = _cudamem._plugin_manager()
+    if manager is None:
+        return _cudamem._host_register(arrays, mapped=mapped)
+    extents = [_cudamem._host_extent(ary) for ary in arrays]
+    buffers = []
+    for ary, (pointer, size) in zip(arrays, extents):
+        buf = manager.mempin(ary, pointer, size, mapped=mapped)
+        if not isinstance(buf, _cudamem.HostBuffer) or (
+                mapped and buf.device is None):
+            raise TypeError("%r.mempin(mapped=%r) returned %r, which is not "
+                            "a %s" % (manager, mapped, buf,
+                                      "MappedMemory" if mapped
+                                      else "PinnedMemory"))
+        buffers.append(buf)
+    return buffers
+
+
 @contextlib.contextmanager
 def pinned(*arrays):
     """pinned(*arrays)
@@ -125,8 +147,8 @@ def pinned(*arrays):
     and unlocks them at its end, also on an exception (numba's
     ``pinned``). It nests, and memory already page-locked (a
     pinned_array(), a registered array, memory another library pinned) is
-    fine."""
-    buffers = _cudamem._host_register(arrays)
+    fine. With an EMM plugin, its ``mempin()`` page-locks them."""
+    buffers = _pin(arrays, False)
     try:
         yield
     finally:
@@ -140,8 +162,9 @@ def mapped(*arrays, stream=0):
     A context manager that page-locks the arrays mapped into the current
     device's address space for the ``with`` block (numba's ``mapped``) and
     yields their device side: a DeviceNDArray over the same memory, or a
-    list of them for several arrays."""
-    buffers = _cudamem._host_register(arrays, mapped=True)
+    list of them for several arrays. With an EMM plugin, its
+    ``mempin(..., mapped=True)`` maps them."""
+    buffers = _pin(arrays, True)
     try:
         devices = [_cudamem._host_device_array(ary, buf, stream=stream)
                    for ary, buf in zip(arrays, buffers)]

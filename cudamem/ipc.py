@@ -215,11 +215,14 @@ class IpcArrayHandle:
             desc.get("shape"), desc.get("dtype"))
 
 
-def _array_handle(base, handle, size, source_info, offset, shape, strides,
-                  dtype, first):
-    # DeviceNDArray.get_ipc_handle() (py/ipc.c) after the export.
+def _array_handle(ipc_handle, shape, strides, dtype, first):
+    # DeviceNDArray.get_ipc_handle() (py/ipc.c) after the export or the
+    # plugin's get_ipc_handle().
+    if not isinstance(ipc_handle, IpcHandle):
+        raise TypeError("a memory manager's get_ipc_handle() returned %r, "
+                        "which is not an IpcHandle" % (ipc_handle,))
     return IpcArrayHandle(
-        IpcHandle(base, handle, size, source_info, offset),
+        ipc_handle,
         dict(shape=shape, strides=strides, dtype=dtype, offset=first))
 
 

@@ -15,11 +15,14 @@ import contextlib
 import os
 
 from cudamem import _cudamem
-from cudamem._cudamem import MemoryPointer
+from cudamem._cudamem import (ManagedMemory, MappedMemory, MemoryPointer,
+                              PinnedMemory)
 from cudamem.devices import MemoryInfo
+from cudamem.ipc import GetIpcHandleMixin
 
 __all__ = ["BaseCUDAMemoryManager", "HostOnlyCUDAMemoryManager",
-           "DefaultMemoryManager", "MemoryPointer", "MemoryInfo",
+           "DefaultMemoryManager", "ManagedMemory", "MappedMemory",
+           "MemoryPointer", "MemoryInfo", "PinnedMemory",
            "set_memory_manager", "using_memory_manager"]
 
 _SUPPORTED_EMM_INTERFACE_VERSION = 1
@@ -37,10 +40,12 @@ class BaseCUDAMemoryManager(abc.ABC):
     once per context, as ``cls(context=context)``, then ``initialize()``
     is called; cudamem calls ``memalloc(size)`` for every device array it
     allocates in that context, ``memhostalloc(size, mapped, portable, wc)``
-    for pinned and mapped arrays and, when the plugin has it,
-    ``memallocmanaged(size, attach_global)`` for managed arrays.
-    ``Context.get_memory_info()``, ``reset()`` and ``defer_cleanup()``
-    delegate to it."""
+    for pinned and mapped arrays, ``mempin(owner, pointer, size, mapped)``
+    for ``pinned()`` and ``mapped()`` and, when the plugin has it,
+    ``memallocmanaged(size, attach_global)`` for managed arrays (a
+    ManagedMemory; without it managed arrays are cudamem's).
+    ``DeviceNDArray.get_ipc_handle()``, ``Context.get_memory_info()``,
+    ``reset()`` and ``defer_cleanup()`` delegate to it."""
 
     def __init__(self, context):
         self.context = context
@@ -59,13 +64,14 @@ class BaseCUDAMemoryManager(abc.ABC):
         """memhostalloc(size, mapped=False, portable=False, wc=False)
 
         *size* bytes of page-locked host memory, mapped into the device's
-        address space when *mapped*."""
+        address space when *mapped*: a PinnedMemory or MappedMemory."""
 
     @abc.abstractmethod
     def mempin(self, owner, pointer, size, mapped=False):
         """mempin(owner, pointer, size, mapped=False)
 
-        Page-locks the *size* bytes at *pointer*, owned by *owner*."""
+        Page-locks the *size* bytes at *pointer*, owned by *owner*: a
+        PinnedMemory or (*mapped*) MappedMemory."""
 
     @abc.abstractmethod
     def initialize(self):
@@ -123,14 +129,8 @@ class HostOnlyCUDAMemoryManager(BaseCUDAMemoryManager):
         *size* bytes of cudamem's page-locked memory (mapped into the
         device's address space when *mapped*; *portable* and *wc* apply
         to mapped memory)."""
-        if mapped:
-            ary = _cudamem.mapped_array(size, dtype="u1", portable=portable,
-                                        wc=wc)
-        else:
-            ary = _cudamem.pinned_array(size, dtype="u1")
-        while not isinstance(ary, _cudamem.HostBuffer):
-            ary = ary.base
-        return ary
+        return _cudamem._memhostalloc(self.context, size, mapped=mapped,
+                                      portable=portable, wc=wc)
 
     def mempin(self, owner, pointer, size, mapped=False):
         """mempin(owner, pointer, size, mapped=False) -> HostBuffer
@@ -157,13 +157,14 @@ class HostOnlyCUDAMemoryManager(BaseCUDAMemoryManager):
         return self.deallocations.disable()
 
 
-class DefaultMemoryManager(HostOnlyCUDAMemoryManager):
+class DefaultMemoryManager(GetIpcHandleMixin, HostOnlyCUDAMemoryManager):
     """DefaultMemoryManager(context)
 
     cudamem's own manager (numba's ``NumbaCUDAMemoryManager``):
     ``cuMemAlloc`` in C with numba's deferred frees, retried once after a
-    flush on out-of-memory. Arrays of a context using it never call into
-    Python to allocate; plugins may subclass or wrap it."""
+    flush on out-of-memory, and GetIpcHandleMixin's IPC handles. Arrays
+    of a context using it never call into Python to allocate; plugins may
+    subclass or wrap it."""
 
     def memalloc(self, size):
         """memalloc(size) -> MemoryPointer
@@ -171,18 +172,20 @@ class DefaultMemoryManager(HostOnlyCUDAMemoryManager):
         *size* bytes from cudamem's allocator."""
         return _cudamem._memalloc(self.context, size)
 
+    def memallocmanaged(self, size, attach_global=True):
+        """memallocmanaged(size, attach_global=True) -> MemoryPointer
+
+        *size* bytes of cudamem's managed memory (host-accessible), for
+        plugins that wrap this manager; attached to the host until a
+        stream attaches it unless *attach_global*."""
+        return _cudamem._memallocmanaged(self.context, size,
+                                         attach_global=attach_global)
+
     def initialize(self):
         """initialize()
 
         Nothing to set up: allocation needs no state beyond the
         context."""
-
-    def get_ipc_handle(self, memory):
-        """get_ipc_handle(memory) -> IpcHandle
-
-        IPC handles come with cudamem.ipc."""
-        raise NotImplementedError("IPC handles of %r need cudamem.ipc"
-                                  % (memory,))
 
     def get_memory_info(self):
         """get_memory_info() -> MemoryInfo

@@ -200,6 +200,19 @@ KEYWORD_CALLS = {
         cudamem.open_ipc_array, dict(handle=bytes(64), shape=3,
                                      dtype=np.uint8, strides=None,
                                      offset=0)),
+    # Plugins' constructors, over memory the samples own.
+    "cudamem.PinnedMemory": lambda s: (
+        cudamem.PinnedMemory, dict(context=s.context,
+                                   pointer=s.mapped.ctypes.data, size=8,
+                                   owner=s.mapped, finalizer=None)),
+    "cudamem.MappedMemory": lambda s: (
+        cudamem.MappedMemory, dict(context=s.context,
+                                   pointer=s.mapped.ctypes.data, size=8,
+                                   owner=s.mapped, finalizer=None)),
+    "cudamem.ManagedMemory": lambda s: (
+        cudamem.ManagedMemory,
+        dict(context=s.context, pointer=s.managed.ctypes.data, size=8,
+             owner=s.managed, finalizer=None)),
     "cudamem.pinned_array": lambda s: (
         cudamem.pinned_array, dict(shape=3, dtype=np.float64, strides=None,
                                    order="C")),

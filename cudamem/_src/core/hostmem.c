@@ -528,6 +528,35 @@ cm_host_register(cm_device *dev, void *ptr, size_t size, int readonly,
 }
 
 int
+cm_host_external(cm_device *dev, void *ptr, size_t size, int mapped,
+                 cm_host **out, cm_error *err)
+{
+    cm_host *h;
+
+    if (cm_fork_check(err) < 0) {
+        return -1;
+    }
+    h = calloc(1, sizeof(*h));
+    if (h == NULL) {
+        return cm_fail(err, CM_ERR_NOMEM, "out of host memory");
+    }
+    h->kind = CM_HOST_REGISTERED;
+    h->external = 1;
+    h->ptr = size > 0 ? ptr : NULL;
+    h->size = size;
+    h->dev = dev;
+    h->resets = __atomic_load_n(&dev->resets, __ATOMIC_ACQUIRE);
+    if (mapped && h->ptr != NULL &&
+        device_pointer(h->ptr, &h->dptr, err) < 0) {
+        free(h);
+        return -1;
+    }
+    h->mapped = mapped;
+    *out = h;
+    return 0;
+}
+
+int
 cm_host_unregister(cm_host *h, cm_error *err)
 {
     int rc;

@@ -30,6 +30,8 @@ typedef struct cm_host {
     size_t size;      /* bytes from ptr */
     size_t maplen;    /* pinned / mapped: length of the mmap at ptr */
     int readonly;     /* registered read-only */
+    int external;     /* REGISTERED: page-locked by its owner (an EMM
+                         plugin), not by cudamem */
     int mapped;       /* dptr is the device address of ptr */
     cm_hostreg *reg;  /* NULL: write-combined, size 0 or unregistered */
     cm_device *dev;   /* the device it was registered or mapped on */
@@ -64,6 +66,13 @@ int cm_host_alloc(cm_device *dev, cm_host_kind kind, size_t nbytes,
  * stays registered. size 0 registers nothing. */
 int cm_host_register(cm_device *dev, void *ptr, size_t size, int readonly,
                      int mapped, cm_host **out, cm_error *err);
+
+/* A record (kind REGISTERED, `external`) of [ptr, ptr + size), which
+ * another owner page-locked (an EMM plugin's memory); with `mapped`, its
+ * device address in dev's context (which must be current). cudamem never
+ * registers nor frees that memory: cm_host_free frees the record. */
+int cm_host_external(cm_device *dev, void *ptr, size_t size, int mapped,
+                     cm_host **out, cm_error *err);
 
 /* Drops h's registration now (a no-op the second time); registrations
  * that no one else holds are unregistered at once. A failed unregister is

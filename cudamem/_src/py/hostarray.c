@@ -104,7 +104,7 @@ owner_of(cmpy_state *st, PyObject *self, cm_device **dev)
     }
     if (kind == CMPY_HOSTARRAY_MANAGED &&
         Py_IS_TYPE(base, (PyTypeObject *)st->MemoryPointerType) &&
-        ((cmpy_MemoryPointer *)base)->mem->kind == CM_FREE_MANAGED) {
+        ((cmpy_MemoryPointer *)base)->managed) {
         *dev = ((cmpy_MemoryPointer *)base)->mem->dev;
         return base;
     }

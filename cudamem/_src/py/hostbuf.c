@@ -1,8 +1,10 @@
 /* hostbuf.c (py/): HostBuffer, the Python owner of one core host buffer
- * (core/hostmem.h), exporting its bytes through the buffer protocol, and
- * the functions that make host arrays over it, register the caller's
- * arrays and give mapped memory its device side. MappedNDArray itself is
- * hostarray.c's; the context managers are cudamem/hostarrays.py's. */
+ * (core/hostmem.h), exporting its bytes through the buffer protocol, numba's
+ * PinnedMemory and MappedMemory constructors for EMM plugins, and the
+ * functions that make host arrays over it (from a context's plugin when it
+ * has one), register the caller's arrays and give mapped memory its device
+ * side. MappedNDArray itself is hostarray.c's; the context managers are
+ * cudamem/hostarrays.py's. */
 #include "hostbuf.h"
 
 #include "device.h"
@@ -16,7 +18,9 @@
 typedef struct cmpy_HostBuffer {
     PyObject_HEAD
     cm_host *host;
-    PyObject *owner; /* registered: the array whose memory it is */
+    PyObject *owner; /* registered: the array whose memory it is;
+                        external: the plugin's owner */
+    PyObject *finalizer; /* external: the plugin's, or NULL */
     PyObject *weakreflist;
 } cmpy_HostBuffer;
 
@@ -40,6 +44,7 @@ new_buffer(cmpy_state *st, cm_host *host, PyObject *owner)
     }
     self->host = host;
     self->owner = Py_XNewRef(owner);
+    self->finalizer = NULL;
     self->weakreflist = NULL;
     PyObject_GC_Track(self);
     return (PyObject *)self;
@@ -66,6 +71,7 @@ buffer_traverse(cmpy_HostBuffer *self, visitproc visit, void *arg)
 {
     Py_VISIT(Py_TYPE(self));
     Py_VISIT(self->owner);
+    Py_VISIT(self->finalizer);
     return 0;
 }
 
@@ -79,6 +85,12 @@ buffer_dealloc(cmpy_HostBuffer *self)
         PyObject_ClearWeakRefs((PyObject *)self);
     }
     discard(cmpy_type_state((PyObject *)self), self->host);
+    /* The record first: the finalizer frees the memory it describes. */
+    if (self->finalizer != NULL) {
+        cmpy_memory_finalize(cmpy_type_state((PyObject *)self),
+                             self->finalizer);
+        Py_CLEAR(self->finalizer);
+    }
     Py_CLEAR(self->owner);
     type->tp_free(self);
     Py_DECREF(type);
@@ -95,6 +107,9 @@ kind_name(const cm_host *h)
     case CM_HOST_MAPPED_WC:
         return "mapped_wc";
     default:
+        if (h->external) {
+            return h->mapped ? "external_mapped" : "external";
+        }
         return h->mapped ? "registered_mapped" : "registered";
     }
 }
@@ -109,6 +124,7 @@ buffer_repr(cmpy_HostBuffer *self)
                                 kind_name(self->host), self->host->size,
                                 addr,
                                 self->host->reg != NULL ||
+                                        self->host->external ||
                                         self->host->kind ==
                                             CM_HOST_MAPPED_WC ||
                                         self->host->size == 0
@@ -130,6 +146,12 @@ static PyObject *
 get_host_pointer(cmpy_HostBuffer *self, void *Py_UNUSED(c))
 {
     return PyLong_FromVoidPtr(self->host->ptr);
+}
+
+static PyObject *
+get_handle(cmpy_HostBuffer *self, void *Py_UNUSED(c))
+{
+    return cmpy_c_void_p((unsigned long long)(uintptr_t)self->host->ptr);
 }
 
 static PyObject *
@@ -188,6 +210,9 @@ static PyGetSetDef buffer_getset[] = {
     {"host_pointer", (getter)get_host_pointer, NULL,
      "The address of the first byte, an int (0 for a zero-size buffer).",
      NULL},
+    {"handle", (getter)get_handle, NULL,
+     "The host address as a ctypes.c_void_p (numba's PinnedMemory.handle).",
+     NULL},
     {"device_pointer", (getter)get_device_pointer, NULL,
      "The device address of the first byte as a ctypes.c_void_p "
      "(numba's\nMappedMemory.device_pointer), or None unless mapped.",
@@ -199,7 +224,8 @@ static PyGetSetDef buffer_getset[] = {
     {"kind", (getter)get_kind, NULL,
      "'pinned', 'mapped', 'mapped_wc' (write-combined), 'registered' or\n"
      "'registered_mapped' (an existing array registered by pinned(),\n"
-     "register() or mapped()).",
+     "register() or mapped()), 'external' or 'external_mapped' (an EMM\n"
+     "plugin's, from PinnedMemory() or MappedMemory()).",
      NULL},
     {"readonly", (getter)get_readonly, NULL,
      "Whether the memory is registered (and exported) read-only.", NULL},
@@ -229,7 +255,8 @@ PyDoc_STRVAR(buffer_doc,
              "are freed with it. Registrations and write-combined\nmemory "
              "retain their device's primary context: close() leaves "
              "them,\nDevice.reset() ends them (and frees write-combined "
-             "memory).");
+             "memory). EMM plugins\nmake them with PinnedMemory() and "
+             "MappedMemory().");
 
 static PyType_Slot buffer_slots[] = {
     {Py_tp_doc, (void *)buffer_doc},
@@ -314,6 +341,101 @@ fail:
     return -1;
 }
 
+/* A HostBuffer owning new cudamem host memory of `kind` on dev. */
+static PyObject *
+native_buffer(cmpy_state *st, cm_device *dev, cm_host_kind kind,
+              int portable, size_t nbytes)
+{
+    PyObject *buf;
+    cm_host *host;
+    cm_error err;
+    int rc;
+
+    Py_BEGIN_ALLOW_THREADS
+    /* While the device's pool is on, pinned memory is the host pool's:
+     * the last reference gives it back there, still page-locked. */
+    if (kind == CM_HOST_PINNED && cm_pool_active(dev) != NULL) {
+        rc = cm_hostpool_alloc(dev, nbytes, &host, &err);
+    }
+    else {
+        rc = cm_host_alloc(dev, kind, nbytes, portable, &host, &err);
+    }
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        return cmpy_raise(st, &err);
+    }
+    buf = new_buffer(st, host, NULL);
+    if (buf == NULL) {
+        discard(st, host);
+    }
+    return buf;
+}
+
+/* What a plugin's memhostalloc() returned: a HostBuffer (PinnedMemory or
+ * MappedMemory) of at least nbytes, mapped on dev when `mapped`. */
+static int
+check_plugin_buffer(cmpy_state *st, cm_device *dev, PyObject *plugin,
+                    PyObject *got, size_t nbytes, int mapped)
+{
+    cm_host *host = cmpy_hostbuf_host(st, got);
+
+    if (host == NULL) {
+        PyErr_Format(PyExc_TypeError,
+                     "%R.memhostalloc(%zu) returned %R, which is not a "
+                     "PinnedMemory or MappedMemory",
+                     plugin, nbytes, got);
+        return -1;
+    }
+    if (host->size < nbytes || (mapped && (!host->mapped ||
+                                           host->dev != dev))) {
+        PyErr_Format(PyExc_ValueError,
+                     "%R.memhostalloc(%zu) returned %R, not %zu bytes%s",
+                     plugin, nbytes, got, nbytes,
+                     mapped ? " mapped on the current device" : "");
+        return -1;
+    }
+    return 0;
+}
+
+/* nbytes of host memory of `kind` for dev: from its context's plugin's
+ * memhostalloc() when it has one (numba's arguments: the size alone for
+ * pinned memory), else cudamem's. A new HostBuffer. */
+static PyObject *
+host_buffer(cmpy_state *st, cm_device *dev, cm_host_kind kind,
+            int portable, size_t nbytes)
+{
+    int mapped = kind != CM_HOST_PINNED, rc;
+    PyObject *args, *kwargs = NULL, *plugin, *got;
+
+    /* As memalloc(): no plugin is asked for zero bytes. */
+    if (!st->plugins || nbytes == 0) {
+        return native_buffer(st, dev, kind, portable, nbytes);
+    }
+    args = Py_BuildValue("(n)", (Py_ssize_t)nbytes);
+    if (args != NULL && mapped) {
+        kwargs = Py_BuildValue("{s:O,s:O,s:O}", "mapped", Py_True,
+                               "portable", portable ? Py_True : Py_False,
+                               "wc",
+                               kind == CM_HOST_MAPPED_WC ? Py_True
+                                                         : Py_False);
+    }
+    rc = args != NULL && (kwargs != NULL || !mapped)
+             ? cmpy_manager_call(st, dev, "memhostalloc", 0, args, kwargs,
+                                 &plugin, &got)
+             : -1;
+    Py_XDECREF(args);
+    Py_XDECREF(kwargs);
+    if (rc <= 0) {
+        return rc == 0 ? native_buffer(st, dev, kind, portable, nbytes)
+                       : NULL;
+    }
+    if (check_plugin_buffer(st, dev, plugin, got, nbytes, mapped) < 0) {
+        Py_CLEAR(got);
+    }
+    Py_DECREF(plugin);
+    return got;
+}
+
 /* A NumPy array of the given layout (dtype borrowed) over new host
  * memory of `kind` on dev, its .base the HostBuffer. */
 static PyObject *
@@ -323,39 +445,22 @@ host_array(cmpy_state *st, cm_device *dev, cm_host_kind kind, int portable,
 {
     Py_ssize_t size, low, high;
     PyObject *buf, *arr;
-    cm_host *host;
-    cm_error err;
-    int rc;
 
     if (cmpy_layout_extent(ndim, shape, strides, PyDataType_ELSIZE(dtype),
                            &size, &low, &high) < 0) {
         return NULL;
     }
-    Py_BEGIN_ALLOW_THREADS
-    /* While the device's pool is on, pinned memory is the host pool's:
-     * the last reference gives it back there, still page-locked. */
-    if (kind == CM_HOST_PINNED && cm_pool_active(dev) != NULL) {
-        rc = cm_hostpool_alloc(dev, (size_t)(high - low), &host, &err);
-    }
-    else {
-        rc = cm_host_alloc(dev, kind, (size_t)(high - low), portable,
-                           &host, &err);
-    }
-    Py_END_ALLOW_THREADS
-    if (rc < 0) {
-        return cmpy_raise(st, &err);
-    }
-    buf = new_buffer(st, host, NULL);
+    buf = host_buffer(st, dev, kind, portable, (size_t)(high - low));
     if (buf == NULL) {
-        discard(st, host);
         return NULL;
     }
     /* Steals a dtype reference. Negative strides: the first element is
      * -low in. */
     Py_INCREF(dtype);
-    arr = PyArray_NewFromDescr(&PyArray_Type, dtype, ndim, shape, strides,
-                               (char *)buffer_data(host) - low,
-                               NPY_ARRAY_WRITEABLE, NULL);
+    arr = PyArray_NewFromDescr(
+        &PyArray_Type, dtype, ndim, shape, strides,
+        (char *)buffer_data(((cmpy_HostBuffer *)buf)->host) - low,
+        NPY_ARRAY_WRITEABLE, NULL);
     if (arr == NULL) {
         Py_DECREF(buf);
         return NULL;
@@ -644,6 +749,24 @@ host_unregister(PyObject *module, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(host_extent_doc,
+             "_host_extent(ary) -> (pointer, size)\n\n"
+             "The address of the lowest byte NumPy array *ary*'s elements "
+             "touch and\nthe bytes from it to the highest (what pinned() "
+             "asks mempin() to lock).");
+
+static PyObject *
+host_extent(PyObject *Py_UNUSED(module), PyObject *arg)
+{
+    size_t size;
+    char *lo;
+
+    if (cmpy_numpy_init() < 0 || array_extent(arg, &lo, &size) < 0) {
+        return NULL;
+    }
+    return Py_BuildValue("(Nn)", PyLong_FromVoidPtr(lo), (Py_ssize_t)size);
+}
+
 cm_host *
 cmpy_hostbuf_host(cmpy_state *st, PyObject *obj)
 {
@@ -742,7 +865,133 @@ host_device_array(PyObject *module, PyObject *const *args,
         st, argv[1], (PyArrayObject *)argv[0], &ref);
 }
 
+PyDoc_STRVAR(memhostalloc_doc,
+             "_memhostalloc(context, size, mapped=False, portable=False, "
+             "wc=False)\n-> HostBuffer\n\n"
+             "*size* bytes of cudamem's own page-locked memory for "
+             "*context*'s device,\nwhatever its memory manager "
+             "(HostOnlyCUDAMemoryManager.memhostalloc).");
+
+static PyObject *
+memhostalloc(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+             PyObject *kwnames)
+{
+    static const char *const names[] = {"context", "size", "mapped",
+                                        "portable", "wc"};
+    cmpy_state *st = cmpy_get_state(module);
+    PyObject *argv[5];
+    int flags[3] = {0, 0, 0};
+    cm_device *dev;
+    size_t n;
+
+    if (cmpy_parse_args("_memhostalloc", names, 5, 2, args, nargs, kwnames,
+                        argv) < 0 ||
+        cmpy_memory_parse_sized(st, "memhostalloc", argv[0], argv[1], &dev,
+                                &n) < 0) {
+        return NULL;
+    }
+    for (int i = 0; i < 3; i++) {
+        if (argv[i + 2] != NULL &&
+            (flags[i] = PyObject_IsTrue(argv[i + 2])) < 0) {
+            return NULL;
+        }
+    }
+    return native_buffer(st, dev,
+                         !flags[0]   ? CM_HOST_PINNED
+                         : flags[2] ? CM_HOST_MAPPED_WC
+                                    : CM_HOST_MAPPED,
+                         flags[1], n);
+}
+
+/* numba's PinnedMemory() and MappedMemory(): a HostBuffer recording the
+ * plugin's page-locked memory, whose finalizer runs when it goes. */
+static PyObject *
+external_buffer(PyObject *module, const char *name, int mapped,
+                PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {"context", "pointer", "size",
+                                        "owner", "finalizer"};
+    cmpy_state *st = cmpy_get_state(module);
+    cmpy_HostBuffer *buf;
+    PyObject *argv[5];
+    cm_ctx_guard guard;
+    cm_host *host = NULL;
+    CUdeviceptr ptr;
+    cm_device *dev;
+    cm_error err;
+    size_t size;
+
+    if (cmpy_parse_args(name, names, 5, 3, args, nargs, kwnames, argv) <
+            0 ||
+        cmpy_memory_parse_external(st, name, argv, &dev, &ptr, &size) < 0) {
+        return NULL;
+    }
+    /* The device address is the context's. */
+    if (cm_ctx_enter(dev, &guard, &err) < 0) {
+        return cmpy_raise(st, &err);
+    }
+    if (cm_ctx_leave(&guard,
+                     cm_host_external(dev, (void *)(uintptr_t)ptr, size,
+                                      mapped, &host, &err),
+                     &err) < 0) {
+        if (host != NULL) {
+            discard(st, host);
+        }
+        return cmpy_raise(st, &err);
+    }
+    buf = (cmpy_HostBuffer *)new_buffer(
+        st, host, argv[3] != NULL && argv[3] != Py_None ? argv[3] : NULL);
+    if (buf == NULL) {
+        discard(st, host);
+        return NULL;
+    }
+    if (argv[4] != NULL && argv[4] != Py_None) {
+        buf->finalizer = Py_NewRef(argv[4]);
+    }
+    return (PyObject *)buf;
+}
+
+PyDoc_STRVAR(pinned_memory_doc,
+             "PinnedMemory(context, pointer, size, owner=None, "
+             "finalizer=None)\n-> HostBuffer\n\n"
+             "numba's PinnedMemory, for EMM plugins' memhostalloc() and "
+             "mempin(): the\n*size* bytes of page-locked host memory at "
+             "*pointer* (an int, or a\nctypes pointer) as a HostBuffer "
+             "(kind 'external') kept alive with\n*owner*. *finalizer* (no "
+             "arguments) unpins or frees them when the\nbuffer goes; an "
+             "exception in it becomes a CudaWarning.");
+
+static PyObject *
+pinned_memory(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+              PyObject *kwnames)
+{
+    return external_buffer(module, "PinnedMemory", 0, args, nargs,
+                           kwnames);
+}
+
+PyDoc_STRVAR(mapped_memory_doc,
+             "MappedMemory(context, pointer, size, owner=None, "
+             "finalizer=None)\n-> HostBuffer\n\n"
+             "numba's MappedMemory: PinnedMemory() for memory mapped into "
+             "the\ndevice's address space, whose device address "
+             "(cuMemHostGetDevicePointer\nin *context*) is the buffer's "
+             "device_pointer (kind 'external_mapped').");
+
+static PyObject *
+mapped_memory(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+              PyObject *kwnames)
+{
+    return external_buffer(module, "MappedMemory", 1, args, nargs,
+                           kwnames);
+}
+
 PyMethodDef cmpy_hostbuf_methods[] = {
+    {"_memhostalloc", (PyCFunction)(void (*)(void))memhostalloc,
+     METH_FASTCALL | METH_KEYWORDS, memhostalloc_doc},
+    {"PinnedMemory", (PyCFunction)(void (*)(void))pinned_memory,
+     METH_FASTCALL | METH_KEYWORDS, pinned_memory_doc},
+    {"MappedMemory", (PyCFunction)(void (*)(void))mapped_memory,
+     METH_FASTCALL | METH_KEYWORDS, mapped_memory_doc},
     {"pinned_array", (PyCFunction)(void (*)(void))pinned_array,
      METH_FASTCALL | METH_KEYWORDS, pinned_array_doc},
     {"mapped_array", (PyCFunction)(void (*)(void))mapped_array,
@@ -751,6 +1000,7 @@ PyMethodDef cmpy_hostbuf_methods[] = {
      METH_FASTCALL | METH_KEYWORDS, host_register_doc},
     {"_host_unregister", (PyCFunction)host_unregister, METH_O,
      host_unregister_doc},
+    {"_host_extent", (PyCFunction)host_extent, METH_O, host_extent_doc},
     {"_host_device_array", (PyCFunction)(void (*)(void))host_device_array,
      METH_FASTCALL | METH_KEYWORDS, host_device_array_doc},
     {NULL, NULL, 0, NULL},

@@ -1,7 +1,8 @@
-/* ipc.c (py/): the C side of IPC: DeviceNDArray.get_ipc_handle() and the
- * private functions cudamem/ipc.py builds on (_ipc_get, _ipc_open,
- * _ipc_array). Where a handle opens, staged copies and pickling are
- * cudamem/ipc.py's; exports and the cache of mappings are core/ipc.c's. */
+/* ipc.c (py/): the C side of IPC: DeviceNDArray.get_ipc_handle() (asking
+ * the context's EMM plugin when it has one) and the private functions
+ * cudamem/ipc.py builds on (_ipc_get, _ipc_open, _ipc_array). Where a
+ * handle opens, staged copies and pickling are cudamem/ipc.py's; exports
+ * and the cache of mappings are core/ipc.c's. */
 #include "npy.h"
 
 #include <string.h>
@@ -9,6 +10,7 @@
 #include "../core/ipc.h"
 #include "array.h"
 #include "device.h"
+#include "memory.h"
 
 /* An IPC handle argument: bytes of the driver's handle size. */
 static int
@@ -66,27 +68,38 @@ const char cmpy_array_get_ipc_handle_doc[] =
     "process. A zero-size array shares\nnothing: it opens as an empty "
     "array.";
 
-PyObject *
-cmpy_array_get_ipc_handle(PyObject *op, PyObject *Py_UNUSED(args))
+/* The IpcHandle (cudamem.ipc's, from `module`) of the `size` bytes at
+ * `lowest` in self's memory: numba's context.get_ipc_handle(), which asks
+ * the context's plugin (with a MemoryPointer of those bytes) when it has
+ * one; else exported here. A zero-size array shares nothing (no
+ * handle) and asks no plugin. */
+static PyObject *
+ipc_handle_of(cmpy_state *st, cmpy_DeviceNDArray *self, PyObject *module,
+              CUdeviceptr lowest, size_t size)
 {
-    cmpy_DeviceNDArray *self = (cmpy_DeviceNDArray *)op;
-    cmpy_state *st = cmpy_type_state(op);
     cm_device *dev = self->gpu_data->mem->dev;
-    PyObject *handle, *shape = NULL, *strides = NULL, *module = NULL;
-    PyObject *result = NULL;
-    Py_ssize_t size, low, high, offset = 0;
-    CUdeviceptr lowest;
+    PyObject *view, *args, *plugin, *got = NULL, *handle;
+    Py_ssize_t offset = 0;
     cm_ipc_export ex;
+    int rc;
 
-    if (cmpy_array_check_alive(st, self) < 0 ||
-        cmpy_layout_extent(CMPY_NDIM(self), CMPY_SHAPE(self),
-                           CMPY_STRIDES(self), PyDataType_ELSIZE(self->dtype),
-                           &size, &low, &high) < 0) {
-        return NULL;
+    if (size != 0 && st->plugins) {
+        view = cmpy_memory_view(st, self->gpu_data,
+                                (size_t)(lowest - self->gpu_data->ptr),
+                                size);
+        args = view != NULL ? PyTuple_Pack(1, view) : NULL;
+        Py_XDECREF(view);
+        rc = args != NULL ? cmpy_manager_call(st, dev, "get_ipc_handle", 0,
+                                              args, NULL, &plugin, &got)
+                          : -1;
+        Py_XDECREF(args);
+        if (rc != 0) {
+            if (rc > 0) {
+                Py_DECREF(plugin);
+            }
+            return got;
+        }
     }
-    /* The handle covers the bytes the elements span, from the lowest; a
-     * zero-size array has no memory to share (None). */
-    lowest = self->ptr + (CUdeviceptr)low;
     if (size == 0) {
         handle = Py_NewRef(Py_None);
     }
@@ -100,21 +113,44 @@ cmpy_array_get_ipc_handle(PyObject *op, PyObject *Py_UNUSED(args))
     if (handle == NULL) {
         return NULL;
     }
+    got = PyObject_CallMethod(module, "IpcHandle", "OOnOn", self->gpu_data,
+                              handle, (Py_ssize_t)size,
+                              cmpy_device_of(st, dev)->uuid, offset);
+    Py_DECREF(handle);
+    return got;
+}
+
+PyObject *
+cmpy_array_get_ipc_handle(PyObject *op, PyObject *Py_UNUSED(args))
+{
+    cmpy_DeviceNDArray *self = (cmpy_DeviceNDArray *)op;
+    cmpy_state *st = cmpy_type_state(op);
+    PyObject *handle = NULL, *shape = NULL, *strides = NULL, *module;
+    PyObject *result = NULL;
+    Py_ssize_t size, low, high;
+
+    if (cmpy_array_check_alive(st, self) < 0 ||
+        cmpy_layout_extent(CMPY_NDIM(self), CMPY_SHAPE(self),
+                           CMPY_STRIDES(self), PyDataType_ELSIZE(self->dtype),
+                           &size, &low, &high) < 0 ||
+        (module = PyImport_ImportModule("cudamem.ipc")) == NULL) {
+        return NULL;
+    }
+    /* The handle covers the bytes the elements span, from the lowest. */
+    handle = ipc_handle_of(st, self, module,
+                           self->ptr + (CUdeviceptr)low,
+                           size == 0 ? 0 : (size_t)(high - low));
     shape = cmpy_shape_tuple(CMPY_NDIM(self), CMPY_SHAPE(self));
     strides = cmpy_shape_tuple(CMPY_NDIM(self), CMPY_STRIDES(self));
-    if (shape == NULL || strides == NULL ||
-        (module = PyImport_ImportModule("cudamem.ipc")) == NULL) {
-        goto done;
+    if (handle != NULL && shape != NULL && strides != NULL) {
+        result = PyObject_CallMethod(module, "_array_handle", "OOOOn",
+                                     handle, shape, strides, self->dtype,
+                                     -low);
     }
-    result = PyObject_CallMethod(module, "_array_handle", "OOnOnOOOn",
-                                 self->gpu_data, handle, high - low,
-                                 cmpy_device_of(st, dev)->uuid, offset,
-                                 shape, strides, self->dtype, -low);
-done:
-    Py_DECREF(handle);
+    Py_XDECREF(handle);
     Py_XDECREF(shape);
     Py_XDECREF(strides);
-    Py_XDECREF(module);
+    Py_DECREF(module);
     return result;
 }
 

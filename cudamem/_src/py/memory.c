@@ -1,7 +1,8 @@
 /* memory.c (py/): the MemoryPointer type (numba's MemoryPointer as an
  * array's gpu_data): device pointer, size, owner, views, the buffer
- * protocol for host-accessible (managed) memory, numba's constructor for
- * EMM plugins, and the dispatch of allocations to a context's plugin.
+ * protocol for host-accessible (managed) memory, numba's MemoryPointer and
+ * ManagedMemory constructors for EMM plugins, and the calls of a context's
+ * plugin (device and managed allocations here; host ones hostbuf.c's).
  * Allocation and release are core/memory.c's (plugin memory: the release
  * hook here), IPC mappings core/ipc.c's; which manager a context has is
  * py/context.c's. */
@@ -24,6 +25,7 @@ new_pointer(cmpy_state *st, cm_mem *mem, CUdeviceptr ptr, size_t size,
     self->ptr = ptr;
     self->size = size;
     self->owner = Py_XNewRef(owner);
+    self->managed = mem->kind == CM_FREE_MANAGED;
     self->weakreflist = NULL;
     PyObject_GC_Track(self);
     return self;
@@ -127,12 +129,12 @@ size_arg(PyObject *arg, const char *what, size_t *out)
 }
 
 /* A MemoryPointer owning an external record for `size` bytes at ptr on
- * dev, whose release hook calls `finalizer` (or None) and drops `keep`
- * (or None). */
+ * dev (host-accessible when `managed`), whose release hook calls
+ * `finalizer` (or None) and drops `keep` (or None). */
 static PyObject *
 external_pointer(cmpy_state *st, cm_device *dev, CUdeviceptr ptr,
-                 size_t size, PyObject *finalizer, PyObject *keep,
-                 PyObject *owner)
+                 size_t size, int managed, PyObject *finalizer,
+                 PyObject *keep, PyObject *owner)
 {
     PyObject *pair = PyTuple_Pack(2, finalizer, keep);
     cmpy_MemoryPointer *self;
@@ -150,46 +152,47 @@ external_pointer(cmpy_state *st, cm_device *dev, CUdeviceptr ptr,
     if (self == NULL) {
         /* Runs the release hook: the finalizer frees the memory. */
         (void)cm_mem_decref(mem, &err);
+        return NULL;
     }
+    self->managed = managed;
     return (PyObject *)self;
 }
 
-/* A plugin's finalizer raised: a CudaWarning naming it (an unraisable
- * error when warnings are errors or the module is gone). The exception is
- * set on entry and cleared on return. */
-static void
-warn_finalizer(cmpy_state *st, PyObject *finalizer)
+void
+cmpy_memory_finalize(cmpy_state *st, PyObject *finalizer)
 {
-    PyObject *exc = cmpy_exc_take();
+    PyObject *saved = cmpy_exc_take(), *res, *exc;
 
-    if (st->CudaWarning == NULL ||
-        PyErr_WarnFormat(st->CudaWarning, 1,
-                         "the finalizer %R of an EMM plugin's memory "
-                         "raised %R",
-                         finalizer, exc) < 0) {
-        PyErr_WriteUnraisable(exc);
+    res = PyObject_CallNoArgs(finalizer);
+    if (res == NULL) {
+        /* An unraisable error when warnings are errors or the module is
+         * gone. */
+        exc = cmpy_exc_take();
+        if (st->CudaWarning == NULL ||
+            PyErr_WarnFormat(st->CudaWarning, 1,
+                             "the finalizer %R of an EMM plugin's memory "
+                             "raised %R",
+                             finalizer, exc) < 0) {
+            PyErr_WriteUnraisable(exc);
+        }
+        Py_XDECREF(exc);
     }
-    Py_XDECREF(exc);
+    Py_XDECREF(res);
+    cmpy_exc_put(saved);
 }
 
 /* The release hook of external records (core/memory.h): `external` is
  * (finalizer or None, the plugin's object or None). Runs with the GIL
- * held, in a deallocator: any exception already set is kept. */
+ * held, in a deallocator. */
 static void
 release_external(void *hook_arg, void *external)
 {
     PyObject *pair = external, *finalizer = PyTuple_GET_ITEM(pair, 0);
-    PyObject *saved = cmpy_exc_take(), *res;
 
     if (finalizer != Py_None) {
-        res = PyObject_CallNoArgs(finalizer);
-        if (res == NULL) {
-            warn_finalizer(hook_arg, finalizer);
-        }
-        Py_XDECREF(res);
+        cmpy_memory_finalize(hook_arg, finalizer);
     }
     Py_DECREF(pair);
-    cmpy_exc_put(saved);
 }
 
 /* What a plugin's memalloc(nbytes) returned, as an array's gpu_data: a
@@ -240,63 +243,118 @@ adopt(cmpy_state *st, cm_device *dev, PyObject *plugin, PyObject *got,
                      plugin, nbytes, got, nbytes);
         goto done;
     }
-    out = external_pointer(st, dev, ptr, size, Py_None, got, NULL);
+    out = external_pointer(st, dev, ptr, size, 0, Py_None, got, NULL);
 done:
     Py_XDECREF(ptr_obj);
     Py_XDECREF(size_obj);
     return out;
 }
 
-/* nbytes from dev's context's memory manager: its memalloc() with the
- * context current when it is a plugin, else cudamem's allocator. */
-static PyObject *
-manager_alloc(cmpy_state *st, cm_device *dev, size_t nbytes,
-              CUstream stream)
+int
+cmpy_manager_call(cmpy_state *st, cm_device *dev, const char *method,
+                  int optional, PyObject *args, PyObject *kwargs,
+                  PyObject **plugin, PyObject **got)
 {
     cmpy_manager_mode mode;
-    PyObject *manager = cmpy_context_manager(st, dev, &mode), *got;
-    PyObject *out = NULL;
+    PyObject *manager, *fn = NULL;
     cm_ctx_guard guard;
     cm_error err;
+    int rc = -1;
 
+    *got = NULL;
+    if (!st->plugins) {
+        return 0;
+    }
+    manager = cmpy_context_manager(st, dev, &mode);
     if (manager == NULL) {
-        return NULL;
+        return -1;
     }
     if (mode != CMPY_MANAGER_PLUGIN) {
-        Py_DECREF(manager);
-        return native_alloc(st, dev, nbytes, stream);
+        rc = 0;
+        goto done;
+    }
+    if (optional ? cmpy_optional_attr(manager, method, &fn) < 0
+                 : (fn = PyObject_GetAttrString(manager, method)) == NULL) {
+        goto done;
+    }
+    if (fn == NULL) {
+        rc = 0;
+        goto done;
     }
     if (cm_ctx_enter(dev, &guard, &err) < 0) {
-        Py_DECREF(manager);
-        return cmpy_raise(st, &err);
+        cmpy_raise(st, &err);
+        goto done;
     }
-    got = PyObject_CallMethod(manager, "memalloc", "n", (Py_ssize_t)nbytes);
-    if (got != NULL) {
-        out = adopt(st, dev, manager, got, nbytes);
-        Py_DECREF(got);
-    }
-    if (cm_ctx_leave(&guard, 0, &err) < 0 && out != NULL) {
-        Py_CLEAR(out);
+    *got = PyObject_Call(fn, args, kwargs);
+    if (cm_ctx_leave(&guard, 0, &err) < 0 && *got != NULL) {
+        Py_CLEAR(*got);
         cmpy_raise(st, &err);
     }
+    if (*got != NULL) {
+        *plugin = Py_NewRef(manager);
+        rc = 1;
+    }
+done:
+    Py_XDECREF(fn);
     Py_DECREF(manager);
-    return out;
+    return rc;
 }
 
 PyObject *
 cmpy_memory_alloc(cmpy_state *st, cm_device *dev, size_t nbytes,
                   CUstream stream)
 {
+    PyObject *args, *plugin, *got, *out;
+    int rc;
+
     /* numba asks no plugin for zero bytes: the pointer is NULL. */
-    if (st->plugins && nbytes > 0) {
-        return manager_alloc(st, dev, nbytes, stream);
+    if (!st->plugins || nbytes == 0) {
+        return native_alloc(st, dev, nbytes, stream);
     }
-    return native_alloc(st, dev, nbytes, stream);
+    if ((args = Py_BuildValue("(n)", (Py_ssize_t)nbytes)) == NULL) {
+        return NULL;
+    }
+    rc = cmpy_manager_call(st, dev, "memalloc", 0, args, NULL, &plugin,
+                           &got);
+    Py_DECREF(args);
+    if (rc <= 0) {
+        return rc == 0 ? native_alloc(st, dev, nbytes, stream) : NULL;
+    }
+    out = adopt(st, dev, plugin, got, nbytes);
+    Py_DECREF(plugin);
+    Py_DECREF(got);
+    return out;
 }
 
-PyObject *
-cmpy_memory_alloc_managed(cmpy_state *st, cm_device *dev, size_t nbytes,
-                          int attach_global)
+/* What a plugin's memallocmanaged(nbytes, attach_global) returned: a
+ * ManagedMemory (a managed MemoryPointer) of at least nbytes on dev. */
+static PyObject *
+adopt_managed(cmpy_state *st, cm_device *dev, PyObject *plugin,
+              PyObject *got, size_t nbytes)
+{
+    cmpy_MemoryPointer *mp = (cmpy_MemoryPointer *)got;
+
+    if (!PyObject_TypeCheck(got, (PyTypeObject *)st->MemoryPointerType) ||
+        !mp->managed) {
+        PyErr_Format(PyExc_TypeError,
+                     "%R.memallocmanaged(%zu) returned %R, which is not a "
+                     "ManagedMemory",
+                     plugin, nbytes, got);
+        return NULL;
+    }
+    if (mp->mem->dev != dev || mp->size < nbytes) {
+        PyErr_Format(PyExc_ValueError,
+                     "%R.memallocmanaged(%zu) returned %R, not %zu bytes "
+                     "on device %d",
+                     plugin, nbytes, got, nbytes, dev->ordinal);
+        return NULL;
+    }
+    return Py_NewRef(got);
+}
+
+static PyObject *
+native_managed(cmpy_state *st, cm_device *dev, size_t nbytes,
+               int attach_global)
 {
     cm_error err;
     cm_mem *mem = NULL;
@@ -306,6 +364,38 @@ cmpy_memory_alloc_managed(cmpy_state *st, cm_device *dev, size_t nbytes,
     made = cm_mem_alloc_managed(dev, nbytes, attach_global, &mem, &err);
     Py_END_ALLOW_THREADS
     return own_record(st, made, mem, &err);
+}
+
+PyObject *
+cmpy_memory_alloc_managed(cmpy_state *st, cm_device *dev, size_t nbytes,
+                          int attach_global)
+{
+    PyObject *args, *kwargs, *plugin, *got, *out;
+    int made;
+
+    /* A plugin's memallocmanaged() when it has one (beyond numba's
+     * interface); never for zero bytes, as memalloc(). */
+    if (st->plugins && nbytes > 0) {
+        args = Py_BuildValue("(n)", (Py_ssize_t)nbytes);
+        kwargs = Py_BuildValue("{s:O}", "attach_global",
+                               attach_global ? Py_True : Py_False);
+        made = args != NULL && kwargs != NULL
+                   ? cmpy_manager_call(st, dev, "memallocmanaged", 1, args,
+                                       kwargs, &plugin, &got)
+                   : -1;
+        Py_XDECREF(args);
+        Py_XDECREF(kwargs);
+        if (made < 0) {
+            return NULL;
+        }
+        if (made > 0) {
+            out = adopt_managed(st, dev, plugin, got, nbytes);
+            Py_DECREF(plugin);
+            Py_DECREF(got);
+            return out;
+        }
+    }
+    return native_managed(st, dev, nbytes, attach_global);
 }
 
 PyObject *
@@ -340,10 +430,10 @@ cmpy_memory_borrow(cmpy_state *st, cm_device *dev, CUdeviceptr ptr,
     return (PyObject *)self;
 }
 
-/* A Context, or a weakref.proxy of one (numba's plugins pass those). New
- * reference, or NULL with TypeError naming the value. */
+/* A Context, or a weakref.proxy of one (numba's plugins pass those), as
+ * `name`()'s. New reference, or NULL with TypeError naming the value. */
 static cmpy_Context *
-context_arg(cmpy_state *st, PyObject *arg)
+context_arg(cmpy_state *st, const char *name, PyObject *arg)
 {
     PyObject *obj = arg;
 
@@ -361,56 +451,108 @@ context_arg(cmpy_state *st, PyObject *arg)
     }
     if (obj == NULL || !Py_IS_TYPE(obj, (PyTypeObject *)st->ContextType)) {
         PyErr_Format(PyExc_TypeError,
-                     "MemoryPointer() needs a cudamem Context, not %R", arg);
+                     "%s() needs a cudamem Context, not %R", name, arg);
         Py_XDECREF(obj);
         return NULL;
     }
     return (cmpy_Context *)obj;
 }
 
-/* numba's MemoryPointer(context, pointer, size, owner=None,
- * finalizer=None), for EMM plugins: an external record whose release
- * hook calls `finalizer` once the pointer and every view of it are
- * gone. */
-static PyObject *
-pointer_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+int
+cmpy_memory_parse_sized(cmpy_state *st, const char *name, PyObject *context,
+                        PyObject *size_obj, cm_device **dev, size_t *size)
 {
-    static char *names[] = {"context", "pointer", "size", "owner",
-                            "finalizer", NULL};
-    cmpy_state *st = (cmpy_state *)PyType_GetModuleState(type);
-    PyObject *context, *pointer, *size_obj, *owner = Py_None;
-    PyObject *finalizer = Py_None, *out = NULL;
-    cmpy_Context *ctx;
-    CUdeviceptr ptr;
-    size_t size;
-    cm_error err;
+    cmpy_Context *ctx = context_arg(st, name, context);
+    char what[64];
+    int rc;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO|OO:MemoryPointer",
-                                     names, &context, &pointer, &size_obj,
-                                     &owner, &finalizer) ||
-        (ctx = context_arg(st, context)) == NULL) {
-        return NULL;
+    if (ctx == NULL) {
+        return -1;
     }
-    if (address_arg(pointer, "MemoryPointer()'s pointer", &ptr) < 0 ||
-        size_arg(size_obj, "MemoryPointer()'s size", &size) < 0) {
+    snprintf(what, sizeof(what), "%s()'s size", name);
+    rc = size_arg(size_obj, what, size);
+    *dev = ctx->device->dev;
+    Py_DECREF(ctx);
+    return rc;
+}
+
+int
+cmpy_memory_parse_external(cmpy_state *st, const char *name,
+                           PyObject *const *argv, cm_device **dev,
+                           CUdeviceptr *ptr, size_t *size)
+{
+    cmpy_Context *ctx = context_arg(st, name, argv[0]);
+    char what[64];
+    cm_error err;
+    int rc = -1;
+
+    if (ctx == NULL) {
+        return -1;
+    }
+    snprintf(what, sizeof(what), "%s()'s pointer", name);
+    if (address_arg(argv[1], what, ptr) < 0) {
         goto done;
     }
-    if (finalizer != Py_None && !PyCallable_Check(finalizer)) {
+    snprintf(what, sizeof(what), "%s()'s size", name);
+    if (size_arg(argv[2], what, size) < 0) {
+        goto done;
+    }
+    if (argv[4] != NULL && argv[4] != Py_None &&
+        !PyCallable_Check(argv[4])) {
         PyErr_Format(PyExc_TypeError,
-                     "MemoryPointer()'s finalizer must be callable or None, "
-                     "not %R",
-                     finalizer);
+                     "%s()'s finalizer must be callable or None, not %R",
+                     name, argv[4]);
         goto done;
     }
     if (cm_ctx_check(ctx->device->dev, ctx->generation, &err) < 0) {
         cmpy_raise(st, &err);
         goto done;
     }
-    out = external_pointer(st, ctx->device->dev, ptr, size, finalizer,
-                           Py_None, owner != Py_None ? owner : NULL);
+    *dev = ctx->device->dev;
+    rc = 0;
 done:
     Py_DECREF(ctx);
-    return out;
+    return rc;
+}
+
+/* numba's MemoryPointer(context, pointer, size, owner=None,
+ * finalizer=None) and ManagedMemory(...) as `name`(): an external record
+ * whose release hook calls the finalizer once the pointer and every view
+ * of it are gone. */
+static PyObject *
+external_new(cmpy_state *st, const char *name, PyObject *const *argv,
+             int managed)
+{
+    PyObject *owner = argv[3] != NULL && argv[3] != Py_None ? argv[3] : NULL;
+    cm_device *dev;
+    CUdeviceptr ptr;
+    size_t size;
+
+    if (cmpy_memory_parse_external(st, name, argv, &dev, &ptr, &size) < 0) {
+        return NULL;
+    }
+    return external_pointer(st, dev, ptr, size, managed,
+                            argv[4] != NULL ? argv[4] : Py_None, Py_None,
+                            owner);
+}
+
+static const char *const external_names[] = {"context", "pointer", "size",
+                                             "owner", "finalizer"};
+
+static PyObject *
+pointer_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *names[] = {"context", "pointer", "size", "owner",
+                            "finalizer", NULL};
+    cmpy_state *st = (cmpy_state *)PyType_GetModuleState(type);
+    PyObject *argv[5] = {NULL, NULL, NULL, NULL, NULL};
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO|OO:MemoryPointer",
+                                     names, &argv[0], &argv[1], &argv[2],
+                                     &argv[3], &argv[4])) {
+        return NULL;
+    }
+    return external_new(st, "MemoryPointer", argv, 0);
 }
 
 static int
@@ -578,9 +720,13 @@ cmpy_memory_view(cmpy_state *st, cmpy_MemoryPointer *base, size_t offset,
     view = new_pointer(st, base->mem,
                        base->ptr == 0 ? 0 : base->ptr + (CUdeviceptr)offset,
                        size, owner);
-    if (view == NULL && cm_mem_decref(base->mem, &err) < 0) {
-        cmpy_warn_release(st, &err);
+    if (view == NULL) {
+        if (cm_mem_decref(base->mem, &err) < 0) {
+            cmpy_warn_release(st, &err);
+        }
+        return NULL;
     }
+    view->managed = base->managed;
     return (PyObject *)view;
 }
 
@@ -596,7 +742,7 @@ pointer_getbuffer(PyObject *op, Py_buffer *view, int flags)
     cmpy_state *st = cmpy_type_state(op);
     cm_error err;
 
-    if (self->mem->kind != CM_FREE_MANAGED) {
+    if (!self->managed) {
         char addr[24];
 
         snprintf(addr, sizeof(addr), "0x%llx", (unsigned long long)self->ptr);
@@ -678,21 +824,96 @@ memalloc(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
 {
     static const char *const names[] = {"context", "size"};
     cmpy_state *st = cmpy_get_state(module);
-    cmpy_Context *ctx;
-    PyObject *argv[2], *out = NULL;
+    PyObject *argv[2];
+    cm_device *dev;
     size_t size;
 
     if (cmpy_parse_args("_memalloc", names, 2, 2, args, nargs, kwnames,
                         argv) < 0 ||
-        (ctx = context_arg(st, argv[0])) == NULL) {
+        cmpy_memory_parse_sized(st, "memalloc", argv[0], argv[1], &dev,
+                                &size) < 0) {
         return NULL;
     }
-    if (size_arg(argv[1], "memalloc()'s size", &size) == 0) {
-        /* A plugin's memalloc() serves the legacy default stream. */
-        out = native_alloc(st, ctx->device->dev, size, NULL);
+    /* A plugin's memalloc() serves the legacy default stream. */
+    return native_alloc(st, dev, size, NULL);
+}
+
+PyDoc_STRVAR(memallocmanaged_doc,
+             "_memallocmanaged(context, size, attach_global=True) -> "
+             "MemoryPointer\n\n"
+             "*size* bytes of cudamem's own managed memory in *context*, "
+             "whatever its\nmemory manager "
+             "(DefaultMemoryManager.memallocmanaged).");
+
+static PyObject *
+memallocmanaged(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+                PyObject *kwnames)
+{
+    static const char *const names[] = {"context", "size", "attach_global"};
+    cmpy_state *st = cmpy_get_state(module);
+    int attach_global = 1;
+    PyObject *argv[3];
+    cm_device *dev;
+    size_t size;
+
+    if (cmpy_parse_args("_memallocmanaged", names, 3, 2, args, nargs,
+                        kwnames, argv) < 0 ||
+        cmpy_memory_parse_sized(st, "memallocmanaged", argv[0], argv[1],
+                                &dev, &size) < 0 ||
+        (argv[2] != NULL && (attach_global = PyObject_IsTrue(argv[2])) < 0)) {
+        return NULL;
     }
-    Py_DECREF(ctx);
-    return out;
+    return native_managed(st, dev, size, attach_global);
+}
+
+PyDoc_STRVAR(managed_memory_doc,
+             "ManagedMemory(context, pointer, size, owner=None, "
+             "finalizer=None)\n-> MemoryPointer\n\n"
+             "numba's ManagedMemory, for EMM plugins' memallocmanaged(): "
+             "the *size*\nbytes of managed memory at *pointer* (an int, "
+             "or a ctypes pointer) in\n*context*, as a host-accessible "
+             "MemoryPointer (buffer protocol,\nManagedNDArray's memory) "
+             "kept alive with *owner*. *finalizer* (no\narguments) frees "
+             "them when the pointer and all its views are gone; an\n"
+             "exception in it becomes a CudaWarning.");
+
+static PyObject *
+managed_memory(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+               PyObject *kwnames)
+{
+    PyObject *argv[5];
+
+    if (cmpy_parse_args("ManagedMemory", external_names, 5, 3, args, nargs,
+                        kwnames, argv) < 0) {
+        return NULL;
+    }
+    return external_new(cmpy_get_state(module), "ManagedMemory", argv, 1);
+}
+
+PyDoc_STRVAR(plugin_manager_doc,
+             "_plugin_manager() -> BaseCUDAMemoryManager or None\n\n"
+             "The current context's memory manager when it is an EMM "
+             "plugin (cudamem's\nown managers: None).");
+
+static PyObject *
+plugin_manager(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    cmpy_state *st = cmpy_get_state(module);
+    cmpy_manager_mode mode;
+    PyObject *manager;
+    cm_device *dev;
+
+    if (!st->plugins) {
+        Py_RETURN_NONE;
+    }
+    if (cmpy_current_device(st, &dev) < 0 ||
+        (manager = cmpy_context_manager(st, dev, &mode)) == NULL) {
+        return NULL;
+    }
+    if (mode != CMPY_MANAGER_PLUGIN) {
+        Py_SETREF(manager, Py_NewRef(Py_None));
+    }
+    return manager;
 }
 
 PyDoc_STRVAR(enable_plugins_doc,
@@ -711,6 +932,11 @@ PyMethodDef cmpy_memory_methods[] = {
     {"_memalloc", (PyCFunction)(void (*)(void))memalloc,
      METH_FASTCALL | METH_KEYWORDS, memalloc_doc},
     {"_enable_plugins", enable_plugins, METH_NOARGS, enable_plugins_doc},
+    {"_memallocmanaged", (PyCFunction)(void (*)(void))memallocmanaged,
+     METH_FASTCALL | METH_KEYWORDS, memallocmanaged_doc},
+    {"ManagedMemory", (PyCFunction)(void (*)(void))managed_memory,
+     METH_FASTCALL | METH_KEYWORDS, managed_memory_doc},
+    {"_plugin_manager", plugin_manager, METH_NOARGS, plugin_manager_doc},
     {NULL, NULL, 0, NULL},
 };
 

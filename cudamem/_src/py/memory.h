@@ -1,7 +1,9 @@
 /* memory.h (py/): MemoryPointer, the Python owner of a core allocation
  * record (an array's gpu_data). Views share the record and point into it;
  * the record is released when the last MemoryPointer goes. Host-accessible
- * memory (managed) exports the buffer protocol. */
+ * memory (managed) exports the buffer protocol. Also what other py/ files
+ * share of EMM plugins: the call into a context's manager, the parsing of
+ * plugins' pointers and the finalizers they hand over. */
 #ifndef CMPY_MEMORY_H
 #define CMPY_MEMORY_H
 
@@ -16,6 +18,7 @@ typedef struct cmpy_MemoryPointer {
     size_t size;      /* bytes from ptr */
     PyObject *owner;  /* the MemoryPointer that made mem, the object whose
                          memory mem borrows, or NULL: self */
+    int managed;      /* managed memory, host-accessible at ptr */
     PyObject *weakreflist;
 } cmpy_MemoryPointer;
 
@@ -48,5 +51,33 @@ PyObject *cmpy_memory_borrow(cmpy_state *st, cm_device *dev, CUdeviceptr ptr,
  * allocation; the owner is base's. New reference. */
 PyObject *cmpy_memory_view(cmpy_state *st, cmpy_MemoryPointer *base,
                            size_t offset, size_t size);
+
+/* Calls `method` of dev's context's memory manager with args (a tuple)
+ * and kwargs (or NULL), dev's context current, when allocations ask
+ * plugins and the manager is one (with `optional`: one that has the
+ * method). 1 with *plugin (the manager) and *got (the result), new
+ * references; 0 when cudamem allocates instead; -1 with an exception. */
+int cmpy_manager_call(cmpy_state *st, cm_device *dev, const char *method,
+                      int optional, PyObject *args, PyObject *kwargs,
+                      PyObject **plugin, PyObject **got);
+
+/* Calls an EMM plugin's finalizer (no arguments); an exception it raises
+ * becomes a CudaWarning naming it. Any exception already set is kept. */
+void cmpy_memory_finalize(cmpy_state *st, PyObject *finalizer);
+
+/* A (context, size) pair of arguments of `name`(): the context's device
+ * and the byte count. 0, or -1 with TypeError / ValueError. */
+int cmpy_memory_parse_sized(cmpy_state *st, const char *name,
+                            PyObject *context, PyObject *size_obj,
+                            cm_device **dev, size_t *size);
+
+/* The arguments numba's MemoryPointer-like constructors share, (context,
+ * pointer, size, owner, finalizer) as `name`(): the context's device,
+ * checked alive, the address (an int or a ctypes pointer), the byte count
+ * and the finalizer (callable or None). 0, or -1 with TypeError /
+ * ValueError naming the value, before anything is allocated. */
+int cmpy_memory_parse_external(cmpy_state *st, const char *name,
+                               PyObject *const *argv, cm_device **dev,
+                               CUdeviceptr *ptr, size_t *size);
 
 #endif
