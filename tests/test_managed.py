@@ -541,3 +541,23 @@ def test_managed_array_like_needs_an_array():
     with pytest.raises(TypeError, match="managed_array_like\\(\\) needs a "
                        "NumPy or device array, not list"):
         cudamem.managed_array_like([1, 2])
+
+
+def test_copies_with_managed_host_arrays_are_complete(sim):
+    # A managed array given where a host array goes is device memory to
+    # the driver: a device copy, whose synchronous form may return before
+    # it ran (rule 9). Under a delay, the data must still be there on
+    # return, both ways, and for plain NumPy views of managed memory too.
+    d = cudamem.to_device(np.arange(1000.0))
+    m = cudamem.managed_array(1000)
+    sim.reset()
+    with sim.delay(200_000):
+        d.copy_to_host(m)
+        np.testing.assert_array_equal(m, np.arange(1000.0))
+        np.asarray(m)[:] = -1
+        back = cudamem.to_device(np.asarray(m)[::2])
+        np.testing.assert_array_equal(back.copy_to_host(), -1)
+        d.copy_to_device(m)
+        np.testing.assert_array_equal(d.copy_to_host(), -1)
+    assert _calls(sim, "cuMemcpyDtoD") >= 2
+    assert _calls(sim, "cuMemcpyDtoH") == 2  # the two reads into NumPy

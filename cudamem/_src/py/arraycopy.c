@@ -3,6 +3,7 @@
  * reshape and __array__. It checks shapes, dtypes and streams and hands
  * layouts to core's copy engine (core/copy.h), which decides how. */
 #include "array.h"
+#include "hostarray.h"
 
 #include "../core/copy.h"
 #include "../core/hostpool.h"
@@ -216,6 +217,25 @@ check_compatible(PyArray_Descr *dtype, int nd, const Py_ssize_t *shape,
     return -1;
 }
 
+/* The side of a copy that a host array is: device memory when it is a
+ * view of dev's managed memory (the copy is then a device copy, and a
+ * synchronous one is waited for), else host memory. */
+static cm_side
+host_side(cmpy_state *st, cm_device *dev, PyArrayObject *host, int ndim,
+          const Py_ssize_t *shape, const Py_ssize_t *strides)
+{
+    int managed = cmpy_host_is_managed_on(st, host, dev);
+
+    return (cm_side){.on_device = managed,
+                     .ptr = managed ? (CUdeviceptr)(uintptr_t)PyArray_DATA(
+                                          host)
+                                    : 0,
+                     .host = PyArray_DATA(host),
+                     .ndim = ndim,
+                     .shape = shape,
+                     .strides = strides};
+}
+
 /* Host array -> device layout (same dtype, squeezed-equal or broadcast
  * shapes already resolved into `strides`). */
 static int
@@ -229,11 +249,7 @@ host_to_device(cmpy_state *st, int ndim, const Py_ssize_t *shape,
                    .ndim = ndim,
                    .shape = shape,
                    .strides = dstrides};
-    cm_side src = {.on_device = 0,
-                   .host = PyArray_DATA(host),
-                   .ndim = ndim,
-                   .shape = shape,
-                   .strides = hstrides};
+    cm_side src = host_side(st, dev, host, ndim, shape, hstrides);
 
     return run_copy(st, dev, &dst, &src,
                     (size_t)PyArray_ITEMSIZE(host), ref);
@@ -251,11 +267,8 @@ device_to_host(cmpy_state *st, cmpy_DeviceNDArray *self, PyArrayObject *host,
                      PyArray_STRIDES(host), CMPY_NDIM(self), CMPY_SHAPE(self),
                      hstrides);
     device_side(self, &src);
-    dst = (cm_side){.on_device = 0,
-                    .host = PyArray_DATA(host),
-                    .ndim = CMPY_NDIM(self),
-                    .shape = CMPY_SHAPE(self),
-                    .strides = hstrides};
+    dst = host_side(st, self->gpu_data->mem->dev, host, CMPY_NDIM(self),
+                    CMPY_SHAPE(self), hstrides);
     return run_copy(st, self->gpu_data->mem->dev, &dst, &src,
                     (size_t)PyDataType_ELSIZE(self->dtype), ref);
 }

@@ -88,24 +88,56 @@ kind_of(cmpy_state *st, PyObject *self)
                : CMPY_HOSTARRAY_MANAGED;
 }
 
-/* The root of self's chain of .base when it is memory of self's kind,
- * and *dev, its device; else NULL with ValueError. Borrowed. */
+/* The end of an array's chain of .base: the object whose memory it is
+ * (the array itself when it owns its data). Borrowed. */
 static PyObject *
-owner_of(cmpy_state *st, PyObject *self, cm_device **dev)
+root_of(PyObject *self)
 {
-    cmpy_hostarray_kind kind = kind_of(st, self);
     PyObject *base = self;
-    cm_host *host;
 
     while (PyArray_Check(base) &&
            !PyArray_CHKFLAGS((PyArrayObject *)base, NPY_ARRAY_OWNDATA) &&
            PyArray_BASE((PyArrayObject *)base) != NULL) {
         base = PyArray_BASE((PyArrayObject *)base);
     }
-    if (kind == CMPY_HOSTARRAY_MANAGED &&
-        Py_IS_TYPE(base, (PyTypeObject *)st->MemoryPointerType) &&
+    return base;
+}
+
+/* The managed MemoryPointer at the root of arr's chain of .base, or
+ * NULL. Borrowed. */
+static cmpy_MemoryPointer *
+managed_root(cmpy_state *st, PyObject *arr)
+{
+    PyObject *base = root_of(arr);
+
+    if (Py_IS_TYPE(base, (PyTypeObject *)st->MemoryPointerType) &&
         ((cmpy_MemoryPointer *)base)->managed) {
-        *dev = ((cmpy_MemoryPointer *)base)->mem->dev;
+        return (cmpy_MemoryPointer *)base;
+    }
+    return NULL;
+}
+
+int
+cmpy_host_is_managed_on(cmpy_state *st, PyArrayObject *arr, cm_device *dev)
+{
+    cmpy_MemoryPointer *mp = managed_root(st, (PyObject *)arr);
+
+    return mp != NULL && mp->mem->dev == dev;
+}
+
+/* The root of self's chain of .base when it is memory of self's kind,
+ * and *dev, its device; else NULL with ValueError. Borrowed. */
+static PyObject *
+owner_of(cmpy_state *st, PyObject *self, cm_device **dev)
+{
+    cmpy_hostarray_kind kind = kind_of(st, self);
+    PyObject *base = root_of(self);
+    cmpy_MemoryPointer *mp;
+    cm_host *host;
+
+    if (kind == CMPY_HOSTARRAY_MANAGED &&
+        (mp = managed_root(st, self)) != NULL) {
+        *dev = mp->mem->dev;
         return base;
     }
     if (kind == CMPY_HOSTARRAY_MAPPED &&

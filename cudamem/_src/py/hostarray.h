@@ -35,6 +35,12 @@ PyObject *cmpy_hostarray_new(PyObject *module, cmpy_hostarray_kind kind,
 PyObject *cmpy_hostarray_owner(cmpy_state *st, PyObject *self,
                                cm_device **dev);
 
+/* Whether arr (any NumPy array) is a view of managed memory of dev: copies
+ * with it are device copies, which synchronous forms of the driver may
+ * finish after returning (DESIGN rule 9). */
+int cmpy_host_is_managed_on(cmpy_state *st, PyArrayObject *arr,
+                            cm_device *dev);
+
 /* managed.c: the methods only ManagedNDArray has (prefetch, advise), and
  * a new ManagedNDArray over new managed memory of dev, as
  * managed_array() makes it (dtype borrowed). */
