@@ -546,13 +546,117 @@ def test_a_mask_of_none_is_no_mask():
     _same_layout(imported, base)
 
 
-def test_extent_past_the_allocation_is_the_drivers_business(sim):
-    # The dict says where the elements are; the driver checks the copies.
+@pytest.mark.parametrize("change", [
+    {"shape": (8,)},
+    {"data": "offset"},
+    {"strides": (-8,)},
+], ids=["past the end", "offset past the end", "below the start"])
+def test_extent_outside_the_allocation_is_refused(sim, change):
     base = cudamem.to_device(_host((4,)))
-    desc = _desc(base, shape=(8,))
+    desc = _desc(base, **change)
+    if change.get("data") == "offset":
+        desc["data"] = (base.device_ctypes_pointer.value + 8, False)
+    sim.reset()
+    with pytest.raises(ValueError, match="outside its allocation of 32 "
+                                         "bytes"):
+        cudamem.from_cuda_array_interface(desc, owner=base)
+    assert calls(sim)["cuMemGetAddressRange"] == 1
+
+
+def test_extent_inside_the_allocation_is_accepted():
+    base = cudamem.to_device(_host((8,)))
+    # The last four elements, backwards, from the last one.
+    desc = _desc(base[4:], strides=(-8,),
+                 data=(base[7:].device_ctypes_pointer.value, False))
     imported = cudamem.from_cuda_array_interface(desc, owner=base)
-    with pytest.raises(cudamem.CudaAPIError):
-        imported.copy_to_host()
+    np.testing.assert_array_equal(imported.copy_to_host(),
+                                  _host((8,))[7:3:-1])
+
+
+@pytest.mark.parametrize("version", [0, 1, 2, 3])
+def test_every_version_up_to_3_is_read(version):
+    base = _base()
+    imported = cudamem.from_cuda_array_interface(_desc(base, version=version),
+                                                 owner=base)
+    _same_layout(imported, base)
+
+
+# ---------------------------------------------------------------------------
+# Read-only imports: every write is refused, through the import and its
+# views; reads work, and the export says read-only too.
+
+def _readonly():
+    base = cudamem.to_device(_host((4, 6)))
+    desc = _desc(base, data=(base.device_ctypes_pointer.value, True))
+    return base, cudamem.from_cuda_array_interface(desc, owner=base)
+
+
+WRITES = {
+    "copy_to_device": lambda a: a.copy_to_device(np.zeros(a.shape)),
+    "copy_to_device stream": lambda a: a.copy_to_device(
+        np.zeros(a.shape), stream=cudamem.stream()),
+    "copy_to_device device": lambda a: a.copy_to_device(
+        cudamem.device_array_like(a)),
+    "setitem scalar": lambda a: a.__setitem__(0, 1.0),
+    "setitem array": lambda a: a.__setitem__(Ellipsis, np.ones(a.shape)),
+    "setitem slice": lambda a: a.__setitem__(slice(None, None, 2), 5),
+    "fill": lambda a: a.fill(2.0),
+    "to_device to": lambda a: cudamem.to_device(np.zeros(a.shape), to=a),
+}
+
+VIEWS = {
+    "itself": lambda a: a,
+    "slice": lambda a: a[1:, ::2],
+    "transpose": lambda a: a.T,
+    "reshape": lambda a: a.reshape(24),
+    "view dtype": lambda a: a.view(np.int64),
+    "bound": lambda a: a.bind(cudamem.stream()),
+    "reimport": lambda a: cudamem.as_cuda_array(Producer(a)),
+    "split": lambda a: a.ravel().split(6)[1],
+}
+
+
+@pytest.mark.parametrize("view", sorted(VIEWS))
+@pytest.mark.parametrize("write", sorted(WRITES))
+def test_readonly_import_refuses_writes(sim, view, write):
+    base, imported = _readonly()
+    target = VIEWS[view](imported)
+    sim.reset()
+    with pytest.raises(ValueError, match="assignment destination is "
+                                         "read-only"):
+        WRITES[write](target)
+    made = calls(sim)
+    assert not any(made[k] for k in made if k.startswith(("cuMemcpy",
+                                                          "cuMemset")))
+    np.testing.assert_array_equal(base.copy_to_host(), _host((4, 6)))
+
+
+def test_readonly_import_reads():
+    base, imported = _readonly()
+    host = _host((4, 6))
+    np.testing.assert_array_equal(imported.copy_to_host(), host)
+    np.testing.assert_array_equal(imported[1:, ::2].copy_to_host(),
+                                  host[1:, ::2])
+    assert imported[2, 3] == host[2, 3]
+    # A copy is the consumer's own memory, writable.
+    copied = imported.copy_to_host()
+    dev = cudamem.to_device(copied)
+    dev.fill(1.0)
+    # Copies out of it into a writable array work.
+    out = cudamem.device_array_like(base)
+    out.copy_to_device(imported)
+    np.testing.assert_array_equal(out.copy_to_host(), host)
+    assert imported.__cuda_array_interface__["data"][1] is True
+    assert imported.T.__cuda_array_interface__["data"][1] is True
+    assert base.__cuda_array_interface__["data"][1] is False
+
+
+def test_writable_import_writes():
+    base = cudamem.to_device(_host((4,)))
+    imported = cudamem.from_cuda_array_interface(_desc(base), owner=base)
+    imported.fill(3.0)
+    np.testing.assert_array_equal(base.copy_to_host(), np.full(4, 3.0))
+    assert imported.__cuda_array_interface__["data"][1] is False
 
 
 # ---------------------------------------------------------------------------

@@ -315,6 +315,19 @@ cm_pointer_device(CUdeviceptr ptr, cm_device **dev, cm_error *err)
     return 0;
 }
 
+int
+cm_pointer_range(cm_device *dev, CUdeviceptr ptr, CUdeviceptr *base,
+                 size_t *size, cm_error *err)
+{
+    cm_ctx_guard guard;
+
+    if (cm_ctx_enter(dev, &guard, err) < 0) {
+        return -1;
+    }
+    return cm_ctx_leave(
+        &guard, CM_CALL(err, cuMemGetAddressRange, base, size, ptr), err);
+}
+
 void
 cm_mem_incref(cm_mem *m)
 {

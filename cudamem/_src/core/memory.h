@@ -27,6 +27,9 @@ typedef struct cm_mem {
      * which orders its reuse. */
     struct cm_pool_block *block;
     CUstream stream;
+    /* Borrowed read-only (a producer's flag): writes through any array or
+     * view over the record are refused. */
+    int readonly;
 } cm_mem;
 
 /* What the last decref of an external record runs: py/ installs it (the
@@ -76,6 +79,11 @@ void cm_mem_set_release_hook(cm_release_hook hook, void *hook_arg);
  * current device's context. Memory the driver does not know fails with
  * CM_ERR_VALUE naming the pointer. */
 int cm_pointer_device(CUdeviceptr ptr, cm_device **dev, cm_error *err);
+/* The allocation ptr lies in (cuMemGetAddressRange in dev's context):
+ * its base and size. */
+int cm_pointer_range(cm_device *dev, CUdeviceptr ptr, CUdeviceptr *base,
+                     size_t *size, cm_error *err);
+
 void cm_mem_incref(cm_mem *m);
 /* Drops a reference; the last one queues the free (none for borrowed
  * memory; for an IPC mapping, its close: see ipc.h) and frees the

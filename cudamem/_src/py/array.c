@@ -672,7 +672,8 @@ get_cai(cmpy_DeviceNDArray *self, void *Py_UNUSED(c))
     }
     cai = Py_BuildValue("{sOsOs(KO)sOsOsi}", "shape", shape, "strides",
                         strides, "data", (unsigned long long)self->ptr,
-                        Py_False, "typestr", typestr, "stream", stream,
+                        self->gpu_data->mem->readonly ? Py_True : Py_False,
+                        "typestr", typestr, "stream", stream,
                         "version", 3);
     if (cai != NULL && PyDataType_HASFIELDS(self->dtype)) {
         descr = PyObject_GetAttrString((PyObject *)self->dtype, "descr");

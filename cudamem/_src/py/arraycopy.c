@@ -42,6 +42,20 @@ cmpy_array_check_alive(cmpy_state *st, cmpy_DeviceNDArray *self)
     return 0;
 }
 
+/* Writes into memory a producer exported read-only are refused, through
+ * the import and every view of it, before anything is queued. */
+static int
+check_writable(cmpy_DeviceNDArray *self)
+{
+    if (self->gpu_data->mem->readonly) {
+        PyErr_SetString(PyExc_ValueError,
+                        "assignment destination is read-only: the CUDA "
+                        "Array Interface exported this memory read-only");
+        return -1;
+    }
+    return 0;
+}
+
 /* The stream an operation uses: its stream= argument, or the array's own
  * when that is absent or 0 (numba's rule). */
 static int
@@ -601,6 +615,9 @@ copy_into(cmpy_state *st, cmpy_DeviceNDArray *self, int ndim,
     PyArrayObject *host;
     int rc;
 
+    if (check_writable(self) < 0) {
+        return -1;
+    }
     if (!cmpy_is_array(st, obj) && (rc = cmpy_cai_check(st, obj)) != 0) {
         PyObject *imported = rc > 0 ? cmpy_cai_import(st, obj, 1) : NULL;
 
@@ -717,6 +734,9 @@ fill_layout(cmpy_state *st, cmpy_DeviceNDArray *self, int ndim,
     cm_error err;
     int rc;
 
+    if (check_writable(self) < 0) {
+        return -1;
+    }
     Py_BEGIN_ALLOW_THREADS
     rc = cm_fill(dev, &dst, PyArray_DATA(value), itemsize, ref->handle,
                  ref->async, &err);

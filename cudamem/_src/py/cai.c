@@ -23,6 +23,7 @@ typedef struct cai_desc {
     Py_ssize_t strides[NPY_MAXDIMS];
     PyArray_Descr *dtype; /* owned */
     CUdeviceptr ptr;      /* the first element */
+    int readonly;
     int has_stream;
     CUstream stream;
     Py_ssize_t size;      /* elements */
@@ -362,6 +363,7 @@ parse_data(PyObject *desc, cai_desc *out)
         return -1;
     }
     out->ptr = (CUdeviceptr)p;
+    out->readonly = PyTuple_GET_ITEM(value, 1) == Py_True;
     if (cmpy_layout_extent(out->ndim, out->shape, out->strides,
                            PyDataType_ELSIZE(out->dtype), &out->size,
                            &out->low, &out->high) < 0) {
@@ -502,6 +504,43 @@ find_device(cmpy_state *st, const cai_desc *d, cm_device **dev)
     return rc;
 }
 
+/* The extent must lie in the allocation the pointer belongs to: a dict
+ * describing more is refused here rather than faulting in a kernel. */
+static int
+check_extent(cmpy_state *st, const cai_desc *d, cm_device *dev)
+{
+    CUdeviceptr base;
+    size_t size;
+    cm_error err;
+    int rc;
+
+    if (d->size == 0) {
+        return 0;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = cm_pointer_range(dev, d->ptr, &base, &size, &err);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        cmpy_raise(st, &err);
+        return -1;
+    }
+    if (d->ptr + (CUdeviceptr)d->low < base ||
+        d->ptr + (CUdeviceptr)d->high > base + size) {
+        /* PyErr_Format has no %llx. */
+        char msg[200];
+
+        PyOS_snprintf(msg, sizeof(msg),
+                      "the CUDA Array Interface's array at %#llx spans "
+                      "bytes %zd to %zd around it, outside its allocation "
+                      "of %zu bytes at %#llx",
+                      (unsigned long long)d->ptr, d->low, d->high, size,
+                      (unsigned long long)base);
+        PyErr_SetString(PyExc_ValueError, msg);
+        return -1;
+    }
+    return 0;
+}
+
 /* A foreign stream must be one of the memory's device: cudamem uses it in
  * that device's context. */
 static int
@@ -556,7 +595,7 @@ cmpy_cai_from_desc(cmpy_state *st, PyObject *desc, PyObject *owner, int sync)
         parse_shape(desc, &d) < 0 || parse_dtype(desc, &d) < 0 ||
         cmpy_check_dtype(d.dtype) < 0 || parse_strides(desc, &d) < 0 ||
         parse_data(desc, &d) < 0 || parse_stream(desc, &d) < 0 ||
-        find_device(st, &d, &dev) < 0 ||
+        find_device(st, &d, &dev) < 0 || check_extent(st, &d, dev) < 0 ||
         check_stream_device(st, &d, dev) < 0) {
         goto done;
     }
@@ -579,6 +618,7 @@ cmpy_cai_from_desc(cmpy_state *st, PyObject *desc, PyObject *owner, int sync)
                                            (size_t)(d.high - d.low), owner)
                       : cmpy_memory_borrow(st, dev, 0, 0, owner);
     if (mem != NULL) {
+        ((cmpy_MemoryPointer *)mem)->mem->readonly = d.readonly;
         result = (PyObject *)cmpy_array_wrap(st->DeviceNDArrayType, mem, d.ptr,
                                              d.ndim, d.shape, d.strides,
                                              d.dtype, stream, &ref);
