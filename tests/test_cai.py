@@ -285,16 +285,16 @@ def test_arguments():
     with pytest.raises(TypeError, match="missing required argument 'desc'"):
         cudamem.from_cuda_array_interface()
     with pytest.raises(TypeError, match="unexpected keyword argument"):
-        cudamem.as_cuda_array(base, stream=0)
+        cudamem.as_cuda_array(base, streams=0)
     with pytest.raises(TypeError, match="at most"):
-        cudamem.from_cuda_array_interface(desc, None, True, 1)
+        cudamem.from_cuda_array_interface(desc, None, True, None, 1)
     assert cudamem.from_cuda_array_interface(
         desc=desc, owner=base, sync=False).shape == (3,)
     assert (cudamem.as_cuda_array.__doc__.splitlines()[0] ==
-            "as_cuda_array(obj, sync=True) -> DeviceNDArray")
+            "as_cuda_array(obj, sync=True, stream=None) -> DeviceNDArray")
     assert (cudamem.from_cuda_array_interface.__doc__.splitlines()[0] ==
-            "from_cuda_array_interface(desc, owner=None, sync=True) -> "
-            "DeviceNDArray")
+            "from_cuda_array_interface(desc, owner=None, sync=True, "
+            "stream=None) -> DeviceNDArray")
     assert (cudamem.is_cuda_array.__doc__.splitlines()[0] ==
             "is_cuda_array(obj) -> bool")
 

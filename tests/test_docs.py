@@ -164,7 +164,7 @@ class Samples:
 # call it with: every parameter its signature names).
 KEYWORD_CALLS = {
     "cudamem.as_cuda_array": lambda s: (
-        cudamem.as_cuda_array, dict(obj=s.array, sync=True)),
+        cudamem.as_cuda_array, dict(obj=s.array, sync=True, stream=None)),
     "cudamem.can_access_peer": lambda s: (
         cudamem.can_access_peer, dict(device=0, peer=0)),
     "cudamem.current_context": lambda s: (
@@ -182,7 +182,7 @@ KEYWORD_CALLS = {
     "cudamem.from_cuda_array_interface": lambda s: (
         cudamem.from_cuda_array_interface,
         dict(desc=s.array.__cuda_array_interface__, owner=s.array,
-             sync=True)),
+             sync=True, stream=None)),
     "cudamem.is_cuda_array": lambda s: (
         cudamem.is_cuda_array, dict(obj=s.array)),
     "cudamem.mapped": lambda s: (cudamem.mapped, dict(stream=0)),

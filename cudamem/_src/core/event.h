@@ -43,5 +43,10 @@ int cm_event_elapsed(cm_device *dev, CUevent start, CUevent end, float *ms,
  * event's recorded work, on the device; the host does not wait. */
 int cm_event_stream_wait(cm_device *dev, CUstream stream, CUevent handle,
                          cm_error *err);
+/* Orders `consumer` after the work queued so far on `producer` (both of
+ * dev's context), on the device: a timing-less event recorded on producer
+ * and waited for by consumer, then released. The host does not wait. */
+int cm_event_order(cm_device *dev, CUstream producer, CUstream consumer,
+                   cm_error *err);
 
 #endif

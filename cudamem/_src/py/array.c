@@ -1034,7 +1034,7 @@ to_device(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     else if ((cai = cmpy_cai_check(st, argv[0])) != 0) {
         /* Wrapped without a copy (numba's as_cuda_array). */
         if (cai < 0 || (src = (cmpy_DeviceNDArray *)cmpy_cai_import(
-                            st, argv[0], 1)) == NULL) {
+                            st, argv[0], 1, NULL)) == NULL) {
             goto done;
         }
     }

@@ -619,7 +619,7 @@ copy_into(cmpy_state *st, cmpy_DeviceNDArray *self, int ndim,
         return -1;
     }
     if (!cmpy_is_array(st, obj) && (rc = cmpy_cai_check(st, obj)) != 0) {
-        PyObject *imported = rc > 0 ? cmpy_cai_import(st, obj, 1) : NULL;
+        PyObject *imported = rc > 0 ? cmpy_cai_import(st, obj, 1, NULL) : NULL;
 
         if (imported == NULL) {
             return -1;

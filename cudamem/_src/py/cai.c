@@ -7,6 +7,7 @@
 
 #include <stdlib.h>
 
+#include "../core/event.h"
 #include "../core/memory.h"
 #include "../core/stream.h"
 #include "array.h"
@@ -567,12 +568,42 @@ check_stream_device(cmpy_state *st, const cai_desc *d, cm_device *dev)
     return 0;
 }
 
+/* Orders the consumer after the producer's stream: with `consumer` (a
+ * stream= argument other than 0) an event wait on the device, else numba's
+ * one host synchronize; nothing without a producer stream, or when sync is
+ * off. */
+static int
+order_streams(cmpy_state *st, const cai_desc *d, cm_device *dev, int sync,
+              const cmpy_stream_ref *consumer)
+{
+    cm_error err;
+    int rc;
+
+    if (!d->has_stream || !sync || !sync_enabled()) {
+        return 0;
+    }
+    if (consumer->obj == NULL) {
+        return cmpy_stream_wait(st, dev, d->stream);
+    }
+    if (consumer->handle == d->stream) {
+        return 0;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = cm_event_order(dev, d->stream, consumer->handle, &err);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        cmpy_raise(st, &err);
+    }
+    return rc;
+}
+
 PyObject *
-cmpy_cai_from_desc(cmpy_state *st, PyObject *desc, PyObject *owner, int sync)
+cmpy_cai_from_desc(cmpy_state *st, PyObject *desc, PyObject *owner, int sync,
+                   PyObject *consumer)
 {
     cai_desc d = {.dtype = NULL};
     PyObject *stream = NULL, *mem, *result = NULL;
-    cmpy_stream_ref ref = {NULL, 0, NULL};
+    cmpy_stream_ref ref = {NULL, 0, NULL}, cref = {NULL, 0, NULL};
     cm_device *dev;
 
     if (cmpy_numpy_init() < 0) {
@@ -596,22 +627,31 @@ cmpy_cai_from_desc(cmpy_state *st, PyObject *desc, PyObject *owner, int sync)
         cmpy_check_dtype(d.dtype) < 0 || parse_strides(desc, &d) < 0 ||
         parse_data(desc, &d) < 0 || parse_stream(desc, &d) < 0 ||
         find_device(st, &d, &dev) < 0 || check_extent(st, &d, dev) < 0 ||
-        check_stream_device(st, &d, dev) < 0) {
+        check_stream_device(st, &d, dev) < 0 ||
+        (consumer != NULL && consumer != Py_None &&
+         cmpy_stream_arg(st, consumer, dev, &cref) < 0)) {
         goto done;
     }
-    if (d.has_stream && sync && sync_enabled() &&
-        cmpy_stream_wait(st, dev, d.stream) < 0) {
+    /* 0 names no stream: numba's rule, as for every stream= argument. */
+    if (!cref.async) {
+        cref.obj = NULL;
+    }
+    if (order_streams(st, &d, dev, sync, &cref) < 0) {
         goto done;
     }
-    if (d.has_stream &&
-        ((stream = cmpy_stream_wrap(
-                     st, dev,
-                     d.stream == CU_STREAM_LEGACY ? CMPY_STREAM_LEGACY
-                     : d.stream == CU_STREAM_PER_THREAD
-                         ? CMPY_STREAM_PER_THREAD
-                         : CMPY_STREAM_EXTERNAL,
-                     d.stream)) == NULL ||
-         cmpy_stream_arg(st, stream, dev, &ref) < 0)) {
+    if (cref.obj != NULL) {
+        stream = Py_NewRef(cref.obj);
+        ref = cref;
+    }
+    else if (d.has_stream &&
+             ((stream = cmpy_stream_wrap(
+                   st, dev,
+                   d.stream == CU_STREAM_LEGACY ? CMPY_STREAM_LEGACY
+                   : d.stream == CU_STREAM_PER_THREAD
+                       ? CMPY_STREAM_PER_THREAD
+                       : CMPY_STREAM_EXTERNAL,
+                   d.stream)) == NULL ||
+              cmpy_stream_arg(st, stream, dev, &ref) < 0)) {
         goto done;
     }
     mem = d.size != 0 ? cmpy_memory_borrow(st, dev, d.ptr + (CUdeviceptr)d.low,
@@ -645,7 +685,7 @@ cmpy_cai_check(cmpy_state *st, PyObject *obj)
 }
 
 PyObject *
-cmpy_cai_import(cmpy_state *st, PyObject *obj, int sync)
+cmpy_cai_import(cmpy_state *st, PyObject *obj, int sync, PyObject *consumer)
 {
     PyObject *desc, *result;
     int found;
@@ -662,7 +702,7 @@ cmpy_cai_import(cmpy_state *st, PyObject *obj, int sync)
                         "*obj* doesn't implement the cuda array interface.");
         return NULL;
     }
-    result = cmpy_cai_from_desc(st, desc, obj, sync);
+    result = cmpy_cai_from_desc(st, desc, obj, sync, consumer);
     Py_DECREF(desc);
     return result;
 }
@@ -678,8 +718,8 @@ sync_arg(PyObject *arg)
 }
 
 PyDoc_STRVAR(from_cai_doc,
-             "from_cuda_array_interface(desc, owner=None, sync=True) -> "
-             "DeviceNDArray\n\n"
+             "from_cuda_array_interface(desc, owner=None, sync=True, "
+             "stream=None) -> DeviceNDArray\n\n"
              "A DeviceNDArray over the device memory that *desc* (a CUDA "
              "Array\nInterface dict, versions 0 to 3) describes, sharing "
              "it: on the device\nthat owns the pointer, never freed by "
@@ -689,48 +729,54 @@ PyDoc_STRVAR(from_cai_doc,
              "bound to external_stream(stream) and, with *sync*, the\n"
              "stream is waited for once, unless\n"
              "CUDAMEM_CUDA_ARRAY_INTERFACE_SYNC (or numba's\n"
-             "NUMBA_CUDA_ARRAY_INTERFACE_SYNC) is 0.");
+             "NUMBA_CUDA_ARRAY_INTERFACE_SYNC) is 0. With *stream* (beyond "
+             "numba;\na Stream or an object with __cuda_stream__), the "
+             "array is bound to\nit instead and ordered after desc's stream "
+             "on the device (an event\nrecorded there and waited for by "
+             "*stream*): the host does not wait.\nA read-only dict gives an "
+             "array that refuses every write.");
 
 static PyObject *
 from_cuda_array_interface(PyObject *module, PyObject *const *args,
                           Py_ssize_t nargs, PyObject *kwnames)
 {
-    static const char *const names[] = {"desc", "owner", "sync"};
+    static const char *const names[] = {"desc", "owner", "sync", "stream"};
     cmpy_state *st = cmpy_get_state(module);
-    PyObject *argv[3];
+    PyObject *argv[4];
     int sync;
 
-    if (cmpy_parse_args("from_cuda_array_interface", names, 3, 1, args,
+    if (cmpy_parse_args("from_cuda_array_interface", names, 4, 1, args,
                         nargs, kwnames, argv) < 0 ||
         (sync = sync_arg(argv[2])) < 0) {
         return NULL;
     }
-    return cmpy_cai_from_desc(st, argv[0], argv[1], sync);
+    return cmpy_cai_from_desc(st, argv[0], argv[1], sync, argv[3]);
 }
 
 PyDoc_STRVAR(as_cuda_array_doc,
-             "as_cuda_array(obj, sync=True) -> DeviceNDArray\n\n"
+             "as_cuda_array(obj, sync=True, stream=None) -> DeviceNDArray"
+             "\n\n"
              "A DeviceNDArray sharing the memory of *obj*, any object with\n"
              "__cuda_array_interface__ (CuPy, PyTorch, JAX, numba arrays), "
              "that keeps\n*obj* alive; a cudamem array is returned as it is. "
-             "See\nfrom_cuda_array_interface() for *sync*. TypeError when "
-             "*obj* has no\n__cuda_array_interface__.");
+             "See\nfrom_cuda_array_interface() for *sync* and *stream*. "
+             "TypeError when\n*obj* has no __cuda_array_interface__.");
 
 static PyObject *
 as_cuda_array(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
               PyObject *kwnames)
 {
-    static const char *const names[] = {"obj", "sync"};
+    static const char *const names[] = {"obj", "sync", "stream"};
     cmpy_state *st = cmpy_get_state(module);
-    PyObject *argv[2];
+    PyObject *argv[3];
     int sync;
 
-    if (cmpy_parse_args("as_cuda_array", names, 2, 1, args, nargs, kwnames,
+    if (cmpy_parse_args("as_cuda_array", names, 3, 1, args, nargs, kwnames,
                         argv) < 0 ||
         (sync = sync_arg(argv[1])) < 0) {
         return NULL;
     }
-    return cmpy_cai_import(st, argv[0], sync);
+    return cmpy_cai_import(st, argv[0], sync, argv[2]);
 }
 
 PyDoc_STRVAR(is_cuda_array_doc,

@@ -14,17 +14,20 @@ int cmpy_cai_check(cmpy_state *st, PyObject *obj);
 /* numba's as_cuda_array: a new DeviceNDArray over obj's memory that keeps
  * obj alive (its gpu_data's owner); a cudamem array is returned as it is.
  * TypeError when obj has no __cuda_array_interface__. New reference. */
-PyObject *cmpy_cai_import(cmpy_state *st, PyObject *obj, int sync);
+PyObject *cmpy_cai_import(cmpy_state *st, PyObject *obj, int sync,
+                          PyObject *consumer);
 
 /* numba's from_cuda_array_interface: a DeviceNDArray over the memory that
  * `desc` describes, on the device that owns it, bound to desc's stream.
  * `owner` (NULL or None: none) is kept alive by the array and its views.
  * With `sync`, desc's stream is waited for once, unless
  * CUDAMEM_CUDA_ARRAY_INTERFACE_SYNC (or, when unset, numba's
- * NUMBA_CUDA_ARRAY_INTERFACE_SYNC) is 0. Nothing is made when desc is
- * invalid. New reference. */
+ * NUMBA_CUDA_ARRAY_INTERFACE_SYNC) is 0. `consumer` (NULL, None or 0:
+ * none) is a stream= argument: the array is bound to it, and the wait is an
+ * event wait of that stream on desc's, not a host synchronize. Nothing is
+ * made when desc is invalid. New reference. */
 PyObject *cmpy_cai_from_desc(cmpy_state *st, PyObject *desc, PyObject *owner,
-                             int sync);
+                             int sync, PyObject *consumer);
 
 /* from_cuda_array_interface, as_cuda_array, is_cuda_array; merged by
  * module.c. */
