@@ -130,3 +130,28 @@ cm_event_stream_wait(cm_device *dev, CUstream stream, CUevent handle,
     return cm_ctx_leave(
         &guard, CM_CALL(err, cuStreamWaitEvent, stream, handle, 0u), err);
 }
+
+int
+cm_event_order(cm_device *dev, CUstream producer, CUstream consumer,
+               cm_error *err)
+{
+    CUevent handle;
+    uint64_t generation;
+    cm_error ignored;
+    int rc;
+
+    if (cm_event_create(dev, CU_EVENT_DISABLE_TIMING, &handle, &generation,
+                        err) < 0) {
+        return -1;
+    }
+    rc = cm_event_record(dev, handle, producer, err);
+    if (rc == 0) {
+        rc = cm_event_stream_wait(dev, consumer, handle, err);
+    }
+    /* The wait holds on to what it needs: the event can go at once. */
+    if (cm_event_release(dev, generation, handle,
+                         rc < 0 ? &ignored : err) < 0) {
+        rc = -1;
+    }
+    return rc;
+}

@@ -44,4 +44,11 @@ int cm_event_elapsed(cm_device *dev, CUevent start, CUevent end, float *ms,
 int cm_event_stream_wait(cm_device *dev, CUstream stream, CUevent handle,
                          cm_error *err);
 
+/* Orders `consumer` after the work queued so far on `producer` (both of
+ * dev's context) with a temporary event: recorded on producer, waited
+ * for by consumer, then handed to the object queue. The host waits for
+ * nothing. Nothing is left behind on failure. */
+int cm_event_order(cm_device *dev, CUstream producer, CUstream consumer,
+                   cm_error *err);
+
 #endif
