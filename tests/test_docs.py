@@ -239,6 +239,9 @@ KEYWORD_CALLS = {
                                 to=None)),
     "DeviceNDArray.copy": lambda s: (s.array.copy, dict(order="C")),
     "DeviceNDArray.fill": lambda s: (s.array.fill, dict(value=1, stream=0)),
+    "DeviceNDArray.__dlpack__": lambda s: (
+        s.array.__dlpack__, dict(stream=None, max_version=None,
+                                 dl_device=None, copy=None)),
     "DeviceNDArray.ravel": lambda s: (s.array.ravel,
                                       dict(order="C", stream=0)),
     # *shape cannot be named: given positionally.

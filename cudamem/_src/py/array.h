@@ -163,6 +163,12 @@ extern const char cmpy_array_copy_to_host_doc[],
 PyObject *cmpy_array_get_ipc_handle(PyObject *, PyObject *);
 extern const char cmpy_array_get_ipc_handle_doc[];
 
+/* arraydlpack.c: __dlpack__ and __dlpack_device__. */
+PyObject *cmpy_array_dlpack(PyObject *, PyObject *const *, Py_ssize_t,
+                            PyObject *);
+PyObject *cmpy_array_dlpack_device(PyObject *, PyObject *);
+extern const char cmpy_array_dlpack_doc[], cmpy_array_dlpack_device_doc[];
+
 /* The GC slots every array type shares. */
 int cmpy_array_traverse(PyObject *op, visitproc visit, void *arg);
 int cmpy_array_clear(PyObject *op);

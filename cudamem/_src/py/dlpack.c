@@ -1,6 +1,7 @@
-/* dlpack.c: building DLPack capsules over memory cudamem can describe, and
- * their deleters. Which device type a memory kind exports as, and the
- * stream handshake of __dlpack__, belong to the callers. */
+/* dlpack.c: building DLPack capsules over memory cudamem can describe,
+ * their deleters, and parsing __dlpack__'s arguments. Which device type a
+ * memory kind exports as, and the stream handshake, belong to the callers;
+ * consuming capsules is dlpackimport.c's. */
 #include "dlpack.h"
 
 static const char NAME_LEGACY[] = "dltensor";
@@ -105,6 +106,112 @@ cmpy_dlpack_wants_versioned(PyObject *max_version, int *versioned)
         return -1;
     }
     *versioned = major >= 1;
+    return 0;
+}
+
+/* stream=: see dlpack.h. */
+static int
+parse_stream(PyObject *arg, cmpy_dlpack_args *out)
+{
+    unsigned long long handle;
+
+    out->wait = 1;
+    out->stream = CU_STREAM_LEGACY;
+    if (arg == NULL || arg == Py_None) {
+        return 0;
+    }
+    if (!PyLong_Check(arg) || PyBool_Check(arg)) {
+        PyErr_Format(PyExc_TypeError,
+                     "__dlpack__() stream must be None or an int (a CUDA "
+                     "stream handle, 1, 2 or -1), not %.200s %R",
+                     Py_TYPE(arg)->tp_name, arg);
+        return -1;
+    }
+    if (PyLong_AsLong(arg) == -1 && !PyErr_Occurred()) {
+        out->wait = 0;
+        return 0;
+    }
+    PyErr_Clear();
+    /* Handles go up to 2**64 - 1. */
+    handle = PyLong_AsUnsignedLongLong(arg);
+    if (handle == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        handle = 0;
+    }
+    if (handle == 0) {
+        PyErr_Format(PyExc_ValueError,
+                     "__dlpack__() stream %R is not a CUDA stream: use 1 "
+                     "(legacy default), 2 (per-thread default), a stream "
+                     "handle, None, or -1 for no synchronization (0 is "
+                     "ambiguous for CUDA)",
+                     arg);
+        return -1;
+    }
+    out->stream = (CUstream)(uintptr_t)handle;
+    return 0;
+}
+
+/* dl_device=: see dlpack.h. */
+static int
+parse_target(PyObject *arg, int type, int id, int *to_cpu)
+{
+    long want_type, want_id;
+
+    *to_cpu = 0;
+    if (arg == NULL || arg == Py_None) {
+        return 0;
+    }
+    if (!PyTuple_Check(arg) || PyTuple_GET_SIZE(arg) != 2 ||
+        !PyLong_Check(PyTuple_GET_ITEM(arg, 0)) ||
+        !PyLong_Check(PyTuple_GET_ITEM(arg, 1))) {
+        PyErr_Format(PyExc_TypeError,
+                     "__dlpack__() dl_device must be None or a "
+                     "(device_type, device_id) tuple of ints, not %R",
+                     arg);
+        return -1;
+    }
+    want_type = PyLong_AsLong(PyTuple_GET_ITEM(arg, 0));
+    want_id = PyLong_AsLong(PyTuple_GET_ITEM(arg, 1));
+    if ((want_type == -1 || want_id == -1) && PyErr_Occurred()) {
+        return -1;
+    }
+    if (want_type == type && want_id == id) {
+        return 0;
+    }
+    if (want_type == CMPY_DL_CPU && want_id == 0) {
+        *to_cpu = 1;
+        return 0;
+    }
+    PyErr_Format(PyExc_BufferError,
+                 "cannot export to DLPack device %R: the memory is on "
+                 "(%d, %d), and a copy can go to the CPU, (1, 0)",
+                 arg, type, id);
+    return -1;
+}
+
+int
+cmpy_dlpack_parse(PyObject *const *args, Py_ssize_t nargs,
+                  PyObject *kwnames, int type, int id, cmpy_dlpack_args *out)
+{
+    static const char *const names[] = {"stream", "max_version",
+                                        "dl_device", "copy"};
+    PyObject *argv[4];
+
+    if (nargs > 0) {
+        PyErr_SetString(PyExc_TypeError,
+                        "__dlpack__() takes keyword arguments only");
+        return -1;
+    }
+    out->copy = 0;
+    if (cmpy_parse_args("__dlpack__", names, 4, 0, args, 0, kwnames, argv) <
+            0 ||
+        parse_stream(argv[0], out) < 0 ||
+        cmpy_dlpack_wants_versioned(argv[1], &out->versioned) < 0 ||
+        (argv[3] != NULL && argv[3] != Py_None &&
+         (out->copy = PyObject_IsTrue(argv[3])) < 0) ||
+        parse_target(argv[2], type, id, &out->to_cpu) < 0) {
+        return -1;
+    }
     return 0;
 }
 

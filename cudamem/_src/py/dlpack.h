@@ -1,12 +1,14 @@
 /* dlpack.h (py/): the DLPack ABI (version 1.1, written from the
  * specification) and cudamem's one exporter of memory as DLPack capsules,
- * legacy ("dltensor") or versioned ("dltensor_versioned"). Consuming
- * capsules and the stream handshake of __dlpack__ are not here. */
+ * legacy ("dltensor") or versioned ("dltensor_versioned"), and the one
+ * parser of __dlpack__'s array API arguments. Consuming capsules and the
+ * stream handshake are the callers'. */
 #ifndef CMPY_DLPACK_H
 #define CMPY_DLPACK_H
 
 #include "npy.h"
 
+#include <cuda.h>
 #include <stdint.h>
 
 enum {
@@ -90,6 +92,25 @@ int cmpy_dlpack_dtype(PyArray_Descr *dtype, cmpy_DLDataType *out);
  * a versioned capsule: *versioned 1 for major >= 1. TypeError naming a
  * malformed value. 0 or -1. */
 int cmpy_dlpack_wants_versioned(PyObject *max_version, int *versioned);
+
+/* __dlpack__'s keyword arguments (stream, max_version, dl_device, copy)
+ * for memory on DLPack device (type, id). */
+typedef struct cmpy_dlpack_args {
+    int versioned; /* max_version allows a versioned capsule */
+    int wait;      /* the consumer's stream must see the data */
+    CUstream stream; /* ... that stream: None is the legacy default, 1 */
+    int to_cpu;    /* dl_device is (kDLCPU, 0), not the memory's own */
+    int copy;      /* copy is true */
+} cmpy_dlpack_args;
+
+/* Parses them, the array API standard's way: stream None, 1 (legacy
+ * default), 2 (per-thread default), a handle, or -1 (no ordering; 0 is
+ * ambiguous for CUDA: ValueError); dl_device None, (type, id) or
+ * (kDLCPU, 0), else BufferError. TypeError naming a malformed value. 0 or
+ * -1. */
+int cmpy_dlpack_parse(PyObject *const *args, Py_ssize_t nargs,
+                      PyObject *kwnames, int type, int id,
+                      cmpy_dlpack_args *out);
 
 /* A capsule over desc, keeping `owner` alive until the consumer's deleter
  * (or the unconsumed capsule's destructor) runs; the deleter may run on

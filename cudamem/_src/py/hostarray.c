@@ -396,95 +396,6 @@ host_dlpack_device(PyObject *self, PyObject *Py_UNUSED(ignored))
                          dev->ordinal);
 }
 
-/* __dlpack__'s stream= for CUDA memory (the array API standard): None,
- * 1 (legacy default), 2 (per-thread default) or a stream handle: the
- * consumer will use the data, *wait 1; -1: *wait 0. 0 is ambiguous for
- * CUDA. */
-static int
-dlpack_stream(PyObject *arg, int *wait)
-{
-    int overflow;
-    long long v;
-
-    *wait = 1;
-    if (arg == NULL || arg == Py_None) {
-        return 0;
-    }
-    if (!PyLong_Check(arg) || PyBool_Check(arg)) {
-        PyErr_Format(PyExc_TypeError,
-                     "__dlpack__() stream must be None or an int (a CUDA "
-                     "stream handle, 1, 2 or -1), not %.200s %R",
-                     Py_TYPE(arg)->tp_name, arg);
-        return -1;
-    }
-    v = PyLong_AsLongLongAndOverflow(arg, &overflow);
-    if (v == -1 && PyErr_Occurred()) {
-        return -1;
-    }
-    if (overflow > 0) {
-        /* Handles go up to 2**64 - 1. */
-        v = PyLong_AsUnsignedLongLong(arg) != (unsigned long long)-1 ||
-            !PyErr_Occurred();
-        PyErr_Clear();
-    }
-    else if (overflow < 0) {
-        v = 0;
-    }
-    if (v == -1) {
-        *wait = 0;
-        return 0;
-    }
-    if (v <= 0) {
-        PyErr_Format(PyExc_ValueError,
-                     "__dlpack__() stream %R is not a CUDA stream: use 1 "
-                     "(legacy default), 2 (per-thread default), a stream "
-                     "handle, None, or -1 for no synchronization (0 is "
-                     "ambiguous for CUDA)",
-                     arg);
-        return -1;
-    }
-    return 0;
-}
-
-/* __dlpack__'s dl_device: None or self's own device (type, id): *to_cpu
- * 0; (kDLCPU, 0): *to_cpu 1, the memory being host memory. */
-static int
-dlpack_target(PyObject *arg, int type, int id, int *to_cpu)
-{
-    long want_type, want_id;
-
-    *to_cpu = 0;
-    if (arg == NULL || arg == Py_None) {
-        return 0;
-    }
-    if (!PyTuple_Check(arg) || PyTuple_GET_SIZE(arg) != 2 ||
-        !PyLong_Check(PyTuple_GET_ITEM(arg, 0)) ||
-        !PyLong_Check(PyTuple_GET_ITEM(arg, 1))) {
-        PyErr_Format(PyExc_TypeError,
-                     "__dlpack__() dl_device must be None or a "
-                     "(device_type, device_id) tuple of ints, not %R",
-                     arg);
-        return -1;
-    }
-    want_type = PyLong_AsLong(PyTuple_GET_ITEM(arg, 0));
-    want_id = PyLong_AsLong(PyTuple_GET_ITEM(arg, 1));
-    if ((want_type == -1 || want_id == -1) && PyErr_Occurred()) {
-        return -1;
-    }
-    if (want_type == type && want_id == id) {
-        return 0;
-    }
-    if (want_type == CMPY_DL_CPU && want_id == 0) {
-        *to_cpu = 1;
-        return 0;
-    }
-    PyErr_Format(PyExc_BufferError,
-                 "cannot export to DLPack device %R: the memory is on "
-                 "(%d, %d) and readable by the CPU, (1, 0)",
-                 arg, type, id);
-    return -1;
-}
-
 /* A capsule over `array`'s elements described as (type, id), keeping
  * `array` alive. */
 static PyObject *
@@ -565,43 +476,31 @@ static PyObject *
 host_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
             PyObject *kwnames)
 {
-    static const char *const names[] = {"stream", "max_version",
-                                        "dl_device", "copy"};
     cmpy_state *st = cmpy_type_state(self);
     cmpy_hostarray_kind kind = kind_of(st, self);
     host_extra *ex = extra_of(self);
-    PyObject *argv[4], *copy, *out;
-    int versioned, wait, to_cpu, want_copy = 0, type;
+    cmpy_dlpack_args a;
+    PyObject *copy, *out;
+    int type;
     cm_device *dev;
 
-    if (nargs > 0) {
-        PyErr_SetString(PyExc_TypeError,
-                        "__dlpack__() takes keyword arguments only");
-        return NULL;
-    }
-    if (cmpy_parse_args("__dlpack__", names, 4, 0, args, 0, kwnames, argv) <
-            0 ||
-        dlpack_stream(argv[0], &wait) < 0 ||
-        cmpy_dlpack_wants_versioned(argv[1], &versioned) < 0 ||
-        (argv[3] != NULL && argv[3] != Py_None &&
-         (want_copy = PyObject_IsTrue(argv[3])) < 0) ||
-        cmpy_hostarray_owner(st, self, &dev) == NULL ||
-        dlpack_target(argv[2], kinds[kind].dl_device, dev->ordinal,
-                      &to_cpu) < 0) {
+    if (cmpy_hostarray_owner(st, self, &dev) == NULL ||
+        cmpy_dlpack_parse(args, nargs, kwnames, kinds[kind].dl_device,
+                          dev->ordinal, &a) < 0) {
         return NULL;
     }
     /* Work queued on the array's stream may still be writing it. */
-    if (wait && ex->async && cmpy_stream_wait(st, dev, ex->handle) < 0) {
+    if (a.wait && ex->async && cmpy_stream_wait(st, dev, ex->handle) < 0) {
         return NULL;
     }
-    type = to_cpu ? CMPY_DL_CPU : kinds[kind].dl_device;
-    if (!want_copy) {
-        return export(self, type, to_cpu ? 0 : dev->ordinal, versioned);
+    type = a.to_cpu ? CMPY_DL_CPU : kinds[kind].dl_device;
+    if (!a.copy) {
+        return export(self, type, a.to_cpu ? 0 : dev->ordinal, a.versioned);
     }
-    if ((copy = copy_of(self, kind, dev, to_cpu)) == NULL) {
+    if ((copy = copy_of(self, kind, dev, a.to_cpu)) == NULL) {
         return NULL;
     }
-    out = export(copy, type, to_cpu ? 0 : dev->ordinal, versioned);
+    out = export(copy, type, a.to_cpu ? 0 : dev->ordinal, a.versioned);
     Py_DECREF(copy);
     return out;
 }
