@@ -7,9 +7,11 @@
 #include "memory.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "device.h"
 #include "driver.h"
+#include "event.h"
 #include "ipc.h"
 #include "pool.h"
 #include "release.h"
@@ -389,4 +391,93 @@ cm_mem_check(const cm_mem *m, cm_error *err)
         return 0;
     }
     return cm_ctx_check(m->dev, m->generation, err);
+}
+
+/* The pending set's spin lock: held for a few loads and stores only,
+ * never across a driver call. */
+static void
+pending_lock(cm_mem *m)
+{
+    while (__atomic_test_and_set(&m->plock, __ATOMIC_ACQUIRE)) {
+    }
+}
+
+static void
+pending_unlock(cm_mem *m)
+{
+    __atomic_clear(&m->plock, __ATOMIC_RELEASE);
+}
+
+/* Drops `stream` from m's set (locked), keeping the order. */
+static void
+pending_drop(cm_mem *m, CUstream stream)
+{
+    for (int i = 0; i < m->npending; i++) {
+        if (m->pending[i] == stream) {
+            memmove(m->pending + i, m->pending + i + 1,
+                    (size_t)(m->npending - i - 1) * sizeof(CUstream));
+            m->npending--;
+            return;
+        }
+    }
+}
+
+int
+cm_mem_note_stream(cm_mem *m, CUstream stream, cm_error *err)
+{
+    CUstream oldest = NULL;
+
+    pending_lock(m);
+    pending_drop(m, stream);
+    if (m->npending == CM_MEM_PENDING) {
+        oldest = m->pending[0];
+        pending_drop(m, oldest);
+    }
+    m->pending[m->npending++] = stream;
+    pending_unlock(m);
+    if (oldest != NULL && cm_event_order(m->dev, oldest, stream, err) < 0) {
+        /* The work was not queued: the oldest is still to be ordered. */
+        pending_lock(m);
+        for (int i = 0; i < m->npending; i++) {
+            if (m->pending[i] == stream) {
+                m->pending[i] = oldest;
+            }
+        }
+        pending_unlock(m);
+        return -1;
+    }
+    return 0;
+}
+
+int
+cm_mem_order_pending(cm_mem *m, CUstream into, int *ordered, cm_error *err)
+{
+    CUstream others[CM_MEM_PENDING];
+    int n = 0, done = 0, rc = 0;
+
+    pending_lock(m);
+    for (int i = 0; i < m->npending; i++) {
+        if (m->pending[i] != into) {
+            others[n++] = m->pending[i];
+        }
+    }
+    pending_unlock(m);
+    while (done < n) {
+        if (cm_event_order(m->dev, others[done], into, err) < 0) {
+            rc = -1;
+            break;
+        }
+        done++;
+    }
+    /* Forgotten only once ordered: a concurrent note meanwhile stays. */
+    pending_lock(m);
+    for (int i = 0; i < done; i++) {
+        pending_drop(m, others[i]);
+    }
+    if (rc == 0) {
+        pending_drop(m, into);
+    }
+    pending_unlock(m);
+    *ordered = done;
+    return rc;
 }

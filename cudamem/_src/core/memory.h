@@ -14,6 +14,9 @@
 #include "context.h"
 #include "pending.h"
 
+/* How many streams a record remembers work on (cm_mem_note_stream). */
+#define CM_MEM_PENDING 4
+
 typedef struct cm_mem {
     int refs; /* atomic */
     cm_free_kind kind;
@@ -30,7 +33,27 @@ typedef struct cm_mem {
     /* Borrowed read-only (a producer's flag): writes through any array or
      * view over the record are refused. */
     int readonly;
+    /* Streams with asynchronous work queued on the memory, oldest first,
+     * that an export has not ordered yet (cm_mem_note_stream); `plock` is
+     * a spin lock guarding them. */
+    CUstream pending[CM_MEM_PENDING];
+    int npending;
+    char plock;
 } cm_mem;
+
+/* Remembers that asynchronous work is about to be queued on m on
+ * `stream` (not a default stream's handle 0). When the set is full the
+ * oldest stream is ordered before `stream` at once (an event), so that
+ * waiting for `stream` covers it. 0, or -1 with err filled (nothing
+ * remembered). */
+int cm_mem_note_stream(cm_mem *m, CUstream stream, cm_error *err);
+/* Orders `into` (the exporter's stream; CU_STREAM_LEGACY for the default
+ * one) after the work on every remembered stream but `into` itself, and
+ * forgets them all: no driver call when `into` is the only one. *ordered
+ * is how many were ordered. On failure the streams not yet ordered stay
+ * remembered. */
+int cm_mem_order_pending(cm_mem *m, CUstream into, int *ordered,
+                         cm_error *err);
 
 /* What the last decref of an external record runs: py/ installs it (the
  * one place core calls back into Python, DESIGN section 2), and external

@@ -649,8 +649,42 @@ get_device_ctypes_pointer(cmpy_DeviceNDArray *self, void *Py_UNUSED(c))
     return cmpy_c_void_p((unsigned long long)self->ptr);
 }
 
+/* The stream a CAI export names: the array's, made to wait (events) for
+ * the work queued on its memory on other streams; no driver call when
+ * there is none. For a stream-0 array with such work, the legacy default
+ * stream after ordering it there; else None. New reference. */
+static PyObject *
+export_stream(cmpy_state *st, cmpy_DeviceNDArray *self)
+{
+    int own = self->stream_async && self->stream_handle != NULL, ordered, rc;
+    CUstream into = own ? self->stream_handle : CU_STREAM_LEGACY;
+    cm_mem *m = self->gpu_data->mem;
+    cm_error err;
+
+    /* Unlocked peek: the common case (nothing, or only the array's own
+     * stream) costs no lock and no driver call. */
+    if (__atomic_load_n(&m->npending, __ATOMIC_RELAXED) == 0 ||
+        (m->npending == 1 && m->pending[0] == into)) {
+        ordered = 0;
+    }
+    else {
+        Py_BEGIN_ALLOW_THREADS
+        rc = cm_mem_order_pending(m, into, &ordered, &err);
+        Py_END_ALLOW_THREADS
+        if (rc < 0) {
+            return cmpy_raise(st, &err);
+        }
+    }
+    if (own) {
+        return PyLong_FromVoidPtr(self->stream_handle);
+    }
+    return ordered > 0 ? PyLong_FromLong(1) : Py_NewRef(Py_None);
+}
+
 /* CAI v3 (export). `stream` is None for the default stream's handle 0, as
- * the spec requires (numba emits 0); strides are None when C-contiguous. */
+ * the spec requires (numba emits 0); strides are None when C-contiguous.
+ * Work queued on the memory on other streams is ordered into the exported
+ * stream first (export_stream). */
 static PyObject *
 get_cai(cmpy_DeviceNDArray *self, void *Py_UNUSED(c))
 {
@@ -666,9 +700,7 @@ get_cai(cmpy_DeviceNDArray *self, void *Py_UNUSED(c))
                   ? Py_NewRef(Py_None)
                   : get_strides(self, NULL);
     typestr = PyObject_GetAttrString((PyObject *)self->dtype, "str");
-    stream = self->stream_async && self->stream_handle != NULL
-                 ? PyLong_FromVoidPtr(self->stream_handle)
-                 : Py_NewRef(Py_None);
+    stream = export_stream(st, self);
     if (shape == NULL || strides == NULL || typestr == NULL ||
         stream == NULL) {
         goto done;

@@ -169,6 +169,28 @@ fail : {
 }
 }
 
+/* Remembers that work on `ref` is about to be queued on a's memory, which
+ * the CAI export orders into the exported stream (core's
+ * cm_mem_note_stream). Synchronous work is complete on return. */
+static int
+note_work(cmpy_state *st, cmpy_DeviceNDArray *a, const cmpy_stream_ref *ref)
+{
+    cm_error err;
+    int rc;
+
+    if (!ref->async || ref->handle == NULL) {
+        return 0;
+    }
+    /* A full set orders its oldest stream with an event. */
+    Py_BEGIN_ALLOW_THREADS
+    rc = cm_mem_note_stream(a->gpu_data->mem, ref->handle, &err);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        cmpy_raise(st, &err);
+    }
+    return rc;
+}
+
 /* One copy through the engine: dst and src have dst's shape. */
 static int
 run_copy(cmpy_state *st, cm_device *dev, const cm_side *dst,
@@ -277,6 +299,9 @@ device_to_host(cmpy_state *st, cmpy_DeviceNDArray *self, PyArrayObject *host,
     Py_ssize_t hstrides[NPY_MAXDIMS];
     cm_side src, dst;
 
+    if (note_work(st, self, ref) < 0) {
+        return -1;
+    }
     squeezed_strides(PyArray_NDIM(host), PyArray_DIMS(host),
                      PyArray_STRIDES(host), CMPY_NDIM(self), CMPY_SHAPE(self),
                      hstrides);
@@ -446,7 +471,8 @@ device_to_device(cmpy_state *st, cmpy_DeviceNDArray *self,
     cm_side d, s;
     int can;
 
-    if (cmpy_array_check_alive(st, src) < 0) {
+    if (cmpy_array_check_alive(st, src) < 0 || note_work(st, self, ref) < 0 ||
+        note_work(st, src, ref) < 0) {
         return -1;
     }
     device_side(self, &d);
@@ -682,6 +708,9 @@ copy_into(cmpy_state *st, cmpy_DeviceNDArray *self, int ndim,
                          PyArray_STRIDES(host), ndim, shape, sstrides);
     }
     if (rc == 0) {
+        rc = note_work(st, self, ref);
+    }
+    if (rc == 0) {
         rc = host_to_device(st, ndim, shape, ptr, strides,
                             self->gpu_data->mem->dev, host, sstrides, ref);
     }
@@ -734,7 +763,7 @@ fill_layout(cmpy_state *st, cmpy_DeviceNDArray *self, int ndim,
     cm_error err;
     int rc;
 
-    if (check_writable(self) < 0) {
+    if (check_writable(self) < 0 || note_work(st, self, ref) < 0) {
         return -1;
     }
     Py_BEGIN_ALLOW_THREADS

@@ -1,0 +1,169 @@
+"""The producer side of the CUDA Array Interface: an array whose memory has
+unfinished work on several streams exports a stream that waits (events, on
+the device) for all of them. Checked with the simulator's hazard checker
+and counters, with the work held queued by the simulated delay."""
+import numpy as np
+import pytest
+
+import cudamem
+
+
+def calls(sim):
+    return {k: v["calls"] for k, v in sim.stats()["calls"].items()}
+
+
+@pytest.fixture
+def hazards(sim):
+    sim.set_hazards(True)
+    before = sim.hazard_count()
+    yield sim
+    assert sim.hazard_count() == before, sim.last_hazard()
+    sim.set_hazards(False)
+
+
+N = 4096
+
+
+class Producer:
+    """A foreign array: a cudamem array seen only through its CAI."""
+
+    def __init__(self, base):
+        self.base = base
+
+    @property
+    def __cuda_array_interface__(self):
+        return self.base.__cuda_array_interface__
+
+
+def test_export_waits_for_every_stream(hazards):
+    sim = hazards
+    a, b, c = cudamem.stream(), cudamem.stream(), cudamem.stream()
+    d = cudamem.device_array(2 * N, stream=a)
+    with sim.delay(200_000):
+        d[:N].copy_to_device(np.full(N, 1.0), stream=a)
+        d[N:].copy_to_device(np.full(N, 2.0), stream=b)
+        sim.reset()
+        cai = d.__cuda_array_interface__
+        made = calls(sim)
+        assert made["cuEventRecord"] == 1  # b's work, ordered into a
+        assert made["cuStreamWaitEvent"] == 1
+        assert made["cuStreamSynchronize"] == 0
+        assert cai["stream"] == int(a)
+        assert not b.query()  # the host did not wait
+        imported = cudamem.as_cuda_array(Producer(d), stream=c)
+        out = imported.copy_to_host(stream=c)
+        c.synchronize()
+    np.testing.assert_array_equal(out, np.repeat([1.0, 2.0], N))
+
+
+def test_from_interface_with_exported_stream(hazards):
+    sim = hazards
+    a, b, c = cudamem.stream(), cudamem.stream(), cudamem.stream()
+    d = cudamem.device_array(N, stream=a)
+    with sim.delay(200_000):
+        d.copy_to_device(np.arange(N, dtype=np.float64), stream=b)
+        imported = cudamem.from_cuda_array_interface(
+            d.__cuda_array_interface__, owner=d, stream=c)
+        out = imported.copy_to_host(stream=c)
+        c.synchronize()
+    np.testing.assert_array_equal(out, np.arange(N, dtype=np.float64))
+
+
+def test_common_case_makes_no_driver_call(sim):
+    a = cudamem.stream()
+    d = cudamem.to_device(np.zeros(N), stream=a)
+    d.copy_to_device(np.ones(N), stream=a)
+    sim.reset()
+    cai = d.__cuda_array_interface__
+    assert sum(calls(sim).values()) == 0
+    assert cai["stream"] == int(a)
+    plain = cudamem.to_device(np.zeros(N))
+    sim.reset()
+    assert plain.__cuda_array_interface__["stream"] is None
+    assert sum(calls(sim).values()) == 0
+    a.synchronize()
+
+
+def test_ordered_streams_are_forgotten(sim):
+    a, b = cudamem.stream(), cudamem.stream()
+    d = cudamem.device_array(N, stream=a)
+    d.copy_to_device(np.ones(N), stream=b)
+    d.__cuda_array_interface__
+    sim.reset()
+    d.__cuda_array_interface__
+    assert sum(calls(sim).values()) == 0
+    b.synchronize()
+    a.synchronize()
+
+
+def test_views_share_the_pending_set(hazards):
+    sim = hazards
+    a, b, c = cudamem.stream(), cudamem.stream(), cudamem.stream()
+    d = cudamem.device_array(2 * N, stream=a)
+    with sim.delay(200_000):
+        d[N:].bind(b).copy_to_device(np.full(N, 5.0))
+        view = d[:N]
+        sim.reset()
+        assert view.__cuda_array_interface__["stream"] == int(a)
+        assert calls(sim)["cuStreamWaitEvent"] == 1
+        sim.reset()
+        # The view's export ordered b for the whole allocation.
+        assert d.__cuda_array_interface__["stream"] == int(a)
+        assert sum(calls(sim).values()) == 0
+        out = cudamem.as_cuda_array(Producer(d), stream=c).copy_to_host(stream=c)
+        c.synchronize()
+    np.testing.assert_array_equal(out[N:], np.full(N, 5.0))
+
+
+def test_stream0_array_exports_the_legacy_stream(hazards):
+    sim = hazards
+    b, c = cudamem.stream(), cudamem.stream()
+    d = cudamem.device_array(N)
+    with sim.delay(200_000):
+        d.copy_to_device(np.full(N, 4.0), stream=b)
+        cai = d.__cuda_array_interface__
+        # CAI: 1 is the legacy default stream, which now waits for b.
+        assert cai["stream"] == 1
+        imported = cudamem.from_cuda_array_interface(
+            cai, owner=d, stream=c)
+        out = imported.copy_to_host(stream=c)
+        c.synchronize()
+    np.testing.assert_array_equal(out, np.full(N, 4.0))
+    assert d.__cuda_array_interface__["stream"] is None
+
+
+def test_overflow_orders_the_oldest(hazards):
+    sim = hazards
+    streams = [cudamem.stream() for _ in range(6)]
+    own = cudamem.stream()
+    d = cudamem.device_array(6 * N, stream=own)
+    with sim.delay(200_000):
+        for i, s in enumerate(streams):
+            d[i * N:(i + 1) * N].copy_to_device(np.full(N, float(i)),
+                                                stream=s)
+        sim.reset()
+        stream = d.__cuda_array_interface__["stream"]
+        assert stream == int(own)
+        # Four remembered at most: the two oldest were ordered on the way.
+        assert calls(sim)["cuStreamWaitEvent"] == 4
+        out = cudamem.as_cuda_array(Producer(d), stream=own).copy_to_host(stream=own)
+        own.synchronize()
+    np.testing.assert_array_equal(out, np.repeat(np.arange(6.0), N))
+
+
+@pytest.mark.parametrize("row", ["cuEventCreate", "cuEventRecord",
+                                 "cuStreamWaitEvent"])
+def test_event_failures_raise_and_leak_nothing(sim, row):
+    a, b = cudamem.stream(), cudamem.stream()
+    d = cudamem.device_array(N, stream=a)
+    d.copy_to_device(np.ones(N), stream=b)
+    sim.inject(row, "CUDA_ERROR_UNKNOWN")
+    with pytest.raises(cudamem.CudaAPIError, match=row):
+        d.__cuda_array_interface__
+    sim.clear_faults()
+    # b is still to be ordered: the next export does it.
+    sim.reset()
+    assert d.__cuda_array_interface__["stream"] == int(a)
+    assert calls(sim)["cuStreamWaitEvent"] == 1
+    b.synchronize()
+    a.synchronize()
