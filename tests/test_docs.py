@@ -167,6 +167,9 @@ KEYWORD_CALLS = {
         cudamem.as_cuda_array, dict(obj=s.array, sync=True, stream=None)),
     "cudamem.can_access_peer": lambda s: (
         cudamem.can_access_peer, dict(device=0, peer=0)),
+    "cudamem.from_dlpack": lambda s: (
+        cudamem.from_dlpack,
+        dict(obj=s.array, device=None, copy=None, stream=None)),
     "cudamem.current_context": lambda s: (
         cudamem.current_context, dict(devnum=None)),
     "cudamem.device_array": lambda s: (

@@ -1,8 +1,8 @@
 /* dlpack.h (py/): the DLPack ABI (version 1.1, written from the
  * specification) and cudamem's one exporter of memory as DLPack capsules,
  * legacy ("dltensor") or versioned ("dltensor_versioned"), and the one
- * parser of __dlpack__'s array API arguments. Consuming capsules and the
- * stream handshake are the callers'. */
+ * parser of __dlpack__'s array API arguments. Consuming capsules is
+ * dlpackimport.c's; the stream handshake is the callers'. */
 #ifndef CMPY_DLPACK_H
 #define CMPY_DLPACK_H
 
@@ -121,5 +121,7 @@ PyObject *cmpy_dlpack_capsule(PyObject *owner, const cmpy_dlpack_desc *desc,
                               int versioned);
 
 extern PyMethodDef cmpy_dlpack_methods[];
+/* dlpackimport.c: from_dlpack. */
+extern PyMethodDef cmpy_dlpack_import_methods[];
 
 #endif

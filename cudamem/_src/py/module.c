@@ -101,6 +101,7 @@ cudamem_exec(PyObject *module)
         PyModule_AddFunctions(module, cmpy_array_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_cai_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_dlpack_methods) < 0 ||
+        PyModule_AddFunctions(module, cmpy_dlpack_import_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_pending_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_managed_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_hostbuf_methods) < 0 ||
