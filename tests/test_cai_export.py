@@ -56,6 +56,25 @@ def test_export_waits_for_every_stream(hazards):
     np.testing.assert_array_equal(out, np.repeat([1.0, 2.0], N))
 
 
+def test_a_cudamem_array_imported_onto_a_stream(hazards):
+    # as_cuda_array(d) returns d itself (numba); named a stream, it is
+    # ordered like a foreign array's import: no host wait, no hazard.
+    sim = hazards
+    a, b, c = cudamem.stream(), cudamem.stream(), cudamem.stream()
+    d = cudamem.device_array(2 * N, stream=a)
+    assert cudamem.as_cuda_array(d) is d
+    with sim.delay(200_000):
+        d[:N].copy_to_device(np.full(N, 3.0), stream=a)
+        d[N:].copy_to_device(np.full(N, 4.0), stream=b)
+        sim.reset()
+        imported = cudamem.as_cuda_array(d, stream=c)
+        assert calls(sim)["cuStreamSynchronize"] == 0
+        assert imported.stream is c
+        out = imported.copy_to_host(stream=c)
+        c.synchronize()
+    np.testing.assert_array_equal(out, np.repeat([3.0, 4.0], N))
+
+
 def test_from_interface_with_exported_stream(hazards):
     sim = hazards
     a, b, c = cudamem.stream(), cudamem.stream(), cudamem.stream()

@@ -690,7 +690,9 @@ cmpy_cai_import(cmpy_state *st, PyObject *obj, int sync, PyObject *consumer)
     PyObject *desc, *result;
     int found;
 
-    if (cmpy_is_array(st, obj)) {
+    /* Named a stream, a cudamem array is imported like anyone's: its
+     * export orders its pending work, the import orders the consumer. */
+    if (cmpy_is_array(st, obj) && (consumer == NULL || consumer == Py_None)) {
         return Py_NewRef(obj);
     }
     found = cmpy_optional_attr(obj, "__cuda_array_interface__", &desc);
@@ -758,8 +760,9 @@ PyDoc_STRVAR(as_cuda_array_doc,
              "\n\n"
              "A DeviceNDArray sharing the memory of *obj*, any object with\n"
              "__cuda_array_interface__ (CuPy, PyTorch, JAX, numba arrays), "
-             "that keeps\n*obj* alive; a cudamem array is returned as it is. "
-             "See\nfrom_cuda_array_interface() for *sync* and *stream*. "
+             "that keeps\n*obj* alive; a cudamem array is returned as it is "
+             "unless *stream* is\ngiven. See from_cuda_array_interface() "
+             "for *sync* and *stream*. "
              "TypeError when\n*obj* has no __cuda_array_interface__.");
 
 static PyObject *
