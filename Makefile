@@ -54,7 +54,7 @@ venv: $(VENV_STAMP)
 $(VENV)/.stamp:
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q "numpy>=2" pytest hypothesis setuptools wheel
+	$(VENV)/bin/pip install -q "numpy>=2" pytest hypothesis ml_dtypes setuptools wheel
 	touch $@
 
 # One in-place build at a time; a stamp records which flavour it is so that
