@@ -134,20 +134,23 @@ def test_views_share_the_pending_set(hazards):
     np.testing.assert_array_equal(out[N:], np.full(N, 5.0))
 
 
-def test_stream0_array_exports_the_legacy_stream(hazards):
+def test_stream0_array_exports_no_stream_once_complete(hazards):
+    # A stream-0 array is synchronous: it exports None, which consumers
+    # wait for nothing on, so work queued on its memory elsewhere is
+    # complete before the export returns (and its own importers stay
+    # synchronous).
     sim = hazards
-    b, c = cudamem.stream(), cudamem.stream()
+    b = cudamem.stream()
     d = cudamem.device_array(N)
     with sim.delay(200_000):
         d.copy_to_device(np.full(N, 4.0), stream=b)
         cai = d.__cuda_array_interface__
-        # CAI: 1 is the legacy default stream, which now waits for b.
-        assert cai["stream"] == 1
-        imported = cudamem.from_cuda_array_interface(
-            cai, owner=d, stream=c)
-        out = imported.copy_to_host(stream=c)
-        c.synchronize()
-    np.testing.assert_array_equal(out, np.full(N, 4.0))
+        assert cai["stream"] is None
+        assert b.query()  # b's work is done
+        imported = cudamem.as_cuda_array(Producer(d))
+        assert imported.stream == 0
+        imported[:2] = -1  # synchronous: complete on return
+        np.testing.assert_array_equal(d.copy_to_host()[:3], [-1, -1, 4])
     assert d.__cuda_array_interface__["stream"] is None
 
 

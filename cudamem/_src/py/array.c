@@ -651,8 +651,10 @@ get_device_ctypes_pointer(cmpy_DeviceNDArray *self, void *Py_UNUSED(c))
 
 /* The stream a CAI export names: the array's, made to wait (events) for
  * the work queued on its memory on other streams; no driver call when
- * there is none. For a stream-0 array with such work, the legacy default
- * stream after ordering it there; else None. New reference. */
+ * there is none. A stream-0 array exports None, whose consumers wait for
+ * nothing: work on other streams is ordered into the legacy default
+ * stream and waited for on the host first (synchronous, as the array).
+ * New reference. */
 static PyObject *
 export_stream(cmpy_state *st, cmpy_DeviceNDArray *self)
 {
@@ -678,7 +680,11 @@ export_stream(cmpy_state *st, cmpy_DeviceNDArray *self)
     if (own) {
         return PyLong_FromVoidPtr(self->stream_handle);
     }
-    return ordered > 0 ? PyLong_FromLong(1) : Py_NewRef(Py_None);
+    if (ordered > 0 &&
+        cmpy_stream_wait(st, m->dev, CU_STREAM_LEGACY) < 0) {
+        return NULL;
+    }
+    return Py_NewRef(Py_None);
 }
 
 /* CAI v3 (export). `stream` is None for the default stream's handle 0, as
