@@ -189,3 +189,89 @@ def test_event_failures_raise_and_leak_nothing(sim, row):
     assert calls(sim)["cuStreamWaitEvent"] == 1
     b.synchronize()
     a.synchronize()
+
+
+def test_a_retired_stream_is_never_touched(hazards):
+    # Work on a stream that is gone by the export: its handle may be
+    # destroyed (and reused), so the export synchronizes the context
+    # instead of recording an event on it.
+    sim = hazards
+    own = cudamem.stream()
+    d = cudamem.device_array(2 * N, stream=own)
+    with sim.delay(200_000):
+        temp = cudamem.stream()
+        d[N:].copy_to_device(np.full(N, 5.0), stream=temp)
+        del temp
+        cudamem.current_context().deallocations.clear()
+        sim.reset()
+        assert d.__cuda_array_interface__["stream"] == int(own)
+        made = calls(sim)
+        assert made["cuEventRecord"] == 0
+        assert made["cuCtxSynchronize"] == 1
+        out = cudamem.as_cuda_array(Producer(d), stream=own).copy_to_host(
+            stream=own)
+        own.synchronize()
+    np.testing.assert_array_equal(out[N:], np.full(N, 5.0))
+
+
+class ForeignStream:
+    """A stream owned by another library: cudamem sees only its handle."""
+
+    def __init__(self):
+        self.stream = cudamem.stream()
+
+    def __cuda_stream__(self):
+        return (0, int(self.stream))
+
+
+def test_foreign_stream_work_is_remembered_by_event(hazards):
+    # The foreign stream dies before the export: the event recorded right
+    # after its work orders it, and its handle is never used again.
+    sim = hazards
+    own = cudamem.stream()
+    d = cudamem.device_array(2 * N, stream=own)
+    with sim.delay(200_000):
+        foreign = ForeignStream()
+        sim.reset()
+        d[N:].copy_to_device(np.full(N, 6.0), stream=foreign)
+        assert calls(sim)["cuEventRecord"] == 1
+        del foreign
+        cudamem.current_context().deallocations.clear()
+        sim.reset()
+        assert d.__cuda_array_interface__["stream"] == int(own)
+        made = calls(sim)
+        assert made["cuEventRecord"] == 0
+        assert made["cuStreamWaitEvent"] == 1
+        assert made["cuCtxSynchronize"] == 0
+        out = cudamem.as_cuda_array(Producer(d), stream=own).copy_to_host(
+            stream=own)
+        own.synchronize()
+    np.testing.assert_array_equal(out[N:], np.full(N, 6.0))
+
+
+def test_foreign_stream_events_are_released_with_the_memory(sim):
+    foreign = ForeignStream()
+    d = cudamem.device_array(N)
+    d.copy_to_device(np.ones(N), stream=foreign)
+    sim.reset()
+    del d
+    cudamem.current_context().deallocations.clear()
+    assert calls(sim)["cuEventDestroy"] == 1
+    foreign.stream.synchronize()
+
+
+@pytest.mark.parametrize("row", ["cuEventCreate", "cuEventRecord"])
+def test_foreign_event_failure_waits_for_the_work(hazards, row):
+    # The copy is queued but cannot be remembered: the stream is waited
+    # for, so an export has nothing left to order.
+    sim = hazards
+    foreign = ForeignStream()
+    d = cudamem.device_array(N)
+    with sim.delay(100_000):
+        sim.inject(row, "CUDA_ERROR_UNKNOWN")
+        with pytest.raises(cudamem.CudaAPIError, match=row):
+            d.copy_to_device(np.full(N, 7.0), stream=foreign)
+        sim.clear_faults()
+        assert foreign.stream.query()
+    assert d.__cuda_array_interface__["stream"] is None
+    np.testing.assert_array_equal(d.copy_to_host(), np.full(N, 7.0))

@@ -36,6 +36,9 @@ typedef struct cm_device {
     struct cm_pool *pool;
     struct cm_pool *pool_on;
     cm_counts counts[CM_STAT_KINDS]; /* stats.c's, atomic */
+    /* How many of cudamem's streams were handed to the object queue
+     * (atomic): a handle remembered before may be destroyed. */
+    uint64_t streams_retired;
 } cm_device;
 
 /* What cm_ctx_enter pushed, for cm_ctx_leave to pop. */

@@ -15,6 +15,7 @@
 #include "ipc.h"
 #include "pool.h"
 #include "release.h"
+#include "stream.h"
 #include "stats.h"
 
 /* py/'s, set once at module init with the GIL held; read with it held. */
@@ -330,6 +331,119 @@ cm_pointer_range(cm_device *dev, CUdeviceptr ptr, CUdeviceptr *base,
         &guard, CM_CALL(err, cuMemGetAddressRange, base, size, ptr), err);
 }
 
+/* The pending set's spin lock: held for a few loads and stores only,
+ * never across a driver call. */
+static void
+pending_lock(cm_mem *m)
+{
+    while (__atomic_test_and_set(&m->plock, __ATOMIC_ACQUIRE)) {
+    }
+}
+
+static void
+pending_unlock(cm_mem *m)
+{
+    __atomic_clear(&m->plock, __ATOMIC_RELEASE);
+}
+
+static int
+same_work(const cm_mem_work *a, const cm_mem_work *b)
+{
+    return a->stream == b->stream && a->event == b->event &&
+           a->mark == b->mark;
+}
+
+/* Drops w from m's set (locked), keeping the order; 1 if it was there. */
+static int
+pending_drop(cm_mem *m, const cm_mem_work *w)
+{
+    for (int i = 0; i < m->npending; i++) {
+        if (same_work(&m->pending[i], w)) {
+            memmove(m->pending + i, m->pending + i + 1,
+                    (size_t)(m->npending - i - 1) * sizeof(cm_mem_work));
+            m->npending--;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The default streams' special handles never die. */
+static int
+stream_is_live(cm_device *dev, const cm_mem_work *w)
+{
+    return cm_stream_is_default(w->stream) ||
+           w->mark == __atomic_load_n(&dev->streams_retired,
+                                      __ATOMIC_ACQUIRE);
+}
+
+/* Makes `into` wait for w: an event after a live stream's work, the
+ * recorded event itself, or, for a stream that may have been destroyed, a
+ * synchronize of the whole context (which covers its work). */
+static int
+order_work(cm_mem *m, const cm_mem_work *w, CUstream into, cm_error *err)
+{
+    if (w->event != NULL) {
+        return cm_event_stream_wait(m->dev, into, w->event, err);
+    }
+    if (stream_is_live(m->dev, w)) {
+        return cm_event_order(m->dev, w->stream, into, err);
+    }
+    return cm_ctx_synchronize(m->dev, m->generation, err);
+}
+
+/* Releases what w holds once it is ordered or forgotten. */
+static int
+forget_work(cm_mem *m, const cm_mem_work *w, cm_error *err)
+{
+    return w->event == NULL
+               ? 0
+               : cm_event_release(m->dev, w->mark, w->event, err);
+}
+
+/* Adds w to m's set; a full set first orders its oldest work before
+ * `stream`. On failure w is not added and the oldest stays. */
+static int
+pending_add(cm_mem *m, const cm_mem_work *w, CUstream stream, cm_error *err)
+{
+    cm_mem_work oldest;
+    int full;
+
+    pending_lock(m);
+    if (w->stream != NULL) {
+        pending_drop(m, w);
+    }
+    full = m->npending == CM_MEM_PENDING;
+    if (full) {
+        oldest = m->pending[0];
+    }
+    else {
+        m->pending[m->npending++] = *w;
+    }
+    pending_unlock(m);
+    if (!full) {
+        return 0;
+    }
+    /* An event recorded before the wait would not cover the oldest. */
+    if (order_work(m, &oldest, stream, err) < 0 ||
+        (w->event != NULL && cm_event_record(m->dev, w->event, stream,
+                                             err) < 0)) {
+        return -1;
+    }
+    pending_lock(m);
+    if (pending_drop(m, &oldest)) {
+        m->pending[m->npending++] = *w;
+        full = 0;
+    }
+    pending_unlock(m);
+    if (full) {
+        /* A concurrent export took the oldest meanwhile: it waited for
+         * it, so the new work alone remains; try again. */
+        return pending_add(m, w, stream, err);
+    }
+    return forget_work(m, &oldest, err);
+}
+
 void
 cm_mem_incref(cm_mem *m)
 {
@@ -339,6 +453,7 @@ cm_mem_incref(cm_mem *m)
 int
 cm_mem_decref(cm_mem *m, cm_error *err)
 {
+    cm_error ignored;
     int rc = 0;
 
     /* An IPC mapping's count reaches zero under ipc.c's cache lock. */
@@ -368,6 +483,11 @@ cm_mem_decref(cm_mem *m, cm_error *err)
         rc = cm_release(m->dev, m->generation, m->kind, m->ptr, m->size,
                         err);
     }
+    for (int i = 0; i < m->npending; i++) {
+        if (forget_work(m, &m->pending[i], rc < 0 ? &ignored : err) < 0) {
+            rc = -1;
+        }
+    }
     free(m);
     return rc;
 }
@@ -393,57 +513,31 @@ cm_mem_check(const cm_mem *m, cm_error *err)
     return cm_ctx_check(m->dev, m->generation, err);
 }
 
-/* The pending set's spin lock: held for a few loads and stores only,
- * never across a driver call. */
-static void
-pending_lock(cm_mem *m)
-{
-    while (__atomic_test_and_set(&m->plock, __ATOMIC_ACQUIRE)) {
-    }
-}
-
-static void
-pending_unlock(cm_mem *m)
-{
-    __atomic_clear(&m->plock, __ATOMIC_RELEASE);
-}
-
-/* Drops `stream` from m's set (locked), keeping the order. */
-static void
-pending_drop(cm_mem *m, CUstream stream)
-{
-    for (int i = 0; i < m->npending; i++) {
-        if (m->pending[i] == stream) {
-            memmove(m->pending + i, m->pending + i + 1,
-                    (size_t)(m->npending - i - 1) * sizeof(CUstream));
-            m->npending--;
-            return;
-        }
-    }
-}
-
 int
 cm_mem_note_stream(cm_mem *m, CUstream stream, cm_error *err)
 {
-    CUstream oldest = NULL;
+    cm_mem_work w = {
+        .stream = stream,
+        .event = NULL,
+        .mark = __atomic_load_n(&m->dev->streams_retired, __ATOMIC_ACQUIRE),
+    };
 
-    pending_lock(m);
-    pending_drop(m, stream);
-    if (m->npending == CM_MEM_PENDING) {
-        oldest = m->pending[0];
-        pending_drop(m, oldest);
+    return pending_add(m, &w, stream, err);
+}
+
+int
+cm_mem_note_event(cm_mem *m, CUstream stream, cm_error *err)
+{
+    cm_mem_work w = {.stream = NULL};
+    cm_error ignored;
+
+    if (cm_event_create(m->dev, CU_EVENT_DISABLE_TIMING, &w.event, &w.mark,
+                        err) < 0) {
+        return -1;
     }
-    m->pending[m->npending++] = stream;
-    pending_unlock(m);
-    if (oldest != NULL && cm_event_order(m->dev, oldest, stream, err) < 0) {
-        /* The work was not queued: the oldest is still to be ordered. */
-        pending_lock(m);
-        for (int i = 0; i < m->npending; i++) {
-            if (m->pending[i] == stream) {
-                m->pending[i] = oldest;
-            }
-        }
-        pending_unlock(m);
+    if (cm_event_record(m->dev, w.event, stream, err) < 0 ||
+        pending_add(m, &w, stream, err) < 0) {
+        cm_event_release(m->dev, w.mark, w.event, &ignored);
         return -1;
     }
     return 0;
@@ -452,32 +546,56 @@ cm_mem_note_stream(cm_mem *m, CUstream stream, cm_error *err)
 int
 cm_mem_order_pending(cm_mem *m, CUstream into, int *ordered, cm_error *err)
 {
-    CUstream others[CM_MEM_PENDING];
-    int n = 0, done = 0, rc = 0;
+    cm_mem_work work[CM_MEM_PENDING];
+    int n = 0, done = 0, rc = 0, stale = 0;
+    cm_error ignored;
 
     pending_lock(m);
     for (int i = 0; i < m->npending; i++) {
-        if (m->pending[i] != into) {
-            others[n++] = m->pending[i];
+        const cm_mem_work *w = &m->pending[i];
+
+        if (w->event != NULL || w->stream != into ||
+            !stream_is_live(m->dev, w)) {
+            work[n++] = *w;
         }
     }
     pending_unlock(m);
-    while (done < n) {
-        if (cm_event_order(m->dev, others[done], into, err) < 0) {
+    *ordered = 0;
+    for (; done < n; done++) {
+        /* One synchronize covers every stale stream. */
+        if (work[done].event == NULL && !stream_is_live(m->dev, &work[done])) {
+            if (stale++) {
+                continue;
+            }
+        }
+        else {
+            (*ordered)++;
+        }
+        if (order_work(m, &work[done], into, err) < 0) {
             rc = -1;
             break;
         }
-        done++;
     }
-    /* Forgotten only once ordered: a concurrent note meanwhile stays. */
+    /* Forgotten only once ordered: work noted meanwhile stays. */
     pending_lock(m);
     for (int i = 0; i < done; i++) {
-        pending_drop(m, others[i]);
+        if (!pending_drop(m, &work[i])) {
+            work[i].event = NULL; /* another export owns it now */
+        }
     }
     if (rc == 0) {
-        pending_drop(m, into);
+        for (int i = 0; i < m->npending; i++) {
+            if (m->pending[i].stream == into && m->pending[i].event == NULL) {
+                pending_drop(m, &m->pending[i]);
+                break;
+            }
+        }
     }
     pending_unlock(m);
-    *ordered = done;
+    for (int i = 0; i < done; i++) {
+        if (forget_work(m, &work[i], rc < 0 ? &ignored : err) < 0) {
+            rc = -1;
+        }
+    }
     return rc;
 }

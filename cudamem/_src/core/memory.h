@@ -17,6 +17,17 @@
 /* How many streams a record remembers work on (cm_mem_note_stream). */
 #define CM_MEM_PENDING 4
 
+/* Work on a record: a stream cudamem knows the lifetime of, with the
+ * device's count of retired streams when noted (a later retirement may
+ * have destroyed it, and its handle can be reused), or an event recorded
+ * after work on a stream that cudamem does not own. */
+typedef struct cm_mem_work {
+    CUstream stream; /* NULL for an event */
+    CUevent event;
+    uint64_t mark; /* the stream's retirement count; the event's
+                      generation */
+} cm_mem_work;
+
 typedef struct cm_mem {
     int refs; /* atomic */
     cm_free_kind kind;
@@ -33,25 +44,31 @@ typedef struct cm_mem {
     /* Borrowed read-only (a producer's flag): writes through any array or
      * view over the record are refused. */
     int readonly;
-    /* Streams with asynchronous work queued on the memory, oldest first,
-     * that an export has not ordered yet (cm_mem_note_stream); `plock` is
-     * a spin lock guarding them. */
-    CUstream pending[CM_MEM_PENDING];
+    /* Asynchronous work queued on the memory that an export has not
+     * ordered yet, oldest first (cm_mem_note_stream, cm_mem_note_event);
+     * `plock` is a spin lock guarding them. */
+    cm_mem_work pending[CM_MEM_PENDING];
     int npending;
     char plock;
 } cm_mem;
 
 /* Remembers that asynchronous work is about to be queued on m on
- * `stream` (not a default stream's handle 0). When the set is full the
- * oldest stream is ordered before `stream` at once (an event), so that
- * waiting for `stream` covers it. 0, or -1 with err filled (nothing
- * remembered). */
+ * `stream`, a stream whose retirement cm_stream_release counts (cudamem's
+ * own, or a default stream's CU_STREAM_LEGACY / CU_STREAM_PER_THREAD; not
+ * handle 0). When the set is full the oldest work is ordered before
+ * `stream` at once, so that waiting for `stream` covers it. 0, or -1 with
+ * err filled (nothing remembered). */
 int cm_mem_note_stream(cm_mem *m, CUstream stream, cm_error *err);
+/* The same for a stream cudamem does not own, which may be destroyed at
+ * any time: called after the work is queued, it records an event on
+ * `stream` instead of remembering the handle. */
+int cm_mem_note_event(cm_mem *m, CUstream stream, cm_error *err);
 /* Orders `into` (the exporter's stream; CU_STREAM_LEGACY for the default
- * one) after the work on every remembered stream but `into` itself, and
- * forgets them all: no driver call when `into` is the only one. *ordered
- * is how many were ordered. On failure the streams not yet ordered stay
- * remembered. */
+ * one) after all remembered work but `into`'s own, and forgets it: no
+ * driver call when `into` is the only stream. A remembered stream retired
+ * since cannot be touched: the context is synchronized instead. *ordered
+ * is how many waits were queued on `into`. On failure the work not yet
+ * ordered stays remembered. */
 int cm_mem_order_pending(cm_mem *m, CUstream into, int *ordered,
                          cm_error *err);
 

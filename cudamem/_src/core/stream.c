@@ -51,6 +51,7 @@ int
 cm_stream_release(cm_device *dev, uint64_t generation, CUstream handle,
                   cm_error *err)
 {
+    __atomic_add_fetch(&dev->streams_retired, 1, __ATOMIC_ACQ_REL);
     return cm_release(dev, generation, CM_FREE_STREAM,
                       (uint64_t)(uintptr_t)handle, 0, err);
 }

@@ -27,7 +27,9 @@ int cm_stream_create(cm_device *dev, unsigned flags, int has_priority,
                      int priority, CUstream *out, uint64_t *generation,
                      cm_error *err);
 /* Hands a stream made by cm_stream_create to dev's object queue
- * (cm_release); a stale generation drops it. */
+ * (cm_release); a stale generation drops it. Counted in
+ * dev->streams_retired: memory records that remember the handle stop
+ * trusting it (cm_mem_order_pending). */
 int cm_stream_release(cm_device *dev, uint64_t generation, CUstream handle,
                       cm_error *err);
 

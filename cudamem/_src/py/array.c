@@ -224,8 +224,8 @@ cmpy_contiguous_strides(int ndim, const Py_ssize_t *shape, Py_ssize_t itemsize,
 static cmpy_DeviceNDArray *
 array_make(PyObject *type, PyObject *mem, CUdeviceptr ptr, int ndim,
            const Py_ssize_t *shape, const Py_ssize_t *strides, Py_ssize_t size,
-           PyArray_Descr *dtype, PyObject *stream_obj, CUstream handle,
-           int async)
+           PyArray_Descr *dtype, PyObject *stream_obj,
+           const cmpy_stream_ref *ref)
 {
     Py_ssize_t itemsize = PyDataType_ELSIZE(dtype);
     cmpy_DeviceNDArray *self;
@@ -250,8 +250,9 @@ array_make(PyObject *type, PyObject *mem, CUdeviceptr ptr, int ndim,
     /* Small ints are preallocated: PyLong_FromLong(0) cannot fail. */
     self->stream = stream_obj != NULL ? Py_NewRef(stream_obj)
                                       : PyLong_FromLong(0);
-    self->stream_handle = handle;
-    self->stream_async = async;
+    self->stream_handle = ref->handle;
+    self->stream_async = ref->async;
+    self->stream_owned = ref->owned;
     self->weakreflist = NULL;
     PyObject_GC_Track(self);
     return self;
@@ -278,8 +279,7 @@ array_alloc(cmpy_state *st, PyObject *type, cm_device *dev, int ndim,
     return array_make(
         type, mem,
         size != 0 ? ((cmpy_MemoryPointer *)mem)->ptr - (CUdeviceptr)low : 0,
-        ndim, shape, strides, size, dtype, stream_obj, ref->handle,
-        ref->async);
+        ndim, shape, strides, size, dtype, stream_obj, ref);
 }
 
 /* ValueError unless the bytes [ptr + low, ptr + high) lie inside mp. */
@@ -314,7 +314,7 @@ cmpy_array_wrap(PyObject *type, PyObject *mem, CUdeviceptr ptr, int ndim,
         return NULL;
     }
     return array_make(type, mem, size != 0 ? ptr : 0, ndim, shape, strides,
-                      size, dtype, stream_obj, ref->handle, ref->async);
+                      size, dtype, stream_obj, ref);
 }
 
 /* A MemoryPointer over exactly the bytes of mp that the layout with its
@@ -356,8 +356,7 @@ cmpy_array_over(cmpy_state *st, cmpy_MemoryPointer *owner, CUdeviceptr ptr,
         return NULL;
     }
     return array_make(st->DeviceNDArrayType, mem, size != 0 ? ptr : 0, ndim,
-                      shape, strides, size, dtype, stream_obj, ref->handle,
-                      ref->async);
+                      shape, strides, size, dtype, stream_obj, ref);
 }
 
 cmpy_DeviceNDArray *
@@ -366,6 +365,8 @@ cmpy_array_view_as(cmpy_state *st, PyObject *type, cmpy_DeviceNDArray *base,
                    const Py_ssize_t *strides, CUdeviceptr ptr,
                    PyArray_Descr *dtype)
 {
+    cmpy_stream_ref bref = {base->stream_handle, base->stream_async, NULL,
+                            base->stream_owned};
     Py_ssize_t size;
     PyObject *mem = extent_view(st, base->gpu_data, ptr, ndim, shape,
                                 strides, dtype, &size);
@@ -374,8 +375,7 @@ cmpy_array_view_as(cmpy_state *st, PyObject *type, cmpy_DeviceNDArray *base,
         return NULL;
     }
     return array_make(type, mem, size != 0 ? ptr : 0, ndim, shape, strides,
-                      size, dtype, base->stream, base->stream_handle,
-                      base->stream_async);
+                      size, dtype, base->stream, &bref);
 }
 
 cmpy_DeviceNDArray *
@@ -445,7 +445,8 @@ cmpy_DeviceNDArray *
 cmpy_array_empty(cmpy_state *st, cmpy_DeviceNDArray *like, char order)
 {
     Py_ssize_t strides[NPY_MAXDIMS];
-    cmpy_stream_ref ref = {like->stream_handle, like->stream_async, NULL};
+    cmpy_stream_ref ref = {like->stream_handle, like->stream_async, NULL,
+                           like->stream_owned};
 
     cmpy_contiguous_strides(CMPY_NDIM(like), CMPY_SHAPE(like),
                             PyDataType_ELSIZE(like->dtype), order, strides);
@@ -663,10 +664,9 @@ export_stream(cmpy_state *st, cmpy_DeviceNDArray *self)
     cm_mem *m = self->gpu_data->mem;
     cm_error err;
 
-    /* Unlocked peek: the common case (nothing, or only the array's own
-     * stream) costs no lock and no driver call. */
-    if (__atomic_load_n(&m->npending, __ATOMIC_RELAXED) == 0 ||
-        (m->npending == 1 && m->pending[0] == into)) {
+    /* Unlocked peek: memory with no work noted costs nothing; only the
+     * array's own stream costs the set's lock and no driver call. */
+    if (__atomic_load_n(&m->npending, __ATOMIC_RELAXED) == 0) {
         ordered = 0;
     }
     else {

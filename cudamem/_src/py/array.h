@@ -20,6 +20,7 @@ typedef struct cmpy_DeviceNDArray {
     PyObject *stream;                /* the stream= it was made with */
     CUstream stream_handle;          /* ... parsed once */
     int stream_async;
+    int stream_owned;
     PyObject *weakreflist;
     Py_ssize_t dims[1];              /* shape[ndim], then strides[ndim] */
 } cmpy_DeviceNDArray;

@@ -70,6 +70,7 @@ operation_stream(cmpy_state *st, cmpy_DeviceNDArray *self, PyObject *arg,
          PyLong_AsLongAndOverflow(arg, &overflow) == 0 && !overflow)) {
         ref->handle = self->stream_handle;
         ref->async = self->stream_async;
+        ref->owned = self->stream_owned;
         ref->obj = NULL;
         return 0;
     }
@@ -92,6 +93,7 @@ cmpy_array_rebind(cmpy_state *st, cmpy_DeviceNDArray *arr, PyObject *stream)
                                            : PyLong_FromLong(0));
     arr->stream_handle = ref.handle;
     arr->stream_async = ref.async;
+    arr->stream_owned = ref.owned;
     return (PyObject *)arr;
 }
 
@@ -171,19 +173,50 @@ fail : {
 
 /* Remembers that work on `ref` is about to be queued on a's memory, which
  * the CAI export orders into the exported stream (core's
- * cm_mem_note_stream). Synchronous work is complete on return. */
+ * cm_mem_note_stream). Synchronous work is complete on return; work on a
+ * stream cudamem does not own is noted after it is queued (note_done). */
 static int
 note_work(cmpy_state *st, cmpy_DeviceNDArray *a, const cmpy_stream_ref *ref)
 {
     cm_error err;
     int rc;
 
-    if (!ref->async || ref->handle == NULL) {
+    if (!ref->async || ref->handle == NULL || !ref->owned) {
         return 0;
     }
-    /* A full set orders its oldest stream with an event. */
+    /* A full set orders its oldest work with an event. */
     Py_BEGIN_ALLOW_THREADS
     rc = cm_mem_note_stream(a->gpu_data->mem, ref->handle, &err);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        cmpy_raise(st, &err);
+    }
+    return rc;
+}
+
+/* After work on a foreign stream was queued (status 0) on the memory of a
+ * and of b (or NULL): an event after it, since the stream may be
+ * destroyed before an export orders it. If that fails the stream is waited
+ * for, so that no work is left unordered. Returns `status`, or -1. */
+static int
+note_done(cmpy_state *st, cmpy_DeviceNDArray *a, cmpy_DeviceNDArray *b,
+          const cmpy_stream_ref *ref, int status)
+{
+    cm_device *dev = a->gpu_data->mem->dev;
+    cm_error err, ignored;
+    int rc;
+
+    if (status < 0 || !ref->async || ref->owned) {
+        return status;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = cm_mem_note_event(a->gpu_data->mem, ref->handle, &err);
+    if (rc == 0 && b != NULL) {
+        rc = cm_mem_note_event(b->gpu_data->mem, ref->handle, &err);
+    }
+    if (rc < 0) {
+        cm_stream_synchronize(dev, ref->handle, &ignored);
+    }
     Py_END_ALLOW_THREADS
     if (rc < 0) {
         cmpy_raise(st, &err);
@@ -308,8 +341,9 @@ device_to_host(cmpy_state *st, cmpy_DeviceNDArray *self, PyArrayObject *host,
     device_side(self, &src);
     dst = host_side(st, self->gpu_data->mem->dev, host, CMPY_NDIM(self),
                     CMPY_SHAPE(self), hstrides);
-    return run_copy(st, self->gpu_data->mem->dev, &dst, &src,
-                    (size_t)PyDataType_ELSIZE(self->dtype), ref);
+    return note_done(st, self, NULL, ref,
+                     run_copy(st, self->gpu_data->mem->dev, &dst, &src,
+                              (size_t)PyDataType_ELSIZE(self->dtype), ref));
 }
 
 static int device_to_device(cmpy_state *st, cmpy_DeviceNDArray *self,
@@ -401,7 +435,7 @@ cross_device(cmpy_state *st, cmpy_DeviceNDArray *self,
              cmpy_DeviceNDArray *src, const Py_ssize_t *sstrides,
              const cmpy_stream_ref *ref, int peer)
 {
-    cmpy_stream_ref sync = {NULL, 0, NULL};
+    cmpy_stream_ref sync = {NULL, 0, NULL, 1};
     size_t itemsize = (size_t)PyDataType_ELSIZE(self->dtype);
     cmpy_DeviceNDArray *stmp = NULL, *dtmp = NULL;
     cm_device *dev = self->gpu_data->mem->dev;
@@ -469,7 +503,7 @@ device_to_device(cmpy_state *st, cmpy_DeviceNDArray *self,
     cm_device *dev = self->gpu_data->mem->dev;
     cm_error err;
     cm_side d, s;
-    int can;
+    int can, rc;
 
     if (cmpy_array_check_alive(st, src) < 0 || note_work(st, self, ref) < 0 ||
         note_work(st, src, ref) < 0) {
@@ -482,14 +516,18 @@ device_to_device(cmpy_state *st, cmpy_DeviceNDArray *self,
                   .shape = CMPY_SHAPE(self),
                   .strides = sstrides};
     if (src->gpu_data->mem->dev == dev) {
-        return run_copy(st, dev, &d, &s, (size_t)PyDataType_ELSIZE(self->dtype),
-                        ref);
+        rc = run_copy(st, dev, &d, &s, (size_t)PyDataType_ELSIZE(self->dtype),
+                      ref);
     }
-    if (cm_peer_can_access(dev, src->gpu_data->mem->dev, &can, &err) < 0) {
+    else if (cm_peer_can_access(dev, src->gpu_data->mem->dev, &can, &err) <
+             0) {
         cmpy_raise(st, &err);
         return -1;
     }
-    return cross_device(st, self, src, sstrides, ref, can);
+    else {
+        rc = cross_device(st, self, src, sstrides, ref, can);
+    }
+    return note_done(st, self, src, ref, rc);
 }
 
 /* A new host array for a copy of self: self's layout when it is
@@ -543,7 +581,8 @@ complete_host_copy(cmpy_state *st, cmpy_DeviceNDArray *self,
 PyObject *
 cmpy_array_to_host(cmpy_state *st, cmpy_DeviceNDArray *self)
 {
-    cmpy_stream_ref ref = {self->stream_handle, self->stream_async, NULL};
+    cmpy_stream_ref ref = {self->stream_handle, self->stream_async, NULL,
+                           self->stream_owned};
 
     if (cmpy_array_check_alive(st, self) < 0) {
         return NULL;
@@ -711,8 +750,10 @@ copy_into(cmpy_state *st, cmpy_DeviceNDArray *self, int ndim,
         rc = note_work(st, self, ref);
     }
     if (rc == 0) {
-        rc = host_to_device(st, ndim, shape, ptr, strides,
-                            self->gpu_data->mem->dev, host, sstrides, ref);
+        rc = note_done(st, self, NULL, ref,
+                       host_to_device(st, ndim, shape, ptr, strides,
+                                      self->gpu_data->mem->dev, host,
+                                      sstrides, ref));
     }
     Py_DECREF(host);
     return rc;
@@ -774,7 +815,7 @@ fill_layout(cmpy_state *st, cmpy_DeviceNDArray *self, int ndim,
         cmpy_raise(st, &err);
         return -1;
     }
-    return 0;
+    return note_done(st, self, NULL, ref, 0);
 }
 
 /* A scalar (anything NumPy makes a 0-d array of) as the array's dtype,
@@ -884,7 +925,8 @@ cmpy_array_copy_as(cmpy_state *st, cmpy_DeviceNDArray *self, char order,
 {
     Py_ssize_t strides[NPY_MAXDIMS];
     cmpy_DeviceNDArray *out, *shaped;
-    cmpy_stream_ref ref = {self->stream_handle, self->stream_async, NULL};
+    cmpy_stream_ref ref = {self->stream_handle, self->stream_async, NULL,
+                           self->stream_owned};
 
     if (cmpy_array_check_alive(st, self) < 0) {
         return NULL;

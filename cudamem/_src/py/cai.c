@@ -603,7 +603,7 @@ cmpy_cai_from_desc(cmpy_state *st, PyObject *desc, PyObject *owner, int sync,
 {
     cai_desc d = {.dtype = NULL};
     PyObject *stream = NULL, *mem, *result = NULL;
-    cmpy_stream_ref ref = {NULL, 0, NULL}, cref = {NULL, 0, NULL};
+    cmpy_stream_ref ref = {NULL, 0, NULL, 1}, cref = {NULL, 0, NULL, 1};
     cm_device *dev;
 
     if (cmpy_numpy_init() < 0) {

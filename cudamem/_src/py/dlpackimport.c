@@ -481,7 +481,7 @@ from_dlpack(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     static const char *const names[] = {"obj", "device", "copy", "stream"};
     cmpy_state *st = cmpy_get_state(module);
     PyObject *argv[4], *capsule, *stream, *src = NULL, *result = NULL;
-    cmpy_stream_ref ref = {NULL, 0, NULL};
+    cmpy_stream_ref ref = {NULL, 0, NULL, 1};
     taken tk = {NULL, NULL, 0};
     layout l = {.dtype = NULL};
     cmpy_Device *want = NULL;
@@ -538,7 +538,7 @@ from_dlpack(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     }
     else if (src_dev != dev) {
         /* Read on its own device, unbound: the copy is queued on ref. */
-        cmpy_stream_ref none = {NULL, 0, NULL};
+        cmpy_stream_ref none = {NULL, 0, NULL, 1};
         src = device_view(st, src_dev, &l, tk.owner, tk.readonly, NULL,
                           &none);
     }

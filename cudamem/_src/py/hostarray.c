@@ -21,6 +21,7 @@ typedef struct host_extra {
     PyObject *stream; /* the stream= it was made with, or NULL: 0 */
     CUstream handle;  /* ... parsed once */
     int async;
+    int owned;
 } host_extra;
 
 static Py_ssize_t extra_offset;
@@ -211,7 +212,7 @@ device_side(cmpy_state *st, PyObject *self)
 {
     host_extra *ex = extra_of(self);
     PyArrayObject *arr = (PyArrayObject *)self;
-    cmpy_stream_ref ref = {ex->handle, ex->async, ex->stream};
+    cmpy_stream_ref ref = {ex->handle, ex->async, ex->stream, ex->owned};
     cmpy_DeviceNDArray *d;
     PyObject *owner;
     cm_device *dev;
@@ -327,6 +328,7 @@ host_array_finalize(PyObject *self, PyObject *obj)
         Py_XSETREF(ex->stream, Py_XNewRef(from->stream));
         ex->handle = from->handle;
         ex->async = from->async;
+        ex->owned = from->owned;
         Py_CLEAR(ex->device);
     }
     Py_RETURN_NONE;
@@ -423,7 +425,7 @@ static PyObject *
 copy_of(PyObject *self, cmpy_hostarray_kind kind, cm_device *dev,
         int to_cpu)
 {
-    static const cmpy_stream_ref stream0 = {0, 0, NULL};
+    static const cmpy_stream_ref stream0 = {0, 0, NULL, 1};
     PyArrayObject *arr = (PyArrayObject *)self;
     PyObject *module = PyType_GetModule(Py_TYPE(self)), *out;
     Py_ssize_t strides[NPY_MAXDIMS];
@@ -649,6 +651,7 @@ cmpy_hostarray_new(PyObject *module, cmpy_hostarray_kind kind,
     ex->stream = Py_XNewRef(ref->obj);
     ex->handle = ref->handle;
     ex->async = ref->async;
+    ex->owned = ref->owned;
     return arr;
 fail:
     Py_DECREF(base);

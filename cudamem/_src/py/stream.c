@@ -203,6 +203,7 @@ stream_obj_arg(cmpy_state *st, cmpy_Stream *s, cm_device *dev,
     }
     out->handle = s->handle;
     out->async = 1;
+    out->owned = s->kind != CMPY_STREAM_EXTERNAL;
     out->obj = (PyObject *)s;
     return 0;
 }
@@ -285,6 +286,7 @@ foreign_arg(cmpy_state *st, PyObject *arg, PyObject *proto, cm_device *dev,
     }
     out->handle = handle;
     out->async = 1;
+    out->owned = cm_stream_is_default(handle);
     out->obj = arg;
     return 0;
 }
@@ -298,6 +300,7 @@ cmpy_stream_arg(cmpy_state *st, PyObject *arg, cm_device *dev,
 
     out->handle = NULL;
     out->async = 0;
+    out->owned = 1;
     out->obj = NULL;
     /* The common cases first: 0 and a cudamem Stream. */
     if (arg == Py_None) {

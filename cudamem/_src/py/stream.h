@@ -32,6 +32,10 @@ typedef struct cmpy_stream_ref {
     CUstream handle;
     int async;     /* 0 only for the int 0: synchronous (rule 8) */
     PyObject *obj; /* borrowed: the argument, or NULL for 0 / None */
+    /* 0 for a stream cudamem does not own (external_stream(), a foreign
+     * __cuda_stream__): it may be destroyed at any time, so memory
+     * records remember an event after its work, never its handle. */
+    int owned;
 } cmpy_stream_ref;
 
 /* Parses `arg` for an operation on `dev` (NULL: the calling thread's
