@@ -150,3 +150,34 @@ def test_staging_failure_leaves_nothing():
         cudamem._cudamem._hostpool_trim()
         assert simulator.live() == live
         """, _env(False))
+
+
+@pytest.mark.parametrize("peer", [True, False])
+def test_from_dlpack_across_devices(peer):
+    # A tensor on device 1 imported onto device 0: zero-copy on its own
+    # device, a copy (peer or staged) when another is asked for, and
+    # copy=False refused with the devices named.
+    proc = _run("""
+        import numpy as np
+        import cudamem
+        h = np.arange(3000.0).reshape(30, 100)
+        with cudamem.gpus[1]:
+            far = cudamem.to_device(h)
+        same = cudamem.from_dlpack(far)
+        assert same.device_ctypes_pointer.value == \\
+            far.device_ctypes_pointer.value
+        assert same.__dlpack_device__() == (2, 1)
+        near = cudamem.from_dlpack(far[::3, 1::2], device=0)
+        assert near.__dlpack_device__() == (2, 0)
+        assert near.device_ctypes_pointer.value != \\
+            far.device_ctypes_pointer.value
+        np.testing.assert_array_equal(near.copy_to_host(), h[::3, 1::2])
+        try:
+            cudamem.from_dlpack(far, device=0, copy=False)
+        except BufferError as exc:
+            assert "device 0" in str(exc), exc
+        else:
+            raise AssertionError("copy=False made a copy")
+        print("ok")
+        """, _env(peer))
+    assert proc.stdout.splitlines()[-1] == "ok"
