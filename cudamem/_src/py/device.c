@@ -76,6 +76,22 @@ cmpy_device_of(cmpy_state *st, cm_device *dev)
 }
 
 int
+cmpy_device_arg(cmpy_state *st, PyObject *arg, int none_is_current,
+                cm_device **out)
+{
+    cmpy_Device *device;
+
+    if (none_is_current && (arg == NULL || arg == Py_None)) {
+        return cmpy_current_device(st, out);
+    }
+    if (cmpy_device_parse(st, arg, &device) < 0) {
+        return -1;
+    }
+    *out = device->dev;
+    return 0;
+}
+
+int
 cmpy_device_parse(cmpy_state *st, PyObject *arg, cmpy_Device **out)
 {
     PyObject *devices, *index;

@@ -41,6 +41,11 @@ PyObject *cmpy_devices(cmpy_state *st);
 /* A Device, or an int ordinal naming one (TypeError / ValueError naming
  * the value otherwise). Borrowed reference. */
 int cmpy_device_parse(cmpy_state *st, PyObject *arg, cmpy_Device **out);
+/* The core device a `device=` argument names, as cmpy_device_parse; None
+ * (or a missing argument, NULL) is the calling thread's device when
+ * `none_is_current`, else refused as any other non-device. */
+int cmpy_device_arg(cmpy_state *st, PyObject *arg, int none_is_current,
+                    cm_device **out);
 /* The calling thread's device (DESIGN rule 6), loading the driver; 0, or
  * -1 with an exception set. */
 int cmpy_current_device(cmpy_state *st, cm_device **dev);

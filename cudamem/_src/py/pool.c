@@ -9,19 +9,6 @@
 #include "../core/hostpool.h"
 #include "../core/pool.h"
 
-/* The core device of a Device or ordinal argument. */
-static int
-device_arg(cmpy_state *st, PyObject *arg, cm_device **dev)
-{
-    cmpy_Device *device;
-
-    if (cmpy_device_parse(st, arg, &device) < 0) {
-        return -1;
-    }
-    *dev = device->dev;
-    return 0;
-}
-
 PyDoc_STRVAR(pool_enable_doc,
              "_pool_enable(device, enabled)\n\n"
              "Turns cudamem's memory pool on or off for *device* (a Device "
@@ -46,7 +33,7 @@ pool_enable(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
 
     if (cmpy_parse_args("_pool_enable", names, 2, 2, args, nargs, kwnames,
                         argv) < 0 ||
-        device_arg(st, argv[0], &dev) < 0) {
+        cmpy_device_arg(st, argv[0], 0, &dev) < 0) {
         return NULL;
     }
     enabled = PyObject_IsTrue(argv[1]);
@@ -78,7 +65,7 @@ pool_trim(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
 
     if (cmpy_parse_args("_pool_trim", names, 1, 1, args, nargs, kwnames,
                         argv) < 0 ||
-        device_arg(st, argv[0], &dev) < 0) {
+        cmpy_device_arg(st, argv[0], 0, &dev) < 0) {
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
@@ -135,7 +122,7 @@ pool_set_limit(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     if (cmpy_parse_args("_pool_set_limit", names, 2, 2, args, nargs,
                         kwnames, argv) < 0 ||
         limit_arg(argv[1], &limit) < 0 ||
-        device_arg(st, argv[0], &dev) < 0) {
+        cmpy_device_arg(st, argv[0], 0, &dev) < 0) {
         return NULL;
     }
     if (cm_pool_set_limit(dev, limit, &err) < 0) {
@@ -164,7 +151,7 @@ pool_stats(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
 
     if (cmpy_parse_args("_pool_stats", names, 1, 1, args, nargs, kwnames,
                         argv) < 0 ||
-        device_arg(st, argv[0], &dev) < 0) {
+        cmpy_device_arg(st, argv[0], 0, &dev) < 0) {
         return NULL;
     }
     cm_pool_get_stats(dev, &s);

@@ -54,23 +54,6 @@ cmpy_stats_install(int on)
     cm_oom_set_hook(on ? collect_garbage : NULL);
 }
 
-/* The device `arg` names (an ordinal or a Device), or the current one
- * for None or NULL. */
-static int
-device_arg(cmpy_state *st, PyObject *arg, cm_device **dev)
-{
-    cmpy_Device *device;
-
-    if (arg == NULL || arg == Py_None) {
-        return cmpy_current_device(st, dev);
-    }
-    if (cmpy_device_parse(st, arg, &device) < 0) {
-        return -1;
-    }
-    *dev = device->dev;
-    return 0;
-}
-
 static int
 set_size(PyObject *dict, const char *key, size_t value)
 {
@@ -136,7 +119,7 @@ memory_stats(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
 
     if (cmpy_parse_args("memory_stats", names, 1, 0, args, nargs, kwnames,
                         argv) < 0 ||
-        device_arg(st, argv[0], &dev) < 0) {
+        cmpy_device_arg(st, argv[0], 1, &dev) < 0) {
         return NULL;
     }
     cm_stats_get(dev, &stats);
@@ -180,7 +163,7 @@ reset_peak_stats(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
 
     if (cmpy_parse_args("reset_peak_stats", names, 1, 0, args, nargs,
                         kwnames, argv) < 0 ||
-        device_arg(st, argv[0], &dev) < 0) {
+        cmpy_device_arg(st, argv[0], 1, &dev) < 0) {
         return NULL;
     }
     cm_stats_reset_peaks(dev);
