@@ -28,6 +28,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 
@@ -167,6 +168,25 @@ def sim():
         pytest.skip("needs the simulated driver's control API")
     from cudamem import simulator
     return simulator
+
+
+def in_thread(fn, *args):
+    """Runs fn in a new thread (which has no current context) and returns its result,
+    re-raising its exception."""
+    box = {}
+
+    def run():
+        try:
+            box["result"] = fn(*args)
+        except BaseException as exc:  # handed to the caller
+            box["error"] = exc
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return box.get("result")
 
 
 def run_python(code, env=None, timeout=120):

@@ -11,6 +11,7 @@ import threading
 import pytest
 
 import cudamem
+from conftest import in_thread
 from cudamem.errors import CudaAPIError, CudaDriverError
 from simref import SimDriver
 
@@ -23,25 +24,6 @@ STALE = "context was reset or closed"
 def ref(sim):
     cudamem.is_available()
     return SimDriver(sim.library_path())
-
-
-def in_thread(fn, *args):
-    """Runs fn in a new thread (no current context) and returns its result,
-    re-raising its exception."""
-    box = {}
-
-    def run():
-        try:
-            box["result"] = fn(*args)
-        except BaseException as exc:  # handed to the caller
-            box["error"] = exc
-
-    t = threading.Thread(target=run)
-    t.start()
-    t.join()
-    if "error" in box:
-        raise box["error"]
-    return box.get("result")
 
 
 def test_current_context_is_the_primary_context(ref):

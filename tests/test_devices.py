@@ -8,12 +8,12 @@ run in a fresh thread (an empty stack) or a fresh process (two devices).
 import json
 import os
 import re
-import threading
 
 import numpy as np
 import pytest
 
 import cudamem
+from conftest import in_thread
 from cudamem import driver
 from cudamem.errors import CudaAPIError
 from simref import SimDriver
@@ -28,25 +28,6 @@ A = {name: int(value) for name, value in ATTRIBUTES}
 def ref(sim):
     cudamem.is_available()
     return SimDriver(sim.library_path())
-
-
-def in_thread(fn, *args):
-    """Runs fn in a new thread (which has no current context) and returns
-    its result, re-raising its exception."""
-    box = {}
-
-    def run():
-        try:
-            box["result"] = fn(*args)
-        except BaseException as exc:  # handed to the caller
-            box["error"] = exc
-
-    t = threading.Thread(target=run)
-    t.start()
-    t.join()
-    if "error" in box:
-        raise box["error"]
-    return box.get("result")
 
 
 @pytest.mark.simulator

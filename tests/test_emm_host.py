@@ -76,47 +76,7 @@ class CountingManager(HostOnlyCUDAMemoryManager):
         return 1
 
 
-# --- numba-style plugin: numba-cuda's documented shape, import changed ---
-from cudamem import HostOnlyCUDAMemoryManager as _Base  # noqa: E402
-from cudamem import MemoryInfo as _MemoryInfo  # noqa: E402
-from cudamem import MemoryPointer as _MemoryPointer  # noqa: E402
-
-
-def _make_finalizer(handle, allocations):
-    def finalizer():
-        allocations.pop(handle)
-    return finalizer
-
-
-class NumbaStyleManager(_Base):
-    """Device memory from a "library" (cudamem's default manager stands in
-    for RMM); host memory from HostOnlyCUDAMemoryManager."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.allocations = {}
-
-    def initialize(self):
-        super().initialize()
-        self.library = DefaultMemoryManager(context=self.context)
-
-    def memalloc(self, size):
-        buf = self.library.memalloc(size)
-        ctx = weakref.proxy(self.context)
-        ptr = ctypes.c_uint64(buf.device_pointer_value)
-        self.allocations[ptr.value] = buf
-        finalizer = _make_finalizer(ptr.value, self.allocations)
-        return _MemoryPointer(ctx, ptr, size, finalizer=finalizer)
-
-    def get_ipc_handle(self, memory):
-        raise NotImplementedError
-
-    def get_memory_info(self):
-        return _MemoryInfo(free=0, total=0)
-
-    @property
-    def interface_version(self):
-        return 1
+from numba_plugin import NumbaStyleManager  # noqa: E402
 # ---------------------------------------------------------------------------
 
 

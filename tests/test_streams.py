@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 import cudamem
+from conftest import in_thread
 from cudamem import _cudamem
 from cudamem.errors import (CudaAPIError, CudaDriverError,
                             CudaOutOfMemoryError, CudaStickyError,
@@ -139,23 +140,6 @@ def no_warnings():
         warnings.simplefilter("always")
         yield
     assert not log, [str(w.message) for w in log]
-
-
-def in_thread(fn, *args):
-    box = {}
-
-    def run():
-        try:
-            box["result"] = fn(*args)
-        except BaseException as exc:  # handed to the caller
-            box["error"] = exc
-
-    t = threading.Thread(target=run)
-    t.start()
-    t.join()
-    if "error" in box:
-        raise box["error"]
-    return box.get("result")
 
 
 # ---------------------------------------------------------------------------
