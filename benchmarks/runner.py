@@ -248,8 +248,9 @@ def measure_library(adapter, cfg, floor_lat, floor_bw, overhead):
 
 
 def _peer_status(cls, cfg, simulator):
-    if cfg.peers == "none":
-        return "skipped: --peers none"
+    if cfg.peers not in ("auto", "all") and \
+            cls.name not in cfg.peers.split(","):
+        return "skipped: --peers %s" % cfg.peers
     if simulator and cfg.peers == "auto":
         return ("skipped: the simulator is no GPU for peers "
                 "(--peers all to try)")
@@ -423,14 +424,20 @@ def parse_args(argv):
     p.add_argument("--max-bytes", type=int, default=None,
                    help="largest bandwidth size (default 1 GiB on a GPU, "
                    "64 MiB on the simulator, 1 MiB with --quick)")
-    p.add_argument("--peers", choices=("auto", "all", "none"),
-                   default="auto", help="auto: peers only on a real GPU")
+    p.add_argument("--peers", default="auto",
+                   help="auto (peers only on a real GPU), all, none, or "
+                   "names: numba-cuda,cupy,pytorch,cuda.core")
     p.add_argument("--floor", default=os.path.join(ROOT, "build", "floor"),
                    help="floor.c's executable")
     p.add_argument("--record", action="store_true",
                    help="also write <results-dir>/<date>-<device>.md")
     p.add_argument("--results-dir", default=os.path.join(HERE, "results"))
     cfg = p.parse_args(argv)
+    names = {c.name for c in adapters.PEERS}
+    unknown = set(cfg.peers.split(",")) - names - {"auto", "all", "none"}
+    if unknown:
+        p.error("--peers: unknown %s (known: %s)"
+                % (", ".join(sorted(unknown)), ", ".join(sorted(names))))
     cfg.warmup, cfg.samples = (2, 5) if cfg.quick else (20, 100)
     cfg.bw_reps, cfg.bw_repeats = (2, 2) if cfg.quick else (10, 5)
     cfg.import_repeats = 2 if cfg.quick else 10
@@ -494,11 +501,14 @@ def main(argv=None):
     with open(os.path.join(cfg.out, "results.md"), "w") as f:
         f.write(md)
     if cfg.record:
+        # The page of this run, in the repository and beside the outputs.
         os.makedirs(cfg.results_dir, exist_ok=True)
-        path = os.path.join(cfg.results_dir, "%s-%s.md" % (
-            now.strftime("%Y-%m-%d"), _slug(device)))
-        with open(path, "w") as f:
-            f.write(md)
-        print("benchmarks: recorded %s" % path, file=sys.stderr)
+        name = "%s-%s.md" % (now.strftime("%Y-%m-%d"), _slug(device))
+        for path in (os.path.join(cfg.results_dir, name),
+                     os.path.join(cfg.out, name)):
+            with open(path, "w") as f:
+                f.write(md)
+        print("benchmarks: recorded %s" % os.path.join(cfg.results_dir, name),
+              file=sys.stderr)
     sys.stdout.write(md)
     return 0
