@@ -46,7 +46,7 @@ FUZZ_EXAMPLES ?= 10000
 
 .PHONY: all demo test test-asan test-stress fuzz coverage gpu-check clean \
 	build build-asan build-coverage ctest ctest-valgrind ctest-asan pytest \
-	bench-floor venv
+	bench-floor bench venv
 
 all: build
 
@@ -164,6 +164,14 @@ bench-floor: build build/floor
 	CUDAMEM_DRIVER=$${CUDAMEM_DRIVER:-$$( [ -e /dev/nvidiactl ] && echo libcuda.so.1 || echo $$PWD/cudamem/libcusim.so )} \
 	  build/floor
 
+# The runner: cudamem and every importable peer against floor.c, written to
+# $(BENCH_OUT) (results.json, results.md, plots); BENCH_ARGS=--quick etc.
+BENCH_OUT ?= build/bench
+BENCH_ARGS ?=
+bench: build build/floor
+	CUDAMEM_SIMULATOR=$${CUDAMEM_SIMULATOR:-$$( [ -e /dev/nvidiactl ] && echo 0 || echo 1 )} \
+	  $(PY) -m benchmarks --out $(BENCH_OUT) $(BENCH_ARGS)
+
 # On a GPU machine: build in place with the machine's Python, run the suite on
 # the real driver, then the benchmarks; logs and results go to $(RESULTS).
 GPU_PY ?= python3
@@ -175,6 +183,7 @@ gpu-check:
 	  echo "pytest exit $${PIPESTATUS[0]}" >> $(RESULTS)/pytest.log
 	$(MAKE) VENV=none build/floor
 	CUDAMEM_DRIVER=libcuda.so.1 build/floor --json $(RESULTS)/floor.json 2>&1 | tee $(RESULTS)/floor.txt
+	$(GPU_PY) -m benchmarks --out $(RESULTS)/bench --record 2>&1 | tee $(RESULTS)/bench.txt
 
 clean:
 	rm -rf build cudamem/*.so cudamem/__pycache__ tests/__pycache__ .pytest_cache .hypothesis
