@@ -239,3 +239,27 @@ def test_host_to_device_waits_only_to_reuse_a_buffer(sim, staging):
     assert calls(sim, "cuEventSynchronize") == 3
     assert calls(sim, "cuStreamSynchronize") == 0
     np.testing.assert_array_equal(d.copy_to_host(), src)
+
+
+def test_device_that_reads_pageable_memory_bypasses_staging(sim, run_py):
+    """CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES
+    (100): the device reads pageable memory through the host's page
+    tables, so the driver's own copy needs no staging."""
+    code = """
+        import numpy as np, cudamem
+        from cudamem import simulator as sim
+        src = np.arange(1 << 17, dtype=np.uint8)
+        sim.reset()
+        back = cudamem.to_device(src).copy_to_host()
+        calls = sim.stats()["calls"]
+        print(calls["cuMemcpyHtoD"]["calls"], calls["cuMemcpyDtoH"]["calls"],
+              calls["cuMemcpyHtoDAsync"]["calls"], (back == src).all())
+        """
+    env = {"CUDAMEM_STAGING_THRESHOLD": str(THRESHOLD),
+           "CUDAMEM_STAGING_CHUNK": str(CHUNK)}
+    staged = run_py(code, env=env)
+    direct = run_py(code, env=dict(env, CUDAMEM_SIM_ATTRS="100=1"))
+    assert staged.returncode == direct.returncode == 0, (staged.stderr,
+                                                         direct.stderr)
+    assert staged.stdout.split() == ["0", "0", "4", "True"]
+    assert direct.stdout.split() == ["1", "1", "0", "True"]
