@@ -261,5 +261,5 @@ def test_device_that_reads_pageable_memory_bypasses_staging(sim, run_py):
     direct = run_py(code, env=dict(env, CUDAMEM_SIM_ATTRS="100=1"))
     assert staged.returncode == direct.returncode == 0, (staged.stderr,
                                                          direct.stderr)
-    assert staged.stdout.split() == ["0", "0", "4", "True"]
+    assert staged.stdout.split() == ["0", "0", "8", "True"]
     assert direct.stdout.split() == ["1", "1", "0", "True"]
