@@ -133,6 +133,7 @@ def quiesce():
     gc.collect()
     if not REAL and cudamem.is_available():
         cudamem._cudamem._flush_pending()
+        cudamem._cudamem._hostpool_trim()  # staging buffers, cached blocks
         cudamem.list_devices()[0].get_primary_context()
 
 

@@ -4,6 +4,7 @@
 #include "copy.h"
 
 #include "driver.h"
+#include "staging.h"
 
 /* The driver's synchronous HtoD from pageable memory and its DtoD may
  * return before the copy ran: wait for the default stream (the per-thread
@@ -40,13 +41,23 @@ copy_contiguous(cm_device *dev, int dst_dev, CUdeviceptr dst, void *hdst,
                 CUstream stream, int async, cm_error *err)
 {
     cm_ctx_guard guard;
-    int rc;
+    int staged = 0, rc;
 
     if (n == 0) {
         return cm_fork_check(err);
     }
     if (cm_ctx_enter(dev, &guard, err) < 0) {
         return -1;
+    }
+    /* Large pageable host memory goes through pinned staging buffers,
+     * complete on return whether asynchronous or not. */
+    if (dst_dev != src_dev) {
+        rc = cm__staging_copy(dev, dst_dev, dst_dev ? dst : src,
+                              dst_dev ? (void *)hsrc : hdst, n,
+                              async ? stream : NULL, &staged, err);
+        if (rc < 0 || staged) {
+            return cm_ctx_leave(&guard, rc, err);
+        }
     }
     rc = cm__memcpy(dst_dev, dst, hdst, src_dev, src, hsrc, n, stream, async,
                     err);

@@ -624,3 +624,21 @@ cm_host_check(const cm_host *h, cm_error *err)
     }
     return 0;
 }
+
+int
+cm_host_locked(const void *ptr, size_t size)
+{
+    uintptr_t cur = (uintptr_t)ptr, hi = cur + size;
+
+    pthread_mutex_lock(&table.lock);
+    for (size_t i = first_after(cur); i < table.n && cur < hi; i++) {
+        const node *n = table.nodes[i];
+
+        if (n->base > cur || stale(n)) {
+            break;
+        }
+        cur = n->base + n->size;
+    }
+    pthread_mutex_unlock(&table.lock);
+    return cur >= hi;
+}

@@ -88,4 +88,9 @@ int cm_host_free(cm_host *h, cm_error *err);
  * (its device was reset). */
 int cm_host_check(const cm_host *h, cm_error *err);
 
+/* 1 when every page of [ptr, ptr + size) is in a live registration of
+ * the registry (cudamem's pinned and mapped buffers, registered memory),
+ * else 0. Memory another owner page-locked is not known here. */
+int cm_host_locked(const void *ptr, size_t size);
+
 #endif

@@ -1,13 +1,15 @@
 /* pool.c (py/): the module functions behind PoolMemoryManager: switching
  * a device's pool on and off, and trim, limit and statistics of it and of
- * the host pool. The pools are core/pool.c's and core/hostpool.c's; the
- * class that calls these lives in cudamem/pool.py. */
+ * the host pool, and the tunables of the staging pipeline that borrows
+ * from it. The pools are core/pool.c's and core/hostpool.c's; the class
+ * that calls these lives in cudamem/pool.py. */
 #include "device.h"
 
 #include <stdint.h>
 
 #include "../core/hostpool.h"
 #include "../core/pool.h"
+#include "../core/staging.h"
 
 PyDoc_STRVAR(pool_enable_doc,
              "_pool_enable(device, enabled)\n\n"
@@ -245,6 +247,24 @@ hostpool_stats(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
                          (Py_ssize_t)s.cached_bytes);
 }
 
+PyDoc_STRVAR(staging_reload_doc,
+             "_staging_reload() -> dict\n\n"
+             "Reads CUDAMEM_STAGING_THRESHOLD, CUDAMEM_STAGING_CHUNK and\n"
+             "CUDAMEM_STAGING_THREADS again (tests) and returns the tunables "
+             "now in\nforce: threshold, chunk (bytes) and threads.");
+
+static PyObject *
+staging_reload(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
+{
+    cm_staging_config cfg;
+
+    cm_staging_reload();
+    cm_staging_get_config(&cfg);
+    return Py_BuildValue("{s:n,s:n,s:i}", "threshold",
+                         (Py_ssize_t)cfg.threshold, "chunk",
+                         (Py_ssize_t)cfg.chunk, "threads", cfg.threads);
+}
+
 PyMethodDef cmpy_pool_methods[] = {
     {"_pool_enable", (PyCFunction)(void (*)(void))pool_enable,
      METH_FASTCALL | METH_KEYWORDS, pool_enable_doc},
@@ -258,5 +278,6 @@ PyMethodDef cmpy_pool_methods[] = {
     {"_hostpool_set_limit", (PyCFunction)(void (*)(void))hostpool_set_limit,
      METH_FASTCALL | METH_KEYWORDS, hostpool_set_limit_doc},
     {"_hostpool_stats", hostpool_stats, METH_NOARGS, hostpool_stats_doc},
+    {"_staging_reload", staging_reload, METH_NOARGS, staging_reload_doc},
     {NULL, NULL, 0, NULL},
 };
