@@ -40,7 +40,8 @@ STRESS_DELAY_US ?= 5000
 STRESS_TESTS = tests/test_arrays.py tests/test_views.py tests/test_streams.py \
 	tests/test_cai.py tests/test_events.py tests/test_callbacks.py \
 	tests/test_stream_semantics.py tests/test_pinned.py tests/test_mapped.py \
-	tests/test_managed.py tests/test_host_dlpack.py tests/test_registration.py
+	tests/test_managed.py tests/test_host_dlpack.py tests/test_registration.py \
+	tests/test_thread_stress.py
 # fuzz: examples per hypothesis test (about 7 minutes for 10000 today).
 FUZZ_EXAMPLES ?= 10000
 

@@ -1,0 +1,273 @@
+"""Process lifecycle (issue 8): interpreter exit with every kind of object
+alive or work pending, fork children, and spawn workers that receive
+arrays, IPC handles and exceptions pickled. Each case runs in a fresh
+interpreter, whose exit must be clean: status 0, nothing on stderr.
+Callbacks at exit and single-object fork checks are in test_callbacks.py,
+test_streams.py, test_events.py and test_devices.py.
+"""
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import cudamem
+
+pytestmark = pytest.mark.simulator
+
+# What is alive at exit, one case each; every case ends the script there.
+EXIT_CASES = {
+    "arrays": """
+        a = cudamem.to_device(np.arange(100.0))
+        views = [a[::2], a[10:20].reshape(2, 5), a.view(np.int64)]
+        rec = cudamem.to_device(np.zeros(1, [("x", "i4")]))[0]
+    """,
+    "array in a cycle": """
+        class Holder:
+            pass
+        h = Holder()
+        h.me, h.array = h, cudamem.to_device(np.arange(10))
+        del h  # collected at shutdown, after cudamem's exit hook
+    """,
+    "streams and events": """
+        s = cudamem.stream()
+        e = cudamem.event()
+        e.record(s)
+        ns = cudamem.stream(non_blocking=True)
+        ext = cudamem.external_stream(int(s))
+    """,
+    "host memory": """
+        p = cudamem.pinned_array(100, np.int32)
+        m = cudamem.mapped_array(100, np.int32)
+        g = cudamem.managed_array(100, np.int32)
+        host = np.arange(1000)
+        cudamem.register(host)
+        ctx = cudamem.pinned(np.zeros(500))
+        ctx.__enter__()  # left open
+    """,
+    "pending work": """
+        s = cudamem.stream()
+        a = cudamem.device_array(1 << 16, np.uint8, stream=s)
+        out = cudamem.pinned_array(1 << 16, np.uint8)
+        simulator.set_delay_us(300_000)
+        a.fill(3, stream=s)
+        a.copy_to_host(out, stream=s)
+    """,
+    "pending and deferred frees": """
+        for _ in range(3):
+            cudamem.to_device(np.arange(3))  # queued, not yet flushed
+        cudamem.defer_cleanup().__enter__()  # left open
+        for _ in range(3):
+            cudamem.to_device(np.arange(3))
+        s = cudamem.stream()
+        del s
+    """,
+    "pending callbacks": """
+        s = cudamem.stream()
+        a = cudamem.device_array(64, np.uint8)
+        simulator.set_delay_us(300_000)
+        a.fill(1, stream=s)
+        s.add_callback(lambda *args: None, "never")
+    """,
+    "pool": """
+        from cudamem import PoolMemoryManager
+        cudamem.set_memory_manager(PoolMemoryManager)
+        a = cudamem.to_device(np.arange(1000))
+        b = cudamem.to_device(np.arange(10))
+        del b  # cached by the pool
+    """,
+    "closed context": """
+        a = cudamem.to_device(np.arange(10))
+        s = cudamem.stream()
+        cudamem.close()
+    """,
+    "reset device": """
+        a = cudamem.to_device(np.arange(10))
+        e = cudamem.event()
+        cudamem.get_current_device().reset()
+    """,
+    "daemon thread waiting": """
+        import threading
+        s = cudamem.stream()
+        a = cudamem.device_array(64, np.uint8)
+        simulator.set_delay_us(2_000_000)
+        a.fill(1, stream=s)
+        waiting = threading.Event()
+        def wait():
+            waiting.set()
+            s.synchronize()
+        threading.Thread(target=wait, daemon=True).start()
+        waiting.wait()
+    """,
+    "uninitialized": """
+        cudamem.is_available()
+    """,
+}
+
+def _run_script(script):
+    """Runs a script file (spawn re-imports it in the workers) with this
+    suite's environment and cudamem importable."""
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(cudamem.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (root, env.get("PYTHONPATH")) if p)
+    return subprocess.run([sys.executable, str(script)], env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+PRELUDE = """
+import numpy as np
+import cudamem
+from cudamem import simulator
+"""
+
+
+@pytest.mark.parametrize("case", sorted(EXIT_CASES))
+def test_exit_is_clean(run_py, case):
+    proc = run_py(PRELUDE + textwrap.dedent(EXIT_CASES[case]), timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+
+
+def test_exit_with_everything_alive(run_py):
+    body = "".join(textwrap.dedent(EXIT_CASES[case]) for case in (
+        "arrays", "array in a cycle", "streams and events", "host memory",
+        "pending and deferred frees", "pending work", "pending callbacks"))
+    proc = run_py(PRELUDE + body, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+
+
+def test_exit_with_an_open_ipc_mapping(run_py):
+    """A process that opened another's memory exits with it open; then the
+    exporter frees it."""
+    h = np.arange(64, dtype=np.int32)
+    dev = cudamem.to_device(h)
+    proc = run_py("""
+        import pickle, numpy as np, cudamem
+        handle = pickle.loads(%r)
+        view = handle.open()
+        print(view.copy_to_host().sum())
+        view.fill(5)
+    """ % pickle.dumps(dev.get_ipc_handle()))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    assert int(proc.stdout) == h.sum()
+    np.testing.assert_array_equal(dev.copy_to_host(), np.full(64, 5))
+
+
+# ---------------------------------------------------------------------------
+# Fork: the child of an initialized parent cannot use CUDA (numba's rule:
+# CudaDriverError naming the spawn start method) and exits cleanly with the
+# parent's objects; the child of an uninitialized parent works.
+
+
+def test_fork_child_exits_cleanly_with_the_parents_objects(run_py):
+    proc = run_py(PRELUDE + textwrap.dedent("""
+        import gc, os
+        a = cudamem.to_device(np.arange(10))
+        s = cudamem.stream()
+        e = cudamem.event()
+        p = cudamem.pinned_array(10)
+        g = cudamem.managed_array(10)
+        cudamem.to_device(np.arange(3))  # a queued free
+        pid = os.fork()
+        if pid == 0:
+            try:
+                a.copy_to_host()
+            except cudamem.CudaDriverError as exc:
+                print(exc, flush=True)
+            # The child's finalizers and exit touch no driver.
+            del a, s, e, p, g
+            gc.collect()
+            raise SystemExit(0)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, status
+        print(a.copy_to_host().sum(), simulator.live()["streams"])
+    """))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    assert proc.stdout.splitlines() == [
+        "CUDA was initialized before forking; use the spawn start method",
+        "45 1"]
+
+
+def test_fork_pool_of_an_uninitialized_parent(tmp_path):
+    script = tmp_path / "pool.py"
+    script.write_text(textwrap.dedent("""
+        import multiprocessing as mp
+        import numpy as np
+        import cudamem
+
+        def work(k):
+            return int(cudamem.to_device(np.arange(k)).copy_to_host().sum())
+
+        if __name__ == "__main__":
+            with mp.get_context("fork").Pool(2) as pool:
+                print(pool.map(work, [3, 4]))
+    """))
+    proc = _run_script(script)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    assert proc.stdout.splitlines() == ["[3, 6]"]
+
+
+# ---------------------------------------------------------------------------
+# Spawn: arrays, IPC handles and exceptions pickled into workers.
+
+SPAWN = """
+import multiprocessing as mp
+import numpy as np
+import cudamem
+from cudamem import CudaAPIError, CudaOutOfMemoryError
+
+def total(array):
+    # A pickled array arrives as a copy on the worker's device.
+    assert type(array) is cudamem.DeviceNDArray, type(array)
+    return array.copy_to_host().tolist()
+
+def add_one(handle):
+    # An IPC handle opens the parent's memory.
+    with handle as view:
+        host = view.copy_to_host()
+        view.copy_to_device(host + 1)
+    return host.tolist()
+
+def fail(kind):
+    if kind == "api":
+        raise CudaAPIError(1, "cuMemAlloc", "CUDA_ERROR_INVALID_VALUE")
+    cudamem.device_array(1 << 40, np.uint8)  # out of memory
+
+if __name__ == "__main__":
+    ctx = mp.get_context("spawn")
+    host = np.arange(12, dtype=np.int32).reshape(3, 4)
+    dev = cudamem.to_device(host)
+    with ctx.Pool(1) as pool:
+        print(pool.apply(total, (dev[:, ::-2],)))
+        print(pool.apply(add_one, (dev.get_ipc_handle(),)))
+        print(dev.copy_to_host().tolist())
+        for kind in ("api", "oom"):
+            try:
+                pool.apply(fail, (kind,))
+            except CudaAPIError as exc:
+                print(type(exc).__name__, exc.code, exc.call,
+                      getattr(exc, "requested", None))
+"""
+
+
+def test_spawn_workers_get_arrays_handles_and_errors(tmp_path):
+    script = tmp_path / "spawn.py"
+    script.write_text(SPAWN)
+    proc = _run_script(script)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    host = np.arange(12, dtype=np.int32).reshape(3, 4)
+    assert proc.stdout.splitlines() == [
+        str(host[:, ::-2].tolist()),
+        str(host.tolist()),
+        str((host + 1).tolist()),
+        "CudaAPIError 1 cuMemAlloc None",
+        "CudaOutOfMemoryError 2 cuMemAlloc %d" % (1 << 40)]
