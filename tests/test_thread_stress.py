@@ -147,7 +147,9 @@ def other(entering, out):
     _thread.interrupt_main()
 
 for name, wait in [("stream", s.synchronize), ("event", evt.synchronize),
-                   ("array", lambda: np.asarray(dev))]:
+                   ("array", lambda: np.asarray(dev)),
+                   ("device", cudamem.synchronize),
+                   ("context", cudamem.current_context().synchronize)]:
     slow()
     out = []
     entering = threading.Event()
@@ -176,4 +178,4 @@ def test_blocked_wait_lets_others_run_and_is_interrupted(run_py):
     # calls and found the work unfinished.
     assert proc.stdout.splitlines() == [
         "%s interrupted [False]" % name
-        for name in ("stream", "event", "array")]
+        for name in ("stream", "event", "array", "device", "context")]

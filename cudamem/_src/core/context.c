@@ -589,17 +589,6 @@ cm_ctx_enable_peer(cm_device *dev, uint64_t generation, cm_device *peer,
 }
 
 int
-cm_current_synchronize(cm_error *err)
-{
-    cm_device *dev;
-
-    if (cm_current_device(&dev, err) < 0) {
-        return -1;
-    }
-    return CM_CALL0(err, cuCtxSynchronize);
-}
-
-int
 cm_profiler_start(cm_error *err)
 {
     cm_device *dev;

@@ -106,9 +106,6 @@ int cm_ctx_reset(cm_device *dev, uint64_t generation, cm_error *err);
 int cm_ctx_enable_peer(cm_device *dev, uint64_t generation, cm_device *peer,
                        unsigned flags, cm_error *err);
 
-/* cuCtxSynchronize in the calling thread's current context (see
- * cm_current_device). Blocks. */
-int cm_current_synchronize(cm_error *err);
 int cm_profiler_start(cm_error *err);
 int cm_profiler_stop(cm_error *err);
 int cm_peer_can_access(cm_device *dev, cm_device *peer, int *can,

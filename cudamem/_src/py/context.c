@@ -5,6 +5,7 @@
  * the current-context rules are py/device.c and core/; which manager a
  * context gets is cudamem/memory.py's. */
 #include "device.h"
+#include "stream.h"
 
 #include "../core/driver.h"
 #include "pending.h"
@@ -336,12 +337,19 @@ context_pop(PyObject *self, PyObject *Py_UNUSED(ignored))
 
 PyDoc_STRVAR(context_synchronize_doc,
              "synchronize()\n\n"
-             "Waits for all work in this context, with the GIL released.");
+             "Waits for all work in this context, with the GIL released; "
+             "Ctrl-C\ninterrupts the wait (the work goes on).");
 
 static PyObject *
 context_synchronize(PyObject *self, PyObject *Py_UNUSED(ignored))
 {
-    return blocking(self, cm_ctx_synchronize);
+    cmpy_Context *ctx = (cmpy_Context *)self;
+
+    if (cmpy_ctx_wait(cmpy_type_state(self), ctx->device->dev,
+                      ctx->generation) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
 }
 
 PyDoc_STRVAR(context_reset_doc,

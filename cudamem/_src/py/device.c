@@ -8,6 +8,7 @@
 #include "../core/cuattrs.h"
 #include "../core/device.h"
 #include "../core/driver.h"
+#include "stream.h"
 
 PyObject *
 cmpy_devices(cmpy_state *st)
@@ -598,23 +599,25 @@ current_context(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
 PyDoc_STRVAR(synchronize_doc,
              "synchronize()\n\n"
              "Waits for all work in the current context, with the GIL "
-             "released.");
+             "released;\nCtrl-C interrupts the wait (the work goes on).");
 
 static PyObject *
 synchronize(PyObject *module, PyObject *Py_UNUSED(ignored))
 {
     cmpy_state *st = cmpy_get_state(module);
+    uint64_t generation;
+    CUcontext ctx;
+    cm_device *dev;
     cm_error err;
-    int rc;
 
-    if (cmpy_ensure_driver(st) < 0) {
+    if (cmpy_current_device(st, &dev) < 0) {
         return NULL;
     }
-    Py_BEGIN_ALLOW_THREADS
-    rc = cm_current_synchronize(&err);
-    Py_END_ALLOW_THREADS
-    if (rc < 0) {
+    if (cm_device_primary(dev, &ctx, &generation, &err) < 0) {
         return cmpy_raise(st, &err);
+    }
+    if (cmpy_ctx_wait(st, dev, generation) < 0) {
+        return NULL;
     }
     Py_RETURN_NONE;
 }

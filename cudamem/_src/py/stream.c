@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <time.h>
 
+#include "../core/ctxsync.h"
 #include "../core/driver.h"
 #include "../core/stream.h"
 #include "callback.h"
@@ -130,6 +131,23 @@ cmpy_wait_polled(cmpy_state *st, cm_device *dev, void *handle,
             nap.tv_nsec = CMPY_WAIT_MAX_NAP_NS;
         }
     }
+}
+
+int
+cmpy_ctx_wait(cmpy_state *st, cm_device *dev, uint64_t generation)
+{
+    cm_ctx_sync *job;
+    cm_error err;
+    int rc;
+
+    if (cm_ctx_sync_start(dev, generation, &job, &err) < 0) {
+        cmpy_raise(st, &err);
+        return -1;
+    }
+    rc = cmpy_wait_polled(st, dev, job, cm_ctx_sync_query,
+                          cm_ctx_sync_finish);
+    cm_ctx_sync_release(job);
+    return rc;
 }
 
 static int

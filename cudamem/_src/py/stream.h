@@ -68,6 +68,12 @@ int cmpy_wait_polled(cmpy_state *st, cm_device *dev, void *handle,
  * -1 with an exception set. */
 int cmpy_stream_wait(cmpy_state *st, cm_device *dev, CUstream handle);
 
+/* Waits for all work in dev's primary context (of `generation`): its
+ * cuCtxSynchronize runs on a thread of its own (core/ctxsync.h) while
+ * this polls, so that Ctrl-C interrupts the wait. 0, or -1 with an
+ * exception set. */
+int cmpy_ctx_wait(cmpy_state *st, cm_device *dev, uint64_t generation);
+
 /* py/stream.c: creates StreamType in the module state; 0 or -1. */
 int cmpy_stream_type_init(PyObject *module, cmpy_state *st);
 extern PyMethodDef cmpy_stream_methods[];

@@ -1,0 +1,26 @@
+/* ctxsync.h: a context synchronize the caller can poll. cuCtxSynchronize
+ * has no query form, so it runs on a thread of its own while the caller
+ * polls the job; a caller that stops waiting (Ctrl-C) releases its
+ * reference and the thread frees the job when the synchronize returns. */
+#ifndef CM_CTXSYNC_H
+#define CM_CTXSYNC_H
+
+#include <stdint.h>
+
+#include "context.h"
+
+typedef struct cm_ctx_sync cm_ctx_sync;
+
+/* Starts cuCtxSynchronize of dev's primary context (of `generation`,
+ * checked here first) on a new thread that has every signal blocked. */
+int cm_ctx_sync_start(cm_device *dev, uint64_t generation, cm_ctx_sync **out,
+                      cm_error *err);
+/* *done 1 once the synchronize has returned. `job` is a cm_ctx_sync (the
+ * signature is py/'s polled-wait callback's). */
+int cm_ctx_sync_query(cm_device *dev, void *job, int *done, cm_error *err);
+/* What the finished synchronize returned, with its error. */
+int cm_ctx_sync_finish(cm_device *dev, void *job, cm_error *err);
+/* Gives up the caller's reference. */
+void cm_ctx_sync_release(cm_ctx_sync *job);
+
+#endif
