@@ -1,21 +1,19 @@
 /* ctxsync.c: context synchronizes run on their own threads so that the
  * caller can poll them (ctxsync.h). A thread per call: a synchronize
- * waits for the device, which costs far more than starting a thread. */
+ * waits for the device, which costs far more than starting a thread. The
+ * thread only tells when the work is done; the caller's own synchronize
+ * then returns at once and reports the driver's verdict on its thread. */
 #include "ctxsync.h"
 
 #include <pthread.h>
 #include <signal.h>
-#include <stdio.h>
 #include <stdlib.h>
 
 struct cm_ctx_sync {
     int refs; /* atomic: the caller's and the thread's */
     int done; /* atomic */
-    int status;
     cm_device *dev;
     uint64_t generation;
-    cm_error err;
-    char msg[256]; /* err.msg, copied: the thread's buffer dies with it */
 };
 
 void
@@ -30,12 +28,10 @@ static void *
 sync_main(void *arg)
 {
     cm_ctx_sync *job = arg;
+    cm_error ignored;
 
-    job->status = cm_ctx_synchronize(job->dev, job->generation, &job->err);
-    if (job->status < 0 && job->err.msg != NULL) {
-        snprintf(job->msg, sizeof(job->msg), "%s", job->err.msg);
-        job->err.msg = job->msg;
-    }
+    /* A failure ends the wait too: the caller's synchronize reports it. */
+    cm_ctx_synchronize(job->dev, job->generation, &ignored);
     __atomic_store_n(&job->done, 1, __ATOMIC_RELEASE);
     cm_ctx_sync_release(job);
     return NULL;
@@ -89,12 +85,5 @@ cm_ctx_sync_query(cm_device *dev, void *job, int *done, cm_error *err)
 int
 cm_ctx_sync_finish(cm_device *dev, void *job, cm_error *err)
 {
-    cm_ctx_sync *j = job;
-
-    (void)dev;
-    if (j->status < 0) {
-        *err = j->err;
-        return -1;
-    }
-    return 0;
+    return cm_ctx_synchronize(dev, ((cm_ctx_sync *)job)->generation, err);
 }
