@@ -84,15 +84,26 @@ class CudaOutOfMemoryError(CudaAPIError):
 
 
 class CudaStickyError(CudaAPIError):
-    """CudaStickyError(code, call, name=None)
+    """CudaStickyError(code, call, name=None, device=None)
 
     The context hit an error that leaves it unusable (an illegal address,
-    a failed launch, an uncorrectable ECC error). Every later call in it
-    fails; restart the process."""
+    a failed launch, an uncorrectable ECC error): every later call in it
+    fails with the same error, and the process must be restarted to use
+    the device again. ``device`` is the ordinal of the poisoned device
+    when known. cudamem then fails fast: every later operation on that
+    device raises this error again without calling the driver (see
+    ``context_is_poisoned``)."""
+
+    def __init__(self, code, call, name=None, device=None):
+        super().__init__(code, call, name)
+        self.args = (code, call, name, device)
+        self.device = device
 
     def __str__(self):
-        return ("%s: the CUDA context is unusable after this error; restart "
-                "the process" % super().__str__())
+        where = ("the CUDA context" if self.device is None else
+                 "the CUDA context of device %d" % self.device)
+        return ("%s: %s is unusable after this error; restart the process "
+                "to use CUDA again" % (super().__str__(), where))
 
 
 class CudaWarning(UserWarning):

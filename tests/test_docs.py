@@ -172,6 +172,8 @@ KEYWORD_CALLS = {
         dict(obj=s.array, device=None, copy=None, stream=None)),
     "cudamem.current_context": lambda s: (
         cudamem.current_context, dict(devnum=None)),
+    "cudamem.context_is_poisoned": lambda s: (
+        cudamem.context_is_poisoned, dict(device=None)),
     "cudamem.device_array": lambda s: (
         cudamem.device_array, dict(shape=3, dtype=np.float64, strides=None,
                                    order="C", stream=0)),

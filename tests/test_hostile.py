@@ -5,9 +5,10 @@ or stream made (the simulator's per entry point counters), the same live
 objects, and every device array and host destination as it was.
 
 The cases are tables, one row per call, grouped by what is wrong: types,
-shapes, strides, dtypes, streams, foreign objects, stale objects (after
-``close()`` or ``Device.reset()``) and the wrong device (two simulated
-devices, in one subprocess).
+shapes, strides, dtypes, streams, foreign objects, malformed CUDA Array
+Interface dicts and DLPack producers, stale objects (after ``close()`` or
+``Device.reset()``) and the wrong device (two simulated devices, in one
+subprocess). test_every_category_has_eight_cases counts them.
 """
 import collections
 import gc
@@ -99,6 +100,48 @@ class ForeignPropertyRaises:
 
 RECURSIVE = []
 RECURSIVE.append(RECURSIVE)
+
+
+class Exporter:
+    """A producer with a CUDA Array Interface dict of its own."""
+
+    def __init__(self, cai):
+        self.__cuda_array_interface__ = cai
+
+
+def bad_cai(array, drop=None, **changes):
+    """array's CUDA Array Interface with `changes` and without `drop`."""
+    cai = dict(array.__cuda_array_interface__, **changes)
+    cai.pop(drop, None)
+    return cai
+
+
+class DLProducer:
+    """A DLPack producer whose two methods return what the test says."""
+
+    def __init__(self, device, capsule):
+        self.device = device
+        self.capsule = capsule
+
+    def __dlpack_device__(self):
+        return self.device
+
+    def __dlpack__(self, **kwargs):
+        return self.capsule
+
+
+def wrong_capsule():
+    import ctypes
+    new = ctypes.pythonapi.PyCapsule_New
+    new.restype = ctypes.py_object
+    new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    return new(8, b"not_dltensor", None)
+
+
+def consumed(array):
+    capsule = array.__dlpack__()
+    cudamem.from_dlpack(capsule)
+    return capsule
 
 
 # ---------------------------------------------------------------------------
@@ -715,6 +758,87 @@ CASES = [
     case("foreign", "huge-int-memory-view",
          lambda e: e.d.gpu_data.view(0, BIG),
          (IndexError, ValueError), BIG_TEXT),
+
+    # -- malformed CUDA Array Interface / DLPack --------------------------
+    case("cai_dlpack", "cai-shape-str",
+         lambda e: cudamem.from_cuda_array_interface(bad_cai(e.d,
+                                                             shape="12")),
+         TypeError, r"'shape' must be a tuple of ints, not '12'"),
+    case("cai_dlpack", "cai-negative-shape",
+         lambda e: cudamem.as_cuda_array(Exporter(bad_cai(e.flat,
+                                                          shape=(-1,)))),
+         ValueError, r"negative dimensions .* shape is \(-1,\)"),
+    case("cai_dlpack", "cai-typestr-unknown",
+         lambda e: cudamem.from_cuda_array_interface(bad_cai(e.d,
+                                                             typestr="<q9")),
+         ValueError, r"typestr '<q9' is not a NumPy dtype"),
+    case("cai_dlpack", "cai-typestr-int",
+         lambda e: cudamem.as_cuda_array(Exporter(bad_cai(e.d, typestr=8))),
+         TypeError, r"typestr must be a str, not 8"),
+    case("cai_dlpack", "cai-data-int",
+         lambda e: cudamem.from_cuda_array_interface(bad_cai(e.d, data=5)),
+         TypeError, r"data must be a tuple \(ptr, readonly\), not 5"),
+    case("cai_dlpack", "cai-pointer-str",
+         lambda e: cudamem.from_cuda_array_interface(
+             bad_cai(e.d, data=("0x10", False))),
+         TypeError, r"data pointer must be an int, not '0x10'"),
+    case("cai_dlpack", "cai-negative-pointer",
+         lambda e: cudamem.as_cuda_array(Exporter(bad_cai(e.d,
+                                                          data=(-8, False)))),
+         ValueError, r"data pointer -8 is not an address"),
+    case("cai_dlpack", "cai-readonly-str",
+         lambda e: cudamem.from_cuda_array_interface(
+             bad_cai(e.d, data=(e.d.device_ctypes_pointer.value, "no"))),
+         TypeError, r"readonly flag must be a bool, not 'no'"),
+    case("cai_dlpack", "cai-version-9",
+         lambda e: cudamem.from_cuda_array_interface(bad_cai(e.d,
+                                                             version=9)),
+         ValueError, r"unsupported CUDA Array Interface version 9"),
+    case("cai_dlpack", "cai-strides-length",
+         lambda e: cudamem.from_cuda_array_interface(
+             bad_cai(e.flat, strides=(8, 8))),
+         ValueError, r"strides \(8, 8\) do not match the 1 dimensions of "
+         r"its shape \(10,\)"),
+    case("cai_dlpack", "cai-stream-zero",
+         lambda e: cudamem.as_cuda_array(Exporter(bad_cai(e.d, stream=0))),
+         ValueError, r"invalid stream 0 in the CUDA Array Interface"),
+    case("cai_dlpack", "cai-stream-str",
+         lambda e: cudamem.from_cuda_array_interface(bad_cai(e.d,
+                                                             stream="x")),
+         TypeError, r"stream must be None or an int, not 'x'"),
+    case("cai_dlpack", "cai-no-data",
+         lambda e: cudamem.from_cuda_array_interface(bad_cai(e.d,
+                                                             drop="data")),
+         KeyError, r"has no 'data'"),
+    case("cai_dlpack", "dlpack-int",
+         lambda e: cudamem.from_dlpack(5),
+         TypeError, r"__dlpack__ or a DLPack capsule, not int"),
+    case("cai_dlpack", "dlpack-returns-None",
+         lambda e: cudamem.from_dlpack(DLProducer((2, 0), None)),
+         TypeError, r"__dlpack__\(\) must return a PyCapsule, not NoneType"),
+    case("cai_dlpack", "dlpack-capsule-name",
+         lambda e: cudamem.from_dlpack(DLProducer((2, 0), wrong_capsule())),
+         ValueError, r"its name is not_dltensor, not 'dltensor'"),
+    case("cai_dlpack", "dlpack-consumed-capsule",
+         lambda e: cudamem.from_dlpack(consumed(e.d)),
+         ValueError, r"already consumed \(named used_dltensor\)"),
+    case("cai_dlpack", "dlpack-device-int",
+         lambda e: cudamem.from_dlpack(DLProducer(2, e.d.__dlpack__())),
+         TypeError, r"\(device_type, device_id\) tuple of ints, not 2$"),
+    case("cai_dlpack", "dlpack-device-str",
+         lambda e: cudamem.from_dlpack(DLProducer(("cuda", 0),
+                                                  e.d.__dlpack__())),
+         TypeError, r"tuple of ints, not \('cuda', 0\)"),
+    case("cai_dlpack", "dlpack-device-triple",
+         lambda e: cudamem.from_dlpack(DLProducer((2, 0, 0),
+                                                  e.d.__dlpack__())),
+         TypeError, r"tuple of ints, not \(2, 0, 0\)"),
+    case("cai_dlpack", "dlpack-device-keyword-str",
+         lambda e: cudamem.from_dlpack(e.d, device="x"),
+         TypeError, r"device must be an int ordinal or a Device, not str"),
+    case("cai_dlpack", "dlpack-stream-str",
+         lambda e: cudamem.from_dlpack(e.d, stream="s"),
+         TypeError, r"__cuda_stream__, not str"),
 ]
 
 
@@ -1036,6 +1160,7 @@ def test_wrong_device_raises_and_does_nothing(wrong_device_results, name):
 
 def test_every_category_has_eight_cases():
     assert set(CATEGORIES) == {"types", "shapes", "strides", "dtypes",
-                               "streams", "foreign", "stale", "device"}
+                               "streams", "foreign", "stale", "device",
+                               "cai_dlpack"}
     assert all(n >= 8 for n in CATEGORIES.values()), CATEGORIES
-    assert sum(CATEGORIES.values()) >= 80
+    assert sum(CATEGORIES.values()) >= 100

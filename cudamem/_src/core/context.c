@@ -1,5 +1,5 @@
 /* context.c: the device table, primary contexts (retain, reset, release),
- * the per-thread context state and the operations that need a context but
+ * sticky-error poisoning, the per-thread context state and the operations that need a context but
  * own nothing in it (memory info, synchronize, peer access, profiler).
  * Allocations, streams and their queues live elsewhere. */
 #include "context.h"
@@ -169,17 +169,44 @@ release_locked(cm_device *dev, int reset, cm_error *err)
     return rc;
 }
 
+/* After a reset of a poisoned device: whether the driver gave a usable
+ * context. The real driver does not (a sticky error lasts as long as the
+ * process): the first error stays, and is err. A driver that does clears
+ * the poison. */
+static int
+probe_after_reset(cm_device *dev, cm_error *err)
+{
+    cm_error first;
+    cm_ctx_guard guard;
+    int rc;
+
+    cm_device_poisoned(dev, &first);
+    __atomic_store_n(&dev->poison, CUDA_SUCCESS, __ATOMIC_RELEASE);
+    __atomic_store_n(&dev->poison_call, NULL, __ATOMIC_RELEASE);
+    rc = cm_ctx_enter(dev, &guard, err);
+    if (rc == 0) {
+        rc = cm_ctx_leave(&guard, CM_CALL0(err, cuCtxSynchronize), err);
+    }
+    if (rc < 0 && cm_device_poisoned(dev, err) < 0) {
+        __atomic_store_n(&dev->poison_call, first.call, __ATOMIC_RELEASE);
+        __atomic_store_n(&dev->poison, first.code, __ATOMIC_RELEASE);
+        *err = first;
+    }
+    return rc;
+}
+
 int
 cm_device_reset(cm_device *dev, cm_error *err)
 {
     cm_ctx_guard guard;
     cm_error ignored;
-    int rc, released;
+    int rc, released, poisoned;
 
     if (cm_fork_check(err) < 0) {
         return -1;
     }
-    if (load_ctx(&dev->primary) != NULL) {
+    if (load_ctx(&dev->primary) != NULL &&
+        cm_device_poisoned(dev, &ignored) == 0) {
         /* Drain first. A sticky error is what a reset is for: go on. */
         rc = cm_ctx_enter(dev, &guard, err);
         if (rc == 0) {
@@ -190,13 +217,48 @@ cm_device_reset(cm_device *dev, cm_error *err)
             return -1;
         }
     }
+    poisoned = cm_device_poisoned(dev, &ignored) < 0;
     pthread_mutex_lock(&dev->lock);
     released = release_locked(dev, 1, err);
     rc = released < 0 ? -1
                       : CM_CALL(released > 0 ? &ignored : err,
                                 cuDevicePrimaryCtxReset, dev->cudev);
     pthread_mutex_unlock(&dev->lock);
-    return released > 0 ? -1 : rc;
+    if (released > 0) {
+        return -1;
+    }
+    return rc == 0 && poisoned ? probe_after_reset(dev, err) : rc;
+}
+
+void
+cm_device_poison(cm_device *dev, cm_error *err)
+{
+    const char *none = NULL;
+
+    if (err->kind != CM_ERR_DRIVER || !cm_error_is_sticky(err->code)) {
+        return;
+    }
+    err->device = dev->ordinal;
+    /* The first error wins; its call is published before its code. */
+    if (__atomic_compare_exchange_n(&dev->poison_call, &none, err->call, 0,
+                                    __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        __atomic_store_n(&dev->poison, err->code, __ATOMIC_RELEASE);
+    }
+}
+
+int
+cm_device_poisoned(cm_device *dev, cm_error *err)
+{
+    CUresult code = __atomic_load_n(&dev->poison, __ATOMIC_ACQUIRE);
+
+    if (code == CUDA_SUCCESS) {
+        return 0;
+    }
+    cm_fail(err, CM_ERR_DRIVER, NULL);
+    err->code = code;
+    err->call = __atomic_load_n(&dev->poison_call, __ATOMIC_ACQUIRE);
+    err->device = dev->ordinal;
+    return -1;
 }
 
 int
@@ -205,7 +267,9 @@ cm_ctx_enter(cm_device *dev, cm_ctx_guard *guard, cm_error *err)
     CUcontext cur, ctx;
 
     guard->pushed = NULL;
-    if (cm_fork_check(err) < 0 || primary_retain(dev, &ctx, err) < 0 ||
+    guard->dev = dev;
+    if (cm_fork_check(err) < 0 || cm_device_poisoned(dev, err) < 0 ||
+        primary_retain(dev, &ctx, err) < 0 ||
         CM_CALL(err, cuCtxGetCurrent, &cur) < 0) {
         return -1;
     }
@@ -225,6 +289,9 @@ cm_ctx_leave(cm_ctx_guard *guard, int status, cm_error *err)
     cm_error ignored;
     CUcontext popped;
 
+    if (status < 0) {
+        cm_device_poison(guard->dev, err);
+    }
     if (guard->pushed == NULL) {
         return status;
     }
@@ -252,6 +319,26 @@ known_primary(CUcontext cur, int *stale)
         }
     }
     return NULL;
+}
+
+void
+cm_current_poison(cm_error *err)
+{
+    CUcontext cur;
+    cm_device *dev;
+    cm_error ignored;
+    int stale;
+
+    if (err->kind != CM_ERR_DRIVER || !cm_error_is_sticky(err->code) ||
+        err->device >= 0 || !cm_driver_ready() ||
+        cm_fork_check(&ignored) < 0 || table_ready(&ignored) < 0 ||
+        CM_CALL(&ignored, cuCtxGetCurrent, &cur) < 0 || cur == NULL) {
+        return;
+    }
+    dev = known_primary(cur, &stale);
+    if (dev != NULL && !stale) {
+        cm_device_poison(dev, err);
+    }
 }
 
 static cm_device *

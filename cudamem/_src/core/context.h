@@ -39,11 +39,18 @@ typedef struct cm_device {
     /* How many of cudamem's streams were handed to the object queue
      * (atomic): a handle remembered before may be destroyed. */
     uint64_t streams_retired;
+    /* The first sticky error seen in the primary context, and its call:
+     * set once (the call first), atomically; cleared only by a reset
+     * after which the driver reports the new context usable. */
+    CUresult poison;
+    const char *poison_call;
 } cm_device;
 
-/* What cm_ctx_enter pushed, for cm_ctx_leave to pop. */
+/* What cm_ctx_enter pushed, for cm_ctx_leave to pop, and the device, for
+ * cm_ctx_leave to note a sticky error in. */
 typedef struct cm_ctx_guard {
     CUcontext pushed;
+    cm_device *dev;
 } cm_ctx_guard;
 
 /* Number of visible devices. */
@@ -61,10 +68,23 @@ int cm_device_primary(cm_device *dev, CUcontext *ctx, uint64_t *generation,
  * goes with it. */
 int cm_device_reset(cm_device *dev, cm_error *err);
 
+/* Sticky errors (DESIGN rule 3). After one, every call in the context
+ * fails with it, so core fails fast without calling the driver: the
+ * device is poisoned for good unless a reset gives a context the driver
+ * reports usable (the real driver does not: the process must restart).
+ * cm_device_poison records err in dev when its code is sticky and sets
+ * err->device; cm_device_poisoned is 0, or -1 with that error in err;
+ * cm_current_poison records a sticky err that names no device in the
+ * device of the calling thread's current context. */
+void cm_device_poison(cm_device *dev, cm_error *err);
+int cm_device_poisoned(cm_device *dev, cm_error *err);
+void cm_current_poison(cm_error *err);
+
 /* Makes dev's primary context current for one operation, only if it is not
  * already; cm_ctx_leave pops only what enter pushed. `status` is the
  * operation's: when it is -1, err keeps its error and leave's own failure is
- * dropped. Returns -1 when status is -1 or the pop failed. */
+ * dropped. Returns -1 when status is -1 or the pop failed. Enter fails at
+ * once on a poisoned device; leave poisons it on a sticky error. */
 int cm_ctx_enter(cm_device *dev, cm_ctx_guard *guard, cm_error *err);
 int cm_ctx_leave(cm_ctx_guard *guard, int status, cm_error *err);
 

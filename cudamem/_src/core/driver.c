@@ -424,5 +424,6 @@ cm__done(cm_error *err, const char *call, CUresult rc, const cm__arg *args,
     err->msg = NULL;
     err->oom_dev = NULL;
     err->oom_bytes = 0;
+    err->device = -1;
     return -1;
 }

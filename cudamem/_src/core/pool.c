@@ -460,6 +460,7 @@ out_of_memory(cm_error *err)
     err->msg = NULL;
     err->oom_dev = NULL;
     err->oom_bytes = 0;
+    err->device = -1;
     return -1;
 }
 

@@ -86,13 +86,25 @@ free_one(void *arg, cm_free_kind kind, uint64_t handle, size_t nbytes,
          cm_error *err)
 {
     cm_device *dev = arg;
+    cm_error ignored;
+    int alive = cm_device_poisoned(dev, &ignored) == 0;
+    int rc;
 
     (void)nbytes;
+    /* In a poisoned context every free fails: what it holds goes with the
+     * process, so drop it quietly (but give back a record's retain). */
     if (is_retained(kind)) {
-        return free_retained(dev, 1, kind, handle, err);
+        rc = free_retained(dev, alive, kind, handle, err);
     }
-    return free_in(__atomic_load_n(&dev->primary, __ATOMIC_ACQUIRE), kind,
-                   handle, err);
+    else {
+        rc = alive ? free_in(__atomic_load_n(&dev->primary, __ATOMIC_ACQUIRE),
+                             kind, handle, err)
+                   : 0;
+    }
+    if (rc < 0) {
+        cm_device_poison(dev, err);
+    }
+    return rc;
 }
 
 static cm_queue_id

@@ -26,6 +26,9 @@ typedef struct cm_error {
      * and 0. */
     struct cm_device *oom_dev;
     size_t oom_bytes;
+    /* A sticky code (cm_error_is_sticky): the ordinal of the device whose
+     * context it poisoned, when core knows it; else -1. */
+    int device;
 } cm_error;
 
 /* Name of a CUresult ("CUDA_ERROR_OUT_OF_MEMORY"), or NULL when unknown.
@@ -46,6 +49,7 @@ cm_fail(cm_error *err, cm_error_kind kind, const char *msg)
     err->msg = msg;
     err->oom_dev = NULL;
     err->oom_bytes = 0;
+    err->device = -1;
     return -1;
 }
 

@@ -332,7 +332,11 @@ PyDoc_STRVAR(device_reset_doc,
              "Waits for the device's work, then destroys its primary "
              "context:\nevery allocation, stream and event in it is gone, "
              "and Context\nobjects made before raise CudaDriverError. The "
-             "next use creates\na fresh context.");
+             "next use creates\na fresh context. After a sticky error "
+             "(see context_is_poisoned)\nthe wait is skipped and the "
+             "driver says whether the new context\nworks: the real "
+             "driver keeps the error until the process restarts,\nand "
+             "reset() then raises CudaStickyError.");
 
 static PyObject *
 device_reset(PyObject *self, PyObject *Py_UNUSED(ignored))
@@ -745,6 +749,32 @@ can_access_peer(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     return PyBool_FromLong(can);
 }
 
+PyDoc_STRVAR(context_is_poisoned_doc,
+             "context_is_poisoned(device=None) -> bool\n\n"
+             "Whether a sticky error (CudaStickyError) left the primary "
+             "context\nof *device* (an int or a Device; the current "
+             "device when None)\nunusable. Once it is, every operation on "
+             "the device raises\nCudaStickyError without calling the "
+             "driver, until the process\nrestarts. Loads the driver.");
+
+static PyObject *
+context_is_poisoned(PyObject *module, PyObject *const *args,
+                    Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {"device"};
+    cmpy_state *st = cmpy_get_state(module);
+    PyObject *argv[1];
+    cm_device *dev;
+    cm_error err;
+
+    if (cmpy_parse_args("context_is_poisoned", names, 1, 0, args, nargs,
+                        kwnames, argv) < 0 ||
+        cmpy_device_arg(st, argv[0], 1, &dev) < 0) {
+        return NULL;
+    }
+    return PyBool_FromLong(cm_device_poisoned(dev, &err) < 0);
+}
+
 PyDoc_STRVAR(active_device_doc,
              "_active_device() -> Device | None\n\n"
              "The device of this thread's current context, of any kind, or\n"
@@ -783,6 +813,8 @@ PyMethodDef cmpy_device_methods[] = {
     {"profile_stop", profile_stop, METH_NOARGS, profile_stop_doc},
     {"can_access_peer", (PyCFunction)(void (*)(void))can_access_peer,
      METH_FASTCALL | METH_KEYWORDS, can_access_peer_doc},
+    {"context_is_poisoned", (PyCFunction)(void (*)(void))context_is_poisoned,
+     METH_FASTCALL | METH_KEYWORDS, context_is_poisoned_doc},
     {"_active_device", active_device, METH_NOARGS, active_device_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -343,19 +343,23 @@ on_cpu(PyObject *obj)
     if (dev == NULL) {
         return -1;
     }
-    if (!PyTuple_Check(dev) || PyTuple_GET_SIZE(dev) != 2) {
+    if (!PyTuple_Check(dev) || PyTuple_GET_SIZE(dev) != 2 ||
+        !PyLong_Check(PyTuple_GET_ITEM(dev, 0)) ||
+        !PyLong_Check(PyTuple_GET_ITEM(dev, 1))) {
         PyErr_Format(PyExc_TypeError,
                      "__dlpack_device__() must return a (device_type, "
-                     "device_id) tuple, not %R",
+                     "device_id) tuple of ints, not %R",
                      dev);
         Py_DECREF(dev);
         return -1;
     }
     type = PyLong_AsLong(PyTuple_GET_ITEM(dev, 0));
-    Py_DECREF(dev);
     if (type == -1 && PyErr_Occurred()) {
-        return -1;
+        /* Out of a C long's range: no DLPack device type, so not CPU. */
+        PyErr_Clear();
+        type = 0;
     }
+    Py_DECREF(dev);
     return type == CMPY_DL_CPU;
 }
 

@@ -4,6 +4,7 @@
 
 #include <cuda.h>
 
+#include "../core/context.h"
 #include "../core/stats.h"
 
 /* CudaOutOfMemoryError for an allocation that recovery did not help,
@@ -27,6 +28,32 @@ oom_error(PyObject *cls, const cm_error *err, const char *name)
         (unsigned long long)cached);
 }
 
+/* CudaStickyError naming the poisoned device. Poisons the current
+ * context's device when core did not say which: a path that runs in the
+ * current context saw the error. */
+static PyObject *
+sticky_error(cmpy_state *st, const cm_error *err, const char *name)
+{
+    cm_error noted = *err;
+    PyObject *exc;
+
+    cm_current_poison(&noted);
+    if (noted.device >= 0) {
+        exc = PyObject_CallFunction(st->CudaStickyError, "iszi",
+                                    (int)err->code, err->call, name,
+                                    noted.device);
+    }
+    else {
+        exc = PyObject_CallFunction(st->CudaStickyError, "isz",
+                                    (int)err->code, err->call, name);
+    }
+    if (exc != NULL) {
+        PyErr_SetObject(st->CudaStickyError, exc);
+        Py_DECREF(exc);
+    }
+    return NULL;
+}
+
 PyObject *
 cmpy_raise(cmpy_state *st, const cm_error *err)
 {
@@ -46,7 +73,7 @@ cmpy_raise_hint(cmpy_state *st, const cm_error *err, const char *hint)
             cls = st->CudaOutOfMemoryError;
         }
         else if (cm_error_is_sticky(err->code)) {
-            cls = st->CudaStickyError;
+            return sticky_error(st, err, name);
         }
         else {
             cls = st->CudaAPIError;
@@ -92,8 +119,11 @@ cmpy_warn_release(cmpy_state *st, const cm_error *err)
 {
     PyObject *saved, *exc;
 
-    /* In a forked child a finalizer does nothing (DESIGN rule 10). */
-    if (err->kind == CM_ERR_FORK) {
+    /* In a forked child a finalizer does nothing (DESIGN rule 10). In a
+     * poisoned context every free fails: core kept the error, which the
+     * next call raises, so one warning per object would be noise. */
+    if (err->kind == CM_ERR_FORK ||
+        (err->kind == CM_ERR_DRIVER && cm_error_is_sticky(err->code))) {
         return;
     }
     if (st == NULL || st->CudaWarning == NULL) {
