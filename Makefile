@@ -32,6 +32,8 @@ BUDGET_ASAN ?= 1800
 BUDGET_CTEST ?= 600
 BUDGET_STRESS ?= 600
 BUDGET_FUZZ ?= 1200
+BUDGET_DOCS ?= 600
+BUDGET_NOTEBOOK ?= 300
 PYTEST_ARGS ?=
 # test-stress: the array suites with the simulator's stream-order hazard
 # checker on and every stream operation delayed by STRESS_DELAY_US, which
@@ -47,7 +49,7 @@ FUZZ_EXAMPLES ?= 10000
 
 .PHONY: all demo test test-asan test-stress fuzz coverage gpu-check clean \
 	build build-asan build-coverage ctest ctest-valgrind ctest-asan pytest \
-	bench-floor bench venv
+	bench-floor bench venv docs notebook
 
 all: build
 
@@ -55,7 +57,7 @@ venv: $(VENV_STAMP)
 $(VENV)/.stamp:
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q "numpy>=2" pytest hypothesis ml_dtypes setuptools wheel
+	$(VENV)/bin/pip install -q "numpy>=2" pytest hypothesis ml_dtypes setuptools wheel sphinx nbformat nbclient ipykernel
 	touch $@
 
 # One in-place build at a time; a stamp records which flavour it is so that
@@ -82,6 +84,21 @@ pytest: build
 test: build ctest-valgrind
 	timeout $(BUDGET_PYTEST) $(PY) -m pytest -q $(PYTEST_ARGS) tests
 	$(MAKE) --no-print-directory test-stress
+	$(MAKE) --no-print-directory docs
+	$(MAKE) --no-print-directory notebook
+
+# The documentation: HTML with every warning an error and every reference
+# resolved, then its examples run as doctests on the simulator.
+docs: build
+	CUDAMEM_SIMULATOR=1 timeout $(BUDGET_DOCS) $(PY) -m sphinx -W -n -q \
+	  -b html docs build/docs
+	CUDAMEM_SIMULATOR=1 timeout $(BUDGET_DOCS) $(PY) -m sphinx -W -n -q \
+	  -b doctest docs build/doctest
+
+# The tour notebook, executed on the simulator; any error fails.
+notebook: build
+	CUDAMEM_SIMULATOR=1 timeout $(BUDGET_NOTEBOOK) $(PY) tools/run_notebook.py \
+	  docs/examples/tour.ipynb
 
 # A test during which the hazard checker reported a race fails (see
 # tests/conftest.py); the simulator reads both variables at cuInit.

@@ -367,3 +367,17 @@ def test_signature_parser():
         ["shape", "dtype", "strides", "order", "stream"]
     assert _signature_params("reshape(*shape, order='C') -> D") == ["order"]
     assert _signature_params("priority_range() -> (least, greatest)") == []
+
+
+def test_api_reference_documents_every_public_name():
+    # docs/api.rst is the API reference: a name added to __all__ must be
+    # added there too, or it is missing from the documentation.
+    import os
+    path = os.path.join(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))), "docs", "api.rst")
+    with open(path) as f:
+        text = f.read()
+    documented = set(re.findall(r"^\.\. auto\w+:: (?:cudamem\.)?(\w+)\s*$",
+                                text, re.M))
+    missing = sorted(set(cudamem.__all__) - documented)
+    assert not missing, "missing from docs/api.rst: %s" % missing
