@@ -99,7 +99,8 @@ def leak_check():
     simulator.clear_faults()
     quiesce()
     after = simulator.live()
-    leaked = {k: (before[k], after[k]) for k in before if before[k] != after[k]}
+    leaked = {k: (before[k], after[k]) for k in before
+              if before[k] != after[k]}
     if leaked:
         raise AssertionError("cudamem: live counts changed (before, after): "
                              "%r" % (leaked,))

@@ -49,8 +49,6 @@ if not REAL:
     os.environ.setdefault("CUDAMEM_SIM_MEMORY", str(1 << 30))
     os.environ.pop("CUDAMEM_DRIVER", None)
 
-import cudamem  # noqa: E402
-
 # The leak and hazard checks, the expect_hazards marker and the cudamem_*
 # fixtures come from cudamem's own pytest plugin.
 pytest_plugins = ["cudamem.testing"]

@@ -6,6 +6,7 @@ catch, the code that does it right passing, skips with their reasons.
 Each run starts without the simulator's variables, so the plugin's own
 options choose the driver and the checks."""
 import os
+import shutil
 import textwrap
 
 import pytest
@@ -303,3 +304,46 @@ def test_import_cudamem_does_not_load_the_plugin(run_py):
     """)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["False", "False"]
+
+
+EXAMPLE = os.path.join(ROOT, "docs", "examples", "downstream")
+
+
+@pytest.fixture
+def example(pytester, monkeypatch):
+    """A copy of the downstream example project; runs its tests as its CI
+    would, without a GPU."""
+    monkeypatch.setenv("PYTHONPATH", ROOT)
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    for name in ("CUDAMEM_SIMULATOR", "CUDAMEM_DRIVER", "CUDAMEM_SIM_HAZARDS",
+                 "CUDAMEM_SIM_DELAY_US"):
+        monkeypatch.delenv(name, raising=False)
+    shutil.copytree(EXAMPLE, pytester.path, dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+
+    def run():
+        return pytester.runpytest_subprocess(
+            "-p", "cudamem.testing", "-p", "no:cacheprovider",
+            "--cudamem-simulator", "--cudamem-hazards")
+    return run
+
+
+def test_downstream_example_passes(example):
+    result = example()
+    result.assert_outcomes(passed=6, skipped=1)
+
+
+def test_downstream_example_catches_a_missing_synchronization(
+        example, pytester):
+    # The bug the example's hazard test guards against: stage_in returning
+    # before its streams are done.
+    source = pytester.path / "pipeline.py"
+    text = source.read_text()
+    sync = "    for stream in streams:\n        stream.synchronize()\n"
+    assert sync in text
+    source.write_text(text.replace(sync, ""))
+    result = example()
+    assert result.parseoutcomes().get("errors", 0) >= 1
+    result.stdout.fnmatch_lines([
+        "ERROR *::test_stage_in_is_complete_when_it_returns - *",
+    ])
