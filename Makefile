@@ -32,6 +32,7 @@ BUDGET_ASAN ?= 1800
 BUDGET_CTEST ?= 600
 BUDGET_STRESS ?= 600
 BUDGET_FUZZ ?= 1200
+BUDGET_TYPECHECK ?= 300
 PYTEST_ARGS ?=
 # test-stress: the array suites with the simulator's stream-order hazard
 # checker on and every stream operation delayed by STRESS_DELAY_US, which
@@ -46,7 +47,7 @@ FUZZ_EXAMPLES ?= 10000
 
 .PHONY: all demo test test-asan test-stress fuzz coverage gpu-check clean \
 	build build-asan build-coverage ctest ctest-valgrind ctest-asan pytest \
-	bench-floor venv
+	bench-floor venv typecheck
 
 all: build
 
@@ -54,7 +55,7 @@ venv: $(VENV_STAMP)
 $(VENV)/.stamp:
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q "numpy>=2" pytest hypothesis ml_dtypes setuptools wheel
+	$(VENV)/bin/pip install -q "numpy>=2" pytest hypothesis ml_dtypes setuptools wheel mypy
 	touch $@
 
 # One in-place build at a time; a stamp records which flavour it is so that
@@ -78,9 +79,16 @@ demo: build
 pytest: build
 	timeout $(BUDGET_PYTEST) $(PY) -m pytest -q $(PYTEST_ARGS) tests
 
-test: build ctest-valgrind
+test: build ctest-valgrind typecheck
 	timeout $(BUDGET_PYTEST) $(PY) -m pytest -q $(PYTEST_ARGS) tests
 	$(MAKE) --no-print-directory test-stress
+
+# The extension's stubs and a typed example under mypy --strict. Imports of
+# cudamem's own (untyped) Python modules are followed silently, as mypy
+# treats an installed package.
+typecheck: $(VENV_STAMP)
+	timeout $(BUDGET_TYPECHECK) $(PY) -m mypy --strict --follow-imports=silent \
+	  --no-incremental cudamem/_cudamem.pyi docs/examples/typed_example.py
 
 # A test during which the hazard checker reported a race fails (see
 # tests/conftest.py); the simulator reads both variables at cuInit.
