@@ -34,6 +34,7 @@ BUDGET_STRESS ?= 600
 BUDGET_FUZZ ?= 1200
 BUDGET_DOCS ?= 600
 BUDGET_NOTEBOOK ?= 300
+BUDGET_TYPECHECK ?= 300
 PYTEST_ARGS ?=
 # test-stress: the array suites with the simulator's stream-order hazard
 # checker on and every stream operation delayed by STRESS_DELAY_US, which
@@ -49,7 +50,7 @@ FUZZ_EXAMPLES ?= 10000
 
 .PHONY: all demo test test-asan test-stress fuzz coverage gpu-check clean \
 	build build-asan build-coverage ctest ctest-valgrind ctest-asan pytest \
-	bench-floor bench venv docs notebook
+	bench-floor bench venv docs notebook typecheck
 
 all: build
 
@@ -57,7 +58,8 @@ venv: $(VENV_STAMP)
 $(VENV)/.stamp:
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q "numpy>=2" pytest hypothesis ml_dtypes setuptools wheel sphinx nbformat nbclient ipykernel
+	$(VENV)/bin/pip install -q "numpy>=2" pytest hypothesis ml_dtypes \
+	  setuptools wheel sphinx nbformat nbclient ipykernel mypy
 	touch $@
 
 # One in-place build at a time; a stamp records which flavour it is so that
@@ -81,7 +83,7 @@ demo: build
 pytest: build
 	timeout $(BUDGET_PYTEST) $(PY) -m pytest -q $(PYTEST_ARGS) tests
 
-test: build ctest-valgrind
+test: build ctest-valgrind typecheck
 	timeout $(BUDGET_PYTEST) $(PY) -m pytest -q $(PYTEST_ARGS) tests
 	$(MAKE) --no-print-directory test-stress
 	$(MAKE) --no-print-directory docs
@@ -99,6 +101,13 @@ docs: build
 notebook: build
 	CUDAMEM_SIMULATOR=1 timeout $(BUDGET_NOTEBOOK) $(PY) tools/run_notebook.py \
 	  docs/examples/tour.ipynb
+
+# The extension's stubs and a typed example under mypy --strict. Imports of
+# cudamem's own (untyped) Python modules are followed silently, as mypy
+# treats an installed package.
+typecheck: $(VENV_STAMP)
+	timeout $(BUDGET_TYPECHECK) $(PY) -m mypy --strict --follow-imports=silent \
+	  --no-incremental cudamem/_cudamem.pyi docs/examples/typed_example.py
 
 # A test during which the hazard checker reported a race fails (see
 # tests/conftest.py); the simulator reads both variables at cuInit.

@@ -23,7 +23,6 @@ a test's own ``@settings(max_examples=...)`` is raised to the profile's.
 Every hypothesis test is marked ``fuzz`` (``make fuzz`` runs ``-m fuzz``),
 as is any test marked so by hand.
 """
-import gc
 import os
 import subprocess
 import sys
@@ -50,10 +49,9 @@ if not REAL:
     os.environ.setdefault("CUDAMEM_SIM_MEMORY", str(1 << 30))
     os.environ.pop("CUDAMEM_DRIVER", None)
 
-import cudamem  # noqa: E402
-
-HAZARDS = not REAL and os.environ.get("CUDAMEM_SIM_HAZARDS", "0") not in (
-    "", "0")
+# The leak and hazard checks, the expect_hazards marker and the cudamem_*
+# fixtures come from cudamem's own pytest plugin.
+pytest_plugins = ["cudamem.testing"]
 
 try:
     from hypothesis import HealthCheck, settings
@@ -79,19 +77,6 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "fuzz: a property test run by `make fuzz` (every "
         "hypothesis test is marked so automatically)")
-    config.addinivalue_line(
-        "markers", "expect_hazards: the test provokes stream-order hazards "
-        "on purpose (not failed under CUDAMEM_SIM_HAZARDS=1)")
-
-
-def pytest_report_header(config):
-    lines = ["cudamem driver: %s" % ("real" if REAL else "simulated")]
-    if not REAL:
-        lines.append("simulator stress: CUDAMEM_SIM_DELAY_US=%s "
-                     "CUDAMEM_SIM_HAZARDS=%s"
-                     % (os.environ.get("CUDAMEM_SIM_DELAY_US", "0"),
-                        os.environ.get("CUDAMEM_SIM_HAZARDS", "0")))
-    return lines
 
 
 def _fuzz_settings(item):
@@ -123,43 +108,15 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_sim)
 
 
-def quiesce():
-    """Release everything cudamem holds that a test let go of, then bring
-    the contexts to one fixed state: device 0's primary context retained by
-    cudamem. The simulator counts active contexts, and a test may end with
-    that context released (close(), Device.reset()) or first retained by
-    it; either way the count compared is then the same, while a context a
-    test created and did not destroy still shows."""
-    gc.collect()
-    if not REAL and cudamem.is_available():
-        cudamem._cudamem._flush_pending()
-        cudamem._cudamem._hostpool_trim()  # staging buffers, cached blocks
-        cudamem.list_devices()[0].get_primary_context()
-
-
 @pytest.fixture(autouse=True)
-def no_leaks(request):
-    """Live simulator objects after a test equal those before it; with
-    CUDAMEM_SIM_HAZARDS=1, no stream-order hazard was reported during it."""
-    if REAL:
+def no_leaks():
+    """Live simulator objects after a test equal those before it (see
+    cudamem.testing.leak_check). The plugin fails a test during which the
+    hazard checker reported, under CUDAMEM_SIM_HAZARDS=1."""
+    # Imported here, after pytest imported the plugin (and rewrote it).
+    from cudamem.testing import leak_check
+    with leak_check():
         yield
-        return
-    from cudamem import simulator
-    quiesce()
-    before = simulator.live()
-    hazards = simulator.hazard_count() if HAZARDS else 0
-    yield
-    simulator.clear_faults()
-    quiesce()
-    after = simulator.live()
-    leaked = {k: (before[k], after[k]) for k in before if before[k] != after[k]}
-    assert not leaked, "live counts changed (before, after): %r" % leaked
-    if HAZARDS and not request.node.get_closest_marker("expect_hazards"):
-        now = simulator.hazard_count()
-        # simulator.reset() in the test restarts the count from 0.
-        new = now - hazards if now >= hazards else now
-        assert new == 0, ("%d stream-order hazard(s) reported; the last: %s"
-                          % (new, simulator.last_hazard()))
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ name. The parameters a signature names are accepted by those names, as
 numba's are (``select_device(device_id=0)``, ``d.transpose(axes=...)``).
 """
 import functools
+import importlib
 import re
 import types
 
@@ -22,7 +23,7 @@ EXTENSION_TYPES = [_cudamem.DeviceNDArray, _cudamem.DeviceNDArrayBase,
                    _cudamem.MemoryPointer, _cudamem.Deallocations,
                    _cudamem.HostBuffer, cudamem.ManagedNDArray,
                    cudamem.MappedNDArray]
-SUBMODULES = ["driver", "runtime", "simulator"]
+SUBMODULES = ["driver", "runtime", "simulator", "testing"]
 # Protocol members that are public although their names start with "_".
 PROTOCOL = {"__array__", "__cuda_array_interface__", "__cuda_memory__",
             "__cuda_ndarray__", "__cuda_stream__", "__dlpack__",
@@ -48,7 +49,7 @@ def _rows():
         else:
             rows.append(("cudamem." + name, name, obj, "attribute"))
     for mod in SUBMODULES:
-        module = getattr(cudamem, mod)
+        module = importlib.import_module("cudamem." + mod)
         for name in module.__all__:
             obj = getattr(module, name)
             kind = "type" if isinstance(obj, type) else (
