@@ -50,6 +50,7 @@ from cudamem._cudamem import (
 )
 from cudamem.devices import (
     MemoryInfo,
+    MemoryStats,
     defer_cleanup,
     detect,
     gpus,
@@ -116,6 +117,7 @@ __all__ = [
     "MappedMemory",
     "MappedNDArray",
     "MemoryInfo",
+    "MemoryStats",
     "MemoryPointer",
     "PinnedMemory",
     "PoolMemoryManager",
