@@ -17,8 +17,6 @@ import pytest
 import cudamem
 from cudamem import _cli, driver
 
-from conftest import REAL
-
 
 def _run(*args, env=None, timeout=120):
     full = dict(os.environ)
