@@ -153,11 +153,10 @@ def info(out=None, as_json=False):
     print("%d device%s" % (len(devices), "" if len(devices) == 1 else "s"),
           file=out)
     for dev in devices:
-        print("  [%d] %s" % (dev["id"], dev["name"]), file=out)
-        print("      compute capability %d.%d, %s, %s, PCI %s" % (
-            dev["compute_capability"][0], dev["compute_capability"][1],
-            _size(dev["total_memory"]), dev["uuid"], dev["pci_bus_id"]),
-            file=out)
+        print("  [%d] %s  compute capability %d.%d  %s  %s  %s" % (
+            dev["id"], dev["name"], dev["compute_capability"][0],
+            dev["compute_capability"][1], _size(dev["total_memory"]),
+            dev["uuid"], dev["pci_bus_id"]), file=out)
         for label, attr, write in ATTRIBUTES:
             print("      %s: %s" % (label, write(dev["attributes"][attr])),
                   file=out)

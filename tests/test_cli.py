@@ -72,10 +72,11 @@ def test_info_names_the_driver_and_every_device():
     assert lines[4] == "%d device%s" % (len(devices),
                                         "" if len(devices) == 1 else "s")
     heads = [line for line in lines if re.match(r"  \[\d+\] ", line)]
-    assert heads == ["  [%d] %s" % (d["id"], d["name"]) for d in devices]
-    for d in devices:
-        assert any(d["uuid"] in line and d["pci_bus_id"] in line
-                   for line in lines)
+    assert heads == [
+        "  [%d] %s  compute capability %d.%d  %s  %s  %s" % (
+            d["id"], d["name"], d["compute_capability"][0],
+            d["compute_capability"][1], _cli._size(d["total_memory"]),
+            d["uuid"], d["pci_bus_id"]) for d in devices]
     sms = [line for line in lines if line.strip().startswith(
         "multiprocessors:")]
     assert sms == ["      multiprocessors: %d" % dev.MULTIPROCESSOR_COUNT
