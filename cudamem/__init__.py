@@ -51,6 +51,7 @@ from cudamem._cudamem import (
 )
 from cudamem.devices import (
     MemoryInfo,
+    MemoryStats,
     defer_cleanup,
     detect,
     gpus,
@@ -117,6 +118,7 @@ __all__ = [
     "MappedMemory",
     "MappedNDArray",
     "MemoryInfo",
+    "MemoryStats",
     "MemoryPointer",
     "PinnedMemory",
     "PoolMemoryManager",

@@ -34,6 +34,7 @@ _simulator_path: str
 @final
 class Context:
     """Context"""
+    def _repr_html_(self) -> str: ...
     @property
     def device(self) -> Device: ...
     @property
@@ -76,6 +77,7 @@ class Deallocations:
 @final
 class Device:
     """Device"""
+    def _repr_html_(self) -> str: ...
     @property
     def id(self) -> int: ...
     @property
@@ -105,6 +107,7 @@ class Device:
 
 class DeviceNDArrayBase:
     """DeviceNDArrayBase"""
+    def _repr_html_(self) -> str: ...
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]: ...
     @property
@@ -243,6 +246,7 @@ class MemoryPointer:
 @final
 class Stream:
     """Stream"""
+    def _repr_html_(self) -> str: ...
     @property
     def context(self) -> Context: ...
     @property

@@ -1,5 +1,5 @@
 """Devices and contexts, numba.cuda's names: ``gpus``, ``require_context``,
-``profiling()``, ``detect()`` and ``MemoryInfo``. Thin Python over the C
+``profiling()``, ``detect()``, ``MemoryInfo`` and ``MemoryStats``. Thin Python over the C
 functions (``select_device``, ``get_current_device``, ...); nothing here
 loads the driver at import. Every call that touches a device does.
 """
@@ -11,9 +11,90 @@ from collections import namedtuple
 
 from cudamem import _cudamem
 
-__all__ = ["MemoryInfo", "gpus", "require_context", "profiling", "detect"]
+__all__ = ["MemoryInfo", "MemoryStats", "gpus", "require_context", "profiling", "detect"]
 
 MemoryInfo = namedtuple("MemoryInfo", "free,total")
+
+# The counters of each kind in memory_stats(), in a table's column order.
+_STAT_COLUMNS = (("bytes_in_use", "in use"), ("bytes_peak", "peak"),
+                 ("count", "count"), ("count_peak", "peak count"))
+
+
+def _size(nbytes):
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if nbytes < 1024 or unit == "TiB":
+            return "%.4g %s" % (nbytes, unit)
+        nbytes /= 1024.0
+
+
+class MemoryStats(dict):
+    """MemoryStats
+
+    What ``memory_stats()`` returns: a dict (equal to the plain dict of the
+    same counters) whose repr is a table of bytes and counts per kind of
+    memory, shown as an HTML table in Jupyter. ``device`` is the ordinal of
+    the device it describes."""
+
+    __slots__ = ("device",)
+
+    def __init__(self, device):
+        super().__init__()
+        self.device = device
+
+    def _rows(self):
+        """([kind, in use, peak, count, peak count] rows, [(key, value)]
+        of the other counters), sizes written out."""
+        kinds = [k[:-len("_bytes_in_use")] for k in self
+                 if k.endswith("_bytes_in_use")]
+        rows, seen = [], set()
+        for kind in kinds:
+            keys = ["%s_%s" % (kind, suffix) for suffix, _ in _STAT_COLUMNS]
+            if not all(k in self for k in keys):
+                continue
+            seen.update(keys)
+            rows.append([kind] + [_size(self[k]) if "bytes" in k
+                                  else str(self[k]) for k in keys])
+        rest = [(k, _size(v) if "bytes" in k else str(v))
+                for k, v in self.items() if k not in seen]
+        return rows, rest
+
+    def __repr__(self):
+        rows, rest = self._rows()
+        header = ["kind"] + [title for _, title in _STAT_COLUMNS]
+        widths = [max(len(r[i]) for r in rows + [header])
+                  for i in range(len(header))]
+        lines = ["memory_stats(device=%s)" % self.device]
+        for row in [header] + rows:
+            lines.append("  ".join([row[0].ljust(widths[0])] + [
+                cell.rjust(w) for cell, w in zip(row[1:], widths[1:])]))
+        width = max(len(k) for k, _ in rest) if rest else 0
+        lines.extend("%s  %s" % (k.ljust(width), v) for k, v in rest)
+        return "\n".join(lines)
+
+    def _repr_html_(self):
+        """_repr_html_() -> str
+
+        The table of repr() in HTML, for Jupyter."""
+        import html
+
+        rows, rest = self._rows()
+        cell = '<td style="text-align:right">%s</td>'
+        out = ['<table class="cudamem"><caption style="text-align:left">'
+               '<b>memory_stats(device=%s)</b></caption>'
+               % html.escape(str(self.device)),
+               "<tr>%s</tr>" % "".join(
+                   "<th>%s</th>" % html.escape(t) for t in
+                   ["kind"] + [title for _, title in _STAT_COLUMNS])]
+        for row in rows:
+            out.append("<tr><th style=\"text-align:left\">%s</th>%s</tr>" % (
+                html.escape(row[0]),
+                "".join(cell % html.escape(v) for v in row[1:])))
+        for key, value in rest:
+            out.append('<tr><th style="text-align:left">%s</th>'
+                       '<td colspan="4" style="text-align:right">%s</td>'
+                       "</tr>" % (html.escape(key), html.escape(value)))
+        out.append("</table>")
+        return "".join(out)
 
 
 class _DeviceContextManager:

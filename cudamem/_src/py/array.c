@@ -8,6 +8,7 @@
 #include "../core/copy.h"
 #include "cai.h"
 #include "device.h"
+#include "html.h"
 #include "stream.h"
 
 #define LAYOUT (NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_F_CONTIGUOUS)
@@ -541,6 +542,14 @@ array_reduce_ex(PyObject *op, PyObject *Py_UNUSED(protocol))
 }
 
 /* numba's DeviceNDArrayBase: what records share with arrays. */
+/* Defined with repr() below. */
+static PyObject *array_repr_html(PyObject *op, PyObject *ignored);
+PyDoc_STRVAR(repr_html_doc,
+             "_repr_html_() -> str\n\n"
+             "The array as an HTML table for Jupyter: shape, dtype, "
+             "strides, bytes,\nlayout, device, stream and, for at most "
+             "100 elements, the values.");
+
 static PyMethodDef base_methods[] = {
     {"copy_to_host", FASTKW(cmpy_array_copy_to_host),
      cmpy_array_copy_to_host_doc},
@@ -548,6 +557,7 @@ static PyMethodDef base_methods[] = {
      cmpy_array_copy_to_device_doc},
     {"bind", FASTKW(cmpy_array_bind), bind_doc},
     {"__reduce_ex__", array_reduce_ex, METH_O, reduce_ex_doc},
+    {"_repr_html_", array_repr_html, METH_NOARGS, repr_html_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -851,6 +861,60 @@ array_repr(PyObject *op)
     }
     Py_DECREF(shape);
     Py_XDECREF(values);
+    return out;
+}
+
+static const char *
+layout_name(int flags)
+{
+    switch (flags & LAYOUT) {
+    case LAYOUT:
+        return "C and F contiguous";
+    case NPY_ARRAY_C_CONTIGUOUS:
+        return "C contiguous";
+    case NPY_ARRAY_F_CONTIGUOUS:
+        return "F contiguous";
+    default:
+        return "not contiguous";
+    }
+}
+
+static PyObject *
+array_repr_html(PyObject *op, PyObject *Py_UNUSED(ignored))
+{
+    static const char *const labels[] = {"shape", "dtype", "strides",
+                                         "bytes", "layout", "device",
+                                         "stream"};
+    cmpy_DeviceNDArray *self = (cmpy_DeviceNDArray *)op;
+    PyObject *values[7] = {NULL}, *title = NULL, *shown = NULL;
+    PyObject *out = NULL;
+
+    values[0] = get_shape(self, NULL);
+    values[1] = Py_NewRef((PyObject *)self->dtype);
+    values[2] = get_strides(self, NULL);
+    values[3] = cmpy_html_size((unsigned long long)self->nbytes);
+    values[4] = PyUnicode_FromString(layout_name(self->flags));
+    values[5] = PyLong_FromLong(self->gpu_data->mem->dev->ordinal);
+    values[6] = PyObject_Repr(self->stream);
+    for (int i = 0; i < 7; i++) {
+        if (values[i] == NULL) {
+            goto done;
+        }
+    }
+    title = PyUnicode_FromString(Py_TYPE(op)->tp_name);
+    if (title == NULL) {
+        goto done;
+    }
+    shown = repr_values(self);
+    if (shown != NULL || !PyErr_Occurred()) {
+        out = cmpy_html_table(title, 7, labels, values, shown);
+    }
+done:
+    for (int i = 0; i < 7; i++) {
+        Py_XDECREF(values[i]);
+    }
+    Py_XDECREF(title);
+    Py_XDECREF(shown);
     return out;
 }
 

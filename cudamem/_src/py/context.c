@@ -8,6 +8,7 @@
 #include "stream.h"
 
 #include "../core/driver.h"
+#include "html.h"
 #include "pending.h"
 
 PyObject *
@@ -530,6 +531,47 @@ context_set_memory_manager(PyObject *self, PyObject *const *args,
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(context_repr_html_doc,
+             "_repr_html_() -> str\n\n"
+             "The context as an HTML table for Jupyter: handle, device and "
+             "free and\ntotal device memory (the driver's, whatever the "
+             "memory manager).");
+
+static PyObject *
+context_repr_html(PyObject *op, PyObject *Py_UNUSED(ignored))
+{
+    static const char *const labels[] = {"handle", "device", "free memory",
+                                         "total memory"};
+    cmpy_Context *self = (cmpy_Context *)op;
+    PyObject *values[4] = {NULL}, *title = NULL, *out = NULL;
+    size_t free_bytes, total_bytes;
+    cm_error err;
+
+    if (cm_ctx_meminfo(self->device->dev, self->generation, &free_bytes,
+                       &total_bytes, &err) < 0) {
+        return cmpy_raise(cmpy_type_state(op), &err);
+    }
+    values[0] = PyUnicode_FromFormat("%p", (void *)self->handle);
+    values[1] = PyObject_Repr((PyObject *)self->device);
+    values[2] = cmpy_html_size(free_bytes);
+    values[3] = cmpy_html_size(total_bytes);
+    for (int i = 0; i < 4; i++) {
+        if (values[i] == NULL) {
+            goto done;
+        }
+    }
+    title = PyUnicode_FromString("cudamem.Context");
+    if (title != NULL) {
+        out = cmpy_html_table(title, 4, labels, values, NULL);
+    }
+done:
+    for (int i = 0; i < 4; i++) {
+        Py_XDECREF(values[i]);
+    }
+    Py_XDECREF(title);
+    return out;
+}
+
 static PyMethodDef context_methods[] = {
     {"defer_cleanup", context_defer_cleanup, METH_NOARGS,
      context_defer_cleanup_doc},
@@ -537,6 +579,7 @@ static PyMethodDef context_methods[] = {
      context_get_memory_info_doc},
     {"_device_memory_info", context_device_memory_info, METH_NOARGS,
      context_device_memory_info_doc},
+    {"_repr_html_", context_repr_html, METH_NOARGS, context_repr_html_doc},
     {"_set_memory_manager",
      (PyCFunction)(void (*)(void))context_set_memory_manager,
      METH_FASTCALL | METH_KEYWORDS, context_set_memory_manager_doc},

@@ -8,6 +8,7 @@
 #include "../core/cuattrs.h"
 #include "../core/device.h"
 #include "../core/driver.h"
+#include "html.h"
 #include "stream.h"
 
 PyObject *
@@ -383,12 +384,61 @@ device_get_identity(PyObject *self, PyObject *Py_UNUSED(ignored))
                          keys[1].key, values[1], keys[2].key, values[2]);
 }
 
+PyDoc_STRVAR(device_repr_html_doc,
+             "_repr_html_() -> str\n\n"
+             "The device as an HTML table for Jupyter: id, name, compute "
+             "capability,\nmemory, multiprocessors, UUID and PCI bus id.");
+
+static PyObject *
+device_repr_html(PyObject *op, PyObject *Py_UNUSED(ignored))
+{
+    static const char *const labels[] = {
+        "id", "name", "compute capability", "memory", "multiprocessors",
+        "UUID", "PCI bus id"};
+    cmpy_Device *self = (cmpy_Device *)op;
+    PyObject *values[7] = {NULL}, *title = NULL, *out = NULL;
+    cm_device_info info;
+    cm_error err;
+    int sms;
+
+    if (cm_device_info_get(self->dev->ordinal, &info, &err) < 0 ||
+        cm_device_attribute(self->dev->ordinal,
+                            CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, &sms,
+                            &err) < 0) {
+        return cmpy_raise(cmpy_type_state(op), &err);
+    }
+    values[0] = PyLong_FromLong(self->dev->ordinal);
+    values[1] = Py_NewRef(self->name);
+    values[2] = PyUnicode_FromFormat("%d.%d", self->cc_major,
+                                     self->cc_minor);
+    values[3] = cmpy_html_size(info.total_memory);
+    values[4] = PyLong_FromLong(sms);
+    values[5] = Py_NewRef(self->uuid);
+    values[6] = PyUnicode_FromString(info.pci_bus_id);
+    for (int i = 0; i < 7; i++) {
+        if (values[i] == NULL) {
+            goto done;
+        }
+    }
+    title = PyUnicode_FromString("cudamem.Device");
+    if (title != NULL) {
+        out = cmpy_html_table(title, 7, labels, values, NULL);
+    }
+done:
+    for (int i = 0; i < 7; i++) {
+        Py_XDECREF(values[i]);
+    }
+    Py_XDECREF(title);
+    return out;
+}
+
 static PyMethodDef device_methods[] = {
     {"get_primary_context", device_get_primary_context, METH_NOARGS,
      device_get_primary_context_doc},
     {"reset", device_reset, METH_NOARGS, device_reset_doc},
     {"get_device_identity", device_get_identity, METH_NOARGS,
      device_identity_doc},
+    {"_repr_html_", device_repr_html, METH_NOARGS, device_repr_html_doc},
     {NULL, NULL, 0, NULL},
 };
 

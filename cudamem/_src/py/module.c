@@ -158,6 +158,7 @@ cudamem_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->devices);
     Py_VISIT(st->attr_ids);
     Py_VISIT(st->MemoryInfo);
+    Py_VISIT(st->MemoryStats);
     for (int i = 0; i < CMPY_GLUE_COUNT; i++) {
         Py_VISIT(st->glue[i]);
     }
@@ -190,6 +191,7 @@ cudamem_clear(PyObject *module)
     Py_CLEAR(st->HostBufferType);
     Py_CLEAR(st->attr_ids);
     Py_CLEAR(st->MemoryInfo);
+    Py_CLEAR(st->MemoryStats);
     for (int i = 0; i < CMPY_GLUE_COUNT; i++) {
         Py_CLEAR(st->glue[i]);
     }

@@ -39,6 +39,7 @@ typedef struct cmpy_state {
     PyObject *devices;     /* tuple of Device, made on first use, or NULL */
     PyObject *attr_ids;    /* {"WARP_SIZE": 10, ...}: every attribute */
     PyObject *MemoryInfo;  /* cudamem.devices.MemoryInfo, loaded lazily */
+    PyObject *MemoryStats; /* cudamem.devices.MemoryStats, loaded lazily */
     /* Set (for good) once a plugin memory manager may be in use: until
      * then allocations skip every memory-manager lookup. */
     int plugins;

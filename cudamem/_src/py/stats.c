@@ -90,9 +90,10 @@ set_kind(PyObject *dict, const char *kind, const cm_counts *c)
 }
 
 PyDoc_STRVAR(memory_stats_doc,
-             "memory_stats(device=None) -> dict\n\n"
+             "memory_stats(device=None) -> MemoryStats\n\n"
              "cudamem's memory use on a device (an ordinal or a Device; "
-             "None: the\ncurrent device). For each kind -- device, "
+             "None: the\ncurrent device), as a MemoryStats: a dict whose "
+             "repr is a table. For\neach kind -- device, "
              "managed, pinned, mapped,\nwrite_combined -- "
              "<kind>_bytes_in_use and <kind>_count (live\nallocations "
              "whose frees are not yet queued; cudamem's pinned and\n"
@@ -106,6 +107,26 @@ PyDoc_STRVAR(memory_stats_doc,
              "keeps for\nreuse, not in pinned_*; process-wide, the same "
              "for every device).\nThe caller's memory page-locked by "
              "register() or pinned() is not\ncounted.");
+
+/* An empty cudamem.devices.MemoryStats of the device `ordinal`: a dict
+ * whose repr is a table. */
+static PyObject *
+new_stats(cmpy_state *st, int ordinal)
+{
+    if (st->MemoryStats == NULL) {
+        PyObject *mod = PyImport_ImportModule("cudamem.devices");
+
+        if (mod == NULL) {
+            return NULL;
+        }
+        st->MemoryStats = PyObject_GetAttrString(mod, "MemoryStats");
+        Py_DECREF(mod);
+        if (st->MemoryStats == NULL) {
+            return NULL;
+        }
+    }
+    return PyObject_CallFunction(st->MemoryStats, "i", ordinal);
+}
 
 static PyObject *
 memory_stats(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
@@ -123,7 +144,7 @@ memory_stats(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
         return NULL;
     }
     cm_stats_get(dev, &stats);
-    out = PyDict_New();
+    out = new_stats(st, dev->ordinal);
     if (out == NULL) {
         return NULL;
     }

@@ -15,6 +15,7 @@
 #include "callback.h"
 #include "device.h"
 #include "event.h"
+#include "html.h"
 
 /* Polls of a wait before it starts sleeping, and its longest sleep. */
 #define CMPY_WAIT_SPINS 64
@@ -386,33 +387,38 @@ stream_dealloc(cmpy_Stream *self)
     Py_DECREF(type);
 }
 
+/* The Context of the stream's device (new reference), or NULL without an
+ * exception when the stream's context was reset or closed. */
 static PyObject *
-stream_repr(cmpy_Stream *self)
+live_context(cmpy_state *st, cmpy_Stream *self)
 {
-    cmpy_state *st = cmpy_type_state((PyObject *)self);
-    unsigned long long h = handle_value(self->handle);
-    const char *external = self->kind == CMPY_STREAM_EXTERNAL ? "External "
-                                                              : "";
     cmpy_Device *device;
-    PyObject *ctx, *res;
     cm_error err;
 
     if (is_bound(self) &&
         cm_ctx_check(self->dev, self->generation, &err) < 0) {
-        if (err.kind != CM_ERR_STATE) {
-            return cmpy_raise(st, &err);
-        }
-        return PyUnicode_FromFormat("<%sCUDA stream %llu on device %d (its "
-                                    "context was reset or closed)>",
-                                    external, h, self->dev->ordinal);
+        return err.kind != CM_ERR_STATE ? cmpy_raise(st, &err) : NULL;
     }
     device = cmpy_device_of(st, self->dev);
-    if (device == NULL) {
-        return NULL;
-    }
-    ctx = cmpy_context_of(st, device);
+    return device != NULL ? cmpy_context_of(st, device) : NULL;
+}
+
+static PyObject *
+stream_repr(cmpy_Stream *self)
+{
+    unsigned long long h = handle_value(self->handle);
+    const char *external = self->kind == CMPY_STREAM_EXTERNAL ? "External "
+                                                              : "";
+    PyObject *ctx = live_context(cmpy_type_state((PyObject *)self), self);
+    PyObject *res;
+
     if (ctx == NULL) {
-        return NULL;
+        return PyErr_Occurred()
+                   ? NULL
+                   : PyUnicode_FromFormat("<%sCUDA stream %llu on device %d "
+                                          "(its context was reset or "
+                                          "closed)>",
+                                          external, h, self->dev->ordinal);
     }
     if (self->handle == NULL) {
         res = PyUnicode_FromFormat("<Default CUDA stream on %R>", ctx);
@@ -436,6 +442,58 @@ static PyObject *
 stream_int(cmpy_Stream *self)
 {
     return PyLong_FromVoidPtr(self->handle);
+}
+
+PyDoc_STRVAR(stream_repr_html_doc,
+             "_repr_html_() -> str\n\n"
+             "The stream as an HTML table for Jupyter: kind, handle, "
+             "device and\ncontext.");
+
+static PyObject *
+stream_repr_html(PyObject *op, PyObject *Py_UNUSED(ignored))
+{
+    static const char *const labels[] = {"kind", "handle", "device",
+                                         "context"};
+    static const char *const kinds[] = {
+        [CMPY_STREAM_DEFAULT] = "default stream",
+        [CMPY_STREAM_LEGACY] = "legacy default stream",
+        [CMPY_STREAM_PER_THREAD] = "per-thread default stream",
+        [CMPY_STREAM_OWNED] = "made by stream()",
+        [CMPY_STREAM_EXTERNAL] = "external: cudamem never destroys it",
+    };
+    cmpy_Stream *self = (cmpy_Stream *)op;
+    cmpy_state *st = cmpy_type_state(op);
+    PyObject *values[4] = {NULL}, *title = NULL, *out = NULL;
+
+    values[0] = PyUnicode_FromString(kinds[self->kind]);
+    values[1] = PyLong_FromUnsignedLongLong(handle_value(self->handle));
+    values[2] = PyLong_FromLong(self->dev->ordinal);
+    if (!PyErr_Occurred()) {
+        PyObject *ctx = live_context(st, self);
+
+        if (ctx != NULL) {
+            values[3] = PyObject_Repr(ctx);
+            Py_DECREF(ctx);
+        }
+        else if (!PyErr_Occurred()) {
+            values[3] = PyUnicode_FromString("reset or closed");
+        }
+    }
+    for (int i = 0; i < 4; i++) {
+        if (values[i] == NULL) {
+            goto done;
+        }
+    }
+    title = PyUnicode_FromString("cudamem.Stream");
+    if (title != NULL) {
+        out = cmpy_html_table(title, 4, labels, values, NULL);
+    }
+done:
+    for (int i = 0; i < 4; i++) {
+        Py_XDECREF(values[i]);
+    }
+    Py_XDECREF(title);
+    return out;
 }
 
 static PyObject *
@@ -649,6 +707,7 @@ static PyMethodDef stream_methods[] = {
     {"wait_event", (PyCFunction)(void (*)(void))stream_wait_event,
      METH_FASTCALL | METH_KEYWORDS, stream_wait_event_doc},
     {"query", stream_query, METH_NOARGS, stream_query_doc},
+    {"_repr_html_", stream_repr_html, METH_NOARGS, stream_repr_html_doc},
     {"__cuda_stream__", stream_cuda_stream, METH_NOARGS,
      stream_cuda_stream_doc},
     {"priority_range", stream_priority_range, METH_NOARGS | METH_CLASS,
