@@ -1,12 +1,26 @@
 """List every error exit in the given C sources and whether a test reached
 it, from the gcov data of a coverage build (`make coverage`).
 
-usage: error_labels.py BUILD_TEMP SRC_DIR [SRC_DIR ...]
+usage: error_labels.py [--allow FILE] BUILD_TEMP SRC_DIR [SRC_DIR ...]
 
 An error exit is a goto label or a line that returns failure (`return -1`,
 `return NULL`, or returns what cm_fail / cmpy_raise / support_error give).
 A label counts as reached when the first executable line after it ran.
-Prints one line per exit and a summary; exits 0 (it is a report)."""
+
+Each exit gets a kind from the code that leads to it (the condition that
+guards it, or that of every goto to a label): "driver" when that code
+passes a cm_error (`err)`, `&err`) or raises one (cmpy_raise), which
+the fault injection of tests/test_driver_faults.py and
+tests/test_error_paths.py can make fail; "alloc" when it is a malloc,
+calloc or realloc of core's; "other" for the rest (a failed Python
+allocation or call, bad input).
+
+FILE (default tools/unreached.txt next to this script) lists exits known
+to be unreached, one per line: `path function what  # reason`, where
+`what` is the exit as printed (a label with its colon, or the start of the
+return line); it covers every such exit of that function. Prints one line
+per exit and a summary by kind; exits 1 when a driver exit is unreached
+and not listed, so that the report stays true."""
 import os
 import re
 import subprocess
@@ -16,6 +30,12 @@ LABEL = re.compile(r"^([A-Za-z_]\w*):\s*$")
 FAILURE = re.compile(r"\breturn\s+(-1|NULL|cm_fail\(|cmpy_raise\(|"
                      r"support_error\(|stub_error\()")
 IGNORE_LABELS = {"default"}
+FUNCTION = re.compile(r"^([A-Za-z_]\w*)\(")
+DRIVER = re.compile(r"\berr\)|&err\b|\bcmpy_raise\(|\bCM_CALL\(")
+ALLOC = re.compile(r"\b(malloc|calloc|realloc)\(")
+GUARD_START = re.compile(r"^\s*(\}\s*)?(if|else|while|for|switch)\b")
+DEFAULT_ALLOW = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                             "unreached.txt")
 
 
 def gcov_counts(build_temp, source):
@@ -56,9 +76,79 @@ def exits(lines):
             yield i, text.strip()[:40]
 
 
+def function_of(lines, i):
+    """(name, first line) of the function that line i is in."""
+    for j in range(i, 0, -1):
+        m = FUNCTION.match(lines[j - 1])
+        if m:
+            return m.group(1), j
+    return "?", 1
+
+
+def guard(lines, i, start):
+    """The code that leads to the statement on line i: back to the
+    condition that guards it, at most 12 lines, not before `start`."""
+    text = [lines[i - 1]]
+    for j in range(i - 1, max(start, i - 12) - 1, -1):
+        line = lines[j - 1]
+        if line.rstrip().endswith("}") or LABEL.match(line):
+            break
+        text.append(line)
+        if GUARD_START.match(line):
+            break
+    return "\n".join(text)
+
+
+def kind(lines, i, what, start, end):
+    """"driver", "alloc" or "other" for the exit on line i."""
+    if what.endswith(":"):
+        goto = re.compile(r"\bgoto\s+%s\s*;" % re.escape(what[:-1]))
+        code = "\n".join(guard(lines, j, start)
+                         for j in range(start, end + 1)
+                         if goto.search(lines[j - 1]))
+    else:
+        code = guard(lines, i, start)
+    if DRIVER.search(code):
+        return "driver"
+    if ALLOC.search(code):
+        return "alloc"
+    return "other"
+
+
+def read_allow(path):
+    """{(path, function, what): reason} from an allowlist file."""
+    allow = {}
+    if not os.path.exists(path):
+        return allow
+    for n, line in enumerate(open(path), 1):
+        body, _, reason = line.partition("#")
+        if not body.strip():
+            continue
+        parts = body.split(None, 2)
+        if len(parts) != 3 or not reason.strip():
+            raise SystemExit("%s:%d: want `path function what  # reason`"
+                             % (path, n))
+        allow[tuple(p.strip() for p in parts)] = reason.strip()
+    return allow
+
+
+def function_end(lines, start):
+    for j in range(start, len(lines) + 1):
+        if lines[j - 1].startswith("}"):
+            return j
+    return len(lines)
+
+
 def main(argv):
+    allow_path = DEFAULT_ALLOW
+    if len(argv) > 2 and argv[1] == "--allow":
+        allow_path, argv = argv[2], argv[:1] + argv[3:]
+    allow = read_allow(allow_path)
+    used = set()
     build_temp, dirs = argv[1], argv[2:]
-    total = reached = 0
+    # kind -> [exits, reached, unreached but listed]
+    totals = {k: [0, 0, 0] for k in ("driver", "alloc", "other")}
+    missing = []
     for d in dirs:
         for name in sorted(os.listdir(d)):
             if not name.endswith(".c"):
@@ -67,18 +157,45 @@ def main(argv):
             lines = open(source).read().splitlines()
             counts = gcov_counts(build_temp, source)
             for i, what in exits(lines):
-                total += 1
+                func, start = function_of(lines, i)
+                k = kind(lines, i, what, start, function_end(lines, start))
                 hit = None
                 if counts is not None:
                     for j in range(i, len(lines) + 1):
                         if counts.get(j) is not None:
                             hit = counts[j]
                             break
-                reached += bool(hit)
-                state = ("no data" if hit is None else
-                         "reached %dx" % hit if hit else "UNREACHED")
-                print("%-36s %-12s %s" % ("%s:%d" % (source, i), state, what))
-    print("%d of %d error exits reached" % (reached, total))
+                key = (source, func, what)
+                totals[k][0] += 1
+                totals[k][1] += bool(hit)
+                if hit:
+                    state = "reached %dx" % hit
+                elif hit is None:
+                    state = "no data"
+                elif key in allow:
+                    used.add(key)
+                    totals[k][2] += 1
+                    state = "listed"
+                else:
+                    state = "UNREACHED"
+                    if k == "driver":
+                        missing.append("%s:%d %s" % (source, i, what))
+                print("%-36s %-12s %-6s %s" % ("%s:%d" % (source, i), state,
+                                               k, what))
+    for k, (n, hit, listed) in totals.items():
+        print("%s exits: %d of %d reached, %d unreached and listed, "
+              "%d unreached" % (k, hit, n, listed, n - hit - listed))
+    print("%d of %d error exits reached"
+          % (sum(t[1] for t in totals.values()),
+             sum(t[0] for t in totals.values())))
+    for key in sorted(set(allow) - used):
+        print("listed in %s but reached or gone: %s" % (allow_path,
+                                                       " ".join(key)))
+    if missing:
+        print("%d driver exit(s) unreached and not in %s:"
+              % (len(missing), allow_path))
+        print("\n".join("  " + m for m in missing))
+        return 1
     return 0
 
 

@@ -165,7 +165,10 @@ cmpy_layout_extent(int ndim, const Py_ssize_t *shape,
         goto overflow;
     }
     for (int i = 0; count != 0 && i < ndim; i++) {
-        Py_ssize_t step = strides[i] < 0 ? -strides[i] : strides[i];
+        /* PY_SSIZE_T_MIN has no negation: MAX spans too much as well. */
+        Py_ssize_t step = strides[i] == PY_SSIZE_T_MIN ? PY_SSIZE_T_MAX
+                          : strides[i] < 0           ? -strides[i]
+                                                     : strides[i];
 
         if (shape[i] > 1 && step > PY_SSIZE_T_MAX / (shape[i] - 1)) {
             goto overflow;

@@ -1,0 +1,265 @@
+"""Error paths beyond each driver row's first call: every call a public
+operation makes, failed in turn (the simulator's inject(..., after=k)),
+gives a CudaAPIError naming that call or is absorbed, and leaks nothing;
+and failed Python allocations (_testcapi.set_nomemory) in a fresh process
+give MemoryError, never a crash. tools/error_labels.py (`make coverage`)
+reports which error exits these reach; test_driver_faults.py owns the
+per-row exception kinds."""
+import gc
+import os
+import warnings
+
+import numpy as np
+import pytest
+
+import cudamem
+from cudamem import _cudamem
+from cudamem.errors import CudaAPIError
+from test_driver_faults import IPC, LOAD, REACH, ROWS, TWO
+
+pytestmark = pytest.mark.simulator
+
+# Scenarios that release what they made themselves and raise when that
+# fails: what the failed release kept goes with its context, as in
+# test_driver_faults.py.
+RELEASES = {"cuMemHostRegister", "cuMemHostUnregister", "cuMemFree",
+            "cuMemFreeHost", "cuStreamDestroy", "cuEventDestroy",
+            "pool and context"}
+# At most this many calls of one row are failed in turn per operation.
+MAX_CALLS = 6
+
+
+def _dev():
+    return cudamem.list_devices()[0]
+
+
+def _views_and_assignment():
+    host = np.arange(96, dtype=np.float32).reshape(4, 24)
+    d = cudamem.to_device(host)
+    d[1:3, ::5] = host[1:3, ::5] * 2
+    d[0] = 7
+    d[:, 2:4] = d[:, 4:6]
+    d.T.copy_to_host()
+    d.reshape(8, 12).copy_to_host()
+    d[::-1, ::3].copy_to_device(np.ones((4, 8), np.float32))
+
+
+def _cai_on_stream():
+    stream = cudamem.stream()
+    a = cudamem.to_device(np.arange(6), stream=stream)
+    b = cudamem.from_cuda_array_interface(a.__cuda_array_interface__,
+                                          owner=a)
+    other = cudamem.stream()
+    c = cudamem.as_cuda_array(a, stream=other)
+    b.copy_to_host(stream=other)
+    del c
+    other.synchronize()
+
+
+def _dlpack_round_trip():
+    stream = cudamem.stream()
+    a = cudamem.to_device(np.arange(6.0))
+    b = cudamem.from_dlpack(a, stream=stream)
+    c = cudamem.from_dlpack(np.arange(4), stream=stream)
+    d = cudamem.from_dlpack(a, copy=True)
+    stream.synchronize()
+    del b, c, d
+
+
+def _host_arrays():
+    p = cudamem.pinned_array((3, 4))
+    m = cudamem.mapped_array(5)
+    g = cudamem.managed_array(4)
+    d = cudamem.to_device(p)
+    d[0].copy_to_host(m[:4])
+    g[:] = 1
+    del p, m, g, d
+
+
+def _events():
+    stream = cudamem.stream()
+    start, end = cudamem.event(timing=True), cudamem.event(timing=True)
+    start.record(stream)
+    cudamem.to_device(np.arange(8), stream=stream)
+    end.record(stream)
+    end.wait(cudamem.stream())
+    end.synchronize()
+    stream.synchronize()
+    start.elapsed_time(end)
+
+
+def _pool_and_context():
+    ctx = cudamem.current_context()
+    ctx.get_memory_info()
+    with cudamem.defer_cleanup():
+        a = cudamem.device_array(16)
+        del a
+    ctx.memory_manager.deallocations.clear()
+    ctx.synchronize()
+
+
+EXTRA = {
+    "views and assignment": _views_and_assignment,
+    "CAI import on streams": _cai_on_stream,
+    "DLPack import": _dlpack_round_trip,
+    "host arrays": _host_arrays,
+    "events": _events,
+    "pool and context": _pool_and_context,
+}
+SCENARIOS = {**{name: REACH[name] for name in ROWS
+                if REACH.get(name) not in (LOAD, TWO, IPC)},
+             **EXTRA}
+
+
+def _counts(sim):
+    """{row: calls so far} (a row covers its versioned variants)."""
+    calls = sim.stats()["calls"]
+    return {row: sum(v["calls"] for k, v in calls.items()
+                     if k == row or k.startswith(row + "_"))
+            for row in ROWS}
+
+
+def _run(fn, sim):
+    """fn(), then the releases it queued, with the faults injected; then
+    the contexts back in the state the leak check compares (as
+    tests/conftest.py's quiesce). Returns (the name of the call that failed
+    with a CudaAPIError or None, whether a release failed). The exception
+    is not kept: its traceback would keep the operation's objects alive."""
+    call = None
+    with warnings.catch_warnings(record=True) as caught:
+        # A failed release is reported as a CudaWarning, not raised.
+        warnings.simplefilter("always")
+        try:
+            fn()
+        except CudaAPIError as exc:
+            call = exc.call
+        gc.collect()
+        try:
+            _cudamem._flush_pending()
+        except CudaAPIError:
+            caught.append(None)
+    sim.clear_faults()
+    # Releases wait for the work queued before them: let it finish.
+    try:
+        cudamem.synchronize()
+    except CudaAPIError:
+        pass
+    gc.collect()
+    _cudamem._flush_pending()
+    _dev().get_primary_context()
+    released = all(w is not None and not issubclass(w.category,
+                                                    cudamem.CudaWarning)
+                   for w in caught)
+    return call, not released
+
+
+def sweep(sim, scenario):
+    """Fails each call the scenario makes in turn; the problems found."""
+    fn = SCENARIOS[scenario]
+    assert cudamem.is_available()
+    _run(fn, sim)  # warm: contexts retained, modules loaded
+    before = _counts(sim)
+    assert _run(fn, sim) == (None, False)
+    after = _counts(sim)
+    made = {row: after[row] - before[row] for row in ROWS
+            if after[row] > before[row]}
+    assert made, "the scenario calls no driver row"
+    problems = []
+    for row, n in sorted(made.items()):
+        for k in range(min(n, MAX_CALLS)):
+            live = sim.live()
+            sim.inject(row, "CUDA_ERROR_UNKNOWN", after=k)
+            call, release_failed = _run(fn, sim)
+            if call not in (None, row):
+                problems.append("%s call %d: CudaAPIError from %s"
+                                % (row, k, call))
+            if ((release_failed or (call and scenario in RELEASES))
+                    and sim.live() != live):
+                # What a failed release kept goes with its context.
+                _dev().reset()
+                _run(lambda: None, sim)
+            if sim.live() != live:
+                now = sim.live()
+                problems.append("%s call %d: leaked %r" % (row, k, {
+                    key: now[key] - live[key] for key in live
+                    if now[key] != live[key]}))
+                _dev().reset()
+                _run(lambda: None, sim)
+    if _run(fn, sim) != (None, False):
+        problems.append("the faults were not used up")
+    return problems
+
+
+SWEEP = """
+import sys
+sys.path.insert(0, %r)
+import test_error_paths
+from cudamem import simulator
+for problem in test_error_paths.sweep(simulator, %r):
+    print(problem)
+"""
+
+
+# In a fresh process each: a failed push or pop, say, leaves the thread's
+# context stack as the driver left it, which later tests must not inherit.
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_every_call_can_fail(run_py, scenario):
+    proc = run_py(SWEEP % (os.path.dirname(os.path.abspath(__file__)),
+                           scenario))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout == "", proc.stdout
+
+
+# Python allocation failures: in a fresh process, each operation with the
+# n-th allocation after the start failing (a one-allocation window), for
+# the first few n. MemoryError or success; anything else, or a crash, is
+# a bug.
+NOMEMORY = """
+import gc
+import numpy as np
+import cudamem
+from cudamem import simulator
+import _testcapi
+
+ops = {
+    "device_array": lambda: cudamem.device_array((3, 4)),
+    "to_device": lambda: cudamem.to_device(np.arange(6)),
+    "copy_to_host": lambda: cudamem.to_device(np.arange(6)).copy_to_host(),
+    "view": lambda: cudamem.device_array((4, 6))[1:, ::2].T,
+    "setitem": lambda: cudamem.device_array(6).__setitem__(
+        slice(1, 4), np.ones(3)),
+    "cai": lambda: cudamem.as_cuda_array(cudamem.device_array(4)),
+    "dlpack": lambda: cudamem.from_dlpack(np.arange(4.0)),
+    "pinned": lambda: cudamem.pinned_array(4),
+}
+op = ops[%r]
+op()
+gc.collect()
+cudamem._cudamem._flush_pending()
+base = simulator.live()
+failed = 0
+for n in range(%d, %d):
+    gc.collect()
+    _testcapi.set_nomemory(n, n + 1)
+    try:
+        op()
+    except MemoryError:
+        failed += 1
+    finally:
+        _testcapi.remove_mem_hooks()
+gc.collect()
+cudamem._cudamem._flush_pending()
+print(failed, simulator.live() == base)
+"""
+
+
+@pytest.mark.parametrize("op", ["device_array", "to_device", "copy_to_host",
+                                "view", "setitem", "cai",
+                                "dlpack", "pinned"])
+def test_python_allocation_failures(run_py, op):
+    pytest.importorskip("_testcapi")
+    proc = run_py(NOMEMORY % (op, 1, 60))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    failed, same = proc.stdout.split()
+    assert int(failed) > 0  # the window did make allocations fail
+    assert same == "True", "live counts changed"
