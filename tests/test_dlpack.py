@@ -488,3 +488,20 @@ def test_copy_faults_leak_nothing(sim, entry):
         cudamem.from_dlpack(np.arange(4.0))
     np.testing.assert_array_equal(
         cudamem.from_dlpack(np.arange(4.0)).copy_to_host(), np.arange(4.0))
+
+
+@pytest.mark.parametrize("mutate", [
+    lambda t: t.dl_tensor.shape.__setitem__(0, 5),
+    lambda t: setattr(t.dl_tensor, "byte_offset", 8),
+    lambda t: t.dl_tensor.strides.__setitem__(0, 2),
+])
+def test_tensor_leaving_its_allocation_is_refused(mutate):
+    # As for a CUDA Array Interface import: the extent is checked against
+    # the allocation (cuMemGetAddressRange) before anything is made.
+    cap, alive = _malformed(mutate)
+    with pytest.raises(ValueError, match="outside its allocation of 32 "
+                       "bytes"):
+        cudamem.from_dlpack(cap)
+    del cap
+    gc.collect()
+    assert alive() is None

@@ -505,36 +505,34 @@ find_device(cmpy_state *st, const cai_desc *d, cm_device **dev)
     return rc;
 }
 
-/* The extent must lie in the allocation the pointer belongs to: a dict
- * describing more is refused here rather than faulting in a kernel. */
-static int
-check_extent(cmpy_state *st, const cai_desc *d, cm_device *dev)
+int
+cmpy_check_extent(cmpy_state *st, cm_device *dev, CUdeviceptr ptr,
+                  Py_ssize_t low, Py_ssize_t high, const char *what)
 {
     CUdeviceptr base;
     size_t size;
     cm_error err;
     int rc;
 
-    if (d->size == 0) {
+    if (low == high) {
         return 0;
     }
     Py_BEGIN_ALLOW_THREADS
-    rc = cm_pointer_range(dev, d->ptr, &base, &size, &err);
+    rc = cm_pointer_range(dev, ptr, &base, &size, &err);
     Py_END_ALLOW_THREADS
     if (rc < 0) {
         cmpy_raise(st, &err);
         return -1;
     }
-    if (d->ptr + (CUdeviceptr)d->low < base ||
-        d->ptr + (CUdeviceptr)d->high > base + size) {
+    if (ptr + (CUdeviceptr)low < base ||
+        ptr + (CUdeviceptr)high > base + size) {
         /* PyErr_Format has no %llx. */
         char msg[200];
 
         PyOS_snprintf(msg, sizeof(msg),
-                      "the CUDA Array Interface's array at %#llx spans "
-                      "bytes %zd to %zd around it, outside its allocation "
-                      "of %zu bytes at %#llx",
-                      (unsigned long long)d->ptr, d->low, d->high, size,
+                      "%s at %#llx spans bytes %zd to %zd around it, outside "
+                      "its allocation of %zu bytes at %#llx",
+                      what, (unsigned long long)ptr, low, high, size,
                       (unsigned long long)base);
         PyErr_SetString(PyExc_ValueError, msg);
         return -1;
@@ -626,7 +624,10 @@ cmpy_cai_from_desc(cmpy_state *st, PyObject *desc, PyObject *owner, int sync,
         parse_shape(desc, &d) < 0 || parse_dtype(desc, &d) < 0 ||
         cmpy_check_dtype(d.dtype) < 0 || parse_strides(desc, &d) < 0 ||
         parse_data(desc, &d) < 0 || parse_stream(desc, &d) < 0 ||
-        find_device(st, &d, &dev) < 0 || check_extent(st, &d, dev) < 0 ||
+        find_device(st, &d, &dev) < 0 ||
+        (d.size != 0 &&
+         cmpy_check_extent(st, dev, d.ptr, d.low, d.high,
+                           "the CUDA Array Interface's array") < 0) ||
         check_stream_device(st, &d, dev) < 0 ||
         (consumer != NULL && consumer != Py_None &&
          cmpy_stream_arg(st, consumer, dev, &cref) < 0)) {

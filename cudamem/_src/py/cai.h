@@ -7,6 +7,8 @@
 
 #include "module.h"
 
+#include "../core/context.h"
+
 /* 1 when obj is not a cudamem array but has __cuda_array_interface__, 0
  * when not, -1 with an exception set. */
 int cmpy_cai_check(cmpy_state *st, PyObject *obj);
@@ -28,6 +30,13 @@ PyObject *cmpy_cai_import(cmpy_state *st, PyObject *obj, int sync,
  * made when desc is invalid. New reference. */
 PyObject *cmpy_cai_from_desc(cmpy_state *st, PyObject *desc, PyObject *owner,
                              int sync, PyObject *consumer);
+
+/* Refuses (ValueError naming `what` and the bytes) foreign memory whose
+ * extent [ptr + low, ptr + high) leaves the allocation ptr lies in on dev
+ * (cuMemGetAddressRange): an importer's check, before a kernel faults. An
+ * empty extent (low == high) is not checked. 0 or -1. */
+int cmpy_check_extent(cmpy_state *st, cm_device *dev, CUdeviceptr ptr,
+                      Py_ssize_t low, Py_ssize_t high, const char *what);
 
 /* from_cuda_array_interface, as_cuda_array, is_cuda_array; merged by
  * module.c. */

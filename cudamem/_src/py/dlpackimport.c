@@ -3,6 +3,7 @@
  * once, when the last array over the memory goes), validating the tensor,
  * and the zero-copy or copying import. Building capsules is dlpack.c's. */
 #include "array.h"
+#include "cai.h"
 #include "device.h"
 #include "dlpack.h"
 #include "memory.h"
@@ -534,6 +535,13 @@ from_dlpack(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                      "there",
                      (int)tk.tensor->device.device_type,
                      (int)tk.tensor->device.device_id, dev->ordinal);
+        goto done;
+    }
+    /* Device memory is checked as a CAI import is: a tensor that leaves
+     * its allocation is refused before a kernel faults on it. */
+    if (tk.tensor->device.device_type == CMPY_DL_CUDA && l.size != 0 &&
+        cmpy_check_extent(st, src_dev, (CUdeviceptr)l.ptr, l.low, l.high,
+                          "the DLPack tensor") < 0) {
         goto done;
     }
     stream = ref.async ? ref.obj : NULL;
