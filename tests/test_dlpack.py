@@ -505,3 +505,23 @@ def test_tensor_leaving_its_allocation_is_refused(mutate):
     del cap
     gc.collect()
     assert alive() is None
+
+
+@pytest.mark.parametrize("copy", ["yes", 1, 0.0, np.int8(1)])
+def test_copy_must_be_a_bool_or_none(copy):
+    # The array API's copy is Optional[bool] (NumPy's bools included):
+    # anything else is refused, on import and on export, naming the value.
+    d = cudamem.to_device(np.arange(4.0))
+    with pytest.raises(TypeError, match="copy must be True, False or None"
+                       ", not " + repr(copy).replace("(", r"\(").replace(
+                           ")", r"\)")):
+        cudamem.from_dlpack(d, copy=copy)
+    with pytest.raises(TypeError, match="copy must be"):
+        d.__dlpack__(copy=copy)
+
+
+def test_numpy_bool_copy_is_a_bool():
+    d = cudamem.to_device(np.arange(4.0))
+    x = cudamem.from_dlpack(d, copy=np.True_)
+    assert x.device_ctypes_pointer.value != d.device_ctypes_pointer.value
+    np.testing.assert_array_equal(x.copy_to_host(), np.arange(4.0))

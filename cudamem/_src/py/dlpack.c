@@ -84,6 +84,22 @@ cmpy_dlpack_dtype(PyArray_Descr *dtype, cmpy_DLDataType *out)
 }
 
 int
+cmpy_dlpack_copy_arg(PyObject *arg, int *copy)
+{
+    if (arg == NULL || arg == Py_None) {
+        return 0;
+    }
+    /* NumPy's bools too: they are what comparisons give. */
+    if (!PyBool_Check(arg) && !PyArray_IsScalar(arg, Bool)) {
+        PyErr_Format(PyExc_TypeError,
+                     "copy must be True, False or None, not %R", arg);
+        return -1;
+    }
+    *copy = PyObject_IsTrue(arg);
+    return 0;
+}
+
+int
 cmpy_dlpack_wants_versioned(PyObject *max_version, int *versioned)
 {
     long major;
@@ -207,8 +223,7 @@ cmpy_dlpack_parse(PyObject *const *args, Py_ssize_t nargs,
             0 ||
         parse_stream(argv[0], out) < 0 ||
         cmpy_dlpack_wants_versioned(argv[1], &out->versioned) < 0 ||
-        (argv[3] != NULL && argv[3] != Py_None &&
-         (out->copy = PyObject_IsTrue(argv[3])) < 0) ||
+        cmpy_dlpack_copy_arg(argv[3], &out->copy) < 0 ||
         parse_target(argv[2], type, id, &out->to_cpu) < 0) {
         return -1;
     }

@@ -88,6 +88,9 @@ typedef struct cmpy_dlpack_desc {
  * byte-swapped dtype) raises BufferError naming it. 0 or -1. */
 int cmpy_dlpack_dtype(PyArray_Descr *dtype, cmpy_DLDataType *out);
 
+/* The array API's `copy` argument: None (or NULL) leaves *copy as it is,
+ * True and False set 1 and 0, anything else is a TypeError naming it. */
+int cmpy_dlpack_copy_arg(PyObject *arg, int *copy);
 /* Whether a consumer's max_version (None or a (major, minor) tuple) takes
  * a versioned capsule: *versioned 1 for major >= 1. TypeError naming a
  * malformed value. 0 or -1. */

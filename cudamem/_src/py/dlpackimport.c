@@ -502,8 +502,7 @@ from_dlpack(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     if (cmpy_numpy_init() < 0 ||
         cmpy_parse_args("from_dlpack", names, 4, 1, args, nargs, kwnames,
                         argv) < 0 ||
-        (argv[2] != NULL && argv[2] != Py_None &&
-         (copy = PyObject_IsTrue(argv[2])) < 0) ||
+        cmpy_dlpack_copy_arg(argv[2], &copy) < 0 ||
         (argv[1] != NULL && argv[1] != Py_None &&
          cmpy_device_parse(st, argv[1], &want) < 0) ||
         cmpy_stream_arg(st, argv[3] != NULL ? argv[3] : Py_None,
