@@ -1,8 +1,10 @@
-/* ctxsync.c: context synchronizes run on their own threads so that the
- * caller can poll them (ctxsync.h). A thread per call: a synchronize
- * waits for the device, which costs far more than starting a thread. The
- * thread only tells when the work is done; the caller's own synchronize
- * then returns at once and reports the driver's verdict on its thread. */
+/* ctxsync.c: context synchronizes run on another thread so that the
+ * caller can poll them (ctxsync.h). One worker thread, made on first use,
+ * takes them one at a time (a hand-off costs far less than a new thread);
+ * while it is busy a synchronize gets a thread of its own, so that one
+ * device's long wait never holds up another's. The thread only tells when
+ * the work is done; the caller's own synchronize then returns at once and
+ * reports the driver's verdict on its thread. */
 #include "ctxsync.h"
 
 #include <pthread.h>
@@ -16,6 +18,15 @@ struct cm_ctx_sync {
     uint64_t generation;
 };
 
+/* The worker: `job` is its next one; busy from hand-off until done. A
+ * forked child never gets here (cm_ctx_check refuses it first). */
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    cm_ctx_sync *job;
+    int started, busy;
+} worker = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, 0, 0};
+
 void
 cm_ctx_sync_release(cm_ctx_sync *job)
 {
@@ -24,17 +35,63 @@ cm_ctx_sync_release(cm_ctx_sync *job)
     }
 }
 
-static void *
-sync_main(void *arg)
+static void
+run_job(cm_ctx_sync *job)
 {
-    cm_ctx_sync *job = arg;
     cm_error ignored;
 
     /* A failure ends the wait too: the caller's synchronize reports it. */
     cm_ctx_synchronize(job->dev, job->generation, &ignored);
     __atomic_store_n(&job->done, 1, __ATOMIC_RELEASE);
     cm_ctx_sync_release(job);
+}
+
+static void *
+one_shot_main(void *arg)
+{
+    run_job(arg);
     return NULL;
+}
+
+static void *
+worker_main(void *arg)
+{
+    cm_ctx_sync *job;
+
+    (void)arg;
+    pthread_mutex_lock(&worker.lock);
+    for (;;) {
+        while (worker.job == NULL) {
+            pthread_cond_wait(&worker.wake, &worker.lock);
+        }
+        job = worker.job;
+        worker.job = NULL;
+        pthread_mutex_unlock(&worker.lock);
+        run_job(job);
+        pthread_mutex_lock(&worker.lock);
+        worker.busy = 0;
+    }
+    return NULL;
+}
+
+/* A detached thread running `main`, with every signal blocked: signals go
+ * to the interpreter's threads, never to this one. */
+static int
+spawn(void *(*main)(void *), void *arg)
+{
+    pthread_attr_t attr;
+    sigset_t all, old;
+    pthread_t thread;
+    int rc;
+
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    rc = pthread_create(&thread, &attr, main, arg);
+    pthread_attr_destroy(&attr);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return rc;
 }
 
 int
@@ -42,10 +99,7 @@ cm_ctx_sync_start(cm_device *dev, uint64_t generation, cm_ctx_sync **out,
                   cm_error *err)
 {
     cm_ctx_sync *job;
-    pthread_attr_t attr;
-    sigset_t all, old;
-    pthread_t thread;
-    int rc;
+    int handed = 0;
 
     if (cm_ctx_check(dev, generation, err) < 0) {
         return -1;
@@ -57,15 +111,18 @@ cm_ctx_sync_start(cm_device *dev, uint64_t generation, cm_ctx_sync **out,
     job->refs = 2;
     job->dev = dev;
     job->generation = generation;
-    /* Signals go to the interpreter's threads, never to this one. */
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    rc = pthread_create(&thread, &attr, sync_main, job);
-    pthread_attr_destroy(&attr);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc != 0) {
+    pthread_mutex_lock(&worker.lock);
+    if (!worker.started && spawn(worker_main, NULL) == 0) {
+        worker.started = 1;
+    }
+    if (worker.started && !worker.busy) {
+        worker.job = job;
+        worker.busy = 1;
+        handed = 1;
+        pthread_cond_signal(&worker.wake);
+    }
+    pthread_mutex_unlock(&worker.lock);
+    if (!handed && spawn(one_shot_main, job) != 0) {
         free(job);
         return cm_fail(err, CM_ERR_NOMEM, "no thread for a synchronize");
     }

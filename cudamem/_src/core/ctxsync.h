@@ -1,6 +1,6 @@
 /* ctxsync.h: a context synchronize the caller can poll. cuCtxSynchronize
- * has no query form, so it runs on a thread of its own while the caller
- * polls the job; a caller that stops waiting (Ctrl-C) releases its
+ * has no query form, so it runs on another thread while the caller polls
+ * the job; a caller that stops waiting (Ctrl-C) releases its
  * reference and the thread frees the job when the synchronize returns. */
 #ifndef CM_CTXSYNC_H
 #define CM_CTXSYNC_H
@@ -12,7 +12,7 @@
 typedef struct cm_ctx_sync cm_ctx_sync;
 
 /* Starts cuCtxSynchronize of dev's primary context (of `generation`,
- * checked here first) on a new thread that has every signal blocked. */
+ * checked here first) on a thread that has every signal blocked. */
 int cm_ctx_sync_start(cm_device *dev, uint64_t generation, cm_ctx_sync **out,
                       cm_error *err);
 /* *done 1 once the synchronize has returned. `job` is a cm_ctx_sync (the
