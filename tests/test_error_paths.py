@@ -98,6 +98,21 @@ def _pool_and_context():
     ctx.synchronize()
 
 
+def _broadcasts():
+    """Copies the engine makes in steps: a source repeated along one or two
+    dims (doubling), overlapping views, and fills of a pattern no memset
+    unit holds."""
+    d = cudamem.device_array((6, 5, 40), np.float64)
+    d[0, 0] = np.arange(40.0)
+    d[:, 1:] = d[0, 0]
+    d[1:, 0] = d[0, 0]
+    d[1:4, :, 3:40:2] = d[0:3, :, 0:37:2]
+    d[:, :, ::3].fill(1.5)
+    d[2:, 1:3].fill(-2.25)
+    h = d.copy_to_host()
+    assert h[5, 4, 0] == 1.5 and h[3, 2, 1] == -2.25
+
+
 EXTRA = {
     "views and assignment": _views_and_assignment,
     "CAI import on streams": _cai_on_stream,
@@ -105,6 +120,7 @@ EXTRA = {
     "host arrays": _host_arrays,
     "events": _events,
     "pool and context": _pool_and_context,
+    "broadcasts and overlaps": _broadcasts,
 }
 SCENARIOS = {**{name: REACH[name] for name in ROWS
                 if REACH.get(name) not in (LOAD, TWO, IPC)},

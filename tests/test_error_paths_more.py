@@ -1,0 +1,179 @@
+"""Error paths test_error_paths.py's sweep cannot reach from the main
+thread: driver calls failed on a thread with no current context (so that
+each operation pushes and pops one, nested in its own work), and calls made
+once per process (the device table, the cached pitch limit), failed in a
+fresh process. The sweep's own checks apply: a CudaAPIError naming the
+failed call, or none, and nothing leaked."""
+import os
+import threading
+
+import pytest
+
+import cudamem
+from cudamem.errors import CudaAPIError
+from test_driver_faults import ROWS
+from test_error_paths import MAX_CALLS, _counts, _dev, _run
+
+import numpy as np
+
+pytestmark = pytest.mark.simulator
+
+
+def _on_new_thread(body, fault=None):
+    """body() on a new thread, with fault (row, after) injected there (the
+    simulator's faults are per thread); its CudaAPIError re-raised here.
+    A failed push or pop leaves only that thread's context stack wrong."""
+    from cudamem import simulator
+    failed = []
+
+    def target():
+        if fault is not None:
+            simulator.inject(fault[0], "CUDA_ERROR_UNKNOWN", after=fault[1])
+        try:
+            body()
+        except CudaAPIError as exc:
+            failed.append(exc)
+        finally:
+            simulator.clear_faults()
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join()
+    if failed:
+        raise failed.pop()
+
+
+def _guarded_operations():
+    """Operations that push and pop the array's context around their work,
+    then a select, a stream and a close of the thread's contexts."""
+    a = cudamem.device_array((8, 64), np.float32)
+
+    def body():
+        a[:, :16].fill(3)
+        a[::2, :16].copy_to_host()
+        a[1:5, :16] = a[0, :16]
+        cudamem.get_current_device()
+        cudamem.select_device(0)
+        cudamem.stream().synchronize()
+        cudamem.close()
+
+    return body
+
+
+def _select_after_reset():
+    """A select on a new thread, a reset, then the current device: the
+    primary context is retained again inside the select and resolve."""
+    def body():
+        cudamem.select_device(0)
+        _dev().reset()
+        cudamem.get_current_device()
+        _dev().reset()
+        cudamem.select_device(0)
+        cudamem.close()
+
+    return body
+
+
+THREAD_SCENARIOS = {
+    "guarded operations": _guarded_operations,
+    "select after a reset": _select_after_reset,
+}
+
+
+def thread_sweep(sim, scenario):
+    """test_error_paths.sweep for a body run on a new thread: fails each
+    call it makes in turn; the problems found."""
+    make = THREAD_SCENARIOS[scenario]
+
+    def fn(fault=None):
+        _on_new_thread(make(), fault)
+
+    assert cudamem.is_available()
+    _run(fn, sim)
+    before = _counts(sim)
+    assert _run(fn, sim) == (None, False)
+    after = _counts(sim)
+    made = {row: after[row] - before[row] for row in ROWS
+            if after[row] > before[row]}
+    problems = []
+    for row, n in sorted(made.items()):
+        for k in range(min(n, MAX_CALLS)):
+            live = sim.live()
+            call, release_failed = _run(lambda: fn((row, k)), sim)
+            if call not in (None, row):
+                problems.append("%s call %d: CudaAPIError from %s"
+                                % (row, k, call))
+            if release_failed and sim.live() != live:
+                _dev().reset()
+                _run(lambda: None, sim)
+            if sim.live() != live:
+                now = sim.live()
+                problems.append("%s call %d: leaked %r" % (row, k, {
+                    key: now[key] - live[key] for key in live
+                    if now[key] != live[key]}))
+                _dev().reset()
+                _run(lambda: None, sim)
+    if _run(fn, sim) != (None, False):
+        problems.append("the faults were not used up")
+    return problems
+
+
+SWEEP = """
+import sys
+sys.path.insert(0, %r)
+import test_error_paths_more
+from cudamem import simulator
+for problem in test_error_paths_more.thread_sweep(simulator, %r):
+    print(problem)
+"""
+
+
+@pytest.mark.parametrize("scenario", sorted(THREAD_SCENARIOS))
+def test_every_call_on_a_thread_can_fail(run_py, scenario):
+    proc = run_py(SWEEP % (os.path.dirname(os.path.abspath(__file__)),
+                           scenario))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout == "", proc.stdout
+
+
+# Calls made once per process, failed in a fresh one: the operation raises
+# a CudaAPIError naming the call, the next try works, and nothing is left.
+ONCE = """
+import numpy as np
+import cudamem
+from cudamem import _cudamem, simulator
+from cudamem.errors import CudaAPIError
+assert cudamem.is_available()
+%s
+simulator.inject(%r, "CUDA_ERROR_UNKNOWN")
+try:
+    op()
+except CudaAPIError as exc:
+    print(exc.call)
+op()
+cudamem.close()
+print(all(v == 0 for v in simulator.live().values()))
+"""
+
+ONCE_OPS = {
+    # The device table, built on first use.
+    "device info": ("cuDeviceGetCount",
+                    "op = lambda: _cudamem.device_info(0)"),
+    "device list": ("cuDeviceGet", "op = cudamem.list_devices"),
+    "flush": ("cuDeviceGetCount", "op = _cudamem._flush_pending"),
+    # The pitch limit, read by the first strided copy or fill.
+    "strided copy": ("cuDeviceGetAttribute",
+                     "a = cudamem.device_array((8, 64))\n"
+                     "op = lambda: a[::2, :16].copy_to_host()"),
+    "strided fill": ("cuDeviceGetAttribute",
+                     "a = cudamem.device_array((8, 64))\n"
+                     "op = lambda: a[::2, :16].fill(2.5)"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ONCE_OPS))
+def test_first_call_failure(run_py, name):
+    row, setup = ONCE_OPS[name]
+    proc = run_py(ONCE % (setup, row))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == [row, "True"]
