@@ -24,7 +24,8 @@ pytestmark = pytest.mark.simulator
 # test_driver_faults.py.
 RELEASES = {"cuMemHostRegister", "cuMemHostUnregister", "cuMemFree",
             "cuMemFreeHost", "cuStreamDestroy", "cuEventDestroy",
-            "pool and context"}
+            "pool and context", "host memory after a reset",
+            "external host memory"}
 # At most this many calls of one row are failed in turn per operation.
 MAX_CALLS = 6
 
@@ -113,6 +114,51 @@ def _broadcasts():
     assert h[5, 4, 0] == 1.5 and h[3, 2, 1] == -2.25
 
 
+def _host_memory_after_reset():
+    """Host memory made first thing after a reset, so that each kind
+    retains the primary context anew inside its registration; a read-only
+    array asks the device whether it can page-lock it."""
+    _dev().reset()
+    frozen = np.arange(1024.0)
+    frozen.flags.writeable = False
+    with cudamem.pinned(frozen):
+        pass
+    _dev().reset()
+    w = cudamem.mapped_array(4, wc=True)
+    _dev().reset()
+    m = cudamem.mapped_array(1024)
+    host = np.zeros(512)
+    with cudamem.mapped(host):
+        pass
+    p = cudamem.pinned_array(8)
+    del w, m, p
+
+
+def _releases_after_reset():
+    """The first release of each kind after a reset makes the device's
+    queues again (their size from the device's memory)."""
+    _dev().reset()
+    with cudamem.defer_cleanup():
+        pass
+    _dev().reset()
+    a = cudamem.device_array(4)
+    del a
+    _dev().reset()
+    s = cudamem.stream()
+    del s
+
+
+def _external_host_memory():
+    """numba's MappedMemory and PinnedMemory over pages mapped here: the
+    buffer asks the context for the device address of mapped ones."""
+    ctx = cudamem.current_context()
+    host = np.zeros(512)
+    with cudamem.mapped(host):
+        m = cudamem.MappedMemory(ctx, host.ctypes.data, host.nbytes)
+        p = cudamem.PinnedMemory(ctx, host.ctypes.data, host.nbytes)
+        del m, p
+
+
 EXTRA = {
     "views and assignment": _views_and_assignment,
     "CAI import on streams": _cai_on_stream,
@@ -121,6 +167,9 @@ EXTRA = {
     "events": _events,
     "pool and context": _pool_and_context,
     "broadcasts and overlaps": _broadcasts,
+    "host memory after a reset": _host_memory_after_reset,
+    "releases after a reset": _releases_after_reset,
+    "external host memory": _external_host_memory,
 }
 SCENARIOS = {**{name: REACH[name] for name in ROWS
                 if REACH.get(name) not in (LOAD, TWO, IPC)},

@@ -74,9 +74,19 @@ def _select_after_reset():
     return body
 
 
+def _freed_after_close():
+    """Memory holding a retain of its context, made here, then freed on a
+    new thread once close() released the context: the free pushes the
+    context the memory was made in, then pops it."""
+    held = [cudamem.mapped_array(4, wc=True), cudamem.managed_array(4)]
+    cudamem.close()
+    return held.clear
+
+
 THREAD_SCENARIOS = {
     "guarded operations": _guarded_operations,
     "select after a reset": _select_after_reset,
+    "freed after close": _freed_after_close,
 }
 
 
@@ -161,6 +171,14 @@ ONCE_OPS = {
                     "op = lambda: _cudamem.device_info(0)"),
     "device list": ("cuDeviceGet", "op = cudamem.list_devices"),
     "flush": ("cuDeviceGetCount", "op = _cudamem._flush_pending"),
+    "close": ("cuDeviceGetCount", "op = cudamem.close"),
+    # The device's release queues, made by the first release or deferral
+    # (their limits from the device's memory).
+    "deferred cleanup": ("cuDeviceTotalMem",
+                         "ctx = cudamem.current_context()\n"
+                         "def op():\n"
+                         "    with ctx.defer_cleanup():\n"
+                         "        pass"),
     # The pitch limit, read by the first strided copy or fill.
     "strided copy": ("cuDeviceGetAttribute",
                      "a = cudamem.device_array((8, 64))\n"
