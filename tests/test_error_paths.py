@@ -25,7 +25,7 @@ pytestmark = pytest.mark.simulator
 RELEASES = {"cuMemHostRegister", "cuMemHostUnregister", "cuMemFree",
             "cuMemFreeHost", "cuStreamDestroy", "cuEventDestroy",
             "pool and context", "host memory after a reset",
-            "external host memory"}
+            "external host memory", "pool trims"}
 # At most this many calls of one row are failed in turn per operation.
 MAX_CALLS = 6
 
@@ -159,6 +159,27 @@ def _external_host_memory():
         del m, p
 
 
+def _pool_trims():
+    """The memory pool's slabs and events, and the host pool's page-locked
+    blocks, given back by trim() and by a lower pinned limit."""
+    with cudamem.using_memory_manager(cudamem.PoolMemoryManager):
+        mm = cudamem.current_context().memory_manager
+        try:
+            stream = cudamem.stream()
+            a = cudamem.device_array(256, stream=stream)
+            p = cudamem.pinned_array(64)
+            del a, p
+            stream.synchronize()
+            mm.trim()
+            p = cudamem.pinned_array(64)
+            del p
+            mm.set_pinned_limit(0)
+            mm.set_pinned_limit(None)
+        finally:
+            # What a failed step left cached (a fault fails one call).
+            mm.trim()
+
+
 EXTRA = {
     "views and assignment": _views_and_assignment,
     "CAI import on streams": _cai_on_stream,
@@ -170,6 +191,7 @@ EXTRA = {
     "host memory after a reset": _host_memory_after_reset,
     "releases after a reset": _releases_after_reset,
     "external host memory": _external_host_memory,
+    "pool trims": _pool_trims,
 }
 SCENARIOS = {**{name: REACH[name] for name in ROWS
                 if REACH.get(name) not in (LOAD, TWO, IPC)},
