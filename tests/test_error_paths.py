@@ -112,6 +112,10 @@ def _broadcasts():
     d[2:, 1:3].fill(-2.25)
     h = d.copy_to_host()
     assert h[5, 4, 0] == 1.5 and h[3, 2, 1] == -2.25
+    # Large enough that a memset seed doubled by copies beats the host.
+    big = cudamem.device_array((4096, 1024), np.float64)
+    big[:, :512].fill(1.5)
+    assert (big[-1, :512].copy_to_host() == 1.5).all()
 
 
 def _host_memory_after_reset():

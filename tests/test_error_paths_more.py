@@ -83,11 +83,39 @@ def _freed_after_close():
     return held.clear
 
 
+def _other_device_objects():
+    """Objects of device 1 used on a thread where device 0 is current: each
+    operation pushes device 1's context, nested in its own work."""
+    cudamem.select_device(1)
+    stream = cudamem.stream()
+    start, end = cudamem.event(timing=True), cudamem.event(timing=True)
+    start.record(stream)
+    end.record(stream)
+    end.synchronize()
+    a = cudamem.device_array((8, 64), np.float32)
+    cudamem.select_device(0)
+
+    def body():
+        cudamem.get_current_device()
+        start.elapsed_time(end)
+        start.record(stream)
+        a[:, :16].fill(3)
+        a[1:5, :16] = a[0, :16]
+        stream.synchronize()
+        repr(stream), repr(end)
+        cudamem.close()
+
+    return body
+
+
 THREAD_SCENARIOS = {
     "guarded operations": _guarded_operations,
     "select after a reset": _select_after_reset,
     "freed after close": _freed_after_close,
+    "other device's objects": _other_device_objects,
 }
+# Scenarios run with two simulated devices.
+TWO_DEVICES = {"other device's objects"}
 
 
 def thread_sweep(sim, scenario):
@@ -140,8 +168,10 @@ for problem in test_error_paths_more.thread_sweep(simulator, %r):
 
 @pytest.mark.parametrize("scenario", sorted(THREAD_SCENARIOS))
 def test_every_call_on_a_thread_can_fail(run_py, scenario):
+    env = ({"CUDAMEM_SIM_DEVICES": "2", "CUDA_VISIBLE_DEVICES": None}
+           if scenario in TWO_DEVICES else None)
     proc = run_py(SWEEP % (os.path.dirname(os.path.abspath(__file__)),
-                           scenario))
+                           scenario), env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout == "", proc.stdout
 
