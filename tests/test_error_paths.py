@@ -184,6 +184,15 @@ def _pool_trims():
             mm.trim()
 
 
+def _device_attributes():
+    """Attributes read from the driver on each access, the identity numba
+    reports, and current_context() selecting a device by number."""
+    dev = _dev()
+    assert dev.MAX_THREADS_PER_BLOCK > 0
+    assert set(dev.get_device_identity()) >= {"pci_bus_id"}
+    assert cudamem.current_context(0).device.id == 0
+
+
 EXTRA = {
     "views and assignment": _views_and_assignment,
     "CAI import on streams": _cai_on_stream,
@@ -196,6 +205,7 @@ EXTRA = {
     "releases after a reset": _releases_after_reset,
     "external host memory": _external_host_memory,
     "pool trims": _pool_trims,
+    "device attributes": _device_attributes,
 }
 SCENARIOS = {**{name: REACH[name] for name in ROWS
                 if REACH.get(name) not in (LOAD, TWO, IPC)},
