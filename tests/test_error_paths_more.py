@@ -10,7 +10,7 @@ import threading
 import pytest
 
 import cudamem
-from cudamem.errors import CudaAPIError
+from cudamem.errors import CudaAPIError, CudaOutOfMemoryError
 from test_driver_faults import ROWS
 from test_error_paths import MAX_CALLS, _counts, _dev, _run
 
@@ -182,7 +182,7 @@ ONCE = """
 import numpy as np
 import cudamem
 from cudamem import _cudamem, simulator
-from cudamem.errors import CudaAPIError
+from cudamem.errors import CudaAPIError, CudaOutOfMemoryError
 assert cudamem.is_available()
 %s
 simulator.inject(%r, "CUDA_ERROR_UNKNOWN")
@@ -225,3 +225,34 @@ def test_first_call_failure(run_py, name):
     proc = run_py(ONCE % (setup, row))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split() == [row, "True"]
+
+
+# Allocation failures the out-of-memory recovery handles: the report of
+# free memory failing too, and the pool's retry after a trim.
+def test_oom_report_survives_a_failed_meminfo(sim):
+    cudamem.device_array(4)
+    sim.inject("cuMemAlloc", "CUDA_ERROR_OUT_OF_MEMORY", count=2)
+    sim.inject("cuMemGetInfo", "CUDA_ERROR_UNKNOWN")
+    with pytest.raises(CudaOutOfMemoryError) as info:
+        cudamem.device_array(4)
+    assert info.value.call == "cuMemAlloc"
+    assert "requested 32 bytes" in str(info.value)
+    assert cudamem.device_array(4).size == 4
+
+
+@pytest.mark.parametrize("code, count, kind", [
+    ("CUDA_ERROR_UNKNOWN", 1, CudaAPIError),
+    ("CUDA_ERROR_OUT_OF_MEMORY", 2, CudaOutOfMemoryError)])
+def test_pool_allocation_failure(sim, code, count, kind):
+    with cudamem.using_memory_manager(cudamem.PoolMemoryManager):
+        mm = cudamem.current_context().memory_manager
+        try:
+            cudamem.device_array(4)
+            sim.inject("cuMemAlloc", code, count=count)
+            with pytest.raises(kind) as info:
+                cudamem.device_array(1 << 24)
+            assert type(info.value) is kind
+            assert info.value.call == "cuMemAlloc"
+            assert cudamem.device_array(1 << 24).size == 1 << 24
+        finally:
+            mm.trim()
