@@ -200,6 +200,8 @@ ONCE_OPS = {
     "device info": ("cuDeviceGetCount",
                     "op = lambda: _cudamem.device_info(0)"),
     "device list": ("cuDeviceGet", "op = cudamem.list_devices"),
+    # The Device objects, made once with their names.
+    "device names": ("cuDeviceGetName", "op = cudamem.list_devices"),
     "flush": ("cuDeviceGetCount", "op = _cudamem._flush_pending"),
     "close": ("cuDeviceGetCount", "op = cudamem.close"),
     # The device's release queues, made by the first release or deferral
