@@ -7,14 +7,13 @@ failed call, or none, and nothing leaked."""
 import os
 import threading
 
+import numpy as np
 import pytest
 
 import cudamem
 from cudamem.errors import CudaAPIError, CudaOutOfMemoryError
 from test_driver_faults import ROWS
 from test_error_paths import MAX_CALLS, _counts, _dev, _run
-
-import numpy as np
 
 pytestmark = pytest.mark.simulator
 
