@@ -24,7 +24,8 @@ pytestmark = pytest.mark.simulator
 # test_driver_faults.py.
 RELEASES = {"cuMemHostRegister", "cuMemHostUnregister", "cuMemFree",
             "cuMemFreeHost", "cuStreamDestroy", "cuEventDestroy",
-            "pool and context"}
+            "pool and context", "host memory after a reset",
+            "external host memory", "pool trims"}
 # At most this many calls of one row are failed in turn per operation.
 MAX_CALLS = 6
 
@@ -98,6 +99,100 @@ def _pool_and_context():
     ctx.synchronize()
 
 
+def _broadcasts():
+    """Copies the engine makes in steps: a source repeated along one or two
+    dims (doubling), overlapping views, and fills of a pattern no memset
+    unit holds."""
+    d = cudamem.device_array((6, 5, 40), np.float64)
+    d[0, 0] = np.arange(40.0)
+    d[:, 1:] = d[0, 0]
+    d[1:, 0] = d[0, 0]
+    d[1:4, :, 3:40:2] = d[0:3, :, 0:37:2]
+    d[:, :, ::3].fill(1.5)
+    d[2:, 1:3].fill(-2.25)
+    h = d.copy_to_host()
+    assert h[5, 4, 0] == 1.5 and h[3, 2, 1] == -2.25
+    # Large enough that a memset seed doubled by copies beats the host.
+    big = cudamem.device_array((4096, 1024), np.float64)
+    big[:, :512].fill(1.5)
+    assert (big[-1, :512].copy_to_host() == 1.5).all()
+
+
+def _host_memory_after_reset():
+    """Host memory made first thing after a reset, so that each kind
+    retains the primary context anew inside its registration; a read-only
+    array asks the device whether it can page-lock it."""
+    _dev().reset()
+    frozen = np.arange(1024.0)
+    frozen.flags.writeable = False
+    with cudamem.pinned(frozen):
+        pass
+    _dev().reset()
+    w = cudamem.mapped_array(4, wc=True)
+    _dev().reset()
+    m = cudamem.mapped_array(1024)
+    host = np.zeros(512)
+    with cudamem.mapped(host):
+        pass
+    p = cudamem.pinned_array(8)
+    del w, m, p
+
+
+def _releases_after_reset():
+    """The first release of each kind after a reset makes the device's
+    queues again (their size from the device's memory)."""
+    _dev().reset()
+    with cudamem.defer_cleanup():
+        pass
+    _dev().reset()
+    a = cudamem.device_array(4)
+    del a
+    _dev().reset()
+    s = cudamem.stream()
+    del s
+
+
+def _external_host_memory():
+    """numba's MappedMemory and PinnedMemory over pages mapped here: the
+    buffer asks the context for the device address of mapped ones."""
+    ctx = cudamem.current_context()
+    host = np.zeros(512)
+    with cudamem.mapped(host):
+        m = cudamem.MappedMemory(ctx, host.ctypes.data, host.nbytes)
+        p = cudamem.PinnedMemory(ctx, host.ctypes.data, host.nbytes)
+        del m, p
+
+
+def _pool_trims():
+    """The memory pool's slabs and events, and the host pool's page-locked
+    blocks, given back by trim() and by a lower pinned limit."""
+    with cudamem.using_memory_manager(cudamem.PoolMemoryManager):
+        mm = cudamem.current_context().memory_manager
+        try:
+            stream = cudamem.stream()
+            a = cudamem.device_array(256, stream=stream)
+            p = cudamem.pinned_array(64)
+            del a, p
+            stream.synchronize()
+            mm.trim()
+            p = cudamem.pinned_array(64)
+            del p
+            mm.set_pinned_limit(0)
+            mm.set_pinned_limit(None)
+        finally:
+            # What a failed step left cached (a fault fails one call).
+            mm.trim()
+
+
+def _device_attributes():
+    """Attributes read from the driver on each access, the identity numba
+    reports, and current_context() selecting a device by number."""
+    dev = _dev()
+    assert dev.MAX_THREADS_PER_BLOCK > 0
+    assert set(dev.get_device_identity()) >= {"pci_bus_id"}
+    assert cudamem.current_context(0).device.id == 0
+
+
 EXTRA = {
     "views and assignment": _views_and_assignment,
     "CAI import on streams": _cai_on_stream,
@@ -105,6 +200,12 @@ EXTRA = {
     "host arrays": _host_arrays,
     "events": _events,
     "pool and context": _pool_and_context,
+    "broadcasts and overlaps": _broadcasts,
+    "host memory after a reset": _host_memory_after_reset,
+    "releases after a reset": _releases_after_reset,
+    "external host memory": _external_host_memory,
+    "pool trims": _pool_trims,
+    "device attributes": _device_attributes,
 }
 SCENARIOS = {**{name: REACH[name] for name in ROWS
                 if REACH.get(name) not in (LOAD, TWO, IPC)},

@@ -223,6 +223,11 @@ cm_device_reset(cm_device *dev, cm_error *err)
     rc = released < 0 ? -1
                       : CM_CALL(released > 0 ? &ignored : err,
                                 cuDevicePrimaryCtxReset, dev->cudev);
+    if (released >= 0 && rc < 0) {
+        /* The driver kept the context and what is in it: host memory
+         * retaining it must still be freed, not taken as reset away. */
+        __atomic_sub_fetch(&dev->resets, 1, __ATOMIC_ACQ_REL);
+    }
     pthread_mutex_unlock(&dev->lock);
     if (released > 0) {
         return -1;

@@ -1,0 +1,259 @@
+"""Error paths test_error_paths.py's sweep cannot reach from the main
+thread: driver calls failed on a thread with no current context (so that
+each operation pushes and pops one, nested in its own work), and calls made
+once per process (the device table, the cached pitch limit), failed in a
+fresh process. The sweep's own checks apply: a CudaAPIError naming the
+failed call, or none, and nothing leaked."""
+import os
+import threading
+
+import numpy as np
+import pytest
+
+import cudamem
+from cudamem.errors import CudaAPIError, CudaOutOfMemoryError
+from test_driver_faults import ROWS
+from test_error_paths import MAX_CALLS, _counts, _dev, _run
+
+pytestmark = pytest.mark.simulator
+
+
+def _on_new_thread(body, fault=None):
+    """body() on a new thread, with fault (row, after) injected there (the
+    simulator's faults are per thread); its CudaAPIError re-raised here.
+    A failed push or pop leaves only that thread's context stack wrong."""
+    from cudamem import simulator
+    failed = []
+
+    def target():
+        if fault is not None:
+            simulator.inject(fault[0], "CUDA_ERROR_UNKNOWN", after=fault[1])
+        try:
+            body()
+        except CudaAPIError as exc:
+            failed.append(exc)
+        finally:
+            simulator.clear_faults()
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join()
+    if failed:
+        raise failed.pop()
+
+
+def _guarded_operations():
+    """Operations that push and pop the array's context around their work,
+    then a select, a stream and a close of the thread's contexts."""
+    a = cudamem.device_array((8, 64), np.float32)
+
+    def body():
+        a[:, :16].fill(3)
+        a[::2, :16].copy_to_host()
+        a[1:5, :16] = a[0, :16]
+        cudamem.get_current_device()
+        cudamem.select_device(0)
+        cudamem.stream().synchronize()
+        cudamem.close()
+
+    return body
+
+
+def _select_after_reset():
+    """A select on a new thread, a reset, then the current device: the
+    primary context is retained again inside the select and resolve."""
+    def body():
+        cudamem.select_device(0)
+        _dev().reset()
+        cudamem.get_current_device()
+        _dev().reset()
+        cudamem.select_device(0)
+        cudamem.close()
+
+    return body
+
+
+def _freed_after_close():
+    """Memory holding a retain of its context, made here, then freed on a
+    new thread once close() released the context: the free pushes the
+    context the memory was made in, then pops it."""
+    held = [cudamem.mapped_array(4, wc=True), cudamem.managed_array(4)]
+    cudamem.close()
+    return held.clear
+
+
+def _other_device_objects():
+    """Objects of device 1 used on a thread where device 0 is current: each
+    operation pushes device 1's context, nested in its own work."""
+    cudamem.select_device(1)
+    stream = cudamem.stream()
+    start, end = cudamem.event(timing=True), cudamem.event(timing=True)
+    start.record(stream)
+    end.record(stream)
+    end.synchronize()
+    a = cudamem.device_array((8, 64), np.float32)
+    cudamem.select_device(0)
+
+    def body():
+        cudamem.get_current_device()
+        start.elapsed_time(end)
+        start.record(stream)
+        a[:, :16].fill(3)
+        a[1:5, :16] = a[0, :16]
+        stream.synchronize()
+        repr(stream), repr(end)
+        cudamem.close()
+
+    return body
+
+
+THREAD_SCENARIOS = {
+    "guarded operations": _guarded_operations,
+    "select after a reset": _select_after_reset,
+    "freed after close": _freed_after_close,
+    "other device's objects": _other_device_objects,
+}
+# Scenarios run with two simulated devices.
+TWO_DEVICES = {"other device's objects"}
+
+
+def thread_sweep(sim, scenario):
+    """test_error_paths.sweep for a body run on a new thread: fails each
+    call it makes in turn; the problems found."""
+    make = THREAD_SCENARIOS[scenario]
+
+    def fn(fault=None):
+        _on_new_thread(make(), fault)
+
+    assert cudamem.is_available()
+    _run(fn, sim)
+    before = _counts(sim)
+    assert _run(fn, sim) == (None, False)
+    after = _counts(sim)
+    made = {row: after[row] - before[row] for row in ROWS
+            if after[row] > before[row]}
+    problems = []
+    for row, n in sorted(made.items()):
+        for k in range(min(n, MAX_CALLS)):
+            live = sim.live()
+            call, release_failed = _run(lambda: fn((row, k)), sim)
+            if call not in (None, row):
+                problems.append("%s call %d: CudaAPIError from %s"
+                                % (row, k, call))
+            if release_failed and sim.live() != live:
+                _dev().reset()
+                _run(lambda: None, sim)
+            if sim.live() != live:
+                now = sim.live()
+                problems.append("%s call %d: leaked %r" % (row, k, {
+                    key: now[key] - live[key] for key in live
+                    if now[key] != live[key]}))
+                _dev().reset()
+                _run(lambda: None, sim)
+    if _run(fn, sim) != (None, False):
+        problems.append("the faults were not used up")
+    return problems
+
+
+SWEEP = """
+import sys
+sys.path.insert(0, %r)
+import test_error_paths_more
+from cudamem import simulator
+for problem in test_error_paths_more.thread_sweep(simulator, %r):
+    print(problem)
+"""
+
+
+@pytest.mark.parametrize("scenario", sorted(THREAD_SCENARIOS))
+def test_every_call_on_a_thread_can_fail(run_py, scenario):
+    env = ({"CUDAMEM_SIM_DEVICES": "2", "CUDA_VISIBLE_DEVICES": None}
+           if scenario in TWO_DEVICES else None)
+    proc = run_py(SWEEP % (os.path.dirname(os.path.abspath(__file__)),
+                           scenario), env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout == "", proc.stdout
+
+
+# Calls made once per process, failed in a fresh one: the operation raises
+# a CudaAPIError naming the call, the next try works, and nothing is left.
+ONCE = """
+import numpy as np
+import cudamem
+from cudamem import _cudamem, simulator
+from cudamem.errors import CudaAPIError, CudaOutOfMemoryError
+assert cudamem.is_available()
+%s
+simulator.inject(%r, "CUDA_ERROR_UNKNOWN")
+try:
+    op()
+except CudaAPIError as exc:
+    print(exc.call)
+op()
+cudamem.close()
+print(all(v == 0 for v in simulator.live().values()))
+"""
+
+ONCE_OPS = {
+    # The device table, built on first use.
+    "device info": ("cuDeviceGetCount",
+                    "op = lambda: _cudamem.device_info(0)"),
+    "device list": ("cuDeviceGet", "op = cudamem.list_devices"),
+    # The Device objects, made once with their names.
+    "device names": ("cuDeviceGetName", "op = cudamem.list_devices"),
+    "flush": ("cuDeviceGetCount", "op = _cudamem._flush_pending"),
+    "close": ("cuDeviceGetCount", "op = cudamem.close"),
+    # The device's release queues, made by the first release or deferral
+    # (their limits from the device's memory).
+    "deferred cleanup": ("cuDeviceTotalMem",
+                         "ctx = cudamem.current_context()\n"
+                         "def op():\n"
+                         "    with ctx.defer_cleanup():\n"
+                         "        pass"),
+    # The pitch limit, read by the first strided copy or fill.
+    "strided copy": ("cuDeviceGetAttribute",
+                     "a = cudamem.device_array((8, 64))\n"
+                     "op = lambda: a[::2, :16].copy_to_host()"),
+    "strided fill": ("cuDeviceGetAttribute",
+                     "a = cudamem.device_array((8, 64))\n"
+                     "op = lambda: a[::2, :16].fill(2.5)"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ONCE_OPS))
+def test_first_call_failure(run_py, name):
+    row, setup = ONCE_OPS[name]
+    proc = run_py(ONCE % (setup, row))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == [row, "True"]
+
+
+# Allocation failures the out-of-memory recovery handles: the report of
+# free memory failing too, and the pool's retry after a trim.
+def test_oom_report_survives_a_failed_meminfo(sim):
+    cudamem.device_array(4)
+    sim.inject("cuMemAlloc", "CUDA_ERROR_OUT_OF_MEMORY", count=2)
+    sim.inject("cuMemGetInfo", "CUDA_ERROR_UNKNOWN")
+    with pytest.raises(CudaOutOfMemoryError) as info:
+        cudamem.device_array(4)
+    assert info.value.call == "cuMemAlloc"
+    assert "requested 32 bytes" in str(info.value)
+    assert cudamem.device_array(4).size == 4
+
+
+@pytest.mark.parametrize("code, count, kind", [
+    ("CUDA_ERROR_UNKNOWN", 1, CudaAPIError),
+    ("CUDA_ERROR_OUT_OF_MEMORY", 2, CudaOutOfMemoryError)])
+def test_pool_allocation_failure(sim, code, count, kind):
+    with cudamem.using_memory_manager(cudamem.PoolMemoryManager):
+        mm = cudamem.current_context().memory_manager
+        try:
+            cudamem.device_array(4)
+            sim.inject("cuMemAlloc", code, count=count)
+            with pytest.raises(kind) as info:
+                cudamem.device_array(1 << 24)
+            assert type(info.value) is kind
+            assert info.value.call == "cuMemAlloc"
+            assert cudamem.device_array(1 << 24).size == 1 << 24
+        finally:
+            mm.trim()
