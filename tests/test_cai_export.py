@@ -275,3 +275,29 @@ def test_foreign_event_failure_waits_for_the_work(hazards, row):
         assert foreign.stream.query()
     assert d.__cuda_array_interface__["stream"] is None
     np.testing.assert_array_equal(d.copy_to_host(), np.full(N, 7.0))
+
+
+@pytest.mark.parametrize("row", ["cuEventCreate", "cuEventRecord",
+                                 "cuStreamWaitEvent"])
+def test_full_set_failing_to_order_its_oldest(hazards, row):
+    # The fifth stream's work finds the set full: ordering the oldest
+    # fails, the copy is not queued, and the oldest stays remembered for
+    # the export to order.
+    sim = hazards
+    streams = [cudamem.stream() for _ in range(5)]
+    own = cudamem.stream()
+    d = cudamem.device_array(5 * N, stream=own)
+    for i, s in enumerate(streams[:4]):
+        d[i * N:(i + 1) * N].copy_to_device(np.full(N, float(i)), stream=s)
+    sim.inject(row, "CUDA_ERROR_UNKNOWN")
+    with pytest.raises(cudamem.CudaAPIError, match=row):
+        d[4 * N:].copy_to_device(np.full(N, 4.0), stream=streams[4])
+    sim.clear_faults()
+    d[4 * N:].copy_to_device(np.full(N, 4.0), stream=streams[4])
+    sim.reset()
+    assert d.__cuda_array_interface__["stream"] == int(own)
+    assert calls(sim)["cuStreamWaitEvent"] == 4  # streams 1 to 4
+    out = cudamem.as_cuda_array(Producer(d), stream=own).copy_to_host(
+        stream=own)
+    own.synchronize()
+    np.testing.assert_array_equal(out, np.repeat(np.arange(5.0), N))
