@@ -254,13 +254,15 @@ def _run(fn, sim):
     return call, not released
 
 
-def sweep(sim, scenario):
-    """Fails each call the scenario makes in turn; the problems found."""
-    fn = SCENARIOS[scenario]
+def sweep_faults(sim, run, keeps_on_error=False):
+    """Fails each driver call a scenario makes in turn and returns the
+    problems found. run(fault) runs it with `fault`, a (row, k) to inject
+    or None, and returns _run's result; keeps_on_error: a failed run may
+    keep what it made until its context goes."""
     assert cudamem.is_available()
-    _run(fn, sim)  # warm: contexts retained, modules loaded
+    run(None)  # warm: contexts retained, modules loaded
     before = _counts(sim)
-    assert _run(fn, sim) == (None, False)
+    assert run(None) == (None, False)
     after = _counts(sim)
     made = {row: after[row] - before[row] for row in ROWS
             if after[row] > before[row]}
@@ -269,12 +271,11 @@ def sweep(sim, scenario):
     for row, n in sorted(made.items()):
         for k in range(min(n, MAX_CALLS)):
             live = sim.live()
-            sim.inject(row, "CUDA_ERROR_UNKNOWN", after=k)
-            call, release_failed = _run(fn, sim)
+            call, release_failed = run((row, k))
             if call not in (None, row):
                 problems.append("%s call %d: CudaAPIError from %s"
                                 % (row, k, call))
-            if ((release_failed or (call and scenario in RELEASES))
+            if ((release_failed or (call and keeps_on_error))
                     and sim.live() != live):
                 # What a failed release kept goes with its context.
                 _dev().reset()
@@ -286,9 +287,22 @@ def sweep(sim, scenario):
                     if now[key] != live[key]}))
                 _dev().reset()
                 _run(lambda: None, sim)
-    if _run(fn, sim) != (None, False):
+    if run(None) != (None, False):
         problems.append("the faults were not used up")
     return problems
+
+
+def sweep(sim, scenario):
+    """Fails each call SCENARIOS[scenario] makes in turn, injected on this
+    thread; the problems found."""
+    fn = SCENARIOS[scenario]
+
+    def run(fault):
+        if fault is not None:
+            sim.inject(fault[0], "CUDA_ERROR_UNKNOWN", after=fault[1])
+        return _run(fn, sim)
+
+    return sweep_faults(sim, run, scenario in RELEASES)
 
 
 SWEEP = """

@@ -12,8 +12,7 @@ import pytest
 
 import cudamem
 from cudamem.errors import CudaAPIError, CudaOutOfMemoryError
-from test_driver_faults import ROWS
-from test_error_paths import MAX_CALLS, _counts, _dev, _run
+from test_error_paths import _dev, _run, sweep_faults
 
 pytestmark = pytest.mark.simulator
 
@@ -118,41 +117,11 @@ TWO_DEVICES = {"other device's objects"}
 
 
 def thread_sweep(sim, scenario):
-    """test_error_paths.sweep for a body run on a new thread: fails each
-    call it makes in turn; the problems found."""
+    """test_error_paths.sweep for a body run on a new thread, with the
+    fault injected there: the problems found."""
     make = THREAD_SCENARIOS[scenario]
-
-    def fn(fault=None):
-        _on_new_thread(make(), fault)
-
-    assert cudamem.is_available()
-    _run(fn, sim)
-    before = _counts(sim)
-    assert _run(fn, sim) == (None, False)
-    after = _counts(sim)
-    made = {row: after[row] - before[row] for row in ROWS
-            if after[row] > before[row]}
-    problems = []
-    for row, n in sorted(made.items()):
-        for k in range(min(n, MAX_CALLS)):
-            live = sim.live()
-            call, release_failed = _run(lambda: fn((row, k)), sim)
-            if call not in (None, row):
-                problems.append("%s call %d: CudaAPIError from %s"
-                                % (row, k, call))
-            if release_failed and sim.live() != live:
-                _dev().reset()
-                _run(lambda: None, sim)
-            if sim.live() != live:
-                now = sim.live()
-                problems.append("%s call %d: leaked %r" % (row, k, {
-                    key: now[key] - live[key] for key in live
-                    if now[key] != live[key]}))
-                _dev().reset()
-                _run(lambda: None, sim)
-    if _run(fn, sim) != (None, False):
-        problems.append("the faults were not used up")
-    return problems
+    return sweep_faults(
+        sim, lambda fault: _run(lambda: _on_new_thread(make(), fault), sim))
 
 
 SWEEP = """
