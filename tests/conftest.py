@@ -128,6 +128,19 @@ def sim():
     return simulator
 
 
+@pytest.fixture
+def hazards(sim):
+    """The hazard checker on for the test, which fails if it reported a
+    race; yields the simulator's control module. Afterwards the checker is
+    as CUDAMEM_SIM_HAZARDS set it."""
+    sim.set_hazards(True)
+    before = sim.hazard_count()
+    yield sim
+    assert sim.hazard_count() == before, sim.last_hazard()
+    sim.set_hazards(os.environ.get("CUDAMEM_SIM_HAZARDS", "0") not in
+                    ("", "0"))
+
+
 def in_thread(fn, *args):
     """Runs fn in a new thread (which has no current context) and returns its result,
     re-raising its exception."""

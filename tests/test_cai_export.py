@@ -12,15 +12,6 @@ def calls(sim):
     return {k: v["calls"] for k, v in sim.stats()["calls"].items()}
 
 
-@pytest.fixture
-def hazards(sim):
-    sim.set_hazards(True)
-    before = sim.hazard_count()
-    yield sim
-    assert sim.hazard_count() == before, sim.last_hazard()
-    sim.set_hazards(False)
-
-
 N = 4096
 
 

@@ -34,15 +34,6 @@ class ForeignStream:
         return (0, int(self.stream))
 
 
-@pytest.fixture
-def hazards(sim):
-    sim.set_hazards(True)
-    before = sim.hazard_count()
-    yield sim
-    assert sim.hazard_count() == before, sim.last_hazard()
-    sim.set_hazards(False)
-
-
 def _queued(stream, n=4096):
     """A producer whose array has 200 ms of work still queued on stream."""
     base = cudamem.to_device(np.zeros(n), stream=stream)
