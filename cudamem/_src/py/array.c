@@ -889,9 +889,11 @@ array_repr_html(PyObject *op, PyObject *Py_UNUSED(ignored))
                                          "bytes", "layout", "device",
                                          "stream"};
     cmpy_DeviceNDArray *self = (cmpy_DeviceNDArray *)op;
-    PyObject *values[7] = {NULL}, *title = NULL, *shown = NULL;
-    PyObject *out = NULL;
+    PyObject *values[7], *shown = repr_values(self), *out;
 
+    if (shown == NULL && PyErr_Occurred()) {
+        return NULL;
+    }
     values[0] = get_shape(self, NULL);
     values[1] = Py_NewRef((PyObject *)self->dtype);
     values[2] = get_strides(self, NULL);
@@ -899,24 +901,7 @@ array_repr_html(PyObject *op, PyObject *Py_UNUSED(ignored))
     values[4] = PyUnicode_FromString(layout_name(self->flags));
     values[5] = PyLong_FromLong(self->gpu_data->mem->dev->ordinal);
     values[6] = PyObject_Repr(self->stream);
-    for (int i = 0; i < 7; i++) {
-        if (values[i] == NULL) {
-            goto done;
-        }
-    }
-    title = PyUnicode_FromString(Py_TYPE(op)->tp_name);
-    if (title == NULL) {
-        goto done;
-    }
-    shown = repr_values(self);
-    if (shown != NULL || !PyErr_Occurred()) {
-        out = cmpy_html_table(title, 7, labels, values, shown);
-    }
-done:
-    for (int i = 0; i < 7; i++) {
-        Py_XDECREF(values[i]);
-    }
-    Py_XDECREF(title);
+    out = cmpy_html_table(Py_TYPE(op)->tp_name, 7, labels, values, shown);
     Py_XDECREF(shown);
     return out;
 }

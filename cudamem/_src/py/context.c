@@ -543,7 +543,7 @@ context_repr_html(PyObject *op, PyObject *Py_UNUSED(ignored))
     static const char *const labels[] = {"handle", "device", "free memory",
                                          "total memory"};
     cmpy_Context *self = (cmpy_Context *)op;
-    PyObject *values[4] = {NULL}, *title = NULL, *out = NULL;
+    PyObject *values[4] = {NULL};
     size_t free_bytes, total_bytes;
     cm_error err;
 
@@ -555,21 +555,7 @@ context_repr_html(PyObject *op, PyObject *Py_UNUSED(ignored))
     values[1] = PyObject_Repr((PyObject *)self->device);
     values[2] = cmpy_html_size(free_bytes);
     values[3] = cmpy_html_size(total_bytes);
-    for (int i = 0; i < 4; i++) {
-        if (values[i] == NULL) {
-            goto done;
-        }
-    }
-    title = PyUnicode_FromString("cudamem.Context");
-    if (title != NULL) {
-        out = cmpy_html_table(title, 4, labels, values, NULL);
-    }
-done:
-    for (int i = 0; i < 4; i++) {
-        Py_XDECREF(values[i]);
-    }
-    Py_XDECREF(title);
-    return out;
+    return cmpy_html_table("cudamem.Context", 4, labels, values, NULL);
 }
 
 static PyMethodDef context_methods[] = {

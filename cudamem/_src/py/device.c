@@ -396,7 +396,7 @@ device_repr_html(PyObject *op, PyObject *Py_UNUSED(ignored))
         "id", "name", "compute capability", "memory", "multiprocessors",
         "UUID", "PCI bus id"};
     cmpy_Device *self = (cmpy_Device *)op;
-    PyObject *values[7] = {NULL}, *title = NULL, *out = NULL;
+    PyObject *values[7] = {NULL};
     cm_device_info info;
     cm_error err;
     int sms;
@@ -415,21 +415,7 @@ device_repr_html(PyObject *op, PyObject *Py_UNUSED(ignored))
     values[4] = PyLong_FromLong(sms);
     values[5] = Py_NewRef(self->uuid);
     values[6] = PyUnicode_FromString(info.pci_bus_id);
-    for (int i = 0; i < 7; i++) {
-        if (values[i] == NULL) {
-            goto done;
-        }
-    }
-    title = PyUnicode_FromString("cudamem.Device");
-    if (title != NULL) {
-        out = cmpy_html_table(title, 7, labels, values, NULL);
-    }
-done:
-    for (int i = 0; i < 7; i++) {
-        Py_XDECREF(values[i]);
-    }
-    Py_XDECREF(title);
-    return out;
+    return cmpy_html_table("cudamem.Device", 7, labels, values, NULL);
 }
 
 static PyMethodDef device_methods[] = {

@@ -42,15 +42,21 @@ append(PyObject *parts, PyObject *piece)
 }
 
 PyObject *
-cmpy_html_table(PyObject *title, int n, const char *const *labels,
-                PyObject *const *values, PyObject *pre)
+cmpy_html_table(const char *title, int n, const char *const *labels,
+                PyObject **values, PyObject *pre)
 {
-    PyObject *parts = PyList_New(0), *text = NULL, *out = NULL, *sep;
+    PyObject *parts = NULL, *text = NULL, *out = NULL, *sep;
 
-    if (parts == NULL) {
-        return NULL;
+    for (int i = 0; i < n; i++) {
+        if (values[i] == NULL) {
+            goto done;
+        }
     }
-    text = cmpy_html_escape(title);
+    if ((parts = PyList_New(0)) == NULL ||
+        (text = PyUnicode_FromString(title)) == NULL) {
+        goto done;
+    }
+    Py_SETREF(text, cmpy_html_escape(text));
     if (text == NULL ||
         append(parts, PyUnicode_FromFormat(
                           "<table class=\"cudamem\"><caption style=\""
@@ -93,8 +99,11 @@ cmpy_html_table(PyObject *title, int n, const char *const *labels,
         Py_DECREF(sep);
     }
 done:
+    for (int i = 0; i < n; i++) {
+        Py_XDECREF(values[i]);
+    }
     Py_XDECREF(text);
-    Py_DECREF(parts);
+    Py_XDECREF(parts);
     return out;
 }
 

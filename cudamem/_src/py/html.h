@@ -12,9 +12,12 @@ PyObject *cmpy_html_escape(PyObject *obj);
 
 /* A <table> captioned `title`, one row per labels[i] / str(values[i]),
  * then, when `pre` is not NULL, str(pre) in a <pre> block: everything
- * escaped. New reference. */
-PyObject *cmpy_html_table(PyObject *title, int n, const char *const *labels,
-                          PyObject *const *values, PyObject *pre);
+ * escaped. Takes the n references in `values`, which the callers fill
+ * unchecked: a NULL one (its exception set) makes the result NULL. New
+ * reference. */
+PyObject *cmpy_html_table(const char *title, int n,
+                          const char *const *labels, PyObject **values,
+                          PyObject *pre);
 
 /* A byte count as "16 GiB" (four significant digits, binary units), as
  * `python -m cudamem info` prints it. New reference. */

@@ -463,7 +463,7 @@ stream_repr_html(PyObject *op, PyObject *Py_UNUSED(ignored))
     };
     cmpy_Stream *self = (cmpy_Stream *)op;
     cmpy_state *st = cmpy_type_state(op);
-    PyObject *values[4] = {NULL}, *title = NULL, *out = NULL;
+    PyObject *values[4] = {NULL};
 
     values[0] = PyUnicode_FromString(kinds[self->kind]);
     values[1] = PyLong_FromUnsignedLongLong(handle_value(self->handle));
@@ -479,21 +479,7 @@ stream_repr_html(PyObject *op, PyObject *Py_UNUSED(ignored))
             values[3] = PyUnicode_FromString("reset or closed");
         }
     }
-    for (int i = 0; i < 4; i++) {
-        if (values[i] == NULL) {
-            goto done;
-        }
-    }
-    title = PyUnicode_FromString("cudamem.Stream");
-    if (title != NULL) {
-        out = cmpy_html_table(title, 4, labels, values, NULL);
-    }
-done:
-    for (int i = 0; i < 4; i++) {
-        Py_XDECREF(values[i]);
-    }
-    Py_XDECREF(title);
-    return out;
+    return cmpy_html_table("cudamem.Stream", 4, labels, values, NULL);
 }
 
 static PyObject *
