@@ -141,6 +141,18 @@ def hazards(sim):
                     ("", "0"))
 
 
+class Producer:
+    """A foreign array: a cudamem array seen only through its CUDA Array
+    Interface."""
+
+    def __init__(self, base):
+        self.base = base
+
+    @property
+    def __cuda_array_interface__(self):
+        return self.base.__cuda_array_interface__
+
+
 def in_thread(fn, *args):
     """Runs fn in a new thread (which has no current context) and returns its result,
     re-raising its exception."""

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import cudamem
+from conftest import Producer
 
 
 def calls(sim):
@@ -13,17 +14,6 @@ def calls(sim):
 
 
 N = 4096
-
-
-class Producer:
-    """A foreign array: a cudamem array seen only through its CAI."""
-
-    def __init__(self, base):
-        self.base = base
-
-    @property
-    def __cuda_array_interface__(self):
-        return self.base.__cuda_array_interface__
 
 
 def test_export_waits_for_every_stream(hazards):

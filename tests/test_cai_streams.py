@@ -7,21 +7,11 @@ import numpy as np
 import pytest
 
 import cudamem
+from conftest import Producer
 
 
 def calls(sim):
     return {k: v["calls"] for k, v in sim.stats()["calls"].items()}
-
-
-class Producer:
-    """A foreign array: a cudamem array's memory under its own dict."""
-
-    def __init__(self, base):
-        self.base = base
-
-    @property
-    def __cuda_array_interface__(self):
-        return self.base.__cuda_array_interface__
 
 
 class ForeignStream:
