@@ -56,9 +56,11 @@ def flags():
     ldflags = []
     cflags += shlex.split(os.environ.get("CUDAMEM_DEV_CFLAGS", ""))
     if os.environ.get("CUDAMEM_SANITIZE") == "1":
+        # CPython's own flags carry -fwrapv, which defines signed overflow
+        # and so hides it from UBSan; cudamem never relies on wrapping.
         san = ["-fsanitize=address,undefined",
                "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer",
-               "-g", "-O1"]
+               "-fno-wrapv", "-g", "-O1"]
         cflags += san
         ldflags += san
     if os.environ.get("CUDAMEM_COVERAGE") == "1":

@@ -472,6 +472,8 @@ BAD = [
     ("strides float", _with(strides=(24.0, 8)), TypeError, "holds 24.0"),
     ("strides overflow", _with(strides=(1 << 62, 8)), ValueError,
      "array is too big"),
+    ("strides wrap", _with(typestr="|u1", strides=(2 ** 63 - 1, 1)),
+     ValueError, "array is too big"),
     ("typestr type", _with(typestr=8), TypeError,
      "typestr must be a str, not 8"),
     ("typestr bad", _with(typestr="<q9"), ValueError,

@@ -456,6 +456,22 @@ def test_malformed_tensors_are_refused_and_deleted(mutate, error, match):
     assert alive() is None
 
 
+@pytest.mark.parametrize("where", ["cpu", "cuda"])
+def test_stride_whose_extent_wraps_is_refused(where):
+    # One byte per element and a stride of 2**63 - 1: the last element
+    # lies past the largest address, and a sum that wrapped once let a
+    # CPU tensor through to a read of a wild address.
+    x = np.arange(4, dtype=np.uint8)
+    cap = (np.from_dlpack(x).__dlpack__(max_version=(1, 0))
+           if where == "cpu" else
+           cudamem.to_device(x).__dlpack__(max_version=(1, 0)))
+    t = tensor_of(cap, True).dl_tensor
+    t.shape[0] = 2
+    t.strides = (ctypes.c_int64 * 1)(2 ** 63 - 1)
+    with pytest.raises(ValueError, match="array is too big"):
+        cudamem.from_dlpack(cap)
+
+
 def test_strides_null_and_byte_offset():
     def mutate(t):
         t.dl_tensor.strides = None

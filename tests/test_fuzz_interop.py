@@ -168,7 +168,10 @@ _delete_l = DLManagedTensor._fields_[2][1](
 DL_DTYPES = [(0, 8), (0, 16), (0, 32), (0, 64), (1, 8), (1, 32), (2, 16),
              (2, 32), (2, 64), (5, 64), (6, 8)]
 KDL_CPU, KDL_CUDA = 1, 2
-DL_BUF = 512  # bytes; a valid tensor spans at most bytes 96 to 288
+# Three axes of up to 4 elements, strides of -4 to 4 elements: a valid
+# tensor reaches 36 elements either side of its offset, 36 to 48 elements
+# in, so it stays within 85 elements of 8 bytes.
+DL_BUF = 1024
 
 
 @hst.composite
@@ -183,7 +186,7 @@ def tensors(draw, host, dev_base):
     strides = None
     if draw(hst.booleans()):
         strides = [draw(hst.integers(-4, 4)) for _ in range(ndim)]
-    offset = itemsize * draw(hst.integers(16, 24))  # room for negatives
+    offset = itemsize * draw(hst.integers(36, 48))
     device = draw(hst.sampled_from([KDL_CPU, KDL_CUDA]))
     device_id = 0
     data = host.ctypes.data if device == KDL_CPU else dev_base

@@ -174,14 +174,18 @@ cmpy_layout_extent(int ndim, const Py_ssize_t *shape,
             goto overflow;
         }
         span = (shape[i] - 1) * step;
+        /* Checked before the sum: the build wraps signed overflow. */
         if (strides[i] < 0) {
+            if (span > PY_SSIZE_T_MAX / 2 + lo) {
+                goto overflow;
+            }
             lo -= span;
         }
         else {
+            if (span > PY_SSIZE_T_MAX / 2 - hi) {
+                goto overflow;
+            }
             hi += span;
-        }
-        if (lo < -(PY_SSIZE_T_MAX / 2) || hi > PY_SSIZE_T_MAX / 2) {
-            goto overflow;
         }
     }
     *size = count;
