@@ -34,6 +34,14 @@ def _dev():
     return cudamem.list_devices()[0]
 
 
+def _reset_all():
+    """Every device reset, and its primary context retained again (as the
+    sweep's baseline has them)."""
+    for dev in cudamem.list_devices():
+        dev.reset()
+        dev.get_primary_context()
+
+
 def _views_and_assignment():
     host = np.arange(96, dtype=np.float32).reshape(4, 24)
     d = cudamem.to_device(host)
@@ -87,6 +95,14 @@ def _events():
     end.synchronize()
     stream.synchronize()
     start.elapsed_time(end)
+
+
+def _event_synchronize():
+    """An event waited for alone: the poll finds it done, then the final
+    synchronize reports its status, each under the event's context."""
+    e = cudamem.event()
+    e.record()
+    e.synchronize()
 
 
 def _pool_and_context():
@@ -199,6 +215,7 @@ EXTRA = {
     "DLPack import": _dlpack_round_trip,
     "host arrays": _host_arrays,
     "events": _events,
+    "event synchronize": _event_synchronize,
     "pool and context": _pool_and_context,
     "broadcasts and overlaps": _broadcasts,
     "host memory after a reset": _host_memory_after_reset,
@@ -254,11 +271,11 @@ def _run(fn, sim):
     return call, not released
 
 
-def sweep_faults(sim, run, keeps_on_error=False):
+def sweep_faults(sim, run, keeps=()):
     """Fails each driver call a scenario makes in turn and returns the
     problems found. run(fault) runs it with `fault`, a (row, k) to inject
-    or None, and returns _run's result; keeps_on_error: a failed run may
-    keep what it made until its context goes."""
+    or None, and returns _run's result; keeps: the rows whose failure may
+    leave what the run made until its context goes."""
     assert cudamem.is_available()
     run(None)  # warm: contexts retained, modules loaded
     before = _counts(sim)
@@ -275,17 +292,17 @@ def sweep_faults(sim, run, keeps_on_error=False):
             if call not in (None, row):
                 problems.append("%s call %d: CudaAPIError from %s"
                                 % (row, k, call))
-            if ((release_failed or (call and keeps_on_error))
+            if ((release_failed or call in keeps)
                     and sim.live() != live):
                 # What a failed release kept goes with its context.
-                _dev().reset()
+                _reset_all()
                 _run(lambda: None, sim)
             if sim.live() != live:
                 now = sim.live()
                 problems.append("%s call %d: leaked %r" % (row, k, {
                     key: now[key] - live[key] for key in live
                     if now[key] != live[key]}))
-                _dev().reset()
+                _reset_all()
                 _run(lambda: None, sim)
     if run(None) != (None, False):
         problems.append("the faults were not used up")
@@ -302,7 +319,7 @@ def sweep(sim, scenario):
             sim.inject(fault[0], "CUDA_ERROR_UNKNOWN", after=fault[1])
         return _run(fn, sim)
 
-    return sweep_faults(sim, run, scenario in RELEASES)
+    return sweep_faults(sim, run, ROWS if scenario in RELEASES else ())
 
 
 SWEEP = """

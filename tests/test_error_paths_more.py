@@ -106,14 +106,52 @@ def _other_device_objects():
     return body
 
 
+def _copies_across_devices():
+    """Copies between device 0's and device 1's arrays on a thread where
+    device 0 is current: peer copies entered under either context, or,
+    where the devices cannot reach each other, staged through page-locked
+    host memory that the host pool (limit 0) gives back after each."""
+    from cudamem import _cudamem
+    _cudamem._hostpool_set_limit(0)
+    h = np.arange(96.0).reshape(8, 12)
+    with cudamem.gpus[1]:
+        far = cudamem.to_device(h)
+    near = cudamem.device_array_like(h)
+    stream = cudamem.stream()
+
+    def body():
+        cudamem.get_current_device()
+        near.copy_to_device(far)
+        far.copy_to_device(near, stream=stream)
+        stream.synchronize()
+        near[::2] = far[1::2]
+        far[:, :6] = near[:, 6:]
+        assert (far.copy_to_host() == np.hstack([h[:, 6:], h[:, 6:]])).all()
+
+    return body
+
+
 THREAD_SCENARIOS = {
     "guarded operations": _guarded_operations,
     "select after a reset": _select_after_reset,
     "freed after close": _freed_after_close,
     "other device's objects": _other_device_objects,
+    "copies across devices": _copies_across_devices,
+    "copies across devices through the host": _copies_across_devices,
 }
-# Scenarios run with two simulated devices.
-TWO_DEVICES = {"other device's objects"}
+# Scenarios run with two simulated devices, and their environment.
+TWO = {"CUDAMEM_SIM_DEVICES": "2", "CUDA_VISIBLE_DEVICES": None}
+TWO_DEVICES = {
+    "other device's objects": TWO,
+    "copies across devices": TWO,
+    "copies across devices through the host": {**TWO,
+                                               "CUDAMEM_SIM_NO_PEER": "1"},
+}
+# The rows of a scenario's release whose failure keeps the memory until
+# its context goes: the staging buffer's unregistration, in the context
+# it pushes.
+THREAD_RELEASES = {"copies across devices through the host": {
+    "cuMemHostUnregister", "cuCtxPushCurrent"}}
 
 
 def thread_sweep(sim, scenario):
@@ -121,7 +159,8 @@ def thread_sweep(sim, scenario):
     fault injected there: the problems found."""
     make = THREAD_SCENARIOS[scenario]
     return sweep_faults(
-        sim, lambda fault: _run(lambda: _on_new_thread(make(), fault), sim))
+        sim, lambda fault: _run(lambda: _on_new_thread(make(), fault), sim),
+        THREAD_RELEASES.get(scenario, ()))
 
 
 SWEEP = """
@@ -136,10 +175,8 @@ for problem in test_error_paths_more.thread_sweep(simulator, %r):
 
 @pytest.mark.parametrize("scenario", sorted(THREAD_SCENARIOS))
 def test_every_call_on_a_thread_can_fail(run_py, scenario):
-    env = ({"CUDAMEM_SIM_DEVICES": "2", "CUDA_VISIBLE_DEVICES": None}
-           if scenario in TWO_DEVICES else None)
     proc = run_py(SWEEP % (os.path.dirname(os.path.abspath(__file__)),
-                           scenario), env=env)
+                           scenario), env=TWO_DEVICES.get(scenario))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout == "", proc.stdout
 

@@ -350,14 +350,18 @@ host_register(cm_device *dev, cm_host *h, int readonly, int mapped,
                              "device %d: it cannot be mapped as one array",
                              h->ptr, h->size, dev->ordinal);
         }
-        if (rc < 0) {
-            pthread_mutex_lock(&table.lock);
-            (void)reg_drop(h->reg, &ignored);
-            pthread_mutex_unlock(&table.lock);
-            h->reg = NULL;
-        }
     }
-    return cm_ctx_leave(&guard, rc, err);
+    /* A failed pop fails a registration made before it as well: the
+     * caller unmaps the pages, so nothing may stay registered over them
+     * (each node pushes its own context to drop). */
+    rc = cm_ctx_leave(&guard, rc, err);
+    if (rc < 0 && h->reg != NULL) {
+        pthread_mutex_lock(&table.lock);
+        (void)reg_drop(h->reg, &ignored);
+        pthread_mutex_unlock(&table.lock);
+        h->reg = NULL;
+    }
+    return rc;
 }
 
 /* cuMemHostAlloc'd write-combined memory under its own retain of the
