@@ -234,6 +234,126 @@ def test_first_call_failure(run_py, name):
     assert proc.stdout.split() == [row, "True"]
 
 
+def test_first_release_without_queues_warns_and_keeps(run_py):
+    # The device's release queues are sized from its memory on the first
+    # release. A release runs in a dealloc, which cannot raise: a failed
+    # cuDeviceTotalMem there is a CudaWarning naming the call, and the
+    # memory stays until its context goes, as any failed release's.
+    proc = run_py("""
+        import gc, warnings
+        import cudamem
+        from cudamem import _cudamem, simulator
+        a = cudamem.device_array(4)
+        simulator.inject("cuDeviceTotalMem", "CUDA_ERROR_UNKNOWN")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            del a
+            gc.collect()
+        for w in caught:
+            print(w.category.__name__, w.message)
+        b = cudamem.device_array(8)
+        del b
+        _cudamem._flush_pending()
+        print(simulator.live()["device_bytes"])
+        cudamem.close()
+        print(simulator.live()["device_bytes"])
+        """)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines() == [
+        "CudaWarning cudamem could not free a resource: [999] Call to "
+        "cuDeviceTotalMem results in CUDA_ERROR_UNKNOWN", "32", "0"]
+
+
+# Another library's objects cudamem meets first: device 1's primary
+# context, retained and made current by that library, and an allocation
+# and a stream in it. cudamem has retained only device 0's, so it asks the
+# driver which device each belongs to and retains that device's primary
+# context; each call of that failed in turn (after=k) in a fresh process
+# gives a CudaAPIError naming it, the next try works, and nothing is left.
+FOREIGN = """
+import ctypes, sys
+sys.path.insert(0, %(tests)r)
+import numpy as np
+import cudamem
+from cudamem import simulator
+from cudamem.errors import CudaAPIError
+from simref import SimDriver
+drv = SimDriver(simulator.library_path())
+cudamem.device_array(1)
+ctx1 = drv.retain_primary(1)
+drv.push(ctx1)
+ptr = drv.mem_alloc(64)
+handle = ctypes.c_void_p()
+drv.call("cuStreamCreate", ctypes.byref(handle), 0)
+drv.pop()
+%(op)s
+simulator.inject(%(row)r, "CUDA_ERROR_UNKNOWN", after=%(after)d)
+try:
+    op()
+except CudaAPIError as exc:
+    print(exc.call)
+simulator.clear_faults()
+op()
+drv.push(ctx1)
+drv.call("cuStreamDestroy_v2", handle)
+drv.mem_free(ptr)
+drv.pop()
+cudamem.close()
+drv.release_primary(1)
+print(all(v == 0 for v in simulator.live().values()))
+"""
+
+FOREIGN_OPS = {
+    # Its memory, imported: the record retains device 1's context.
+    "CAI import": """
+desc = dict(shape=(8,), typestr="<f8", data=(ptr, False), version=3)
+def op():
+    a = cudamem.from_cuda_array_interface(desc)
+    assert a.gpu_data.context.device.id == 1
+    del a
+""",
+    # Its stream, for a copy onto device 1: the stream's context names
+    # the device, which must be the copy's.
+    "DLPack import on its stream": """
+class Foreign:
+    def __cuda_stream__(self):
+        return (0, handle.value)
+def op():
+    a = cudamem.from_dlpack(np.arange(4.0), device=1, stream=Foreign())
+    assert a.gpu_data.context.device.id == 1
+    assert (a.copy_to_host() == np.arange(4.0)).all()
+""",
+    # Its context, made current on this thread: numba's rule takes
+    # another library's primary context as the current device's.
+    "current context": """
+def op():
+    drv.set_current(ctx1)
+    a = cudamem.device_array(4)
+    assert a.gpu_data.context.device.id == 1
+    del a
+""",
+}
+FOREIGN_FAULTS = [
+    ("CAI import", "cuDevicePrimaryCtxRetain", 0),
+    ("DLPack import on its stream", "cuStreamGetCtx", 0),
+    ("DLPack import on its stream", "cuCtxPushCurrent", 0),
+    ("DLPack import on its stream", "cuCtxGetDevice", 0),
+    ("DLPack import on its stream", "cuCtxPopCurrent", 0),
+    ("DLPack import on its stream", "cuDevicePrimaryCtxRetain", 0),
+    ("current context", "cuCtxGetDevice", 0),
+    ("current context", "cuDevicePrimaryCtxRetain", 0),
+]
+
+
+@pytest.mark.parametrize("name, row, after", FOREIGN_FAULTS)
+def test_another_librarys_objects(run_py, name, row, after):
+    proc = run_py(FOREIGN % dict(
+        tests=os.path.dirname(os.path.abspath(__file__)),
+        op=FOREIGN_OPS[name], row=row, after=after), env=TWO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == [row, "True"]
+
+
 # Allocation failures the out-of-memory recovery handles: the report of
 # free memory failing too, and the pool's retry after a trim.
 def test_oom_report_survives_a_failed_meminfo(sim):

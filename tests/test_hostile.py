@@ -922,6 +922,7 @@ STALE_CASES = [
     ("asarray", lambda e: np.asarray(e.d), STALE_ARRAY),
     ("cuda_array_interface", lambda e: e.d.__cuda_array_interface__,
      STALE_ARRAY),
+    ("memory-context", lambda e: e.d.gpu_data.context, STALE_ARRAY),
     ("source-of-copy_to_device", lambda e: e.fresh.copy_to_device(e.d),
      STALE_ARRAY),
     ("source-of-setitem", lambda e: e.fresh.__setitem__(Ellipsis, e.d),
