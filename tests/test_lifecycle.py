@@ -195,6 +195,133 @@ def test_fork_child_exits_cleanly_with_the_parents_objects(run_py):
         "45 1"]
 
 
+# What the child of an initialized parent tries with the parent's objects,
+# one public way into each part of the C core; each must raise the spawn
+# error. Where the parent's object hands C its device or context without
+# the usual first check, a comment names the fork check that refuses it
+# (tools/unreached.txt's fork-only exits).
+FORK_OPS = [
+    ("list_devices", "cudamem.list_devices()"),
+    ("get_current_device", "cudamem.get_current_device()"),
+    ("driver.devices", "cudamem.driver.devices()"),
+    # A Device object is not looked up in the device table.
+    ("Device.get_primary_context", "dev.get_primary_context()"),  # primary
+    ("Device.reset", "dev.reset()"),  # cm_device_reset
+    ("can_access_peer", "cudamem.can_access_peer(dev, dev)"),  # peer
+    ("pinned_array", "cudamem.pinned_array(4)"),
+    ("mapped_array", "cudamem.mapped_array(4)"),
+    ("pinned", "cudamem.pinned(np.zeros(4)).__enter__()"),
+    # The parent's registrations: cm_host_unregister.
+    ("pinned exit", "pinned.__exit__(None, None, None)"),
+    ("deregister", "cudamem.deregister(host)"),
+    ("PinnedMemory", "cudamem.PinnedMemory(ctx, m.ctypes.data, 8)"),
+    ("mapped __dlpack__", "m.__dlpack__()"),  # cm_host_check
+    ("managed prefetch", "g.prefetch()"),  # cm_mem_check, managed branch
+    # The manager's Context gives its Device: pool_get and its callers,
+    # the host pool, cm_host_alloc.
+    ("pool set_limit", "pool.set_limit(1 << 20)"),
+    ("pool initialize", "pool.initialize()"),
+    ("pool trim", "pool.trim()"),
+    ("pool set_pinned_limit", "pool.set_pinned_limit(0)"),  # a cached block
+    ("pool memhostalloc", "pool.memhostalloc(64)"),
+    ("pool memhostalloc mapped", "pool.memhostalloc(64, mapped=True)"),
+    ("pool memalloc", "pool.memalloc(64)"),
+    ("using_memory_manager exit", "using.__exit__(None, None, None)"),
+    ("_flush_pending", "cudamem._cudamem._flush_pending()"),
+    ("Context.defer_cleanup", "ctx.defer_cleanup().__enter__()"),
+    ("Event.elapsed_time", "e0.elapsed_time(e1)"),
+    ("repr(event)", "repr(e0)"),  # event_repr
+    ("Stream.synchronize", "s.synchronize()"),  # stream_check, bound
+    # stream=: a default stream is no context's (stream_check's and
+    # foreign_arg's own fork checks); a foreign handle first needs the
+    # driver (foreign_arg).
+    ("default stream", "a.copy_to_host(stream=ds)"),
+    ("foreign default stream", "a.copy_to_host(stream=Foreign(2))"),
+    ("foreign stream", "a.copy_to_host(stream=Foreign(handle))"),
+    ("external_stream", "cudamem.external_stream(handle)"),
+    ("_ipc_open", "cudamem._cudamem._ipc_open(ipc._ipc_handle.handle, dev)"),
+]
+
+
+def test_fork_child_refuses_every_operation(run_py):
+    proc = run_py(PRELUDE + textwrap.dedent("""
+        import gc, os
+
+        class Foreign:
+            def __init__(self, handle):
+                self.handle = handle  # 2: the per-thread default stream
+
+            def __cuda_stream__(self):
+                return (0, self.handle)
+
+        dev = cudamem.get_current_device()
+        ctx = cudamem.current_context()
+        a = cudamem.to_device(np.arange(10))
+        s = cudamem.stream()
+        handle = int(s)
+        ds = cudamem.default_stream()
+        e0, e1 = cudamem.event(), cudamem.event()
+        e0.record(s)
+        e1.record(s)
+        m = cudamem.mapped_array(10, np.int64)
+        m[:] = np.arange(10)
+        g = cudamem.managed_array(10)
+        host = np.arange(10.0)
+        cudamem.register(host)
+        pinned = cudamem.pinned(np.zeros(8))
+        pinned.__enter__()
+        ipc = a.get_ipc_handle()
+        using = cudamem.using_memory_manager(cudamem.PoolMemoryManager)
+        pool = using.__enter__()
+        pa = cudamem.to_device(np.arange(5))  # a pool block
+        pp = cudamem.pinned_array(5)  # a host pool block
+        cudamem.pinned_array(5)  # cached by the host pool
+        cudamem.to_device(np.arange(3))  # a pool block freed
+        s.synchronize()
+        OPS = %r
+        pid = os.fork()
+        if pid == 0:
+            for name, expr in OPS:
+                try:
+                    eval(expr)
+                except cudamem.CudaDriverError as exc:
+                    print("%%s: %%s" %% (name, exc), flush=True)
+                except Exception as exc:
+                    print("%%s: %%r" %% (name, exc), flush=True)
+                else:
+                    print("%%s: no error" %% name, flush=True)
+            # Pool and host pool blocks go back, registrations drop: in
+            # the child, all without the driver and without a warning.
+            del a, s, ds, e0, e1, m, g, host, pinned, ipc, using, pool, pa, pp
+            gc.collect()
+            raise SystemExit(0)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, status
+        # The parent's objects still work, the child's frees and failed
+        # calls notwithstanding.
+        a.copy_to_device(np.arange(10) * 2)
+        assert (a.copy_to_host() == np.arange(10) * 2).all()
+        assert (pa.copy_to_host() == np.arange(5)).all()
+        # The mapped array through its device side.
+        assert (cudamem.to_device(m).copy_to_host() == np.arange(10)).all()
+        assert e0.elapsed_time(e1) >= 0
+        cudamem.deregister(host)
+        pinned.__exit__(None, None, None)
+        using.__exit__(None, None, None)
+        del a, s, ds, e0, e1, m, g, host, pinned, ipc, using, pool, pa, pp
+        gc.collect()
+        cudamem.close()
+        print(simulator.live())
+    """ % (FORK_OPS,)))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    lines = proc.stdout.splitlines()
+    spawn = "CUDA was initialized before forking; use the spawn start method"
+    assert lines[:-1] == ["%s: %s" % (name, spawn) for name, _ in FORK_OPS]
+    live = eval(lines[-1])
+    assert set(live.values()) == {0}, live
+
+
 def test_fork_pool_of_an_uninitialized_parent(tmp_path):
     script = tmp_path / "pool.py"
     script.write_text(textwrap.dedent("""
