@@ -199,9 +199,13 @@ def test_device_reset_makes_contexts_stale(ref, sim):
     assert sim.live()["device_allocations"] == 0
     assert not ref.primary_active(0)
     del ptr
+    mm = ctx.memory_manager
     for call in (ctx.get_memory_info, ctx.synchronize, ctx.push, ctx.pop,
                  ctx.reset, lambda: ctx.can_access_peer(0),
-                 lambda: ctx.enable_peer_access(0)):
+                 lambda: ctx.enable_peer_access(0),
+                 # Its memory manager allocates in the context it names.
+                 lambda: mm.memalloc(64), lambda: mm.memhostalloc(64),
+                 lambda: mm.memallocmanaged(64)):
         with pytest.raises(CudaDriverError, match=STALE):
             call()
     fresh = cudamem.current_context()
