@@ -264,6 +264,24 @@ def test_first_release_without_queues_warns_and_keeps(run_py):
         "cuDeviceTotalMem results in CUDA_ERROR_UNKNOWN", "32", "0"]
 
 
+@pytest.mark.parametrize("after", [0, 1])
+def test_reset_with_a_deferred_managed_free_failing(sim, after):
+    # A reset releases cudamem's retain of the context (call 0), then gives
+    # back the retain a deferred managed free holds (call 1): either
+    # failure raises, naming the call, and a second reset leaves nothing.
+    dev = cudamem.get_current_device()
+    with cudamem.current_context().defer_cleanup():
+        g = cudamem.managed_array(4)
+        del g
+        sim.inject("cuDevicePrimaryCtxRelease", "CUDA_ERROR_UNKNOWN",
+                   after=after)
+        with pytest.raises(CudaAPIError) as info:
+            dev.reset()
+        assert info.value.call == "cuDevicePrimaryCtxRelease"
+    dev.reset()
+    assert sim.live()["managed_allocations"] == 0
+
+
 # Another library's objects cudamem meets first: device 1's primary
 # context, retained and made current by that library, and an allocation
 # and a stream in it. cudamem has retained only device 0's, so it asks the
