@@ -325,21 +325,27 @@ def sweep(sim, scenario):
 SWEEP = """
 import sys
 sys.path.insert(0, %r)
-import test_error_paths
 from cudamem import simulator
-for problem in test_error_paths.sweep(simulator, %r):
+from %s import %s as sweep
+for problem in sweep(simulator, %r):
     print(problem)
 """
+
+
+def check_sweep(run_py, module, sweep_name, scenario, env=None):
+    """module.sweep_name(simulator, scenario) in a fresh process: no
+    problem found, no crash."""
+    proc = run_py(SWEEP % (os.path.dirname(os.path.abspath(__file__)),
+                           module, sweep_name, scenario), env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout == "", proc.stdout
 
 
 # In a fresh process each: a failed push or pop, say, leaves the thread's
 # context stack as the driver left it, which later tests must not inherit.
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
 def test_every_call_can_fail(run_py, scenario):
-    proc = run_py(SWEEP % (os.path.dirname(os.path.abspath(__file__)),
-                           scenario))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout == "", proc.stdout
+    check_sweep(run_py, "test_error_paths", "sweep", scenario)
 
 
 # Python allocation failures: in a fresh process, each operation with the

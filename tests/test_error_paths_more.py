@@ -12,7 +12,7 @@ import pytest
 
 import cudamem
 from cudamem.errors import CudaAPIError, CudaOutOfMemoryError
-from test_error_paths import _dev, _run, sweep_faults
+from test_error_paths import _dev, _run, check_sweep, sweep_faults
 
 pytestmark = pytest.mark.simulator
 
@@ -163,22 +163,10 @@ def thread_sweep(sim, scenario):
         THREAD_RELEASES.get(scenario, ()))
 
 
-SWEEP = """
-import sys
-sys.path.insert(0, %r)
-import test_error_paths_more
-from cudamem import simulator
-for problem in test_error_paths_more.thread_sweep(simulator, %r):
-    print(problem)
-"""
-
-
 @pytest.mark.parametrize("scenario", sorted(THREAD_SCENARIOS))
 def test_every_call_on_a_thread_can_fail(run_py, scenario):
-    proc = run_py(SWEEP % (os.path.dirname(os.path.abspath(__file__)),
-                           scenario), env=TWO_DEVICES.get(scenario))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout == "", proc.stdout
+    check_sweep(run_py, "test_error_paths_more", "thread_sweep", scenario,
+                TWO_DEVICES.get(scenario))
 
 
 # Calls made once per process, failed in a fresh one: the operation raises

@@ -11,6 +11,18 @@
 #include "html.h"
 #include "pending.h"
 
+int
+cmpy_context_check(cmpy_state *st, cmpy_Context *ctx)
+{
+    cm_error err;
+
+    if (cm_ctx_check(ctx->device->dev, ctx->generation, &err) < 0) {
+        cmpy_raise(st, &err);
+        return -1;
+    }
+    return 0;
+}
+
 PyObject *
 cmpy_context_of(cmpy_state *st, cmpy_Device *device)
 {
@@ -452,8 +464,8 @@ context_enable_peer_access(PyObject *self, PyObject *const *args,
     if (Py_IS_TYPE(peer_arg, (PyTypeObject *)st->ContextType)) {
         cmpy_Context *other = (cmpy_Context *)peer_arg;
 
-        if (cm_ctx_check(other->device->dev, other->generation, &err) < 0) {
-            return cmpy_raise(st, &err);
+        if (cmpy_context_check(st, other) < 0) {
+            return NULL;
         }
         peer = other->device;
     }

@@ -59,6 +59,9 @@ PyObject *cmpy_context_of(cmpy_state *st, cmpy_Device *device);
  * and its mode. New reference, or NULL with an exception set. */
 PyObject *cmpy_context_manager(cmpy_state *st, cm_device *dev,
                                cmpy_manager_mode *mode);
+/* 0 while ctx is still its device's context, else -1 with the
+ * CudaDriverError saying it was reset or closed. */
+int cmpy_context_check(cmpy_state *st, cmpy_Context *ctx);
 int cmpy_context_type_init(PyObject *module, cmpy_state *st);
 
 #endif

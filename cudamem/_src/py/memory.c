@@ -458,21 +458,6 @@ context_arg(cmpy_state *st, const char *name, PyObject *arg)
     return (cmpy_Context *)obj;
 }
 
-/* 0 while ctx is its device's context, else -1 with the CudaDriverError
- * saying it was reset or closed: memory made through it would land in
- * a context it does not name. */
-static int
-context_live(cmpy_state *st, cmpy_Context *ctx)
-{
-    cm_error err;
-
-    if (cm_ctx_check(ctx->device->dev, ctx->generation, &err) < 0) {
-        cmpy_raise(st, &err);
-        return -1;
-    }
-    return 0;
-}
-
 int
 cmpy_memory_parse_sized(cmpy_state *st, const char *name, PyObject *context,
                         PyObject *size_obj, cm_device **dev, size_t *size)
@@ -487,7 +472,7 @@ cmpy_memory_parse_sized(cmpy_state *st, const char *name, PyObject *context,
     snprintf(what, sizeof(what), "%s()'s size", name);
     rc = size_arg(size_obj, what, size);
     if (rc == 0) {
-        rc = context_live(st, ctx);
+        rc = cmpy_context_check(st, ctx);
     }
     *dev = ctx->device->dev;
     Py_DECREF(ctx);
@@ -521,7 +506,7 @@ cmpy_memory_parse_external(cmpy_state *st, const char *name,
                      name, argv[4]);
         goto done;
     }
-    if (context_live(st, ctx) < 0) {
+    if (cmpy_context_check(st, ctx) < 0) {
         goto done;
     }
     *dev = ctx->device->dev;

@@ -24,19 +24,6 @@ static const char *const queue_names[CM_QUEUE_COUNT] = {
     [CM_QUEUE_OBJECTS] = "streams and events",
 };
 
-/* 0 when the Context is still its device's; else raises. */
-static int
-check_context(cmpy_state *st, cmpy_Context *ctx)
-{
-    cm_error err;
-
-    if (cm_ctx_check(ctx->device->dev, ctx->generation, &err) < 0) {
-        cmpy_raise(st, &err);
-        return -1;
-    }
-    return 0;
-}
-
 PyObject *
 cmpy_deallocations_new(cmpy_state *st, cmpy_Context *ctx, cm_queue_id q)
 {
@@ -86,7 +73,7 @@ deallocations_len(PyObject *op)
     size_t count, bytes;
     int deferred;
 
-    if (check_context(cmpy_type_state(op), self->ctx) < 0) {
+    if (cmpy_context_check(cmpy_type_state(op), self->ctx) < 0) {
         return -1;
     }
     cm_queue_stats(self->ctx->device->dev, self->q, &count, &bytes,
@@ -121,7 +108,7 @@ deallocations_clear(PyObject *op, PyObject *Py_UNUSED(ignored))
     cmpy_state *st = cmpy_type_state(op);
     cm_error err;
 
-    if (check_context(st, self->ctx) < 0) {
+    if (cmpy_context_check(st, self->ctx) < 0) {
         return NULL;
     }
     if (cm_queue_flush(self->ctx->device->dev, self->q, &err) < 0) {
@@ -207,7 +194,7 @@ cmpy_defer_guard_new(cmpy_state *st, cmpy_Context *ctx, unsigned mask)
 {
     cmpy_DeferGuard *self;
 
-    if (check_context(st, ctx) < 0) {
+    if (cmpy_context_check(st, ctx) < 0) {
         return NULL;
     }
     self = PyObject_GC_New(cmpy_DeferGuard, (PyTypeObject *)st->DeferGuardType);
@@ -255,7 +242,7 @@ guard_enter(PyObject *op, PyObject *Py_UNUSED(ignored))
     cmpy_state *st = cmpy_type_state(op);
     cm_error err;
 
-    if (check_context(st, self->ctx) < 0) {
+    if (cmpy_context_check(st, self->ctx) < 0) {
         return NULL;
     }
     for (unsigned q = 0; q < CM_QUEUE_COUNT; q++) {
