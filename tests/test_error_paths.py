@@ -118,7 +118,7 @@ def _pool_and_context():
 def _broadcasts():
     """Copies the engine makes in steps: a source repeated along one or two
     dims (doubling), overlapping views, and fills of a pattern no memset
-    unit holds."""
+    unit holds: a short one seeded by copying one element from the host."""
     d = cudamem.device_array((6, 5, 40), np.float64)
     d[0, 0] = np.arange(40.0)
     d[:, 1:] = d[0, 0]
@@ -128,6 +128,9 @@ def _broadcasts():
     d[2:, 1:3].fill(-2.25)
     h = d.copy_to_host()
     assert h[5, 4, 0] == 1.5 and h[3, 2, 1] == -2.25
+    z = cudamem.device_array(2, np.complex128)
+    z.fill(1 + 2j)
+    assert (z.copy_to_host() == 1 + 2j).all()
     # Large enough that a memset seed doubled by copies beats the host.
     big = cudamem.device_array((4096, 1024), np.float64)
     big[:, :512].fill(1.5)
