@@ -407,6 +407,21 @@ NOMEMORY_OPS = {
     "defer cleanup": "with cudamem.defer_cleanup(): cudamem.device_array(4)",
     "pickle": "pickle.loads(pickle.dumps(d))",
     "ipc handle": "pickle.dumps(d.get_ipc_handle())",
+    "memalloc": "cudamem.current_context().memory_manager.memalloc(64)"
+                ".view(8, 16)",
+    "memhostalloc": "cudamem.current_context().memory_manager"
+                    ".memhostalloc(64, mapped=True).device_pointer",
+    "memallocmanaged": "cudamem.current_context().memory_manager"
+                       ".memallocmanaged(64)",
+    "mapped context": "with cudamem.mapped(np.zeros(8)) as m: m.copy_to_host()",
+    "mapped like": "cudamem.mapped_array_like(np.zeros((2, 3)), "
+                   "wc=True).__cuda_array_interface__",
+    "context methods": "c = cudamem.current_context(); "
+                       "repr(c), c.device, c.deallocations, c.handle",
+    "devices": "[(x.id, x.uuid, x.name, repr(x)) for x in cudamem.gpus]",
+    "external_stream": "cudamem.external_stream(int(s)).synchronize()",
+    "memory pointer": "p = d.gpu_data; p.view(8), p.device_pointer, "
+                      "p.owner, repr(p)",
     "pool manager": "with cudamem.using_memory_manager("
                     "cudamem.PoolMemoryManager): cudamem.device_array(4)",
 }
