@@ -422,6 +422,16 @@ NOMEMORY_OPS = {
     "external_stream": "cudamem.external_stream(int(s)).synchronize()",
     "memory pointer": "p = d.gpu_data; p.view(8), p.device_pointer, "
                       "p.owner, repr(p)",
+    "pool stats": "with cudamem.using_memory_manager("
+                  "cudamem.PoolMemoryManager): "
+                  "mm = cudamem.current_context().memory_manager; "
+                  "mm.set_limit(1 << 30); mm.set_pinned_limit(1 << 30); "
+                  "mm.stats(), cudamem._cudamem._hostpool_stats(); "
+                  "mm.set_limit(None); "
+                  "mm.set_pinned_limit(256 << 20)",
+    "driver tables": "cudamem.driver.table(), "
+                     "cudamem._cudamem._error_names()",
+    "index": "d[1], d[::2], d[..., 1]",
     "pool manager": "with cudamem.using_memory_manager("
                     "cudamem.PoolMemoryManager): cudamem.device_array(4)",
 }
@@ -482,3 +492,50 @@ def test_python_allocation_failures(run_py, op):
     failed, same, _ = proc.stdout.split(maxsplit=2)
     assert int(failed) > 0  # the window did make allocations fail
     assert same == "True", "live counts changed"
+
+
+# The extension's module exec with each of its allocations failed in turn:
+# a new instance of cudamem._cudamem each time (multi-phase init), in one
+# fresh process.
+IMPORT_NOMEMORY = """
+import importlib
+import sys
+import _testcapi
+import cudamem
+
+failed = 0
+for n in range(%d):
+    sys.modules.pop("cudamem._cudamem")
+    _testcapi.set_nomemory(n, n + 1)
+    try:
+        # With its first devices and a context: built on first use.
+        importlib.import_module("cudamem._cudamem") \
+            .list_devices()[0].get_primary_context()
+    except MemoryError:
+        failed += 1
+    except RuntimeError as exc:
+        # The import system's own lock.
+        assert "can't allocate lock" in str(exc), exc
+    except SystemError as exc:
+        # CPython 3.11 loses the MemoryError of a heap type made by
+        # PyType_FromModuleAndSpec; its own _csv, _queue and array do the
+        # same under this sweep.
+        assert "without setting an exception" in str(exc) or \\
+            "must be called with an exception raised" in str(exc), exc
+        failed += 1
+    finally:
+        _testcapi.remove_mem_hooks()
+    sys.modules.setdefault("cudamem._cudamem", cudamem._cudamem)
+module = importlib.import_module("cudamem._cudamem")
+print(failed, len(module.list_devices()))
+"""
+
+
+def test_import_with_allocation_failures(run_py):
+    pytest.importorskip("_testcapi")
+    proc = run_py(IMPORT_NOMEMORY % 1100, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    failed, devices = proc.stdout.split()
+    assert int(failed) > 500  # the exec's allocations, nearly all failed
+    assert int(devices) >= 1

@@ -8,19 +8,21 @@ An error exit is a goto label or a line that returns failure (`return -1`,
 A label counts as reached when the first executable line after it ran.
 
 Each exit gets a kind from the code that leads to it (the condition that
-guards it, or that of every goto to a label): "driver" when that code
-passes a cm_error (`err)`, `&err`) or raises one (cmpy_raise), which
-the fault injection of tests/test_driver_faults.py and
-tests/test_error_paths.py can make fail; "alloc" when it is a malloc,
-calloc or realloc of core's; "other" for the rest (a failed Python
-allocation or call, bad input).
+guards it, or that of every goto to a label; for a condition that calls
+nothing, with the statement before it): "driver" when that code passes a
+cm_error (`err)`, `&err`) or raises one (cmpy_raise), which the fault
+injection of tests/test_driver_faults.py and tests/test_error_paths.py
+can make fail; "alloc" when it is a malloc, calloc or realloc of core's;
+"python" when its only calls are CPython or NumPy allocations, which
+_testcapi.set_nomemory fails (tests/test_error_paths.py); "other" for
+the rest (bad input, or a call that fails for more than memory).
 
 FILE (default tools/unreached.txt next to this script) lists exits known
 to be unreached, one per line: `path function what  # reason`, where
 `what` is the exit as printed (a label with its colon, or the start of the
 return line); it covers every such exit of that function. Prints one line
-per exit and a summary by kind; exits 1 when a driver exit is unreached
-and not listed, so that the report stays true."""
+per exit and a summary by kind; exits 1 when a driver, alloc or python
+exit is unreached and not listed, so that the report stays true."""
 import os
 import re
 import subprocess
@@ -33,6 +35,22 @@ IGNORE_LABELS = {"default"}
 FUNCTION = re.compile(r"^([A-Za-z_]\w*)\(")
 DRIVER = re.compile(r"\berr\)|&err\b|\bcmpy_raise\(|\bCM_CALL\(")
 ALLOC = re.compile(r"\b(malloc|calloc|realloc)\(")
+# CPython and NumPy calls that, given valid arguments, fail only when
+# memory runs out; a failed allocation of theirs is what
+# _testcapi.set_nomemory makes.
+PYALLOC = re.compile(
+    r"\b(PyLong_From\w+|PyFloat_FromDouble|PyTuple_New|PyTuple_Pack|"
+    r"PyList_New|PyList_Append|PyDict_New|PyDict_Copy|PyDict_SetItem\w*|"
+    r"PyUnicode_From\w+|PyUnicode_Join|PyBytes_FromStringAndSize|"
+    r"Py_BuildValue|PyCapsule_New|PyObject_New|PyObject_GC_New|tp_alloc|"
+    r"PyType_GenericAlloc|PyMem_\w*[CM]alloc|PyArray_NewFromDescr|"
+    r"PyArray_NewLikeArray|PyArray_DescrFromType|PyType_FromModuleAndSpec|"
+    r"PyModule_Add\w+|PyErr_NoMemory|PySequence_Tuple|PySequence_List)\(")
+# Calls that neither fail nor raise (reference counting, type checks).
+QUIET = re.compile(r"\b(Py_X?DECREF|Py_X?INCREF|Py_CLEAR|Py_X?SETREF|"
+                   r"Py_X?NewRef|Py_TYPE|Py\w+_Check\w*|sizeof)\(")
+CALL = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
+KEYWORDS = {"if", "while", "for", "switch", "return"}
 GUARD_START = re.compile(r"^\s*(\}\s*)?(if|else|while|for|switch)\b")
 DEFAULT_ALLOW = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                              "unreached.txt")
@@ -85,34 +103,58 @@ def function_of(lines, i):
     return "?", 1
 
 
-def guard(lines, i, start):
+def guard(lines, i, start, assignment=False):
     """The code that leads to the statement on line i: back to the
-    condition that guards it, at most 12 lines, not before `start`."""
+    condition that guards it, at most 12 lines, not before `start`. With
+    `assignment`, a condition that calls nothing (`if (x == NULL)`) comes
+    with the statement before it, which made x."""
     text = [lines[i - 1]]
-    for j in range(i - 1, max(start, i - 12) - 1, -1):
+    j = i - 1
+    while j >= max(start, i - 12):
         line = lines[j - 1]
         if line.rstrip().endswith("}") or LABEL.match(line):
             break
         text.append(line)
+        j -= 1
         if GUARD_START.match(line):
             break
+    condition = text[-1].partition("(")[2]
+    if assignment and GUARD_START.match(text[-1]) and condition and \
+            not CALL.search(condition):
+        while j > start:
+            text.append(lines[j - 1])
+            j -= 1
+            if lines[j - 1].rstrip().endswith((";", "{", "}")):
+                break
     return "\n".join(text)
 
 
 def kind(lines, i, what, start, end):
-    """"driver", "alloc" or "other" for the exit on line i."""
-    if what.endswith(":"):
+    """"driver", "alloc", "python" or "other" for the exit on line i."""
+    def code(assignment):
+        if not what.endswith(":"):
+            return guard(lines, i, start, assignment)
         goto = re.compile(r"\bgoto\s+%s\s*;" % re.escape(what[:-1]))
-        code = "\n".join(guard(lines, j, start)
+        return "\n".join(guard(lines, j, start, assignment)
                          for j in range(start, end + 1)
                          if goto.search(lines[j - 1]))
-    else:
-        code = guard(lines, i, start)
-    if DRIVER.search(code):
+
+    if DRIVER.search(code(False)):
         return "driver"
-    if ALLOC.search(code):
+    if ALLOC.search(code(True)):
         return "alloc"
+    if python_only(code(True)):
+        return "python"
     return "other"
+
+
+def python_only(code):
+    """Whether code fails only through the CPython and NumPy allocations
+    it calls: it makes at least one, and no other call."""
+    others = [m.group(1) for m in CALL.finditer(QUIET.sub("", code))
+              if m.group(1) not in KEYWORDS and
+              not PYALLOC.match(m.group(0))]
+    return bool(PYALLOC.search(code)) and not others
 
 
 def read_allow(path):
@@ -147,7 +189,7 @@ def main(argv):
     used = set()
     build_temp, dirs = argv[1], argv[2:]
     # kind -> [exits, reached, unreached but listed]
-    totals = {k: [0, 0, 0] for k in ("driver", "alloc", "other")}
+    totals = {k: [0, 0, 0] for k in ("driver", "alloc", "python", "other")}
     missing = []
     for d in dirs:
         for name in sorted(os.listdir(d)):
@@ -178,7 +220,7 @@ def main(argv):
                     state = "listed"
                 else:
                     state = "UNREACHED"
-                    if k == "driver":
+                    if k != "other":
                         missing.append("%s:%d %s" % (source, i, what))
                 print("%-36s %-12s %-6s %s" % ("%s:%d" % (source, i), state,
                                                k, what))
@@ -192,7 +234,8 @@ def main(argv):
         print("listed in %s but reached or gone: %s" % (allow_path,
                                                        " ".join(key)))
     if missing:
-        print("%d driver exit(s) unreached and not in %s:"
+        print("%d driver, allocation or Python allocation exit(s) "
+              "unreached and not in %s:"
               % (len(missing), allow_path))
         print("\n".join("  " + m for m in missing))
         return 1
