@@ -1,8 +1,10 @@
 """Error paths beyond each driver row's first call: every call a public
 operation makes, failed in turn (the simulator's inject(..., after=k)),
 gives a CudaAPIError naming that call or is absorbed, and leaks nothing;
-and failed Python allocations (_testcapi.set_nomemory) in a fresh process
-give MemoryError, never a crash. tools/error_labels.py (`make coverage`)
+and failed Python allocations (_testcapi.set_nomemory), each in turn, in
+56 operations and in the extension's import, give MemoryError (or the
+exception CPython makes of it), never a crash or a leak.
+tools/error_labels.py (`make coverage`)
 reports which error exits these reach; test_driver_faults.py owns the
 per-row exception kinds."""
 import gc
