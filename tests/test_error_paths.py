@@ -358,9 +358,9 @@ def test_every_call_can_fail(run_py, scenario):
 # each n below 1000 (the longest, the HTML repr, raises for n up to about
 # 760). MemoryError, another exception CPython or NumPy makes of the
 # failure, or success; a SystemError of ours, a traceback or an ignored
-# exception on stderr, a leak or a crash is a bug. Each operation is a statement over `np`,
-# `cudamem`, a device array `d` (3 x 4 float64), a stream `s` and an
-# event `e`, made before the window.
+# exception on stderr, a leak or a crash is a bug. Each operation is a
+# statement over `np`, `cudamem`, a device array `d` (3 x 4 float64), a
+# stream `s` and an event `e`, made before the window.
 NOMEMORY_OPS = {
     "device_array": "cudamem.device_array((3, 4), order='F')",
     "device_array_like": "cudamem.device_array_like(d[:, 1:])",
@@ -415,7 +415,8 @@ NOMEMORY_OPS = {
                     ".memhostalloc(64, mapped=True).device_pointer",
     "memallocmanaged": "cudamem.current_context().memory_manager"
                        ".memallocmanaged(64)",
-    "mapped context": "with cudamem.mapped(np.zeros(8)) as m: m.copy_to_host()",
+    "mapped context": "with cudamem.mapped(np.zeros(8)) as m: "
+                      "m.copy_to_host()",
     "mapped like": "cudamem.mapped_array_like(np.zeros((2, 3)), "
                    "wc=True).__cuda_array_interface__",
     "context methods": "c = cudamem.current_context(); "
@@ -458,7 +459,6 @@ gc.collect()
 cudamem._cudamem._flush_pending()
 base = simulator.live()
 failed = 0
-others = set()
 for n in range(%d):
     _testcapi.set_nomemory(n, n + 1)
     try:
@@ -469,17 +469,16 @@ for n in range(%d):
         # NumPy 2's __reduce__ returns with MemoryError set; ours never.
         if "numpy" not in str(exc):
             raise
-        others.add("SystemError")
-    except Exception as exc:
+    except Exception:
         # CPython's or NumPy's own reading of a failed allocation, such
         # as an attribute lookup that gives AttributeError.
-        others.add(type(exc).__name__)
+        pass
     finally:
         _testcapi.remove_mem_hooks()
     s.synchronize()
 gc.collect()
 cudamem._cudamem._flush_pending()
-print(failed, simulator.live() == base, sorted(others))
+print(failed, simulator.live() == base)
 """
 
 
@@ -491,7 +490,7 @@ def test_python_allocation_failures(run_py, op):
     # Only a callback that failed in its thread is reported, as a warning.
     assert "Traceback" not in proc.stderr and \
         "Exception ignored" not in proc.stderr, proc.stderr[-2000:]
-    failed, same, _ = proc.stdout.split(maxsplit=2)
+    failed, same = proc.stdout.split()
     assert int(failed) > 0  # the window did make allocations fail
     assert same == "True", "live counts changed"
 
@@ -512,8 +511,8 @@ for n in range(%d):
     _testcapi.set_nomemory(n, n + 1)
     try:
         # With its first devices and a context: built on first use.
-        importlib.import_module("cudamem._cudamem") \
-            .list_devices()[0].get_primary_context()
+        module = importlib.import_module("cudamem._cudamem")
+        module.list_devices()[0].get_primary_context()
     except MemoryError:
         failed += 1
     except RuntimeError as exc:

@@ -50,11 +50,7 @@ find_simulator(PyObject *module, cmpy_state *st)
     size_t dirlen;
 
     if (file == NULL) {
-        /* A module without __file__ (embedded) has no bundled simulator;
-         * any other failure (no memory) is the import's. */
-        if (!PyErr_ExceptionMatches(PyExc_SystemError)) {
-            return -1;
-        }
+        /* A module without __file__ (embedded) has no bundled simulator. */
         PyErr_Clear();
         return 0;
     }
