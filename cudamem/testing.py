@@ -79,8 +79,9 @@ def quiesce():
     Does nothing unless cudamem runs on the simulated driver."""
     gc.collect()
     if on_simulator() and _cudamem.is_available():
-        _cudamem._flush_pending()
+        # Trimmed first: a freed block gives its events to the queues.
         _cudamem._hostpool_trim()  # staging buffers, cached blocks
+        _cudamem._flush_pending()
         _cudamem.list_devices()[0].get_primary_context()
 
 

@@ -4,6 +4,7 @@
 #include "copy.h"
 
 #include "driver.h"
+#include "hostmem.h"
 #include "staging.h"
 
 /* The driver's synchronous HtoD from pageable memory and its DtoD may
@@ -30,6 +31,20 @@ cm__memcpy(int dst_dev, CUdeviceptr dst, void *hdst, int src_dev,
     }
     return async ? CM_CALL(err, cuMemcpyDtoHAsync, hdst, src, n, stream)
                  : CM_CALL(err, cuMemcpyDtoH, hdst, src, n);
+}
+
+int
+cm__copy_noted(cm_device *dev, CUstream stream, const void *host,
+               size_t extent, cm_error *err)
+{
+    cm_error ignored;
+
+    if (cm__host_note(dev, stream, host, extent, err) == 0) {
+        return 0;
+    }
+    /* Unnoted work would let its memory go under it: wait instead. */
+    (void)CM_CALL(&ignored, cuStreamSynchronize, stream);
+    return -1;
 }
 
 /* One contiguous copy in dev's context. The synchronous DtoH is complete
@@ -63,6 +78,9 @@ copy_contiguous(cm_device *dev, int dst_dev, CUdeviceptr dst, void *hdst,
                     err);
     if (rc == 0 && dst_dev && !async) {
         rc = complete(err);
+    }
+    if (rc == 0 && async && dst_dev != src_dev) {
+        rc = cm__copy_noted(dev, stream, dst_dev ? hsrc : hdst, n, err);
     }
     return cm_ctx_leave(&guard, rc, err);
 }

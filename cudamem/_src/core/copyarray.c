@@ -1386,6 +1386,28 @@ read_max_pitch(job *j, cm_error *err)
     return 0;
 }
 
+/* The host bytes an asynchronous copy of L (one side on the host) may
+ * still touch when this returns: the host side's whole extent. */
+static int
+note_host(job *j, const layout *L, cm_error *err)
+{
+    int dst = !L->ddev;
+    uintptr_t lo = dst ? L->dst : L->src, hi = lo + j->itemsize;
+
+    for (int i = 0; i < L->nd; i++) {
+        ptrdiff_t span = (L->d[i].n - 1) * (dst ? L->d[i].ds : L->d[i].ss);
+
+        if (span < 0) {
+            lo -= (uintptr_t)-span;
+        }
+        else {
+            hi += (uintptr_t)span;
+        }
+    }
+    return cm__copy_noted(j->dev, j->stream, (const void *)lo, hi - lo,
+                          err);
+}
+
 int
 cm_copy_array(cm_device *dev, const cm_side *dst, const cm_side *src,
               size_t itemsize, CUstream stream, int async, cm_error *err)
@@ -1445,6 +1467,9 @@ cm_copy_array(cm_device *dev, const cm_side *dst, const cm_side *src,
     }
     if (rc == 0 && !async) {
         rc = drain(&j, err);
+    }
+    else if (rc == 0 && L.ddev != L.sdev) {
+        rc = note_host(&j, &L, err);
     }
     return cm_ctx_leave(&guard, rc, err);
 }

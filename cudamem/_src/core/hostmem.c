@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "driver.h"
+#include "event.h"
 #include "release.h"
 #include "stats.h"
 
@@ -18,9 +19,24 @@
  * later mapped() over the same pages finds them usable. */
 #define REG_FLAGS (CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP)
 
+/* How many streams a registration remembers work of; a full set orders
+ * its oldest work before the next stream's. */
+#define WORK_SLOTS 4
+
+/* Queued work on a registration's pages: an event recorded after the
+ * latest copy on `stream`, in dev's context at `generation`. */
+typedef struct work {
+    cm_device *dev;
+    CUstream stream;
+    CUevent event;
+    uint64_t generation;
+} work;
+
 /* One driver registration: disjoint, page-aligned, in the table while
  * `linked`. It retains its device's primary context, so that close()
- * leaves it registered; only a reset ends it. */
+ * leaves it registered; only a reset ends it. Write-combined memory has
+ * a node too (ctx NULL: the driver allocated it page-locked), so that
+ * its work is noted like any other's. */
 typedef struct node {
     uintptr_t base;
     size_t size;
@@ -28,8 +44,10 @@ typedef struct node {
     int linked;
     unsigned flags;
     cm_device *dev;
-    CUcontext ctx;   /* retained by the node */
+    CUcontext ctx;   /* retained by the node; NULL: cuMemHostAlloc's */
     uint64_t resets; /* dev's at registration */
+    work work[WORK_SLOTS];
+    int nwork;
 } node;
 
 struct cm_hostreg {
@@ -37,11 +55,14 @@ struct cm_hostreg {
     node *nodes[];
 };
 
-/* The nodes sorted by base; everything here under `lock`. */
+/* The nodes sorted by base, and the records whose release waits for
+ * work on their pages; everything here under `lock`. */
 static struct {
     pthread_mutex_t lock;
     node **nodes;
     size_t n, cap;
+    cm_host *retiring;
+    size_t nretiring;
 } table = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static size_t
@@ -113,6 +134,100 @@ table_unlink(node *n)
     n->linked = 0;
 }
 
+/* A slot's event still belongs to a live context. */
+static int
+work_live(const work *w)
+{
+    return __atomic_load_n(&w->dev->generation, __ATOMIC_ACQUIRE) ==
+           w->generation;
+}
+
+/* Drops slot i, keeping the order, and gives its event back (a stale one
+ * went with its context). Lock held. */
+static void
+work_forget(node *n, int i)
+{
+    work w = n->work[i];
+    cm_error ignored;
+
+    memmove(n->work + i, n->work + i + 1,
+            (size_t)(n->nwork - i - 1) * sizeof(work));
+    n->nwork--;
+    if (work_live(&w)) {
+        (void)cm_event_release(w.dev, w.generation, w.event, &ignored);
+    }
+}
+
+/* Whether slot w's work is still queued. A query that fails (not
+ * NOT_READY) says nothing of the work: wait for it instead. */
+static int
+work_pending(const work *w)
+{
+    cm_error err;
+
+    if (!work_live(w) ||
+        CM_CALL(&err, cuEventQuery, w->event) == 0) {
+        return 0;
+    }
+    if (err.kind == CM_ERR_DRIVER && err.code == CUDA_ERROR_NOT_READY) {
+        return 1;
+    }
+    (void)CM_CALL(&err, cuEventSynchronize, w->event);
+    return 0;
+}
+
+/* Remembers work just queued on `stream` (dev's context current) on n's
+ * pages: the stream's slot is recorded again; a new stream takes a free
+ * slot, or the oldest, whose work the stream is first made to wait for
+ * (cuStreamWaitEvent takes an event of another context). Lock held. */
+static int
+node_note(node *n, cm_device *dev, CUstream stream, cm_error *err)
+{
+    work *w = NULL;
+    uint64_t generation;
+    CUevent event;
+
+    for (int i = 0; i < n->nwork; i++) {
+        if (!work_live(&n->work[i])) {
+            work_forget(n, i--);
+        }
+        else if (n->work[i].dev == dev && n->work[i].stream == stream) {
+            w = &n->work[i];
+            break;
+        }
+    }
+    if (w == NULL) {
+        if (n->nwork == WORK_SLOTS) {
+            if (CM_CALL(err, cuStreamWaitEvent, stream, n->work[0].event,
+                        0) < 0) {
+                return -1;
+            }
+            work_forget(n, 0);
+        }
+        if (cm_event_create(dev, CU_EVENT_DISABLE_TIMING, &event,
+                            &generation, err) < 0) {
+            return -1;
+        }
+        w = &n->work[n->nwork++];
+        *w = (work){dev, stream, event, generation};
+    }
+    return CM_CALL(err, cuEventRecord, w->event, stream);
+}
+
+/* Whether any page of r has queued work. Lock held. */
+static int
+reg_busy(node *const *nodes, size_t count)
+{
+    for (size_t i = 0; i < count; i++) {
+        for (int k = 0; k < nodes[i]->nwork; k++) {
+            if (work_pending(&nodes[i]->work[k])) {
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
 /* Drops a reference; the last one unregisters the pages, unless the
  * driver already dropped them with their context. Lock held. */
 static int
@@ -127,6 +242,13 @@ node_drop(node *n, cm_error *err)
     }
     if (n->linked) {
         table_unlink(n);
+    }
+    while (n->nwork > 0) {
+        work_forget(n, 0);
+    }
+    if (n->ctx == NULL) {
+        free(n);
+        return 0;
     }
     /* In the context the node keeps alive, whatever cudamem holds. */
     if (!stale(n) && (rc = CM_CALL(err, cuCtxPushCurrent, n->ctx)) == 0) {
@@ -364,6 +486,41 @@ host_register(cm_device *dev, cm_host *h, int readonly, int mapped,
     return rc;
 }
 
+/* A node of the table for h's write-combined pages (the driver's, fresh
+ * and page-aligned), so that work on them is noted like any other's. */
+static int
+wc_node(cm_host *h, cm_error *err)
+{
+    uintptr_t lo = (uintptr_t)h->ptr, ps = page_size();
+    cm_hostreg *r = malloc(sizeof(*r) + sizeof(r->nodes[0]));
+    node *n = malloc(sizeof(*n));
+    int rc = -1;
+
+    if (r != NULL && n != NULL) {
+        *n = (node){.base = lo,
+                    .size = (h->size + ps - 1) & ~(ps - 1),
+                    .refs = 1,
+                    .dev = h->dev,
+                    .resets = h->resets};
+        pthread_mutex_lock(&table.lock);
+        unlink_stale(lo, lo + n->size);
+        rc = table_insert(first_after(lo), n, err);
+        pthread_mutex_unlock(&table.lock);
+    }
+    else {
+        cm_fail(err, CM_ERR_NOMEM, "out of host memory");
+    }
+    if (rc < 0) {
+        free(r);
+        free(n);
+        return -1;
+    }
+    r->n = 1;
+    r->nodes[0] = n;
+    h->reg = r;
+    return 0;
+}
+
 /* cuMemHostAlloc'd write-combined memory under its own retain of the
  * current device's primary context, so that close() cannot free it (see
  * cm_release_retained). */
@@ -409,6 +566,12 @@ alloc_wc(cm_device *dev, cm_host *h, int portable, cm_error *err)
         return -1;
     }
     h->ptr = p;
+    if (wc_node(h, err) < 0) {
+        (void)cm_release_retained(dev, h->generation, h->resets,
+                                  CM_FREE_HOST, (uint64_t)(uintptr_t)p,
+                                  h->size, &ignored);
+        return -1;
+    }
     return 0;
 }
 
@@ -560,16 +723,14 @@ cm_host_external(cm_device *dev, void *ptr, size_t size, int mapped,
     return 0;
 }
 
-int
-cm_host_unregister(cm_host *h, cm_error *err)
+/* Drops h's registration now. */
+static int
+reg_release(cm_host *h, cm_error *err)
 {
     int rc;
 
     if (h->reg == NULL) {
         return 0;
-    }
-    if (cm_fork_check(err) < 0) {
-        return -1;
     }
     pthread_mutex_lock(&table.lock);
     rc = reg_drop(h->reg, err);
@@ -578,36 +739,206 @@ cm_host_unregister(cm_host *h, cm_error *err)
     return rc;
 }
 
+/* The release of a record whose pages are idle: cm_host_free's. */
+static int
+host_free_now(cm_host *h, cm_error *err)
+{
+    cm_error later;
+    int rc;
+
+    if (h->kind != CM_HOST_REGISTERED && h->ptr != NULL) {
+        cm__stats_sub(h->dev, stat_kind(h->kind), stat_bytes(h));
+    }
+    rc = reg_release(h, err);
+    if (h->kind == CM_HOST_MAPPED_WC) {
+        if (h->ptr != NULL &&
+            cm_release_retained(h->dev, h->generation, h->resets,
+                                CM_FREE_HOST, (uint64_t)(uintptr_t)h->ptr,
+                                h->size, rc < 0 ? &later : err) < 0) {
+            rc = -1;
+        }
+    }
+    /* After a failed unregister the driver still holds the pages: leave
+     * them mapped. */
+    else if (rc == 0 && h->kind != CM_HOST_REGISTERED && h->ptr != NULL) {
+        munmap(h->ptr, h->maplen);
+    }
+    free(h);
+    return rc;
+}
+
+int
+cm_host_unregister(cm_host *h, cm_error *err)
+{
+    cm_host *shell;
+
+    if (h->reg == NULL) {
+        return 0;
+    }
+    if (cm_fork_check(err) < 0) {
+        return -1;
+    }
+    /* The registration alone retires: a record that owns no memory. */
+    shell = calloc(1, sizeof(*shell));
+    if (shell == NULL) {
+        return cm_fail(err, CM_ERR_NOMEM, "out of host memory");
+    }
+    shell->kind = CM_HOST_REGISTERED;
+    shell->dev = h->dev;
+    shell->reg = h->reg;
+    h->reg = NULL;
+    return cm__host_retire(shell, host_free_now, err);
+}
+
 int
 cm_host_free(cm_host *h, cm_error *err)
 {
-    int rc = 0;
-
     if (cm_fork_check(err) < 0) {
         free(h);
         return -1;
     }
-    if (h->kind != CM_HOST_REGISTERED && h->ptr != NULL) {
-        cm__stats_sub(h->dev, stat_kind(h->kind), stat_bytes(h));
+    return cm__host_retire(h, host_free_now, err);
+}
+
+int
+cm__host_note(cm_device *dev, CUstream stream, const void *ptr,
+              size_t size, cm_error *err)
+{
+    uintptr_t lo = (uintptr_t)ptr, hi = lo + size;
+    int rc = 0;
+
+    /* Most copies with no registration at all take no lock. */
+    if (__atomic_load_n(&table.n, __ATOMIC_RELAXED) == 0) {
+        return 0;
     }
-    if (h->kind == CM_HOST_MAPPED_WC) {
-        if (h->ptr != NULL) {
-            rc = cm_release_retained(h->dev, h->generation, h->resets,
-                                     CM_FREE_HOST,
-                                     (uint64_t)(uintptr_t)h->ptr, h->size,
-                                     err);
+    pthread_mutex_lock(&table.lock);
+    for (size_t i = first_after(lo);
+         rc == 0 && i < table.n && table.nodes[i]->base < hi; i++) {
+        if (!stale(table.nodes[i])) {
+            rc = node_note(table.nodes[i], dev, stream, err);
         }
     }
-    else {
-        rc = cm_host_unregister(h, err);
-        /* After a failed unregister the driver still holds the pages:
-         * leave them mapped. */
-        if (rc == 0 && h->kind != CM_HOST_REGISTERED && h->ptr != NULL) {
-            munmap(h->ptr, h->maplen);
-        }
-    }
-    free(h);
+    pthread_mutex_unlock(&table.lock);
     return rc;
+}
+
+/* Takes the retiring records whose pages are idle (all of them with
+ * `all`), in the order they retired. Lock held. */
+static cm_host *
+take_idle(int all)
+{
+    cm_host *idle = NULL, **link = &table.retiring, **tail = &idle;
+
+    while (*link != NULL) {
+        cm_host *h = *link;
+
+        if (all || h->reg == NULL || !reg_busy(h->reg->nodes, h->reg->n)) {
+            *link = h->next;
+            h->next = NULL;
+            *tail = h;
+            tail = &h->next;
+            table.nretiring--;
+        }
+        else {
+            link = &h->next;
+        }
+    }
+    return idle;
+}
+
+/* Runs the releases of a chain; the first failure is reported. */
+static int
+run_releases(cm_host *chain, cm_error *err)
+{
+    cm_error later;
+    int rc = 0;
+
+    while (chain != NULL) {
+        cm_host *h = chain;
+
+        chain = h->next;
+        h->next = NULL;
+        if (h->then(h, rc < 0 ? &later : err) < 0) {
+            rc = -1;
+        }
+    }
+    return rc;
+}
+
+int
+cm__host_reap(cm_error *err)
+{
+    cm_host *idle;
+
+    if (__atomic_load_n(&table.nretiring, __ATOMIC_RELAXED) == 0) {
+        return 0;
+    }
+    pthread_mutex_lock(&table.lock);
+    idle = take_idle(0);
+    pthread_mutex_unlock(&table.lock);
+    return run_releases(idle, err);
+}
+
+int
+cm__host_retire(cm_host *h, cm_host_fn then, cm_error *err)
+{
+    cm_error later;
+    int busy, rc;
+
+    pthread_mutex_lock(&table.lock);
+    busy = h->reg != NULL && reg_busy(h->reg->nodes, h->reg->n);
+    if (busy) {
+        h->then = then;
+        h->next = table.retiring;
+        table.retiring = h;
+        table.nretiring++;
+    }
+    pthread_mutex_unlock(&table.lock);
+    rc = cm__host_reap(err);
+    if (!busy && then(h, rc < 0 ? &later : err) < 0) {
+        rc = -1;
+    }
+    return rc;
+}
+
+int
+cm_host_drain(cm_error *err)
+{
+    cm_host *all = NULL;
+    cm_error later;
+    int rc = 0;
+
+    if (__atomic_load_n(&table.nretiring, __ATOMIC_RELAXED) == 0) {
+        return 0;
+    }
+    /* Each pending event waited for outside the lock would be freed under
+     * a concurrent note; wait under it, as a driver's free would. */
+    pthread_mutex_lock(&table.lock);
+    for (cm_host *h = table.retiring; h != NULL; h = h->next) {
+        for (size_t i = 0; h->reg != NULL && i < h->reg->n; i++) {
+            node *n = h->reg->nodes[i];
+
+            for (int k = 0; k < n->nwork; k++) {
+                if (work_live(&n->work[k]) &&
+                    CM_CALL(rc < 0 ? &later : err, cuEventSynchronize,
+                            n->work[k].event) < 0) {
+                    rc = -1;
+                }
+            }
+        }
+    }
+    all = take_idle(1);
+    pthread_mutex_unlock(&table.lock);
+    if (run_releases(all, rc < 0 ? &later : err) < 0) {
+        rc = -1;
+    }
+    return rc;
+}
+
+size_t
+cm_host_retiring(void)
+{
+    return __atomic_load_n(&table.nretiring, __ATOMIC_RELAXED);
 }
 
 int

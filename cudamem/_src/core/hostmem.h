@@ -40,8 +40,14 @@ typedef struct cm_host {
                          write-combined memory, close() does not */
     CUdeviceptr dptr; /* mapped kinds: the device address of ptr */
     int pooled;       /* hostpool.h's block: give it back there */
-    struct cm_host *next; /* hostpool.c's free list while cached */
+    struct cm_host *next; /* hostpool.c's free list while cached, or the
+                             retiring list while its release waits */
+    int (*then)(struct cm_host *, cm_error *); /* the release, once the
+                                                  work on it is done */
 } cm_host;
+
+/* A release of host memory: frees or caches h and reports in err. */
+typedef int (*cm_host_fn)(cm_host *h, cm_error *err);
 
 /* New host memory of `kind` (PINNED, MAPPED or MAPPED_WC) for nbytes on
  * dev (the calling thread's current device). PINNED and MAPPED are
@@ -74,15 +80,44 @@ int cm_host_register(cm_device *dev, void *ptr, size_t size, int readonly,
 int cm_host_external(cm_device *dev, void *ptr, size_t size, int mapped,
                      cm_host **out, cm_error *err);
 
-/* Drops h's registration now (a no-op the second time); registrations
- * that no one else holds are unregistered at once. A failed unregister is
- * reported; the registration is forgotten anyway. */
+/* Drops h's registration (a no-op the second time); registrations that
+ * no one else holds are unregistered, after the queued work noted on
+ * them. A failed unregister is reported; the registration is forgotten
+ * anyway. */
 int cm_host_unregister(cm_host *h, cm_error *err);
 
 /* cm_host_unregister, then frees cudamem's memory and the record. After
  * a failed unregister the pages stay mapped (the driver still holds them)
- * and the failure is reported; the record is freed anyway. */
+ * and the failure is reported; the record is freed anyway. Ordered after
+ * the queued work noted on its pages (cm__host_retire). */
 int cm_host_free(cm_host *h, cm_error *err);
+
+/* The one lifetime rule of host memory (DESIGN rule 4): asynchronous
+ * copies note the streams that use a registration's pages, and the
+ * release of a record over them (unregister, free, return to the pool)
+ * waits for that work without blocking whoever let go.
+ *
+ * cm__host_note: `size` bytes at ptr were just queued on `stream` (dev's
+ * context current): every registration covering them records an event
+ * after that work (one per stream, re-recorded). Pageable memory has no
+ * registration and notes nothing. On failure nothing is noted: the caller
+ * waits for the stream instead. */
+int cm__host_note(cm_device *dev, CUstream stream, const void *ptr,
+                  size_t size, cm_error *err);
+/* Runs `then` on h now when no noted work on its pages is pending, else
+ * once it is done: h joins the retiring list, which cm__host_reap (every
+ * host allocation and release) and cm_host_drain empty. Completed
+ * releases of others are run first and their first failure is reported
+ * in err, as is h's own when it runs now. */
+int cm__host_retire(cm_host *h, cm_host_fn then, cm_error *err);
+/* Runs the releases whose work is complete; never waits. */
+int cm__host_reap(cm_error *err);
+/* Waits for the work of every retiring record and runs its release
+ * (context teardown, interpreter exit, quiescing, out-of-memory). Blocks:
+ * py/ releases the GIL. */
+int cm_host_drain(cm_error *err);
+/* How many releases wait for queued work. */
+size_t cm_host_retiring(void);
 
 /* For a mapped kind: fails with CM_ERR_STATE when the mapping is gone
  * (its device was reset). */

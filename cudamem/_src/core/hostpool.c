@@ -139,8 +139,9 @@ cm_hostpool_alloc(cm_device *dev, size_t nbytes, cm_host **out,
     return 0;
 }
 
-int
-cm_hostpool_free(cm_host *h, cm_error *err)
+/* Caches h, whose pages are idle, unless it must go. */
+static int
+keep(cm_host *h, cm_error *err)
 {
     cm_error forked;
     int kept = 0;
@@ -168,15 +169,27 @@ cm_hostpool_free(cm_host *h, cm_error *err)
     return 0;
 }
 
+/* A block goes back only once the copies queued on it are done: the next
+ * user would otherwise overwrite what a stream still reads. */
+int
+cm_hostpool_free(cm_host *h, cm_error *err)
+{
+    return cm__host_retire(h, keep, err);
+}
+
 int
 cm_hostpool_trim(cm_error *err)
 {
+    cm_error later;
     cm_host *chain;
+    int rc;
 
+    /* Blocks still in use by a stream come back first. */
+    rc = cm_host_drain(err);
     pthread_mutex_lock(&pool.lock);
     chain = shrink_to(0);
     pthread_mutex_unlock(&pool.lock);
-    return free_chain(chain, err);
+    return free_chain(chain, rc < 0 ? &later : err) < 0 ? -1 : rc;
 }
 
 int

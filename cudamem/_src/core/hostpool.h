@@ -34,8 +34,9 @@ int cm_hostpool_alloc(cm_device *dev, size_t nbytes, cm_host **out,
 
 /* Caches h (from cm_hostpool_alloc) for reuse, registered, unless the
  * limit would be passed, its registration is gone, or it bypassed the
- * pool: then cm_host_free. Its memory may be handed out again at once:
- * nothing may still use it. */
+ * pool: then cm_host_free. Either happens once the copies noted on it
+ * are done (cm__host_retire): until then it is neither cached nor
+ * handed out. */
 int cm_hostpool_free(cm_host *h, cm_error *err);
 
 /* Frees every cached block; the first failure is reported, the rest still

@@ -5,6 +5,7 @@
 #include "pending.h"
 
 #include "../core/driver.h"
+#include "../core/hostmem.h"
 
 typedef struct cmpy_Deallocations {
     PyObject_HEAD
@@ -304,9 +305,14 @@ PyDoc_STRVAR(shutdown_doc,
 static PyObject *
 shutdown(PyObject *module, PyObject *Py_UNUSED(ignored))
 {
-    cm_error err;
+    cm_error err, later;
+    int rc;
 
-    if (cm_queues_shutdown(&err) < 0) {
+    /* Host memory waiting for its copies goes first: the queues stop. */
+    Py_BEGIN_ALLOW_THREADS
+    rc = cm_host_drain(&err);
+    Py_END_ALLOW_THREADS
+    if (cm_queues_shutdown(rc < 0 ? &later : &err) < 0 || rc < 0) {
         PyObject *exc;
 
         cmpy_raise(cmpy_get_state(module), &err);
@@ -320,8 +326,9 @@ shutdown(PyObject *module, PyObject *Py_UNUSED(ignored))
 
 PyDoc_STRVAR(flush_pending_doc,
              "_flush_pending()\n\n"
-             "Frees what every device's queues hold (unless deferred); for "
-             "tests\nthat compare live allocations.");
+             "Waits for host memory whose release waits for copies and frees it,\n"
+             "then frees what every device's queues hold (unless deferred); "
+             "for\ntests that compare live allocations.");
 
 static PyObject *
 flush_pending(PyObject *module, PyObject *Py_UNUSED(ignored))
@@ -329,12 +336,18 @@ flush_pending(PyObject *module, PyObject *Py_UNUSED(ignored))
     cmpy_state *st = cmpy_get_state(module);
     cm_device *dev;
     cm_error err;
-    int count;
+    int count, rc;
 
     if (!cm_driver_ready()) {
         Py_RETURN_NONE;
     }
     if (cm_devices_count(&count, &err) < 0) {
+        return cmpy_raise(st, &err);
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = cm_host_drain(&err);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
         return cmpy_raise(st, &err);
     }
     for (int i = 0; i < count; i++) {

@@ -1,0 +1,181 @@
+"""Host memory outlives the queued copies that use it (issue 19, item 1).
+
+Every kind of page-locked host memory cudamem hands out or registers
+(pinned, mapped, write-combined, pooled, the caller's memory registered) is
+dropped while a copy queued on a stream still reads or writes it, with
+every stream operation delayed so that the copy has not run yet. The CUDA
+driver requires host memory used by an asynchronous copy to stay valid and
+page-locked until the copy is done; the reference for the data is NumPy.
+Before the fix each case crashed the process (the pages were unmapped under
+the simulator's stream worker) or, with the host pool, sent the next user's
+bytes to the device.
+"""
+import gc
+
+import numpy as np
+import pytest
+
+import cudamem as cuda
+
+pytestmark = pytest.mark.simulator
+
+N = 1 << 16
+DELAY_US = 20000
+
+
+@pytest.fixture
+def slow(sim):
+    """Every stream operation delayed, and the hazard checker on."""
+    sim.set_hazards(True)
+    before = sim.hazard_count()
+    with sim.delay(DELAY_US):
+        yield sim
+    assert sim.hazard_count() == before, sim.last_hazard()
+
+
+def registered(sim):
+    return sim.live()["registrations"]
+
+
+def upload(x, stream):
+    h = cuda.pinned_array_like(x)
+    h[:] = x
+    return cuda.to_device(h, stream=stream)  # h's last reference goes
+
+
+def test_pinned_source_dropped_under_queued_upload(slow):
+    x = np.arange(N, dtype=np.float64)
+    s = cuda.stream()
+    d = upload(x, s)
+    # The registration waits for the copy, not for the last reference.
+    assert registered(slow) >= 1
+    s.synchronize()
+    np.testing.assert_array_equal(d.copy_to_host(), x)
+
+
+def test_pinned_destination_dropped_under_queued_download(slow):
+    x = np.arange(N, dtype=np.int32)
+    d = cuda.to_device(x)
+    s = cuda.stream()
+    h = cuda.pinned_array(N, dtype=np.int32)
+    d.copy_to_host(h, stream=s)
+    before = registered(slow)
+    del h
+    gc.collect()
+    assert registered(slow) == before
+    s.synchronize()
+    # A later release finds the copy done and lets the pages go.
+    h2 = cuda.pinned_array(N, dtype=np.int32)
+    d.copy_to_host(h2, stream=s)
+    s.synchronize()
+    np.testing.assert_array_equal(h2, x)
+
+
+def test_mapped_array_dropped_under_queued_copy(slow):
+    x = np.linspace(0, 1, N)
+    s = cuda.stream()
+    m = cuda.mapped_array(N, dtype=np.float64)
+    m[:] = x
+    d = cuda.to_device(m, stream=s)
+    del m
+    gc.collect()
+    s.synchronize()
+    np.testing.assert_array_equal(d.copy_to_host(), x)
+
+
+def test_write_combined_dropped_and_flushed_under_queued_copy(slow):
+    x = np.arange(N, dtype=np.float32)
+    s = cuda.stream()
+    m = cuda.mapped_array(N, dtype=np.float32, wc=True)
+    m[:] = x
+    d = cuda.to_device(m, stream=s)
+    del m
+    gc.collect()
+    # The flush would free the write-combined pages the stream reads.
+    cuda.current_context().deallocations.clear()
+    s.synchronize()
+    np.testing.assert_array_equal(d.copy_to_host(), x)
+
+
+def test_pinned_context_left_under_queued_copy(slow):
+    x = np.arange(N, dtype=np.int64)
+    expect = x.copy()
+    s = cuda.stream()
+    with cuda.pinned(x):
+        d = cuda.to_device(x, stream=s)
+    # Unregistered only once the copy has read the pages.
+    assert registered(slow) >= 1
+    s.synchronize()
+    np.testing.assert_array_equal(d.copy_to_host(), expect)
+
+
+def test_deregister_under_queued_download(slow):
+    x = np.arange(N, dtype=np.int16)
+    d = cuda.to_device(x)
+    out = np.zeros_like(x)
+    s = cuda.stream()
+    cuda.register(out)
+    d.copy_to_host(out, stream=s)
+    cuda.deregister(out)
+    assert registered(slow) >= 1
+    s.synchronize()
+    np.testing.assert_array_equal(out, x)
+
+
+def test_pooled_block_not_reused_under_queued_copy(slow):
+    """The pooled block goes back to the host pool only once the stream
+    has read it: the next pinned array must not share its bytes."""
+    s = cuda.stream()
+    with cuda.using_memory_manager(cuda.PoolMemoryManager) as pool:
+        h = cuda.pinned_array(1)
+        h[0] = 1.0
+        d = cuda.device_array(1)
+        d.copy_to_device(h, stream=s)
+        del h
+        gc.collect()
+        h2 = cuda.pinned_array(1)
+        h2[0] = 7.0
+        s.synchronize()
+        assert d.copy_to_host()[0] == 1.0
+        assert h2[0] == 7.0
+        del h2, d
+        pool.trim()
+
+
+def test_strided_copy_notes_the_host_extent(slow):
+    x = np.arange(64 * 64, dtype=np.float64).reshape(64, 64)
+    s = cuda.stream()
+    h = cuda.pinned_array_like(x)
+    h[:] = x
+    d = cuda.device_array((64, 32))
+    d.copy_to_device(h[:, ::2], stream=s)
+    del h
+    gc.collect()
+    s.synchronize()
+    np.testing.assert_array_equal(d.copy_to_host(), x[:, ::2])
+
+
+def test_release_of_idle_memory_is_immediate(sim):
+    """Without queued work nothing waits: the pages go with the last
+    reference, as before."""
+    before = registered(sim)
+    h = cuda.pinned_array(N)
+    d = cuda.to_device(h)
+    del h
+    gc.collect()
+    assert registered(sim) == before
+    del d
+
+
+def test_drain_waits_for_every_retiring_release(slow):
+    s = cuda.stream()
+    d = cuda.device_array(N)
+    for _ in range(3):
+        h = cuda.pinned_array(N)
+        d.copy_to_host(h, stream=s)
+        del h
+    gc.collect()
+    assert registered(slow) >= 3
+    cuda.testing.quiesce()
+    assert registered(slow) == 0
+
