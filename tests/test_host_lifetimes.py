@@ -179,3 +179,38 @@ def test_drain_waits_for_every_retiring_release(slow):
     cuda.testing.quiesce()
     assert registered(slow) == 0
 
+
+CROSS_DEVICE_EXPORT = """
+import numpy as np, cudamem as cuda
+from cudamem import simulator as sim
+sim.set_hazards(True)
+x = np.arange(1 << 16, dtype=np.float64)
+with cuda.gpus[1]:
+    d1 = cuda.to_device(x)
+s0 = cuda.stream()
+d0 = cuda.device_array_like(x, stream=s0)
+with sim.delay(3000):
+    d0.copy_to_device(d1, stream=s0)   # d1's memory read on device 0's s0
+    cai = d1.__cuda_array_interface__  # orders device 1's export after s0
+    assert cai["stream"] is None, cai
+    del s0                             # retired: its handle may be reused
+    d0.copy_to_device(d1, stream=cuda.stream())
+    d1.__cuda_array_interface__
+np.testing.assert_array_equal(d0.copy_to_host(), x)
+np.testing.assert_array_equal(d1.copy_to_host(), x)
+assert sim.hazard_count() == 0, sim.last_hazard()
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("peer", [True, False])
+def test_cross_device_work_is_recorded_with_the_streams_device(peer):
+    """Item 2: work a device-0 stream queued on device-1 memory is
+    recorded with device 0's context and retirement count, so the export
+    of the device-1 array orders after it instead of failing."""
+    from conftest import run_python
+    proc = run_python(CROSS_DEVICE_EXPORT, env={
+        "CUDAMEM_SIM_DEVICES": "2", "CUDA_VISIBLE_DEVICES": None,
+        "CUDAMEM_SIM_NO_PEER": None if peer else "1"})
+    assert proc.returncode == 0 and "ok" in proc.stdout, (
+        proc.stdout + proc.stderr)

@@ -349,8 +349,8 @@ pending_unlock(cm_mem *m)
 static int
 same_work(const cm_mem_work *a, const cm_mem_work *b)
 {
-    return a->stream == b->stream && a->event == b->event &&
-           a->mark == b->mark;
+    return a->dev == b->dev && a->stream == b->stream &&
+           a->event == b->event && a->mark == b->mark;
 }
 
 /* Drops w from m's set (locked), keeping the order; 1 if it was there. */
@@ -368,37 +368,69 @@ pending_drop(cm_mem *m, const cm_mem_work *w)
     return 0;
 }
 
-/* The default streams' special handles never die. */
+/* The default streams' special handles never die; a stream's handle
+ * may be reused once its device retired one since. */
 static int
-stream_is_live(cm_device *dev, const cm_mem_work *w)
+stream_is_live(const cm_mem_work *w)
 {
     return cm_stream_is_default(w->stream) ||
-           w->mark == __atomic_load_n(&dev->streams_retired,
+           w->mark == __atomic_load_n(&w->dev->streams_retired,
                                       __ATOMIC_ACQUIRE);
+}
+
+/* `into` of m's device waits for the work on w's live stream of another
+ * device: an event of w's context, which cuStreamWaitEvent accepts. */
+static int
+order_across(cm_mem *m, const cm_mem_work *w, CUstream into, cm_error *err)
+{
+    uint64_t generation;
+    cm_error ignored;
+    CUevent ev;
+    int rc;
+
+    if (cm_event_create(w->dev, CU_EVENT_DISABLE_TIMING, &ev, &generation,
+                        err) < 0) {
+        return -1;
+    }
+    rc = cm_event_record(w->dev, ev, w->stream, err) < 0 ||
+                 cm_event_stream_wait(m->dev, into, ev, err) < 0
+             ? -1
+             : 0;
+    /* The driver keeps a waited-for event until the wait is done. */
+    if (cm_event_release(w->dev, generation, ev,
+                         rc < 0 ? &ignored : err) < 0) {
+        rc = -1;
+    }
+    return rc;
 }
 
 /* Makes `into` wait for w: an event after a live stream's work, the
  * recorded event itself, or, for a stream that may have been destroyed, a
- * synchronize of the whole context (which covers its work). */
+ * synchronize of its whole context (which covers its work). */
 static int
 order_work(cm_mem *m, const cm_mem_work *w, CUstream into, cm_error *err)
 {
     if (w->event != NULL) {
         return cm_event_stream_wait(m->dev, into, w->event, err);
     }
-    if (stream_is_live(m->dev, w)) {
-        return cm_event_order(m->dev, w->stream, into, err);
+    if (!stream_is_live(w)) {
+        return cm_ctx_synchronize(
+            w->dev, __atomic_load_n(&w->dev->generation, __ATOMIC_ACQUIRE),
+            err);
     }
-    return cm_ctx_synchronize(m->dev, m->generation, err);
+    if (w->dev != m->dev) {
+        return order_across(m, w, into, err);
+    }
+    return cm_event_order(m->dev, w->stream, into, err);
 }
 
 /* Releases what w holds once it is ordered or forgotten. */
 static int
-forget_work(cm_mem *m, const cm_mem_work *w, cm_error *err)
+forget_work(const cm_mem_work *w, cm_error *err)
 {
-    return w->event == NULL
-               ? 0
-               : cm_event_release(m->dev, w->mark, w->event, err);
+    return w->event == NULL ? 0
+                            : cm_event_release(w->dev, w->mark, w->event,
+                                               err);
 }
 
 /* Adds w to m's set; a full set first orders its oldest work before
@@ -426,7 +458,7 @@ pending_add(cm_mem *m, const cm_mem_work *w, CUstream stream, cm_error *err)
     }
     /* An event recorded before the wait would not cover the oldest. */
     if (order_work(m, &oldest, stream, err) < 0 ||
-        (w->event != NULL && cm_event_record(m->dev, w->event, stream,
+        (w->event != NULL && cm_event_record(w->dev, w->event, stream,
                                              err) < 0)) {
         return -1;
     }
@@ -441,7 +473,7 @@ pending_add(cm_mem *m, const cm_mem_work *w, CUstream stream, cm_error *err)
          * it, so the new work alone remains; try again. */
         return pending_add(m, w, stream, err);
     }
-    return forget_work(m, &oldest, err);
+    return forget_work(&oldest, err);
 }
 
 void
@@ -484,7 +516,7 @@ cm_mem_decref(cm_mem *m, cm_error *err)
                         err);
     }
     for (int i = 0; i < m->npending; i++) {
-        if (forget_work(m, &m->pending[i], rc < 0 ? &ignored : err) < 0) {
+        if (forget_work(&m->pending[i], rc < 0 ? &ignored : err) < 0) {
             rc = -1;
         }
     }
@@ -514,30 +546,33 @@ cm_mem_check(const cm_mem *m, cm_error *err)
 }
 
 int
-cm_mem_note_stream(cm_mem *m, CUstream stream, cm_error *err)
+cm_mem_note_stream(cm_mem *m, cm_device *dev, CUstream stream,
+                   cm_error *err)
 {
     cm_mem_work w = {
+        .dev = dev,
         .stream = stream,
         .event = NULL,
-        .mark = __atomic_load_n(&m->dev->streams_retired, __ATOMIC_ACQUIRE),
+        .mark = __atomic_load_n(&dev->streams_retired, __ATOMIC_ACQUIRE),
     };
 
     return pending_add(m, &w, stream, err);
 }
 
 int
-cm_mem_note_event(cm_mem *m, CUstream stream, cm_error *err)
+cm_mem_note_event(cm_mem *m, cm_device *dev, CUstream stream,
+                  cm_error *err)
 {
-    cm_mem_work w = {.stream = NULL};
+    cm_mem_work w = {.dev = dev, .stream = NULL};
     cm_error ignored;
 
-    if (cm_event_create(m->dev, CU_EVENT_DISABLE_TIMING, &w.event, &w.mark,
+    if (cm_event_create(dev, CU_EVENT_DISABLE_TIMING, &w.event, &w.mark,
                         err) < 0) {
         return -1;
     }
-    if (cm_event_record(m->dev, w.event, stream, err) < 0 ||
+    if (cm_event_record(dev, w.event, stream, err) < 0 ||
         pending_add(m, &w, stream, err) < 0) {
-        cm_event_release(m->dev, w.mark, w.event, &ignored);
+        cm_event_release(dev, w.mark, w.event, &ignored);
         return -1;
     }
     return 0;
@@ -547,26 +582,33 @@ int
 cm_mem_order_pending(cm_mem *m, CUstream into, int *ordered, cm_error *err)
 {
     cm_mem_work work[CM_MEM_PENDING];
-    int n = 0, done = 0, rc = 0, stale = 0;
+    cm_device *synced[CM_MEM_PENDING];
+    int n = 0, done = 0, rc = 0, nsynced = 0;
     cm_error ignored;
 
     pending_lock(m);
     for (int i = 0; i < m->npending; i++) {
         const cm_mem_work *w = &m->pending[i];
 
-        if (w->event != NULL || w->stream != into ||
-            !stream_is_live(m->dev, w)) {
+        if (w->event != NULL || w->stream != into || w->dev != m->dev ||
+            !stream_is_live(w)) {
             work[n++] = *w;
         }
     }
     pending_unlock(m);
     *ordered = 0;
     for (; done < n; done++) {
-        /* One synchronize covers every stale stream. */
-        if (work[done].event == NULL && !stream_is_live(m->dev, &work[done])) {
-            if (stale++) {
+        /* One synchronize covers every stale stream of its device. */
+        if (work[done].event == NULL && !stream_is_live(&work[done])) {
+            int seen = 0;
+
+            for (int i = 0; i < nsynced; i++) {
+                seen |= synced[i] == work[done].dev;
+            }
+            if (seen) {
                 continue;
             }
+            synced[nsynced++] = work[done].dev;
         }
         else {
             (*ordered)++;
@@ -585,7 +627,8 @@ cm_mem_order_pending(cm_mem *m, CUstream into, int *ordered, cm_error *err)
     }
     if (rc == 0) {
         for (int i = 0; i < m->npending; i++) {
-            if (m->pending[i].stream == into && m->pending[i].event == NULL) {
+            if (m->pending[i].stream == into && m->pending[i].event == NULL &&
+                m->pending[i].dev == m->dev) {
                 pending_drop(m, &m->pending[i]);
                 break;
             }
@@ -593,7 +636,7 @@ cm_mem_order_pending(cm_mem *m, CUstream into, int *ordered, cm_error *err)
     }
     pending_unlock(m);
     for (int i = 0; i < done; i++) {
-        if (forget_work(m, &work[i], rc < 0 ? &ignored : err) < 0) {
+        if (forget_work(&work[i], rc < 0 ? &ignored : err) < 0) {
             rc = -1;
         }
     }

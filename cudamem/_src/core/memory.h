@@ -17,11 +17,14 @@
 /* How many streams a record remembers work on (cm_mem_note_stream). */
 #define CM_MEM_PENDING 4
 
-/* Work on a record: a stream cudamem knows the lifetime of, with the
+/* Work on a record: a stream cudamem knows the lifetime of, with its
  * device's count of retired streams when noted (a later retirement may
  * have destroyed it, and its handle can be reused), or an event recorded
- * after work on a stream that cudamem does not own. */
+ * after work on a stream that cudamem does not own. `dev` is the
+ * stream's device, which a copy across devices makes another than the
+ * record's. */
 typedef struct cm_mem_work {
+    cm_device *dev;
     CUstream stream; /* NULL for an event */
     CUevent event;
     uint64_t mark; /* the stream's retirement count; the event's
@@ -53,18 +56,22 @@ typedef struct cm_mem {
 } cm_mem;
 
 /* Remembers that asynchronous work is about to be queued on m on
- * `stream`, a stream whose retirement cm_stream_release counts (cudamem's
- * own, or a default stream's CU_STREAM_LEGACY / CU_STREAM_PER_THREAD; not
- * handle 0). When the set is full the oldest work is ordered before
- * `stream` at once, so that waiting for `stream` covers it. 0, or -1 with
- * err filled (nothing remembered). */
-int cm_mem_note_stream(cm_mem *m, CUstream stream, cm_error *err);
+ * `stream` of `dev` (m's device, or another for a copy across devices), a
+ * stream whose retirement cm_stream_release counts (cudamem's own, or a
+ * default stream's CU_STREAM_LEGACY / CU_STREAM_PER_THREAD; not handle
+ * 0). When the set is full the oldest work is ordered before `stream` at
+ * once, so that waiting for `stream` covers it. 0, or -1 with err filled
+ * (nothing remembered). */
+int cm_mem_note_stream(cm_mem *m, cm_device *dev, CUstream stream,
+                       cm_error *err);
 /* The same for a stream cudamem does not own, which may be destroyed at
  * any time: called after the work is queued, it records an event on
- * `stream` instead of remembering the handle. */
-int cm_mem_note_event(cm_mem *m, CUstream stream, cm_error *err);
-/* Orders `into` (the exporter's stream; CU_STREAM_LEGACY for the default
- * one) after all remembered work but `into`'s own, and forgets it: no
+ * `stream` (in dev's context) instead of remembering the handle. */
+int cm_mem_note_event(cm_mem *m, cm_device *dev, CUstream stream,
+                      cm_error *err);
+/* Orders `into` (the exporter's stream on m's device; CU_STREAM_LEGACY
+ * for the default one) after all remembered work but `into`'s own,
+ * whichever device queued it, and forgets it: no
  * driver call when `into` is the only stream. A remembered stream retired
  * since cannot be touched: the context is synchronized instead. *ordered
  * is how many waits were queued on `into`. On failure the work not yet

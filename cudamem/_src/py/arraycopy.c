@@ -171,12 +171,14 @@ fail : {
 }
 }
 
-/* Remembers that work on `ref` is about to be queued on a's memory, which
- * the CAI export orders into the exported stream (core's
- * cm_mem_note_stream). Synchronous work is complete on return; work on a
+/* Remembers that work on `ref`, a stream of dev (the copy's device, which
+ * a source on another device does not share), is about to be queued on
+ * a's memory, which the CAI export orders into the exported stream
+ * (core's cm_mem_note_stream). Synchronous work is complete on return; work on a
  * stream cudamem does not own is noted after it is queued (note_done). */
 static int
-note_work(cmpy_state *st, cmpy_DeviceNDArray *a, const cmpy_stream_ref *ref)
+note_work(cmpy_state *st, cmpy_DeviceNDArray *a, cm_device *dev,
+          const cmpy_stream_ref *ref)
 {
     cm_error err;
     int rc;
@@ -186,7 +188,7 @@ note_work(cmpy_state *st, cmpy_DeviceNDArray *a, const cmpy_stream_ref *ref)
     }
     /* A full set orders its oldest work with an event. */
     Py_BEGIN_ALLOW_THREADS
-    rc = cm_mem_note_stream(a->gpu_data->mem, ref->handle, &err);
+    rc = cm_mem_note_stream(a->gpu_data->mem, dev, ref->handle, &err);
     Py_END_ALLOW_THREADS
     if (rc < 0) {
         cmpy_raise(st, &err);
@@ -194,8 +196,8 @@ note_work(cmpy_state *st, cmpy_DeviceNDArray *a, const cmpy_stream_ref *ref)
     return rc;
 }
 
-/* After work on a foreign stream was queued (status 0) on the memory of a
- * and of b (or NULL): an event after it, since the stream may be
+/* After work on a foreign stream of a's device (the copy's) was queued
+ * (status 0) on the memory of a and of b (or NULL): an event after it, since the stream may be
  * destroyed before an export orders it. If that fails the stream is waited
  * for, so that no work is left unordered. Returns `status`, or -1. */
 static int
@@ -210,9 +212,9 @@ note_done(cmpy_state *st, cmpy_DeviceNDArray *a, cmpy_DeviceNDArray *b,
         return status;
     }
     Py_BEGIN_ALLOW_THREADS
-    rc = cm_mem_note_event(a->gpu_data->mem, ref->handle, &err);
+    rc = cm_mem_note_event(a->gpu_data->mem, dev, ref->handle, &err);
     if (rc == 0 && b != NULL) {
-        rc = cm_mem_note_event(b->gpu_data->mem, ref->handle, &err);
+        rc = cm_mem_note_event(b->gpu_data->mem, dev, ref->handle, &err);
     }
     if (rc < 0) {
         cm_stream_synchronize(dev, ref->handle, &ignored);
@@ -332,7 +334,7 @@ device_to_host(cmpy_state *st, cmpy_DeviceNDArray *self, PyArrayObject *host,
     Py_ssize_t hstrides[NPY_MAXDIMS];
     cm_side src, dst;
 
-    if (note_work(st, self, ref) < 0) {
+    if (note_work(st, self, self->gpu_data->mem->dev, ref) < 0) {
         return -1;
     }
     squeezed_strides(PyArray_NDIM(host), PyArray_DIMS(host),
@@ -505,8 +507,8 @@ device_to_device(cmpy_state *st, cmpy_DeviceNDArray *self,
     cm_side d, s;
     int can, rc;
 
-    if (cmpy_array_check_alive(st, src) < 0 || note_work(st, self, ref) < 0 ||
-        note_work(st, src, ref) < 0) {
+    if (cmpy_array_check_alive(st, src) < 0 ||
+        note_work(st, self, dev, ref) < 0 || note_work(st, src, dev, ref) < 0) {
         return -1;
     }
     device_side(self, &d);
@@ -747,7 +749,7 @@ copy_into(cmpy_state *st, cmpy_DeviceNDArray *self, int ndim,
                          PyArray_STRIDES(host), ndim, shape, sstrides);
     }
     if (rc == 0) {
-        rc = note_work(st, self, ref);
+        rc = note_work(st, self, self->gpu_data->mem->dev, ref);
     }
     if (rc == 0) {
         rc = note_done(st, self, NULL, ref,
@@ -804,7 +806,8 @@ fill_layout(cmpy_state *st, cmpy_DeviceNDArray *self, int ndim,
     cm_error err;
     int rc;
 
-    if (check_writable(self) < 0 || note_work(st, self, ref) < 0) {
+    if (check_writable(self) < 0 ||
+        note_work(st, self, self->gpu_data->mem->dev, ref) < 0) {
         return -1;
     }
     Py_BEGIN_ALLOW_THREADS
