@@ -7,6 +7,7 @@
 
 #include "../core/copy.h"
 #include "cai.h"
+#include "hostbuf.h"
 #include "device.h"
 #include "html.h"
 #include "stream.h"
@@ -1182,6 +1183,12 @@ to_device(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     arr = array_alloc(st, type, dev, ndim, shape, strides, dtype,
                       kept_stream(stream_arg, &ref), &ref);
     if (arr == NULL) {
+        goto done;
+    }
+    /* A list or scalar converted here must outlive a queued copy. */
+    if (copy && host != NULL && (PyObject *)host != argv[0] && ref.async &&
+        cmpy_hostbuf_pin_temporary(st, dev, &host) < 0) {
+        Py_DECREF(arr);
         goto done;
     }
     if (copy && cmpy_array_copy_from(st, arr,

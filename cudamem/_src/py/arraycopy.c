@@ -4,6 +4,7 @@
  * layouts to core's copy engine (core/copy.h), which decides how. */
 #include "array.h"
 #include "hostarray.h"
+#include "hostbuf.h"
 
 #include "../core/copy.h"
 #include "../core/hostpool.h"
@@ -494,6 +495,26 @@ done:
     return rc;
 }
 
+/* Whether the pageable host source of a queued copy may be gone before
+ * the stream reads it: a conversion made here (a list, a scalar, a cast),
+ * or the right-hand side of an assignment, typically an expression's
+ * value that dies with the statement. Page-locked and managed memory is
+ * the caller's, as are copy_to_device()'s arrays (numba's rule). */
+static int
+is_transient(cmpy_state *st, cmpy_DeviceNDArray *self, PyObject *obj,
+             PyArrayObject *host, int assignment)
+{
+    if ((PyObject *)host != obj &&
+        PyArray_CHKFLAGS(host, NPY_ARRAY_OWNDATA)) {
+        return 1;
+    }
+    return assignment &&
+           !cmpy_host_is_managed_on(st, host, self->gpu_data->mem->dev) &&
+           !((PyArray_ISCARRAY_RO(host) || PyArray_ISFARRAY_RO(host)) &&
+             cm_host_locked(PyArray_DATA(host),
+                            (size_t)PyArray_NBYTES(host)));
+}
+
 /* src (any device) -> self, with src's strides already resolved to self's
  * shape. Across devices: peer to peer where the devices can, else through
  * the host. */
@@ -736,6 +757,12 @@ copy_into(cmpy_state *st, cmpy_DeviceNDArray *self, int ndim,
         host = (PyArrayObject *)PyArray_FROM_O(obj);
     }
     if (host == NULL) {
+        return -1;
+    }
+    if (ref->async && is_transient(st, self, obj, host, broadcast) &&
+        cmpy_hostbuf_pin_temporary(st, self->gpu_data->mem->dev, &host) <
+            0) {
+        Py_DECREF(host);
         return -1;
     }
     rc = broadcast ? broadcast_strides(PyArray_NDIM(host), PyArray_DIMS(host),

@@ -471,6 +471,49 @@ host_array(cmpy_state *st, cm_device *dev, cm_host_kind kind, int portable,
     return arr;
 }
 
+int
+cmpy_hostbuf_pin_temporary(cmpy_state *st, cm_device *dev,
+                           PyArrayObject **host)
+{
+    PyArray_Descr *dtype = PyArray_DESCR(*host);
+    size_t nbytes = (size_t)PyArray_NBYTES(*host);
+    PyObject *buf, *arr;
+    cm_host *block;
+    cm_error err;
+    int rc;
+
+    if (nbytes == 0) {
+        return 0;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = cm_hostpool_alloc(dev, nbytes, &block, &err);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        cmpy_raise(st, &err);
+        return -1;
+    }
+    buf = new_buffer(st, block, NULL);
+    if (buf == NULL) {
+        discard(st, block);
+        return -1;
+    }
+    Py_INCREF(dtype);
+    arr = PyArray_NewFromDescr(&PyArray_Type, dtype, PyArray_NDIM(*host),
+                               PyArray_DIMS(*host), NULL, block->ptr,
+                               NPY_ARRAY_CARRAY, NULL);
+    if (arr == NULL || PyArray_SetBaseObject((PyArrayObject *)arr, buf) < 0) {
+        Py_XDECREF(arr);
+        Py_DECREF(buf);
+        return -1;
+    }
+    if (PyArray_CopyInto((PyArrayObject *)arr, *host) < 0) {
+        Py_DECREF(arr);
+        return -1;
+    }
+    Py_SETREF(*host, (PyArrayObject *)arr);
+    return 0;
+}
+
 static const char *const layout_names[] = {"shape",  "dtype",    "strides",
                                            "order",  "stream",   "portable",
                                            "wc"};

@@ -13,6 +13,14 @@
  * exception). */
 cm_host *cmpy_hostbuf_host(cmpy_state *st, PyObject *obj);
 
+/* Replaces *host, a temporary the caller made (a list, scalar or cast
+ * converted), by a C-ordered copy in a block of the host pool on dev
+ * whose release waits for the copies queued on it (core/hostmem.h), so
+ * that an asynchronous copy from it never reads freed memory. 0, or -1
+ * with an exception and *host unchanged. */
+int cmpy_hostbuf_pin_temporary(cmpy_state *st, cm_device *dev,
+                               PyArrayObject **host);
+
 /* The device side of `ary`, whose elements lie in the HostBuffer `buf`:
  * a DeviceNDArray over the same bytes at their device address, its
  * gpu_data a MemoryPointer over buf's mapped bytes owned by buf, bound to
