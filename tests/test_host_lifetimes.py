@@ -214,3 +214,99 @@ def test_cross_device_work_is_recorded_with_the_streams_device(peer):
         "CUDAMEM_SIM_NO_PEER": None if peer else "1"})
     assert proc.returncode == 0 and "ok" in proc.stdout, (
         proc.stdout + proc.stderr)
+
+
+def test_list_source_outlives_its_queued_copy(slow):
+    """Item 12: a converted source (list, cast) is copied from page-locked
+    memory that waits for the stream, not from a temporary freed at once."""
+    s = cuda.stream()
+    values = [float(i) for i in range(N)]
+    before = registered(slow)
+    d = cuda.to_device(values, stream=s)
+    assert registered(slow) > before  # the pinned temporary retires
+    s.synchronize()
+    np.testing.assert_array_equal(d.copy_to_host(), np.array(values))
+
+
+def test_cast_assignment_outlives_its_queued_copy(slow):
+    s = cuda.stream()
+    d = cuda.to_device(np.zeros((64, 8)))
+    db = d.bind(s)
+    src = np.arange(256.0).reshape(64, 4).astype(np.float32)  # cast
+    before = registered(slow)
+    db[:, ::2] = src
+    assert registered(slow) > before
+    s.synchronize()
+    expect = np.zeros((64, 8))
+    expect[:, ::2] = src
+    np.testing.assert_array_equal(d.copy_to_host(), expect)
+
+
+def test_assigned_expression_outlives_its_queued_copy(slow):
+    """The right-hand side of an assignment on a bound stream is usually
+    an expression's value, gone with the statement."""
+    s = cuda.stream()
+    d = cuda.to_device(np.zeros((64, 8)))
+    db = d.bind(s)
+    before = registered(slow)
+    db[:, ::2] = np.arange(256.0).reshape(64, 4)
+    assert registered(slow) > before
+    s.synchronize()
+    expect = np.zeros((64, 8))
+    expect[:, ::2] = np.arange(256.0).reshape(64, 4)
+    np.testing.assert_array_equal(d.copy_to_host(), expect)
+
+
+def test_user_array_is_not_copied_again(sim):
+    """A NumPy source is the caller's to keep alive, as in numba: no
+    temporary is made for it."""
+    s = cuda.stream()
+    x = np.arange(N, dtype=np.float64)
+    before = registered(sim)
+    d = cuda.to_device(x, stream=s)
+    assert registered(sim) == before
+    s.synchronize()
+    np.testing.assert_array_equal(d.copy_to_host(), x)
+
+
+# The other owners of memory or handles, each dropped under queued work.
+
+def test_device_array_dropped_under_queued_download(slow):
+    x = np.arange(N, dtype=np.float64)
+    s = cuda.stream()
+    d = cuda.to_device(x, stream=s)
+    out = cuda.pinned_array(N)
+    d.copy_to_host(out, stream=s)
+    del d
+    gc.collect()
+    cuda.current_context().deallocations.clear()  # cuMemFree waits
+    s.synchronize()
+    np.testing.assert_array_equal(out, x)
+
+
+def test_stream_dropped_under_queued_download(slow):
+    x = np.arange(N, dtype=np.float64)
+    d = cuda.to_device(x)
+    out = cuda.pinned_array(N)
+    s = cuda.stream()
+    d.copy_to_host(out, stream=s)
+    del s
+    gc.collect()
+    cuda.current_context().deallocations.clear()  # cuStreamDestroy
+    cuda.synchronize()
+    np.testing.assert_array_equal(out, x)
+
+
+def test_event_dropped_under_queued_work(slow):
+    x = np.arange(N, dtype=np.float64)
+    s = cuda.stream()
+    d = cuda.to_device(x, stream=s)
+    e = cuda.event()
+    e.record(s)
+    out = cuda.pinned_array(N)
+    d.copy_to_host(out, stream=s)
+    del e
+    gc.collect()
+    cuda.current_context().deallocations.clear()  # cuEventDestroy
+    s.synchronize()
+    np.testing.assert_array_equal(out, x)
