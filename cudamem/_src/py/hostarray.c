@@ -491,6 +491,12 @@ host_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                           dev->ordinal, &a) < 0) {
         return NULL;
     }
+    /* Copies are the consumer's to write; the array itself may not be. */
+    if (!a.copy && cmpy_dlpack_check_readonly(
+                       !PyArray_ISWRITEABLE((PyArrayObject *)self),
+                       a.versioned) < 0) {
+        return NULL;
+    }
     /* Work queued on the array's stream may still be writing it. */
     if (a.wait && ex->async && cmpy_stream_wait(st, dev, ex->handle) < 0) {
         return NULL;
