@@ -820,6 +820,13 @@ cmpy_hostbuf_device_array(cmpy_state *st, PyObject *buf, PyArrayObject *ary,
     if (mem == NULL) {
         return NULL;
     }
+    /* The device must not write what the host may not. */
+    if (host->readonly) {
+        ((cmpy_MemoryPointer *)mem)->mem->readonly = CMPY_RO_REGISTERED;
+    }
+    else if (!PyArray_ISWRITEABLE(ary)) {
+        ((cmpy_MemoryPointer *)mem)->mem->readonly = CMPY_RO_HOST_ARRAY;
+    }
     return cmpy_array_wrap(st->DeviceNDArrayType, mem, first,
                            PyArray_NDIM(ary), PyArray_DIMS(ary),
                            PyArray_STRIDES(ary), PyArray_DESCR(ary), ref->obj,
