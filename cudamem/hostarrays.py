@@ -162,7 +162,9 @@ def mapped(*arrays, stream=0):
     A context manager that page-locks the arrays mapped into the current
     device's address space for the ``with`` block (numba's ``mapped``) and
     yields their device side: a DeviceNDArray over the same memory, or a
-    list of them for several arrays. With an EMM plugin, its
+    list of them for several arrays. The device side of a read-only array
+    is read-only too (its CUDA Array Interface and DLPack export say so,
+    and writes through it raise ValueError). With an EMM plugin, its
     ``mempin(..., mapped=True)`` maps them."""
     buffers = _pin(arrays, True)
     try:

@@ -89,7 +89,10 @@ LAYOUTS = [
     (np.arange(6, dtype=np.complex128) * 1j, ()),
     (np.full((), 3.5, np.float32), ()),
     (np.zeros((0, 3), np.int64), ()),
-    (np.broadcast_to(np.arange(3, dtype=np.int32), (4, 3)), ()),
+    # A zero stride, writable (broadcast_to's result is read-only, which a
+    # legacy capsule cannot carry).
+    (np.lib.stride_tricks.as_strided(np.arange(3, dtype=np.int32), (4, 3),
+                                     (0, 4)), ()),
 ]
 
 

@@ -69,6 +69,39 @@ cmpy_check_dtype(PyArray_Descr *dtype)
     return 0;
 }
 
+int
+cmpy_expand_subarray(PyArray_Descr **dtype, int *ndim, Py_ssize_t *shape,
+                     Py_ssize_t *strides)
+{
+    /* A sub-array's base may be one again: NumPy expands them all. */
+    while (PyDataType_HASSUBARRAY(*dtype)) {
+        PyArray_ArrayDescr *sub = PyDataType_SUBARRAY(*dtype);
+        Py_ssize_t sub_shape[NPY_MAXDIMS];
+        int nsub;
+
+        if (cmpy_parse_ints(sub->shape, "sub-array shape", sub_shape,
+                            &nsub) < 0) {
+            return -1;
+        }
+        if (*ndim + nsub > NPY_MAXDIMS) {
+            PyErr_Format(PyExc_ValueError,
+                         "number of dimensions must be within [0, %d]: "
+                         "dtype %R adds %d to %d",
+                         NPY_MAXDIMS, (PyObject *)*dtype, nsub, *ndim);
+            return -1;
+        }
+        memcpy(shape + *ndim, sub_shape, (size_t)nsub * sizeof(Py_ssize_t));
+        if (strides != NULL) {
+            cmpy_contiguous_strides(nsub, sub_shape,
+                                    PyDataType_ELSIZE(sub->base), 'C',
+                                    strides + *ndim);
+        }
+        *ndim += nsub;
+        Py_SETREF(*dtype, (PyArray_Descr *)Py_NewRef(sub->base));
+    }
+    return 0;
+}
+
 /* One int of argument `arg` (`what`), or ValueError naming both when it
  * does not fit a Py_ssize_t. */
 static int
@@ -509,7 +542,8 @@ PyDoc_STRVAR(transpose_doc,
 PyDoc_STRVAR(view_doc,
              "view(dtype) -> DeviceNDArray\n\n"
              "The same memory as *dtype* (numba's rules when the itemsize "
-             "changes).");
+             "changes;\na sub-array dtype of the same itemsize appends its "
+             "axes, as NumPy).");
 PyDoc_STRVAR(split_doc,
              "split(section, stream=0) -> list[DeviceNDArray]\n\n"
              "Views of *section* elements each (the last may be shorter) of "
@@ -1010,6 +1044,9 @@ cmpy_parse_layout(PyObject *shape_arg, PyObject *dtype_arg,
         order = s[0];
     }
     if (strides_arg == NULL || strides_arg == Py_None) {
+        if (cmpy_expand_subarray(dtype, ndim, shape, NULL) < 0) {
+            goto error;
+        }
         cmpy_contiguous_strides(*ndim, shape, PyDataType_ELSIZE(*dtype),
                                 order, strides);
         return 0;
@@ -1024,7 +1061,9 @@ cmpy_parse_layout(PyObject *shape_arg, PyObject *dtype_arg,
                      strides_arg, *ndim, shape_arg);
         goto error;
     }
-    return 0;
+    if (cmpy_expand_subarray(dtype, ndim, shape, strides) == 0) {
+        return 0;
+    }
 error:
     Py_CLEAR(*dtype);
     return -1;

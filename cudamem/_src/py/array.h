@@ -70,8 +70,10 @@ cmpy_DeviceNDArray *cmpy_array_over(cmpy_state *st, cmpy_MemoryPointer *owner,
 
 /* numpy.empty's layout arguments, as device_array() and its kin take
  * them: shape, dtype (NULL or None: float64), strides (NULL or None:
- * contiguous in order), order (NULL or None: 'C'). *dtype is a new
- * reference. 0, or -1 with TypeError / ValueError naming the value. */
+ * contiguous in order), order (NULL or None: 'C'); a sub-array dtype is
+ * expanded as cmpy_expand_subarray says, strides or order then covering
+ * the whole shape. *dtype is a new reference. 0, or -1 with TypeError /
+ * ValueError naming the value. */
 int cmpy_parse_layout(PyObject *shape_arg, PyObject *dtype_arg,
                       PyObject *strides_arg, PyObject *order_arg, int *ndim,
                       Py_ssize_t *shape, Py_ssize_t *strides,
@@ -93,6 +95,13 @@ int cmpy_layout_extent(int ndim, const Py_ssize_t *shape,
                        const Py_ssize_t *strides, Py_ssize_t itemsize,
                        Py_ssize_t *size, Py_ssize_t *low, Py_ssize_t *high);
 int cmpy_check_dtype(PyArray_Descr *dtype);
+/* NumPy's rule for a sub-array dtype (('f8', (2,))), which no array has:
+ * its shape is appended to the *ndim dims of shape, and *dtype (a
+ * reference, replaced) becomes its base. With `strides` (already holding
+ * *ndim), the new axes get C-contiguous strides over the base. Nothing
+ * for any other dtype. 0, or -1 with ValueError past NPY_MAXDIMS. */
+int cmpy_expand_subarray(PyArray_Descr **dtype, int *ndim, Py_ssize_t *shape,
+                         Py_ssize_t *strides);
 int cmpy_parse_ints(PyObject *arg, const char *what, Py_ssize_t *out, int *n);
 void cmpy_contiguous_strides(int ndim, const Py_ssize_t *shape,
                              Py_ssize_t itemsize, char order,

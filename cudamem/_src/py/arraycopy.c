@@ -43,18 +43,36 @@ cmpy_array_check_alive(cmpy_state *st, cmpy_DeviceNDArray *self)
     return 0;
 }
 
-/* Writes into memory a producer exported read-only are refused, through
- * the import and every view of it, before anything is queued. */
+/* Writes into read-only memory (a producer's flag, or host memory that
+ * is read-only) are refused, through every array and view over the
+ * record, before anything is queued. */
 static int
 check_writable(cmpy_DeviceNDArray *self)
 {
-    if (self->gpu_data->mem->readonly) {
-        PyErr_SetString(PyExc_ValueError,
-                        "assignment destination is read-only: the CUDA "
-                        "Array Interface exported this memory read-only");
-        return -1;
+    static const char *const why[] = {
+        [CMPY_RO_CAI] = "that a CUDA Array Interface exported read-only",
+        [CMPY_RO_DLPACK] = "that a DLPack producer exported read-only",
+        [CMPY_RO_REGISTERED] = "that is page-locked read-only (a "
+                               "read-only host array)",
+        [CMPY_RO_HOST_ARRAY] = "mapped from a read-only host array",
+    };
+    int readonly = self->gpu_data->mem->readonly;
+    PyObject *shape;
+
+    if (!readonly) {
+        return 0;
     }
-    return 0;
+    shape = cmpy_shape_tuple(CMPY_NDIM(self), CMPY_SHAPE(self));
+    if (shape != NULL) {
+        PyErr_Format(PyExc_ValueError,
+                     "assignment destination is read-only: this device "
+                     "array of shape %R and dtype %S on device %d is over "
+                     "memory %s",
+                     shape, (PyObject *)self->dtype,
+                     self->gpu_data->mem->dev->ordinal, why[readonly]);
+        Py_DECREF(shape);
+    }
+    return -1;
 }
 
 /* The stream an operation uses: its stream= argument, or the array's own

@@ -44,6 +44,7 @@ export(cmpy_state *st, PyObject *owner, int versioned)
         desc.dtype = a->dtype;
         desc.device_type = device_type(a);
         desc.device_id = a->gpu_data->mem->dev->ordinal;
+        desc.readonly = a->gpu_data->mem->readonly != 0;
     }
     else {
         PyArrayObject *a = (PyArrayObject *)owner;
@@ -79,7 +80,9 @@ const char cmpy_array_dlpack_doc[] =
     "array's stream; the host does not wait. -1 orders nothing; 0 raises\n"
     "ValueError. *dl_device* (1, 0) with *copy* True exports a host copy\n"
     "(NumPy reads it), without it raises BufferError. *copy* True on the\n"
-    "device exports a device copy; None or False never copies.";
+    "device exports a device copy; None or False never copies. Read-only\n"
+    "memory is flagged so, and needs a versioned capsule (BufferError\n"
+    "otherwise, as NumPy); copies are writable.";
 
 PyObject *
 cmpy_array_dlpack(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
@@ -101,6 +104,12 @@ cmpy_array_dlpack(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
         PyErr_SetString(PyExc_BufferError,
                         "__dlpack__(): device memory is not readable by "
                         "the CPU: dl_device=(1, 0) needs copy=True");
+        return NULL;
+    }
+    /* Copies are the consumer's to write; the memory itself may not be. */
+    if (!a.copy &&
+        cmpy_dlpack_check_readonly(self->gpu_data->mem->readonly,
+                                   a.versioned) < 0) {
         return NULL;
     }
     if (a.to_cpu) {

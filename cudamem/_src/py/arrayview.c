@@ -678,7 +678,19 @@ view_dtype(PyObject *op, PyObject *arg)
         shape[i] = CMPY_SHAPE(self)[i];
         strides[i] = CMPY_STRIDES(self)[i];
     }
-    if (old != new_) {
+    if (PyDataType_HASSUBARRAY(dtype)) {
+        /* NumPy's rule: the sub-array's axes are appended. */
+        if (old != new_) {
+            PyErr_SetString(PyExc_ValueError,
+                            "Changing the dtype to a subarray type is only "
+                            "supported if the total itemsize is unchanged");
+            goto done;
+        }
+        if (cmpy_expand_subarray(&dtype, &ndim, shape, strides) < 0) {
+            goto done;
+        }
+    }
+    else if (old != new_) {
         Py_ssize_t last;
 
         if (ndim == 0) {

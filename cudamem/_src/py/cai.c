@@ -659,7 +659,8 @@ cmpy_cai_from_desc(cmpy_state *st, PyObject *desc, PyObject *owner, int sync,
                                            (size_t)(d.high - d.low), owner)
                       : cmpy_memory_borrow(st, dev, 0, 0, owner);
     if (mem != NULL) {
-        ((cmpy_MemoryPointer *)mem)->mem->readonly = d.readonly;
+        ((cmpy_MemoryPointer *)mem)->mem->readonly =
+            d.readonly ? CMPY_RO_CAI : 0;
         result = (PyObject *)cmpy_array_wrap(st->DeviceNDArrayType, mem, d.ptr,
                                              d.ndim, d.shape, d.strides,
                                              d.dtype, stream, &ref);

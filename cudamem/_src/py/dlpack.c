@@ -313,6 +313,21 @@ fill_tensor(cmpy_DLTensor *t, const cmpy_dlpack_desc *desc, int64_t *dims)
     return 0;
 }
 
+int
+cmpy_dlpack_check_readonly(int readonly, int versioned)
+{
+    /* A legacy capsule cannot say read-only: its consumer would write. */
+    if (readonly && !versioned) {
+        PyErr_SetString(PyExc_BufferError,
+                        "Cannot export readonly array since signalling "
+                        "readonly is unsupported by DLPack (supported by "
+                        "newer DLPack version): the consumer must pass "
+                        "max_version=(1, 0) or later");
+        return -1;
+    }
+    return 0;
+}
+
 PyObject *
 cmpy_dlpack_capsule(PyObject *owner, const cmpy_dlpack_desc *desc,
                     int versioned)
@@ -325,6 +340,9 @@ cmpy_dlpack_capsule(PyObject *owner, const cmpy_dlpack_desc *desc,
     int64_t *dims;
     PyObject *capsule;
 
+    if (cmpy_dlpack_check_readonly(desc->readonly, versioned) < 0) {
+        return NULL;
+    }
     /* Raw memory: the deleter may free it without the GIL. */
     block = PyMem_RawCalloc(1, head + 2 * ndim * sizeof(int64_t));
     if (block == NULL) {
@@ -384,7 +402,7 @@ A DLPack capsule over a NumPy array's memory, described as device\n\
 (device_type, device_id): how host arrays cudamem allocated (pinned,\n\
 mapped, managed) implement __dlpack__. The capsule keeps the array\n\
 alive; it is versioned when max_version allows, and read-only arrays\n\
-are flagged so.");
+are flagged so (BufferError without a versioned capsule, as NumPy).");
 
 static PyObject *
 dlpack_export(PyObject *Py_UNUSED(module), PyObject *const *args,

@@ -115,11 +115,16 @@ int cmpy_dlpack_parse(PyObject *const *args, Py_ssize_t nargs,
                       PyObject *kwnames, int type, int id,
                       cmpy_dlpack_args *out);
 
+/* Whether memory (`readonly` or not) may be exported as a versioned or
+ * legacy capsule: a legacy one has no read-only flag, so read-only memory
+ * needs a versioned one (NumPy's rule). 0, or -1 with BufferError. */
+int cmpy_dlpack_check_readonly(int readonly, int versioned);
+
 /* A capsule over desc, keeping `owner` alive until the consumer's deleter
  * (or the unconsumed capsule's destructor) runs; the deleter may run on
  * any thread, and after interpreter shutdown it leaks the owner on
- * purpose. BufferError when a stride is not a multiple of the item size.
- * New reference. */
+ * purpose. BufferError when a stride is not a multiple of the item size,
+ * or as cmpy_dlpack_check_readonly says. New reference. */
 PyObject *cmpy_dlpack_capsule(PyObject *owner, const cmpy_dlpack_desc *desc,
                               int versioned);
 

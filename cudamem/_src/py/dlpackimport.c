@@ -296,7 +296,8 @@ device_view(cmpy_state *st, cm_device *dev, const layout *l, PyObject *owner,
     if (mem == NULL) {
         return NULL;
     }
-    ((cmpy_MemoryPointer *)mem)->mem->readonly = readonly;
+    ((cmpy_MemoryPointer *)mem)->mem->readonly =
+        readonly ? CMPY_RO_DLPACK : 0;
     return (PyObject *)cmpy_array_wrap(st->DeviceNDArrayType, mem, ptr,
                                        l->ndim, l->shape, l->strides,
                                        l->dtype, stream, ref);

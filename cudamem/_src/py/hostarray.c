@@ -54,10 +54,11 @@ PyDoc_STRVAR(mapped_doc,
              "device array over the same bytes at their device address; "
              "__dlpack__\nexports it as CUDA host memory. NumPy's views of "
              "it are MappedNDArrays\nwhose device side starts at their own "
-             "first element. cudamem's\npage-locked (mmap) memory stays "
-             "valid whatever happens to contexts (a\nDevice.reset() ends "
-             "its device side); write-combined memory (wc=True)\nis freed "
-             "by Device.reset().");
+             "first element (read-only when\nthe view is). cudamem's "
+             "page-locked (mmap) memory stays valid\nwhatever happens to "
+             "contexts (a Device.reset() ends its device side);\n"
+             "write-combined memory (wc=True) is freed by "
+             "Device.reset().");
 
 static const struct {
     const char *name;     /* the type's */
@@ -182,17 +183,20 @@ cmpy_hostarray_owner(cmpy_state *st, PyObject *self, cm_device **dev)
     return rc < 0 ? cmpy_raise(st, &err) : owner;
 }
 
-/* Whether the cached device side still has self's layout: NumPy lets
- * shape, strides and dtype be set in place. */
+/* Whether the cached device side still has self's layout and, for
+ * mapped memory, its writeability: NumPy lets shape, strides, dtype and
+ * the writeable flag be set in place. */
 static int
-device_matches(PyObject *self, host_extra *ex)
+device_matches(cmpy_state *st, PyObject *self, host_extra *ex)
 {
     PyArrayObject *arr = (PyArrayObject *)self;
     cmpy_DeviceNDArray *d = (cmpy_DeviceNDArray *)ex->device;
     int ndim = PyArray_NDIM(arr);
 
     if (CMPY_NDIM(d) != ndim || d->dtype != PyArray_DESCR(arr) ||
-        ex->data != PyArray_DATA(arr)) {
+        ex->data != PyArray_DATA(arr) ||
+        (kind_of(st, self) == CMPY_HOSTARRAY_MAPPED &&
+         !PyArray_ISWRITEABLE(arr) != (d->gpu_data->mem->readonly != 0))) {
         return 0;
     }
     for (int i = 0; i < ndim; i++) {
@@ -220,7 +224,7 @@ device_side(cmpy_state *st, PyObject *self)
     if ((owner = owner_of(st, self, &dev)) == NULL) {
         return NULL;
     }
-    if (ex->device != NULL && device_matches(self, ex)) {
+    if (ex->device != NULL && device_matches(st, self, ex)) {
         return (cmpy_DeviceNDArray *)ex->device;
     }
     if (kind_of(st, self) == CMPY_HOSTARRAY_MAPPED) {
@@ -489,6 +493,12 @@ host_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
     if (cmpy_hostarray_owner(st, self, &dev) == NULL ||
         cmpy_dlpack_parse(args, nargs, kwnames, kinds[kind].dl_device,
                           dev->ordinal, &a) < 0) {
+        return NULL;
+    }
+    /* Copies are the consumer's to write; the array itself may not be. */
+    if (!a.copy && cmpy_dlpack_check_readonly(
+                       !PyArray_ISWRITEABLE((PyArrayObject *)self),
+                       a.versioned) < 0) {
         return NULL;
     }
     /* Work queued on the array's stream may still be writing it. */

@@ -321,6 +321,9 @@ parse_layout(PyObject *const *argv, int *ndim, Py_ssize_t *shape,
         order = s[0];
     }
     if (argv[2] == NULL || argv[2] == Py_None) {
+        if (cmpy_expand_subarray(dtype, ndim, shape, NULL) < 0) {
+            goto fail;
+        }
         cmpy_contiguous_strides(*ndim, shape, PyDataType_ELSIZE(*dtype),
                                 order, strides);
         return 0;
@@ -335,7 +338,9 @@ parse_layout(PyObject *const *argv, int *ndim, Py_ssize_t *shape,
                      argv[2], *ndim, argv[0]);
         goto fail;
     }
-    return 0;
+    if (cmpy_expand_subarray(dtype, ndim, shape, strides) == 0) {
+        return 0;
+    }
 fail:
     Py_CLEAR(*dtype);
     return -1;
@@ -862,6 +867,13 @@ cmpy_hostbuf_device_array(cmpy_state *st, PyObject *buf, PyArrayObject *ary,
     mem = cmpy_memory_borrow(st, host->dev, host->dptr, host->size, buf);
     if (mem == NULL) {
         return NULL;
+    }
+    /* The device must not write what the host may not. */
+    if (host->readonly) {
+        ((cmpy_MemoryPointer *)mem)->mem->readonly = CMPY_RO_REGISTERED;
+    }
+    else if (!PyArray_ISWRITEABLE(ary)) {
+        ((cmpy_MemoryPointer *)mem)->mem->readonly = CMPY_RO_HOST_ARRAY;
     }
     return cmpy_array_wrap(st->DeviceNDArrayType, mem, first,
                            PyArray_NDIM(ary), PyArray_DIMS(ary),

@@ -24,7 +24,8 @@ int cmpy_hostbuf_pin_temporary(cmpy_state *st, cm_device *dev,
 /* The device side of `ary`, whose elements lie in the HostBuffer `buf`:
  * a DeviceNDArray over the same bytes at their device address, its
  * gpu_data a MemoryPointer over buf's mapped bytes owned by buf, bound to
- * the stream `ref` was parsed from. TypeError when buf is not mapped,
+ * the stream `ref` was parsed from, read-only when buf is registered
+ * read-only or ary is not writeable. TypeError when buf is not mapped,
  * CudaDriverError once its device was reset, ValueError when ary reaches
  * outside buf. New reference. */
 cmpy_DeviceNDArray *cmpy_hostbuf_device_array(cmpy_state *st, PyObject *buf,

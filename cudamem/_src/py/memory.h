@@ -22,6 +22,15 @@ typedef struct cmpy_MemoryPointer {
     PyObject *weakreflist;
 } cmpy_MemoryPointer;
 
+/* Why writes through a record are refused: what py/ stores in
+ * cm_mem.readonly (0: writable), for the message that refuses them. */
+enum {
+    CMPY_RO_CAI = 1,    /* a CUDA Array Interface said readonly */
+    CMPY_RO_DLPACK,     /* a DLPack capsule was flagged read-only */
+    CMPY_RO_REGISTERED, /* host memory registered read-only */
+    CMPY_RO_HOST_ARRAY, /* the device side of a read-only NumPy array */
+};
+
 /* Allocates nbytes on dev for work on `stream` (from dev's pool while it
  * is enabled), with the GIL released (core's out-of-memory recovery runs
  * the garbage collector, flushes pending frees and trims the pool before
