@@ -1,7 +1,8 @@
 /* staging.c: the staging pipeline of staging.h: two pooled pinned buffers
  * and an event each, so that the host copy of one chunk overlaps the DMA
- * of the other, and the workers that split a host copy. Does not own the
- * buffers' memory (hostpool.c) nor choose when to stage (copy.c asks). */
+ * of the other, the workers that split a host copy, and the poll hook
+ * asked between chunks. Does not own the buffers' memory (hostpool.c) nor
+ * choose when to stage (copy.c asks). */
 #include "staging.h"
 
 #include <pthread.h>
@@ -9,6 +10,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "driver.h"
@@ -54,6 +56,9 @@ static struct {
           .done = PTHREAD_COND_INITIALIZER};
 
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+/* The poll hook of staging.h; each copy reads it once. */
+static cm_staging_poll_fn poll_hook;
 
 static size_t
 page_size(void)
@@ -108,6 +113,12 @@ cm_staging_reload(void)
     pthread_mutex_lock(&conf.lock);
     load();
     pthread_mutex_unlock(&conf.lock);
+}
+
+void
+cm_staging_set_poll(cm_staging_poll_fn poll)
+{
+    __atomic_store_n(&poll_hook, poll, __ATOMIC_RELEASE);
 }
 
 void
@@ -338,13 +349,42 @@ wanted(cm_device *dev, const char *host, size_t n,
     return 0;
 }
 
-/* Two buffers and their events; `queued`: some DMA was queued. */
+/* Two buffers and their events; `queued`: some DMA was queued, `tail`:
+ * the buffer whose event was recorded last; the poll hook and when it is
+ * due next (CLOCK_MONOTONIC, ns). */
 typedef struct stager {
     CUstream stream;
     cm_host *buf[2];
     CUevent ev[2];
-    int queued;
+    int queued, tail;
+    cm_staging_poll_fn poll;
+    uint64_t next_poll;
 } stager;
+
+static uint64_t
+now_ns(void)
+{
+    struct timespec t;
+
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* Between chunks: asks the poll hook, when due, whether to go on. */
+static int
+poll_due(stager *p, cm_error *err)
+{
+    uint64_t now;
+
+    if (p->poll == NULL || (now = now_ns()) < p->next_poll) {
+        return 0;
+    }
+    p->next_poll = now + CM_STAGING_POLL_NS;
+    if (p->poll() == 0) {
+        return 0;
+    }
+    return cm_fail(err, CM_ERR_INTERRUPTED, "the staged copy was interrupted");
+}
 
 static int
 stager_open(cm_device *dev, stager *p, size_t chunk, cm_error *err)
@@ -359,19 +399,25 @@ stager_open(cm_device *dev, stager *p, size_t chunk, cm_error *err)
     return 0;
 }
 
-/* Waits for everything queued (after a failure: the whole stream, so no
- * DMA still touches a buffer), then gives the events and buffers back.
- * `last` is the event of the final chunk on success. */
+/* Waits for everything queued, then gives the events and buffers back.
+ * After success or an interruption every DMA queued was followed by its
+ * event, so the last one recorded covers them all; after a failure (or if
+ * that wait fails) the whole stream, so that no DMA still touches a
+ * buffer. An interruption stays the error reported. */
 static int
-stager_close(stager *p, int rc, int last, cm_error *err)
+stager_close(stager *p, int rc, cm_error *err)
 {
+    int waited = !p->queued;
     cm_error ignored;
 
-    if (rc == 0 && p->queued &&
-        CM_CALL(err, cuEventSynchronize, p->ev[last]) < 0) {
-        rc = -1;
+    if (!waited && (rc == 0 || err->kind == CM_ERR_INTERRUPTED)) {
+        waited = CM_CALL(rc == 0 ? err : &ignored, cuEventSynchronize,
+                         p->ev[p->tail]) == 0;
+        if (!waited) {
+            rc = -1;
+        }
     }
-    if (rc < 0 && p->queued) {
+    if (!waited) {
         (void)CM_CALL(&ignored, cuStreamSynchronize, p->stream);
     }
     for (int i = 0; i < 2; i++) {
@@ -400,14 +446,18 @@ dma(stager *p, int b, int to_dev, CUdeviceptr d, size_t len, cm_error *err)
         p->queued = 1;
         rc = CM_CALL(err, cuEventRecord, p->ev[b], p->stream);
     }
+    if (rc == 0) {
+        p->tail = b;
+    }
     return rc;
 }
 
 /* Host to device: chunk k is copied into buffer k % 2 once the DMA of
- * chunk k - 2 from it is done, then its DMA queued. */
+ * chunk k - 2 from it is done (and the poll hook said go on), then its
+ * DMA queued. */
 static int
 stage_in(stager *p, CUdeviceptr dst, const char *src, size_t n, size_t chunk,
-         int threads, int *last, cm_error *err)
+         int threads, cm_error *err)
 {
     size_t off = 0;
 
@@ -415,26 +465,26 @@ stage_in(stager *p, CUdeviceptr dst, const char *src, size_t n, size_t chunk,
         size_t len = n - off < chunk ? n - off : chunk;
         int b = k & 1;
 
-        if (k >= 2 && CM_CALL(err, cuEventSynchronize, p->ev[b]) < 0) {
+        if ((k >= 2 && CM_CALL(err, cuEventSynchronize, p->ev[b]) < 0) ||
+            poll_due(p, err) < 0) {
             return -1;
         }
         host_pass(p->buf[b]->ptr, src + off, len, 0, threads);
         if (dma(p, b, 1, dst + off, len, err) < 0) {
             return -1;
         }
-        *last = b;
         off += len;
     }
     return 0;
 }
 
-/* Device to host: the DMA of chunk k + 1 is queued before the host waits
- * for chunk k and copies it out; the buffer it fills was emptied by the
- * host copy of chunk k - 1. While chunk k is in flight the workers fault
- * in its destination pages. */
+/* Device to host: the DMA of chunk k + 1 is queued (once the poll hook
+ * said go on) before the host waits for chunk k and copies it out; the
+ * buffer it fills was emptied by the host copy of chunk k - 1. While
+ * chunk k is in flight the workers fault in its destination pages. */
 static int
 stage_out(stager *p, char *dst, CUdeviceptr src, size_t n, size_t chunk,
-          int threads, int *last, cm_error *err)
+          int threads, cm_error *err)
 {
     size_t off = 0, len = n < chunk ? n : chunk;
 
@@ -446,7 +496,8 @@ stage_out(stager *p, char *dst, CUdeviceptr src, size_t n, size_t chunk,
         size_t nlen = n - next < chunk ? n - next : chunk;
         int b = k & 1;
 
-        if (next < n && dma(p, b ^ 1, 0, src + next, nlen, err) < 0) {
+        if (poll_due(p, err) < 0 ||
+            (next < n && dma(p, b ^ 1, 0, src + next, nlen, err) < 0)) {
             return -1;
         }
         host_pass(dst + off, NULL, len, 1, threads);
@@ -454,7 +505,6 @@ stage_out(stager *p, char *dst, CUdeviceptr src, size_t n, size_t chunk,
             return -1;
         }
         host_pass(dst + off, p->buf[b]->ptr, len, 0, threads);
-        *last = b;
         off = next;
         len = nlen;
     }
@@ -466,9 +516,10 @@ cm__staging_copy(cm_device *dev, int to_dev, CUdeviceptr dptr, void *host,
                  size_t n, CUstream stream, int *staged, cm_error *err)
 {
     cm_staging_config cfg;
-    stager p = {.stream = stream};
+    stager p = {.stream = stream,
+                .poll = __atomic_load_n(&poll_hook, __ATOMIC_ACQUIRE)};
     size_t chunk, half, ps = page_size();
-    int last = 0, rc;
+    int rc;
 
     cm_staging_get_config(&cfg);
     if (wanted(dev, host, n, &cfg, staged, err) < 0) {
@@ -480,12 +531,11 @@ cm__staging_copy(cm_device *dev, int to_dev, CUdeviceptr dptr, void *host,
     /* At least two chunks, or nothing overlaps. */
     half = ((n + 1) / 2 + ps - 1) / ps * ps;
     chunk = cfg.chunk < half ? cfg.chunk : half;
+    p.next_poll = now_ns() + CM_STAGING_POLL_NS;
     rc = stager_open(dev, &p, chunk, err);
     if (rc == 0) {
-        rc = to_dev ? stage_in(&p, dptr, host, n, chunk, cfg.threads, &last,
-                               err)
-                    : stage_out(&p, host, dptr, n, chunk, cfg.threads, &last,
-                                err);
+        rc = to_dev ? stage_in(&p, dptr, host, n, chunk, cfg.threads, err)
+                    : stage_out(&p, host, dptr, n, chunk, cfg.threads, err);
     }
-    return stager_close(&p, rc, last, err);
+    return stager_close(&p, rc, err);
 }

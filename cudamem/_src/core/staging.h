@@ -29,6 +29,17 @@ typedef struct cm_staging_config {
 void cm_staging_reload(void);
 void cm_staging_get_config(cm_staging_config *out);
 
+/* The poll hook: called by the copying thread between chunks, at most
+ * every CM_STAGING_POLL_NS, with no lock of core's held. Nonzero stops
+ * the copy: no further chunk is issued, those queued are waited for, the
+ * buffers go back to the pool and the copy fails with CM_ERR_INTERRUPTED,
+ * its destination partly written. py/ installs one that runs pending
+ * signal handlers, so that Ctrl-C interrupts a long copy (DESIGN rule 7);
+ * NULL (the default) polls nothing. */
+#define CM_STAGING_POLL_NS 20000000L
+typedef int (*cm_staging_poll_fn)(void);
+void cm_staging_set_poll(cm_staging_poll_fn poll);
+
 /* Core-internal, in dev's current context: copies n bytes between host
  * memory `host` and device memory `dptr` (`to_dev`: host to device)
  * through the staging pipeline, or sets *staged to 0 and does nothing
@@ -37,8 +48,8 @@ void cm_staging_get_config(cm_staging_config *out);
  * pointer attributes), or a device that reads pageable memory through
  * the host's page tables. Whether synchronous or queued on `stream`, the
  * copy is complete on return (as the driver's own copies of pageable
- * memory are with respect to the host). On failure every queued chunk
- * is waited for before its buffer goes back to the pool. */
+ * memory are with respect to the host). On failure or interruption every
+ * queued chunk is waited for before its buffer goes back to the pool. */
 int cm__staging_copy(cm_device *dev, int to_dev, CUdeviceptr dptr,
                      void *host, size_t n, CUstream stream, int *staged,
                      cm_error *err);

@@ -13,7 +13,8 @@ typedef enum cm_error_kind {
     CM_ERR_NOMEM,      /* host memory for core's own bookkeeping */
     CM_ERR_VALUE,      /* an argument core rejected: msg */
     CM_ERR_FORK,       /* used in a child of an initialized parent */
-    CM_ERR_STATE       /* misuse of cudamem's state (a stale context): msg */
+    CM_ERR_STATE,      /* misuse of cudamem's state (a stale context): msg */
+    CM_ERR_INTERRUPTED /* a poll hook ended the work early (staging.h): msg */
 } cm_error_kind;
 
 typedef struct cm_error {
