@@ -4,9 +4,13 @@ chunks, double-buffered; page-locked memory bypasses it.
 
 NumPy is the reference for data; the simulator's call counters show how a
 copy was made and, with CUDAMEM_SIM_DELAY_US, that chunk k + 1 is queued
-while chunk k is still in flight. The tunables come from the environment
-(CUDAMEM_STAGING_*), reread by _cudamem._staging_reload()."""
+while chunk k is still in flight, and that Ctrl-C stops a copy between
+chunks. The tunables come from the environment (CUDAMEM_STAGING_*), reread
+by _cudamem._staging_reload()."""
+import _thread
+import signal
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -263,3 +267,61 @@ def test_device_that_reads_pageable_memory_bypasses_staging(sim, run_py):
                                                          direct.stderr)
     assert staged.stdout.split() == ["0", "0", "8", "True"]
     assert direct.stdout.split() == ["1", "1", "0", "True"]
+
+
+def _interrupt(how):
+    if how == "interrupt_main":
+        _thread.interrupt_main()  # as if SIGINT had arrived
+    else:
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+
+@pytest.mark.parametrize("how", ["interrupt_main", "SIGINT"])
+@pytest.mark.parametrize("direction", ["htod", "dtoh", "to_device"])
+@pytest.mark.parametrize("on_stream", [False, True])
+def test_ctrl_c_stops_a_copy_between_chunks(sim, staging, how, direction,
+                                            on_stream):
+    """Ctrl-C while a staged copy runs (every stream operation delayed, so
+    that its 64 chunks take seconds): KeyboardInterrupt, raised after the
+    chunk in flight, not at the end. Fewer chunks were issued than the
+    copy needs, the chunks queued were waited for before both buffers went
+    back to the pool, and the next copy is exact."""
+    n = 64 * CHUNK
+    src = np.arange(n, dtype=np.uint8) % 251 + 1
+    d = cudamem.to_device(np.zeros(n, np.uint8))
+    out = np.zeros(n, np.uint8)
+    stream = cudamem.stream() if on_stream else 0
+    entry = "cuMemcpyDtoHAsync" if direction == "dtoh" else (
+        "cuMemcpyHtoDAsync")
+    copies = {"htod": lambda: d.copy_to_device(src, stream=stream),
+              "dtoh": lambda: d.copy_to_host(out, stream=stream),
+              "to_device": lambda: cudamem.to_device(src, stream=stream)}
+    _cudamem._hostpool_trim()
+    sim.reset()
+    finished = threading.Event()
+
+    def interrupter():
+        # Once the first chunk is queued: the main thread is in the copy.
+        while calls(sim, entry) == 0 and not finished.is_set():
+            time.sleep(0.001)
+        if not finished.is_set():
+            _interrupt(how)
+
+    thread = threading.Thread(target=interrupter)
+    with sim.delay(20000):
+        thread.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                copies[direction]()
+        finally:
+            finished.set()
+            thread.join()
+        issued = calls(sim, entry)
+    assert 0 < issued < chunks(n)
+    # Both buffers are back in the pool, both events destroyed; the
+    # autouse fixture sees nothing else left.
+    assert _cudamem._hostpool_stats()["cached_blocks"] == 2
+    assert calls(sim, "cuEventCreate") == calls(sim, "cuEventDestroy") == 2
+    d.copy_to_device(src, stream=stream)
+    d.copy_to_host(out, stream=stream)
+    np.testing.assert_array_equal(out, src)

@@ -108,6 +108,13 @@ cmpy_raise_hint(cmpy_state *st, const cm_error *err, const char *hint)
     case CM_ERR_VALUE:
         PyErr_SetString(PyExc_ValueError, err->msg);
         return NULL;
+    case CM_ERR_INTERRUPTED:
+        /* Core's poll hook (cmpy_poll_install) left the exception of the
+         * signal handler that stopped the work. */
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_SystemError, err->msg);
+        }
+        return NULL;
     }
     PyErr_Format(PyExc_SystemError, "cudamem: unknown error kind %d",
                  (int)err->kind);

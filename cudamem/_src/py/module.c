@@ -120,6 +120,7 @@ cudamem_exec(PyObject *module)
         return -1;
     }
     cmpy_stats_install(1);
+    cmpy_poll_install(1);
     /* The CUDA version of the headers cudamem was built with. */
     if (PyModule_AddIntConstant(module, "CUDA_VERSION", CUDA_VERSION) < 0) {
         return -1;
@@ -205,6 +206,7 @@ cudamem_free(void *module)
     /* Plugin memory released after this leaks, as after shutdown. */
     cm_mem_set_release_hook(NULL, NULL);
     cmpy_stats_install(0);
+    cmpy_poll_install(0);
     cudamem_clear((PyObject *)module);
     PyMem_Free(st->sim_path);
     st->sim_path = NULL;

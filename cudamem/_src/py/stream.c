@@ -7,10 +7,13 @@
 #include <limits.h>
 #include <sched.h>
 #include <stddef.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../core/ctxsync.h"
 #include "../core/driver.h"
+#include "../core/staging.h"
 #include "../core/stream.h"
 #include "callback.h"
 #include "device.h"
@@ -132,6 +135,32 @@ cmpy_wait_polled(cmpy_state *st, cm_device *dev, void *handle,
             nap.tv_nsec = CMPY_WAIT_MAX_NAP_NS;
         }
     }
+}
+
+/* Core's poll hook (staging.h), on the thread of a long copy that most
+ * likely released the GIL: runs the pending signal handlers, and asks the
+ * copy to stop when one raised (the exception stays set on the thread for
+ * the caller to raise). Only the main thread runs signal handlers, and on
+ * Linux its thread id is the process id: elsewhere this takes no GIL. */
+static int
+poll_signals(void)
+{
+    PyGILState_STATE gil;
+    int rc;
+
+    if ((pid_t)syscall(SYS_gettid) != getpid()) {
+        return 0;
+    }
+    gil = PyGILState_Ensure();
+    rc = PyErr_CheckSignals();
+    PyGILState_Release(gil);
+    return rc < 0;
+}
+
+void
+cmpy_poll_install(int on)
+{
+    cm_staging_set_poll(on ? poll_signals : NULL);
 }
 
 int

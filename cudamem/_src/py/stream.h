@@ -68,6 +68,12 @@ int cmpy_wait_polled(cmpy_state *st, cm_device *dev, void *handle,
  * -1 with an exception set. */
 int cmpy_stream_wait(cmpy_state *st, cm_device *dev, CUstream handle);
 
+/* Installs (on) or removes core's poll hook for long staged copies
+ * (core/staging.h): pending signal handlers run between chunks, and one
+ * that raises (Ctrl-C) ends the copy with that exception, reported as
+ * CM_ERR_INTERRUPTED. */
+void cmpy_poll_install(int on);
+
 /* Waits for all work in dev's primary context (of `generation`): its
  * cuCtxSynchronize runs on a thread of its own (core/ctxsync.h) while
  * this polls, so that Ctrl-C interrupts the wait. 0, or -1 with an
