@@ -1,17 +1,24 @@
 """Stream glue that is plainer in Python than in C: the lifetime of the
 cudamem-callbacks dispatcher thread (started on the first add_callback,
-stopped at interpreter exit, forgotten in a forked child), ``async_done()``
-and ``auto_synchronize()``. The C Stream methods import this module on first
+stopped at interpreter exit once the callbacks added have run or a bounded
+wait for them ended, forgotten in a forked child), ``async_done()`` and
+``auto_synchronize()``. The C Stream methods import this module on first
 use; ``import cudamem`` does not (it brings threading; asyncio comes with
 the first ``async_done()``).
 """
 import atexit
 import contextlib
+import math
 import os
 import threading
+import warnings
 
 from cudamem import _cudamem
-from cudamem.errors import CudaAPIError
+from cudamem.errors import CudaAPIError, CudaWarning
+
+#: Seconds exit waits for the callbacks added to run, unless
+#: CUDAMEM_CALLBACK_EXIT_TIMEOUT says otherwise.
+EXIT_TIMEOUT = 5.0
 
 _lock = threading.Lock()
 _thread = None
@@ -34,16 +41,52 @@ def ensure_dispatcher(_=None):
         _thread, _pid = thread, os.getpid()
 
 
+def _exit_timeout():
+    """CUDAMEM_CALLBACK_EXIT_TIMEOUT in seconds, or EXIT_TIMEOUT when unset
+    or not a number from 0 to 1e6."""
+    try:
+        seconds = float(os.environ.get("CUDAMEM_CALLBACK_EXIT_TIMEOUT", ""))
+    except ValueError:
+        return EXIT_TIMEOUT
+    return seconds if math.isfinite(seconds) and 0 <= seconds <= 1e6 else (
+        EXIT_TIMEOUT)
+
+
+_NOT_RUN = {
+    "running": "stream callback %r did not return within %g s of "
+               "interpreter exit; exiting without it",
+    "queued": "stream callback %r was not run: a callback before it had "
+              "not returned within %g s of interpreter exit",
+    "unreached": "stream callback %r was not run: its stream %r had not "
+                 "reached it within %g s of interpreter exit",
+}
+
+
 def _stop():
-    """At exit: run what is queued, then stop and join the dispatcher."""
+    """At exit: wait (CUDAMEM_CALLBACK_EXIT_TIMEOUT, default EXIT_TIMEOUT)
+    for every callback added to run, streams reaching them included; then
+    stop the dispatcher, with a CudaWarning for each callback not run. A
+    callback that does not return is left running on its daemon thread:
+    exit proceeds."""
     global _stopped
     with _lock:
         _stopped = True
         thread = _thread
     if thread is None or _pid != os.getpid():
         return
-    _cudamem._dispatch_stop()
-    thread.join()
+    timeout = _exit_timeout()
+    try:
+        left = _cudamem._dispatch_drain(timeout)
+    finally:
+        _cudamem._dispatch_stop()
+    if not left:
+        thread.join(timeout)
+        return
+    for callback, stream, state in left:
+        args = (callback, stream, timeout) if state == "unreached" else (
+            callback, timeout)
+        message = _NOT_RUN[state] % args + " (CUDAMEM_CALLBACK_EXIT_TIMEOUT)"
+        warnings.warn(message, CudaWarning, stacklevel=1)
 
 
 def _forget_in_child():

@@ -12,6 +12,7 @@ sticky error makes the callbacks of a context see a failed status.
 import asyncio
 import gc
 import sys
+import textwrap
 import threading
 import warnings
 import weakref
@@ -295,31 +296,114 @@ def test_stale_stream_refuses_callbacks():
 # Interpreter exit and fork.
 
 
-def test_exit_runs_what_is_queued_and_leaks_the_rest(run_py):
-    proc = run_py("""
-        import sys
-        import numpy as np
-        import cudamem
-        from cudamem import simulator
+# Exit waits for every callback added, up to CUDAMEM_CALLBACK_EXIT_TIMEOUT
+# seconds (numba leaves what the driver has not reached unrun, silently),
+# then warns about each one not run, naming it; exit is clean either way.
+EXIT_SCRIPT = """
+    import sys, threading
+    import numpy as np
+    import cudamem
+    from cudamem import simulator
 
-        # One write per line: print() writes its pieces one by one, and
-        # the two threads would interleave them.
-        def report(stream, status, arg):
-            sys.stdout.write("ran %s\\n" % arg)
+    def write(stream, status, path):
+        with open(path, "w") as f:
+            f.write("ran %d" % status)
 
-        done = cudamem.stream()
-        done.add_callback(report, "done")
-        done.synchronize()  # its callback reached the queue
-        pending = cudamem.stream()
-        ary = cudamem.device_array(64, np.uint8)
-        simulator.set_delay_us(2_000_000)
-        ary.fill(1, stream=pending)
-        pending.add_callback(report, "pending")
-        sys.stdout.write("exit\\n")
-    """, timeout=60)
+    def stuck(stream, status, arg):
+        threading.Event().wait()
+
+    done = cudamem.stream()
+    done.add_callback(write, sys.argv[1] + "/done")
+    done.synchronize()  # its callback reached the queue
+    pending = cudamem.stream()
+    ary = cudamem.device_array(64, np.uint8)
+    simulator.set_delay_us(int(sys.argv[2]))
+    ary.fill(1, stream=pending)
+    if sys.argv[3] == "stuck":
+        pending.add_callback(stuck)
+    pending.add_callback(write, sys.argv[1] + "/pending")
+    print("exit")
+"""
+
+
+def _exit_run(run_py, tmp_path, delay_us, first="", timeout=None):
+    code = "import sys; sys.argv[1:] = %r\n" % [
+        str(tmp_path), str(delay_us), first] + textwrap.dedent(EXIT_SCRIPT)
+    proc = run_py(code, env={"CUDAMEM_CALLBACK_EXIT_TIMEOUT": timeout},
+                  timeout=60)
     assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "exit\n"
+    assert (tmp_path / "done").read_text() == "ran 0"
+    return proc, tmp_path / "pending"
+
+
+def test_exit_runs_callbacks_the_stream_has_not_reached(run_py, tmp_path):
+    """The stream reaches the callback a second or two after exit began,
+    within the default wait."""
+    proc, pending = _exit_run(run_py, tmp_path, 500_000)
+    assert pending.read_text() == "ran 0"
     assert proc.stderr == ""
-    assert sorted(proc.stdout.splitlines()) == ["exit", "ran done"]
+
+
+def test_exit_warns_about_callbacks_not_reached_in_time(run_py, tmp_path):
+    proc, pending = _exit_run(run_py, tmp_path, 3_000_000, timeout="0.2")
+    assert not pending.exists()
+    assert "CudaWarning: stream callback <function write at " in proc.stderr
+    assert ("was not run: its stream <CUDA stream " in proc.stderr)
+    assert ("had not reached it within 0.2 s of interpreter exit "
+            "(CUDAMEM_CALLBACK_EXIT_TIMEOUT)") in proc.stderr
+
+
+def test_exit_does_not_hang_on_a_callback_that_never_returns(run_py,
+                                                            tmp_path):
+    """The stuck callback is named, and the one after it on its stream
+    reported as not run; exit proceeds (run_py would time out)."""
+    proc, pending = _exit_run(run_py, tmp_path, 0, "stuck", timeout="0.5")
+    assert not pending.exists()
+    assert ("stream callback <function stuck at " in proc.stderr and
+            "> did not return within 0.5 s of interpreter exit; exiting "
+            "without it (CUDAMEM_CALLBACK_EXIT_TIMEOUT)" in proc.stderr)
+    assert ("stream callback <function write at " in proc.stderr and
+            "> was not run: a callback before it had not returned within "
+            "0.5 s of interpreter exit" in proc.stderr)
+
+
+@pytest.mark.parametrize("value, seconds", [
+    (None, 5.0), ("", 5.0), ("soon", 5.0), ("-1", 5.0), ("nan", 5.0),
+    ("inf", 5.0), ("0", 0.0), ("0.25", 0.25), ("30", 30.0)])
+def test_exit_timeout_from_the_environment(monkeypatch, value, seconds):
+    from cudamem import _streams
+    if value is None:
+        monkeypatch.delenv("CUDAMEM_CALLBACK_EXIT_TIMEOUT", raising=False)
+    else:
+        monkeypatch.setenv("CUDAMEM_CALLBACK_EXIT_TIMEOUT", value)
+    assert _streams._exit_timeout() == seconds
+
+
+def test_drain_reports_what_has_not_run(sim, delayed):
+    """What exit waits for: a callback the stream has not reached, then
+    one the dispatcher is in; none once they have run."""
+    from cudamem import _cudamem
+    assert _cudamem._dispatch_drain(TIMEOUT) == []
+    release = threading.Event()
+    entered = threading.Event()
+
+    def blocker(stream, status, arg):
+        entered.set()
+        release.wait(TIMEOUT)
+
+    s = cudamem.stream()
+    cudamem.device_array(8, np.uint8).fill(0, stream=s)
+    s.add_callback(blocker)
+    assert _cudamem._dispatch_drain(0) == [(blocker, s, "unreached")]
+    assert entered.wait(TIMEOUT)
+    assert _cudamem._dispatch_drain(0.01) == [(blocker, s, "running")]
+    release.set()
+    assert _cudamem._dispatch_drain(TIMEOUT) == []
+    with pytest.raises(ValueError, match="timeout must be"):
+        _cudamem._dispatch_drain(-1)
+    with pytest.raises(TypeError):
+        _cudamem._dispatch_drain("1")
 
 
 def test_exit_with_a_busy_dispatcher(run_py):

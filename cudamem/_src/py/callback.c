@@ -1,9 +1,12 @@
 /* callback.c (py/): stream callbacks in Python (DESIGN rule 7). A payload
  * (callback, stream, arg) goes through core/callback.c's queue to the one
- * dispatcher thread, which runs _dispatch_loop() here; the thread's
- * lifetime (start, exit, fork) is cudamem/_streams.py's, as are
- * async_done() and auto_synchronize(), which this file imports lazily. */
+ * dispatcher thread, which runs _dispatch_loop() here; _dispatch_drain()
+ * lets exit wait for the callbacks not run yet. The thread's lifetime
+ * (start, exit, fork) is cudamem/_streams.py's, as are async_done() and
+ * auto_synchronize(), which this file imports lazily. */
 #include "callback.h"
+
+#include <stdlib.h>
 
 #include "../core/callback.h"
 
@@ -137,6 +140,7 @@ dispatch_loop(PyObject *module, PyObject *Py_UNUSED(ignored))
         }
         if (rc > 0) {
             run_payload(st, (PyObject *)payload, status);
+            cm_callback_done();
             /* The references to callback, stream and arg go now. */
             Py_DECREF((PyObject *)payload);
         }
@@ -155,8 +159,111 @@ dispatch_stop(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
     Py_RETURN_NONE;
 }
 
+/* The payloads not run, with new references, collected under core's
+ * queue lock: nothing here may run Python code or take the GIL. */
+typedef struct unfinished {
+    struct {
+        PyObject *payload;
+        cm_callback_state state;
+    } *items;
+    size_t n, cap;
+    int nomem;
+} unfinished;
+
+static void
+collect(void *payload, cm_callback_state state, void *ctx)
+{
+    unfinished *u = ctx;
+
+    if (u->n == u->cap) {
+        size_t cap = u->cap ? 2 * u->cap : 8;
+        void *items = realloc(u->items, cap * sizeof(*u->items));
+
+        if (items == NULL) {
+            u->nomem = 1;
+            return;
+        }
+        u->items = items;
+        u->cap = cap;
+    }
+    u->items[u->n].payload = Py_NewRef((PyObject *)payload);
+    u->items[u->n++].state = state;
+}
+
+/* [(callback, stream, state), ...] of the payloads in u, whose references
+ * it takes; NULL with an exception set. */
+static PyObject *
+unfinished_list(unfinished *u)
+{
+    static const char *const names[] = {"running", "queued", "unreached"};
+    PyObject *list = u->nomem ? PyErr_NoMemory() : PyList_New(0);
+
+    for (size_t i = 0; i < u->n; i++) {
+        PyObject *payload = u->items[i].payload, *item;
+
+        if (list != NULL) {
+            item = Py_BuildValue("(OOs)", PyTuple_GET_ITEM(payload, 0),
+                                 PyTuple_GET_ITEM(payload, 1),
+                                 names[u->items[i].state]);
+            if (item == NULL || PyList_Append(list, item) < 0) {
+                Py_CLEAR(list);
+            }
+            Py_XDECREF(item);
+        }
+        Py_DECREF(payload);
+    }
+    free(u->items);
+    return list;
+}
+
+PyDoc_STRVAR(dispatch_drain_doc,
+             "_dispatch_drain(timeout) -> list\n\n"
+             "Waits up to `timeout` seconds, with the GIL released, until "
+             "every\ncallback added has run; Ctrl-C ends the wait. Returns "
+             "(callback,\nstream, state) for each that has not, state "
+             "'running' (the\ndispatcher is in it), 'queued' or 'unreached' "
+             "(its stream has not\nreached it).");
+
+static PyObject *
+dispatch_drain(PyObject *Py_UNUSED(module), PyObject *arg)
+{
+    unfinished u = {0};
+    double seconds = PyFloat_AsDouble(arg);
+    long left, slice;
+    int busy;
+
+    if (seconds == -1.0 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (!(seconds >= 0.0 && seconds <= 1e6)) {
+        PyErr_Format(PyExc_ValueError,
+                     "timeout must be from 0 to 1e6 seconds, not %R", arg);
+        return NULL;
+    }
+    /* In slices, so that Ctrl-C can end a long wait. */
+    left = (long)(seconds * 1000.0);
+    for (;;) {
+        slice = left < CMPY_DISPATCH_POLL_MS ? left : CMPY_DISPATCH_POLL_MS;
+        Py_BEGIN_ALLOW_THREADS
+        busy = cm_callback_drain(slice);
+        Py_END_ALLOW_THREADS
+        left -= slice;
+        if (!busy || left <= 0) {
+            break;
+        }
+        if (PyErr_CheckSignals() < 0) {
+            return NULL;
+        }
+    }
+    if (busy) {
+        cm_callback_unfinished(collect, &u);
+    }
+    return unfinished_list(&u);
+}
+
 PyMethodDef cmpy_callback_methods[] = {
     {"_dispatch_loop", dispatch_loop, METH_NOARGS, dispatch_loop_doc},
     {"_dispatch_stop", dispatch_stop, METH_NOARGS, dispatch_stop_doc},
+    {"_dispatch_drain", dispatch_drain, METH_O, dispatch_drain_doc},
     {NULL, NULL, 0, NULL},
 };
