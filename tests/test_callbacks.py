@@ -9,6 +9,7 @@ arg) once all preceding work is complete; async_done() resolves to the
 stream) and the simulator: its stream delay keeps work queued, and a
 sticky error makes the callbacks of a context see a failed status.
 """
+import _thread
 import asyncio
 import gc
 import sys
@@ -398,6 +399,14 @@ def test_drain_reports_what_has_not_run(sim, delayed):
     assert _cudamem._dispatch_drain(0) == [(blocker, s, "unreached")]
     assert entered.wait(TIMEOUT)
     assert _cudamem._dispatch_drain(0.01) == [(blocker, s, "running")]
+    # Ctrl-C ends the wait, as it ends others: the callback (which waits
+    # for `release` at most half as long as this drain would) is still in.
+    timer = threading.Timer(0.2, _thread.interrupt_main)
+    with pytest.raises(KeyboardInterrupt):
+        timer.start()
+        _cudamem._dispatch_drain(2 * TIMEOUT)
+    timer.join()
+    assert _cudamem._dispatch_drain(0) == [(blocker, s, "running")]
     release.set()
     assert _cudamem._dispatch_drain(TIMEOUT) == []
     with pytest.raises(ValueError, match="timeout must be"):
