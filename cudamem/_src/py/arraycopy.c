@@ -492,6 +492,54 @@ done:
     return rc;
 }
 
+/* Orders `into` (a stream of m's device) after the work remembered on m
+ * on other streams (core's pending set, which CAI exports honour), which
+ * the set then forgets; with `keep`, it remembers `into` in its place, so
+ * that an export still follows that work. No driver call when nothing is
+ * remembered. */
+static int
+order_pending(cmpy_state *st, cm_mem *m, CUstream into, int keep)
+{
+    int ordered, rc;
+    cm_error err;
+
+    if (__atomic_load_n(&m->npending, __ATOMIC_RELAXED) == 0) {
+        return 0;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = cm_mem_order_pending(m, into, &ordered, &err);
+    if (rc == 0 && keep && ordered > 0) {
+        rc = cm_mem_note_stream(m, into, &err);
+    }
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        cmpy_raise(st, &err);
+    }
+    return rc;
+}
+
+/* Before a copy from src on another device into self on `ref`: the work
+ * remembered on either side ordered first, whatever context issues the
+ * copy. The source's goes into its device's legacy default stream, which
+ * the transfer follows (a peer copy waits for it, a staged one reads on
+ * it), remembered there while the copy may be running; the destination's
+ * into the issuing stream, which this copy's own work then stands for
+ * (note_work, note_done). */
+static int
+order_cross_device(cmpy_state *st, cmpy_DeviceNDArray *self,
+                   cmpy_DeviceNDArray *src, const cmpy_stream_ref *ref)
+{
+    return order_pending(st, src->gpu_data->mem, CU_STREAM_LEGACY,
+                         ref->async) < 0 ||
+                   order_pending(st, self->gpu_data->mem,
+                                 ref->async && ref->handle != NULL
+                                     ? ref->handle
+                                     : CU_STREAM_LEGACY,
+                                 0) < 0
+               ? -1
+               : 0;
+}
+
 /* src (any device) -> self, with src's strides already resolved to self's
  * shape. Across devices: peer to peer where the devices can, else through
  * the host. */
@@ -501,12 +549,14 @@ device_to_device(cmpy_state *st, cmpy_DeviceNDArray *self,
                  const cmpy_stream_ref *ref)
 {
     cm_device *dev = self->gpu_data->mem->dev;
+    int cross = src->gpu_data->mem->dev != dev, can, rc;
     cm_error err;
     cm_side d, s;
-    int can, rc;
 
-    if (cmpy_array_check_alive(st, src) < 0 || note_work(st, self, ref) < 0 ||
-        note_work(st, src, ref) < 0) {
+    /* Ordered before this copy's own work is remembered. */
+    if (cmpy_array_check_alive(st, src) < 0 ||
+        (cross && order_cross_device(st, self, src, ref) < 0) ||
+        note_work(st, self, ref) < 0 || note_work(st, src, ref) < 0) {
         return -1;
     }
     device_side(self, &d);
@@ -515,7 +565,7 @@ device_to_device(cmpy_state *st, cmpy_DeviceNDArray *self,
                   .ndim = CMPY_NDIM(self),
                   .shape = CMPY_SHAPE(self),
                   .strides = sstrides};
-    if (src->gpu_data->mem->dev == dev) {
+    if (!cross) {
         rc = run_copy(st, dev, &d, &s, (size_t)PyDataType_ELSIZE(self->dtype),
                       ref);
     }
