@@ -328,15 +328,16 @@ copy_to(cmpy_state *st, cm_device *dev, const layout *l, PyObject *src,
     return (PyObject *)arr;
 }
 
-/* Whether obj.__dlpack_device__() says kDLCPU: the standard passes CPU
- * producers stream=None. 1, 0 (also without the method) or -1. */
+/* What obj.__dlpack_device__() says: *type (0 without the method) and
+ * *id. The standard passes CPU producers stream=None, and a CUDA
+ * producer a stream of its own device. 0 or -1. */
 static int
-on_cpu(PyObject *obj)
+producer_device(PyObject *obj, long *type, long *id)
 {
     PyObject *dev;
-    long type;
     int found = cmpy_optional_attr(obj, "__dlpack_device__", &dev);
 
+    *type = *id = 0;
     if (found <= 0) {
         return found;
     }
@@ -354,24 +355,27 @@ on_cpu(PyObject *obj)
         Py_DECREF(dev);
         return -1;
     }
-    type = PyLong_AsLong(PyTuple_GET_ITEM(dev, 0));
-    if (type == -1 && PyErr_Occurred()) {
-        /* Out of a C long's range: no DLPack device type, so not CPU. */
+    /* Out of a C long's range: no DLPack device type or ordinal. */
+    *type = PyLong_AsLong(PyTuple_GET_ITEM(dev, 0));
+    *id = PyLong_AsLong(PyTuple_GET_ITEM(dev, 1));
+    if (PyErr_Occurred()) {
         PyErr_Clear();
-        type = 0;
+        *type = *id = -1;
     }
     Py_DECREF(dev);
-    return type == CMPY_DL_CPU;
+    return 0;
 }
 
 /* The producer's capsule: obj itself, or obj.__dlpack__(stream=handle,
  * max_version=(1, 1)), retried without max_version for producers that
- * predate it. New reference. */
+ * predate it. A CUDA producer on another device than `dev` (the copy's)
+ * gets its own device's legacy default stream instead, which the copy
+ * follows (arraycopy.c orders it after that stream). New reference. */
 static PyObject *
-get_capsule(PyObject *obj, CUstream handle)
+get_capsule(PyObject *obj, cm_device *dev, CUstream handle)
 {
     PyObject *method, *kwargs, *capsule = NULL, *empty, *stream;
-    int cpu;
+    long type, id;
 
     if (PyCapsule_CheckExact(obj)) {
         return Py_NewRef(obj);
@@ -387,11 +391,15 @@ get_capsule(PyObject *obj, CUstream handle)
         }
         return NULL;
     }
-    if ((cpu = on_cpu(obj)) < 0) {
+    if (producer_device(obj, &type, &id) < 0) {
         Py_DECREF(method);
         return NULL;
     }
-    stream = cpu ? Py_NewRef(Py_None)
+    if (type == CMPY_DL_CUDA && dev != NULL && id != dev->ordinal) {
+        handle = CU_STREAM_LEGACY;
+    }
+    stream = type == CMPY_DL_CPU
+                 ? Py_NewRef(Py_None)
                  : PyLong_FromUnsignedLongLong(
                        (unsigned long long)(uintptr_t)handle);
     kwargs = stream == NULL ? NULL
@@ -512,7 +520,8 @@ from_dlpack(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     /* No stream, 0 or a default Stream: the legacy default stream, 1. */
     handle = ref.obj != NULL && ref.handle != NULL ? ref.handle
                                                    : CU_STREAM_LEGACY;
-    if ((capsule = get_capsule(argv[0], handle)) == NULL) {
+    if ((capsule = get_capsule(argv[0], want != NULL ? want->dev : NULL,
+                               handle)) == NULL) {
         return NULL;
     }
     if (take(capsule, &tk) < 0) {
