@@ -220,6 +220,34 @@ for a, b in ((0, 1), (1, 0)):
 
 
 @pytest.mark.parametrize("peer", [True, False], ids=["peer", "no-peer"])
+def test_source_export_after_an_asynchronous_copy(peer):
+    """An asynchronous copy to another device still reading its source:
+    the source's CAI export (issue 19, item 2's case) orders its stream
+    after the copy, so that a write there once exported cannot reach the
+    copy; further copies from the same source work and follow it too."""
+    _run("""
+for a, b in ((0, 1), (1, 0)):
+    src, s = written(a, False)
+    outs = []
+    for i in range(3):
+        t = dest_stream(b, True)
+        with cuda.gpus[b]:
+            dst = cuda.device_array(N, stream=t)
+        dst.copy_to_device(src)
+        outs.append((dst, t))
+    cai = src.__cuda_array_interface__
+    assert cai["stream"] == int(s), cai
+    src[:] = -1.0
+    for dst, t in outs:
+        t.synchronize()
+        check((a, b), dst.copy_to_host(), EXPECT)
+    s.synchronize()
+    check((a, b, "source"), src.copy_to_host(), np.full(N, -1.0))
+    del src, s, outs, dst, t
+""", peer)
+
+
+@pytest.mark.parametrize("peer", [True, False], ids=["peer", "no-peer"])
 def test_from_dlpack_on_a_stream_of_another_device(peer):
     """from_dlpack(d, device=1, stream=s1) of a device-0 array: the
     producer orders its work before its own device's stream, and the copy

@@ -6,6 +6,7 @@
 #include "hostarray.h"
 
 #include "../core/copy.h"
+#include "../core/event.h"
 #include "../core/hostpool.h"
 #include "../core/stream.h"
 #include "cai.h"
@@ -467,10 +468,23 @@ cross_device(cmpy_state *st, cmpy_DeviceNDArray *self,
                                  (size_t)self->nbytes, ref);
     }
     else {
+        cm_device *src_dev = src->gpu_data->mem->dev;
+
         Py_BEGIN_ALLOW_THREADS
-        rc = cm_copy_peer(dev, to, src->gpu_data->mem->dev, from,
-                          (size_t)self->nbytes, ref->handle, ref->async,
-                          &err);
+        rc = cm_copy_peer(dev, to, src_dev, from, (size_t)self->nbytes,
+                          ref->handle, ref->async, &err);
+        /* Still reading the source on this device's stream: the source's
+         * device's legacy default stream waits for it, and the source
+         * remembers that stream, which an export then follows (a record
+         * remembers streams of its own device only). */
+        if (rc == 0 && ref->async) {
+            rc = cm_event_order_across(dev, ref->handle, src_dev,
+                                       CU_STREAM_LEGACY, &err);
+        }
+        if (rc == 0 && ref->async) {
+            rc = cm_mem_note_stream(src->gpu_data->mem, CU_STREAM_LEGACY,
+                                    &err);
+        }
         Py_END_ALLOW_THREADS
         if (rc < 0) {
             cmpy_raise(st, &err);
@@ -494,11 +508,9 @@ done:
 
 /* Orders `into` (a stream of m's device) after the work remembered on m
  * on other streams (core's pending set, which CAI exports honour), which
- * the set then forgets; with `keep`, it remembers `into` in its place, so
- * that an export still follows that work. No driver call when nothing is
- * remembered. */
+ * the set then forgets. No driver call when nothing is remembered. */
 static int
-order_pending(cmpy_state *st, cm_mem *m, CUstream into, int keep)
+order_pending(cmpy_state *st, cm_mem *m, CUstream into)
 {
     int ordered, rc;
     cm_error err;
@@ -508,9 +520,6 @@ order_pending(cmpy_state *st, cm_mem *m, CUstream into, int keep)
     }
     Py_BEGIN_ALLOW_THREADS
     rc = cm_mem_order_pending(m, into, &ordered, &err);
-    if (rc == 0 && keep && ordered > 0) {
-        rc = cm_mem_note_stream(m, into, &err);
-    }
     Py_END_ALLOW_THREADS
     if (rc < 0) {
         cmpy_raise(st, &err);
@@ -522,20 +531,18 @@ order_pending(cmpy_state *st, cm_mem *m, CUstream into, int keep)
  * remembered on either side ordered first, whatever context issues the
  * copy. The source's goes into its device's legacy default stream, which
  * the transfer follows (a peer copy waits for it, a staged one reads on
- * it), remembered there while the copy may be running; the destination's
- * into the issuing stream, which this copy's own work then stands for
- * (note_work, note_done). */
+ * it; cross_device remembers that stream again while the copy runs); the
+ * destination's into the issuing stream, which this copy's own work then
+ * stands for (note_work, note_done). */
 static int
 order_cross_device(cmpy_state *st, cmpy_DeviceNDArray *self,
                    cmpy_DeviceNDArray *src, const cmpy_stream_ref *ref)
 {
-    return order_pending(st, src->gpu_data->mem, CU_STREAM_LEGACY,
-                         ref->async) < 0 ||
+    return order_pending(st, src->gpu_data->mem, CU_STREAM_LEGACY) < 0 ||
                    order_pending(st, self->gpu_data->mem,
                                  ref->async && ref->handle != NULL
                                      ? ref->handle
-                                     : CU_STREAM_LEGACY,
-                                 0) < 0
+                                     : CU_STREAM_LEGACY) < 0
                ? -1
                : 0;
 }
@@ -553,10 +560,13 @@ device_to_device(cmpy_state *st, cmpy_DeviceNDArray *self,
     cm_error err;
     cm_side d, s;
 
-    /* Ordered before this copy's own work is remembered. */
+    /* Ordered before this copy's own work is remembered. A source on
+     * another device does not remember `ref`, of this device: cross_device
+     * leaves work on its own device's stream in its place. */
     if (cmpy_array_check_alive(st, src) < 0 ||
         (cross && order_cross_device(st, self, src, ref) < 0) ||
-        note_work(st, self, ref) < 0 || note_work(st, src, ref) < 0) {
+        note_work(st, self, ref) < 0 ||
+        (!cross && note_work(st, src, ref) < 0)) {
         return -1;
     }
     device_side(self, &d);
@@ -577,7 +587,7 @@ device_to_device(cmpy_state *st, cmpy_DeviceNDArray *self,
     else {
         rc = cross_device(st, self, src, sstrides, ref, can);
     }
-    return note_done(st, self, src, ref, rc);
+    return note_done(st, self, cross ? NULL : src, ref, rc);
 }
 
 /* A new host array for a copy of self: self's layout when it is
