@@ -261,7 +261,24 @@ for a, b in ((0, 1), (1, 0)):
     assert out.stream is t and out.gpu_data.context.device.id == b
     t.synchronize()
     check((a, b), out.copy_to_host(), EXPECT)
-    del src, s, t, out
+    # Without device=, the data's own device: a stream must be of it,
+    # whichever device is current.
+    with cuda.gpus[b]:
+        try:
+            cuda.from_dlpack(src, stream=t)
+        except ValueError as exc:
+            assert "belongs to device %d" % b in str(exc), exc
+            assert "operation is on device %d" % a in str(exc), exc
+        else:
+            raise AssertionError("a stream of another device was taken")
+    with cuda.gpus[a]:
+        u = cuda.stream()
+    with cuda.gpus[b]:
+        view = cuda.from_dlpack(src, stream=u)
+    assert view.stream is u and view.gpu_data.context.device.id == a
+    u.synchronize()
+    check((a, b, "view"), view.copy_to_host(), EXPECT)
+    del src, s, t, out, u, view
 """, peer)
 
 

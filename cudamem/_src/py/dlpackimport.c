@@ -368,9 +368,10 @@ producer_device(PyObject *obj, long *type, long *id)
 
 /* The producer's capsule: obj itself, or obj.__dlpack__(stream=handle,
  * max_version=(1, 1)), retried without max_version for producers that
- * predate it. A CUDA producer on another device than `dev` (the copy's)
- * gets its own device's legacy default stream instead, which the copy
- * follows (arraycopy.c orders it after that stream). New reference. */
+ * predate it. A CUDA producer on another device than `dev` (handle's;
+ * NULL: any) gets its own device's legacy default stream instead: a copy
+ * follows that stream (arraycopy.c), and a stream of the wrong device is
+ * refused once the capsule is read. New reference. */
 static PyObject *
 get_capsule(PyObject *obj, cm_device *dev, CUstream handle)
 {
@@ -498,7 +499,7 @@ from_dlpack(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     taken tk = {NULL, NULL, 0};
     layout l = {.dtype = NULL};
     cmpy_Device *want = NULL;
-    cm_device *dev, *src_dev;
+    cm_device *dev, *src_dev, *sdev = NULL;
     int copy = -1, must_copy;
     CUstream handle;
 
@@ -512,16 +513,25 @@ from_dlpack(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                         argv) < 0 ||
         cmpy_dlpack_copy_arg(argv[2], &copy) < 0 ||
         (argv[1] != NULL && argv[1] != Py_None &&
-         cmpy_device_parse(st, argv[1], &want) < 0) ||
-        cmpy_stream_arg(st, argv[3] != NULL ? argv[3] : Py_None,
-                        want != NULL ? want->dev : NULL, &ref) < 0) {
+         cmpy_device_parse(st, argv[1], &want) < 0)) {
+        return NULL;
+    }
+    /* A stream of the device asked for; without one, of any device: it
+     * is checked against the data's once the capsule says which. */
+    if (want != NULL) {
+        sdev = want->dev;
+    }
+    if ((want != NULL
+             ? cmpy_stream_arg(st, argv[3] != NULL ? argv[3] : Py_None, sdev,
+                               &ref)
+             : cmpy_stream_arg_any(st, argv[3] != NULL ? argv[3] : Py_None,
+                                   &sdev, &ref)) < 0) {
         return NULL;
     }
     /* No stream, 0 or a default Stream: the legacy default stream, 1. */
     handle = ref.obj != NULL && ref.handle != NULL ? ref.handle
                                                    : CU_STREAM_LEGACY;
-    if ((capsule = get_capsule(argv[0], want != NULL ? want->dev : NULL,
-                               handle)) == NULL) {
+    if ((capsule = get_capsule(argv[0], sdev, handle)) == NULL) {
         return NULL;
     }
     if (take(capsule, &tk) < 0) {
