@@ -4,6 +4,7 @@
 #include "copy.h"
 
 #include "driver.h"
+#include "event.h"
 #include "hostmem.h"
 #include "staging.h"
 
@@ -122,8 +123,13 @@ cm_copy_peer(cm_device *dst_dev, CUdeviceptr dst, cm_device *src_dev,
     if (n == 0) {
         return cm_fork_check(err);
     }
+    /* Queued in dst_dev's context, the copy follows that context's work
+     * alone: it waits for src_dev's legacy default stream too, which
+     * follows the work of src_dev's blocking streams. */
     if (cm_device_primary(dst_dev, &dctx, &generation, err) < 0 ||
         cm_device_primary(src_dev, &sctx, &generation, err) < 0 ||
+        cm_event_order_across(src_dev, CU_STREAM_LEGACY, dst_dev,
+                              async ? stream : NULL, err) < 0 ||
         cm_ctx_enter(dst_dev, &guard, err) < 0) {
         return -1;
     }

@@ -21,9 +21,11 @@ int cm_copy_dtod(cm_device *dev, CUdeviceptr dst, CUdeviceptr src, size_t n,
                  CUstream stream, int async, cm_error *err);
 
 /* A contiguous copy from src_dev's memory to dst_dev's (another device)
- * with cuMemcpyPeer, in dst_dev's context; `stream` is dst_dev's. The
- * synchronous form is serialized with the work of both contexts and
- * complete on return. */
+ * with cuMemcpyPeer, in dst_dev's context; `stream` is dst_dev's. Both
+ * forms follow the work queued so far on src_dev's legacy default stream
+ * and its blocking streams (an event waited for on `stream`, or on the
+ * default stream when synchronous), as a copy within src_dev would; the
+ * synchronous form is complete on return. */
 int cm_copy_peer(cm_device *dst_dev, CUdeviceptr dst, cm_device *src_dev,
                  CUdeviceptr src, size_t n, CUstream stream, int async,
                  cm_error *err);

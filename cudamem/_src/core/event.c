@@ -132,26 +132,33 @@ cm_event_stream_wait(cm_device *dev, CUstream stream, CUevent handle,
 }
 
 int
-cm_event_order(cm_device *dev, CUstream producer, CUstream consumer,
-               cm_error *err)
+cm_event_order_across(cm_device *pdev, CUstream producer, cm_device *cdev,
+                      CUstream consumer, cm_error *err)
 {
     uint64_t generation;
     cm_error ignored;
     CUevent ev;
     int rc;
 
-    if (cm_event_create(dev, CU_EVENT_DISABLE_TIMING, &ev, &generation,
+    if (cm_event_create(pdev, CU_EVENT_DISABLE_TIMING, &ev, &generation,
                         err) < 0) {
         return -1;
     }
-    rc = cm_event_record(dev, ev, producer, err) < 0 ||
-                 cm_event_stream_wait(dev, consumer, ev, err) < 0
+    rc = cm_event_record(pdev, ev, producer, err) < 0 ||
+                 cm_event_stream_wait(cdev, consumer, ev, err) < 0
              ? -1
              : 0;
     /* The driver keeps a waited-for event until the wait is done. */
-    if (cm_event_release(dev, generation, ev, rc < 0 ? &ignored : err) <
+    if (cm_event_release(pdev, generation, ev, rc < 0 ? &ignored : err) <
         0) {
         rc = -1;
     }
     return rc;
+}
+
+int
+cm_event_order(cm_device *dev, CUstream producer, CUstream consumer,
+               cm_error *err)
+{
+    return cm_event_order_across(dev, producer, dev, consumer, err);
 }

@@ -39,8 +39,10 @@ int cm_event_synchronize(cm_device *dev, CUevent handle, cm_error *err);
 /* cuEventElapsedTime: milliseconds from `start` to `end`. */
 int cm_event_elapsed(cm_device *dev, CUevent start, CUevent end, float *ms,
                      cm_error *err);
-/* cuStreamWaitEvent: work queued on `stream` after this waits for the
- * event's recorded work, on the device; the host does not wait. */
+/* cuStreamWaitEvent, in dev's context, the stream's: work queued on
+ * `stream` after this waits for the event's recorded work, on the device;
+ * the host does not wait. The event may be of any device's context (the
+ * driver allows it). */
 int cm_event_stream_wait(cm_device *dev, CUstream stream, CUevent handle,
                          cm_error *err);
 /* Orders `consumer` after the work queued so far on `producer` (both of
@@ -48,5 +50,9 @@ int cm_event_stream_wait(cm_device *dev, CUstream stream, CUevent handle,
  * and waited for by consumer, then released. The host does not wait. */
 int cm_event_order(cm_device *dev, CUstream producer, CUstream consumer,
                    cm_error *err);
+/* The same across devices: `producer` of pdev's context, `consumer` of
+ * cdev's (a default stream's handle means that device's). */
+int cm_event_order_across(cm_device *pdev, CUstream producer,
+                          cm_device *cdev, CUstream consumer, cm_error *err);
 
 #endif

@@ -583,6 +583,46 @@ array_reduce_ex(PyObject *op, PyObject *Py_UNUSED(protocol))
     return Py_BuildValue("N(N)", to_device, value);
 }
 
+PyDoc_STRVAR(copy_doc,
+             "__copy__() -> DeviceNDArray\n\n"
+             "copy.copy(): a new array on this array's device and stream, "
+             "as copy('K')\n(a record gives a record); not through "
+             "pickling, which would copy\nto the current device.");
+PyDoc_STRVAR(deepcopy_doc,
+             "__deepcopy__(memo) -> DeviceNDArray\n\n"
+             "copy.deepcopy(): as __copy__() (the elements hold no "
+             "references).");
+
+static PyObject *
+array_copy_here(PyObject *op, PyObject *Py_UNUSED(ignored))
+{
+    cmpy_state *st = cmpy_type_state(op);
+    cmpy_DeviceNDArray *self = (cmpy_DeviceNDArray *)op, *out, *rec;
+
+    out = (cmpy_DeviceNDArray *)cmpy_array_copy_as(
+        st, self,
+        (self->flags & NPY_ARRAY_F_CONTIGUOUS) &&
+                !(self->flags & NPY_ARRAY_C_CONTIGUOUS)
+            ? 'F'
+            : 'C',
+        0, NULL);
+    if (out == NULL ||
+        !Py_IS_TYPE(op, (PyTypeObject *)st->DeviceRecordType)) {
+        return (PyObject *)out;
+    }
+    rec = cmpy_array_view_as(st, st->DeviceRecordType, out, 0, NULL, NULL,
+                             out->ptr, out->dtype);
+    Py_DECREF(out);
+    return (PyObject *)rec;
+}
+
+/* copy.deepcopy() files the result in the memo itself. */
+static PyObject *
+array_deepcopy(PyObject *op, PyObject *Py_UNUSED(memo))
+{
+    return array_copy_here(op, NULL);
+}
+
 /* numba's DeviceNDArrayBase: what records share with arrays. */
 /* Defined with repr() below. */
 static PyObject *array_repr_html(PyObject *op, PyObject *ignored);
@@ -599,6 +639,8 @@ static PyMethodDef base_methods[] = {
      cmpy_array_copy_to_device_doc},
     {"bind", FASTKW(cmpy_array_bind), bind_doc},
     {"__reduce_ex__", array_reduce_ex, METH_O, reduce_ex_doc},
+    {"__copy__", array_copy_here, METH_NOARGS, copy_doc},
+    {"__deepcopy__", array_deepcopy, METH_O, deepcopy_doc},
     {"_repr_html_", array_repr_html, METH_NOARGS, repr_html_doc},
     {NULL, NULL, 0, NULL},
 };

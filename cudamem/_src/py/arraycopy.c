@@ -7,6 +7,7 @@
 #include "hostbuf.h"
 
 #include "../core/copy.h"
+#include "../core/event.h"
 #include "../core/hostpool.h"
 #include "../core/stream.h"
 #include "cai.h"
@@ -488,10 +489,23 @@ cross_device(cmpy_state *st, cmpy_DeviceNDArray *self,
                                  (size_t)self->nbytes, ref);
     }
     else {
+        cm_device *src_dev = src->gpu_data->mem->dev;
+
         Py_BEGIN_ALLOW_THREADS
-        rc = cm_copy_peer(dev, to, src->gpu_data->mem->dev, from,
-                          (size_t)self->nbytes, ref->handle, ref->async,
-                          &err);
+        rc = cm_copy_peer(dev, to, src_dev, from, (size_t)self->nbytes,
+                          ref->handle, ref->async, &err);
+        /* Still reading the source on this device's stream: the source's
+         * device's legacy default stream waits for it, and the source
+         * remembers that stream, which an export then follows (a record
+         * remembers streams of its own device only). */
+        if (rc == 0 && ref->async) {
+            rc = cm_event_order_across(dev, ref->handle, src_dev,
+                                       CU_STREAM_LEGACY, &err);
+        }
+        if (rc == 0 && ref->async) {
+            rc = cm_mem_note_stream(src->gpu_data->mem, CU_STREAM_LEGACY,
+                                    &err);
+        }
         Py_END_ALLOW_THREADS
         if (rc < 0) {
             cmpy_raise(st, &err);
@@ -533,6 +547,47 @@ is_transient(cmpy_state *st, cmpy_DeviceNDArray *self, PyObject *obj,
                             (size_t)PyArray_NBYTES(host)));
 }
 
+/* Orders `into` (a stream of m's device) after the work remembered on m
+ * on other streams (core's pending set, which CAI exports honour), which
+ * the set then forgets. No driver call when nothing is remembered. */
+static int
+order_pending(cmpy_state *st, cm_mem *m, CUstream into)
+{
+    int ordered, rc;
+    cm_error err;
+
+    if (__atomic_load_n(&m->npending, __ATOMIC_RELAXED) == 0) {
+        return 0;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = cm_mem_order_pending(m, into, &ordered, &err);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        cmpy_raise(st, &err);
+    }
+    return rc;
+}
+
+/* Before a copy from src on another device into self on `ref`: the work
+ * remembered on either side ordered first, whatever context issues the
+ * copy. The source's goes into its device's legacy default stream, which
+ * the transfer follows (a peer copy waits for it, a staged one reads on
+ * it; cross_device remembers that stream again while the copy runs); the
+ * destination's into the issuing stream, which this copy's own work then
+ * stands for (note_work, note_done). */
+static int
+order_cross_device(cmpy_state *st, cmpy_DeviceNDArray *self,
+                   cmpy_DeviceNDArray *src, const cmpy_stream_ref *ref)
+{
+    return order_pending(st, src->gpu_data->mem, CU_STREAM_LEGACY) < 0 ||
+                   order_pending(st, self->gpu_data->mem,
+                                 ref->async && ref->handle != NULL
+                                     ? ref->handle
+                                     : CU_STREAM_LEGACY) < 0
+               ? -1
+               : 0;
+}
+
 /* src (any device) -> self, with src's strides already resolved to self's
  * shape. Across devices: peer to peer where the devices can, else through
  * the host. */
@@ -542,12 +597,17 @@ device_to_device(cmpy_state *st, cmpy_DeviceNDArray *self,
                  const cmpy_stream_ref *ref)
 {
     cm_device *dev = self->gpu_data->mem->dev;
+    int cross = src->gpu_data->mem->dev != dev, can, rc;
     cm_error err;
     cm_side d, s;
-    int can, rc;
 
+    /* Ordered before this copy's own work is remembered. A source on
+     * another device does not remember `ref`, of this device: cross_device
+     * leaves work on its own device's stream in its place. */
     if (cmpy_array_check_alive(st, src) < 0 ||
-        note_work(st, self, dev, ref) < 0 || note_work(st, src, dev, ref) < 0) {
+        (cross && order_cross_device(st, self, src, ref) < 0) ||
+        note_work(st, self, dev, ref) < 0 ||
+        (!cross && note_work(st, src, dev, ref) < 0)) {
         return -1;
     }
     device_side(self, &d);
@@ -556,7 +616,7 @@ device_to_device(cmpy_state *st, cmpy_DeviceNDArray *self,
                   .ndim = CMPY_NDIM(self),
                   .shape = CMPY_SHAPE(self),
                   .strides = sstrides};
-    if (src->gpu_data->mem->dev == dev) {
+    if (!cross) {
         rc = run_copy(st, dev, &d, &s, (size_t)PyDataType_ELSIZE(self->dtype),
                       ref);
     }
@@ -568,7 +628,7 @@ device_to_device(cmpy_state *st, cmpy_DeviceNDArray *self,
     else {
         rc = cross_device(st, self, src, sstrides, ref, can);
     }
-    return note_done(st, self, src, ref, rc);
+    return note_done(st, self, cross ? NULL : src, ref, rc);
 }
 
 /* A new host array for a copy of self: self's layout when it is

@@ -329,15 +329,16 @@ copy_to(cmpy_state *st, cm_device *dev, const layout *l, PyObject *src,
     return (PyObject *)arr;
 }
 
-/* Whether obj.__dlpack_device__() says kDLCPU: the standard passes CPU
- * producers stream=None. 1, 0 (also without the method) or -1. */
+/* What obj.__dlpack_device__() says: *type (0 without the method) and
+ * *id. The standard passes CPU producers stream=None, and a CUDA
+ * producer a stream of its own device. 0 or -1. */
 static int
-on_cpu(PyObject *obj)
+producer_device(PyObject *obj, long *type, long *id)
 {
     PyObject *dev;
-    long type;
     int found = cmpy_optional_attr(obj, "__dlpack_device__", &dev);
 
+    *type = *id = 0;
     if (found <= 0) {
         return found;
     }
@@ -355,24 +356,28 @@ on_cpu(PyObject *obj)
         Py_DECREF(dev);
         return -1;
     }
-    type = PyLong_AsLong(PyTuple_GET_ITEM(dev, 0));
-    if (type == -1 && PyErr_Occurred()) {
-        /* Out of a C long's range: no DLPack device type, so not CPU. */
+    /* Out of a C long's range: no DLPack device type or ordinal. */
+    *type = PyLong_AsLong(PyTuple_GET_ITEM(dev, 0));
+    *id = PyLong_AsLong(PyTuple_GET_ITEM(dev, 1));
+    if (PyErr_Occurred()) {
         PyErr_Clear();
-        type = 0;
+        *type = *id = -1;
     }
     Py_DECREF(dev);
-    return type == CMPY_DL_CPU;
+    return 0;
 }
 
 /* The producer's capsule: obj itself, or obj.__dlpack__(stream=handle,
  * max_version=(1, 1)), retried without max_version for producers that
- * predate it. New reference. */
+ * predate it. A CUDA producer on another device than `dev` (handle's;
+ * NULL: any) gets its own device's legacy default stream instead: a copy
+ * follows that stream (arraycopy.c), and a stream of the wrong device is
+ * refused once the capsule is read. New reference. */
 static PyObject *
-get_capsule(PyObject *obj, CUstream handle)
+get_capsule(PyObject *obj, cm_device *dev, CUstream handle)
 {
     PyObject *method, *kwargs, *capsule = NULL, *empty, *stream;
-    int cpu;
+    long type, id;
 
     if (PyCapsule_CheckExact(obj)) {
         return Py_NewRef(obj);
@@ -388,11 +393,15 @@ get_capsule(PyObject *obj, CUstream handle)
         }
         return NULL;
     }
-    if ((cpu = on_cpu(obj)) < 0) {
+    if (producer_device(obj, &type, &id) < 0) {
         Py_DECREF(method);
         return NULL;
     }
-    stream = cpu ? Py_NewRef(Py_None)
+    if (type == CMPY_DL_CUDA && dev != NULL && id != dev->ordinal) {
+        handle = CU_STREAM_LEGACY;
+    }
+    stream = type == CMPY_DL_CPU
+                 ? Py_NewRef(Py_None)
                  : PyLong_FromUnsignedLongLong(
                        (unsigned long long)(uintptr_t)handle);
     kwargs = stream == NULL ? NULL
@@ -491,7 +500,7 @@ from_dlpack(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     taken tk = {NULL, NULL, 0};
     layout l = {.dtype = NULL};
     cmpy_Device *want = NULL;
-    cm_device *dev, *src_dev;
+    cm_device *dev, *src_dev, *sdev = NULL;
     int copy = -1, must_copy;
     CUstream handle;
 
@@ -505,15 +514,25 @@ from_dlpack(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                         argv) < 0 ||
         cmpy_dlpack_copy_arg(argv[2], &copy) < 0 ||
         (argv[1] != NULL && argv[1] != Py_None &&
-         cmpy_device_parse(st, argv[1], &want) < 0) ||
-        cmpy_stream_arg(st, argv[3] != NULL ? argv[3] : Py_None,
-                        want != NULL ? want->dev : NULL, &ref) < 0) {
+         cmpy_device_parse(st, argv[1], &want) < 0)) {
+        return NULL;
+    }
+    /* A stream of the device asked for; without one, of any device: it
+     * is checked against the data's once the capsule says which. */
+    if (want != NULL) {
+        sdev = want->dev;
+    }
+    if ((want != NULL
+             ? cmpy_stream_arg(st, argv[3] != NULL ? argv[3] : Py_None, sdev,
+                               &ref)
+             : cmpy_stream_arg_any(st, argv[3] != NULL ? argv[3] : Py_None,
+                                   &sdev, &ref)) < 0) {
         return NULL;
     }
     /* No stream, 0 or a default Stream: the legacy default stream, 1. */
     handle = ref.obj != NULL && ref.handle != NULL ? ref.handle
                                                    : CU_STREAM_LEGACY;
-    if ((capsule = get_capsule(argv[0], handle)) == NULL) {
+    if ((capsule = get_capsule(argv[0], sdev, handle)) == NULL) {
         return NULL;
     }
     if (take(capsule, &tk) < 0) {

@@ -43,15 +43,17 @@ event_arg(cmpy_state *st, const char *what, PyObject *obj)
     return (cmpy_Event *)obj;
 }
 
-/* cmpy_stream_arg for an operation of `ev`; a stream it cannot use gets a
- * message that names both. */
+/* cmpy_stream_arg for an operation of `ev` on a stream of its device, or
+ * with `sdev` of any device (*sdev set to it); a stream it cannot use gets
+ * a message that names both. */
 static int
 event_stream_arg(cmpy_state *st, cmpy_Event *ev, const char *what,
-                 PyObject *arg, cmpy_stream_ref *ref)
+                 PyObject *arg, cm_device **sdev, cmpy_stream_ref *ref)
 {
     PyObject *exc;
 
-    if (cmpy_stream_arg(st, arg, ev->dev, ref) == 0) {
+    if ((sdev != NULL ? cmpy_stream_arg_any(st, arg, sdev, ref)
+                      : cmpy_stream_arg(st, arg, ev->dev, ref)) == 0) {
         return 0;
     }
     if (!PyErr_ExceptionMatches(PyExc_ValueError)) {
@@ -81,13 +83,19 @@ cmpy_event_stream_wait(cmpy_state *st, PyObject *event, PyObject *stream_arg)
 {
     cmpy_Event *ev = event_arg(st, "event", event);
     cmpy_stream_ref ref;
+    cm_device *sdev;
     cm_error err;
 
-    if (ev == NULL || event_check(st, ev) < 0 ||
-        event_stream_arg(st, ev, "wait for", stream_arg, &ref) < 0) {
+    if (ev == NULL || event_check(st, ev) < 0) {
         return -1;
     }
-    if (cm_event_stream_wait(ev->dev, ref.handle, ev->handle, &err) < 0) {
+    /* The driver takes an event of another context: the wait is queued
+     * in the stream's (a default stream: the event's device's). */
+    sdev = ev->dev;
+    if (event_stream_arg(st, ev, "wait for", stream_arg, &sdev, &ref) < 0) {
+        return -1;
+    }
+    if (cm_event_stream_wait(sdev, ref.handle, ev->handle, &err) < 0) {
         cmpy_raise(st, &err);
         return -1;
     }
@@ -244,7 +252,8 @@ event_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
             0 ||
         event_check(st, ev) < 0 ||
         event_stream_arg(st, ev, "record",
-                         vals[0] != NULL ? vals[0] : Py_None, &ref) < 0) {
+                         vals[0] != NULL ? vals[0] : Py_None, NULL,
+                         &ref) < 0) {
         return NULL;
     }
     if (cm_event_record(ev->dev, ev->handle, ref.handle, &err) < 0) {
@@ -297,9 +306,10 @@ event_synchronize(PyObject *self, PyObject *Py_UNUSED(ignored))
 
 PyDoc_STRVAR(event_wait_doc,
              "wait(stream=0)\n\n"
-             "Work queued on *stream* (0: the default stream) after this "
-             "call waits,\non the device, until the event occurs. The host "
-             "does not wait.");
+             "Work queued on *stream* (0: the default stream of the "
+             "event's device)\nafter this call waits, on the device, until "
+             "the event occurs. The\nstream may be of another device, as "
+             "the driver allows. The host does\nnot wait.");
 
 static PyObject *
 event_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs,

@@ -230,14 +230,21 @@ operation_device(cmpy_state *st, cm_device **dev)
     return *dev != NULL ? 0 : cmpy_current_device(st, dev);
 }
 
+/* With `any`, a stream of any device is taken and *dev set to it;
+ * otherwise one of another device than *dev is refused. */
 static int
-stream_obj_arg(cmpy_state *st, cmpy_Stream *s, cm_device *dev,
+stream_obj_arg(cmpy_state *st, cmpy_Stream *s, cm_device **devp, int any,
                cmpy_stream_ref *out)
 {
+    cm_device *dev = *devp;
+
     if (stream_check(st, s) < 0) {
         return -1;
     }
-    if (is_bound(s)) {
+    if (is_bound(s) && any) {
+        *devp = s->dev;
+    }
+    else if (is_bound(s)) {
         if (operation_device(st, &dev) < 0) {
             return -1;
         }
@@ -256,11 +263,12 @@ stream_obj_arg(cmpy_state *st, cmpy_Stream *s, cm_device *dev,
     return 0;
 }
 
-/* What __cuda_stream__ gave: (0, handle). */
+/* What __cuda_stream__ gave: (0, handle); `any` as for stream_obj_arg. */
 static int
-foreign_arg(cmpy_state *st, PyObject *arg, PyObject *proto, cm_device *dev,
-            cmpy_stream_ref *out)
+foreign_arg(cmpy_state *st, PyObject *arg, PyObject *proto,
+            cm_device **devp, int any, cmpy_stream_ref *out)
 {
+    cm_device *dev = *devp;
     PyObject *version, *value;
     unsigned long long h;
     CUstream handle;
@@ -317,10 +325,13 @@ foreign_arg(cmpy_state *st, PyObject *arg, PyObject *proto, cm_device *dev,
             cmpy_raise(st, &err);
             return -1;
         }
-        if (operation_device(st, &dev) < 0) {
+        if (any) {
+            *devp = owner;
+        }
+        else if (operation_device(st, &dev) < 0) {
             return -1;
         }
-        if (owner != dev) {
+        else if (owner != dev) {
             PyErr_Format(PyExc_ValueError,
                          "stream %R (CUDA stream %llu) belongs to device "
                          "%d, but the operation is on device %d",
@@ -339,9 +350,9 @@ foreign_arg(cmpy_state *st, PyObject *arg, PyObject *proto, cm_device *dev,
     return 0;
 }
 
-int
-cmpy_stream_arg(cmpy_state *st, PyObject *arg, cm_device *dev,
-                cmpy_stream_ref *out)
+static int
+stream_arg(cmpy_state *st, PyObject *arg, cm_device **dev, int any,
+           cmpy_stream_ref *out)
 {
     PyObject *attr, *proto, *index;
     int found, rc;
@@ -358,7 +369,7 @@ cmpy_stream_arg(cmpy_state *st, PyObject *arg, cm_device *dev,
         return int_arg(arg, arg);
     }
     if (Py_IS_TYPE(arg, (PyTypeObject *)st->StreamType)) {
-        return stream_obj_arg(st, (cmpy_Stream *)arg, dev, out);
+        return stream_obj_arg(st, (cmpy_Stream *)arg, dev, any, out);
     }
     found = cmpy_optional_attr(arg, "__cuda_stream__", &attr);
     if (found < 0) {
@@ -372,7 +383,7 @@ cmpy_stream_arg(cmpy_state *st, PyObject *arg, cm_device *dev,
         if (proto == NULL) {
             return -1;
         }
-        rc = foreign_arg(st, arg, proto, dev, out);
+        rc = foreign_arg(st, arg, proto, dev, any, out);
         Py_DECREF(proto);
         return rc;
     }
@@ -391,6 +402,20 @@ cmpy_stream_arg(cmpy_state *st, PyObject *arg, cm_device *dev,
                  "__cuda_stream__, not %.200s",
                  Py_TYPE(arg)->tp_name);
     return -1;
+}
+
+int
+cmpy_stream_arg(cmpy_state *st, PyObject *arg, cm_device *dev,
+                cmpy_stream_ref *out)
+{
+    return stream_arg(st, arg, &dev, 0, out);
+}
+
+int
+cmpy_stream_arg_any(cmpy_state *st, PyObject *arg, cm_device **dev,
+                    cmpy_stream_ref *out)
+{
+    return stream_arg(st, arg, dev, 1, out);
 }
 
 /* ------------------------------------------------------------------------
@@ -635,6 +660,7 @@ PyDoc_STRVAR(stream_wait_event_doc,
              "wait_event(event)\n\n"
              "Work queued on this stream after this call waits, on the "
              "device, until\n*event* occurs: event.wait(stream=self). The "
+             "event may be of another\ndevice, as the driver allows. The "
              "host does not wait.");
 
 static PyObject *

@@ -46,6 +46,11 @@ typedef struct cmpy_stream_ref {
  * TypeError / ValueError / CudaDriverError naming the value. 0 or -1. */
 int cmpy_stream_arg(cmpy_state *st, PyObject *arg, cm_device *dev,
                     cmpy_stream_ref *out);
+/* The same for a stream of any device, for what the driver allows across
+ * contexts (a wait for an event): *dev is the device a default stream
+ * means (0, None, handles 1 and 2) on entry, the stream's on return. */
+int cmpy_stream_arg_any(cmpy_state *st, PyObject *arg, cm_device **dev,
+                        cmpy_stream_ref *out);
 
 /* A Stream object of `kind` (not OWNED) for a handle in dev's primary
  * context that cudamem does not own, as external_stream() makes. New
