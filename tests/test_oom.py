@@ -1,8 +1,10 @@
 """Out-of-memory recovery: on CUDA_ERROR_OUT_OF_MEMORY an allocation (device
 arrays, managed arrays, the copy engine's temporaries, page-locked host
 memory) runs the garbage collector, flushes the pending frees unless they
-are deferred, trims the pool and tries once more; after that,
-CudaOutOfMemoryError says what was asked for and what was there.
+are deferred, waits for the pool's free blocks still pending on their
+streams and trims the pool, and tries once more; after that,
+CudaOutOfMemoryError says what was asked for and what was there, and
+whether the pool's limit rather than the device refused it.
 
 Real out-of-memory comes from a small simulated device (set_memory), the
 rest from the simulator's fault injection, whose counters show how many

@@ -76,9 +76,10 @@ size_t cm_pool_cached_bytes(cm_device *dev);
  * CUDA_ERROR_OUT_OF_MEMORY whose call is cm_pool_limit (memory.c's
  * recovery then waits and trims, and tries once more). Does not shrink
  * what is held. Makes the pool (disabled) if there is none. */
-extern const char cm_pool_limit[];
 int cm_pool_set_limit(cm_device *dev, size_t limit, cm_error *err);
 void cm_pool_get_stats(cm_device *dev, cm_pool_stats *out);
+/* The `call` of a request the limit refused: no driver call failed. */
+extern const char cm_pool_limit[];
 
 /* context.c, with dev->lock and dev->qlock held, before the generation is
  * bumped: forgets every slab, block and event (the driver frees them with
