@@ -56,24 +56,39 @@ class CudaAPIError(CudaDriverError):
 
 class CudaOutOfMemoryError(CudaAPIError):
     """CudaOutOfMemoryError(code, call, name=None, requested=None, free=None,
-    total=None, pending=None, pool_cached=None)
+    total=None, pending=None, pool_cached=None, limit=None, pool_used=None)
 
     An allocation failed for lack of device memory even after pending frees
     were flushed. The byte counts say what was asked for and what was there.
+    When the limit of a PoolMemoryManager refused it rather than the device,
+    ``call`` is None, ``limit`` is that limit and ``pool_used`` the bytes of
+    the pool's blocks in use.
     """
 
     def __init__(self, code, call, name=None, requested=None, free=None,
-                 total=None, pending=None, pool_cached=None):
+                 total=None, pending=None, pool_cached=None, limit=None,
+                 pool_used=None):
         super().__init__(code, call, name)
         self.args = (code, call, name, requested, free, total, pending,
-                     pool_cached)
+                     pool_cached, limit, pool_used)
         self.requested = requested
         self.free = free
         self.total = total
         self.pending = pending
         self.pool_cached = pool_cached
+        self.limit = limit
+        self.pool_used = pool_used
 
     def __str__(self):
+        if self.limit is not None:
+            return ("[%d] %s: requested %d bytes beyond the pool's limit of "
+                    "%d bytes (%d bytes in use and %d cached by the pool); "
+                    "the device has %d of %d bytes free, %d pending "
+                    "release" % (
+                        self.code, self.name, self.requested or 0,
+                        self.limit, self.pool_used or 0,
+                        self.pool_cached or 0, self.free or 0,
+                        self.total or 0, self.pending or 0))
         text = super().__str__()
         if self.requested is None:
             return text

@@ -211,6 +211,12 @@ _PLUGIN_MODE = 1
 # set_memory_manager()'s class; None until it or the first manager made.
 _manager_class = None
 
+# The classes of the using_memory_manager() blocks in force, per device
+# ordinal, innermost last, as (token, class): a context made during a
+# block (after a Device.reset() in it) gets the block's manager, not
+# set_memory_manager()'s.
+_switched = {}
+
 
 def _manager_mode(cls):
     return _NATIVE.get(cls, _PLUGIN_MODE)
@@ -266,6 +272,9 @@ def _make(cls, context):
 def _make_memory_manager(context):
     """The (manager, mode) a context without one gets (py/context.c)."""
     global _manager_class
+    switched = _switched.get(context.device.id)
+    if switched:
+        return _make(switched[-1][1], context)
     if _manager_class is None:
         _manager_class = _class_from_env()
     return _make(_manager_class, context)
@@ -300,23 +309,41 @@ def using_memory_manager(cls):
     A context manager that makes a new *cls* (a BaseCUDAMemoryManager) the
     current context's memory manager for the ``with`` block, yielding it,
     and restores the previous manager at its end. Arrays allocated inside
-    keep working after it: each keeps its memory alive."""
+    keep working after it: each keeps its memory alive. A context that a
+    ``Device.reset()`` (or ``close()``) in the block replaces gets a new
+    *cls* manager too (numba makes a manager per context), made on its
+    first allocation; at the block's end it gets the manager a new context
+    would have had without the block."""
     context = _cudamem.current_context()
+    device = context.device
     previous = context.memory_manager
-    if _manager_mode(cls) == _PLUGIN_MODE:
+    # Any manager but the default must exist before its context's first
+    # allocation (a plugin is asked for memory, the pool turns itself
+    # on): the context after a reset in the block makes it then.
+    if cls is not DefaultMemoryManager:
         _cudamem._enable_plugins()
     manager, mode = _make(cls, context)
     context._set_memory_manager(manager, mode)
+    entry = (object(), cls)
+    _switched.setdefault(device.id, []).append(entry)
     try:
         yield manager
     finally:
+        blocks = _switched[device.id]
+        blocks[:] = [e for e in blocks if e is not entry]
         # A manager that switched something on in C (the pool) switches
         # it off before the previous one is back.
         detach = getattr(manager, "_detach", None)
         if detach is not None:
             detach()
-        context._set_memory_manager(previous,
-                                    _manager_mode(type(previous)))
+        live = device._live_context()
+        if live is context or live is None:
+            context._set_memory_manager(previous,
+                                        _manager_mode(type(previous)))
+        else:
+            # Reset in the block: the new context's manager was the
+            # block's (or is still to be made).
+            live._set_memory_manager(*_make_memory_manager(live))
 
 
 # A manager named in the environment is made with the first context's

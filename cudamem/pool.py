@@ -22,8 +22,9 @@ class PoolMemoryManager(memory.DefaultMemoryManager):
     ``CUDAMEM_MEMORY_MANAGER=pool``. Allocations stay in C (no Python per
     allocation). Freed blocks return to the pool at once rather than through
     the pending deallocations, ordered by the stream their array was made
-    for; ``trim()`` gives wholly free slabs back to the driver. Out of
-    memory, the pool is trimmed and the allocation retried. IPC of a pooled
+    for; ``trim()`` waits for the streams that free blocks were freed on,
+    then gives wholly free slabs back to the driver. Out of memory, the
+    pool is trimmed that way and the allocation retried. IPC of a pooled
     array is its slab's handle plus an offset.
 
     While it is on, ``pinned_array()`` and ``pinned_array_like()`` take
@@ -54,8 +55,9 @@ class PoolMemoryManager(memory.DefaultMemoryManager):
         """set_limit(nbytes)
 
         Caps the bytes of the pool's slabs (None: no cap). An allocation
-        that would pass it trims the pool first, then raises
-        CudaOutOfMemoryError."""
+        that would pass it goes through out-of-memory recovery (which
+        trims the pool) first, then raises CudaOutOfMemoryError whose
+        ``limit`` and ``pool_used`` say that the limit refused it."""
         _cudamem._pool_set_limit(self._device(), nbytes)
 
     def set_pinned_limit(self, nbytes):
@@ -69,8 +71,10 @@ class PoolMemoryManager(memory.DefaultMemoryManager):
     def trim(self):
         """trim()
 
-        Frees every slab none of whose blocks is in use or waiting for its
-        stream, and every page-locked block the host pool keeps."""
+        Waits for the queued work of the streams that free blocks were
+        freed on (as PyTorch's ``empty_cache()`` waits for its blocks'
+        events), then frees every slab none of whose blocks is in use, and
+        every page-locked block the host pool keeps."""
         _cudamem._pool_trim(self._device())
         _cudamem._hostpool_trim()
 

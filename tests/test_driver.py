@@ -283,6 +283,9 @@ def test_fork_before_init_works(run_py):
     CudaAPIError(2, "cuMemAlloc", "CUDA_ERROR_OUT_OF_MEMORY"),
     CudaOutOfMemoryError(2, "cuMemAlloc", "CUDA_ERROR_OUT_OF_MEMORY", 100,
                          10, 1000, 5, 7),
+    # The pool's limit refused it.
+    CudaOutOfMemoryError(2, None, "CUDA_ERROR_OUT_OF_MEMORY", 100, 10, 1000,
+                         5, 7, 4096, 64),
     CudaStickyError(700, "cuCtxSynchronize", "CUDA_ERROR_ILLEGAL_ADDRESS"),
     CudaSupportError("no driver"),
     CudaDriverError("forked"),

@@ -207,15 +207,55 @@ def test_trim_frees_wholly_free_slabs_only(pool, sim):
     assert _stats()["cached_bytes"] == 0
 
 
-def test_trim_keeps_blocks_a_stream_may_still_use(pool, sim):
+def test_trim_waits_for_blocks_a_stream_may_still_use(pool, hazards):
+    # PyTorch's empty_cache() waits for its blocks' events the same way.
+    sim = hazards
     stream = cudamem.stream()
     with sim.delay(DELAY_US):
         arr = cudamem.device_array(SLAB, np.uint8, stream=stream)
         _queue_work(arr, stream)
         del arr
-        _cudamem._pool_trim(0)
-        assert _stats()["slabs"] == 1
         assert _stats()["pending_blocks"] == 1
+        sim.reset()
+        _cudamem._pool_trim(0)
+        # It waited for the event recorded after the queued work ...
+        assert _calls(sim, "cuEventSynchronize") == 1
+        assert stream.query()
+        # ... then freed the slab.
+        assert _calls(sim, "cuMemFree") == 1
+        assert _stats()["slabs"] == 0 and _stats()["pending_blocks"] == 0
+
+
+def test_trim_waits_for_the_stream_of_a_block_without_event(pool, hazards):
+    sim = hazards
+    stream = cudamem.stream()
+    with sim.delay(DELAY_US):
+        arr = cudamem.device_array(SLAB, np.uint8, stream=stream)
+        _queue_work(arr, stream)
+        sim.inject("cuEventRecord", "CUDA_ERROR_OUT_OF_MEMORY")
+        del arr
+        assert _stats()["pending_blocks"] == 1
+        sim.reset()
+        _cudamem._pool_trim(0)
+        assert _calls(sim, "cuEventSynchronize") == 0
+        assert _calls(sim, "cuStreamSynchronize") == 1
+        assert stream.query()
+        assert _stats()["slabs"] == 0
+
+
+def test_a_failed_wait_is_reported_and_the_block_kept(pool, sim):
+    stream = cudamem.stream()
+    with sim.delay(DELAY_US):
+        arr = cudamem.device_array(SLAB, np.uint8, stream=stream)
+        _queue_work(arr, stream)
+        del arr
+        sim.inject("cuEventSynchronize", "CUDA_ERROR_INVALID_VALUE")
+        with pytest.raises(CudaAPIError) as info:
+            _cudamem._pool_trim(0)
+        assert (info.value.call, info.value.name) == (
+            "cuEventSynchronize", "CUDA_ERROR_INVALID_VALUE")
+        # Still pending: the trim did not take it as idle.
+        assert _stats()["slabs"] == 1
         stream.synchronize()
     _cudamem._pool_trim(0)
     assert _stats()["slabs"] == 0

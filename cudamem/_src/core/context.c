@@ -654,10 +654,13 @@ cm_ctx_synchronize(cm_device *dev, uint64_t generation, cm_error *err)
 int
 cm_ctx_reset(cm_device *dev, uint64_t generation, cm_error *err)
 {
-    if (cm_ctx_synchronize(dev, generation, err) < 0) {
+    if (cm_ctx_synchronize(dev, generation, err) < 0 ||
+        cm_queues_flush(dev, err) < 0) {
         return -1;
     }
-    return cm_queues_flush(dev, err);
+    /* numba's reset() of the context's memory manager: the pool's is a
+     * trim. */
+    return cm_pool_trim(dev, err);
 }
 
 int

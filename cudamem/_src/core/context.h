@@ -120,7 +120,8 @@ int cm_ctx_meminfo(cm_device *dev, uint64_t generation, size_t *free_bytes,
 /* Blocks: py/ calls it with the GIL released. */
 int cm_ctx_synchronize(cm_device *dev, uint64_t generation, cm_error *err);
 /* numba's Context.reset(): waits for the context's work and releases what
- * cudamem holds in it; the context stays usable. Blocks. */
+ * cudamem holds in it (pending frees, the pool's free slabs); the context
+ * stays usable. Blocks. */
 int cm_ctx_reset(cm_device *dev, uint64_t generation, cm_error *err);
 /* Lets dev's context access peer's memory; already enabled is success. */
 int cm_ctx_enable_peer(cm_device *dev, uint64_t generation, cm_device *peer,

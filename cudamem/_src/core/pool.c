@@ -449,20 +449,25 @@ cm__pool_drop(cm_device *dev)
 /* ---------------------------------------------------------------------
  * Allocation and return. */
 
+const char cm_pool_limit[] = "the pool's limit";
+
+/* What cuMemAlloc itself would say, so that callers (out-of-memory
+ * recovery, CudaOutOfMemoryError) treat both alike; `call` says who
+ * refused: the driver's size limit or the pool's own. */
 static int
-out_of_memory(cm_error *err)
+out_of_memory(cm_error *err, const char *call)
 {
-    /* What cuMemAlloc itself would say, so that callers (out-of-memory
-     * recovery, CudaOutOfMemoryError) treat both alike. */
     err->kind = CM_ERR_DRIVER;
     err->code = CUDA_ERROR_OUT_OF_MEMORY;
-    err->call = "cuMemAlloc";
+    err->call = call;
     err->msg = NULL;
     err->oom_dev = NULL;
     err->oom_bytes = 0;
     err->device = -1;
     return -1;
 }
+
+static int trim(cm_device *dev, int wait, cm_error *err);
 
 static int
 stale(cm_error *err, cm_device *dev)
@@ -487,14 +492,15 @@ grow(cm_device *dev, cm_pool *pool, uint64_t generation, size_t size,
     if (pool->slab_bytes + pool->reserved > pool->limit ||
         size > pool->limit - pool->slab_bytes - pool->reserved) {
         pthread_mutex_unlock(&pool->lock);
-        rc = cm_pool_trim(dev, err);
+        /* Without waiting: out-of-memory recovery waits, then retries. */
+        rc = trim(dev, 0, err);
         pthread_mutex_lock(&pool->lock);
         if (rc < 0) {
             return -1;
         }
         if (pool->slab_bytes + pool->reserved > pool->limit ||
             size > pool->limit - pool->slab_bytes - pool->reserved) {
-            return out_of_memory(err);
+            return out_of_memory(err, cm_pool_limit);
         }
     }
     /* Counted against the limit while the lock is dropped. */
@@ -534,7 +540,7 @@ cm__pool_alloc(cm_device *dev, uint64_t generation, CUstream stream,
     int rc = -1;
 
     if (need < nbytes) {
-        return out_of_memory(err);
+        return out_of_memory(err, "cuMemAlloc");
     }
     pthread_mutex_lock(&pool->lock);
     if (pool->generation != generation) {
@@ -698,8 +704,79 @@ collect(cm_pool *pool, cm_pool_slab **slabs, CUevent **events,
     }
 }
 
-int
-cm_pool_trim(cm_device *dev, cm_error *err)
+/* What makes a pending free block idle: its event, or (none) its
+ * stream. */
+typedef struct pool_wait {
+    CUevent event;
+    CUstream stream;
+} pool_wait;
+
+/* The waits of every free block that a stream may still use, into *waits
+ * (the caller frees it); -1 when out of host memory. Caller holds
+ * pool->lock. */
+static int
+pending_waits(cm_pool *pool, pool_wait **waits, size_t *n)
+{
+    size_t count = 0;
+    cm_pool_block *b;
+
+    *waits = NULL;
+    *n = 0;
+    for (cm_pool_list *l = pool->streams; l != NULL; l = l->next) {
+        for (b = l->head; b != NULL; b = b->fnext) {
+            count++;
+        }
+    }
+    if (count == 0) {
+        return 0;
+    }
+    *waits = malloc(count * sizeof(**waits));
+    if (*waits == NULL) {
+        return -1;
+    }
+    for (cm_pool_list *l = pool->streams; l != NULL; l = l->next) {
+        for (b = l->head; b != NULL; b = b->fnext) {
+            (*waits)[(*n)++] = (pool_wait){b->event, l->stream};
+        }
+    }
+    return 0;
+}
+
+/* Waits for the stream work of every pending free block (PyTorch's
+ * caching allocator does the same before it empties its cache). Caller
+ * holds qlock, which keeps the events alive (only a trim destroys them),
+ * and is in dev's context; pool->lock is not held while waiting, so
+ * allocations go on meanwhile. The first failure is reported. */
+static int
+wait_pending(cm_pool *pool, cm_error *err)
+{
+    pool_wait *waits;
+    cm_error later;
+    size_t n;
+    int rc = 0;
+
+    pthread_mutex_lock(&pool->lock);
+    rc = pending_waits(pool, &waits, &n);
+    pthread_mutex_unlock(&pool->lock);
+    if (rc < 0) {
+        return cm_fail(err, CM_ERR_NOMEM, "out of host memory");
+    }
+    for (size_t i = 0; i < n; i++) {
+        cm_error *e = rc < 0 ? &later : err;
+
+        if ((waits[i].event != NULL
+                 ? CM_CALL(e, cuEventSynchronize, waits[i].event)
+                 : CM_CALL(e, cuStreamSynchronize, waits[i].stream)) < 0) {
+            rc = -1;
+        }
+    }
+    free(waits);
+    return rc;
+}
+
+/* cm_pool_trim; `wait`: first waits for the blocks pending on streams. */
+static int
+trim(cm_device *dev, int wait, cm_error *err)
 {
     cm_pool *pool = __atomic_load_n(&dev->pool, __ATOMIC_ACQUIRE);
     cm_pool_slab *slabs = NULL, *next;
@@ -729,6 +806,10 @@ cm_pool_trim(cm_device *dev, cm_error *err)
         rc = -1;
         goto done;
     }
+    /* A failed wait is reported; what is idle is still freed. */
+    if (wait) {
+        rc = wait_pending(pool, err);
+    }
     pthread_mutex_lock(&pool->lock);
     collect(pool, &slabs, &events, &nevents);
     pthread_mutex_unlock(&pool->lock);
@@ -750,6 +831,12 @@ cm_pool_trim(cm_device *dev, cm_error *err)
 done:
     pthread_mutex_unlock(&dev->qlock);
     return rc;
+}
+
+int
+cm_pool_trim(cm_device *dev, cm_error *err)
+{
+    return trim(dev, 1, err);
 }
 
 size_t

@@ -64,16 +64,22 @@ int cm__pool_alloc(cm_device *dev, uint64_t generation, CUstream stream,
 int cm__pool_return(cm_device *dev, uint64_t generation, cm_pool_block *block,
                     CUstream stream, cm_error *err);
 
-/* Frees every slab that is wholly free and no stream may still use, and
- * the pool's spare events. */
+/* Waits for the stream work of every free block still pending on its
+ * stream (its event, or the whole stream), then frees every slab that is
+ * wholly free, and the pool's spare events. Blocks in use stay. A failed
+ * wait is reported after what is idle is freed. */
 int cm_pool_trim(cm_device *dev, cm_error *err);
 /* Bytes free in the pool's slabs (0 without a pool). */
 size_t cm_pool_cached_bytes(cm_device *dev);
 /* Caps the pool's slab bytes (SIZE_MAX: no cap); a new slab beyond it
- * first trims, then fails with CUDA_ERROR_OUT_OF_MEMORY. Does not shrink
+ * first frees the idle free slabs (without waiting), then fails with
+ * CUDA_ERROR_OUT_OF_MEMORY whose call is cm_pool_limit (memory.c's
+ * recovery then waits and trims, and tries once more). Does not shrink
  * what is held. Makes the pool (disabled) if there is none. */
 int cm_pool_set_limit(cm_device *dev, size_t limit, cm_error *err);
 void cm_pool_get_stats(cm_device *dev, cm_pool_stats *out);
+/* The `call` of a request the limit refused: no driver call failed. */
+extern const char cm_pool_limit[];
 
 /* context.c, with dev->lock and dev->qlock held, before the generation is
  * bumped: forgets every slab, block and event (the driver frees them with

@@ -119,6 +119,9 @@ cm__oom_recover(cm_device *dev, const cm_error *err)
         hook();
     }
     (void)cm_queue_flush(dev, CM_QUEUE_MEMORY, &ignored);
+    /* Waits for blocks freed on streams with queued work: memory that
+     * is only waiting is not out of reach (PyTorch's caching allocator
+     * synchronizes too before it frees its cache on out-of-memory). */
     (void)cm_pool_trim(dev, &ignored);
     /* Cached page-locked blocks are host memory the driver holds. */
     (void)cm_hostpool_trim(&ignored);

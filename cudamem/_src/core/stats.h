@@ -63,7 +63,8 @@ void cm_oom_set_hook(cm_oom_hook hook);
 
 /* After a failed allocation on dev: when err is CUDA_ERROR_OUT_OF_MEMORY,
  * runs the recovery (the hook, a flush of dev's memory queue unless
- * deferred, a trim of dev's pool and of the host pool) and returns 1:
+ * deferred, a trim of dev's pool, which first waits for its free blocks
+ * still pending on streams, and a trim of the host pool) and returns 1:
  * the caller tries once more, then calls cm__oom_mark. 0 for any other
  * error (err untouched). */
 int cm__oom_recover(struct cm_device *dev, const cm_error *err);

@@ -368,9 +368,10 @@ context_synchronize(PyObject *self, PyObject *Py_UNUSED(ignored))
 PyDoc_STRVAR(context_reset_doc,
              "reset()\n\n"
              "Waits for this context's work and frees every pending\n"
-             "deallocation (numba's Context.reset()), after calling an EMM\n"
-             "plugin's reset(); the context stays usable. To destroy it, "
-             "use\nDevice.reset().");
+             "deallocation and the pool's free slabs (numba's "
+             "Context.reset()),\nafter calling an EMM plugin's reset(); "
+             "the context stays usable. To\ndestroy it, use "
+             "Device.reset().");
 
 static PyObject *
 context_reset(PyObject *self, PyObject *Py_UNUSED(ignored))

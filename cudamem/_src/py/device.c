@@ -355,6 +355,26 @@ device_reset(PyObject *self, PyObject *Py_UNUSED(ignored))
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(device_live_context_doc,
+             "_live_context() -> Context | None\n\n"
+             "The Context last handed out for this device while the "
+             "context it names\nis still the device's (not reset or closed "
+             "since), else None. Makes\nand retains nothing.");
+
+static PyObject *
+device_live_context(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    cmpy_Device *device = (cmpy_Device *)self;
+    cmpy_Context *ctx = (cmpy_Context *)device->context;
+    cm_error ignored;
+
+    if (ctx == NULL ||
+        cm_ctx_check(device->dev, ctx->generation, &ignored) < 0) {
+        Py_RETURN_NONE;
+    }
+    return Py_NewRef(ctx);
+}
+
 PyDoc_STRVAR(device_identity_doc,
              "get_device_identity() -> dict\n\n"
              "numba's identity of the device: 'pci_domain_id', "
@@ -422,6 +442,8 @@ static PyMethodDef device_methods[] = {
     {"get_primary_context", device_get_primary_context, METH_NOARGS,
      device_get_primary_context_doc},
     {"reset", device_reset, METH_NOARGS, device_reset_doc},
+    {"_live_context", device_live_context, METH_NOARGS,
+     device_live_context_doc},
     {"get_device_identity", device_get_identity, METH_NOARGS,
      device_identity_doc},
     {"_repr_html_", device_repr_html, METH_NOARGS, device_repr_html_doc},

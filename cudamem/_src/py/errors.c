@@ -5,15 +5,20 @@
 #include <cuda.h>
 
 #include "../core/context.h"
+#include "../core/pool.h"
 #include "../core/stats.h"
 
 /* CudaOutOfMemoryError for an allocation that recovery did not help,
- * with the numbers of its device as they are now. */
+ * with the numbers of its device as they are now; when the pool's limit
+ * refused it, no driver call failed: `call` is None, and the limit and
+ * the pool's bytes in use say why. */
 static PyObject *
 oom_error(PyObject *cls, const cm_error *err, const char *name)
 {
     size_t free_bytes, total, pending, cached;
+    cm_pool_stats pool;
     cm_error ignored;
+    PyObject *args, *kwargs, *exc;
 
     if (cm_oom_info(err->oom_dev, &free_bytes, &total, &pending, &cached,
                     &ignored) < 0) {
@@ -21,11 +26,26 @@ oom_error(PyObject *cls, const cm_error *err, const char *name)
         return PyObject_CallFunction(cls, "iszn", (int)err->code, err->call,
                                      name, (Py_ssize_t)err->oom_bytes);
     }
-    return PyObject_CallFunction(
-        cls, "iszKKKKK", (int)err->code, err->call, name,
-        (unsigned long long)err->oom_bytes, (unsigned long long)free_bytes,
-        (unsigned long long)total, (unsigned long long)pending,
-        (unsigned long long)cached);
+    args = Py_BuildValue("(izzKKKKK)", (int)err->code,
+                         err->call == cm_pool_limit ? NULL : err->call, name,
+                         (unsigned long long)err->oom_bytes,
+                         (unsigned long long)free_bytes,
+                         (unsigned long long)total,
+                         (unsigned long long)pending,
+                         (unsigned long long)cached);
+    if (args == NULL || err->call != cm_pool_limit) {
+        exc = args == NULL ? NULL : PyObject_Call(cls, args, NULL);
+        Py_XDECREF(args);
+        return exc;
+    }
+    cm_pool_get_stats(err->oom_dev, &pool);
+    kwargs = Py_BuildValue("{s:K,s:K}", "limit",
+                           (unsigned long long)pool.limit, "pool_used",
+                           (unsigned long long)pool.used_bytes);
+    exc = kwargs == NULL ? NULL : PyObject_Call(cls, args, kwargs);
+    Py_DECREF(args);
+    Py_XDECREF(kwargs);
+    return exc;
 }
 
 /* CudaStickyError naming the poisoned device. Poisons the current

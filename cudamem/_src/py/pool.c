@@ -50,9 +50,10 @@ pool_enable(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
 
 PyDoc_STRVAR(pool_trim_doc,
              "_pool_trim(device)\n\n"
-             "Frees every slab of *device*'s pool that is wholly free and "
-             "that no\nstream can still be using, and the pool's spare "
-             "events. Does not wait\nfor any stream.");
+             "Waits for the queued work of the streams that free blocks "
+             "of *device*'s\npool were freed on, then frees every slab "
+             "that is wholly free, and\nthe pool's spare events. Blocks "
+             "in use stay.");
 
 static PyObject *
 pool_trim(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
@@ -106,9 +107,9 @@ PyDoc_STRVAR(pool_set_limit_doc,
              "_pool_set_limit(device, nbytes)\n\n"
              "Caps the bytes of cuMemAlloc slabs *device*'s pool holds "
              "(None: no\ncap). An allocation that needs a slab beyond it "
-             "first trims the pool,\nthen raises CudaAPIError with "
-             "CUDA_ERROR_OUT_OF_MEMORY. Lowering the cap\nfrees nothing "
-             "by itself.");
+             "goes through\nout-of-memory recovery (which trims the pool), "
+             "then raises\nCudaOutOfMemoryError naming the limit. "
+             "Lowering the cap frees nothing\nby itself.");
 
 static PyObject *
 pool_set_limit(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
