@@ -284,6 +284,24 @@ def test_device_array_dropped_under_queued_download(slow):
     np.testing.assert_array_equal(out, x)
 
 
+def test_pooled_device_block_not_reused_under_queued_download(slow):
+    x = np.arange(N, dtype=np.float64)
+    s, other = cuda.stream(), cuda.stream()
+    with cuda.using_memory_manager(cuda.PoolMemoryManager) as pool:
+        d = cuda.to_device(x, stream=s)
+        out = cuda.pinned_array(N)
+        d.copy_to_host(out, stream=s)
+        del d
+        gc.collect()
+        e = cuda.device_array(N, stream=other)  # must not take d's block
+        e.bind(other)[:] = 7.0
+        s.synchronize()
+        other.synchronize()
+        np.testing.assert_array_equal(out, x)
+        del e
+        pool.trim()
+
+
 def test_stream_dropped_under_queued_download(slow):
     x = np.arange(N, dtype=np.float64)
     d = cuda.to_device(x)

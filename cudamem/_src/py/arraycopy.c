@@ -495,16 +495,16 @@ cross_device(cmpy_state *st, cmpy_DeviceNDArray *self,
         rc = cm_copy_peer(dev, to, src_dev, from, (size_t)self->nbytes,
                           ref->handle, ref->async, &err);
         /* Still reading the source on this device's stream: the source's
-         * device's legacy default stream waits for it, and the source
-         * remembers that stream, which an export then follows (a record
-         * remembers streams of its own device only). */
+         * device's legacy default stream waits for it, which the source's
+         * own device's work (blocking streams, frees) then follows, and
+         * the source remembers that stream for its exports. */
         if (rc == 0 && ref->async) {
             rc = cm_event_order_across(dev, ref->handle, src_dev,
                                        CU_STREAM_LEGACY, &err);
         }
         if (rc == 0 && ref->async) {
-            rc = cm_mem_note_stream(src->gpu_data->mem, CU_STREAM_LEGACY,
-                                    &err);
+            rc = cm_mem_note_stream(src->gpu_data->mem, src_dev,
+                                    CU_STREAM_LEGACY, &err);
         }
         Py_END_ALLOW_THREADS
         if (rc < 0) {
