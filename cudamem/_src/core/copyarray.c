@@ -496,6 +496,34 @@ walk_next(walk *w)
 }
 
 /* ---------------------------------------------------------------------------
+ * Device attributes the plans need: CU_DEVICE_ATTRIBUTE_MAX_PITCH and
+ * CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT of each device (by ordinal),
+ * each read once, when first needed. */
+#define ATTR_CACHE 64
+static int max_pitches[ATTR_CACHE], pitch_aligns[ATTR_CACHE];
+
+static int
+read_attribute(job *j, CUdevice_attribute attr, int *cache, int *value,
+               cm_error *err)
+{
+    int ordinal = j->dev->ordinal;
+
+    if (ordinal < ATTR_CACHE) {
+        *value = __atomic_load_n(&cache[ordinal], __ATOMIC_RELAXED);
+        if (*value > 0) {
+            return 0;
+        }
+    }
+    if (CM_CALL(err, cuDeviceGetAttribute, value, attr, j->dev->cudev) < 0) {
+        return -1;
+    }
+    if (ordinal < ATTR_CACHE && *value > 0) {
+        __atomic_store_n(&cache[ordinal], *value, __ATOMIC_RELAXED);
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------
  * Plans and the calls that carry them out. */
 
 static int
@@ -632,20 +660,49 @@ memtype(int on_device)
         (m).dstHost = (L)->ddev ? NULL : (void *)(dst);                        \
     } while (0)
 
+/* Whether cuMemcpy2DAsync takes the pitches of rows h between device
+ * memory. cuda.h: on intra-device copies it "may fail for pitches not
+ * computed by cuMemAllocPitch()", whose pitches are guaranteed multiples
+ * of CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT (the alignment texture
+ * binding requires); those are the pitches taken as safe. The start
+ * addresses do not matter: cuMemcpy2D takes any srcXInBytes inside a
+ * pitched allocation. */
+static int
+pitches_safe(job *j, const dim *h, int *safe, cm_error *err)
+{
+    int align;
+
+    if (read_attribute(j, CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT,
+                       pitch_aligns, &align, err) < 0) {
+        return -1;
+    }
+    *safe = align > 0 && h->ds % align == 0 && h->ss % align == 0;
+    return 0;
+}
+
 /* One call of plan p from these first elements: a plain copy for a single
- * row, cuMemcpy2D for rows, cuMemcpy3D for slices of rows. */
+ * row, a 2-D copy for rows, cuMemcpy3D for slices of rows. Between device
+ * memory, rows are cuMemcpy2DUnaligned when synchronous (the form without
+ * cuMemcpy2D's restriction on pitches, which the CUDA runtime's own 2-D
+ * copies use) and cuMemcpy2DAsync only for pitches_safe; other
+ * asynchronous rows are one slice of cuMemcpy3DAsync, whose documentation
+ * restricts pitches only to the device's maximum. */
 static int
 issue(job *j, const layout *L, const plan *p, uintptr_t dst, uintptr_t src,
       cm_error *err)
 {
     const dim *h = p->h >= 0 ? &L->d[p->h] : NULL;
     const dim *z = p->z >= 0 ? &L->d[p->z] : NULL;
-    int rc;
+    int dtod = L->ddev && L->sdev, flat = 1, rc;
 
     if (h == NULL) {
         return copy_bytes(j, L->ddev, dst, L->sdev, src, p->width, err);
     }
-    if (z == NULL) {
+    if (z == NULL && dtod && j->async &&
+        pitches_safe(j, h, &flat, err) < 0) {
+        return -1;
+    }
+    if (z == NULL && flat) {
         CUDA_MEMCPY2D m;
 
         SET_ENDS(m, L, dst, src);
@@ -654,6 +711,7 @@ issue(job *j, const layout *L, const plan *p, uintptr_t dst, uintptr_t src,
         m.WidthInBytes = p->width;
         m.Height = (size_t)h->n;
         rc = j->async ? CM_CALL(err, cuMemcpy2DAsync, &m, j->stream)
+             : dtod   ? CM_CALL(err, cuMemcpy2DUnaligned, &m)
                       : CM_CALL(err, cuMemcpy2D, &m);
     }
     else {
@@ -661,12 +719,12 @@ issue(job *j, const layout *L, const plan *p, uintptr_t dst, uintptr_t src,
 
         SET_ENDS(m, L, dst, src);
         m.srcPitch = (size_t)h->ss;
-        m.srcHeight = (size_t)(z->ss / h->ss);
+        m.srcHeight = z != NULL ? (size_t)(z->ss / h->ss) : (size_t)h->n;
         m.dstPitch = (size_t)h->ds;
-        m.dstHeight = (size_t)(z->ds / h->ds);
+        m.dstHeight = z != NULL ? (size_t)(z->ds / h->ds) : (size_t)h->n;
         m.WidthInBytes = p->width;
         m.Height = (size_t)h->n;
-        m.Depth = (size_t)z->n;
+        m.Depth = z != NULL ? (size_t)z->n : 1;
         rc = j->async ? CM_CALL(err, cuMemcpy3DAsync, &m, j->stream)
                       : CM_CALL(err, cuMemcpy3D, &m);
     }
@@ -1358,31 +1416,16 @@ fill_layout(job *j, const layout *L, const unsigned char *pattern,
 /* ---------------------------------------------------------------------------
  * Entry points. */
 
-/* CU_DEVICE_ATTRIBUTE_MAX_PITCH of each device (by ordinal), read once. */
-#define PITCH_CACHE 64
-static long long max_pitches[PITCH_CACHE];
-
 static int
 read_max_pitch(job *j, cm_error *err)
 {
-    int ordinal = j->dev->ordinal, value;
+    int value;
 
-    if (ordinal < PITCH_CACHE) {
-        j->max_pitch = __atomic_load_n(&max_pitches[ordinal],
-                                       __ATOMIC_RELAXED);
-        if (j->max_pitch > 0) {
-            return 0;
-        }
-    }
-    if (CM_CALL(err, cuDeviceGetAttribute, &value,
-                CU_DEVICE_ATTRIBUTE_MAX_PITCH, j->dev->cudev) < 0) {
+    if (read_attribute(j, CU_DEVICE_ATTRIBUTE_MAX_PITCH, max_pitches, &value,
+                       err) < 0) {
         return -1;
     }
     j->max_pitch = value;
-    if (ordinal < PITCH_CACHE && value > 0) {
-        __atomic_store_n(&max_pitches[ordinal], j->max_pitch,
-                         __ATOMIC_RELAXED);
-    }
     return 0;
 }
 
