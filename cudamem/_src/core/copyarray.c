@@ -349,9 +349,10 @@ repeats(const layout *L)
     return 0;
 }
 
-/* Whether the bytes the two (device) sides span intersect. */
+/* Whether the bytes L's sides span intersect, with its destination at
+ * `dst` and source at `src` in one address space. */
 static int
-overlaps(const layout *L, size_t itemsize)
+overlaps(const layout *L, uintptr_t dst, uintptr_t src, size_t itemsize)
 {
     ptrdiff_t dlo = 0, dhi = 0, slo = 0, shi = 0;
 
@@ -362,8 +363,30 @@ overlaps(const layout *L, size_t itemsize)
         *(dspan < 0 ? &dlo : &dhi) += dspan;
         *(sspan < 0 ? &slo : &shi) += sspan;
     }
-    return L->dst + (uintptr_t)dlo < L->src + (uintptr_t)shi + itemsize &&
-           L->src + (uintptr_t)slo < L->dst + (uintptr_t)dhi + itemsize;
+    return dst + (uintptr_t)dlo < src + (uintptr_t)shi + itemsize &&
+           src + (uintptr_t)slo < dst + (uintptr_t)dhi + itemsize;
+}
+
+/* Whether L's sides share bytes: two device ranges, or a host range and
+ * a device range whose memory the host sees at the device side's `host`
+ * (mapped, registered or managed memory; the driver does not check that
+ * such a copy's sides are disjoint). Flips in normalize moved both of a
+ * side's addresses alike. */
+static int
+shares_bytes(const layout *L, const cm_side *dst, const cm_side *src,
+             size_t itemsize)
+{
+    const cm_side *dev = dst->on_device ? dst : src;
+    uintptr_t shift = (uintptr_t)dev->host - (uintptr_t)dev->ptr;
+
+    if (L->ddev && L->sdev) {
+        return overlaps(L, L->dst, L->src, itemsize);
+    }
+    if (dev->host == NULL) {
+        return 0;
+    }
+    return overlaps(L, L->dst + (L->ddev ? shift : 0),
+                    L->src + (L->sdev ? shift : 0), itemsize);
 }
 
 /* L without the dims its source repeats: what the source holds once. */
@@ -1474,7 +1497,7 @@ cm_copy_array(cm_device *dev, const cm_side *dst, const cm_side *src,
         return cm_fork_check(err);
     }
     normalize(&L);
-    overlap = L.ddev && L.sdev && overlaps(&L, itemsize);
+    overlap = shares_bytes(&L, dst, src, itemsize);
     if (contiguous(&L, itemsize) && !overlap) {
         n *= itemsize;
         if (L.ddev && L.sdev) {
@@ -1502,6 +1525,7 @@ cm_copy_array(cm_device *dev, const cm_side *dst, const cm_side *src,
         else {
             unsigned mask = (1u << HOW_COUNT) - 1;
 
+            /* Between host and device only a host temporary is left. */
             if (overlap) {
                 mask &= ~(BIT(HOW_DIRECT) | BIT(HOW_DOUBLE));
             }
