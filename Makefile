@@ -38,9 +38,12 @@ BUDGET_TYPECHECK ?= 300
 PYTEST_ARGS ?=
 # test-stress: the array suites with the simulator's stream-order hazard
 # checker on and every stream operation delayed by STRESS_DELAY_US, which
-# exposes missing synchronization (about 45 s today at 5000).
+# exposes missing synchronization, and with its strict pitches, which
+# refuse the device-to-device cuMemcpy2D(Async) a driver may refuse (about
+# 60 s today at 5000).
 STRESS_DELAY_US ?= 5000
-STRESS_TESTS = tests/test_arrays.py tests/test_views.py tests/test_streams.py \
+STRESS_TESTS = tests/test_arrays.py tests/test_views.py \
+	tests/test_fuzz_copies.py tests/test_copy_pitch.py tests/test_streams.py \
 	tests/test_cai.py tests/test_events.py tests/test_callbacks.py \
 	tests/test_stream_semantics.py tests/test_pinned.py tests/test_mapped.py \
 	tests/test_managed.py tests/test_host_dlpack.py tests/test_registration.py \
@@ -110,9 +113,10 @@ typecheck: $(VENV_STAMP)
 	  --no-incremental cudamem/_cudamem.pyi docs/examples/typed_example.py
 
 # A test during which the hazard checker reported a race fails (see
-# tests/conftest.py); the simulator reads both variables at cuInit.
+# tests/conftest.py); the simulator reads the variables at cuInit.
 test-stress: build
 	CUDAMEM_SIM_HAZARDS=1 CUDAMEM_SIM_DELAY_US=$(STRESS_DELAY_US) \
+	  CUDAMEM_SIM_STRICT_PITCH=1 \
 	  timeout $(BUDGET_STRESS) $(PY) -m pytest -q \
 	  $(PYTEST_ARGS) $(STRESS_TESTS)
 

@@ -4,13 +4,15 @@ The simulator is a shared library with the ABI of ``libcuda.so.1``; cudamem
 loads it instead of the real driver when ``CUDAMEM_SIMULATOR=1`` (or when
 ``CUDAMEM_DRIVER`` names it). This module reaches its control API
 (``cusim_*``) through ctypes: fault injection, live counts, per entry point
-call counters, memory size, the stream delay and the hazard checker.
+call counters, memory size, the stream delay, the hazard checker and
+strict pitches.
 
 Environment read by the simulator at ``cuInit``: ``CUDAMEM_SIM_DEVICES``
 (default 1), ``CUDAMEM_SIM_MEMORY`` (bytes per device, default 16 GiB of
 lazily backed address space), ``CUDAMEM_SIM_DELAY_US``,
-``CUDAMEM_SIM_HAZARDS=1``, ``CUDAMEM_SIM_IPC_REOPEN=error``,
-``CUDAMEM_SIM_DRIVER_VERSION``, ``CUDAMEM_SIM_NO_PEER=1``,
+``CUDAMEM_SIM_HAZARDS=1``, ``CUDAMEM_SIM_STRICT_PITCH=1``,
+``CUDAMEM_SIM_IPC_REOPEN=error``, ``CUDAMEM_SIM_DRIVER_VERSION``,
+``CUDAMEM_SIM_NO_PEER=1``,
 ``CUDAMEM_SIM_ATTRS`` (``<attribute number>=<value>,...``, reported by
 every device instead of its own) and ``CUDA_VISIBLE_DEVICES``.
 """
@@ -23,7 +25,8 @@ from cudamem import _cudamem
 __all__ = [
     "is_active", "library_path", "stats", "live", "inject", "clear_faults",
     "set_memory", "set_delay_us", "get_delay_us", "delay", "set_hazards",
-    "hazard_count", "last_hazard", "reset", "error_code",
+    "hazard_count", "last_hazard", "set_strict_pitch", "get_strict_pitch",
+    "reset", "error_code",
 ]
 
 _LIVE_FIELDS = (
@@ -69,6 +72,8 @@ def _library():
         lib.cusim_set_delay_us.argtypes = [ctypes.c_uint]
         lib.cusim_get_delay_us.restype = ctypes.c_uint
         lib.cusim_set_hazards.argtypes = [ctypes.c_int]
+        lib.cusim_set_strict_pitch.argtypes = [ctypes.c_int]
+        lib.cusim_get_strict_pitch.restype = ctypes.c_int
         lib.cusim_hazard_count.restype = ctypes.c_ulonglong
         lib.cusim_last_hazard.restype = ctypes.c_char_p
         _lib = lib
@@ -193,6 +198,23 @@ def set_hazards(on):
 
     Switch the stream-order hazard checker on or off."""
     _library().cusim_set_hazards(1 if on else 0)
+
+
+def set_strict_pitch(on):
+    """set_strict_pitch(on)
+
+    Switch strict pitches on or off (also ``CUDAMEM_SIM_STRICT_PITCH=1``):
+    ``cuMemcpy2D`` and ``cuMemcpy2DAsync`` between device memory then fail
+    with ``CUDA_ERROR_INVALID_VALUE`` unless both pitches are multiples of
+    the device's ``CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT``, as
+    ``cuda.h`` lets a driver refuse pitches that ``cuMemAllocPitch`` did
+    not compute."""
+    _library().cusim_set_strict_pitch(1 if on else 0)
+
+
+def get_strict_pitch():
+    """get_strict_pitch() -> bool"""
+    return bool(_library().cusim_get_strict_pitch())
 
 
 def hazard_count():

@@ -313,6 +313,7 @@ KEYWORD_CALLS = {
 NOT_CALLED = {"Context.enable_peer_access", "cudamem.simulator.inject",
               "cudamem.simulator.set_memory", "cudamem.simulator.set_delay_us",
               "cudamem.simulator.delay", "cudamem.simulator.set_hazards",
+              "cudamem.simulator.set_strict_pitch",
               "cudamem.simulator.error_code"}
 def _keyword_rows():
     rows = []

@@ -156,6 +156,17 @@ def _strided_to_host(shape, key, stream=None):
         stream.synchronize()
 
 
+def _strided_on_device(stream=None):
+    """A device-to-device copy of column 3 of an int8 (100, 10) array:
+    rows at pitches 10 and 1, which cudamem gives cuMemcpy2DUnaligned when
+    synchronous and one slice of cuMemcpy3DAsync on a stream."""
+    src = cudamem.device_array((100, 10), np.int8)
+    dst = cudamem.device_array(100, np.int8)
+    dst.copy_to_device(src[:, 3], stream=stream if stream is not None else 0)
+    if stream is not None:
+        stream.synchronize()
+
+
 def _fill(dtype, value, strided, stream=None):
     """A fill the engine makes one memset of: D8/D16/D32 by the pattern's
     unit, D2D for the rows of a strided view."""
@@ -218,6 +229,7 @@ REACH = {
     "cuMemcpyDtoHAsync": lambda: _to_host(cudamem.stream()),
     "cuMemcpyDtoDAsync": lambda: _device_to_device(cudamem.stream()),
     "cuMemcpy2D": lambda: _strided_to_host(*_2D),
+    "cuMemcpy2DUnaligned": _strided_on_device,
     "cuMemcpy2DAsync": lambda: _strided_to_host(*_2D, cudamem.stream()),
     "cuMemcpy3D": lambda: _strided_to_host(*_3D),
     "cuMemcpy3DAsync": lambda: _strided_to_host(*_3D, cudamem.stream()),

@@ -211,6 +211,16 @@ ONCE_OPS = {
     "strided fill": ("cuDeviceGetAttribute",
                      "a = cudamem.device_array((8, 64))\n"
                      "op = lambda: a[::2, :16].fill(2.5)"),
+    # The pitch alignment, read by the first asynchronous device-to-device
+    # 2-D copy (after a strided copy read the pitch limit).
+    "rows on the device on a stream": (
+        "cuDeviceGetAttribute",
+        "a = cudamem.device_array((100, 10), np.int8)\n"
+        "a[::2, :4].copy_to_host()\n"
+        "b, s = cudamem.device_array(100, np.int8), cudamem.stream()\n"
+        "def op():\n"
+        "    b.copy_to_device(a[:, 3], stream=s)\n"
+        "    s.synchronize()"),
 }
 
 

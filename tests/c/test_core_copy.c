@@ -6,8 +6,10 @@
  * direction, synchronous and asynchronous, checked byte for byte against
  * strided loops on host buffers; fills of itemsizes 1 to 24; how copies
  * are made (calls and bytes per entry point); failures and bad input.
- * Runs itself again with the device's maximum pitch made small and with
- * per-thread default streams. */
+ * Runs itself again with the device's maximum pitch made small, with
+ * per-thread default streams, and with the simulator's strict pitches
+ * (CUDAMEM_SIM_STRICT_PITCH), where a device-to-device cuMemcpy2D(Async)
+ * at a pitch a driver may refuse fails. */
 #include "check.h"
 #include "copy.h"
 #include "cusim.h"
@@ -173,6 +175,7 @@ dst_of(CUmemorytype type, CUdeviceptr d, void *h)
 }
 
 static PFN_cuMemcpy2D_v3020 real_2d;
+static PFN_cuMemcpy2DUnaligned_v3020 real_2d_unaligned;
 static PFN_cuMemcpy2DAsync_v3020 real_2d_async;
 static PFN_cuMemcpy3D_v3020 real_3d;
 static PFN_cuMemcpy3DAsync_v3020 real_3d_async;
@@ -191,6 +194,15 @@ w_2d(const CUDA_MEMCPY2D *p)
     note(dst_of(p->dstMemoryType, p->dstDevice, p->dstHost),
          p->WidthInBytes * p->Height);
     return real_2d(p);
+}
+
+static CUresult CUDAAPI
+w_2d_unaligned(const CUDA_MEMCPY2D *p)
+{
+    note_pitches(p->srcPitch, p->dstPitch);
+    note(dst_of(p->dstMemoryType, p->dstDevice, p->dstHost),
+         p->WidthInBytes * p->Height);
+    return real_2d_unaligned(p);
 }
 
 static CUresult CUDAAPI
@@ -246,6 +258,8 @@ install_wrappers(void)
     INSTALL(cuMemsetD2D32Async);
     real_2d = cm_drv.cuMemcpy2D;
     cm_drv.cuMemcpy2D = w_2d;
+    real_2d_unaligned = cm_drv.cuMemcpy2DUnaligned;
+    cm_drv.cuMemcpy2DUnaligned = w_2d_unaligned;
     real_2d_async = cm_drv.cuMemcpy2DAsync;
     cm_drv.cuMemcpy2DAsync = w_2d_async;
     real_3d = cm_drv.cuMemcpy3D;
@@ -875,6 +889,11 @@ test_2d_slice(void)
     CHECK(slice.shape[0] == 32 && slice.shape[1] == 128);
     for (int async = 0; async < 2; async++) {
         const char *name = async ? "cuMemcpy2DAsync" : "cuMemcpy2D";
+        /* On the device: the form without cuMemcpy2D's pitch restriction
+         * when synchronous; these pitches (2048 and 512 bytes) are
+         * multiples of the texture pitch alignment, which
+         * cuMemcpy2DAsync takes. */
+        const char *dname = async ? "cuMemcpy2DAsync" : "cuMemcpy2DUnaligned";
 
         /* to_device into the slice, copy_to_host of it, and on device. */
         CHECK(one_copy(HTOD, &slice, &packed, 4, async) == 0);
@@ -884,11 +903,44 @@ test_2d_slice(void)
         CHECK(done.calls == 1 && calls_of(name) == 1 &&
               bytes_of(name) == nbytes);
         CHECK(one_copy(DTOD, &packed, &slice, 4, async) == 0);
-        CHECK(done.calls == 1 && calls_of(name) == 1 &&
-              bytes_of(name) == nbytes);
+        CHECK(done.calls == 1 && calls_of(dname) == 1 &&
+              bytes_of(dname) == nbytes);
         CHECK(one_copy(DTOD, &slice, &slice, 4, async) == 0);
+        CHECK(done.calls == 1 && calls_of(dname) == 1 &&
+              bytes_of(dname) == nbytes);
+    }
+}
+
+/* Device-to-device rows at pitches cuMemcpy2D(Async) may refuse: column 3
+ * of a (100, 10) int8 array to a packed one (pitches 10 and 1), and
+ * [:, 1:4] of a (100, 7) uint8 array (pitches 7 and 3, the source one byte
+ * off alignment). Still one call each: cuMemcpy2DUnaligned, or one slice
+ * of cuMemcpy3DAsync; never cuMemcpy2D or cuMemcpy2DAsync. */
+static void
+test_dtod_pitches(void)
+{
+    ptrdiff_t base[2] = {100, 10}, start[2] = {0, 3}, stop[2] = {100, 4},
+              step[2] = {1, 1}, shape[2] = {100, 1};
+    ptrdiff_t base7[2] = {100, 7}, start7[2] = {0, 1}, stop7[2] = {100, 4},
+              shape7[2] = {100, 3};
+    view col = c_view(2, base, start, stop, step, 1);
+    view packed = contiguous_view(2, shape, 1);
+    view sub = c_view(2, base7, start7, stop7, step, 1);
+    view packed7 = contiguous_view(2, shape7, 1);
+
+    for (int async = 0; async < 2; async++) {
+        const char *name = async ? "cuMemcpy3DAsync" : "cuMemcpy2DUnaligned";
+
+        CHECK(one_copy(DTOD, &packed, &col, 1, async) == 0);
         CHECK(done.calls == 1 && calls_of(name) == 1 &&
-              bytes_of(name) == nbytes);
+              bytes_of(name) == 100 && done.inside == 100);
+        CHECK(one_copy(DTOD, &col, &packed, 1, async) == 0);
+        CHECK(done.calls == 1 && calls_of(name) == 1 &&
+              bytes_of(name) == 100);
+        CHECK(one_copy(DTOD, &packed7, &sub, 1, async) == 0);
+        CHECK(done.calls == 1 && calls_of(name) == 1 &&
+              bytes_of(name) == 300);
+        CHECK(calls_of("cuMemcpy2D") == 0 && calls_of("cuMemcpy2DAsync") == 0);
     }
 }
 
@@ -917,7 +969,7 @@ test_3d(void)
 
         CHECK(v.shape[1] == 6);
         CHECK(one_copy(DTOD, &v, &p, 4, 0) == 0);
-        CHECK(done.calls == 4 && calls_of("cuMemcpy2D") == 4 &&
+        CHECK(done.calls == 4 && calls_of("cuMemcpy2DUnaligned") == 4 &&
               done.inside == 4 * 6 * 16 * 4);
     }
 }
@@ -1391,6 +1443,7 @@ main(void)
     else {
         test_contiguous();
         test_2d_slice();
+        test_dtod_pitches();
         test_3d();
         test_fills();
         test_broadcast();
@@ -1410,6 +1463,7 @@ main(void)
     if (!child) {
         CHECK(run_child("CM_TEST_MAX_PITCH", "512") == 0);
         CHECK(run_child("CUDAMEM_PER_THREAD_DEFAULT_STREAM", "1") == 0);
+        CHECK(run_child("CUDAMEM_SIM_STRICT_PITCH", "1") == 0);
     }
     CHECK_DONE();
 }

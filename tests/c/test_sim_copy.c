@@ -294,6 +294,116 @@ test_2d(void)
     CHECK_OK(cuMemFree(e));
 }
 
+/* CUDAMEM_SIM_STRICT_PITCH: cuMemcpy2D and cuMemcpy2DAsync between device
+ * memory refuse pitches that are not multiples of the texture pitch
+ * alignment (cuda.h: they "may fail for pitches not computed by
+ * cuMemAllocPitch()"); cuMemcpy2DUnaligned, 3-D copies and copies with a
+ * host side take any pitch. */
+static void
+test_strict_pitch(void)
+{
+    enum { N = 4096 };
+    unsigned char src[N], ref[N], out[N];
+    CUdeviceptr d, e;
+    CUDA_MEMCPY2D p, a;
+    CUDA_MEMCPY3D t;
+    int align;
+
+    CHECK(cusim_get_strict_pitch() == 0);
+    CHECK_OK(cuDeviceGetAttribute(
+        &align, CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT, 0));
+    CHECK(align == 32);
+    fill(src, N, 9);
+    CHECK_OK(cuMemAlloc(&d, N));
+    CHECK_OK(cuMemAlloc(&e, N));
+    CHECK_OK(cuMemcpyHtoD(d, src, N));
+    CHECK_OK(cuMemsetD8(e, 0, N));
+    memset(ref, 0, N);
+
+    /* A column of bytes (pitch 10) into a packed row (pitch 1). */
+    memset(&p, 0, sizeof(p));
+    p.srcMemoryType = p.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    p.srcDevice = d + 3;
+    p.srcPitch = 10;
+    p.dstDevice = e;
+    p.dstPitch = 1;
+    p.WidthInBytes = 1;
+    p.Height = 100;
+    CHECK_OK(cuMemcpy2D(&p));
+    for (int y = 0; y < 100; y++)
+        ref[y] = src[3 + 10 * y];
+
+    cusim_set_strict_pitch(1);
+    CHECK(cusim_get_strict_pitch() == 1);
+    p.dstDevice = e + 200;
+    CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuMemcpy2D(&p));
+    CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuMemcpy2DAsync(&p, stream));
+    a = p;
+    a.srcMemoryType = a.dstMemoryType = CU_MEMORYTYPE_UNIFIED;
+    CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuMemcpy2D(&a));
+    /* One pitch aligned is not enough; both are, at any start address. */
+    a = p;
+    a.srcPitch = 64;
+    a.dstPitch = 48;
+    CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuMemcpy2DAsync(&a, stream));
+    a.dstPitch = 32;
+    a.dstDevice = e + 1001;
+    a.Height = 30;
+    CHECK_OK(cuMemcpy2DAsync(&a, stream));
+    CHECK_OK(cuStreamSynchronize(stream));
+    for (int y = 0; y < 30; y++)
+        ref[1001 + 32 * y] = src[3 + 64 * y];
+    /* Without the restriction: cuMemcpy2DUnaligned, and the 3-D copies. */
+    CHECK_OK(cuMemcpy2DUnaligned(&p));
+    for (int y = 0; y < 100; y++)
+        ref[200 + y] = src[3 + 10 * y];
+    memset(&t, 0, sizeof(t));
+    t.srcMemoryType = t.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    t.srcDevice = d + 5;
+    t.srcPitch = 7;
+    t.srcHeight = 100;
+    t.dstDevice = e + 2000;
+    t.dstPitch = 3;
+    t.dstHeight = 100;
+    t.WidthInBytes = 3;
+    t.Height = 100;
+    t.Depth = 1;
+    CHECK_OK(cuMemcpy3DAsync(&t, stream));
+    CHECK_OK(cuStreamSynchronize(stream));
+    t.dstDevice = e + 2400;
+    CHECK_OK(cuMemcpy3D(&t));
+    for (int y = 0; y < 100; y++) {
+        memcpy(ref + 2000 + 3 * y, src + 5 + 7 * y, 3);
+        memcpy(ref + 2400 + 3 * y, src + 5 + 7 * y, 3);
+    }
+    CHECK_OK(cuCtxSynchronize());
+    CHECK_OK(cuMemcpyDtoH(out, e, N));
+    CHECK(memcmp(out, ref, N) == 0);
+    /* A host side on either end is no intra-device copy. */
+    a = p;
+    a.dstMemoryType = CU_MEMORYTYPE_HOST;
+    a.dstHost = out;
+    memset(out, 0, N);
+    CHECK_OK(cuMemcpy2D(&a));
+    CHECK_OK(cuMemcpy2DAsync(&a, stream));
+    CHECK_OK(cuStreamSynchronize(stream));
+    for (int y = 0; y < 100; y++)
+        CHECK(out[y] == src[3 + 10 * y]);
+    a = p;
+    a.srcMemoryType = CU_MEMORYTYPE_HOST;
+    a.srcHost = src + 4;
+    CHECK_OK(cuMemcpy2D(&a));
+    for (int y = 0; y < 100; y++)
+        ref[200 + y] = src[4 + 10 * y];
+    CHECK_OK(cuCtxSynchronize());
+    CHECK_OK(cuMemcpyDtoH(out, e, N));
+    CHECK(memcmp(out, ref, N) == 0);
+
+    cusim_set_strict_pitch(0);
+    CHECK_OK(cuMemFree(d));
+    CHECK_OK(cuMemFree(e));
+}
+
 static void
 test_3d(void)
 {
@@ -620,6 +730,7 @@ main(void)
     test_linear();
     test_peer();
     test_2d();
+    test_strict_pitch();
     test_3d();
     test_memset();
     test_sync_behaviour();

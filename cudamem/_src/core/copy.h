@@ -50,6 +50,9 @@ int cm__copy_noted(cm_device *dev, CUstream stream, const void *host,
 typedef struct cm_side {
     int on_device;           /* 1: `ptr` is device memory; 0: `host` */
     CUdeviceptr ptr;
+    /* A host side's memory; a device side's host address, where its
+     * memory is host memory the device maps (or managed memory), else
+     * NULL: a host side may then alias it. */
     void *host;
     int ndim;
     const ptrdiff_t *shape;  /* elements per dimension */
@@ -63,9 +66,11 @@ typedef struct cm_side {
  * both are contiguous; otherwise the fewest cuMemcpy2D / cuMemcpy3D
  * calls, or a temporary where an estimated cost says it is cheaper (see
  * copyarray.c); broadcast sources expanded by doubling copies on the
- * device; overlapping device ranges through a temporary. At least one
- * side is on the device; host memory may be pageable. The destination
- * has no zero stride along a dimension longer than 1 (CM_ERR_VALUE).
+ * device; overlapping device ranges through a temporary, and so a host
+ * side sharing bytes with a device side's `host` (a host temporary). At
+ * least one side is on the device; host memory may be pageable. The
+ * destination has no zero stride along a dimension longer than 1
+ * (CM_ERR_VALUE).
  * Synchronous copies are complete on return (rule 9); with `async` the
  * calls are queued on `stream` and host memory must stay valid until the
  * stream is done, except that a copy that needs the host after the

@@ -349,9 +349,10 @@ repeats(const layout *L)
     return 0;
 }
 
-/* Whether the bytes the two (device) sides span intersect. */
+/* Whether the bytes L's sides span intersect, with its destination at
+ * `dst` and source at `src` in one address space. */
 static int
-overlaps(const layout *L, size_t itemsize)
+overlaps(const layout *L, uintptr_t dst, uintptr_t src, size_t itemsize)
 {
     ptrdiff_t dlo = 0, dhi = 0, slo = 0, shi = 0;
 
@@ -362,8 +363,30 @@ overlaps(const layout *L, size_t itemsize)
         *(dspan < 0 ? &dlo : &dhi) += dspan;
         *(sspan < 0 ? &slo : &shi) += sspan;
     }
-    return L->dst + (uintptr_t)dlo < L->src + (uintptr_t)shi + itemsize &&
-           L->src + (uintptr_t)slo < L->dst + (uintptr_t)dhi + itemsize;
+    return dst + (uintptr_t)dlo < src + (uintptr_t)shi + itemsize &&
+           src + (uintptr_t)slo < dst + (uintptr_t)dhi + itemsize;
+}
+
+/* Whether L's sides share bytes: two device ranges, or a host range and
+ * a device range whose memory the host sees at the device side's `host`
+ * (mapped, registered or managed memory; the driver does not check that
+ * such a copy's sides are disjoint). Flips in normalize moved both of a
+ * side's addresses alike. */
+static int
+shares_bytes(const layout *L, const cm_side *dst, const cm_side *src,
+             size_t itemsize)
+{
+    const cm_side *dev = dst->on_device ? dst : src;
+    uintptr_t shift = (uintptr_t)dev->host - (uintptr_t)dev->ptr;
+
+    if (L->ddev && L->sdev) {
+        return overlaps(L, L->dst, L->src, itemsize);
+    }
+    if (dev->host == NULL) {
+        return 0;
+    }
+    return overlaps(L, L->dst + (L->ddev ? shift : 0),
+                    L->src + (L->sdev ? shift : 0), itemsize);
 }
 
 /* L without the dims its source repeats: what the source holds once. */
@@ -491,6 +514,34 @@ walk_next(walk *w)
         w->doff -= (d->n - 1) * d->ds;
         w->soff -= (d->n - 1) * d->ss;
         w->idx[k] = 0;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------
+ * Device attributes the plans need: CU_DEVICE_ATTRIBUTE_MAX_PITCH and
+ * CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT of each device (by ordinal),
+ * each read once, when first needed. */
+#define ATTR_CACHE 64
+static int max_pitches[ATTR_CACHE], pitch_aligns[ATTR_CACHE];
+
+static int
+read_attribute(job *j, CUdevice_attribute attr, int *cache, int *value,
+               cm_error *err)
+{
+    int ordinal = j->dev->ordinal;
+
+    if (ordinal < ATTR_CACHE) {
+        *value = __atomic_load_n(&cache[ordinal], __ATOMIC_RELAXED);
+        if (*value > 0) {
+            return 0;
+        }
+    }
+    if (CM_CALL(err, cuDeviceGetAttribute, value, attr, j->dev->cudev) < 0) {
+        return -1;
+    }
+    if (ordinal < ATTR_CACHE && *value > 0) {
+        __atomic_store_n(&cache[ordinal], *value, __ATOMIC_RELAXED);
     }
     return 0;
 }
@@ -632,20 +683,49 @@ memtype(int on_device)
         (m).dstHost = (L)->ddev ? NULL : (void *)(dst);                        \
     } while (0)
 
+/* Whether cuMemcpy2DAsync takes the pitches of rows h between device
+ * memory. cuda.h: on intra-device copies it "may fail for pitches not
+ * computed by cuMemAllocPitch()", whose pitches are guaranteed multiples
+ * of CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT (the alignment texture
+ * binding requires); those are the pitches taken as safe. The start
+ * addresses do not matter: cuMemcpy2D takes any srcXInBytes inside a
+ * pitched allocation. */
+static int
+pitches_safe(job *j, const dim *h, int *safe, cm_error *err)
+{
+    int align;
+
+    if (read_attribute(j, CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT,
+                       pitch_aligns, &align, err) < 0) {
+        return -1;
+    }
+    *safe = align > 0 && h->ds % align == 0 && h->ss % align == 0;
+    return 0;
+}
+
 /* One call of plan p from these first elements: a plain copy for a single
- * row, cuMemcpy2D for rows, cuMemcpy3D for slices of rows. */
+ * row, a 2-D copy for rows, cuMemcpy3D for slices of rows. Between device
+ * memory, rows are cuMemcpy2DUnaligned when synchronous (the form without
+ * cuMemcpy2D's restriction on pitches, which the CUDA runtime's own 2-D
+ * copies use) and cuMemcpy2DAsync only for pitches_safe; other
+ * asynchronous rows are one slice of cuMemcpy3DAsync, whose documentation
+ * restricts pitches only to the device's maximum. */
 static int
 issue(job *j, const layout *L, const plan *p, uintptr_t dst, uintptr_t src,
       cm_error *err)
 {
     const dim *h = p->h >= 0 ? &L->d[p->h] : NULL;
     const dim *z = p->z >= 0 ? &L->d[p->z] : NULL;
-    int rc;
+    int dtod = L->ddev && L->sdev, flat = 1, rc;
 
     if (h == NULL) {
         return copy_bytes(j, L->ddev, dst, L->sdev, src, p->width, err);
     }
-    if (z == NULL) {
+    if (z == NULL && dtod && j->async &&
+        pitches_safe(j, h, &flat, err) < 0) {
+        return -1;
+    }
+    if (z == NULL && flat) {
         CUDA_MEMCPY2D m;
 
         SET_ENDS(m, L, dst, src);
@@ -654,6 +734,7 @@ issue(job *j, const layout *L, const plan *p, uintptr_t dst, uintptr_t src,
         m.WidthInBytes = p->width;
         m.Height = (size_t)h->n;
         rc = j->async ? CM_CALL(err, cuMemcpy2DAsync, &m, j->stream)
+             : dtod   ? CM_CALL(err, cuMemcpy2DUnaligned, &m)
                       : CM_CALL(err, cuMemcpy2D, &m);
     }
     else {
@@ -661,12 +742,12 @@ issue(job *j, const layout *L, const plan *p, uintptr_t dst, uintptr_t src,
 
         SET_ENDS(m, L, dst, src);
         m.srcPitch = (size_t)h->ss;
-        m.srcHeight = (size_t)(z->ss / h->ss);
+        m.srcHeight = z != NULL ? (size_t)(z->ss / h->ss) : (size_t)h->n;
         m.dstPitch = (size_t)h->ds;
-        m.dstHeight = (size_t)(z->ds / h->ds);
+        m.dstHeight = z != NULL ? (size_t)(z->ds / h->ds) : (size_t)h->n;
         m.WidthInBytes = p->width;
         m.Height = (size_t)h->n;
-        m.Depth = (size_t)z->n;
+        m.Depth = z != NULL ? (size_t)z->n : 1;
         rc = j->async ? CM_CALL(err, cuMemcpy3DAsync, &m, j->stream)
                       : CM_CALL(err, cuMemcpy3D, &m);
     }
@@ -1358,31 +1439,16 @@ fill_layout(job *j, const layout *L, const unsigned char *pattern,
 /* ---------------------------------------------------------------------------
  * Entry points. */
 
-/* CU_DEVICE_ATTRIBUTE_MAX_PITCH of each device (by ordinal), read once. */
-#define PITCH_CACHE 64
-static long long max_pitches[PITCH_CACHE];
-
 static int
 read_max_pitch(job *j, cm_error *err)
 {
-    int ordinal = j->dev->ordinal, value;
+    int value;
 
-    if (ordinal < PITCH_CACHE) {
-        j->max_pitch = __atomic_load_n(&max_pitches[ordinal],
-                                       __ATOMIC_RELAXED);
-        if (j->max_pitch > 0) {
-            return 0;
-        }
-    }
-    if (CM_CALL(err, cuDeviceGetAttribute, &value,
-                CU_DEVICE_ATTRIBUTE_MAX_PITCH, j->dev->cudev) < 0) {
+    if (read_attribute(j, CU_DEVICE_ATTRIBUTE_MAX_PITCH, max_pitches, &value,
+                       err) < 0) {
         return -1;
     }
     j->max_pitch = value;
-    if (ordinal < PITCH_CACHE && value > 0) {
-        __atomic_store_n(&max_pitches[ordinal], j->max_pitch,
-                         __ATOMIC_RELAXED);
-    }
     return 0;
 }
 
@@ -1431,7 +1497,7 @@ cm_copy_array(cm_device *dev, const cm_side *dst, const cm_side *src,
         return cm_fork_check(err);
     }
     normalize(&L);
-    overlap = L.ddev && L.sdev && overlaps(&L, itemsize);
+    overlap = shares_bytes(&L, dst, src, itemsize);
     if (contiguous(&L, itemsize) && !overlap) {
         n *= itemsize;
         if (L.ddev && L.sdev) {
@@ -1459,6 +1525,7 @@ cm_copy_array(cm_device *dev, const cm_side *dst, const cm_side *src,
         else {
             unsigned mask = (1u << HOW_COUNT) - 1;
 
+            /* Between host and device only a host temporary is left. */
             if (overlap) {
                 mask &= ~(BIT(HOW_DIRECT) | BIT(HOW_DOUBLE));
             }

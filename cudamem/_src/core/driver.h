@@ -61,6 +61,7 @@
     X(cuStreamGetCtx, 9020, CM_ROW_REQUIRED | CM_ROW_PTDS)                     \
     X(cuCtxGetStreamPriorityRange, 5050, CM_ROW_REQUIRED)                      \
     X(cuMemcpy2D, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                         \
+    X(cuMemcpy2DUnaligned, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                \
     X(cuMemcpy2DAsync, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                    \
     X(cuMemcpy3D, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                         \
     X(cuMemcpy3DAsync, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                    \

@@ -117,11 +117,14 @@ cmpy_array_rebind(cmpy_state *st, cmpy_DeviceNDArray *arr, PyObject *stream)
     return (PyObject *)arr;
 }
 
+/* a as a copy's side, with the host address of its memory where the host
+ * sees it (so that core catches a host side sharing its bytes). */
 static void
-device_side(cmpy_DeviceNDArray *a, cm_side *side)
+device_side(cmpy_state *st, cmpy_DeviceNDArray *a, cm_side *side)
 {
     *side = (cm_side){.on_device = 1,
                       .ptr = a->ptr,
+                      .host = cmpy_host_address(st, a->gpu_data, a->ptr),
                       .ndim = CMPY_NDIM(a),
                       .shape = CMPY_SHAPE(a),
                       .strides = CMPY_STRIDES(a)};
@@ -328,15 +331,17 @@ host_side(cmpy_state *st, cm_device *dev, PyArrayObject *host, int ndim,
 }
 
 /* Host array -> device layout (same dtype, squeezed-equal or broadcast
- * shapes already resolved into `strides`). */
+ * shapes already resolved into `strides`) in mp's memory. */
 static int
 host_to_device(cmpy_state *st, int ndim, const Py_ssize_t *shape,
-               CUdeviceptr ptr, const Py_ssize_t *dstrides, cm_device *dev,
-               PyArrayObject *host, const Py_ssize_t *hstrides,
-               const cmpy_stream_ref *ref)
+               CUdeviceptr ptr, const Py_ssize_t *dstrides,
+               cmpy_MemoryPointer *mp, PyArrayObject *host,
+               const Py_ssize_t *hstrides, const cmpy_stream_ref *ref)
 {
+    cm_device *dev = mp->mem->dev;
     cm_side dst = {.on_device = 1,
                    .ptr = ptr,
+                   .host = cmpy_host_address(st, mp, ptr),
                    .ndim = ndim,
                    .shape = shape,
                    .strides = dstrides};
@@ -360,7 +365,7 @@ device_to_host(cmpy_state *st, cmpy_DeviceNDArray *self, PyArrayObject *host,
     squeezed_strides(PyArray_NDIM(host), PyArray_DIMS(host),
                      PyArray_STRIDES(host), CMPY_NDIM(self), CMPY_SHAPE(self),
                      hstrides);
-    device_side(self, &src);
+    device_side(st, self, &src);
     dst = host_side(st, self->gpu_data->mem->dev, host, CMPY_NDIM(self),
                     CMPY_SHAPE(self), hstrides);
     return note_done(st, self, NULL, ref,
@@ -610,7 +615,7 @@ device_to_device(cmpy_state *st, cmpy_DeviceNDArray *self,
         (!cross && note_work(st, src, dev, ref) < 0)) {
         return -1;
     }
-    device_side(self, &d);
+    device_side(st, self, &d);
     s = (cm_side){.on_device = 1,
                   .ptr = src->ptr,
                   .ndim = CMPY_NDIM(self),
@@ -859,8 +864,7 @@ copy_into(cmpy_state *st, cmpy_DeviceNDArray *self, int ndim,
     if (rc == 0) {
         rc = note_done(st, self, NULL, ref,
                        host_to_device(st, ndim, shape, ptr, strides,
-                                      self->gpu_data->mem->dev, host,
-                                      sstrides, ref));
+                                      self->gpu_data, host, sstrides, ref));
     }
     Py_DECREF(host);
     return rc;

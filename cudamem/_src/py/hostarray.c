@@ -127,6 +127,29 @@ cmpy_host_is_managed_on(cmpy_state *st, PyArrayObject *arr, cm_device *dev)
     return mp != NULL && mp->mem->dev == dev;
 }
 
+void *
+cmpy_host_address(cmpy_state *st, cmpy_MemoryPointer *mp, CUdeviceptr ptr)
+{
+    PyObject *owner = (PyObject *)mp;
+    cm_host *host;
+
+    if (mp->managed) {
+        return (void *)(uintptr_t)ptr;
+    }
+    /* A view's pointer names the one that made the memory; borrowed
+     * memory names the object it borrows from. */
+    while (Py_IS_TYPE(owner, (PyTypeObject *)st->MemoryPointerType) &&
+           ((cmpy_MemoryPointer *)owner)->owner != NULL) {
+        owner = ((cmpy_MemoryPointer *)owner)->owner;
+    }
+    host = cmpy_hostbuf_host(st, root_of(owner));
+    if (host == NULL || !host->mapped || ptr < host->dptr ||
+        ptr - host->dptr >= host->size) {
+        return NULL;
+    }
+    return (char *)host->ptr + (ptr - host->dptr);
+}
+
 /* The root of self's chain of .base when it is memory of self's kind,
  * and *dev, its device; else NULL with ValueError. Borrowed. */
 static PyObject *

@@ -8,6 +8,7 @@
 #include "npy.h"
 
 #include "../core/context.h"
+#include "memory.h"
 #include "stream.h"
 
 typedef enum cmpy_hostarray_kind {
@@ -40,6 +41,14 @@ PyObject *cmpy_hostarray_owner(cmpy_state *st, PyObject *self,
  * finish after returning (DESIGN rule 9). */
 int cmpy_host_is_managed_on(cmpy_state *st, PyArrayObject *arr,
                             cm_device *dev);
+
+/* Where the host sees device address ptr of the memory mp points into,
+ * when that is host memory the device maps (a mapped or registered
+ * HostBuffer's, found through mp's owners and arrays' bases: a mapped
+ * array's device side, mapped(), an import of either) or managed memory;
+ * else NULL. A host array there shares bytes with the device side. */
+void *cmpy_host_address(cmpy_state *st, cmpy_MemoryPointer *mp,
+                        CUdeviceptr ptr);
 
 /* managed.c: the methods only ManagedNDArray has (prefetch, advise), and
  * a new ManagedNDArray over new managed memory of dev, as

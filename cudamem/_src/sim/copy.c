@@ -100,6 +100,38 @@ resolve_side(const side *s, size_t w, size_t h, size_t d, int write,
     return CUDA_SUCCESS;
 }
 
+static int
+on_device(const side *s, const sim_ref *ref)
+{
+    return s->type == CU_MEMORYTYPE_DEVICE ||
+           (s->type == CU_MEMORYTYPE_UNIFIED && device_side(ref->alloc));
+}
+
+/* Strict pitches (CUDAMEM_SIM_STRICT_PITCH): cuda.h lets cuMemcpy2D and
+ * cuMemcpy2DAsync fail "on intra-device memory copies" for pitches not
+ * computed by cuMemAllocPitch, whose pitches are multiples of the texture
+ * pitch alignment (cuMemAllocPitch's guarantee). cuMemcpy2DUnaligned and
+ * the 3-D copies carry no such restriction. A side is device memory when
+ * the call says so, or when a unified address resolves to it. */
+static int
+pitch_refused(sim_entry id, CUcontext ctx, const side *dst,
+              const sim_ref *dref, const side *src, const sim_ref *sref)
+{
+    int align;
+
+    if ((id != SIM_cuMemcpy2D && id != SIM_cuMemcpy2DAsync) ||
+        !__atomic_load_n(&sim.strict_pitch, __ATOMIC_RELAXED))
+        return 0;
+    if (!on_device(dst, dref) || !on_device(src, sref))
+        return 0;
+    if (sim_device_attribute(ctx->dev,
+                             CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT,
+                             &align) != 0 ||
+        align <= 0)
+        return 1;
+    return dst->pitch % (size_t)align != 0 || src->pitch % (size_t)align != 0;
+}
+
 static size_t
 row_offset(size_t k, size_t h, size_t pitch, size_t slice)
 {
@@ -177,6 +209,8 @@ do_copy(sim_entry id, const side *dst, const side *src, size_t w, size_t h,
     r = resolve_side(dst, w, h, d, 1, &dref, &daddr, &dspan);
     if (r == CUDA_SUCCESS)
         r = resolve_side(src, w, h, d, 0, &sref, &saddr, &sspan);
+    if (r == CUDA_SUCCESS && pitch_refused(id, ctx, dst, &dref, src, &sref))
+        r = CUDA_ERROR_INVALID_VALUE;
     if (r != CUDA_SUCCESS)
         goto done;
     c = calloc(1, sizeof(*c));

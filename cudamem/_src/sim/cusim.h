@@ -58,6 +58,13 @@ void cusim_set_hazards(int on);
 unsigned long long cusim_hazard_count(void);
 const char *cusim_last_hazard(void);
 
+/* Strict pitches (also CUDAMEM_SIM_STRICT_PITCH=1): cuMemcpy2D and
+ * cuMemcpy2DAsync between device memory refuse pitches that are not
+ * multiples of CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT, as cuda.h lets
+ * the driver refuse pitches cuMemAllocPitch did not compute. */
+void cusim_set_strict_pitch(int on);
+int cusim_get_strict_pitch(void);
+
 /* Forget faults (all threads), counters and hazard reports. */
 void cusim_reset(void);
 

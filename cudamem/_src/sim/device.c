@@ -551,8 +551,8 @@ cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev)
  * memory management, no memory pools, no stream memory operations, no
  * pageable access, no IPC events). The switch has no default, so -Wswitch
  * fails the build when cuda.h grows an attribute. */
-static int
-attribute_value(const sim_device *d, CUdevice_attribute attrib, int *out)
+int
+sim_device_attribute(const sim_device *d, CUdevice_attribute attrib, int *out)
 {
     int v = INT_MIN; /* values outside the enum match no case */
 
@@ -791,7 +791,7 @@ cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
     d = sim_device_get(dev);
     if (d == NULL)
         return CUDA_ERROR_INVALID_DEVICE;
-    if (attribute_value(d, attrib, pi) != 0)
+    if (sim_device_attribute(d, attrib, pi) != 0)
         return CUDA_ERROR_INVALID_VALUE;
     return CUDA_SUCCESS;
 }

@@ -254,6 +254,9 @@ load_env(void)
                      __ATOMIC_RELAXED);
     __atomic_store_n(&sim.hazards, sim_env_ull("CUDAMEM_SIM_HAZARDS", 0) != 0,
                      __ATOMIC_RELAXED);
+    __atomic_store_n(&sim.strict_pitch,
+                     sim_env_ull("CUDAMEM_SIM_STRICT_PITCH", 0) != 0,
+                     __ATOMIC_RELAXED);
     s = getenv("CUDAMEM_SIM_IPC_REOPEN");
     sim.ipc_reopen_error = s != NULL && strcmp(s, "error") == 0;
 }
@@ -778,6 +781,20 @@ cusim_set_hazards(int on)
 {
     env_load_once();
     __atomic_store_n(&sim.hazards, on != 0, __ATOMIC_RELAXED);
+}
+
+SIM_EXPORT void
+cusim_set_strict_pitch(int on)
+{
+    env_load_once();
+    __atomic_store_n(&sim.strict_pitch, on != 0, __ATOMIC_RELAXED);
+}
+
+SIM_EXPORT int
+cusim_get_strict_pitch(void)
+{
+    env_load_once();
+    return __atomic_load_n(&sim.strict_pitch, __ATOMIC_RELAXED);
 }
 
 SIM_EXPORT unsigned long long

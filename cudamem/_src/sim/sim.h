@@ -141,6 +141,7 @@ typedef struct sim_global {
     struct sim_device *devices[SIM_MAX_DEVICES];
     unsigned delay_us;       /* CUDAMEM_SIM_DELAY_US */
     int hazards;             /* CUDAMEM_SIM_HAZARDS */
+    int strict_pitch;        /* CUDAMEM_SIM_STRICT_PITCH */
     int ipc_reopen_error;    /* CUDAMEM_SIM_IPC_REOPEN=error */
     int profiling;
     cusim_stats live;        /* maintained by the owners of each kind */
@@ -244,6 +245,10 @@ int sim_ctx_valid(CUcontext ctx);
 /* Device by visible ordinal, or NULL. Caller holds the lock or the device
  * table is known initialized (it never changes after cuInit). */
 sim_device *sim_device_get(int ordinal);
+/* What cuDeviceGetAttribute answers for d (CUDAMEM_SIM_ATTRS included):
+ * 0, or -1 for an attribute the device does not have. */
+int sim_device_attribute(const sim_device *d, CUdevice_attribute attrib,
+                         int *out);
 /* Called by cuInit (entry.c) to build the device table from the
  * environment; returns a CUresult. */
 CUresult sim_devices_init(void);
