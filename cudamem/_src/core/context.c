@@ -1,7 +1,20 @@
 /* context.c: the device table, primary contexts (retain, reset, release),
- * sticky-error poisoning, the per-thread context state and the operations that need a context but
- * own nothing in it (memory info, synchronize, peer access, profiler).
- * Allocations, streams and their queues live elsewhere. */
+ * sticky-error poisoning, the per-thread context state, teardown against
+ * use, and the operations that need a context but own nothing in it
+ * (memory info, synchronize, peer access, profiler). Allocations, streams
+ * and their queues live elsewhere.
+ *
+ * Locks, in the order they are taken: a device's hold (cm_ctx_enter to
+ * cm_ctx_leave, shared; close() and reset() take it alone), dev->lock,
+ * dev->qlock (recursive), then pool.c's and the other files' own locks.
+ * hold_lock is held only to change or wait on the hold, never while
+ * another is taken. A thread never waits for the hold while it holds
+ * one, or any lock: an enter during a teardown fails at once rather than
+ * wait (a thread inside an operation on another device, or holding
+ * dev->qlock, could be what the teardown waits for). The teardown waits
+ * with no lock held and, from py/, without the GIL, so a call in flight
+ * may take the GIL (the staged copy's signal poll): no thread holding the
+ * GIL waits for the hold. */
 #include "context.h"
 
 #include <stdlib.h>
@@ -21,6 +34,25 @@ static struct {
  * contexts cudamem pushed and has not popped. */
 static _Thread_local int tls_selected = -1;
 static _Thread_local int tls_pushed;
+/* How many cm_ctx_enter of this thread have not been left, all devices. */
+static _Thread_local int tls_holding;
+
+/* The oldest generation of each of the last two devices that this thread
+ * found usable (a check of an object, a new object) outside an operation
+ * and has not entered since: its next enter of that device refuses a
+ * generation that moved on since, for what the call uses was stale
+ * before the call held the context. The oldest, because one call may
+ * check several objects (or make a temporary) before it enters. A pin
+ * left by a look that no enter followed (a call that failed before it
+ * entered, an array made and not used yet) refuses the thread's next call
+ * on that device once if a teardown came in between: the price of never
+ * using a stale pointer. An enter refused during a teardown drops it. */
+#define PINS 2
+static _Thread_local struct {
+    cm_device *dev;
+    uint64_t generation;
+} tls_pins[PINS];
+static _Thread_local int tls_pin_next;
 
 static CUcontext
 load_ctx(CUcontext *slot)
@@ -63,6 +95,8 @@ table_ready(cm_error *err)
         devices[i].ordinal = i;
         pthread_mutex_init(&devices[i].lock, NULL);
         pthread_mutex_init(&devices[i].qlock, &recursive);
+        pthread_mutex_init(&devices[i].hold_lock, NULL);
+        pthread_cond_init(&devices[i].hold_cond, NULL);
     }
     table.count = count;
     __atomic_store_n(&table.devices, devices, __ATOMIC_RELEASE);
@@ -98,6 +132,43 @@ cm_device_get(int ordinal, cm_device **dev, cm_error *err)
     return 0;
 }
 
+void
+cm__ctx_note_checked(cm_device *dev, uint64_t generation)
+{
+    int slot;
+
+    /* Inside an operation the hold keeps the generation. */
+    if (tls_holding > 0) {
+        return;
+    }
+    for (slot = 0; slot < PINS; slot++) {
+        if (tls_pins[slot].dev == dev) {
+            return; /* the older look stays */
+        }
+    }
+    slot = tls_pin_next;
+    tls_pin_next = (tls_pin_next + 1) % PINS;
+    tls_pins[slot].dev = dev;
+    tls_pins[slot].generation = generation;
+}
+
+/* Forgets what this thread checked of dev; 1 when its generation moved
+ * on since. */
+static int
+pin_moved(cm_device *dev)
+{
+    int moved = 0;
+
+    for (int i = 0; i < PINS; i++) {
+        if (tls_pins[i].dev == dev) {
+            moved = tls_pins[i].generation !=
+                    __atomic_load_n(&dev->generation, __ATOMIC_ACQUIRE);
+            tls_pins[i].dev = NULL;
+        }
+    }
+    return moved;
+}
+
 /* The device's primary context, retained once by cudamem. */
 static int
 primary_retain(cm_device *dev, CUcontext *out, cm_error *err)
@@ -124,7 +195,7 @@ primary_retain(cm_device *dev, CUcontext *out, cm_error *err)
 }
 
 int
-cm_device_primary(cm_device *dev, CUcontext *ctx, uint64_t *generation,
+cm_device_context(cm_device *dev, CUcontext *ctx, uint64_t *generation,
                   cm_error *err)
 {
     if (cm_fork_check(err) < 0) {
@@ -134,6 +205,104 @@ cm_device_primary(cm_device *dev, CUcontext *ctx, uint64_t *generation,
      * stale at once rather than letting a stale one look fresh. */
     *generation = __atomic_load_n(&dev->generation, __ATOMIC_ACQUIRE);
     return primary_retain(dev, ctx, err);
+}
+
+int
+cm_device_primary(cm_device *dev, CUcontext *ctx, uint64_t *generation,
+                  cm_error *err)
+{
+    if (cm_device_context(dev, ctx, generation, err) < 0) {
+        return -1;
+    }
+    /* What is made next is made in the context entered next: a teardown
+     * in between fails that enter instead of leaving the new object in a
+     * context its generation does not name. */
+    cm__ctx_note_checked(dev, *generation);
+    return 0;
+}
+
+/* Takes a share of dev's hold. During a teardown only a thread already
+ * inside an operation gets one (the teardown waits for it), until no
+ * such thread is left; then only the tearer. The count goes up before the
+ * flag is read, and the tearer sets the flag before it reads the count
+ * (both sequentially consistent): one of them sees the other. */
+static int
+hold_take(cm_device *dev, cm_error *err)
+{
+    int ok = 1;
+
+    __atomic_add_fetch(&dev->users, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&dev->tearing, __ATOMIC_SEQ_CST)) {
+        pthread_mutex_lock(&dev->hold_lock);
+        if (dev->tearing) {
+            ok = dev->exclusive ? pthread_equal(dev->tearer, pthread_self())
+                                : tls_holding > 0;
+        }
+        if (!ok &&
+            __atomic_sub_fetch(&dev->users, 1, __ATOMIC_SEQ_CST) == 0) {
+            pthread_cond_broadcast(&dev->hold_cond);
+        }
+        pthread_mutex_unlock(&dev->hold_lock);
+    }
+    if (!ok) {
+        return cm_fail_fmt(err, CM_ERR_STATE,
+                           "device %d cannot be used now: another thread "
+                           "is resetting or closing its context",
+                           dev->ordinal);
+    }
+    tls_holding++;
+    return 0;
+}
+
+static void
+hold_drop(cm_device *dev)
+{
+    tls_holding--;
+    if (__atomic_sub_fetch(&dev->users, 1, __ATOMIC_SEQ_CST) == 0 &&
+        __atomic_load_n(&dev->tearing, __ATOMIC_SEQ_CST)) {
+        pthread_mutex_lock(&dev->hold_lock);
+        pthread_cond_broadcast(&dev->hold_cond);
+        pthread_mutex_unlock(&dev->hold_lock);
+    }
+}
+
+/* Makes this thread dev's tearer: waits for another teardown of dev to
+ * end, refuses new calls, waits for the calls in flight to leave. */
+static int
+teardown_begin(cm_device *dev, cm_error *err)
+{
+    /* The calls in flight would include this thread's own (a signal
+     * handler run by a staged copy's poll for signals). */
+    if (tls_holding > 0) {
+        return cm_fail_fmt(err, CM_ERR_STATE,
+                           "device %d cannot be reset or closed from "
+                           "inside an operation on a context",
+                           dev->ordinal);
+    }
+    pthread_mutex_lock(&dev->hold_lock);
+    while (dev->tearing) {
+        pthread_cond_wait(&dev->hold_cond, &dev->hold_lock);
+    }
+    __atomic_store_n(&dev->tearing, 1, __ATOMIC_SEQ_CST);
+    dev->tearer = pthread_self();
+    while (__atomic_load_n(&dev->users, __ATOMIC_SEQ_CST) != 0) {
+        pthread_cond_wait(&dev->hold_cond, &dev->hold_lock);
+    }
+    dev->exclusive = 1;
+    pthread_mutex_unlock(&dev->hold_lock);
+    /* What this thread checked before is stale once it returns. */
+    (void)pin_moved(dev);
+    return 0;
+}
+
+static void
+teardown_end(cm_device *dev)
+{
+    pthread_mutex_lock(&dev->hold_lock);
+    dev->exclusive = 0;
+    __atomic_store_n(&dev->tearing, 0, __ATOMIC_SEQ_CST);
+    pthread_cond_broadcast(&dev->hold_cond);
+    pthread_mutex_unlock(&dev->hold_lock);
 }
 
 /* Caller holds dev->lock. Drops cudamem's retain; the handle becomes stale
@@ -195,16 +364,14 @@ probe_after_reset(cm_device *dev, cm_error *err)
     return rc;
 }
 
-int
-cm_device_reset(cm_device *dev, cm_error *err)
+/* cm_device_reset's work, by the tearer. */
+static int
+reset_held(cm_device *dev, cm_error *err)
 {
     cm_ctx_guard guard;
     cm_error ignored;
     int rc, released, poisoned;
 
-    if (cm_fork_check(err) < 0) {
-        return -1;
-    }
     if (load_ctx(&dev->primary) != NULL &&
         cm_device_poisoned(dev, &ignored) == 0) {
         /* Drain first. A sticky error is what a reset is for: go on. */
@@ -233,6 +400,19 @@ cm_device_reset(cm_device *dev, cm_error *err)
         return -1;
     }
     return rc == 0 && poisoned ? probe_after_reset(dev, err) : rc;
+}
+
+int
+cm_device_reset(cm_device *dev, cm_error *err)
+{
+    int rc;
+
+    if (cm_fork_check(err) < 0 || teardown_begin(dev, err) < 0) {
+        return -1;
+    }
+    rc = reset_held(dev, err);
+    teardown_end(dev);
+    return rc;
 }
 
 void
@@ -273,15 +453,35 @@ cm_ctx_enter(cm_device *dev, cm_ctx_guard *guard, cm_error *err)
 
     guard->pushed = NULL;
     guard->dev = dev;
-    if (cm_fork_check(err) < 0 || cm_device_poisoned(dev, err) < 0 ||
+    if (cm_fork_check(err) < 0) {
+        return -1;
+    }
+    if (hold_take(dev, err) < 0) {
+        /* This call is over: its retry must not find its pin. */
+        if (tls_holding == 0) {
+            (void)pin_moved(dev);
+        }
+        return -1;
+    }
+    if (tls_holding == 1 && pin_moved(dev)) {
+        hold_drop(dev);
+        return cm_fail_fmt(err, CM_ERR_STATE,
+                           "device %d's context was reset or closed by "
+                           "another thread as this call began: what it "
+                           "uses is gone",
+                           dev->ordinal);
+    }
+    if (cm_device_poisoned(dev, err) < 0 ||
         primary_retain(dev, &ctx, err) < 0 ||
         CM_CALL(err, cuCtxGetCurrent, &cur) < 0) {
+        hold_drop(dev);
         return -1;
     }
     if (cur == ctx) {
         return 0;
     }
     if (CM_CALL(err, cuCtxPushCurrent, ctx) < 0) {
+        hold_drop(dev);
         return -1;
     }
     guard->pushed = ctx;
@@ -297,13 +497,14 @@ cm_ctx_leave(cm_ctx_guard *guard, int status, cm_error *err)
     if (status < 0) {
         cm_device_poison(guard->dev, err);
     }
-    if (guard->pushed == NULL) {
-        return status;
+    if (guard->pushed != NULL) {
+        guard->pushed = NULL;
+        if (CM_CALL(status < 0 ? &ignored : err, cuCtxPopCurrent,
+                    &popped) < 0) {
+            status = -1;
+        }
     }
-    guard->pushed = NULL;
-    if (CM_CALL(status < 0 ? &ignored : err, cuCtxPopCurrent, &popped) < 0) {
-        return -1;
-    }
+    hold_drop(guard->dev);
     return status;
 }
 
@@ -559,9 +760,13 @@ cm_devices_close(int main_thread, cm_error *err)
         cm_device *dev = &table.devices[i];
         int rc;
 
+        if (teardown_begin(dev, failed ? &ignored : err) < 0) {
+            return -1;
+        }
         pthread_mutex_lock(&dev->lock);
         rc = release_locked(dev, 0, failed ? &ignored : err);
         pthread_mutex_unlock(&dev->lock);
+        teardown_end(dev);
         if (rc < 0) {
             return -1;
         }
@@ -583,6 +788,7 @@ cm_ctx_check(cm_device *dev, uint64_t generation, cm_error *err)
                         "with current_context()",
                         dev->ordinal);
     }
+    cm__ctx_note_checked(dev, generation);
     return 0;
 }
 

@@ -44,6 +44,17 @@ typedef struct cm_device {
      * after which the driver reports the new context usable. */
     CUresult poison;
     const char *poison_call;
+    /* Teardown against use (context.c's header gives the lock order).
+     * `users` counts the cm_ctx_enter not yet left, on every thread
+     * (atomic); `tearing` is set while a close() or reset() by `tearer`
+     * waits for them to leave or runs (atomic); `exclusive` once none is
+     * left. hold_lock guards the three with hold_cond, its wake-up. */
+    int users;
+    int tearing;
+    int exclusive;
+    pthread_t tearer;
+    pthread_mutex_t hold_lock;
+    pthread_cond_t hold_cond;
 } cm_device;
 
 /* What cm_ctx_enter pushed, for cm_ctx_leave to pop, and the device, for
@@ -60,12 +71,18 @@ int cm_devices_count(int *count, cm_error *err);
 int cm_device_get(int ordinal, cm_device **dev, cm_error *err);
 /* The device's primary context, retained on first use, and the device's
  * generation at that moment (a Context object records it). */
+int cm_device_context(cm_device *dev, CUcontext *ctx, uint64_t *generation,
+                      cm_error *err);
+/* The same for a caller about to make an object in the context: notes
+ * the generation as cm_ctx_check does, so that a teardown before the
+ * calling thread's next enter fails that enter. */
 int cm_device_primary(cm_device *dev, CUcontext *ctx, uint64_t *generation,
                       cm_error *err);
-/* numba's Device.reset(): waits for the device's work, releases cudamem's
- * retain, resets the primary context and bumps the generation. The reset
- * destroys the context whatever its retains: managed memory still in use
- * goes with it. */
+/* numba's Device.reset(): waits for the calls other threads have in
+ * flight in the context (refusing new ones meanwhile) and for the
+ * device's work, releases cudamem's retain, resets the primary context
+ * and bumps the generation. The reset destroys the context whatever its
+ * retains: managed memory still in use goes with it. */
 int cm_device_reset(cm_device *dev, cm_error *err);
 
 /* Sticky errors (DESIGN rule 3). After one, every call in the context
@@ -84,7 +101,12 @@ void cm_current_poison(cm_error *err);
  * already; cm_ctx_leave pops only what enter pushed. `status` is the
  * operation's: when it is -1, err keeps its error and leave's own failure is
  * dropped. Returns -1 when status is -1 or the pop failed. Enter fails at
- * once on a poisoned device; leave poisons it on a sticky error. */
+ * once on a poisoned device; leave poisons it on a sticky error. Between
+ * the two the context is in use: close() and reset() wait for it. Enter
+ * fails with CM_ERR_STATE while another thread tears the context down,
+ * and when one did since this thread last checked or made an object of
+ * the device (cm_ctx_check, cm_mem_check, cm_device_primary) outside an
+ * operation: the object was stale by the time the call began. */
 int cm_ctx_enter(cm_device *dev, cm_ctx_guard *guard, cm_error *err);
 int cm_ctx_leave(cm_ctx_guard *guard, int status, cm_error *err);
 
@@ -105,13 +127,19 @@ int cm_active_device(cm_device **dev, cm_error *err);
 int cm_device_select(cm_device *dev, cm_error *err);
 /* numba's close(): pops the contexts cudamem pushed on this thread and
  * forgets its selection; with `main_thread`, also releases every retained
- * primary context and bumps every generation. */
+ * primary context and bumps every generation, each once the calls other
+ * threads have in flight in it have left (as cm_device_reset). */
 int cm_devices_close(int main_thread, cm_error *err);
 
 /* Context operations. `generation` is the one recorded when the Context was
  * made: after a reset or close of its device they fail with CM_ERR_STATE
- * (DESIGN rule 4). */
+ * (DESIGN rule 4). cm_ctx_check also notes the generation it saw for the
+ * calling thread's next cm_ctx_enter (see there). */
 int cm_ctx_check(cm_device *dev, uint64_t generation, cm_error *err);
+/* For other records (memory.c): notes that the calling thread found
+ * `generation` of dev usable, as cm_ctx_check does (the oldest noted
+ * since the thread's last enter of dev is kept). */
+void cm__ctx_note_checked(cm_device *dev, uint64_t generation);
 int cm_ctx_push(cm_device *dev, uint64_t generation, cm_error *err);
 /* Fails unless the context is the current one (numba's rule). */
 int cm_ctx_pop(cm_device *dev, uint64_t generation, cm_error *err);

@@ -193,6 +193,8 @@ mem_alloc(cm_device *dev, cm_free_kind kind, unsigned flags, size_t nbytes,
                   .size = nbytes,
                   .block = block,
                   .stream = stream};
+    /* A new record is as good as checked (its first copy follows). */
+    cm__ctx_note_checked(dev, generation);
     *out = m;
     return 0;
 }
@@ -540,6 +542,8 @@ cm_mem_check(const cm_mem *m, cm_error *err)
                                "device %d was reset, which freed it",
                                (unsigned long long)m->ptr, m->dev->ordinal);
         }
+        cm__ctx_note_checked(
+            m->dev, __atomic_load_n(&m->dev->generation, __ATOMIC_ACQUIRE));
         return 0;
     }
     return cm_ctx_check(m->dev, m->generation, err);

@@ -31,7 +31,7 @@ cmpy_context_of(cmpy_state *st, cmpy_Device *device)
     uint64_t generation;
     cm_error err;
 
-    if (cm_device_primary(device->dev, &handle, &generation, &err) < 0) {
+    if (cm_device_context(device->dev, &handle, &generation, &err) < 0) {
         return cmpy_raise(st, &err);
     }
     if (ctx != NULL && ctx->handle == handle &&
