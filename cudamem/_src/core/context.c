@@ -792,6 +792,26 @@ cm_ctx_check(cm_device *dev, uint64_t generation, cm_error *err)
     return 0;
 }
 
+uint64_t
+cm_device_generation(cm_device *dev)
+{
+    return __atomic_load_n(&dev->generation, __ATOMIC_ACQUIRE);
+}
+
+int
+cm_ctx_unchanged(cm_device *dev, uint64_t generation, cm_error *err)
+{
+    if (cm_device_generation(dev) != generation) {
+        return cm_fail_fmt(err, CM_ERR_STATE,
+                           "device %d's context was reset or closed by "
+                           "another thread during this wait: what it "
+                           "waited for is gone",
+                           dev->ordinal);
+    }
+    cm__ctx_note_checked(dev, generation);
+    return 0;
+}
+
 int
 cm_ctx_push(cm_device *dev, uint64_t generation, cm_error *err)
 {

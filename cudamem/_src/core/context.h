@@ -136,6 +136,12 @@ int cm_devices_close(int main_thread, cm_error *err);
  * (DESIGN rule 4). cm_ctx_check also notes the generation it saw for the
  * calling thread's next cm_ctx_enter (see there). */
 int cm_ctx_check(cm_device *dev, uint64_t generation, cm_error *err);
+/* dev's generation now, for cm_ctx_unchanged. */
+uint64_t cm_device_generation(cm_device *dev);
+/* For a call that uses the context over several enters (a polled wait):
+ * fails with CM_ERR_STATE when the context was reset or closed since
+ * `generation`, and notes it as cm_ctx_check does. */
+int cm_ctx_unchanged(cm_device *dev, uint64_t generation, cm_error *err);
 /* For other records (memory.c): notes that the calling thread found
  * `generation` of dev usable, as cm_ctx_check does (the oldest noted
  * since the thread's last enter of dev is kept). */

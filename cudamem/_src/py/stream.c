@@ -95,6 +95,9 @@ int
 cmpy_wait_polled(cmpy_state *st, cm_device *dev, void *handle,
                  cmpy_poll_fn query, cmpy_finish_fn finish)
 {
+    /* Each poll enters the context anew: one that a teardown on another
+     * thread destroyed meanwhile is refused, not queried. */
+    uint64_t generation = cm_device_generation(dev);
     struct timespec nap = {0, 0};
     cm_error err;
     int done = 0, rc;
@@ -104,13 +107,17 @@ cmpy_wait_polled(cmpy_state *st, cm_device *dev, void *handle,
         if (nap.tv_nsec > 0) {
             nanosleep(&nap, NULL);
         }
-        rc = query(dev, handle, &done, &err);
+        rc = cm_ctx_unchanged(dev, generation, &err) < 0
+                 ? -1
+                 : query(dev, handle, &done, &err);
         /* Short work finishes within a few polls: spin before sleeping. */
         for (int spin = 0;
              nap.tv_nsec == 0 && rc == 0 && !done && spin < CMPY_WAIT_SPINS;
              spin++) {
             sched_yield();
-            rc = query(dev, handle, &done, &err);
+            rc = cm_ctx_unchanged(dev, generation, &err) < 0
+                     ? -1
+                     : query(dev, handle, &done, &err);
         }
         /* End on the driver's own completion point: once the work is done
          * it returns at once, and whatever it reports is raised. */
