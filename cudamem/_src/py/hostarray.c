@@ -42,7 +42,9 @@ PyDoc_STRVAR(managed_doc,
              "CUDA\nmanaged memory. NumPy's views of it are "
              "ManagedNDArrays of their own\nelements. The memory stays "
              "valid after close() while the array lives; a\ndevice "
-             "reset() frees it (reading the array afterwards crashes).");
+             "reset() frees it: then repr, indexing, iteration and "
+             "exports raise\nCudaDriverError (NumPy's methods and views "
+             "taken earlier read freed\nmemory).");
 
 PyDoc_STRVAR(mapped_doc,
              "MappedNDArray\n\n"
@@ -58,7 +60,8 @@ PyDoc_STRVAR(mapped_doc,
              "page-locked (mmap) memory stays valid\nwhatever happens to "
              "contexts (a Device.reset() ends its device side);\n"
              "write-combined memory (wc=True) is freed by "
-             "Device.reset().");
+             "Device.reset(), after\nwhich repr, indexing, iteration and "
+             "exports raise CudaDriverError.");
 
 static const struct {
     const char *name;     /* the type's */
@@ -619,6 +622,77 @@ host_dealloc(PyObject *self)
     Py_DECREF(type);
 }
 
+/* 0 while self's host memory exists; -1 with CudaDriverError naming the
+ * reset once Device.reset() freed it (managed and write-combined memory:
+ * the driver frees both with the context). An array NumPy made in memory
+ * of its own is fine. */
+static int
+check_host(PyObject *self)
+{
+    cmpy_state *st = cmpy_type_state(self);
+    PyObject *owner;
+    cm_device *dev;
+    cm_host *host;
+    cm_error err;
+    int rc = 0;
+
+    owner = owner_of(st, self, &dev);
+    if (owner == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    host = cmpy_hostbuf_host(st, owner);
+    if (host == NULL) {
+        rc = cm_mem_check(((cmpy_MemoryPointer *)owner)->mem, &err);
+    }
+    else if (host->kind == CM_HOST_MAPPED_WC) {
+        rc = cm_host_check(host, &err);
+    }
+    if (rc < 0) {
+        cmpy_raise(st, &err);
+    }
+    return rc;
+}
+
+/* The NumPy entry points that read or write elements through the type
+ * refuse freed memory; NumPy's own methods, ufuncs and views made
+ * earlier do not ask the type (documented in the guide). */
+static PyObject *
+host_repr(PyObject *self)
+{
+    return check_host(self) < 0 ? NULL : PyArray_Type.tp_repr(self);
+}
+
+static PyObject *
+host_str(PyObject *self)
+{
+    return check_host(self) < 0 ? NULL : PyArray_Type.tp_str(self);
+}
+
+static PyObject *
+host_subscript(PyObject *self, PyObject *key)
+{
+    return check_host(self) < 0
+               ? NULL
+               : PyArray_Type.tp_as_mapping->mp_subscript(self, key);
+}
+
+static int
+host_ass_subscript(PyObject *self, PyObject *key, PyObject *value)
+{
+    return check_host(self) < 0 ? -1
+                                : PyArray_Type.tp_as_mapping->mp_ass_subscript(
+                                      self, key, value);
+}
+
+static PyObject *
+host_item(PyObject *self, Py_ssize_t i)
+{
+    return check_host(self) < 0
+               ? NULL
+               : PyArray_Type.tp_as_sequence->sq_item(self, i);
+}
+
 PyObject *
 cmpy_hostarray_type(PyObject *module, cmpy_hostarray_kind kind)
 {
@@ -632,6 +706,11 @@ cmpy_hostarray_type(PyObject *module, cmpy_hostarray_kind kind)
         {Py_tp_free, PyObject_GC_Del},
         {Py_tp_methods, NULL},
         {Py_tp_getset, host_getset},
+        {Py_tp_repr, host_repr},
+        {Py_tp_str, host_str},
+        {Py_mp_subscript, host_subscript},
+        {Py_mp_ass_subscript, host_ass_subscript},
+        {Py_sq_item, host_item},
         {0, NULL},
     };
     PyType_Spec spec = {
