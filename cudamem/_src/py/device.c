@@ -330,7 +330,9 @@ device_get_primary_context(PyObject *self, PyObject *Py_UNUSED(ignored))
 
 PyDoc_STRVAR(device_reset_doc,
              "reset()\n\n"
-             "Waits for the device's work, then destroys its primary "
+             "Waits for the calls other threads have in flight in the "
+             "context\n(refusing new ones with CudaDriverError meanwhile) "
+             "and for the device's\nwork, then destroys its primary "
              "context:\nevery allocation, stream and event in it is gone, "
              "and Context\nobjects made before raise CudaDriverError. The "
              "next use creates\na fresh context. After a sticky error "
@@ -719,7 +721,9 @@ PyDoc_STRVAR(close_doc,
              "numba's close(): pops the contexts cudamem made current on "
              "this\nthread; on the main thread also releases every primary "
              "context\ncudamem retained, so Context objects made before "
-             "raise. Later\ncalls create fresh contexts.");
+             "raise. Later\ncalls create fresh contexts. Each context is "
+             "released once the calls\nother threads have in flight in "
+             "it are done (Device.reset()'s rule).");
 
 static PyObject *
 close_(PyObject *module, PyObject *Py_UNUSED(ignored))
