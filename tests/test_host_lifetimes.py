@@ -302,6 +302,20 @@ def test_pooled_device_block_not_reused_under_queued_download(slow):
         pool.trim()
 
 
+def test_managed_array_dropped_under_queued_copy(slow):
+    x = np.arange(N, dtype=np.float64)
+    s = cuda.stream()
+    m = cuda.managed_array(N)
+    m[:] = x
+    d = cuda.device_array(N)
+    d.copy_to_device(m, stream=s)
+    del m
+    gc.collect()
+    cuda.current_context().deallocations.clear()  # cuMemFree waits
+    s.synchronize()
+    np.testing.assert_array_equal(d.copy_to_host(), x)
+
+
 def test_stream_dropped_under_queued_download(slow):
     x = np.arange(N, dtype=np.float64)
     d = cuda.to_device(x)
