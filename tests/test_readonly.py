@@ -358,7 +358,10 @@ def test_mapped_array_device_side_follows_writeable():
 
 
 def test_registered_read_only_buffer_is_read_only_through_any_view():
-    writable = host((8,))
+    # A page of its own: registration is page-rounded, and a read-only
+    # page must not hold the array copy_to_host() makes.
+    writable = page_buffer(1)[:8]
+    writable[:] = np.arange(8.0)
     ro = writable.view()
     ro.flags.writeable = False
     (buf,) = cudamem._cudamem._host_register([ro], mapped=True)
