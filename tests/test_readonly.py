@@ -14,7 +14,7 @@ import pytest
 import cudamem
 from test_dlpack_export import KDL_CPU
 from test_dlpack_export import managed as tensor_of
-from test_registration import page_buffer
+from test_registration import PAGE, page_buffer
 
 pytestmark = pytest.mark.simulator
 
@@ -43,7 +43,12 @@ def host(shape=(4, 6)):
 
 
 def numpy_readonly(shape=(4, 6)):
-    a = host(shape)
+    """A read-only host(shape) in pages of its own: registration is
+    page-rounded, and a page registered read-only must not hold the arrays
+    a test copies into (with PYTHONMALLOC=malloc it could)."""
+    n = int(np.prod(shape))
+    a = page_buffer(-(-n * 8 // PAGE))[:n].reshape(shape)
+    a[...] = host(shape)
     a.flags.writeable = False
     return a
 
