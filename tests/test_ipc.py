@@ -469,3 +469,26 @@ def test_two_devices(run_py, peer):
         # copy engine stages it through the host): not shared.
         assert allocs == "1"
         assert values.strip() == str(list(range(8)))
+
+
+def test_mapping_dropped_under_queued_download(run_py):
+    """Issue 19: the last reference to an opened mapping goes while a
+    delayed stream still copies from it; the close waits for the copy."""
+    array = cudamem.to_device(np.arange(1 << 16, dtype=np.float64))
+    _child(run_py, array.get_ipc_handle(), """
+from cudamem import simulator as sim
+sim.set_hazards(True)
+s = cudamem.stream()
+out = cudamem.pinned_array(1 << 16)
+with sim.delay(20000):
+    a = handle.open()
+    a.copy_to_host(out, stream=s)
+    handle.close()
+    del a
+    cudamem.current_context().deallocations.clear()  # cuIpcCloseMemHandle
+    s.synchronize()
+assert (out == np.arange(1 << 16)).all()
+assert sim.hazard_count() == 0, sim.last_hazard()
+del out
+done()
+""")
