@@ -484,18 +484,12 @@ cm_mem_incref(cm_mem *m)
     __atomic_add_fetch(&m->refs, 1, __ATOMIC_RELAXED);
 }
 
-int
-cm_mem_decref(cm_mem *m, cm_error *err)
+/* Frees m's memory (not the record) as its kind says. */
+static int
+release_memory(cm_mem *m, cm_error *err)
 {
-    cm_error ignored;
     int rc = 0;
 
-    /* An IPC mapping's count reaches zero under ipc.c's cache lock. */
-    if (m->kind == CM_FREE_IPC ? !cm__ipc_unref(m)
-                               : __atomic_sub_fetch(&m->refs, 1,
-                                                    __ATOMIC_ACQ_REL) != 0) {
-        return 0;
-    }
     if (m->ptr != 0 && is_counted(m->kind)) {
         cm__stats_sub(m->dev, stat_kind(m->kind), m->size);
     }
@@ -517,6 +511,24 @@ cm_mem_decref(cm_mem *m, cm_error *err)
         rc = cm_release(m->dev, m->generation, m->kind, m->ptr, m->size,
                         err);
     }
+    return rc;
+}
+
+int
+cm_mem_decref(cm_mem *m, cm_error *err)
+{
+    cm_error ignored;
+    int rc = 0;
+
+    /* An IPC mapping's count reaches zero under ipc.c's cache lock. */
+    if (m->kind == CM_FREE_IPC ? !cm__ipc_unref(m)
+                               : __atomic_sub_fetch(&m->refs, 1,
+                                                    __ATOMIC_ACQ_REL) != 0) {
+        return 0;
+    }
+    if (!__atomic_load_n(&m->released, __ATOMIC_ACQUIRE)) {
+        rc = release_memory(m, err);
+    }
     for (int i = 0; i < m->npending; i++) {
         if (forget_work(&m->pending[i], rc < 0 ? &ignored : err) < 0) {
             rc = -1;
@@ -527,8 +539,28 @@ cm_mem_decref(cm_mem *m, cm_error *err)
 }
 
 int
+cm_mem_release_now(cm_mem *m, cm_error *err)
+{
+    if (m->kind == CM_FREE_NONE || m->kind == CM_FREE_IPC) {
+        return 0; /* never cudamem's to free */
+    }
+    if (__atomic_exchange_n(&m->released, 1, __ATOMIC_ACQ_REL)) {
+        return cm_fail_fmt(err, CM_ERR_STATE,
+                           "the memory at %#llx was freed already",
+                           (unsigned long long)m->ptr);
+    }
+    return release_memory(m, err);
+}
+
+int
 cm_mem_check(const cm_mem *m, cm_error *err)
 {
+    if (__atomic_load_n(&m->released, __ATOMIC_ACQUIRE)) {
+        return cm_fail_fmt(err, CM_ERR_STATE,
+                           "the memory at %#llx cannot be used: it was "
+                           "freed with free()",
+                           (unsigned long long)m->ptr);
+    }
     /* Managed memory lives on after close(): its record holds the
      * context. */
     if (m->kind == CM_FREE_MANAGED) {

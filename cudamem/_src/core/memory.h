@@ -47,6 +47,8 @@ typedef struct cm_mem {
     /* Borrowed read-only (a producer's flag): writes through any array or
      * view over the record are refused. */
     int readonly;
+    /* Freed by cm_mem_release_now while referenced (atomic). */
+    int released;
     /* Asynchronous work queued on the memory that an export has not
      * ordered yet, oldest first (cm_mem_note_stream, cm_mem_note_event);
      * `plock` is a spin lock guarding them. */
@@ -137,8 +139,15 @@ void cm_mem_incref(cm_mem *m);
  * record.
  * -1: a queued free failed (reported in err); the record is gone anyway. */
 int cm_mem_decref(cm_mem *m, cm_error *err);
+/* Frees m's memory now, as its last decref would, while references
+ * remain (numba's MemoryPointer.free()): from then on cm_mem_check
+ * fails, and the last decref frees only the record. Nothing to do for
+ * memory cudamem never frees (borrowed, IPC mappings). CM_ERR_STATE when
+ * already released; -1 for a failed free (its memory is gone anyway). */
+int cm_mem_release_now(cm_mem *m, cm_error *err);
 /* Fails with CM_ERR_STATE when the device was reset or closed since the
- * allocation (its memory is gone); for managed memory, only a reset. */
+ * allocation (its memory is gone); for managed memory, only a reset;
+ * and when cm_mem_release_now freed it. */
 int cm_mem_check(const cm_mem *m, cm_error *err);
 
 #endif
