@@ -21,7 +21,8 @@ cmpy_array_check_alive(cmpy_state *st, cmpy_DeviceNDArray *self)
     if (cm_mem_check(self->gpu_data->mem, &err) < 0) {
         PyObject *shape;
 
-        if (err.kind != CM_ERR_STATE ||
+        /* Memory freed with free() says so itself. */
+        if (err.kind != CM_ERR_STATE || self->gpu_data->mem->released ||
             (shape = cmpy_shape_tuple(CMPY_NDIM(self), CMPY_SHAPE(self))) ==
                 NULL) {
             cmpy_raise(st, &err);
@@ -203,50 +204,18 @@ static int
 note_work(cmpy_state *st, cmpy_DeviceNDArray *a, cm_device *dev,
           const cmpy_stream_ref *ref)
 {
-    cm_error err;
-    int rc;
-
-    if (!ref->async || ref->handle == NULL || !ref->owned) {
-        return 0;
-    }
-    /* A full set orders its oldest work with an event. */
-    Py_BEGIN_ALLOW_THREADS
-    rc = cm_mem_note_stream(a->gpu_data->mem, dev, ref->handle, &err);
-    Py_END_ALLOW_THREADS
-    if (rc < 0) {
-        cmpy_raise(st, &err);
-    }
-    return rc;
+    return cmpy_memory_note_work(st, a->gpu_data->mem, dev, ref);
 }
 
-/* After work on a foreign stream of a's device (the copy's) was queued
- * (status 0) on the memory of a and of b (or NULL): an event after it, since the stream may be
- * destroyed before an export orders it. If that fails the stream is waited
- * for, so that no work is left unordered. Returns `status`, or -1. */
+/* After work on a foreign stream of a's device was queued on the memory
+ * of a and of b (or NULL): memory.h's cmpy_memory_note_done. */
 static int
 note_done(cmpy_state *st, cmpy_DeviceNDArray *a, cmpy_DeviceNDArray *b,
           const cmpy_stream_ref *ref, int status)
 {
-    cm_device *dev = a->gpu_data->mem->dev;
-    cm_error err, ignored;
-    int rc;
-
-    if (status < 0 || !ref->async || ref->owned) {
-        return status;
-    }
-    Py_BEGIN_ALLOW_THREADS
-    rc = cm_mem_note_event(a->gpu_data->mem, dev, ref->handle, &err);
-    if (rc == 0 && b != NULL) {
-        rc = cm_mem_note_event(b->gpu_data->mem, dev, ref->handle, &err);
-    }
-    if (rc < 0) {
-        cm_stream_synchronize(dev, ref->handle, &ignored);
-    }
-    Py_END_ALLOW_THREADS
-    if (rc < 0) {
-        cmpy_raise(st, &err);
-    }
-    return rc;
+    return cmpy_memory_note_done(st, a->gpu_data->mem,
+                                 b != NULL ? b->gpu_data->mem : NULL,
+                                 a->gpu_data->mem->dev, ref, status);
 }
 
 /* One copy through the engine: dst and src have dst's shape. */

@@ -8,8 +8,11 @@
  * py/context.c's. */
 #include "memory.h"
 
+#include "../core/copy.h"
 #include "../core/ipc.h"
+#include "../core/stream.h"
 #include "device.h"
+#include "stream.h"
 
 static cmpy_MemoryPointer *
 new_pointer(cmpy_state *st, cm_mem *mem, CUdeviceptr ptr, size_t size,
@@ -594,24 +597,45 @@ pointer_repr(cmpy_MemoryPointer *self)
                                 addr, self->size, self->mem->dev->ordinal);
 }
 
+/* cudamem._handles.<type_name>(value); the module (and ctypes) is
+ * imported on first use. */
+static PyObject *
+handle_object(const char *type_name, unsigned long long value)
+{
+    PyObject *handles = PyImport_ImportModule("cudamem._handles");
+    PyObject *out;
+
+    if (handles == NULL) {
+        return NULL;
+    }
+    out = PyObject_CallMethod(handles, type_name, "K", value);
+    Py_DECREF(handles);
+    return out;
+}
+
 PyObject *
 cmpy_c_void_p(unsigned long long value)
 {
-    PyObject *ctypes = PyImport_ImportModule("ctypes");
-    PyObject *out;
-
-    if (ctypes == NULL) {
-        return NULL;
-    }
-    out = PyObject_CallMethod(ctypes, "c_void_p", "K", value);
-    Py_DECREF(ctypes);
-    return out;
+    return handle_object("Handle", value);
 }
 
 static PyObject *
 pointer_get_device_pointer(cmpy_MemoryPointer *self, void *Py_UNUSED(c))
 {
     return cmpy_c_void_p((unsigned long long)self->ptr);
+}
+
+static PyObject *
+pointer_get_ctypes_pointer(cmpy_MemoryPointer *self, void *Py_UNUSED(c))
+{
+    return handle_object("DevicePointer", (unsigned long long)self->ptr);
+}
+
+static PyObject *
+pointer_get_refct(cmpy_MemoryPointer *self, void *Py_UNUSED(c))
+{
+    return PyLong_FromLong(
+        __atomic_load_n(&self->mem->refs, __ATOMIC_RELAXED));
 }
 
 static PyObject *
@@ -649,9 +673,19 @@ pointer_get_context(cmpy_MemoryPointer *self, void *Py_UNUSED(c))
 
 static PyGetSetDef pointer_getset[] = {
     {"device_pointer", (getter)pointer_get_device_pointer, NULL,
-     "The address as a ctypes.c_void_p (numba's type).", NULL},
+     "The address as a ctypes.c_void_p (numba's type) that converts "
+     "with\nint() and operator.index().",
+     NULL},
     {"handle", (getter)pointer_get_device_pointer, NULL,
      "The same as device_pointer.", NULL},
+    {"device_ctypes_pointer", (getter)pointer_get_ctypes_pointer, NULL,
+     "The address as a ctypes.c_size_t (numba's type; .value is 0 for\n"
+     "zero-size memory) that converts with int().",
+     NULL},
+    {"refct", (getter)pointer_get_refct, NULL,
+     "How many MemoryPointers share the allocation: this one, its views\n"
+     "and owned pointers, and those of the arrays over it.",
+     NULL},
     {"device_pointer_value", (getter)pointer_get_value, NULL,
      "The address as an int (None for a zero-size allocation).", NULL},
     {"size", (getter)pointer_get_size, NULL, "Bytes from the address.", NULL},
@@ -665,7 +699,7 @@ static PyGetSetDef pointer_getset[] = {
 };
 
 PyDoc_STRVAR(pointer_view_doc,
-             "view(start, stop=None) -> MemoryPointer\n\n"
+             "view($self, /, start, stop=None)\n--\n\n"
              "The bytes [start, stop) of this memory, sharing its "
              "allocation.");
 
@@ -764,9 +798,200 @@ pointer_getbuffer(PyObject *op, Py_buffer *view, int flags)
                              (Py_ssize_t)self->size, 0, flags);
 }
 
+int
+cmpy_memory_note_work(cmpy_state *st, cm_mem *mem, cm_device *dev,
+                      const cmpy_stream_ref *ref)
+{
+    cm_error err;
+    int rc;
+
+    if (!ref->async || ref->handle == NULL || !ref->owned) {
+        return 0;
+    }
+    /* A full set orders its oldest work with an event. */
+    Py_BEGIN_ALLOW_THREADS
+    rc = cm_mem_note_stream(mem, dev, ref->handle, &err);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        cmpy_raise(st, &err);
+    }
+    return rc;
+}
+
+int
+cmpy_memory_note_done(cmpy_state *st, cm_mem *a, cm_mem *b, cm_device *dev,
+                      const cmpy_stream_ref *ref, int status)
+{
+    cm_error err, ignored;
+    int rc;
+
+    if (status < 0 || !ref->async || ref->owned) {
+        return status;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = cm_mem_note_event(a, dev, ref->handle, &err);
+    if (rc == 0 && b != NULL) {
+        rc = cm_mem_note_event(b, dev, ref->handle, &err);
+    }
+    if (rc < 0) {
+        cm_stream_synchronize(dev, ref->handle, &ignored);
+    }
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        cmpy_raise(st, &err);
+    }
+    return rc;
+}
+
+PyDoc_STRVAR(pointer_own_doc,
+             "own($self, /)\n--\n\n"
+             "A new MemoryPointer to the same memory that keeps it alive "
+             "(numba's\nOwnedPointer): refct counts it until it goes.");
+
+static PyObject *
+pointer_own(PyObject *op, PyObject *Py_UNUSED(ignored))
+{
+    cmpy_MemoryPointer *self = (cmpy_MemoryPointer *)op;
+    PyObject *owned =
+        cmpy_memory_view(cmpy_type_state(op), self, 0, self->size);
+
+    /* Borrowed memory's owner stays the object it borrows from. */
+    if (owned != NULL && self->owner == NULL) {
+        Py_SETREF(((cmpy_MemoryPointer *)owned)->owner, Py_NewRef(op));
+    }
+    return owned;
+}
+
+PyDoc_STRVAR(pointer_free_doc,
+             "free($self, /)\n--\n\n"
+             "Frees the memory now, as the last reference going would "
+             "(numba's\nMemoryPointer.free()): cudamem's allocations go "
+             "to the pending\ndeallocations, an EMM plugin's finalizer "
+             "runs. This pointer, its\nviews and the arrays over it raise "
+             "CudaDriverError on use from then on.\nMemory cudamem does "
+             "not free (borrowed from another library, an IPC\nmapping, "
+             "a plugin's without a finalizer) is left alone. A second "
+             "free()\nraises RuntimeError.");
+
+static PyObject *
+pointer_free(PyObject *op, PyObject *Py_UNUSED(ignored))
+{
+    cmpy_MemoryPointer *self = (cmpy_MemoryPointer *)op;
+    cmpy_state *st = cmpy_type_state(op);
+    cm_mem *mem = self->mem;
+    cm_error err;
+
+    /* numba frees only what has a finalizer. */
+    if (mem->kind == CM_FREE_EXTERNAL &&
+        PyTuple_GET_ITEM((PyObject *)mem->external, 0) == Py_None) {
+        Py_RETURN_NONE;
+    }
+    if (mem->released) {
+        PyErr_SetString(PyExc_RuntimeError, "Freeing dead memory");
+        return NULL;
+    }
+    if (cm_mem_release_now(mem, &err) < 0) {
+        return cmpy_raise(st, &err);
+    }
+    if (PyErr_Occurred()) {
+        return NULL; /* a plugin's finalizer warned as an error */
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(pointer_memset_doc,
+             "memset($self, /, byte, count=None, stream=0)\n--\n\n"
+             "Sets the first *count* bytes (all by default) to *byte* "
+             "(0 to 255):\nsynchronous and complete on return on stream "
+             "0, queued on a Stream\n(numba's cuMemsetD8 / "
+             "cuMemsetD8Async).");
+
+static PyObject *
+pointer_memset(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
+               PyObject *kwnames)
+{
+    static const char *const names[] = {"byte", "count", "stream"};
+    cmpy_MemoryPointer *self = (cmpy_MemoryPointer *)op;
+    cmpy_state *st = cmpy_type_state(op);
+    cm_device *dev = self->mem->dev;
+    PyObject *argv[3];
+    cmpy_stream_ref ref;
+    unsigned char byte;
+    size_t count = self->size;
+    Py_ssize_t shape[1], strides[1] = {1};
+    long value;
+    cm_error err;
+    int rc;
+
+    if (cmpy_parse_args("memset", names, 3, 1, args, nargs, kwnames, argv) <
+        0) {
+        return NULL;
+    }
+    if (!PyIndex_Check(argv[0]) || PyBool_Check(argv[0])) {
+        PyErr_Format(PyExc_TypeError, "memset byte must be an int, not %R",
+                     argv[0]);
+        return NULL;
+    }
+    value = PyLong_AsLong(argv[0]);
+    if (value == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        value = -1;
+    }
+    if (value < 0 || value > 255) {
+        PyErr_Format(PyExc_OverflowError,
+                     "memset byte %R is not in 0..255 (an unsigned char)",
+                     argv[0]);
+        return NULL;
+    }
+    byte = (unsigned char)value;
+    if (argv[1] != NULL && argv[1] != Py_None) {
+        if (size_arg(argv[1], "memset count", &count) < 0) {
+            return NULL;
+        }
+        if (count > self->size) {
+            PyErr_Format(PyExc_ValueError,
+                         "memset count %R is more than the %zu bytes of "
+                         "this memory",
+                         argv[1], self->size);
+            return NULL;
+        }
+    }
+    if (cm_mem_check(self->mem, &err) < 0) {
+        return cmpy_raise(st, &err);
+    }
+    if (cmpy_stream_arg(st, argv[2] != NULL ? argv[2] : Py_None, dev, &ref) <
+            0 ||
+        cmpy_memory_note_work(st, self->mem, dev, &ref) < 0) {
+        return NULL;
+    }
+    shape[0] = (Py_ssize_t)count;
+    {
+        cm_side dst = {.on_device = 1,
+                       .ptr = self->ptr,
+                       .ndim = 1,
+                       .shape = shape,
+                       .strides = strides};
+
+        Py_BEGIN_ALLOW_THREADS
+        rc = cm_fill(dev, &dst, &byte, 1, ref.handle, ref.async, &err);
+        Py_END_ALLOW_THREADS
+    }
+    if (rc < 0) {
+        return cmpy_raise(st, &err);
+    }
+    if (cmpy_memory_note_done(st, self->mem, NULL, dev, &ref, 0) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef pointer_methods[] = {
     {"view", (PyCFunction)(void (*)(void))pointer_view,
      METH_FASTCALL | METH_KEYWORDS, pointer_view_doc},
+    {"own", pointer_own, METH_NOARGS, pointer_own_doc},
+    {"free", pointer_free, METH_NOARGS, pointer_free_doc},
+    {"memset", (PyCFunction)(void (*)(void))pointer_memset,
+     METH_FASTCALL | METH_KEYWORDS, pointer_memset_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -61,6 +61,22 @@ PyObject *cmpy_memory_borrow(cmpy_state *st, cm_device *dev, CUdeviceptr ptr,
 PyObject *cmpy_memory_view(cmpy_state *st, cmpy_MemoryPointer *base,
                            size_t offset, size_t size);
 
+struct cmpy_stream_ref;
+
+/* Before asynchronous work on `ref` (stream.h) touching mem, a device
+ * dev's stream: remembers a stream cudamem owns on the record, so that an
+ * export orders after it (core's cm_mem_note_stream). 0, or -1 with an
+ * exception set. */
+int cmpy_memory_note_work(cmpy_state *st, cm_mem *mem, cm_device *dev,
+                          const struct cmpy_stream_ref *ref);
+/* After work on a foreign stream of dev was queued (status 0) on a and b
+ * (or NULL): an event after it on each, since the stream may be destroyed
+ * before an export orders it. If that fails the stream is waited for, so
+ * that no work is left unordered. Returns `status`, or -1. */
+int cmpy_memory_note_done(cmpy_state *st, cm_mem *a, cm_mem *b,
+                          cm_device *dev, const struct cmpy_stream_ref *ref,
+                          int status);
+
 /* Calls `method` of dev's context's memory manager with args (a tuple)
  * and kwargs (or NULL), dev's context current, when allocations ask
  * plugins and the manager is one (with `optional`: one that has the
