@@ -893,9 +893,6 @@ pointer_free(PyObject *op, PyObject *Py_UNUSED(ignored))
     if (cm_mem_release_now(mem, &err) < 0) {
         return cmpy_raise(st, &err);
     }
-    if (PyErr_Occurred()) {
-        return NULL; /* a plugin's finalizer warned as an error */
-    }
     Py_RETURN_NONE;
 }
 

@@ -61,8 +61,10 @@ cmpy_type_state(PyObject *self)
     return (cmpy_state *)PyType_GetModuleState(Py_TYPE(self));
 }
 
-/* ctypes.c_void_p(value), numba's type for device pointers and handles;
- * ctypes is imported here, on first use (DESIGN rule 1). */
+/* cudamem._handles.Handle(value): a ctypes.c_void_p (numba's type for
+ * device pointers and handles) that converts with int() and
+ * operator.index(); ctypes is imported here, on first use (DESIGN rule
+ * 1). */
 PyObject *cmpy_c_void_p(unsigned long long value);
 
 /* PyObject_GetOptionalAttr before 3.13: 1 found, 0 not, -1 error. */
