@@ -211,6 +211,8 @@ def test_memset_of_managed_memory():
     ((True,), {}, TypeError, "True"),
     ((1, 9), {}, ValueError, "count 9 is more than the 8 bytes"),
     ((1, -1), {}, ValueError, "-1"),
+    ((2 ** 70,), {}, OverflowError, str(2 ** 70)),
+    ((1, "x"), {}, TypeError, "'x'"),
     ((1,), {"stream": 5}, (TypeError, ValueError), "5"),
 ])
 def test_memset_bad_input_writes_nothing(args, kwargs, exc, match):
@@ -219,6 +221,13 @@ def test_memset_bad_input_writes_nothing(args, kwargs, exc, match):
     with pytest.raises(exc, match=match):
         d.gpu_data.memset(*args, **kwargs)
     np.testing.assert_array_equal(d.copy_to_host(), host)
+
+
+def test_memset_driver_error_is_raised(sim):
+    d = cudamem.device_array(8, np.uint8)
+    sim.inject("cuMemsetD8", "CUDA_ERROR_INVALID_VALUE")
+    with pytest.raises(CudaAPIError, match="cuMemsetD8"):
+        d.gpu_data.memset(0)
 
 
 def _deallocs():

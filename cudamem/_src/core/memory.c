@@ -545,9 +545,7 @@ cm_mem_release_now(cm_mem *m, cm_error *err)
         return 0; /* never cudamem's to free */
     }
     if (__atomic_exchange_n(&m->released, 1, __ATOMIC_ACQ_REL)) {
-        return cm_fail_fmt(err, CM_ERR_STATE,
-                           "the memory at %#llx was freed already",
-                           (unsigned long long)m->ptr);
+        return 0; /* freed already */
     }
     return release_memory(m, err);
 }

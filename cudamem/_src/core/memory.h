@@ -142,8 +142,8 @@ int cm_mem_decref(cm_mem *m, cm_error *err);
 /* Frees m's memory now, as its last decref would, while references
  * remain (numba's MemoryPointer.free()): from then on cm_mem_check
  * fails, and the last decref frees only the record. Nothing to do for
- * memory cudamem never frees (borrowed, IPC mappings). CM_ERR_STATE when
- * already released; -1 for a failed free (its memory is gone anyway). */
+ * memory cudamem never frees (borrowed, IPC mappings) or freed already.
+ * -1 for a failed free (its memory is gone anyway). */
 int cm_mem_release_now(cm_mem *m, cm_error *err);
 /* Fails with CM_ERR_STATE when the device was reset or closed since the
  * allocation (its memory is gone); for managed memory, only a reset;

@@ -881,14 +881,15 @@ pointer_free(PyObject *op, PyObject *Py_UNUSED(ignored))
     cm_mem *mem = self->mem;
     cm_error err;
 
+    /* Before `external`, which the release dropped. */
+    if (mem->released) {
+        PyErr_SetString(PyExc_RuntimeError, "Freeing dead memory");
+        return NULL;
+    }
     /* numba frees only what has a finalizer. */
     if (mem->kind == CM_FREE_EXTERNAL &&
         PyTuple_GET_ITEM((PyObject *)mem->external, 0) == Py_None) {
         Py_RETURN_NONE;
-    }
-    if (mem->released) {
-        PyErr_SetString(PyExc_RuntimeError, "Freeing dead memory");
-        return NULL;
     }
     if (cm_mem_release_now(mem, &err) < 0) {
         return cmpy_raise(st, &err);
