@@ -204,6 +204,16 @@ def test_memset_of_managed_memory():
                                                   8, 9])
 
 
+def test_memset_of_mapped_memory():
+    # numba's MappedMemory is an AutoFreePointer: memset() as any other.
+    m = cudamem.mapped_array(12, np.uint8)
+    m[:] = np.arange(12, dtype=np.uint8)
+    m.gpu_data.view(3).memset(0x11, 2)
+    expect = np.arange(12, dtype=np.uint8)
+    expect[3:5] = 0x11
+    np.testing.assert_array_equal(m, expect)
+
+
 @pytest.mark.parametrize("args, kwargs, exc, match", [
     ((256,), {}, OverflowError, "256"),
     ((-1,), {}, OverflowError, "-1"),
