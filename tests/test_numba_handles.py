@@ -233,6 +233,21 @@ def test_memset_bad_input_writes_nothing(args, kwargs, exc, match):
     np.testing.assert_array_equal(d.copy_to_host(), host)
 
 
+def test_memset_refuses_read_only_memory():
+    host = np.arange(8, dtype=np.uint8)
+    d = cudamem.to_device(host)
+
+    class ReadOnly:
+        __cuda_array_interface__ = dict(
+            d.__cuda_array_interface__,
+            data=(d.__cuda_array_interface__["data"][0], True))
+
+    ro = cudamem.as_cuda_array(ReadOnly())
+    with pytest.raises(ValueError, match="read-only.*CUDA Array Interface"):
+        ro.gpu_data.memset(0)
+    np.testing.assert_array_equal(d.copy_to_host(), host)
+
+
 def test_memset_driver_error_is_raised(sim):
     d = cudamem.device_array(8, np.uint8)
     sim.inject("cuMemsetD8", "CUDA_ERROR_INVALID_VALUE")

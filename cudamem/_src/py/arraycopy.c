@@ -51,13 +51,6 @@ cmpy_array_check_alive(cmpy_state *st, cmpy_DeviceNDArray *self)
 static int
 check_writable(cmpy_DeviceNDArray *self)
 {
-    static const char *const why[] = {
-        [CMPY_RO_CAI] = "that a CUDA Array Interface exported read-only",
-        [CMPY_RO_DLPACK] = "that a DLPack producer exported read-only",
-        [CMPY_RO_REGISTERED] = "that is page-locked read-only (a "
-                               "read-only host array)",
-        [CMPY_RO_HOST_ARRAY] = "mapped from a read-only host array",
-    };
     int readonly = self->gpu_data->mem->readonly;
     PyObject *shape;
 
@@ -71,7 +64,8 @@ check_writable(cmpy_DeviceNDArray *self)
                      "array of shape %R and dtype %S on device %d is over "
                      "memory %s",
                      shape, (PyObject *)self->dtype,
-                     self->gpu_data->mem->dev->ordinal, why[readonly]);
+                     self->gpu_data->mem->dev->ordinal,
+                     cmpy_memory_readonly_why(readonly));
         Py_DECREF(shape);
     }
     return -1;

@@ -798,6 +798,20 @@ pointer_getbuffer(PyObject *op, Py_buffer *view, int flags)
                              (Py_ssize_t)self->size, 0, flags);
 }
 
+const char *
+cmpy_memory_readonly_why(int readonly)
+{
+    static const char *const why[] = {
+        [CMPY_RO_CAI] = "that a CUDA Array Interface exported read-only",
+        [CMPY_RO_DLPACK] = "that a DLPack producer exported read-only",
+        [CMPY_RO_REGISTERED] = "that is page-locked read-only (a "
+                               "read-only host array)",
+        [CMPY_RO_HOST_ARRAY] = "mapped from a read-only host array",
+    };
+
+    return why[readonly];
+}
+
 int
 cmpy_memory_note_work(cmpy_state *st, cm_mem *mem, cm_device *dev,
                       const cmpy_stream_ref *ref)
@@ -852,14 +866,8 @@ static PyObject *
 pointer_own(PyObject *op, PyObject *Py_UNUSED(ignored))
 {
     cmpy_MemoryPointer *self = (cmpy_MemoryPointer *)op;
-    PyObject *owned =
-        cmpy_memory_view(cmpy_type_state(op), self, 0, self->size);
 
-    /* Borrowed memory's owner stays the object it borrows from. */
-    if (owned != NULL && self->owner == NULL) {
-        Py_SETREF(((cmpy_MemoryPointer *)owned)->owner, Py_NewRef(op));
-    }
-    return owned;
+    return cmpy_memory_view(cmpy_type_state(op), self, 0, self->size);
 }
 
 PyDoc_STRVAR(pointer_free_doc,
@@ -956,6 +964,16 @@ pointer_memset(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
     }
     if (cm_mem_check(self->mem, &err) < 0) {
         return cmpy_raise(st, &err);
+    }
+    if (self->mem->readonly) {
+        char addr[24];
+
+        snprintf(addr, sizeof(addr), "0x%llx", (unsigned long long)self->ptr);
+        PyErr_Format(PyExc_ValueError,
+                     "memset destination is read-only: the memory at %s is "
+                     "memory %s",
+                     addr, cmpy_memory_readonly_why(self->mem->readonly));
+        return NULL;
     }
     if (cmpy_stream_arg(st, argv[2] != NULL ? argv[2] : Py_None, dev, &ref) <
             0 ||

@@ -31,6 +31,10 @@ enum {
     CMPY_RO_HOST_ARRAY, /* the device side of a read-only NumPy array */
 };
 
+/* Why memory of cm_mem.readonly `readonly` (not 0) cannot be written:
+ * "that a CUDA Array Interface exported read-only" and the like. */
+const char *cmpy_memory_readonly_why(int readonly);
+
 /* Allocates nbytes on dev for work on `stream` (from dev's pool while it
  * is enabled), with the GIL released (core's out-of-memory recovery runs
  * the garbage collector, flushes pending frees and trims the pool before
