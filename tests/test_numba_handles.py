@@ -184,6 +184,15 @@ def test_memset_is_one_memset_d8(sim):
     assert moved == {"cuMemsetD8": (1, 33)}
 
 
+def test_memset_of_zero_bytes_calls_nothing(sim):
+    z = cudamem.device_array(0, np.uint8).gpu_data
+    d = cudamem.device_array(4, np.uint8).gpu_data
+    before = sim.stats()["calls"]["cuMemsetD8"]["calls"]
+    z.memset(1)
+    d.memset(1, 0)
+    assert sim.stats()["calls"]["cuMemsetD8"]["calls"] == before
+
+
 def test_memset_on_a_stream():
     s = cudamem.stream()
     host = np.arange(32, dtype=np.int32)

@@ -925,6 +925,11 @@ pointer_memset(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
     unsigned char byte;
     size_t count = self->size;
     Py_ssize_t shape[1], strides[1] = {1};
+    cm_side dst = {.on_device = 1,
+                   .ptr = self->ptr,
+                   .ndim = 1,
+                   .shape = shape,
+                   .strides = strides};
     long value;
     cm_error err;
     int rc;
@@ -981,17 +986,9 @@ pointer_memset(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
         return NULL;
     }
     shape[0] = (Py_ssize_t)count;
-    {
-        cm_side dst = {.on_device = 1,
-                       .ptr = self->ptr,
-                       .ndim = 1,
-                       .shape = shape,
-                       .strides = strides};
-
-        Py_BEGIN_ALLOW_THREADS
-        rc = cm_fill(dev, &dst, &byte, 1, ref.handle, ref.async, &err);
-        Py_END_ALLOW_THREADS
-    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = cm_fill(dev, &dst, &byte, 1, ref.handle, ref.async, &err);
+    Py_END_ALLOW_THREADS
     if (rc < 0) {
         return cmpy_raise(st, &err);
     }
