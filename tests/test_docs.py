@@ -275,6 +275,8 @@ KEYWORD_CALLS = {
                                           dict(peer_device=0)),
     "MemoryPointer.view": lambda s: (s.array.gpu_data.view,
                                      dict(start=0, stop=None)),
+    "MemoryPointer.memset": lambda s: (s.array.gpu_data.memset,
+                                       dict(byte=0, count=None, stream=0)),
     "Stream.add_callback": lambda s: (
         s.stream.add_callback, dict(callback=lambda *a: None, arg=None)),
     "Stream.wait_event": lambda s: (s.stream.wait_event,

@@ -6,7 +6,6 @@ refct and device_ctypes_pointer as numba's MemoryPointer / OwnedPointer /
 AutoFreePointer have them, with NumPy the reference for memset."""
 import ctypes
 import gc
-import inspect
 import operator
 
 import numpy as np
@@ -117,16 +116,6 @@ def test_host_memory_handles():
 
 
 # --- MemoryPointer -----------------------------------------------------
-
-def test_text_signatures():
-    mp = cudamem.MemoryPointer
-    assert list(inspect.signature(mp.memset).parameters) == [
-        "self", "byte", "count", "stream"]
-    assert list(inspect.signature(mp.view).parameters) == [
-        "self", "start", "stop"]
-    assert list(inspect.signature(mp.own).parameters) == ["self"]
-    assert list(inspect.signature(mp.free).parameters) == ["self"]
-
 
 def test_refct_counts_views_and_owned_pointers():
     d = cudamem.to_device(np.arange(8))

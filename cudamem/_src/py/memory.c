@@ -699,7 +699,7 @@ static PyGetSetDef pointer_getset[] = {
 };
 
 PyDoc_STRVAR(pointer_view_doc,
-             "view($self, /, start, stop=None)\n--\n\n"
+             "view(start, stop=None) -> MemoryPointer\n\n"
              "The bytes [start, stop) of this memory, sharing its "
              "allocation.");
 
@@ -858,7 +858,7 @@ cmpy_memory_note_done(cmpy_state *st, cm_mem *a, cm_mem *b, cm_device *dev,
 }
 
 PyDoc_STRVAR(pointer_own_doc,
-             "own($self, /)\n--\n\n"
+             "own() -> MemoryPointer\n\n"
              "A new MemoryPointer to the same memory that keeps it alive "
              "(numba's\nOwnedPointer): refct counts it until it goes.");
 
@@ -871,7 +871,7 @@ pointer_own(PyObject *op, PyObject *Py_UNUSED(ignored))
 }
 
 PyDoc_STRVAR(pointer_free_doc,
-             "free($self, /)\n--\n\n"
+             "free()\n\n"
              "Frees the memory now, as the last reference going would "
              "(numba's\nMemoryPointer.free()): cudamem's allocations go "
              "to the pending\ndeallocations, an EMM plugin's finalizer "
@@ -906,7 +906,7 @@ pointer_free(PyObject *op, PyObject *Py_UNUSED(ignored))
 }
 
 PyDoc_STRVAR(pointer_memset_doc,
-             "memset($self, /, byte, count=None, stream=0)\n--\n\n"
+             "memset(byte, count=None, stream=0)\n\n"
              "Sets the first *count* bytes (all by default) to *byte* "
              "(0 to 255):\nsynchronous and complete on return on stream "
              "0, queued on a Stream\n(numba's cuMemsetD8 / "
