@@ -1,6 +1,8 @@
 /* memory.c (py/): the MemoryPointer type (numba's MemoryPointer as an
- * array's gpu_data): device pointer, size, owner, views, the buffer
- * protocol for host-accessible (managed) memory, numba's MemoryPointer and
+ * array's gpu_data): device pointer, size, owner, views, own(), free(),
+ * memset(), the buffer protocol for host-accessible (managed) memory, the
+ * ctypes handle objects (cudamem/_handles.py), the notes of stream work
+ * on a record that arrays share, numba's MemoryPointer and
  * ManagedMemory constructors for EMM plugins, and the calls of a context's
  * plugin (device and managed allocations here; host ones hostbuf.c's).
  * Allocation and release are core/memory.c's (plugin memory: the release
