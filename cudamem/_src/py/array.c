@@ -102,17 +102,49 @@ cmpy_expand_subarray(PyArray_Descr **dtype, int *ndim, Py_ssize_t *shape,
     return 0;
 }
 
-/* One int of argument `arg` (`what`), or ValueError naming both when it
- * does not fit a Py_ssize_t. */
+/* Whether `item` counts as one int of a shape or strides: what has
+ * __index__ (Python and NumPy integers, 0-d integer arrays), except bools,
+ * which NumPy refuses too, and arrays of one or more dimensions. */
+static int
+is_int(PyObject *item)
+{
+    if (PyBool_Check(item) || PyArray_IsScalar(item, Bool)) {
+        return 0;
+    }
+    if (PyArray_Check(item)) {
+        PyArrayObject *a = (PyArrayObject *)item;
+
+        return PyArray_NDIM(a) == 0 &&
+               PyTypeNum_ISINTEGER(PyArray_DESCR(a)->type_num);
+    }
+    return PyIndex_Check(item);
+}
+
+/* One int `item` of argument `arg` (`what`; NULL: item is the whole
+ * argument): TypeError naming both when it is not an int, ValueError when
+ * it does not fit a Py_ssize_t. */
 static int
 as_ssize(PyObject *item, const char *what, PyObject *arg, Py_ssize_t *out)
 {
+    if (!is_int(item)) {
+        if (arg == NULL) {
+            PyErr_Format(PyExc_TypeError,
+                         "%s must be an int or a sequence of ints, not "
+                         "%.200s",
+                         what, Py_TYPE(item)->tp_name);
+        }
+        else {
+            PyErr_Format(PyExc_TypeError, "%s %R: %.200s is not an int",
+                         what, arg, Py_TYPE(item)->tp_name);
+        }
+        return -1;
+    }
     *out = PyNumber_AsSsize_t(item, PyExc_OverflowError);
     if (*out == -1 && PyErr_Occurred()) {
         if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
             PyErr_Clear();
             PyErr_Format(PyExc_ValueError, "%s %R: %R is out of range", what,
-                         arg, item);
+                         arg != NULL ? arg : item, item);
         }
         return -1;
     }
@@ -120,19 +152,31 @@ as_ssize(PyObject *item, const char *what, PyObject *arg, Py_ssize_t *out)
 }
 
 /* An int or a sequence of ints (numpy.empty's shape and strides): at
- * most NPY_MAXDIMS of them. `what` names the argument in errors. */
+ * most NPY_MAXDIMS of them. Ints are what NumPy takes: Python and NumPy
+ * integers and 0-d integer arrays, not bools or floats; a sequence is any
+ * iterable, a 1-d NumPy integer array included. `what` names the argument
+ * in errors. */
 int
 cmpy_parse_ints(PyObject *arg, const char *what, Py_ssize_t *out, int *n)
 {
     PyObject *seq;
     Py_ssize_t len;
 
-    if (PyIndex_Check(arg)) {
+    if (cmpy_numpy_init() < 0) {
+        return -1;
+    }
+    /* A NumPy array has __index__ (0-d only) and is iterable (1-d and
+     * more): its dimensions decide. */
+    if (PyArray_Check(arg) ? PyArray_NDIM((PyArrayObject *)arg) == 0
+                           : PyIndex_Check(arg) || PyBool_Check(arg)) {
         *n = 1;
-        return as_ssize(arg, what, arg, &out[0]);
+        return as_ssize(arg, what, NULL, &out[0]);
     }
     seq = PySequence_Fast(arg, "");
     if (seq == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_TypeError)) {
+            return -1;
+        }
         PyErr_Format(PyExc_TypeError,
                      "%s must be an int or a sequence of ints, not %.200s",
                      what, Py_TYPE(arg)->tp_name);
@@ -146,14 +190,8 @@ cmpy_parse_ints(PyObject *arg, const char *what, Py_ssize_t *out, int *n)
         goto error;
     }
     for (Py_ssize_t i = 0; i < len; i++) {
-        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
-
-        if (!PyIndex_Check(item)) {
-            PyErr_Format(PyExc_TypeError, "%s %R: %.200s is not an int",
-                         what, arg, Py_TYPE(item)->tp_name);
-            goto error;
-        }
-        if (as_ssize(item, what, arg, &out[i]) < 0) {
+        if (as_ssize(PySequence_Fast_GET_ITEM(seq, i), what, arg, &out[i]) <
+            0) {
             goto error;
         }
     }

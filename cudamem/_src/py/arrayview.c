@@ -384,12 +384,14 @@ reshape_to(cmpy_state *st, cmpy_DeviceNDArray *self, int nd,
     return cmpy_array_copy_as(st, self, order, nd, dims);
 }
 
-/* Shape arguments: reshape(2, 3) or reshape((2, 3)). */
+/* Shape arguments: reshape(2, 3) or reshape((2, 3)), any sequence of ints
+ * (a NumPy integer array too: it has __index__, but refuses it unless
+ * 0-d). */
 static int
 shape_args(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t *dims, int *nd,
            PyObject **shape_arg)
 {
-    if (nargs == 1 && !PyIndex_Check(args[0])) {
+    if (nargs == 1 && (!PyIndex_Check(args[0]) || PyArray_Check(args[0]))) {
         *shape_arg = Py_NewRef(args[0]);
     }
     else {
