@@ -130,8 +130,8 @@ as_ssize(PyObject *item, const char *what, PyObject *arg, Py_ssize_t *out)
         if (arg == NULL) {
             PyErr_Format(PyExc_TypeError,
                          "%s must be an int or a sequence of ints, not "
-                         "%.200s",
-                         what, Py_TYPE(item)->tp_name);
+                         "%.200s %R",
+                         what, Py_TYPE(item)->tp_name, item);
         }
         else {
             PyErr_Format(PyExc_TypeError, "%s %R: %.200s is not an int",
@@ -178,8 +178,9 @@ cmpy_parse_ints(PyObject *arg, const char *what, Py_ssize_t *out, int *n)
             return -1;
         }
         PyErr_Format(PyExc_TypeError,
-                     "%s must be an int or a sequence of ints, not %.200s",
-                     what, Py_TYPE(arg)->tp_name);
+                     "%s must be an int or a sequence of ints, not %.200s "
+                     "%R",
+                     what, Py_TYPE(arg)->tp_name, arg);
         return -1;
     }
     len = PySequence_Fast_GET_SIZE(seq);
