@@ -685,6 +685,8 @@ static PyMethodDef base_methods[] = {
 };
 
 static PyMethodDef array_methods[] = {
+    {"getitem", FASTKW(cmpy_array_getitem_method), cmpy_array_getitem_doc},
+    {"setitem", FASTKW(cmpy_array_setitem_method), cmpy_array_setitem_doc},
     {"fill", FASTKW(cmpy_array_fill), cmpy_array_fill_doc},
     {"copy", FASTKW(cmpy_array_copy), cmpy_array_copy_doc},
     {"__array__", FASTKW(cmpy_array_array), cmpy_array_array_doc},
@@ -1071,6 +1073,8 @@ static PyType_Slot array_slots[] = {
     {Py_mp_subscript, cmpy_array_getitem},
     {Py_mp_ass_subscript, cmpy_array_setitem},
     {Py_sq_length, array_len},
+    {Py_sq_item, cmpy_array_item},
+    {Py_tp_iter, cmpy_array_iter},
     {0, NULL},
 };
 

@@ -139,23 +139,6 @@ PyDoc_STRVAR(setitem_doc,
              "broadcast\nover a sub-array), on *stream* (default: the "
              "record's).");
 
-/* getitem / setitem with a stream: the operation runs on a view bound to
- * it. */
-static PyObject *
-bound_to(cmpy_state *st, PyObject *op, PyObject *stream)
-{
-    cmpy_DeviceNDArray *self = (cmpy_DeviceNDArray *)op;
-
-    if (stream == NULL) {
-        return Py_NewRef(op);
-    }
-    return cmpy_array_rebind(
-        st,
-        cmpy_array_view_as(st, st->DeviceRecordType, self, 0, NULL, NULL,
-                           self->ptr, self->dtype),
-        stream);
-}
-
 static PyObject *
 record_getitem_method(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
                       PyObject *kwnames)
@@ -166,7 +149,7 @@ record_getitem_method(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
 
     if (cmpy_parse_args("getitem", names, 2, 1, args, nargs, kwnames, argv) <
             0 ||
-        (rec = bound_to(st, op, argv[1])) == NULL) {
+        (rec = cmpy_array_on_stream(st, op, argv[1])) == NULL) {
         return NULL;
     }
     out = record_getitem(rec, argv[0]);
@@ -185,7 +168,7 @@ record_setitem_method(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
 
     if (cmpy_parse_args("setitem", names, 3, 2, args, nargs, kwnames, argv) <
             0 ||
-        (rec = bound_to(st, op, argv[2])) == NULL) {
+        (rec = cmpy_array_on_stream(st, op, argv[2])) == NULL) {
         return NULL;
     }
     rc = record_setitem(rec, argv[0], argv[1]);
