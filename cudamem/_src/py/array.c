@@ -1058,13 +1058,21 @@ static PyType_Spec base_spec = {
     .slots = base_slots,
 };
 
+static PyObject *array_new(PyTypeObject *type, PyObject *args,
+                           PyObject *kwds);
+
 PyDoc_STRVAR(array_doc,
-             "DeviceNDArray\n\n"
-             "An array in device memory (numba's DeviceNDArray). Made by "
-             "to_device(),\ndevice_array() and friends, not directly.");
+             "DeviceNDArray(shape, strides, dtype, stream=0, gpu_data=None)"
+             "\n\n"
+             "An array in device memory (numba's DeviceNDArray), usually "
+             "made by\nto_device(), device_array() and friends. Made "
+             "directly, it allocates\nits extent from the current device's "
+             "memory manager, or uses the memory\nof *gpu_data* (a "
+             "MemoryPointer large enough for the extent).");
 
 static PyType_Slot array_slots[] = {
     {Py_tp_doc, (void *)array_doc},
+    {Py_tp_new, array_new},
     {Py_tp_traverse, cmpy_array_traverse},
     {Py_tp_clear, cmpy_array_clear},
     {Py_tp_methods, array_methods},
@@ -1083,7 +1091,7 @@ static PyType_Spec array_spec = {
     .basicsize = offsetof(cmpy_DeviceNDArray, dims),
     .itemsize = sizeof(Py_ssize_t),
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC |
-             Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_IMMUTABLETYPE,
+             Py_TPFLAGS_IMMUTABLETYPE,
     .slots = array_slots,
 };
 
@@ -1152,6 +1160,88 @@ cmpy_parse_layout(PyObject *shape_arg, PyObject *dtype_arg,
 error:
     Py_CLEAR(*dtype);
     return -1;
+}
+
+/* numba's DeviceNDArrayBase(shape, strides, dtype, stream, gpu_data):
+ * over new memory from the current device's memory manager, as
+ * device_array(), or over gpu_data's, whose bytes from its pointer must
+ * hold the layout's extent. A record needs a structured dtype and no
+ * dimensions. */
+PyObject *
+cmpy_array_construct(PyTypeObject *type, PyObject *shape_arg,
+                     PyObject *strides_arg, PyObject *dtype_arg,
+                     PyObject *stream, PyObject *gpu_data, int record)
+{
+    cmpy_state *st = (cmpy_state *)PyType_GetModuleState(type);
+    Py_ssize_t shape[NPY_MAXDIMS], strides[NPY_MAXDIMS], size, low, high;
+    PyArray_Descr *dtype = NULL;
+    cmpy_MemoryPointer *mp = NULL;
+    PyObject *result = NULL;
+    cmpy_stream_ref ref;
+    cm_device *dev;
+    int ndim;
+
+    if (st == NULL || cmpy_numpy_init() < 0 ||
+        cmpy_parse_layout(shape_arg, dtype_arg, strides_arg, NULL, &ndim,
+                          shape, strides, &dtype) < 0) {
+        return NULL;
+    }
+    if (record && (ndim != 0 || !PyDataType_HASFIELDS(dtype))) {
+        PyErr_Format(PyExc_TypeError,
+                     "a DeviceRecord needs a structured dtype, not %R",
+                     (PyObject *)dtype);
+        goto done;
+    }
+    if (gpu_data != NULL && gpu_data != Py_None) {
+        if (!PyObject_TypeCheck(gpu_data,
+                                (PyTypeObject *)st->MemoryPointerType)) {
+            PyErr_Format(PyExc_TypeError,
+                         "gpu_data must be a MemoryPointer, not %.200s",
+                         Py_TYPE(gpu_data)->tp_name);
+            goto done;
+        }
+        mp = (cmpy_MemoryPointer *)gpu_data;
+        dev = mp->mem->dev;
+    }
+    else if (cmpy_current_device(st, &dev) < 0) {
+        goto done;
+    }
+    if (cmpy_stream_arg(st, stream != NULL ? stream : Py_None, dev, &ref) <
+        0) {
+        goto done;
+    }
+    if (mp == NULL) {
+        result = (PyObject *)array_alloc(st, (PyObject *)type, dev, ndim,
+                                         shape, strides, dtype,
+                                         kept_stream(stream, &ref), &ref);
+    }
+    /* The extent starts at gpu_data's pointer, as array_alloc lays it. */
+    else if (cmpy_layout_extent(ndim, shape, strides,
+                                PyDataType_ELSIZE(dtype), &size, &low,
+                                &high) == 0) {
+        result = (PyObject *)cmpy_array_wrap(
+            (PyObject *)type, Py_NewRef(gpu_data), mp->ptr - (CUdeviceptr)low,
+            ndim, shape, strides, dtype, kept_stream(stream, &ref), &ref);
+    }
+done:
+    Py_DECREF(dtype);
+    return result;
+}
+
+static PyObject *
+array_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *names[] = {"shape", "strides", "dtype", "stream", "gpu_data",
+                            NULL};
+    PyObject *shape, *strides, *dtype, *stream = NULL, *gpu_data = NULL;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO|OO:DeviceNDArray",
+                                     names, &shape, &strides, &dtype, &stream,
+                                     &gpu_data)) {
+        return NULL;
+    }
+    return cmpy_array_construct(type, shape, strides, dtype, stream,
+                                gpu_data, 0);
 }
 
 PyDoc_STRVAR(device_array_doc,

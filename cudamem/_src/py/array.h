@@ -79,6 +79,16 @@ int cmpy_parse_layout(PyObject *shape_arg, PyObject *dtype_arg,
                       Py_ssize_t *shape, Py_ssize_t *strides,
                       PyArray_Descr **dtype);
 
+/* numba's DeviceNDArray(shape, strides, dtype, stream, gpu_data) and,
+ * with `record` (shape and strides ()), DeviceRecord(dtype, stream,
+ * gpu_data): an object of `type` over new memory from the current device's
+ * manager, or over gpu_data's (a MemoryPointer holding the extent from its
+ * pointer on). stream and gpu_data may be NULL. New reference. */
+PyObject *cmpy_array_construct(PyTypeObject *type, PyObject *shape_arg,
+                               PyObject *strides_arg, PyObject *dtype_arg,
+                               PyObject *stream, PyObject *gpu_data,
+                               int record);
+
 /* Whether obj is a cudamem device array or record (DeviceNDArrayBase). */
 static inline int
 cmpy_is_array(cmpy_state *st, PyObject *obj)

@@ -187,8 +187,25 @@ static PyMethodDef record_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+static PyObject *
+record_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *names[] = {"dtype", "stream", "gpu_data", NULL};
+    PyObject *dtype, *stream = NULL, *gpu_data = NULL, *none;
+    PyObject *out;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|OO:DeviceRecord", names,
+                                     &dtype, &stream, &gpu_data) ||
+        (none = PyTuple_New(0)) == NULL) {
+        return NULL;
+    }
+    out = cmpy_array_construct(type, none, none, dtype, stream, gpu_data, 1);
+    Py_DECREF(none);
+    return out;
+}
+
 PyDoc_STRVAR(record_doc,
-             "DeviceRecord\n\n"
+             "DeviceRecord(dtype, stream=0, gpu_data=None)\n\n"
              "One structured element in device memory (numba's "
              "DeviceRecord), made by\nto_device() of a numpy.void or by "
              "indexing a structured array with\nintegers. rec['f'] reads a "
@@ -196,6 +213,7 @@ PyDoc_STRVAR(record_doc,
 
 static PyType_Slot record_slots[] = {
     {Py_tp_doc, (void *)record_doc},
+    {Py_tp_new, record_new},
     {Py_tp_traverse, cmpy_array_traverse},
     {Py_tp_clear, cmpy_array_clear},
     {Py_tp_methods, record_methods},
@@ -209,7 +227,7 @@ static PyType_Spec record_spec = {
     .basicsize = offsetof(cmpy_DeviceNDArray, dims),
     .itemsize = sizeof(Py_ssize_t),
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC |
-             Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_IMMUTABLETYPE,
+             Py_TPFLAGS_IMMUTABLETYPE,
     .slots = record_slots,
 };
 
