@@ -3,7 +3,7 @@
 # first lines. tests/test_typing.py checks it lists every public name.
 import asyncio
 import ctypes
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol, SupportsIndex, TypeAlias, final
 
@@ -25,7 +25,9 @@ class _HasCudaArrayInterface(Protocol):
 # stream=0 (the legacy default stream, synchronous), a Stream, or any
 # object with __cuda_stream__ (CuPy, PyTorch, cuda.core streams).
 _StreamArg: TypeAlias = Stream | _HasCudaStream | int
-_ShapeLike: TypeAlias = SupportsIndex | Sequence[SupportsIndex]
+# An int or any sequence of them: NumPy integer arrays too (0-d: one int).
+_ShapeLike: TypeAlias = (SupportsIndex | Sequence[SupportsIndex]
+                         | npt.NDArray[np.integer[Any]])
 # A device pointer: an int, or numba's ctypes wrappers of one.
 _PointerArg: TypeAlias = int | ctypes.c_void_p | ctypes.c_uint64
 
@@ -149,12 +151,18 @@ class DeviceNDArrayBase:
 
 @final
 class DeviceNDArray(DeviceNDArrayBase):
-    """DeviceNDArray"""
+    """DeviceNDArray(shape, strides, dtype, stream=0, gpu_data=None)"""
+    def __new__(cls, shape: _ShapeLike, strides: _ShapeLike | None,
+                dtype: npt.DTypeLike, stream: _StreamArg = 0,
+                gpu_data: MemoryPointer | None = None) -> DeviceNDArray: ...
     @property
     def T(self) -> DeviceNDArray: ...
     def copy(self, order: str = "C") -> DeviceNDArray: ...
     def fill(self, value: Any, stream: _StreamArg = 0) -> None: ...
     def get_ipc_handle(self) -> IpcArrayHandle: ...
+    def getitem(self, item: Any, stream: _StreamArg = 0) -> Any: ...
+    def setitem(self, key: Any, value: Any,
+                stream: _StreamArg = 0) -> None: ...
     def is_c_contiguous(self) -> bool: ...
     def is_f_contiguous(self) -> bool: ...
     def ravel(self, order: str = "C",
@@ -179,10 +187,13 @@ class DeviceNDArray(DeviceNDArrayBase):
     def __getitem__(self, key: Any) -> Any: ...
     def __setitem__(self, key: Any, value: Any) -> None: ...
     def __len__(self) -> int: ...
+    def __iter__(self) -> Iterator[Any]: ...
 
 @final
 class DeviceRecord(DeviceNDArrayBase):
-    """DeviceRecord"""
+    """DeviceRecord(dtype, stream=0, gpu_data=None)"""
+    def __new__(cls, dtype: npt.DTypeLike, stream: _StreamArg = 0,
+                gpu_data: MemoryPointer | None = None) -> DeviceRecord: ...
     def getitem(self, item: str | int, stream: _StreamArg = 0) -> Any: ...
     def setitem(self, key: str | int, value: Any,
                 stream: _StreamArg = 0) -> None: ...

@@ -10,6 +10,7 @@ in a process, shared by every open of it, closed through the context's
 pending deallocations once no memory from it is left.
 """
 import contextlib
+import operator
 import os
 
 from cudamem import _cudamem
@@ -27,10 +28,16 @@ def _this_process():
 
 
 def _handle_bytes(handle):
-    """The 64 bytes of a cuIpcMemHandle given as bytes or a sequence of
-    ints (None stays None: nothing to map)."""
+    """The 64 bytes of a cuIpcMemHandle given as bytes, anything with the
+    buffer protocol (a ctypes array of 64 c_char or c_byte, as numba's
+    older plugins and RMM's make), a sequence of ints, or an object with
+    ``.reserved`` holding one of those (cuda.bindings' ``CUipcMemHandle``,
+    which numba's ``GetIpcHandleMixin`` makes). None stays None: nothing to
+    map."""
     if handle is None:
         return None
+    if not isinstance(handle, (bytes, bytearray, memoryview)):
+        handle = getattr(handle, "reserved", handle)
     if isinstance(handle, int):
         raise TypeError("an IPC handle must be bytes or a sequence of ints, "
                         "not int")
@@ -46,18 +53,28 @@ def _handle_bytes(handle):
 
 
 def _byte_count(value, name):
-    if isinstance(value, bool) or not isinstance(value, int):
+    """An int (NumPy's integers and 0-d integer arrays too: numba takes
+    np.prod(shape) * itemsize) of at least 0."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        value = operator.index(value)
+    except TypeError:
         raise TypeError("%s must be an int, not %s"
-                        % (name, type(value).__name__))
+                        % (name, type(value).__name__)) from None
     if value < 0:
         raise ValueError("%s must not be negative, not %d" % (name, value))
     return value
 
 
-def _device_of(uuid):
-    """The visible device with this UUID, or None."""
+def _device_of(source_info):
+    """The visible device that source_info names (its UUID, or numba's
+    ``get_device_identity()`` dict of PCI ids), or None."""
     for device in _cudamem.list_devices():
-        if device.uuid == uuid:
+        if isinstance(source_info, dict):
+            if device.get_device_identity() == source_info:
+                return device
+        elif device.uuid == source_info:
             return device
     return None
 
@@ -67,9 +84,11 @@ class IpcHandle:
 
     A CUDA IPC handle for the *size* bytes at *offset* in an exported
     allocation (numba's EMM ``IpcHandle``). *handle* is the driver's
-    64-byte ``cuIpcMemHandle`` (bytes or a sequence of ints; None when
-    *size* is 0: nothing is mapped), *source_info* the exporting device's
-    UUID (``Device.uuid``; None: unknown), *base* the exported memory,
+    64-byte ``cuIpcMemHandle`` (bytes, a ctypes array, a sequence of ints,
+    or cuda.bindings' ``CUipcMemHandle``; None when *size* is 0: nothing is
+    mapped), *size* and *offset* any ints (NumPy's too), *source_info* the
+    exporting device's UUID (``Device.uuid``) or numba's
+    ``get_device_identity()`` dict (None: unknown), *base* the exported memory,
     which the handle keeps alive in the exporting process (None in
     others). Pickles as plain data, without *base*.
 

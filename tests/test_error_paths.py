@@ -435,6 +435,14 @@ NOMEMORY_OPS = {
     "driver tables": "cudamem.driver.table(), "
                      "cudamem._cudamem._error_names()",
     "index": "d[1], d[::2], d[..., 1]",
+    # reversed() asks for row 299 by the sequence protocol: an int that
+    # is not cached.
+    "numba constructors and iteration":
+        "cudamem.DeviceNDArray((2, 3), (24, 8), 'f8'), "
+        "cudamem.DeviceNDArray(3, 8, 'f8', gpu_data=d.gpu_data), "
+        "cudamem.DeviceRecord([('a', 'i4')], stream=s), list(d), "
+        "next(reversed(cudamem.device_array((300, 1)))), "
+        "d.getitem(1, stream=s), d.setitem(0, 1.0, stream=s)",
     "pool manager": "with cudamem.using_memory_manager("
                     "cudamem.PoolMemoryManager): cudamem.device_array(4)",
 }

@@ -19,8 +19,8 @@ STUB = os.path.join(ROOT, "cudamem", "_cudamem.pyi")
 DUNDERS = {"__array__", "__cuda_array_interface__", "__cuda_memory__",
            "__cuda_ndarray__", "__cuda_stream__", "__dlpack__",
            "__dlpack_device__", "__getitem__", "__setitem__", "__len__",
-           "__int__", "__new__", "__eq__", "__ne__", "__lt__", "__le__",
-           "__gt__", "__ge__", "__hash__"}
+           "__iter__", "__int__", "__new__", "__eq__", "__ne__", "__lt__",
+           "__le__", "__gt__", "__ge__", "__hash__"}
 
 
 def _stub():

@@ -102,17 +102,49 @@ cmpy_expand_subarray(PyArray_Descr **dtype, int *ndim, Py_ssize_t *shape,
     return 0;
 }
 
-/* One int of argument `arg` (`what`), or ValueError naming both when it
- * does not fit a Py_ssize_t. */
+/* Whether `item` counts as one int of a shape or strides: what has
+ * __index__ (Python and NumPy integers, 0-d integer arrays), except bools,
+ * which NumPy refuses too, and arrays of one or more dimensions. */
+static int
+is_int(PyObject *item)
+{
+    if (PyBool_Check(item) || PyArray_IsScalar(item, Bool)) {
+        return 0;
+    }
+    if (PyArray_Check(item)) {
+        PyArrayObject *a = (PyArrayObject *)item;
+
+        return PyArray_NDIM(a) == 0 &&
+               PyTypeNum_ISINTEGER(PyArray_DESCR(a)->type_num);
+    }
+    return PyIndex_Check(item);
+}
+
+/* One int `item` of argument `arg` (`what`; NULL: item is the whole
+ * argument): TypeError naming both when it is not an int, ValueError when
+ * it does not fit a Py_ssize_t. */
 static int
 as_ssize(PyObject *item, const char *what, PyObject *arg, Py_ssize_t *out)
 {
+    if (!is_int(item)) {
+        if (arg == NULL) {
+            PyErr_Format(PyExc_TypeError,
+                         "%s must be an int or a sequence of ints, not "
+                         "%.200s %R",
+                         what, Py_TYPE(item)->tp_name, item);
+        }
+        else {
+            PyErr_Format(PyExc_TypeError, "%s %R: %.200s is not an int",
+                         what, arg, Py_TYPE(item)->tp_name);
+        }
+        return -1;
+    }
     *out = PyNumber_AsSsize_t(item, PyExc_OverflowError);
     if (*out == -1 && PyErr_Occurred()) {
         if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
             PyErr_Clear();
             PyErr_Format(PyExc_ValueError, "%s %R: %R is out of range", what,
-                         arg, item);
+                         arg != NULL ? arg : item, item);
         }
         return -1;
     }
@@ -120,22 +152,35 @@ as_ssize(PyObject *item, const char *what, PyObject *arg, Py_ssize_t *out)
 }
 
 /* An int or a sequence of ints (numpy.empty's shape and strides): at
- * most NPY_MAXDIMS of them. `what` names the argument in errors. */
+ * most NPY_MAXDIMS of them. Ints are what NumPy takes: Python and NumPy
+ * integers and 0-d integer arrays, not bools or floats; a sequence is any
+ * iterable, a 1-d NumPy integer array included. `what` names the argument
+ * in errors. */
 int
 cmpy_parse_ints(PyObject *arg, const char *what, Py_ssize_t *out, int *n)
 {
     PyObject *seq;
     Py_ssize_t len;
 
-    if (PyIndex_Check(arg)) {
+    if (cmpy_numpy_init() < 0) {
+        return -1;
+    }
+    /* A NumPy array has __index__ (0-d only) and is iterable (1-d and
+     * more): its dimensions decide. */
+    if (PyArray_Check(arg) ? PyArray_NDIM((PyArrayObject *)arg) == 0
+                           : PyIndex_Check(arg) || PyBool_Check(arg)) {
         *n = 1;
-        return as_ssize(arg, what, arg, &out[0]);
+        return as_ssize(arg, what, NULL, &out[0]);
     }
     seq = PySequence_Fast(arg, "");
     if (seq == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_TypeError)) {
+            return -1;
+        }
         PyErr_Format(PyExc_TypeError,
-                     "%s must be an int or a sequence of ints, not %.200s",
-                     what, Py_TYPE(arg)->tp_name);
+                     "%s must be an int or a sequence of ints, not %.200s "
+                     "%R",
+                     what, Py_TYPE(arg)->tp_name, arg);
         return -1;
     }
     len = PySequence_Fast_GET_SIZE(seq);
@@ -146,14 +191,8 @@ cmpy_parse_ints(PyObject *arg, const char *what, Py_ssize_t *out, int *n)
         goto error;
     }
     for (Py_ssize_t i = 0; i < len; i++) {
-        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
-
-        if (!PyIndex_Check(item)) {
-            PyErr_Format(PyExc_TypeError, "%s %R: %.200s is not an int",
-                         what, arg, Py_TYPE(item)->tp_name);
-            goto error;
-        }
-        if (as_ssize(item, what, arg, &out[i]) < 0) {
+        if (as_ssize(PySequence_Fast_GET_ITEM(seq, i), what, arg, &out[i]) <
+            0) {
             goto error;
         }
     }
@@ -646,6 +685,8 @@ static PyMethodDef base_methods[] = {
 };
 
 static PyMethodDef array_methods[] = {
+    {"getitem", FASTKW(cmpy_array_getitem_method), cmpy_array_getitem_doc},
+    {"setitem", FASTKW(cmpy_array_setitem_method), cmpy_array_setitem_doc},
     {"fill", FASTKW(cmpy_array_fill), cmpy_array_fill_doc},
     {"copy", FASTKW(cmpy_array_copy), cmpy_array_copy_doc},
     {"__array__", FASTKW(cmpy_array_array), cmpy_array_array_doc},
@@ -1017,13 +1058,21 @@ static PyType_Spec base_spec = {
     .slots = base_slots,
 };
 
+static PyObject *array_new(PyTypeObject *type, PyObject *args,
+                           PyObject *kwds);
+
 PyDoc_STRVAR(array_doc,
-             "DeviceNDArray\n\n"
-             "An array in device memory (numba's DeviceNDArray). Made by "
-             "to_device(),\ndevice_array() and friends, not directly.");
+             "DeviceNDArray(shape, strides, dtype, stream=0, gpu_data=None)"
+             "\n\n"
+             "An array in device memory (numba's DeviceNDArray), usually "
+             "made by\nto_device(), device_array() and friends. Made "
+             "directly, it allocates\nits extent from the current device's "
+             "memory manager, or uses the memory\nof *gpu_data* (a "
+             "MemoryPointer large enough for the extent).");
 
 static PyType_Slot array_slots[] = {
     {Py_tp_doc, (void *)array_doc},
+    {Py_tp_new, array_new},
     {Py_tp_traverse, cmpy_array_traverse},
     {Py_tp_clear, cmpy_array_clear},
     {Py_tp_methods, array_methods},
@@ -1032,6 +1081,8 @@ static PyType_Slot array_slots[] = {
     {Py_mp_subscript, cmpy_array_getitem},
     {Py_mp_ass_subscript, cmpy_array_setitem},
     {Py_sq_length, array_len},
+    {Py_sq_item, cmpy_array_item},
+    {Py_tp_iter, cmpy_array_iter},
     {0, NULL},
 };
 
@@ -1040,7 +1091,7 @@ static PyType_Spec array_spec = {
     .basicsize = offsetof(cmpy_DeviceNDArray, dims),
     .itemsize = sizeof(Py_ssize_t),
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC |
-             Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_IMMUTABLETYPE,
+             Py_TPFLAGS_IMMUTABLETYPE,
     .slots = array_slots,
 };
 
@@ -1109,6 +1160,88 @@ cmpy_parse_layout(PyObject *shape_arg, PyObject *dtype_arg,
 error:
     Py_CLEAR(*dtype);
     return -1;
+}
+
+/* numba's DeviceNDArrayBase(shape, strides, dtype, stream, gpu_data):
+ * over new memory from the current device's memory manager, as
+ * device_array(), or over gpu_data's, whose bytes from its pointer must
+ * hold the layout's extent. A record needs a structured dtype and no
+ * dimensions. */
+PyObject *
+cmpy_array_construct(PyTypeObject *type, PyObject *shape_arg,
+                     PyObject *strides_arg, PyObject *dtype_arg,
+                     PyObject *stream, PyObject *gpu_data, int record)
+{
+    cmpy_state *st = (cmpy_state *)PyType_GetModuleState(type);
+    Py_ssize_t shape[NPY_MAXDIMS], strides[NPY_MAXDIMS], size, low, high;
+    PyArray_Descr *dtype = NULL;
+    cmpy_MemoryPointer *mp = NULL;
+    PyObject *result = NULL;
+    cmpy_stream_ref ref;
+    cm_device *dev;
+    int ndim;
+
+    if (st == NULL || cmpy_numpy_init() < 0 ||
+        cmpy_parse_layout(shape_arg, dtype_arg, strides_arg, NULL, &ndim,
+                          shape, strides, &dtype) < 0) {
+        return NULL;
+    }
+    if (record && (ndim != 0 || !PyDataType_HASFIELDS(dtype))) {
+        PyErr_Format(PyExc_TypeError,
+                     "a DeviceRecord needs a structured dtype, not %R",
+                     (PyObject *)dtype);
+        goto done;
+    }
+    if (gpu_data != NULL && gpu_data != Py_None) {
+        if (!PyObject_TypeCheck(gpu_data,
+                                (PyTypeObject *)st->MemoryPointerType)) {
+            PyErr_Format(PyExc_TypeError,
+                         "gpu_data must be a MemoryPointer, not %.200s",
+                         Py_TYPE(gpu_data)->tp_name);
+            goto done;
+        }
+        mp = (cmpy_MemoryPointer *)gpu_data;
+        dev = mp->mem->dev;
+    }
+    else if (cmpy_current_device(st, &dev) < 0) {
+        goto done;
+    }
+    if (cmpy_stream_arg(st, stream != NULL ? stream : Py_None, dev, &ref) <
+        0) {
+        goto done;
+    }
+    if (mp == NULL) {
+        result = (PyObject *)array_alloc(st, (PyObject *)type, dev, ndim,
+                                         shape, strides, dtype,
+                                         kept_stream(stream, &ref), &ref);
+    }
+    /* The extent starts at gpu_data's pointer, as array_alloc lays it. */
+    else if (cmpy_layout_extent(ndim, shape, strides,
+                                PyDataType_ELSIZE(dtype), &size, &low,
+                                &high) == 0) {
+        result = (PyObject *)cmpy_array_wrap(
+            (PyObject *)type, Py_NewRef(gpu_data), mp->ptr - (CUdeviceptr)low,
+            ndim, shape, strides, dtype, kept_stream(stream, &ref), &ref);
+    }
+done:
+    Py_DECREF(dtype);
+    return result;
+}
+
+static PyObject *
+array_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *names[] = {"shape", "strides", "dtype", "stream", "gpu_data",
+                            NULL};
+    PyObject *shape, *strides, *dtype, *stream = NULL, *gpu_data = NULL;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO|OO:DeviceNDArray",
+                                     names, &shape, &strides, &dtype, &stream,
+                                     &gpu_data)) {
+        return NULL;
+    }
+    return cmpy_array_construct(type, shape, strides, dtype, stream,
+                                gpu_data, 0);
 }
 
 PyDoc_STRVAR(device_array_doc,

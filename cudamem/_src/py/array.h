@@ -79,6 +79,16 @@ int cmpy_parse_layout(PyObject *shape_arg, PyObject *dtype_arg,
                       Py_ssize_t *shape, Py_ssize_t *strides,
                       PyArray_Descr **dtype);
 
+/* numba's DeviceNDArray(shape, strides, dtype, stream, gpu_data) and,
+ * with `record` (shape and strides ()), DeviceRecord(dtype, stream,
+ * gpu_data): an object of `type` over new memory from the current device's
+ * manager, or over gpu_data's (a MemoryPointer holding the extent from its
+ * pointer on). stream and gpu_data may be NULL. New reference. */
+PyObject *cmpy_array_construct(PyTypeObject *type, PyObject *shape_arg,
+                               PyObject *strides_arg, PyObject *dtype_arg,
+                               PyObject *stream, PyObject *gpu_data,
+                               int record);
+
 /* Whether obj is a cudamem device array or record (DeviceNDArrayBase). */
 static inline int
 cmpy_is_array(cmpy_state *st, PyObject *obj)
@@ -114,6 +124,19 @@ cmpy_DeviceNDArray *cmpy_array_empty(cmpy_state *st, cmpy_DeviceNDArray *like,
 
 /* arrayview.c: views. */
 PyObject *cmpy_array_getitem(PyObject *op, PyObject *key);
+/* The sequence protocol's d[i], and iteration over the first axis. */
+PyObject *cmpy_array_item(PyObject *op, Py_ssize_t i);
+PyObject *cmpy_array_iter(PyObject *op);
+/* op (an array or record), or a view of all of it bound to `stream` when
+ * that is given and true: numba's rule for getitem/setitem(stream=), where
+ * 0 and None mean the object's own stream. New reference. */
+PyObject *cmpy_array_on_stream(cmpy_state *st, PyObject *op,
+                               PyObject *stream);
+PyObject *cmpy_array_getitem_method(PyObject *, PyObject *const *,
+                                    Py_ssize_t, PyObject *);
+PyObject *cmpy_array_setitem_method(PyObject *, PyObject *const *,
+                                    Py_ssize_t, PyObject *);
+extern const char cmpy_array_getitem_doc[], cmpy_array_setitem_doc[];
 /* The element of `dtype` at ptr (in self's memory) read to the host after
  * the work queued before it on self's stream: a NumPy scalar. */
 PyObject *cmpy_array_read_scalar(cmpy_state *st, cmpy_DeviceNDArray *self,

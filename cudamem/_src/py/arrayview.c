@@ -241,6 +241,99 @@ cmpy_array_getitem(PyObject *op, PyObject *key)
                                        self->dtype);
 }
 
+/* d[i] as the sequence protocol asks for it: what iteration yields. */
+PyObject *
+cmpy_array_item(PyObject *op, Py_ssize_t i)
+{
+    PyObject *key = PyLong_FromSsize_t(i), *out;
+
+    if (key == NULL) {
+        return NULL;
+    }
+    out = cmpy_array_getitem(op, key);
+    Py_DECREF(key);
+    return out;
+}
+
+/* NumPy's iteration: d[0], d[1], ... along the first axis; a 0-d array
+ * has none. */
+PyObject *
+cmpy_array_iter(PyObject *op)
+{
+    if (CMPY_NDIM((cmpy_DeviceNDArray *)op) == 0) {
+        PyErr_SetString(PyExc_TypeError, "iteration over a 0-d array");
+        return NULL;
+    }
+    return PySeqIter_New(op);
+}
+
+PyObject *
+cmpy_array_on_stream(cmpy_state *st, PyObject *op, PyObject *stream)
+{
+    cmpy_DeviceNDArray *self = (cmpy_DeviceNDArray *)op;
+    int given = stream != NULL ? PyObject_IsTrue(stream) : 0;
+
+    if (given <= 0) {
+        return given < 0 ? NULL : Py_NewRef(op);
+    }
+    return cmpy_array_rebind(
+        st,
+        cmpy_array_view_as(st, (PyObject *)Py_TYPE(op), self, CMPY_NDIM(self),
+                           CMPY_SHAPE(self), CMPY_STRIDES(self), self->ptr,
+                           self->dtype),
+        stream);
+}
+
+const char cmpy_array_getitem_doc[] =
+    "getitem(item, stream=0)\n\n"
+    "self[item] with *stream* (default: the array's own): a view bound to "
+    "it,\nor an element read after the work queued before it there.";
+
+PyObject *
+cmpy_array_getitem_method(PyObject *op, PyObject *const *args,
+                          Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {"item", "stream"};
+    cmpy_state *st = cmpy_type_state(op);
+    PyObject *argv[2], *arr, *out;
+
+    if (cmpy_parse_args("getitem", names, 2, 1, args, nargs, kwnames, argv) <
+            0 ||
+        (arr = cmpy_array_on_stream(st, op, argv[1])) == NULL) {
+        return NULL;
+    }
+    out = cmpy_array_getitem(arr, argv[0]);
+    Py_DECREF(arr);
+    return out;
+}
+
+const char cmpy_array_setitem_doc[] =
+    "setitem(key, value, stream=0)\n\n"
+    "self[key] = value on *stream* (default: the array's own; 0 for an "
+    "array\nwithout one: synchronous).";
+
+PyObject *
+cmpy_array_setitem_method(PyObject *op, PyObject *const *args,
+                          Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {"key", "value", "stream"};
+    cmpy_state *st = cmpy_type_state(op);
+    PyObject *argv[3], *arr;
+    int rc;
+
+    if (cmpy_parse_args("setitem", names, 3, 2, args, nargs, kwnames, argv) <
+            0 ||
+        (arr = cmpy_array_on_stream(st, op, argv[2])) == NULL) {
+        return NULL;
+    }
+    rc = PyObject_SetItem(arr, argv[0], argv[1]);
+    Py_DECREF(arr);
+    if (rc < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 /* The layout `key` selects, for assignment. */
 int
 cmpy_array_index_layout(cmpy_DeviceNDArray *self, PyObject *key, int *ndim,
@@ -384,12 +477,14 @@ reshape_to(cmpy_state *st, cmpy_DeviceNDArray *self, int nd,
     return cmpy_array_copy_as(st, self, order, nd, dims);
 }
 
-/* Shape arguments: reshape(2, 3) or reshape((2, 3)). */
+/* Shape arguments: reshape(2, 3) or reshape((2, 3)), any sequence of ints
+ * (a NumPy integer array too: it has __index__, but refuses it unless
+ * 0-d). */
 static int
 shape_args(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t *dims, int *nd,
            PyObject **shape_arg)
 {
-    if (nargs == 1 && !PyIndex_Check(args[0])) {
+    if (nargs == 1 && (!PyIndex_Check(args[0]) || PyArray_Check(args[0]))) {
         *shape_arg = Py_NewRef(args[0]);
     }
     else {

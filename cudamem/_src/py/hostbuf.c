@@ -277,75 +277,6 @@ static PyType_Spec buffer_spec = {
     .slots = buffer_slots,
 };
 
-/* The layout arguments of numpy.empty (shape, dtype, strides, order): a
- * new dtype reference. */
-static int
-parse_layout(PyObject *const *argv, int *ndim, Py_ssize_t *shape,
-             Py_ssize_t *strides, PyArray_Descr **dtype)
-{
-    char order = 'C';
-    int sndim;
-
-    *dtype = NULL;
-    if (cmpy_parse_ints(argv[0], "shape", shape, ndim) < 0) {
-        return -1;
-    }
-    for (int i = 0; i < *ndim; i++) {
-        if (shape[i] < 0) {
-            PyErr_Format(PyExc_ValueError,
-                         "negative dimensions are not allowed: shape %R",
-                         argv[0]);
-            return -1;
-        }
-    }
-    if (!PyArray_DescrConverter2(argv[1] != NULL ? argv[1] : Py_None,
-                                 dtype)) {
-        return -1;
-    }
-    if (*dtype == NULL) {
-        *dtype = PyArray_DescrFromType(NPY_DOUBLE);
-    }
-    if (cmpy_check_dtype(*dtype) < 0) {
-        goto fail;
-    }
-    if (argv[3] != NULL && argv[3] != Py_None) {
-        const char *s = PyUnicode_Check(argv[3]) ? PyUnicode_AsUTF8(argv[3])
-                                                 : NULL;
-
-        if (s == NULL || (strcmp(s, "C") != 0 && strcmp(s, "F") != 0)) {
-            PyErr_Clear();
-            PyErr_Format(PyExc_ValueError, "order must be 'C' or 'F', not %R",
-                         argv[3]);
-            goto fail;
-        }
-        order = s[0];
-    }
-    if (argv[2] == NULL || argv[2] == Py_None) {
-        if (cmpy_expand_subarray(dtype, ndim, shape, NULL) < 0) {
-            goto fail;
-        }
-        cmpy_contiguous_strides(*ndim, shape, PyDataType_ELSIZE(*dtype),
-                                order, strides);
-        return 0;
-    }
-    if (cmpy_parse_ints(argv[2], "strides", strides, &sndim) < 0) {
-        goto fail;
-    }
-    if (sndim != *ndim) {
-        PyErr_Format(PyExc_ValueError,
-                     "strides %R do not match the %d dimensions of the "
-                     "shape %R",
-                     argv[2], *ndim, argv[0]);
-        goto fail;
-    }
-    if (cmpy_expand_subarray(dtype, ndim, shape, strides) == 0) {
-        return 0;
-    }
-fail:
-    Py_CLEAR(*dtype);
-    return -1;
-}
-
 /* A HostBuffer owning new cudamem host memory of `kind` on dev. */
 static PyObject *
 native_buffer(cmpy_state *st, cm_device *dev, cm_host_kind kind,
@@ -547,7 +478,8 @@ pinned_array(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     if (cmpy_numpy_init() < 0 ||
         cmpy_parse_args("pinned_array", layout_names, 4, 1, args, nargs,
                         kwnames, argv) < 0 ||
-        parse_layout(argv, &ndim, shape, strides, &dtype) < 0) {
+        cmpy_parse_layout(argv[0], argv[1], argv[2], argv[3], &ndim, shape,
+                          strides, &dtype) < 0) {
         return NULL;
     }
     if (cmpy_current_device(st, &dev) == 0) {
@@ -611,7 +543,8 @@ mapped_array(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     if (cmpy_numpy_init() < 0 ||
         cmpy_parse_args("mapped_array", layout_names, 7, 1, args, nargs,
                         kwnames, argv) < 0 ||
-        parse_layout(argv, &ndim, shape, strides, &dtype) < 0) {
+        cmpy_parse_layout(argv[0], argv[1], argv[2], argv[3], &ndim, shape,
+                          strides, &dtype) < 0) {
         return NULL;
     }
     /* A bad stream allocates nothing. */

@@ -139,23 +139,6 @@ PyDoc_STRVAR(setitem_doc,
              "broadcast\nover a sub-array), on *stream* (default: the "
              "record's).");
 
-/* getitem / setitem with a stream: the operation runs on a view bound to
- * it. */
-static PyObject *
-bound_to(cmpy_state *st, PyObject *op, PyObject *stream)
-{
-    cmpy_DeviceNDArray *self = (cmpy_DeviceNDArray *)op;
-
-    if (stream == NULL) {
-        return Py_NewRef(op);
-    }
-    return cmpy_array_rebind(
-        st,
-        cmpy_array_view_as(st, st->DeviceRecordType, self, 0, NULL, NULL,
-                           self->ptr, self->dtype),
-        stream);
-}
-
 static PyObject *
 record_getitem_method(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
                       PyObject *kwnames)
@@ -166,7 +149,7 @@ record_getitem_method(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
 
     if (cmpy_parse_args("getitem", names, 2, 1, args, nargs, kwnames, argv) <
             0 ||
-        (rec = bound_to(st, op, argv[1])) == NULL) {
+        (rec = cmpy_array_on_stream(st, op, argv[1])) == NULL) {
         return NULL;
     }
     out = record_getitem(rec, argv[0]);
@@ -185,7 +168,7 @@ record_setitem_method(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
 
     if (cmpy_parse_args("setitem", names, 3, 2, args, nargs, kwnames, argv) <
             0 ||
-        (rec = bound_to(st, op, argv[2])) == NULL) {
+        (rec = cmpy_array_on_stream(st, op, argv[2])) == NULL) {
         return NULL;
     }
     rc = record_setitem(rec, argv[0], argv[1]);
@@ -204,8 +187,25 @@ static PyMethodDef record_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+static PyObject *
+record_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *names[] = {"dtype", "stream", "gpu_data", NULL};
+    PyObject *dtype, *stream = NULL, *gpu_data = NULL, *none;
+    PyObject *out;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|OO:DeviceRecord", names,
+                                     &dtype, &stream, &gpu_data) ||
+        (none = PyTuple_New(0)) == NULL) {
+        return NULL;
+    }
+    out = cmpy_array_construct(type, none, none, dtype, stream, gpu_data, 1);
+    Py_DECREF(none);
+    return out;
+}
+
 PyDoc_STRVAR(record_doc,
-             "DeviceRecord\n\n"
+             "DeviceRecord(dtype, stream=0, gpu_data=None)\n\n"
              "One structured element in device memory (numba's "
              "DeviceRecord), made by\nto_device() of a numpy.void or by "
              "indexing a structured array with\nintegers. rec['f'] reads a "
@@ -213,6 +213,7 @@ PyDoc_STRVAR(record_doc,
 
 static PyType_Slot record_slots[] = {
     {Py_tp_doc, (void *)record_doc},
+    {Py_tp_new, record_new},
     {Py_tp_traverse, cmpy_array_traverse},
     {Py_tp_clear, cmpy_array_clear},
     {Py_tp_methods, record_methods},
@@ -226,7 +227,7 @@ static PyType_Spec record_spec = {
     .basicsize = offsetof(cmpy_DeviceNDArray, dims),
     .itemsize = sizeof(Py_ssize_t),
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC |
-             Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_IMMUTABLETYPE,
+             Py_TPFLAGS_IMMUTABLETYPE,
     .slots = record_slots,
 };
 
