@@ -245,6 +245,10 @@ KEYWORD_CALLS = {
                                 to=None)),
     "DeviceNDArray.copy": lambda s: (s.array.copy, dict(order="C")),
     "DeviceNDArray.fill": lambda s: (s.array.fill, dict(value=1, stream=0)),
+    "DeviceNDArray.getitem": lambda s: (s.array.getitem,
+                                        dict(item=0, stream=0)),
+    "DeviceNDArray.setitem": lambda s: (s.array.setitem,
+                                        dict(key=0, value=1, stream=0)),
     "DeviceNDArray.__dlpack__": lambda s: (
         s.array.__dlpack__, dict(stream=None, max_version=None,
                                  dl_device=None, copy=None)),
