@@ -5,7 +5,8 @@ cudamem's default manager allocates with ``cuMemAlloc`` in C and queues
 frees in numba's deferred-deallocation queue. A plugin (a
 ``BaseCUDAMemoryManager`` subclass, usually over
 ``HostOnlyCUDAMemoryManager``) set with ``set_memory_manager()`` or
-``CUDAMEM_MEMORY_MANAGER=<module>`` receives every array allocation of the
+``CUDAMEM_MEMORY_MANAGER=<module>`` (numba's ``NUMBA_CUDA_MEMORY_MANAGER``
+when that is unset) receives every array allocation of the
 contexts whose manager is made afterwards; ``using_memory_manager()``
 switches the current context's for a block. Temporaries of cudamem's own
 copy engine stay on cudamem's allocator.
@@ -21,9 +22,9 @@ from cudamem.devices import MemoryInfo
 from cudamem.ipc import GetIpcHandleMixin
 
 __all__ = ["BaseCUDAMemoryManager", "HostOnlyCUDAMemoryManager",
-           "DefaultMemoryManager", "ManagedMemory", "MappedMemory",
-           "MemoryPointer", "MemoryInfo", "PinnedMemory",
-           "set_memory_manager", "using_memory_manager"]
+           "DefaultMemoryManager", "NumbaCUDAMemoryManager", "ManagedMemory",
+           "MappedMemory", "MemoryPointer", "MemoryInfo", "PinnedMemory",
+           "UniqueDict", "set_memory_manager", "using_memory_manager"]
 
 _SUPPORTED_EMM_INTERFACE_VERSION = 1
 
@@ -31,6 +32,22 @@ _SUPPORTED_EMM_INTERFACE_VERSION = 1
 # plugin's module: (module, class).
 _NAMED = {"default": ("cudamem.memory", "DefaultMemoryManager"),
           "pool": ("cudamem.pool", "PoolMemoryManager")}
+
+# The variables naming the manager, the first one set winning (as the
+# pending-free thresholds in core/pending.c).
+_ENV_VARS = ("CUDAMEM_MEMORY_MANAGER", "NUMBA_CUDA_MEMORY_MANAGER")
+
+
+class UniqueDict(dict):
+    """UniqueDict()
+
+    numba's ``utils.UniqueDict``: a dict that refuses (AssertionError) to
+    bind a key it holds already."""
+
+    def __setitem__(self, key, value):
+        if key in self:
+            raise AssertionError("key already in dictionary: %r" % (key,))
+        super().__setitem__(key, value)
 
 
 class BaseCUDAMemoryManager(abc.ABC):
@@ -45,10 +62,19 @@ class BaseCUDAMemoryManager(abc.ABC):
     ``memallocmanaged(size, attach_global)`` for managed arrays (a
     ManagedMemory; without it managed arrays are cudamem's).
     ``DeviceNDArray.get_ipc_handle()``, ``Context.get_memory_info()``,
-    ``reset()`` and ``defer_cleanup()`` delegate to it."""
+    ``reset()`` and ``defer_cleanup()`` delegate to it.
 
-    def __init__(self, context):
-        self.context = context
+    As numba's, it takes ``context=`` (RuntimeError without it) and
+    ignores other arguments; cudamem also takes the context
+    positionally."""
+
+    def __init__(self, *args, **kwargs):
+        if "context" in kwargs:
+            self.context = kwargs.pop("context")
+        elif args:
+            self.context = args[0]
+        else:
+            raise RuntimeError("Memory manager requires a context")
 
     @abc.abstractmethod
     def memalloc(self, size):
@@ -115,12 +141,33 @@ class HostOnlyCUDAMemoryManager(BaseCUDAMemoryManager):
     A base for plugins that manage device memory only (numba's): host
     memory comes from cudamem, its frees go through the context's memory
     queue, and ``reset()`` / ``defer_cleanup()`` act on that queue
-    (plugins overriding them call ``super()``'s, as numba asks)."""
+    (plugins overriding them call ``super()``'s, as numba asks).
+
+    ``allocations`` is numba's: a UniqueDict, empty at first, that plugins
+    such as RMM's fill in ``memalloc()`` (and empty in their finalizers)
+    to keep their buffers alive; ``reset()`` clears it. ``deallocations``
+    is the context's memory queue (a Deallocations) unless the plugin
+    assigns its own."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.allocations = UniqueDict()
 
     @property
     def deallocations(self):
-        """The context's queue of pending memory frees."""
+        """The context's queue of pending memory frees, or what the plugin
+        assigned."""
+        own = self.__dict__.get("_deallocations")
+        if own is not None:
+            return own
+        if self.context is None:
+            raise RuntimeError("a memory manager made without a context "
+                               "has no deallocations")
         return self.context._memory_deallocations
+
+    @deallocations.setter
+    def deallocations(self, value):
+        self.__dict__["_deallocations"] = value
 
     def memhostalloc(self, size, mapped=False, portable=False, wc=False):
         """memhostalloc(size, mapped=False, portable=False, wc=False)
@@ -147,7 +194,9 @@ class HostOnlyCUDAMemoryManager(BaseCUDAMemoryManager):
     def reset(self):
         """reset()
 
-        Frees the context's pending host (and cudamem device) frees."""
+        Clears ``allocations`` (dropping what the plugin keeps there) and
+        frees the context's pending frees, as numba's does."""
+        self.allocations.clear()
         self.deallocations.clear()
 
     def defer_cleanup(self):
@@ -202,6 +251,10 @@ class DefaultMemoryManager(GetIpcHandleMixin, HostOnlyCUDAMemoryManager):
         return "<cudamem.DefaultMemoryManager of %r>" % (self.context,)
 
 
+# numba's name of its default manager.
+NumbaCUDAMemoryManager = DefaultMemoryManager
+
+
 # Managers cudamem allocates for itself, by exact type: their contexts'
 # arrays never call memalloc() (the mode Context._set_memory_manager
 # takes). Every other manager is a plugin.
@@ -242,9 +295,19 @@ def _check_class(cls):
         _cudamem._enable_plugins()
 
 
+def _env_manager():
+    """(variable, value) naming the manager: cudamem's variable when it is
+    set, else numba's; ("", "default") when neither is."""
+    for var in _ENV_VARS:
+        value = os.environ.get(var)
+        if value is not None:
+            return var, value or "default"
+    return "", "default"
+
+
 def _class_from_env():
     import importlib
-    name = os.environ.get("CUDAMEM_MEMORY_MANAGER") or "default"
+    var, name = _env_manager()
     try:
         if name in _NAMED:
             module, attr = _NAMED[name]
@@ -256,7 +319,7 @@ def _class_from_env():
                 cls = module._numba_memory_manager
     except Exception as exc:
         raise RuntimeError("Failed to use memory manager from %s (set by "
-                           "CUDAMEM_MEMORY_MANAGER)" % name) from exc
+                           "%s)" % (name, var)) from exc
     _check_class(cls)
     return cls
 
@@ -348,5 +411,5 @@ def using_memory_manager(cls):
 
 # A manager named in the environment is made with the first context's
 # manager; allocations must ask for it from the start.
-if (os.environ.get("CUDAMEM_MEMORY_MANAGER") or "default") != "default":
+if _env_manager()[1] != "default":
     _cudamem._enable_plugins()
