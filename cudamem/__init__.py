@@ -76,6 +76,7 @@ from cudamem.memory import (
     using_memory_manager,
 )
 from cudamem.pool import PoolMemoryManager
+from cudamem.runtime import is_supported_version
 from cudamem.ipc import (
     GetIpcHandleMixin,
     IpcArrayHandle,
@@ -144,6 +145,7 @@ __all__ = [
     "gpus",
     "is_available",
     "is_cuda_array",
+    "is_supported_version",
     "legacy_default_stream",
     "list_devices",
     "managed_array",

@@ -3,12 +3,20 @@
 cudamem itself needs only the driver. ``get_version()`` asks a CUDA runtime
 library (``libcudart.so*``, loaded through ctypes on the first call) when
 one can be loaded, and otherwise answers the CUDA version of the headers
-cudamem was built with (``cudamem._cudamem.CUDA_VERSION``). Neither loads
-the driver or creates a context.
+cudamem was built with (``cudamem._cudamem.CUDA_VERSION``).
+``is_supported_version()`` is numba's check of that version's major
+against the toolkits it supports (12 and 13). None of them loads the
+driver or creates a context. ``runtime`` is numba's ``Runtime`` object
+with the same two methods (``from numba.cuda.cudadrv.runtime import
+runtime``).
 """
 from cudamem import _cudamem
 
-__all__ = ["get_version", "is_runtime_present"]
+__all__ = ["Runtime", "SUPPORTED_TOOLKIT_MAJOR_VERSIONS", "get_version",
+           "is_runtime_present", "is_supported_version", "runtime"]
+
+# numba-cuda 0.30's (cudadrv/runtime.py).
+SUPPORTED_TOOLKIT_MAJOR_VERSIONS = (12, 13)
 
 _NAMES = ("libcudart.so", "libcudart.so.13", "libcudart.so.12",
           "libcudart.so.11.0")
@@ -56,3 +64,34 @@ def get_version():
         else:
             _cached = (_split(version), True)
     return _cached[0]
+
+
+def is_supported_version():
+    """is_supported_version() -> bool
+
+    Whether ``get_version()``'s major is one numba supports
+    (SUPPORTED_TOOLKIT_MAJOR_VERSIONS), as numba's
+    ``runtime.is_supported_version()``."""
+    return get_version()[0] in SUPPORTED_TOOLKIT_MAJOR_VERSIONS
+
+
+class Runtime:
+    """Runtime()
+
+    numba's ``Runtime``: this module's ``get_version()`` and
+    ``is_supported_version()`` as methods."""
+
+    def get_version(self):
+        """get_version() -> tuple[int, int]
+
+        The module's ``get_version()``."""
+        return get_version()
+
+    def is_supported_version(self):
+        """is_supported_version() -> bool
+
+        The module's ``is_supported_version()``."""
+        return is_supported_version()
+
+
+runtime = Runtime()
