@@ -79,16 +79,18 @@ static void
 buffer_dealloc(cmpy_HostBuffer *self)
 {
     PyTypeObject *type = Py_TYPE(self);
+    cmpy_state *st;
 
     PyObject_GC_UnTrack(self);
     if (self->weakreflist != NULL) {
         PyObject_ClearWeakRefs((PyObject *)self);
     }
-    discard(cmpy_type_state((PyObject *)self), self->host);
+    /* At interpreter exit the type may have lost its module already. */
+    st = cmpy_final_state((PyObject *)self);
+    discard(st, self->host);
     /* The record first: the finalizer frees the memory it describes. */
     if (self->finalizer != NULL) {
-        cmpy_memory_finalize(cmpy_type_state((PyObject *)self),
-                             self->finalizer);
+        cmpy_memory_finalize(st, self->finalizer);
         Py_CLEAR(self->finalizer);
     }
     Py_CLEAR(self->owner);

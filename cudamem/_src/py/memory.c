@@ -173,7 +173,7 @@ cmpy_memory_finalize(cmpy_state *st, PyObject *finalizer)
         /* An unraisable error when warnings are errors or the module is
          * gone. */
         exc = cmpy_exc_take();
-        if (st->CudaWarning == NULL ||
+        if (st == NULL || st->CudaWarning == NULL ||
             PyErr_WarnFormat(st->CudaWarning, 1,
                              "the finalizer %R of an EMM plugin's memory "
                              "raised %R",

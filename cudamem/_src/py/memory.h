@@ -91,7 +91,8 @@ int cmpy_manager_call(cmpy_state *st, cm_device *dev, const char *method,
                       PyObject **plugin, PyObject **got);
 
 /* Calls an EMM plugin's finalizer (no arguments); an exception it raises
- * becomes a CudaWarning naming it. Any exception already set is kept. */
+ * becomes a CudaWarning naming it (unraisable when st is NULL: the
+ * module is gone). Any exception already set is kept. */
 void cmpy_memory_finalize(cmpy_state *st, PyObject *finalizer);
 
 /* A (context, size) pair of arguments of `name`(): the context's device

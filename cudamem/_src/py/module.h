@@ -120,6 +120,22 @@ cmpy_exc_put(PyObject *exc)
 #endif
 }
 
+/* In a finalizer: the state of self's module, or NULL without an
+ * exception once interpreter exit has cleared its type's module (the
+ * release is then reported on stderr, cmpy_warn_release). */
+static inline cmpy_state *
+cmpy_final_state(PyObject *self)
+{
+    PyObject *saved = cmpy_exc_take();
+    cmpy_state *st = (cmpy_state *)PyType_GetModuleState(Py_TYPE(self));
+
+    if (st == NULL) {
+        PyErr_Clear();
+    }
+    cmpy_exc_put(saved);
+    return st;
+}
+
 /* Sets the Python exception for a core failure; returns NULL. */
 PyObject *cmpy_raise(cmpy_state *st, const cm_error *err);
 /* The same, with `hint` (or NULL) appended to a plain CudaAPIError's
