@@ -684,8 +684,8 @@ memtype(int on_device)
     } while (0)
 
 /* Whether cuMemcpy2DAsync takes the pitches of rows h between device
- * memory. cuda.h: on intra-device copies it "may fail for pitches not
- * computed by cuMemAllocPitch()", whose pitches are guaranteed multiples
+ * memory. cuda.h: on intra-device copies it may fail for pitches that
+ * cuMemAllocPitch did not compute, and those are guaranteed multiples
  * of CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT (the alignment texture
  * binding requires); those are the pitches taken as safe. The start
  * addresses do not matter: cuMemcpy2D takes any srcXInBytes inside a
