@@ -207,14 +207,7 @@ bench: build build/floor
 # the real driver, then the benchmarks; logs and results go to $(RESULTS).
 GPU_PY ?= python3
 gpu-check:
-	@mkdir -p $(RESULTS)
-	{ date -u; nvidia-smi || true; $(GPU_PY) -c 'import sys, numpy; print(sys.version); print("numpy", numpy.__version__)'; } > $(RESULTS)/machine.txt 2>&1
-	$(MAKE) VENV=none PY=$(GPU_PY) build 2>&1 | tee $(RESULTS)/build.log
-	CUDAMEM_TEST_DRIVER=real $(GPU_PY) -m pytest -q -rs tests 2>&1 | tee $(RESULTS)/pytest.log; \
-	  echo "pytest exit $${PIPESTATUS[0]}" >> $(RESULTS)/pytest.log
-	$(MAKE) VENV=none build/floor
-	CUDAMEM_DRIVER=libcuda.so.1 build/floor --json $(RESULTS)/floor.json 2>&1 | tee $(RESULTS)/floor.txt
-	$(GPU_PY) -m benchmarks --out $(RESULTS)/bench --record 2>&1 | tee $(RESULTS)/bench.txt
+	GPU_PY=$(GPU_PY) tests/gpu/check.sh $(RESULTS)
 
 clean:
 	rm -rf build cudamem/*.so cudamem/__pycache__ tests/__pycache__ .pytest_cache .hypothesis
