@@ -35,8 +35,15 @@ ATTRIBUTES = (
 
 
 # ---------------------------------------------------------------------------
-# Progress: tqdm.auto (a notebook widget in Jupyter) when it is installed,
-# else a text bar.
+# Progress: tqdm.auto (a notebook widget in Jupyter) when it is installed
+# and someone watches, else a text bar.
+
+def _watched(file):
+    """Whether a person sees *file* as it is written: a terminal or a
+    notebook. A log or a pipe gets the finished bar only."""
+    return "ipykernel" in sys.modules or bool(
+        getattr(file, "isatty", lambda: False)())
+
 
 class TextBar:
     """A one-line progress bar with tqdm's methods that cudamem uses,
@@ -46,8 +53,7 @@ class TextBar:
     def __init__(self, total, desc, file, width=30):
         self.total, self.desc, self.file, self.width = total, desc, file, width
         self.n, self.postfix, self._shown = 0, "", 0
-        self.live = "ipykernel" in sys.modules or bool(
-            getattr(file, "isatty", lambda: False)())
+        self.live = _watched(file)
         self._draw()
 
     def _draw(self, final=False):
@@ -79,8 +85,11 @@ class TextBar:
 
 def progress(total, desc, file=None):
     """A progress bar over *total* steps on *file* (stderr): tqdm.auto's
-    when tqdm is installed, else a TextBar."""
+    when tqdm is installed and someone watches, else a TextBar (tqdm would
+    write every redraw into a log)."""
     file = sys.stderr if file is None else file
+    if not _watched(file):
+        return TextBar(total, desc, file)
     try:
         from tqdm.auto import tqdm
     except ImportError:

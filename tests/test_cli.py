@@ -285,7 +285,9 @@ def test_text_bar_writes_once_elsewhere():
     assert out.getvalue() == "\rwork [####] 2/2 \n"
 
 
-def test_progress_uses_tqdm_auto_when_installed(monkeypatch):
+@pytest.fixture
+def fake_tqdm(monkeypatch):
+    """tqdm.auto, installed: the keyword arguments of each bar made."""
     made = []
 
     class FakeTqdm:
@@ -296,10 +298,21 @@ def test_progress_uses_tqdm_auto_when_installed(monkeypatch):
     auto.tqdm = FakeTqdm
     monkeypatch.setitem(sys.modules, "tqdm", types.ModuleType("tqdm"))
     monkeypatch.setitem(sys.modules, "tqdm.auto", auto)
-    out = io.StringIO()
+    return FakeTqdm, made
+
+
+def test_progress_uses_tqdm_auto_on_a_terminal(fake_tqdm):
+    out = _Terminal()
     bar = _cli.progress(5, "x", file=out)
-    assert isinstance(bar, FakeTqdm)
-    assert made == [dict(total=5, desc="x", file=out, leave=False)]
+    assert isinstance(bar, fake_tqdm[0])
+    assert fake_tqdm[1] == [dict(total=5, desc="x", file=out, leave=False)]
+
+
+def test_progress_writes_a_log_once_even_with_tqdm(fake_tqdm):
+    # Found on a GPU machine that has tqdm: each redraw went into the log.
+    bar = _cli.progress(2, "x", file=io.StringIO())
+    assert isinstance(bar, _cli.TextBar)
+    assert fake_tqdm[1] == []
 
 
 def test_progress_falls_back_to_text(monkeypatch):
