@@ -187,6 +187,25 @@ def run_python(code, env=None, timeout=120):
                           timeout=timeout)
 
 
+# What only the simulator has: its control module and the settings that
+# shape its devices. A test whose subprocess uses them means nothing on a
+# GPU (its counts read the simulator while cudamem runs on the GPU), so it
+# must be marked ``simulator`` or use the fixture that skips on a GPU;
+# checked on every driver.
+_SIM_ONLY_CODE = ("cudamem import simulator", "import cudamem.simulator")
+_SIM_ONLY_ENV = ("CUDAMEM_SIM_DEVICES", "CUDAMEM_SIM_MEMORY",
+                 "CUDAMEM_SIM_ATTRS")
+
+
 @pytest.fixture
-def run_py():
-    return run_python
+def run_py(request):
+    marked = (request.node.get_closest_marker("simulator") is not None
+              or "sim" in request.fixturenames)
+
+    def run(code, env=None, timeout=120):
+        if not marked and (any(s in code for s in _SIM_ONLY_CODE) or any(
+                env and env.get(k) is not None for k in _SIM_ONLY_ENV)):
+            pytest.fail("%s runs the simulator's control API or devices in "
+                        "a subprocess: mark it simulator" % request.node.name)
+        return run_python(code, env, timeout)
+    return run

@@ -433,6 +433,7 @@ def test_many_threads_round_trips():
     assert errors == []
 
 
+@pytest.mark.simulator
 def test_two_devices(run_py):
     proc = run_py("""
         import numpy as np, cudamem
@@ -464,6 +465,7 @@ def test_two_devices(run_py):
     assert live["device_allocations"] == 0 and live["contexts"] == 0, live
 
 
+@pytest.mark.simulator
 def test_visible_devices(run_py):
     proc = run_py("""
         import numpy as np, cudamem

@@ -664,6 +664,7 @@ def test_writable_import_writes():
 # ---------------------------------------------------------------------------
 # Several devices: the pointer decides.
 
+@pytest.mark.simulator
 def test_device_comes_from_the_pointer(run_py):
     proc = run_py("""
         import numpy as np, cudamem
@@ -753,6 +754,7 @@ def test_cai_objects_are_sources_everywhere(sim):
         dst.copy_to_device(Producer(cudamem.to_device(h.astype(np.float32))))
 
 
+@pytest.mark.simulator
 def test_to_device_copies_a_cai_object_of_another_device(run_py):
     proc = run_py("""
         import numpy as np, cudamem

@@ -120,6 +120,7 @@ def test_no_producer_stream_only_binds(sim):
     assert imported.stream is b
 
 
+@pytest.mark.simulator
 @pytest.mark.parametrize("env", ["CUDAMEM_CUDA_ARRAY_INTERFACE_SYNC",
                                  "NUMBA_CUDA_ARRAY_INTERFACE_SYNC"])
 def test_sync_environment_turns_the_event_wait_off(run_py, env):

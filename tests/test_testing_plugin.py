@@ -347,3 +347,26 @@ def test_downstream_example_catches_a_missing_synchronization(
     result.stdout.fnmatch_lines([
         "ERROR *::test_stage_in_is_complete_when_it_returns - *",
     ])
+
+
+# The suite's own rule (tests/conftest.py): a subprocess that needs the
+# simulator is refused unless its test is marked so, on either driver, so
+# a test that would pass vacuously on a GPU fails on the simulator first.
+
+@pytest.mark.parametrize("code, env", [
+    ("from cudamem import simulator", None),
+    ("import cudamem.simulator", None),
+    ("pass", {"CUDAMEM_SIM_DEVICES": "2"}),
+    ("pass", {"CUDAMEM_SIM_ATTRS": "100=1"}),
+])
+def test_run_py_refuses_unmarked_simulator_code(run_py, code, env):
+    with pytest.raises(pytest.fail.Exception, match="mark it simulator"):
+        run_py(code, env=env)
+
+
+@pytest.mark.simulator
+def test_run_py_runs_marked_simulator_code(run_py):
+    proc = run_py("from cudamem import simulator; print('ran')",
+                  env={"CUDAMEM_SIM_DEVICES": "2"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "ran\n"

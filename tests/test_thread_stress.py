@@ -170,6 +170,7 @@ assert lib.cuMemFree_v2(ptr) == 0
 """
 
 
+@pytest.mark.simulator
 def test_blocked_wait_lets_others_run_and_is_interrupted(run_py):
     proc = run_py(BLOCKED, timeout=60)
     assert proc.returncode == 0, proc.stderr
