@@ -47,6 +47,16 @@ def cuda_core():
     pytest.skip("cuda.core is not installed")
 
 
+def numba_cuda():
+    """numba.cuda, able to compile. numba-cuda 0.30 reads np.row_stack
+    when it first compiles, an alias of np.vstack that NumPy 2.5 removed
+    (seen on an H200 machine with NumPy 2.5.2); it gets the alias back."""
+    cuda = pytest.importorskip("numba.cuda")
+    if not hasattr(np, "row_stack"):
+        np.row_stack = np.vstack
+    return cuda
+
+
 def as_stream_arg(s, handle):
     """A foreign stream as `stream=`: the object itself when it speaks
     __cuda_stream__, else its raw handle through external_stream()."""
@@ -88,7 +98,7 @@ def test_torch_round_trip():
 
 
 def test_numba_round_trip_and_kernel():
-    cuda = pytest.importorskip("numba.cuda")
+    cuda = numba_cuda()
     d = cudamem.to_device(np.zeros(32, dtype=np.float32))
     n = cuda.as_cuda_array(d)
     assert n.device_ctypes_pointer.value == ptr(d)
@@ -127,7 +137,7 @@ def test_chain_keeps_one_pointer():
     # cudamem -> CuPy -> PyTorch -> numba -> cudamem: every hop zero-copy.
     cupy = pytest.importorskip("cupy")
     torch = torch_cuda()
-    cuda = pytest.importorskip("numba.cuda")
+    cuda = numba_cuda()
     d = cudamem.to_device(np.arange(1000, dtype=np.int32))
     c = cupy.asarray(d)
     t = torch.from_dlpack(c)
