@@ -54,3 +54,34 @@ class DevicePointer(ctypes.c_size_t):
 
     def __repr__(self) -> str:
         return f"DevicePointer({self.value})"
+
+
+class StridedLayout:
+    """The layout part of :class:`LaunchView`."""
+
+    __slots__ = ("strides_in_bytes", "is_contiguous_c", "is_contiguous_f",
+                 "is_contiguous_any")
+
+    def __init__(self, strides: tuple, c: bool, f: bool) -> None:
+        self.strides_in_bytes = strides
+        self.is_contiguous_c = c
+        self.is_contiguous_f = f
+        self.is_contiguous_any = c or f
+
+
+class LaunchView:
+    """What numba-cuda's kernel launch reads from an argument that has
+    ``__cuda_memory__`` (its ``_strided_memory_view_shim``): the address,
+    shape, dtype, size and layout of a device-accessible array."""
+
+    __slots__ = ("ptr", "shape", "dtype", "size", "_layout")
+
+    def __init__(self, array) -> None:
+        flags = array.flags
+        self.ptr = int(array.device_ctypes_pointer.value or 0)
+        self.shape = tuple(array.shape)
+        self.dtype = array.dtype
+        self.size = array.size
+        self._layout = StridedLayout(tuple(array.strides),
+                                     bool(flags["C_CONTIGUOUS"]),
+                                     bool(flags["F_CONTIGUOUS"]))

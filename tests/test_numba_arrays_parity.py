@@ -381,3 +381,39 @@ h.close()
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == str(
         np.arange(16, dtype=np.float32)[4:12].reshape(2, 4).tolist())
+
+
+# numba-cuda's kernel launch reads _strided_memory_view_shim from every
+# argument with __cuda_memory__ (numba-cuda 0.30, found on an H200: a
+# cudamem array passed to an @cuda.jit kernel raised AttributeError).
+# numba builds it from device_ctypes_pointer, shape, dtype, size, strides
+# and flags; NumPy's layout of the same view is the reference.
+
+@pytest.mark.parametrize("view", [
+    lambda a: a, lambda a: a.T, lambda a: a[:, ::2], lambda a: a[::-1],
+    lambda a: a[1], lambda a: a[1:2, 2:3], lambda a: a[:0],
+], ids=["c", "f", "strided", "reversed", "row", "one", "empty"])
+def test_launch_view_describes_the_array(view):
+    h = np.arange(24.0).reshape(4, 6)
+    d = view(cudamem.to_device(h))
+    ref = view(h)
+    v = d._strided_memory_view_shim
+    assert v.ptr == d.__cuda_array_interface__["data"][0]
+    assert (v.shape, v.dtype, v.size) == (ref.shape, ref.dtype, ref.size)
+    lay = v._layout
+    assert lay.strides_in_bytes == ref.strides
+    assert lay.is_contiguous_c == ref.flags.c_contiguous
+    assert lay.is_contiguous_f == ref.flags.f_contiguous
+    assert lay.is_contiguous_any == (ref.flags.c_contiguous
+                                     or ref.flags.f_contiguous)
+
+
+@pytest.mark.parametrize("make", [cudamem.mapped_array,
+                                  cudamem.managed_array])
+def test_launch_view_of_host_side_arrays(make):
+    a = make((3, 4), np.int32)[:, 1:]
+    v = a._strided_memory_view_shim
+    assert v.ptr == a.__cuda_array_interface__["data"][0]
+    assert (v.shape, v.size, v._layout.strides_in_bytes) == (
+        a.shape, a.size, a.strides)
+    assert not v._layout.is_contiguous_any

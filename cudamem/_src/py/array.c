@@ -892,6 +892,8 @@ static PyGetSetDef array_getset[] = {
     {"device_ctypes_pointer", (getter)get_device_ctypes_pointer, NULL,
      "The address of the first element as a ctypes.c_void_p.", NULL},
     {"__cuda_memory__", get_true, NULL, "True: device memory.", NULL},
+    {"_strided_memory_view_shim", cmpy_launch_view, NULL,
+     "What numba-cuda's kernel launch reads from its own arrays.", NULL},
     {"__cuda_ndarray__", get_true, NULL, "True: a device array.", NULL},
     {"__cuda_array_interface__", (getter)get_cai, NULL,
      "The CUDA Array Interface (version 3) of this array.", NULL},

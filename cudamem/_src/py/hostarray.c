@@ -336,6 +336,8 @@ static PyGetSetDef host_getset[] = {
      "The CUDA Array Interface (version 3) of the device side.", NULL},
     {"__cuda_memory__", get_true, NULL, "True: device-accessible memory.",
      NULL},
+    {"_strided_memory_view_shim", cmpy_launch_view, NULL,
+     "What numba-cuda's kernel launch reads from its own arrays.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -599,26 +599,35 @@ pointer_repr(cmpy_MemoryPointer *self)
                                 addr, self->size, self->mem->dev->ordinal);
 }
 
-/* cudamem._handles.<type_name>(value); the module (and ctypes) is
- * imported on first use. */
+/* cudamem._handles.<type_name>(arg), consuming arg (a new reference, or
+ * NULL after a failure); the module (and ctypes) is imported on first
+ * use. */
 static PyObject *
-handle_object(const char *type_name, unsigned long long value)
+handles_call(const char *type_name, PyObject *arg)
 {
-    PyObject *handles = PyImport_ImportModule("cudamem._handles");
-    PyObject *out;
+    PyObject *handles = NULL, *out = NULL;
 
-    if (handles == NULL) {
-        return NULL;
+    if (arg == NULL ||
+        (handles = PyImport_ImportModule("cudamem._handles")) == NULL) {
+        goto done;
     }
-    out = PyObject_CallMethod(handles, type_name, "K", value);
-    Py_DECREF(handles);
+    out = PyObject_CallMethod(handles, type_name, "O", arg);
+done:
+    Py_XDECREF(handles);
+    Py_XDECREF(arg);
     return out;
 }
 
 PyObject *
 cmpy_c_void_p(unsigned long long value)
 {
-    return handle_object("Handle", value);
+    return handles_call("Handle", PyLong_FromUnsignedLongLong(value));
+}
+
+PyObject *
+cmpy_launch_view(PyObject *array, void *Py_UNUSED(closure))
+{
+    return handles_call("LaunchView", Py_NewRef(array));
 }
 
 static PyObject *
@@ -630,7 +639,9 @@ pointer_get_device_pointer(cmpy_MemoryPointer *self, void *Py_UNUSED(c))
 static PyObject *
 pointer_get_ctypes_pointer(cmpy_MemoryPointer *self, void *Py_UNUSED(c))
 {
-    return handle_object("DevicePointer", (unsigned long long)self->ptr);
+    return handles_call(
+        "DevicePointer",
+        PyLong_FromUnsignedLongLong((unsigned long long)self->ptr));
 }
 
 static PyObject *

@@ -67,6 +67,11 @@ cmpy_type_state(PyObject *self)
  * 1). */
 PyObject *cmpy_c_void_p(unsigned long long value);
 
+/* The getter of _strided_memory_view_shim: numba-cuda's kernel launch
+ * reads it from every argument that has __cuda_memory__ (its own arrays'
+ * protocol), so cudamem's arrays launch as numba's do. */
+PyObject *cmpy_launch_view(PyObject *array, void *closure);
+
 /* PyObject_GetOptionalAttr before 3.13: 1 found, 0 not, -1 error. */
 static inline int
 cmpy_optional_attr(PyObject *obj, const char *name, PyObject **out)
