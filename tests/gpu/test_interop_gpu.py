@@ -112,6 +112,18 @@ def test_numba_round_trip_and_kernel():
 
     add_one[1, 32](d)  # the seeds' launch on a (cudamem) device array
     np.testing.assert_array_equal(d.copy_to_host(), np.ones(32))
+    # A strided view and mapped memory launch through the same protocol
+    # (__cuda_memory__ and _strided_memory_view_shim, numba's own).
+    h = np.arange(64, dtype=np.float32)
+    s = cudamem.to_device(h)
+    add_one[1, 32](s[::2])
+    h[::2] += 1
+    np.testing.assert_array_equal(s.copy_to_host(), h)
+    m = cudamem.mapped_array(32, np.float32)
+    m[:] = np.arange(32)
+    add_one[1, 32](m)
+    cudamem.synchronize()
+    np.testing.assert_array_equal(m, np.arange(32) + 1)
 
 
 def test_jax_round_trip():
