@@ -19,7 +19,8 @@ root_doc = "index"
 html_theme = "alabaster"
 html_static_path = []
 
-# Docstrings start with their signature line; autodoc shows that one.
+# C functions carry text signatures (inspect.signature reads them); Python
+# functions' docstrings may start with a signature line, shown as given.
 autodoc_docstring_signature = True
 autodoc_member_order = "bysource"
 autodoc_default_options = {"members": True}

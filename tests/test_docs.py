@@ -1,12 +1,15 @@
 """Docstrings of the public API: every callable in ``cudamem.__all__`` (and
 in the ``__all__`` of its public submodules), every type there, and every
-public method and attribute of the extension types has one. A function's
-or method's first line is its signature, ``name(...)`` (or, for C functions
-that use it, a ``__text_signature__``); a type's starts with the type's
-name. The parameters a signature names are accepted by those names, as
+public method and attribute of the extension types has one. Every C
+function and method has a ``__text_signature__`` (``name($self, ...)`` then
+``--`` in its docstring), so ``help()`` and ``inspect.signature`` show its
+parameters; a Python function's first line is its signature,
+``name(...)``; a type's docstring starts with the type's name or it has a
+text signature. The parameters a signature names are accepted by those names, as
 numba's are (``select_device(device_id=0)``, ``d.transpose(axes=...)``).
 """
 import functools
+import inspect
 import importlib
 import re
 import types
@@ -89,13 +92,22 @@ def _doc(obj):
     return doc
 
 
+def _signature_line(name, obj):
+    """'name(a, b=1)': from the C function's __text_signature__ (without
+    its $self / $module / $type), else the docstring's first line."""
+    text_sig = getattr(obj, "__text_signature__", None)
+    if text_sig:
+        return name + re.sub(r"^\(\$\w+(, )?", "(", text_sig)
+    return (_doc(obj) or "").strip()
+
+
 @pytest.mark.parametrize("name, obj, kind", _params(ROWS))
 def test_has_a_docstring(name, obj, kind):
     doc = _doc(obj)
     assert doc and doc.strip(), "%s has no docstring" % name
     first = doc.strip().splitlines()[0]
     if kind == "type":
-        assert first.startswith(name), \
+        assert obj.__text_signature__ or first.startswith(name), \
             "%s's docstring starts %r, not with its name" % (name, first)
     elif kind in ("function", "method"):
         text_sig = getattr(obj, "__text_signature__", None)
@@ -324,12 +336,12 @@ NOT_CALLED = {"Context.enable_peer_access", "cudamem.simulator.inject",
 def _keyword_rows():
     rows = []
     for rid, name, obj, kind in ROWS:
-        doc = _doc(obj)
-        if kind not in ("function", "method") or not doc or \
-                not doc.strip().startswith(name + "("):
+        line = _signature_line(name, obj)
+        if kind not in ("function", "method") or \
+                not line.startswith(name + "("):
             continue
-        if _signature_params(doc) and rid not in NOT_CALLED:
-            rows.append(pytest.param(rid, _signature_params(doc), id=rid))
+        if _signature_params(line) and rid not in NOT_CALLED:
+            rows.append(pytest.param(rid, _signature_params(line), id=rid))
     return rows
 
 
@@ -389,3 +401,55 @@ def test_api_reference_documents_every_public_name():
                                 text, re.M))
     missing = sorted(set(cudamem.__all__) - documented)
     assert not missing, "missing from docs/api.rst: %s" % missing
+
+
+# ---------------------------------------------------------------------------
+# Every builtin has a text signature, so help(), inspect.signature, IDEs
+# and notebooks show its parameters.
+
+def _builtins():
+    for name, obj in sorted(vars(_cudamem).items()):
+        if isinstance(obj, types.BuiltinFunctionType):
+            yield name, obj
+        elif isinstance(obj, type) and obj.__module__.startswith("cudamem"):
+            for mname, member in sorted(vars(obj).items()):
+                if isinstance(member, (types.MethodDescriptorType,
+                                       types.ClassMethodDescriptorType)):
+                    yield "%s.%s" % (name, mname), member
+
+
+BUILTINS = list(_builtins())
+
+
+def test_the_walk_finds_the_builtins():
+    names = {name for name, _ in BUILTINS}
+    assert {"to_device", "DeviceNDArrayBase.copy_to_host",
+            "Stream.synchronize", "Stream.priority_range",
+            "MemoryPointer.view"} <= names
+
+
+@pytest.mark.parametrize("name, obj", BUILTINS, ids=[n for n, _ in BUILTINS])
+def test_every_builtin_has_a_text_signature(name, obj):
+    assert obj.__text_signature__, "%s has no text signature" % name
+    sig = inspect.signature(obj)
+    # The docstring no longer repeats the signature line.
+    assert not (obj.__doc__ or "").startswith(name.split(".")[-1] + "(")
+    assert all(p.name.isidentifier() for p in sig.parameters.values())
+
+
+@pytest.mark.parametrize("cls", [_cudamem.DeviceNDArray,
+                                 _cudamem.DeviceRecord,
+                                 _cudamem.MemoryPointer])
+def test_constructible_types_have_a_text_signature(cls):
+    assert list(inspect.signature(cls).parameters) == {
+        "DeviceNDArray": ["shape", "strides", "dtype", "stream", "gpu_data"],
+        "DeviceRecord": ["dtype", "stream", "gpu_data"],
+        "MemoryPointer": ["context", "pointer", "size", "owner",
+                          "finalizer"],
+    }[cls.__name__]
+
+
+def test_help_shows_the_parameters():
+    import pydoc
+    text = pydoc.render_doc(cudamem.to_device, renderer=pydoc.plaintext)
+    assert "to_device(obj, stream=0, copy=True, to=None)" in text

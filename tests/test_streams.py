@@ -11,6 +11,7 @@ them.
 import contextlib
 import ctypes
 import gc
+import inspect
 import operator
 import re
 import sys
@@ -327,9 +328,9 @@ def test_stream_type():
     del s
     assert w() is None
     assert cudamem.Stream.__module__ == "cudamem"
-    assert "synchronize()" in cudamem.Stream.synchronize.__doc__
-    assert cudamem.stream.__doc__.startswith("stream(priority=None, "
-                                             "non_blocking=False)")
+    assert cudamem.Stream.synchronize.__text_signature__ == "($self)"
+    assert str(inspect.signature(cudamem.stream)) == \
+        "(priority=None, non_blocking=False)"
 
 
 def test_dropped_stream_is_queued_then_destroyed(ref, sim):

@@ -7,6 +7,7 @@ import ast
 import inspect
 import os
 import re
+import types
 
 import pytest
 
@@ -120,6 +121,19 @@ def _doc_params(doc):
     return params
 
 
+def _signature_doc(obj):
+    """The signature line of a builtin: its __text_signature__ (without
+    $self / $module / $type) when it has one, else its docstring."""
+    own = isinstance(obj, (type, types.MethodDescriptorType,
+                           types.ClassMethodDescriptorType,
+                           types.BuiltinFunctionType))
+    text_sig = getattr(obj, "__text_signature__", None)
+    # Slot wrappers and tp_new carry CPython's own signatures.
+    if own and text_sig and getattr(obj, "__name__", "") != "__new__":
+        return "f" + re.sub(r"^\(\$\w+(, )?", "(", text_sig)
+    return obj.__doc__
+
+
 def _stub_params(node):
     args = node.args
     names = [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs]
@@ -135,7 +149,7 @@ def _callables():
     for name, node in sorted(TOP.items()):
         obj = getattr(_cudamem, name)
         if isinstance(node, ast.FunctionDef):
-            rows.append(pytest.param(obj.__doc__, node, id=name))
+            rows.append(pytest.param(_signature_doc(obj), node, id=name))
         elif isinstance(node, ast.ClassDef):
             for mname, mnode in sorted(MEMBERS[name].items()):
                 member = vars(obj).get(mname)
@@ -143,9 +157,11 @@ def _callables():
                         and inspect.isroutine(member)
                         or isinstance(member, classmethod)):
                     rows.append(pytest.param(
-                        member.__doc__, mnode, id="%s.%s" % (name, mname)))
-            if obj.__doc__ and "(" in obj.__doc__.split("\n")[0]:
-                rows.append(pytest.param(obj.__doc__, MEMBERS[name]["__new__"],
+                        _signature_doc(member), mnode,
+                        id="%s.%s" % (name, mname)))
+            doc = _signature_doc(obj)
+            if doc and "(" in doc.split("\n")[0]:
+                rows.append(pytest.param(doc, MEMBERS[name]["__new__"],
                                          id=name + ".__new__"))
     return rows
 

@@ -537,7 +537,8 @@ cmpy_array_empty(cmpy_state *st, cmpy_DeviceNDArray *like, char order)
 }
 
 PyDoc_STRVAR(is_c_contiguous_doc,
-             "is_c_contiguous() -> bool\n\nWhether the array is C-contiguous "
+             "is_c_contiguous($self)\n--\n\n"
+             "Whether the array is C-contiguous "
              "(NumPy's rule).");
 
 static PyObject *
@@ -548,7 +549,8 @@ array_is_c_contiguous(PyObject *op, PyObject *Py_UNUSED(ignored))
 }
 
 PyDoc_STRVAR(is_f_contiguous_doc,
-             "is_f_contiguous() -> bool\n\nWhether the array is "
+             "is_f_contiguous($self)\n--\n\n"
+             "Whether the array is "
              "Fortran-contiguous (NumPy's rule).");
 
 static PyObject *
@@ -562,37 +564,37 @@ array_is_f_contiguous(PyObject *op, PyObject *Py_UNUSED(ignored))
     (PyCFunction)(void (*)(void))(fn), METH_FASTCALL | METH_KEYWORDS
 
 PyDoc_STRVAR(reshape_doc,
-             "reshape(*shape, order='C') -> DeviceNDArray\n\n"
+             "reshape($self, *shape, order='C')\n--\n\n"
              "The same elements in a new shape (one dimension may be -1): a "
              "view\nwhen the layout allows, else a copy (numba raises).");
 PyDoc_STRVAR(ravel_doc,
-             "ravel(order='C', stream=0) -> DeviceNDArray\n\n"
+             "ravel($self, order='C', stream=0)\n--\n\n"
              "A 1-D view, or a copy when no view exists (numba raises); "
              "with a\n*stream*, the result is bound to it and a copy is "
              "made there.");
 PyDoc_STRVAR(squeeze_doc,
-             "squeeze(axis=None, stream=0) -> DeviceNDArray\n\n"
+             "squeeze($self, axis=None, stream=0)\n--\n\n"
              "A view without dimensions of length 1 (all, or those in "
              "*axis*).");
 PyDoc_STRVAR(transpose_doc,
-             "transpose(axes=None) -> DeviceNDArray\n\n"
+             "transpose($self, axes=None)\n--\n\n"
              "A view with the axes permuted (reversed by default); numba "
              "copies.");
 PyDoc_STRVAR(view_doc,
-             "view(dtype) -> DeviceNDArray\n\n"
+             "view($self, dtype)\n--\n\n"
              "The same memory as *dtype* (numba's rules when the itemsize "
              "changes;\na sub-array dtype of the same itemsize appends its "
              "axes, as NumPy).");
 PyDoc_STRVAR(split_doc,
-             "split(section, stream=0) -> list[DeviceNDArray]\n\n"
+             "split($self, section, stream=0)\n--\n\n"
              "Views of *section* elements each (the last may be shorter) of "
              "a 1-D\narray.");
 PyDoc_STRVAR(bind_doc,
-             "bind(stream=0) -> DeviceNDArray\n\n"
+             "bind($self, stream=0)\n--\n\n"
              "A view whose operations default to *stream*.");
 
 PyDoc_STRVAR(reduce_ex_doc,
-             "__reduce_ex__(protocol)\n\n"
+             "__reduce_ex__($self, protocol)\n--\n\n"
              "Pickles a host copy (out of band with protocol 5); "
              "unpickling copies it\nto the current device. The stream is "
              "not kept.");
@@ -623,12 +625,12 @@ array_reduce_ex(PyObject *op, PyObject *Py_UNUSED(protocol))
 }
 
 PyDoc_STRVAR(copy_doc,
-             "__copy__() -> DeviceNDArray\n\n"
+             "__copy__($self)\n--\n\n"
              "copy.copy(): a new array on this array's device and stream, "
              "as copy('K')\n(a record gives a record); not through "
              "pickling, which would copy\nto the current device.");
 PyDoc_STRVAR(deepcopy_doc,
-             "__deepcopy__(memo) -> DeviceNDArray\n\n"
+             "__deepcopy__($self, memo)\n--\n\n"
              "copy.deepcopy(): as __copy__() (the elements hold no "
              "references).");
 
@@ -666,7 +668,7 @@ array_deepcopy(PyObject *op, PyObject *Py_UNUSED(memo))
 /* Defined with repr() below. */
 static PyObject *array_repr_html(PyObject *op, PyObject *ignored);
 PyDoc_STRVAR(repr_html_doc,
-             "_repr_html_() -> str\n\n"
+             "_repr_html_($self)\n--\n\n"
              "The array as an HTML table for Jupyter: shape, dtype, "
              "strides, bytes,\nlayout, device, stream and, for at most "
              "100 elements, the values.");
@@ -1064,8 +1066,8 @@ static PyObject *array_new(PyTypeObject *type, PyObject *args,
                            PyObject *kwds);
 
 PyDoc_STRVAR(array_doc,
-             "DeviceNDArray(shape, strides, dtype, stream=0, gpu_data=None)"
-             "\n\n"
+             "DeviceNDArray(shape, strides, dtype, stream=0, "
+             "gpu_data=None)\n--\n\n"
              "An array in device memory (numba's DeviceNDArray), usually "
              "made by\nto_device(), device_array() and friends. Made "
              "directly, it allocates\nits extent from the current device's "
@@ -1247,8 +1249,8 @@ array_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 }
 
 PyDoc_STRVAR(device_array_doc,
-             "device_array(shape, dtype=np.float64, strides=None, order='C', "
-             "stream=0)\n-> DeviceNDArray\n\n"
+             "device_array($module, shape, dtype=None, strides=None, "
+             "order='C', stream=0)\n--\n\n"
              "An uninitialized array on the current device, as "
              "numpy.empty. *strides*\n(bytes, any sign) overrides *order*; "
              "a zero-size array allocates\nnothing.");
@@ -1288,7 +1290,7 @@ done:
 }
 
 PyDoc_STRVAR(to_device_doc,
-             "to_device(obj, stream=0, copy=True, to=None) -> DeviceNDArray\n\n"
+             "to_device($module, obj, stream=0, copy=True, to=None)\n--\n\n"
              "Copies *obj* (anything numpy.asarray takes) to a new array on "
              "the\ncurrent device, keeping its layout when it is C- or "
              "F-contiguous and\nC order otherwise; a numpy.void becomes a "

@@ -618,7 +618,7 @@ new_host_like(cmpy_DeviceNDArray *self)
 }
 
 const char cmpy_array_copy_to_host_doc[] = PyDoc_STR(
-             "copy_to_host(ary=None, stream=0) -> numpy.ndarray\n\n"
+             "copy_to_host($self, ary=None, stream=0)\n--\n\n"
              "Copies the array to the host: into a new array (this array's "
              "layout\nwhen it is contiguous, else C order), or into *ary*, a "
              "writeable\nndarray of the same dtype and of any layout whose "
@@ -834,7 +834,7 @@ copy_into(cmpy_state *st, cmpy_DeviceNDArray *self, int ndim,
 }
 
 const char cmpy_array_copy_to_device_doc[] = PyDoc_STR(
-             "copy_to_device(ary, stream=0)\n\n"
+             "copy_to_device($self, ary, stream=0)\n--\n\n"
              "Copies *ary* (a host array of any layout, a device array, or "
              "array-like)\ninto this array. The dtype must be the same and "
              "the shape equal after\ndropping dimensions of length 1. "
@@ -955,7 +955,7 @@ cmpy_array_setitem(PyObject *op, PyObject *key, PyObject *value)
 }
 
 const char cmpy_array_fill_doc[] = PyDoc_STR(
-             "fill(value, stream=0)\n\n"
+             "fill($self, value, stream=0)\n--\n\n"
              "Sets every element to *value*, cast to the array's dtype "
              "(beyond\nnumba). A memset where the bytes allow.");
 
@@ -1024,7 +1024,7 @@ cmpy_array_copy_as(cmpy_state *st, cmpy_DeviceNDArray *self, char order,
 }
 
 const char cmpy_array_copy_doc[] = PyDoc_STR(
-             "copy(order='C') -> DeviceNDArray\n\n"
+             "copy($self, order='C')\n--\n\n"
              "A new device array with the same elements, contiguous in "
              "*order*\n('C', 'F', 'A' or 'K'; beyond numba), on this array's "
              "stream.");
@@ -1063,7 +1063,7 @@ cmpy_array_copy(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
 }
 
 const char cmpy_array_array_doc[] = PyDoc_STR(
-             "__array__(dtype=None, copy=None) -> numpy.ndarray\n\n"
+             "__array__($self, dtype=None, copy=None)\n--\n\n"
              "A host copy, for numpy.asarray(). copy=False raises "
              "ValueError: the\nelements live on the device.");
 

@@ -14,7 +14,7 @@ device_type(const cmpy_DeviceNDArray *self)
 }
 
 const char cmpy_array_dlpack_device_doc[] =
-    "__dlpack_device__() -> (device_type, device_id)\n\n"
+    "__dlpack_device__($self)\n--\n\n"
     "The DLPack device of the memory: (2, ordinal), kDLCUDA, or (13,\n"
     "ordinal), kDLCUDAManaged, for managed memory.";
 
@@ -70,8 +70,8 @@ same_stream(CUstream a, CUstream b)
 }
 
 const char cmpy_array_dlpack_doc[] =
-    "__dlpack__(*, stream=None, max_version=None, dl_device=None, "
-    "copy=None)\n-> capsule\n\n"
+    "__dlpack__($self, *, stream=None, max_version=None, dl_device=None, "
+    "copy=None)\n--\n\n"
     "The array API standard's DLPack export: a capsule over the device\n"
     "memory, on the device __dlpack_device__() names, versioned when\n"
     "*max_version* is (1, x) or later. *stream* is the consumer's: None\n"

@@ -285,7 +285,7 @@ cmpy_array_on_stream(cmpy_state *st, PyObject *op, PyObject *stream)
 }
 
 const char cmpy_array_getitem_doc[] =
-    "getitem(item, stream=0)\n\n"
+    "getitem($self, item, stream=0)\n--\n\n"
     "self[item] with *stream* (default: the array's own): a view bound to "
     "it,\nor an element read after the work queued before it there.";
 
@@ -308,7 +308,7 @@ cmpy_array_getitem_method(PyObject *op, PyObject *const *args,
 }
 
 const char cmpy_array_setitem_doc[] =
-    "setitem(key, value, stream=0)\n\n"
+    "setitem($self, key, value, stream=0)\n--\n\n"
     "self[key] = value on *stream* (default: the array's own; 0 for an "
     "array\nwithout one: synchronous).";
 

@@ -722,8 +722,8 @@ sync_arg(PyObject *arg)
 }
 
 PyDoc_STRVAR(from_cai_doc,
-             "from_cuda_array_interface(desc, owner=None, sync=True, "
-             "stream=None) -> DeviceNDArray\n\n"
+             "from_cuda_array_interface($module, desc, owner=None, sync=True, "
+             "stream=None)\n--\n\n"
              "A DeviceNDArray over the device memory that *desc* (a CUDA "
              "Array\nInterface dict, versions 0 to 3) describes, sharing "
              "it: on the device\nthat owns the pointer, never freed by "
@@ -758,8 +758,7 @@ from_cuda_array_interface(PyObject *module, PyObject *const *args,
 }
 
 PyDoc_STRVAR(as_cuda_array_doc,
-             "as_cuda_array(obj, sync=True, stream=None) -> DeviceNDArray"
-             "\n\n"
+             "as_cuda_array($module, obj, sync=True, stream=None)\n--\n\n"
              "A DeviceNDArray sharing the memory of *obj*, any object with\n"
              "__cuda_array_interface__ (CuPy, PyTorch, JAX, numba arrays), "
              "that keeps\n*obj* alive; a cudamem array is returned as it is "
@@ -785,7 +784,7 @@ as_cuda_array(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
 }
 
 PyDoc_STRVAR(is_cuda_array_doc,
-             "is_cuda_array(obj) -> bool\n\n"
+             "is_cuda_array($module, obj)\n--\n\n"
              "True when *obj* has __cuda_array_interface__ (cudamem's "
              "arrays do).");
 

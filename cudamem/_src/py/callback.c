@@ -117,7 +117,7 @@ run_payload(cmpy_state *st, PyObject *payload, CUresult status)
 }
 
 PyDoc_STRVAR(dispatch_loop_doc,
-             "_dispatch_loop()\n\n"
+             "_dispatch_loop($module)\n--\n\n"
              "The body of the cudamem-callbacks thread: runs stream "
              "callbacks in\nthe order the driver reached them until "
              "_dispatch_stop() and the queue\nis empty. Waits with the GIL "
@@ -148,7 +148,7 @@ dispatch_loop(PyObject *module, PyObject *Py_UNUSED(ignored))
 }
 
 PyDoc_STRVAR(dispatch_stop_doc,
-             "_dispatch_stop()\n\n"
+             "_dispatch_stop($module)\n--\n\n"
              "Makes _dispatch_loop() return once what is queued has run. "
              "Callbacks\nthe driver reaches later are never run (exit).");
 
@@ -217,7 +217,7 @@ unfinished_list(unfinished *u)
 }
 
 PyDoc_STRVAR(dispatch_drain_doc,
-             "_dispatch_drain(timeout) -> list\n\n"
+             "_dispatch_drain($module, timeout)\n--\n\n"
              "Waits up to `timeout` seconds, with the GIL released, until "
              "every\ncallback added has run; Ctrl-C ends the wait. Returns "
              "(callback,\nstream, state) for each that has not, state "

@@ -273,7 +273,7 @@ quick(PyObject *self, int (*fn)(cm_device *, uint64_t, cm_error *))
 }
 
 PyDoc_STRVAR(context_device_memory_info_doc,
-             "_device_memory_info() -> MemoryInfo\n\n"
+             "_device_memory_info($self)\n--\n\n"
              "(free, total) device memory in bytes from the driver, "
              "whatever the\nmemory manager.");
 
@@ -306,7 +306,7 @@ context_device_memory_info(PyObject *self, PyObject *Py_UNUSED(ignored))
 }
 
 PyDoc_STRVAR(context_get_memory_info_doc,
-             "get_memory_info() -> MemoryInfo\n\n"
+             "get_memory_info($self)\n--\n\n"
              "(free, total) device memory in bytes, as a namedtuple; with "
              "an EMM\nplugin, what its get_memory_info() returns.");
 
@@ -327,7 +327,7 @@ context_get_memory_info(PyObject *self, PyObject *Py_UNUSED(ignored))
 }
 
 PyDoc_STRVAR(context_push_doc,
-             "push()\n\n"
+             "push($self)\n--\n\n"
              "Pushes this context on the calling thread's context stack.");
 
 static PyObject *
@@ -337,7 +337,7 @@ context_push(PyObject *self, PyObject *Py_UNUSED(ignored))
 }
 
 PyDoc_STRVAR(context_pop_doc,
-             "pop()\n\n"
+             "pop($self)\n--\n\n"
              "Pops this context off the calling thread. It must be the "
              "current\ncontext (the top of the stack), otherwise "
              "CudaDriverError.");
@@ -349,7 +349,7 @@ context_pop(PyObject *self, PyObject *Py_UNUSED(ignored))
 }
 
 PyDoc_STRVAR(context_synchronize_doc,
-             "synchronize()\n\n"
+             "synchronize($self)\n--\n\n"
              "Waits for all work in this context, with the GIL released; "
              "Ctrl-C\ninterrupts the wait (the work goes on).");
 
@@ -366,7 +366,7 @@ context_synchronize(PyObject *self, PyObject *Py_UNUSED(ignored))
 }
 
 PyDoc_STRVAR(context_reset_doc,
-             "reset()\n\n"
+             "reset($self)\n--\n\n"
              "Waits for this context's work and frees every pending\n"
              "deallocation and the pool's free slabs (numba's "
              "Context.reset()),\nafter calling an EMM plugin's reset(); "
@@ -395,7 +395,7 @@ context_reset(PyObject *self, PyObject *Py_UNUSED(ignored))
 }
 
 PyDoc_STRVAR(context_can_access_peer_doc,
-             "can_access_peer(peer_device) -> bool\n\n"
+             "can_access_peer($self, peer_device)\n--\n\n"
              "Whether this context's device can access *peer_device*'s "
              "memory\n(an int ordinal or a Device).");
 
@@ -433,7 +433,7 @@ context_can_access_peer(PyObject *self, PyObject *const *args,
 }
 
 PyDoc_STRVAR(context_enable_peer_access_doc,
-             "enable_peer_access(peer, flags=0)\n\n"
+             "enable_peer_access($self, peer, flags=0)\n--\n\n"
              "Lets this context access the memory of *peer* (a Context, a\n"
              "Device or an int ordinal). Enabling it twice is not an "
              "error.");
@@ -495,7 +495,7 @@ context_enable_peer_access(PyObject *self, PyObject *const *args,
 }
 
 PyDoc_STRVAR(context_defer_cleanup_doc,
-             "defer_cleanup() -> context manager\n\n"
+             "defer_cleanup($self)\n--\n\n"
              "Inside the block no pending free of this context runs "
              "(blocks\nnest); leaving it does not free. numba's "
              "Context.defer_cleanup(): with\nan EMM plugin, its "
@@ -524,7 +524,7 @@ context_defer_cleanup(PyObject *self, PyObject *Py_UNUSED(ignored))
 }
 
 PyDoc_STRVAR(context_set_memory_manager_doc,
-             "_set_memory_manager(manager, mode)\n\n"
+             "_set_memory_manager($self, manager, mode)\n--\n\n"
              "Makes *manager* this context's memory manager; *mode* is "
              "0 when\ncudamem allocates for it, 1 for an EMM plugin "
              "(cudamem.memory\ndecides).");
@@ -545,7 +545,7 @@ context_set_memory_manager(PyObject *self, PyObject *const *args,
 }
 
 PyDoc_STRVAR(context_repr_html_doc,
-             "_repr_html_() -> str\n\n"
+             "_repr_html_($self)\n--\n\n"
              "The context as an HTML table for Jupyter: handle, device and "
              "free and\ntotal device memory (the driver's, whatever the "
              "memory manager).");

@@ -318,7 +318,7 @@ static PyGetSetDef device_getset[] = {
 };
 
 PyDoc_STRVAR(device_get_primary_context_doc,
-             "get_primary_context() -> Context\n\n"
+             "get_primary_context($self)\n--\n\n"
              "The device's primary context, retained by cudamem on first "
              "use.\nDoes not make it current.");
 
@@ -329,7 +329,7 @@ device_get_primary_context(PyObject *self, PyObject *Py_UNUSED(ignored))
 }
 
 PyDoc_STRVAR(device_reset_doc,
-             "reset()\n\n"
+             "reset($self)\n--\n\n"
              "Waits for the calls other threads have in flight in the "
              "context\n(refusing new ones with CudaDriverError meanwhile) "
              "and for the device's\nwork, then destroys its primary "
@@ -358,7 +358,7 @@ device_reset(PyObject *self, PyObject *Py_UNUSED(ignored))
 }
 
 PyDoc_STRVAR(device_live_context_doc,
-             "_live_context() -> Context | None\n\n"
+             "_live_context($self)\n--\n\n"
              "The Context last handed out for this device while the "
              "context it names\nis still the device's (not reset or closed "
              "since), else None. Makes\nand retains nothing.");
@@ -378,7 +378,7 @@ device_live_context(PyObject *self, PyObject *Py_UNUSED(ignored))
 }
 
 PyDoc_STRVAR(device_identity_doc,
-             "get_device_identity() -> dict\n\n"
+             "get_device_identity($self)\n--\n\n"
              "numba's identity of the device: 'pci_domain_id', "
              "'pci_bus_id'\nand 'pci_device_id'.");
 
@@ -407,7 +407,7 @@ device_get_identity(PyObject *self, PyObject *Py_UNUSED(ignored))
 }
 
 PyDoc_STRVAR(device_repr_html_doc,
-             "_repr_html_() -> str\n\n"
+             "_repr_html_($self)\n--\n\n"
              "The device as an HTML table for Jupyter: id, name, compute "
              "capability,\nmemory, multiprocessors, UUID and PCI bus id.");
 
@@ -531,7 +531,7 @@ cmpy_device_types_init(PyObject *module, cmpy_state *st)
  * Module functions. */
 
 PyDoc_STRVAR(select_device_doc,
-             "select_device(device_id) -> Device\n\n"
+             "select_device($module, device_id)\n--\n\n"
              "Makes the primary context of device *device_id* current on "
              "this\nthread (replacing the one cudamem made current before) "
              "and returns\nthe Device. Loads the driver.");
@@ -591,7 +591,7 @@ current_device(cmpy_state *st)
 }
 
 PyDoc_STRVAR(get_current_device_doc,
-             "get_current_device() -> Device\n\n"
+             "get_current_device($module)\n--\n\n"
              "The device of this thread's current context; with none "
              "current,\nthe selected device (else device 0), whose primary "
              "context is\nmade current. Loads the driver.");
@@ -605,7 +605,7 @@ get_current_device(PyObject *module, PyObject *Py_UNUSED(ignored))
 }
 
 PyDoc_STRVAR(list_devices_doc,
-             "list_devices() -> list[Device]\n\n"
+             "list_devices($module)\n--\n\n"
              "Every visible device. Loads the driver.");
 
 static PyObject *
@@ -617,7 +617,7 @@ list_devices(PyObject *module, PyObject *Py_UNUSED(ignored))
 }
 
 PyDoc_STRVAR(current_context_doc,
-             "current_context(devnum=None) -> Context\n\n"
+             "current_context($module, devnum=None)\n--\n\n"
              "With devnum, selects that device (see select_device) and "
              "returns\nits primary context; without, the context of "
              "get_current_device().");
@@ -661,7 +661,7 @@ current_context(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
 }
 
 PyDoc_STRVAR(synchronize_doc,
-             "synchronize()\n\n"
+             "synchronize($module)\n--\n\n"
              "Waits for all work in the current context, with the GIL "
              "released;\nCtrl-C interrupts the wait (the work goes on).");
 
@@ -717,7 +717,7 @@ done:
 }
 
 PyDoc_STRVAR(close_doc,
-             "close()\n\n"
+             "close($module)\n--\n\n"
              "numba's close(): pops the contexts cudamem made current on "
              "this\nthread; on the main thread also releases every primary "
              "context\ncudamem retained, so Context objects made before "
@@ -764,7 +764,7 @@ profiler(PyObject *module, int (*fn)(cm_error *))
 }
 
 PyDoc_STRVAR(profile_start_doc,
-             "profile_start()\n\n"
+             "profile_start($module)\n--\n\n"
              "Enables profile collection in the current context.");
 
 static PyObject *
@@ -774,7 +774,7 @@ profile_start(PyObject *module, PyObject *Py_UNUSED(ignored))
 }
 
 PyDoc_STRVAR(profile_stop_doc,
-             "profile_stop()\n\n"
+             "profile_stop($module)\n--\n\n"
              "Disables profile collection in the current context.");
 
 static PyObject *
@@ -784,7 +784,7 @@ profile_stop(PyObject *module, PyObject *Py_UNUSED(ignored))
 }
 
 PyDoc_STRVAR(can_access_peer_doc,
-             "can_access_peer(device, peer) -> bool\n\n"
+             "can_access_peer($module, device, peer)\n--\n\n"
              "Whether *device* can access *peer*'s memory (ints or "
              "Devices).");
 
@@ -812,7 +812,7 @@ can_access_peer(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
 }
 
 PyDoc_STRVAR(context_is_poisoned_doc,
-             "context_is_poisoned(device=None) -> bool\n\n"
+             "context_is_poisoned($module, device=None)\n--\n\n"
              "Whether a sticky error (CudaStickyError) left the primary "
              "context\nof *device* (an int or a Device; the current "
              "device when None)\nunusable. Once it is, every operation on "
@@ -838,7 +838,7 @@ context_is_poisoned(PyObject *module, PyObject *const *args,
 }
 
 PyDoc_STRVAR(active_device_doc,
-             "_active_device() -> Device | None\n\n"
+             "_active_device($module)\n--\n\n"
              "The device of this thread's current context, of any kind, or\n"
              "None when no context is current. Makes nothing current.");
 

@@ -396,7 +396,8 @@ int_arg(PyObject *arg, const char *what, int *out)
 }
 
 PyDoc_STRVAR(dlpack_export_doc,
-"_dlpack_export(array, device_type, device_id, max_version=None) -> capsule\n\
+"_dlpack_export($module, array, device_type, device_id, max_version=None)\n\
+--\n\
 \n\
 A DLPack capsule over a NumPy array's memory, described as device\n\
 (device_type, device_id): how host arrays cudamem allocated (pinned,\n\

@@ -475,7 +475,8 @@ target(cmpy_state *st, const cmpy_DLTensor *t, PyObject *device_arg,
 }
 
 PyDoc_STRVAR(from_dlpack_doc,
-"from_dlpack(obj, *, device=None, copy=None, stream=None) -> DeviceNDArray\n\
+"from_dlpack($module, obj, *, device=None, copy=None, stream=None)\n\
+--\n\
 \n\
 A DeviceNDArray from *obj*, an object with __dlpack__ (CuPy, PyTorch,\n\
 JAX, NumPy, cudamem arrays) or a DLPack capsule. CUDA memory (kDLCUDA,\n\

@@ -23,7 +23,7 @@ cmpy_ensure_driver(cmpy_state *st)
 }
 
 PyDoc_STRVAR(is_available_doc,
-             "is_available() -> bool\n\n"
+             "is_available($module)\n--\n\n"
              "True when a CUDA driver loads, initializes and has at least\n"
              "one device. Loads the driver on first use; never raises.");
 
@@ -45,7 +45,7 @@ is_available(PyObject *module, PyObject *Py_UNUSED(ignored))
 }
 
 PyDoc_STRVAR(driver_info_doc,
-             "driver_info() -> dict\n\n"
+             "driver_info($module)\n--\n\n"
              "The loaded driver: 'path', 'version' (e.g. 12040 for 12.4),\n"
              "'simulator' and 'per_thread_default_stream'. Loads the driver;\n"
              "raises CudaSupportError when it cannot be used.");
@@ -64,7 +64,7 @@ driver_info(PyObject *module, PyObject *Py_UNUSED(ignored))
 }
 
 PyDoc_STRVAR(device_count_doc,
-             "device_count() -> int\n\n"
+             "device_count($module)\n--\n\n"
              "Number of visible CUDA devices. Loads the driver.");
 
 static PyObject *
@@ -97,7 +97,7 @@ checked_ordinal(cmpy_state *st, PyObject *arg, int *ordinal)
 }
 
 PyDoc_STRVAR(device_info_doc,
-             "device_info(ordinal) -> dict\n\n"
+             "device_info($module, ordinal)\n--\n\n"
              "Identity of one device: 'id', 'name', 'compute_capability',\n"
              "'total_memory', 'uuid' and 'pci_bus_id'. Loads the driver.");
 
@@ -123,7 +123,7 @@ device_info(PyObject *module, PyObject *arg)
 }
 
 PyDoc_STRVAR(device_attribute_doc,
-             "device_attribute(ordinal, attribute) -> int\n\n"
+             "device_attribute($module, ordinal, attribute)\n--\n\n"
              "The value of one CU_DEVICE_ATTRIBUTE_* (by number) of a "
              "device.");
 
@@ -160,7 +160,7 @@ device_attribute(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 }
 
 PyDoc_STRVAR(driver_rows_doc,
-             "_driver_rows() -> list[tuple[str, int, bool, bool, bool]]\n\n"
+             "_driver_rows($module)\n--\n\n"
              "The driver table: (name, ABI version, required, has a\n"
              "per-thread variant, resolved). For tests and diagnostics;\n"
              "does not load the driver.");
@@ -193,7 +193,7 @@ driver_rows(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
 }
 
 PyDoc_STRVAR(error_names_doc,
-             "_error_names() -> list[tuple[int, str]]\n\n"
+             "_error_names($module)\n--\n\n"
              "Every CUresult code cudamem knows, with its name.");
 
 static PyObject *

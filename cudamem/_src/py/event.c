@@ -231,7 +231,7 @@ static PyGetSetDef event_getset[] = {
 };
 
 PyDoc_STRVAR(event_record_doc,
-             "record(stream=0)\n\n"
+             "record($self, stream=0)\n--\n\n"
              "Sets the event's record point to the current end of *stream* "
              "(0: the\ndefault stream): the event occurs once all work queued "
              "there before\nthis call is complete. The stream must belong to "
@@ -264,7 +264,7 @@ event_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
 }
 
 PyDoc_STRVAR(event_query_doc,
-             "query() -> bool\n\n"
+             "query($self)\n--\n\n"
              "True when all work before the most recent record() is "
              "complete (and\nfor an event never recorded). Does not wait.");
 
@@ -286,7 +286,7 @@ event_query(PyObject *self, PyObject *Py_UNUSED(ignored))
 }
 
 PyDoc_STRVAR(event_synchronize_doc,
-             "synchronize()\n\n"
+             "synchronize($self)\n--\n\n"
              "Waits until the event occurs, with the GIL released. Ctrl-C\n"
              "interrupts the wait (the work goes on).");
 
@@ -305,7 +305,7 @@ event_synchronize(PyObject *self, PyObject *Py_UNUSED(ignored))
 }
 
 PyDoc_STRVAR(event_wait_doc,
-             "wait(stream=0)\n\n"
+             "wait($self, stream=0)\n--\n\n"
              "Work queued on *stream* (0: the default stream of the "
              "event's device)\nafter this call waits, on the device, until "
              "the event occurs. The\nstream may be of another device, as "
@@ -328,7 +328,7 @@ event_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
 }
 
 PyDoc_STRVAR(event_elapsed_time_doc,
-             "elapsed_time(evtend) -> float\n\n"
+             "elapsed_time($self, evtend)\n--\n\n"
              "Milliseconds from this event to *evtend*, both recorded, "
              "complete and\nmade with timing=True (CudaAPIError saying "
              "which is not).");
@@ -406,7 +406,7 @@ cmpy_event_type_init(PyObject *module, cmpy_state *st)
  * Module functions. */
 
 PyDoc_STRVAR(event_fn_doc,
-             "event(timing=True) -> Event\n\n"
+             "event($module, timing=True)\n--\n\n"
              "A new event in the current device's primary context (numba's\n"
              "cuda.event()). Only with *timing* does it record time for\n"
              "elapsed_time(); without, it is cheaper\n"
@@ -456,7 +456,7 @@ event_fn(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
 }
 
 PyDoc_STRVAR(event_elapsed_time_fn_doc,
-             "event_elapsed_time(evtstart, evtend) -> float\n\n"
+             "event_elapsed_time($module, evtstart, evtend)\n--\n\n"
              "Milliseconds from *evtstart* to *evtend*: "
              "evtstart.elapsed_time(evtend).");
 

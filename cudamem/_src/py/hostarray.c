@@ -367,7 +367,7 @@ host_array_finalize(PyObject *self, PyObject *obj)
 }
 
 PyDoc_STRVAR(copy_to_host_doc,
-             "copy_to_host(ary=None, stream=0) -> numpy.ndarray\n\n"
+             "copy_to_host($self, ary=None, stream=0)\n--\n\n"
              "DeviceNDArray.copy_to_host() of the device side: a copy made "
              "by the\ndevice, into *ary* or a new host array.");
 
@@ -412,7 +412,7 @@ host_device_array(PyObject *self, PyObject *Py_UNUSED(ignored))
 }
 
 PyDoc_STRVAR(dlpack_device_doc,
-             "__dlpack_device__() -> (device_type, device_id)\n\n"
+             "__dlpack_device__($self)\n--\n\n"
              "The DLPack device of the memory: (13, ordinal), kDLCUDAManaged, "
              "for\na ManagedNDArray; (3, ordinal), kDLCUDAHost, for a "
              "MappedNDArray.");
@@ -491,8 +491,8 @@ copy_of(PyObject *self, cmpy_hostarray_kind kind, cm_device *dev,
 
 PyDoc_STRVAR(
     dlpack_doc,
-    "__dlpack__(*, stream=None, max_version=None, dl_device=None, "
-    "copy=None)\n-> capsule\n\n"
+    "__dlpack__($self, *, stream=None, max_version=None, dl_device=None, "
+    "copy=None)\n--\n\n"
     "The array API standard's DLPack export: a capsule over the elements "
     "at\ntheir host address, on the device __dlpack_device__() names, "
     "versioned\nwhen *max_version* is (1, x) or later, flagged read-only "
@@ -776,7 +776,7 @@ fail:
  * Module functions. */
 
 PyDoc_STRVAR(host_ndarray_type_doc,
-             "_host_ndarray_type(name) -> type\n\n"
+             "_host_ndarray_type($module, name)\n--\n\n"
              "ManagedNDArray or MappedNDArray, by name (made, with NumPy "
              "loaded, on\nfirst use).");
 

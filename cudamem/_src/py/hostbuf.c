@@ -457,8 +457,8 @@ static const char *const layout_names[] = {"shape",  "dtype",    "strides",
                                            "wc"};
 
 PyDoc_STRVAR(pinned_array_doc,
-             "pinned_array(shape, dtype=np.float64, strides=None, "
-             "order='C')\n-> numpy.ndarray\n\n"
+             "pinned_array($module, shape, dtype=None, strides=None, "
+             "order='C')\n--\n\n"
              "An uninitialized NumPy array in page-locked host memory "
              "(numba's\npinned_array); its .base is the HostBuffer that "
              "frees the memory when\nthe last reference goes. *strides* "
@@ -517,9 +517,8 @@ cmpy_mapped_empty(PyObject *module, cm_device *dev, int wc, int portable,
 }
 
 PyDoc_STRVAR(mapped_array_doc,
-             "mapped_array(shape, dtype=np.float64, strides=None, "
-             "order='C', stream=0,\nportable=False, wc=False) -> "
-             "MappedNDArray\n\n"
+             "mapped_array($module, shape, dtype=None, strides=None, "
+             "order='C', stream=0, portable=False, wc=False)\n--\n\n"
              "An uninitialized array in page-locked host memory mapped "
              "into the\ncurrent device's address space (numba's "
              "mapped_array): a NumPy array\non the host side, a device "
@@ -619,7 +618,7 @@ unregister_all(cmpy_state *st, PyObject *const *buffers, Py_ssize_t n)
 }
 
 PyDoc_STRVAR(host_register_doc,
-             "_host_register(arrays, mapped=False) -> list[HostBuffer]\n\n"
+             "_host_register($module, arrays, mapped=False)\n--\n\n"
              "Page-locks every array of the sequence (read-only ones "
              "read-only),\nwith a device address when *mapped*: all or "
              "none.");
@@ -698,7 +697,7 @@ done:
 }
 
 PyDoc_STRVAR(host_unregister_doc,
-             "_host_unregister(buffers) -> None\n\n"
+             "_host_unregister($module, buffers)\n--\n\n"
              "Drops the registrations of a sequence of HostBuffers now; the "
              "first\nfailure is raised after all are dropped.");
 
@@ -733,7 +732,7 @@ host_unregister(PyObject *module, PyObject *arg)
 }
 
 PyDoc_STRVAR(host_extent_doc,
-             "_host_extent(ary) -> (pointer, size)\n\n"
+             "_host_extent($module, ary)\n--\n\n"
              "The address of the lowest byte NumPy array *ary*'s elements "
              "touch and\nthe bytes from it to the highest (what pinned() "
              "asks mempin() to lock).");
@@ -817,7 +816,7 @@ cmpy_hostbuf_device_array(cmpy_state *st, PyObject *buf, PyArrayObject *ary,
 }
 
 PyDoc_STRVAR(host_device_array_doc,
-             "_host_device_array(ary, buffer, stream=0) -> DeviceNDArray\n\n"
+             "_host_device_array($module, ary, buffer, stream=0)\n--\n\n"
              "The device side of *ary*, whose memory the mapped HostBuffer "
              "*buffer*\nholds: a DeviceNDArray over the same bytes, whose "
              "first element is\nary's.");
@@ -856,8 +855,8 @@ host_device_array(PyObject *module, PyObject *const *args,
 }
 
 PyDoc_STRVAR(memhostalloc_doc,
-             "_memhostalloc(context, size, mapped=False, portable=False, "
-             "wc=False)\n-> HostBuffer\n\n"
+             "_memhostalloc($module, context, size, mapped=False, "
+             "portable=False, wc=False)\n--\n\n"
              "*size* bytes of cudamem's own page-locked memory for "
              "*context*'s device,\nwhatever its memory manager "
              "(HostOnlyCUDAMemoryManager.memhostalloc).");
@@ -942,8 +941,8 @@ external_buffer(PyObject *module, const char *name, int mapped,
 }
 
 PyDoc_STRVAR(pinned_memory_doc,
-             "PinnedMemory(context, pointer, size, owner=None, "
-             "finalizer=None)\n-> HostBuffer\n\n"
+             "PinnedMemory($module, context, pointer, size, owner=None, "
+             "finalizer=None)\n--\n\n"
              "numba's PinnedMemory, for EMM plugins' memhostalloc() and "
              "mempin(): the\n*size* bytes of page-locked host memory at "
              "*pointer* (an int, or a\nctypes pointer) as a HostBuffer "
@@ -960,8 +959,8 @@ pinned_memory(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
 }
 
 PyDoc_STRVAR(mapped_memory_doc,
-             "MappedMemory(context, pointer, size, owner=None, "
-             "finalizer=None)\n-> HostBuffer\n\n"
+             "MappedMemory($module, context, pointer, size, owner=None, "
+             "finalizer=None)\n--\n\n"
              "numba's MappedMemory: PinnedMemory() for memory mapped into "
              "the\ndevice's address space, whose device address "
              "(cuMemHostGetDevicePointer\nin *context*) is the buffer's "

@@ -58,7 +58,7 @@ handle_bytes(const cm_ipc_export *ex)
 }
 
 const char cmpy_array_get_ipc_handle_doc[] =
-    "get_ipc_handle() -> IpcArrayHandle\n\n"
+    "get_ipc_handle($self)\n--\n\n"
     "A picklable handle that shares this array's memory with another "
     "process\non the same machine (numba's): its open() there gives a "
     "DeviceNDArray\nof this shape, strides and dtype over the same bytes. "
@@ -155,7 +155,7 @@ cmpy_array_get_ipc_handle(PyObject *op, PyObject *Py_UNUSED(args))
 }
 
 PyDoc_STRVAR(ipc_get_doc,
-             "_ipc_get(pointer, device) -> (handle, base, size)\n\n"
+             "_ipc_get($module, pointer, device)\n--\n\n"
              "The IPC handle (bytes) of the allocation around device "
              "address *pointer*\non *device* (an ordinal or a Device), "
              "with the allocation's base and\nsize (cuMemGetAddressRange, "
@@ -202,7 +202,7 @@ ipc_get(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
 }
 
 PyDoc_STRVAR(ipc_open_doc,
-             "_ipc_open(handle, device) -> MemoryPointer\n\n"
+             "_ipc_open($module, handle, device)\n--\n\n"
              "The whole allocation behind IPC *handle* (bytes) mapped on "
              "*device* (an\nordinal or a Device), shared with every other "
              "open of it there in this\nprocess; None opens nothing (an "
@@ -232,8 +232,8 @@ ipc_open(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
 }
 
 PyDoc_STRVAR(ipc_array_doc,
-             "_ipc_array(mem, shape, dtype, strides=None, offset=0) -> "
-             "DeviceNDArray\n\n"
+             "_ipc_array($module, mem, shape, dtype, strides=None, "
+             "offset=0)\n--\n\n"
              "An array over MemoryPointer *mem* with its first element "
              "*offset* bytes\nfrom mem's address (*strides* in bytes, "
              "default C-contiguous).\nValueError when the elements reach "

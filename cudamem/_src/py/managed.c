@@ -262,8 +262,8 @@ cmpy_managed_empty(PyObject *module, cm_device *dev, PyArray_Descr *dtype,
 }
 
 PyDoc_STRVAR(managed_array_doc,
-             "managed_array(shape, dtype=np.float64, strides=None, "
-             "order='C', stream=0,\nattach_global=True) -> ManagedNDArray\n\n"
+             "managed_array($module, shape, dtype=None, strides=None, "
+             "order='C', stream=0, attach_global=True)\n--\n\n"
              "An uninitialized array in managed memory of the current "
              "device, as\nnumpy.empty: host and device use the same "
              "memory. With\nattach_global=False the memory is attached to "

@@ -712,7 +712,7 @@ static PyGetSetDef pointer_getset[] = {
 };
 
 PyDoc_STRVAR(pointer_view_doc,
-             "view(start, stop=None) -> MemoryPointer\n\n"
+             "view($self, start, stop=None)\n--\n\n"
              "The bytes [start, stop) of this memory, sharing its "
              "allocation.");
 
@@ -871,7 +871,7 @@ cmpy_memory_note_done(cmpy_state *st, cm_mem *a, cm_mem *b, cm_device *dev,
 }
 
 PyDoc_STRVAR(pointer_own_doc,
-             "own() -> MemoryPointer\n\n"
+             "own($self)\n--\n\n"
              "A new MemoryPointer to the same memory that keeps it alive "
              "(numba's\nOwnedPointer): refct counts it until it goes.");
 
@@ -884,7 +884,7 @@ pointer_own(PyObject *op, PyObject *Py_UNUSED(ignored))
 }
 
 PyDoc_STRVAR(pointer_free_doc,
-             "free()\n\n"
+             "free($self)\n--\n\n"
              "Frees the memory now, as the last reference going would "
              "(numba's\nMemoryPointer.free()): cudamem's allocations go "
              "to the pending\ndeallocations, an EMM plugin's finalizer "
@@ -919,7 +919,7 @@ pointer_free(PyObject *op, PyObject *Py_UNUSED(ignored))
 }
 
 PyDoc_STRVAR(pointer_memset_doc,
-             "memset(byte, count=None, stream=0)\n\n"
+             "memset($self, byte, count=None, stream=0)\n--\n\n"
              "Sets the first *count* bytes (all by default) to *byte* "
              "(0 to 255):\nsynchronous and complete on return on stream "
              "0, queued on a Stream\n(numba's cuMemsetD8 / "
@@ -1029,7 +1029,7 @@ static PyMemberDef pointer_members[] = {
 
 PyDoc_STRVAR(pointer_doc,
              "MemoryPointer(context, pointer, size, owner=None, "
-             "finalizer=None)\n\n"
+             "finalizer=None)\n--\n\n"
              "Device memory as an array's gpu_data (numba's MemoryPointer). "
              "When\ncudamem allocated it, the free is queued in the "
              "context's pending\ndeallocations once the last reference to "
@@ -1066,7 +1066,7 @@ static PyType_Spec pointer_spec = {
 };
 
 PyDoc_STRVAR(memalloc_doc,
-             "_memalloc(context, size) -> MemoryPointer\n\n"
+             "_memalloc($module, context, size)\n--\n\n"
              "*size* bytes from cudamem's own allocator in *context*, "
              "whatever its\nmemory manager (DefaultMemoryManager.memalloc).");
 
@@ -1091,8 +1091,8 @@ memalloc(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
 }
 
 PyDoc_STRVAR(memallocmanaged_doc,
-             "_memallocmanaged(context, size, attach_global=True) -> "
-             "MemoryPointer\n\n"
+             "_memallocmanaged($module, context, size, "
+             "attach_global=True)\n--\n\n"
              "*size* bytes of cudamem's own managed memory in *context*, "
              "whatever its\nmemory manager "
              "(DefaultMemoryManager.memallocmanaged).");
@@ -1119,8 +1119,8 @@ memallocmanaged(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
 }
 
 PyDoc_STRVAR(managed_memory_doc,
-             "ManagedMemory(context, pointer, size, owner=None, "
-             "finalizer=None)\n-> MemoryPointer\n\n"
+             "ManagedMemory($module, context, pointer, size, owner=None, "
+             "finalizer=None)\n--\n\n"
              "numba's ManagedMemory, for EMM plugins' memallocmanaged(): "
              "the *size*\nbytes of managed memory at *pointer* (an int, "
              "or a ctypes pointer) in\n*context*, as a host-accessible "
@@ -1143,7 +1143,7 @@ managed_memory(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
 }
 
 PyDoc_STRVAR(plugin_manager_doc,
-             "_plugin_manager() -> BaseCUDAMemoryManager or None\n\n"
+             "_plugin_manager($module)\n--\n\n"
              "The current context's memory manager when it is an EMM "
              "plugin (cudamem's\nown managers: None).");
 
@@ -1169,7 +1169,7 @@ plugin_manager(PyObject *module, PyObject *Py_UNUSED(ignored))
 }
 
 PyDoc_STRVAR(enable_plugins_doc,
-             "_enable_plugins()\n\n"
+             "_enable_plugins($module)\n--\n\n"
              "From now on allocations ask their context's memory manager "
              "(set when\nan EMM plugin may be in use; never unset).");
 

@@ -98,7 +98,7 @@ deallocations_repr(PyObject *op)
 }
 
 PyDoc_STRVAR(deallocations_clear_doc,
-             "clear()\n\n"
+             "clear($self)\n--\n\n"
              "Frees everything pending now, unless disabled. A failed free "
              "is\nraised (CudaAPIError); the frees after it stay pending.");
 
@@ -119,7 +119,7 @@ deallocations_clear(PyObject *op, PyObject *Py_UNUSED(ignored))
 }
 
 PyDoc_STRVAR(deallocations_disable_doc,
-             "disable() -> context manager\n\n"
+             "disable($self)\n--\n\n"
              "Inside the block nothing pending is freed (blocks nest). "
              "Leaving\nit does not free: the next release or clear() does.");
 
@@ -297,7 +297,7 @@ static PyType_Spec guard_spec = {
 };
 
 PyDoc_STRVAR(shutdown_doc,
-             "_shutdown()\n\n"
+             "_shutdown($module)\n--\n\n"
              "Frees every pending deallocation once, then stops the queues "
              "(run\nat interpreter exit; later releases leak on purpose). A "
              "failed\nfree is written to stderr.");
@@ -325,7 +325,7 @@ shutdown(PyObject *module, PyObject *Py_UNUSED(ignored))
 }
 
 PyDoc_STRVAR(flush_pending_doc,
-             "_flush_pending()\n\n"
+             "_flush_pending($module)\n--\n\n"
              "Waits for host memory whose release waits for copies and frees it,\n"
              "then frees what every device's queues hold (unless deferred); "
              "for\ntests that compare live allocations.");

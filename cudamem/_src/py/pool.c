@@ -12,7 +12,7 @@
 #include "../core/staging.h"
 
 PyDoc_STRVAR(pool_enable_doc,
-             "_pool_enable(device, enabled)\n\n"
+             "_pool_enable($module, device, enabled)\n--\n\n"
              "Turns cudamem's memory pool on or off for *device* (a Device "
              "or an\nordinal). While on, device arrays and temporaries are "
              "blocks of\ncuMemAlloc slabs kept by the pool, returned to it "
@@ -49,7 +49,7 @@ pool_enable(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
 }
 
 PyDoc_STRVAR(pool_trim_doc,
-             "_pool_trim(device)\n\n"
+             "_pool_trim($module, device)\n--\n\n"
              "Waits for the queued work of the streams that free blocks "
              "of *device*'s\npool were freed on, then frees every slab "
              "that is wholly free, and\nthe pool's spare events. Blocks "
@@ -104,7 +104,7 @@ limit_arg(PyObject *arg, size_t *limit)
 }
 
 PyDoc_STRVAR(pool_set_limit_doc,
-             "_pool_set_limit(device, nbytes)\n\n"
+             "_pool_set_limit($module, device, nbytes)\n--\n\n"
              "Caps the bytes of cuMemAlloc slabs *device*'s pool holds "
              "(None: no\ncap). An allocation that needs a slab beyond it "
              "goes through\nout-of-memory recovery (which trims the pool), "
@@ -135,7 +135,7 @@ pool_set_limit(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
 }
 
 PyDoc_STRVAR(pool_stats_doc,
-             "_pool_stats(device) -> dict\n\n"
+             "_pool_stats($module, device)\n--\n\n"
              "The state of *device*'s pool: enabled, limit (None: no cap), "
              "slabs and\nslab_bytes (cuMemAlloc allocations held), "
              "used_blocks and used_bytes\n(handed out), free_blocks and "
@@ -175,7 +175,7 @@ pool_stats(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
 }
 
 PyDoc_STRVAR(hostpool_trim_doc,
-             "_hostpool_trim()\n\n"
+             "_hostpool_trim($module)\n--\n\n"
              "Frees every page-locked block the host pool keeps for reuse "
              "(pinned\narrays made while a device's pool is on, staging "
              "buffers of\ncross-device copies). The pool is process-wide.");
@@ -196,7 +196,7 @@ hostpool_trim(PyObject *module, PyObject *Py_UNUSED(ignored))
 }
 
 PyDoc_STRVAR(hostpool_set_limit_doc,
-             "_hostpool_set_limit(nbytes)\n\n"
+             "_hostpool_set_limit($module, nbytes)\n--\n\n"
              "Caps the bytes of page-locked blocks the host pool keeps "
              "(None: no\ncap), freeing cached blocks, largest first, down "
              "to it; a block\ngiven back beyond it is freed.");
@@ -226,7 +226,7 @@ hostpool_set_limit(PyObject *module, PyObject *const *args,
 }
 
 PyDoc_STRVAR(hostpool_stats_doc,
-             "_hostpool_stats() -> dict\n\n"
+             "_hostpool_stats($module)\n--\n\n"
              "The host pool's limit (None: no cap), cached_blocks and "
              "cached_bytes\n(page-locked blocks waiting for reuse, whole "
              "size classes).");
@@ -249,7 +249,7 @@ hostpool_stats(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
 }
 
 PyDoc_STRVAR(staging_reload_doc,
-             "_staging_reload() -> dict\n\n"
+             "_staging_reload($module)\n--\n\n"
              "Reads CUDAMEM_STAGING_THRESHOLD, CUDAMEM_STAGING_CHUNK and\n"
              "CUDAMEM_STAGING_THREADS again (tests) and returns the tunables "
              "now in\nforce: threshold, chunk (bytes) and threads.");

@@ -127,14 +127,14 @@ record_setitem(PyObject *op, PyObject *key, PyObject *value)
 }
 
 PyDoc_STRVAR(getitem_doc,
-             "getitem(item, stream=0)\n\n"
+             "getitem($self, item, stream=0)\n--\n\n"
              "The field *item* (a name or a position): a NumPy scalar read "
              "after the\nwork queued before it on *stream* (default: the "
              "record's), a\nDeviceRecord for a nested record, a "
              "DeviceNDArray for a sub-array.");
 
 PyDoc_STRVAR(setitem_doc,
-             "setitem(key, value, stream=0)\n\n"
+             "setitem($self, key, value, stream=0)\n--\n\n"
              "Sets the field *key* to *value* (cast to the field's dtype, "
              "broadcast\nover a sub-array), on *stream* (default: the "
              "record's).");
@@ -205,7 +205,7 @@ record_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 }
 
 PyDoc_STRVAR(record_doc,
-             "DeviceRecord(dtype, stream=0, gpu_data=None)\n\n"
+             "DeviceRecord(dtype, stream=0, gpu_data=None)\n--\n\n"
              "One structured element in device memory (numba's "
              "DeviceRecord), made by\nto_device() of a numpy.void or by "
              "indexing a structured array with\nintegers. rec['f'] reads a "

@@ -90,7 +90,7 @@ set_kind(PyObject *dict, const char *kind, const cm_counts *c)
 }
 
 PyDoc_STRVAR(memory_stats_doc,
-             "memory_stats(device=None) -> MemoryStats\n\n"
+             "memory_stats($module, device=None)\n--\n\n"
              "cudamem's memory use on a device (an ordinal or a Device; "
              "None: the\ncurrent device), as a MemoryStats: a dict whose "
              "repr is a table. For\neach kind -- device, "
@@ -169,7 +169,7 @@ fail:
 }
 
 PyDoc_STRVAR(reset_peak_stats_doc,
-             "reset_peak_stats(device=None)\n\n"
+             "reset_peak_stats($module, device=None)\n--\n\n"
              "Sets every peak of memory_stats(device) to its current "
              "value.");
 

@@ -506,7 +506,7 @@ stream_int(cmpy_Stream *self)
 }
 
 PyDoc_STRVAR(stream_repr_html_doc,
-             "_repr_html_() -> str\n\n"
+             "_repr_html_($self)\n--\n\n"
              "The stream as an HTML table for Jupyter: kind, handle, "
              "device and\ncontext.");
 
@@ -585,7 +585,7 @@ static PyGetSetDef stream_getset[] = {
 };
 
 PyDoc_STRVAR(stream_synchronize_doc,
-             "synchronize()\n\n"
+             "synchronize($self)\n--\n\n"
              "Waits for all work queued on this stream, with the GIL "
              "released.\nCtrl-C interrupts the wait (the work goes on).");
 
@@ -603,7 +603,7 @@ stream_synchronize(PyObject *self, PyObject *Py_UNUSED(ignored))
 }
 
 PyDoc_STRVAR(stream_query_doc,
-             "query() -> bool\n\n"
+             "query($self)\n--\n\n"
              "True when all work queued on this stream is complete. Does not "
              "wait.");
 
@@ -625,7 +625,7 @@ stream_query(PyObject *self, PyObject *Py_UNUSED(ignored))
 }
 
 PyDoc_STRVAR(stream_cuda_stream_doc,
-             "__cuda_stream__() -> (0, handle)\n\n"
+             "__cuda_stream__($self)\n--\n\n"
              "The CUDA stream protocol (version 0): the handle as an int.");
 
 static PyObject *
@@ -640,7 +640,7 @@ stream_cuda_stream(PyObject *self, PyObject *Py_UNUSED(ignored))
 }
 
 PyDoc_STRVAR(stream_priority_range_doc,
-             "priority_range() -> (least, greatest)\n\n"
+             "priority_range($type)\n--\n\n"
              "The stream priorities of the current device, a class method\n"
              "(cuCtxGetStreamPriorityRange): *greatest* is the most urgent "
              "and\nnumerically the smallest. stream(priority=...) is "
@@ -664,7 +664,7 @@ stream_priority_range(PyObject *cls, PyObject *Py_UNUSED(ignored))
 }
 
 PyDoc_STRVAR(stream_wait_event_doc,
-             "wait_event(event)\n\n"
+             "wait_event($self, event)\n--\n\n"
              "Work queued on this stream after this call waits, on the "
              "device, until\n*event* occurs: event.wait(stream=self). The "
              "event may be of another\ndevice, as the driver allows. The "
@@ -686,7 +686,7 @@ stream_wait_event(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
 }
 
 PyDoc_STRVAR(stream_add_callback_doc,
-             "add_callback(callback, arg=None)\n\n"
+             "add_callback($self, callback, arg=None)\n--\n\n"
              "Calls callback(stream, status, arg) once all work queued on "
              "this\nstream before this call is complete; *status* is the "
              "stream's\nCUresult as an int (0: success). Callbacks run in "
@@ -715,7 +715,7 @@ stream_add_callback(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
 }
 
 PyDoc_STRVAR(stream_async_done_doc,
-             "async_done() -> asyncio.Future\n\n"
+             "async_done($self)\n--\n\n"
              "A future of the running event loop that resolves to this "
              "stream once\nall work queued on it before this call is "
              "complete (CudaAPIError\nnaming the status when the stream "
@@ -733,7 +733,7 @@ stream_async_done(PyObject *self, PyObject *Py_UNUSED(ignored))
 }
 
 PyDoc_STRVAR(stream_auto_synchronize_doc,
-             "auto_synchronize()\n\n"
+             "auto_synchronize($self)\n--\n\n"
              "A context manager that yields this stream and synchronizes "
              "it on exit,\nalso when the block raises (the block's "
              "exception wins).");
@@ -813,7 +813,7 @@ cmpy_stream_type_init(PyObject *module, cmpy_state *st)
  * Module functions. */
 
 PyDoc_STRVAR(stream_doc_fn,
-             "stream(priority=None, non_blocking=False) -> Stream\n\n"
+             "stream($module, priority=None, non_blocking=False)\n--\n\n"
              "A new stream in the current device's primary context (numba's\n"
              "cuda.stream()). *priority* (an int; lower is more urgent) is "
              "clamped\nby the driver into Stream.priority_range(). With "
@@ -901,7 +901,7 @@ special_stream(PyObject *module, cmpy_stream_kind kind, CUstream handle)
 }
 
 PyDoc_STRVAR(default_stream_doc,
-             "default_stream() -> Stream\n\n"
+             "default_stream($module)\n--\n\n"
              "The default stream (handle 0) of the current context: the "
              "legacy\ndefault stream, or the per-thread one when cudamem "
              "runs with\nCUDAMEM_PER_THREAD_DEFAULT_STREAM=1. Passing it as "
@@ -915,7 +915,7 @@ default_stream(PyObject *module, PyObject *Py_UNUSED(ignored))
 }
 
 PyDoc_STRVAR(legacy_default_stream_doc,
-             "legacy_default_stream() -> Stream\n\n"
+             "legacy_default_stream($module)\n--\n\n"
              "The legacy default stream (CU_STREAM_LEGACY) of the current "
              "context.");
 
@@ -926,7 +926,7 @@ legacy_default_stream(PyObject *module, PyObject *Py_UNUSED(ignored))
 }
 
 PyDoc_STRVAR(per_thread_default_stream_doc,
-             "per_thread_default_stream() -> Stream\n\n"
+             "per_thread_default_stream($module)\n--\n\n"
              "The per-thread default stream (CU_STREAM_PER_THREAD) of the "
              "current\ncontext.");
 
@@ -938,7 +938,7 @@ per_thread_default_stream(PyObject *module, PyObject *Py_UNUSED(ignored))
 }
 
 PyDoc_STRVAR(external_stream_doc,
-             "external_stream(ptr) -> Stream\n\n"
+             "external_stream($module, ptr)\n--\n\n"
              "Wraps a CUstream made elsewhere (an int handle) for the "
              "current\ndevice. cudamem never destroys it: it must outlive "
              "the Stream\nobject and every operation queued on it.");
@@ -1016,7 +1016,7 @@ cmpy_stream_wrap(cmpy_state *st, cm_device *dev, cmpy_stream_kind kind,
 }
 
 PyDoc_STRVAR(parse_stream_doc,
-             "_parse_stream(arg, device=None) -> (handle, async)\n\n"
+             "_parse_stream($module, arg, device=None)\n--\n\n"
              "What cudamem makes of stream=*arg* for an operation on "
              "*device*\n(None: the current one; else an ordinal or a "
              "Device). For tests.");
