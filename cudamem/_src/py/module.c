@@ -226,7 +226,7 @@ PyDoc_STRVAR(cudamem_doc,
              "cudamem's C extension. Use the cudamem package, not this "
              "module.");
 
-static struct PyModuleDef cudamem_module = {
+struct PyModuleDef cmpy_module_def = {
     PyModuleDef_HEAD_INIT,
     .m_name = "cudamem._cudamem",
     .m_doc = cudamem_doc,
@@ -240,5 +240,5 @@ static struct PyModuleDef cudamem_module = {
 PyMODINIT_FUNC
 PyInit__cudamem(void)
 {
-    return PyModuleDef_Init(&cudamem_module);
+    return PyModuleDef_Init(&cmpy_module_def);
 }

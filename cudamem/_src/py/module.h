@@ -54,11 +54,60 @@ cmpy_get_state(PyObject *module)
     return (cmpy_state *)PyModule_GetState(module);
 }
 
-/* The module state of one of the module's heap types' instances. */
+extern struct PyModuleDef cmpy_module_def;
+
+/* The module of a heap type made by this module (borrowed), else NULL. */
+static inline PyObject *
+cmpy_own_module(PyTypeObject *type)
+{
+    PyObject *module;
+
+    if (!PyType_HasFeature(type, Py_TPFLAGS_HEAPTYPE)) {
+        return NULL;
+    }
+    module = ((PyHeapTypeObject *)type)->ht_module;
+    return module != NULL && PyModule_GetDef(module) == &cmpy_module_def
+               ? module
+               : NULL;
+}
+
+/* The module of `type`, one of the module's heap types or a Python
+ * subclass of one (borrowed; NULL with TypeError for another type). The
+ * type itself first: at interpreter exit a finalizer may run after its
+ * type's MRO was cleared (PyType_GetModuleByDef would read it). */
+static inline PyObject *
+cmpy_type_module(PyTypeObject *type)
+{
+    PyObject *module = cmpy_own_module(type), *mro = type->tp_mro;
+
+    for (Py_ssize_t i = 1; module == NULL && mro != NULL &&
+                           i < PyTuple_GET_SIZE(mro);
+         i++) {
+        module = cmpy_own_module((PyTypeObject *)PyTuple_GET_ITEM(mro, i));
+    }
+    if (module == NULL) {
+        PyErr_Format(PyExc_TypeError, "%s is not a cudamem type",
+                     type->tp_name);
+    }
+    return module;
+}
+
+/* The module state of `type` (cmpy_type_module), or NULL with an
+ * exception. */
+static inline cmpy_state *
+cmpy_state_of(PyTypeObject *type)
+{
+    PyObject *module = cmpy_type_module(type);
+
+    return module == NULL ? NULL : (cmpy_state *)PyModule_GetState(module);
+}
+
+/* The module state of one of the module's heap types' instances (or of
+ * a Python subclass's). */
 static inline cmpy_state *
 cmpy_type_state(PyObject *self)
 {
-    return (cmpy_state *)PyType_GetModuleState(Py_TYPE(self));
+    return cmpy_state_of(Py_TYPE(self));
 }
 
 /* cudamem._handles.Handle(value): a ctypes.c_void_p (numba's type for
@@ -132,7 +181,7 @@ static inline cmpy_state *
 cmpy_final_state(PyObject *self)
 {
     PyObject *saved = cmpy_exc_take();
-    cmpy_state *st = (cmpy_state *)PyType_GetModuleState(Py_TYPE(self));
+    cmpy_state *st = cmpy_type_state(self);
 
     if (st == NULL) {
         PyErr_Clear();
