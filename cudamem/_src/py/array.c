@@ -311,8 +311,10 @@ array_make(PyObject *type, PyObject *mem, CUdeviceptr ptr, int ndim,
     Py_ssize_t itemsize = PyDataType_ELSIZE(dtype);
     cmpy_DeviceNDArray *self;
 
-    self = PyObject_GC_NewVar(cmpy_DeviceNDArray, (PyTypeObject *)type,
-                              2 * ndim);
+    /* tp_alloc zeroes (a Python subclass's __dict__ slot too) and
+     * tracks; every field it leaves NULL is safe to traverse. */
+    self = (cmpy_DeviceNDArray *)((PyTypeObject *)type)
+               ->tp_alloc((PyTypeObject *)type, 2 * ndim);
     if (self == NULL) {
         Py_DECREF(mem);
         return NULL;
@@ -334,8 +336,6 @@ array_make(PyObject *type, PyObject *mem, CUdeviceptr ptr, int ndim,
     self->stream_handle = ref->handle;
     self->stream_async = ref->async;
     self->stream_owned = ref->owned;
-    self->weakreflist = NULL;
-    PyObject_GC_Track(self);
     return self;
 }
 
@@ -464,8 +464,14 @@ cmpy_array_view(cmpy_state *st, cmpy_DeviceNDArray *base, int ndim,
                 const Py_ssize_t *shape, const Py_ssize_t *strides,
                 CUdeviceptr ptr, PyArray_Descr *dtype)
 {
-    return cmpy_array_view_as(st, st->DeviceNDArrayType, base, ndim, shape,
-                              strides, ptr, dtype);
+    /* A view keeps a Python subclass's type, as numba's type(self)(...). */
+    PyObject *type = PyObject_TypeCheck((PyObject *)base,
+                                        (PyTypeObject *)st->DeviceNDArrayType)
+                         ? (PyObject *)Py_TYPE(base)
+                         : st->DeviceNDArrayType;
+
+    return cmpy_array_view_as(st, type, base, ndim, shape, strides, ptr,
+                              dtype);
 }
 
 int
@@ -605,14 +611,16 @@ array_reduce_ex(PyObject *op, PyObject *Py_UNUSED(protocol))
     cmpy_state *st = cmpy_type_state(op);
     PyObject *host, *value, *to_device;
 
-    to_device = PyObject_GetAttrString(PyType_GetModule(Py_TYPE(op)),
+    to_device = PyObject_GetAttrString(cmpy_type_module(Py_TYPE(op)),
                                        "to_device");
     if (to_device == NULL) {
         return NULL;
     }
     host = cmpy_array_to_host(st, (cmpy_DeviceNDArray *)op);
     /* A record travels as the numpy.void that to_device makes one of. */
-    value = host != NULL && Py_IS_TYPE(op, (PyTypeObject *)st->DeviceRecordType)
+    value = host != NULL &&
+                    PyObject_TypeCheck(op,
+                                       (PyTypeObject *)st->DeviceRecordType)
                 ? PyArray_ToScalar(PyArray_DATA((PyArrayObject *)host),
                                    (PyArrayObject *)host)
                 : Py_XNewRef(host);
@@ -648,7 +656,7 @@ array_copy_here(PyObject *op, PyObject *Py_UNUSED(ignored))
             : 'C',
         0, NULL);
     if (out == NULL ||
-        !Py_IS_TYPE(op, (PyTypeObject *)st->DeviceRecordType)) {
+        !PyObject_TypeCheck(op, (PyTypeObject *)st->DeviceRecordType)) {
         return (PyObject *)out;
     }
     rec = cmpy_array_view_as(st, st->DeviceRecordType, out, 0, NULL, NULL,
@@ -1058,7 +1066,7 @@ static PyType_Spec base_spec = {
     .basicsize = offsetof(cmpy_DeviceNDArray, dims),
     .itemsize = sizeof(Py_ssize_t),
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE |
-             Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_IMMUTABLETYPE,
+             Py_TPFLAGS_DISALLOW_INSTANTIATION,
     .slots = base_slots,
 };
 
@@ -1094,8 +1102,7 @@ static PyType_Spec array_spec = {
     .name = "cudamem.DeviceNDArray",
     .basicsize = offsetof(cmpy_DeviceNDArray, dims),
     .itemsize = sizeof(Py_ssize_t),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC |
-             Py_TPFLAGS_IMMUTABLETYPE,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE,
     .slots = array_slots,
 };
 
@@ -1176,7 +1183,7 @@ cmpy_array_construct(PyTypeObject *type, PyObject *shape_arg,
                      PyObject *strides_arg, PyObject *dtype_arg,
                      PyObject *stream, PyObject *gpu_data, int record)
 {
-    cmpy_state *st = (cmpy_state *)PyType_GetModuleState(type);
+    cmpy_state *st = cmpy_state_of(type);
     Py_ssize_t shape[NPY_MAXDIMS], strides[NPY_MAXDIMS], size, low, high;
     PyArray_Descr *dtype = NULL;
     cmpy_MemoryPointer *mp = NULL;

@@ -33,7 +33,8 @@ cmpy_array_check_alive(cmpy_state *st, cmpy_DeviceNDArray *self)
                      "this device %s of shape %R and dtype %S on device %d "
                      "cannot be used: the context was reset or closed since "
                      "it was made, and its memory is gone",
-                     Py_IS_TYPE(self, (PyTypeObject *)st->DeviceRecordType)
+                     PyObject_TypeCheck(self, (PyTypeObject *)
+                                                  st->DeviceRecordType)
                          ? "record"
                          : "array",
                      shape,

@@ -628,7 +628,7 @@ static PyType_Spec context_spec = {
     .name = "cudamem.Context",
     .basicsize = sizeof(cmpy_Context),
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC |
-             Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_IMMUTABLETYPE,
+             Py_TPFLAGS_DISALLOW_INSTANTIATION,
     .slots = context_slots,
 };
 

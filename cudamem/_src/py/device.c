@@ -478,7 +478,7 @@ static PyType_Spec device_spec = {
     .name = "cudamem.Device",
     .basicsize = sizeof(cmpy_Device),
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC |
-             Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_IMMUTABLETYPE,
+             Py_TPFLAGS_DISALLOW_INSTANTIATION,
     .slots = device_slots,
 };
 

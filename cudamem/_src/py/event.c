@@ -387,8 +387,7 @@ static PyType_Slot event_slots[] = {
 static PyType_Spec event_spec = {
     .name = "cudamem.Event",
     .basicsize = sizeof(cmpy_Event),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION |
-             Py_TPFLAGS_IMMUTABLETYPE,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION,
     .slots = event_slots,
 };
 

@@ -459,7 +459,7 @@ copy_of(PyObject *self, cmpy_hostarray_kind kind, cm_device *dev,
 {
     static const cmpy_stream_ref stream0 = {0, 0, NULL, 1};
     PyArrayObject *arr = (PyArrayObject *)self;
-    PyObject *module = PyType_GetModule(Py_TYPE(self)), *out;
+    PyObject *module = cmpy_type_module(Py_TYPE(self)), *out;
     Py_ssize_t strides[NPY_MAXDIMS];
     char order = PyArray_IS_F_CONTIGUOUS(arr) &&
                          !PyArray_IS_C_CONTIGUOUS(arr)
@@ -718,8 +718,7 @@ cmpy_hostarray_type(PyObject *module, cmpy_hostarray_kind kind)
     PyType_Spec spec = {
         .name = kinds[kind].qualname,
         .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC |
-                 Py_TPFLAGS_DISALLOW_INSTANTIATION |
-                 Py_TPFLAGS_IMMUTABLETYPE,
+                 Py_TPFLAGS_DISALLOW_INSTANTIATION,
         .slots = slots,
     };
     Py_ssize_t align = alignof(host_extra);

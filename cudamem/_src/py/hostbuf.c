@@ -275,7 +275,7 @@ static PyType_Spec buffer_spec = {
     .name = "cudamem.HostBuffer",
     .basicsize = sizeof(cmpy_HostBuffer),
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC |
-             Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_IMMUTABLETYPE,
+             Py_TPFLAGS_DISALLOW_INSTANTIATION,
     .slots = buffer_slots,
 };
 

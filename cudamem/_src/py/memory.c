@@ -550,7 +550,7 @@ pointer_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *names[] = {"context", "pointer", "size", "owner",
                             "finalizer", NULL};
-    cmpy_state *st = (cmpy_state *)PyType_GetModuleState(type);
+    cmpy_state *st = cmpy_state_of(type);
     PyObject *argv[5] = {NULL, NULL, NULL, NULL, NULL};
 
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO|OO:MemoryPointer",
@@ -1060,8 +1060,7 @@ static PyType_Slot pointer_slots[] = {
 static PyType_Spec pointer_spec = {
     .name = "cudamem.MemoryPointer",
     .basicsize = sizeof(cmpy_MemoryPointer),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC |
-             Py_TPFLAGS_IMMUTABLETYPE,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .slots = pointer_slots,
 };
 

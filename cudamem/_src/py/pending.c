@@ -186,7 +186,7 @@ static PyType_Spec deallocations_spec = {
     .name = "cudamem.Deallocations",
     .basicsize = sizeof(cmpy_Deallocations),
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC |
-             Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_IMMUTABLETYPE,
+             Py_TPFLAGS_DISALLOW_INSTANTIATION,
     .slots = deallocations_slots,
 };
 

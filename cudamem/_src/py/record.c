@@ -226,8 +226,7 @@ static PyType_Spec record_spec = {
     .name = "cudamem.DeviceRecord",
     .basicsize = offsetof(cmpy_DeviceNDArray, dims),
     .itemsize = sizeof(Py_ssize_t),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC |
-             Py_TPFLAGS_IMMUTABLETYPE,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE,
     .slots = record_slots,
 };
 

@@ -649,7 +649,7 @@ PyDoc_STRVAR(stream_priority_range_doc,
 static PyObject *
 stream_priority_range(PyObject *cls, PyObject *Py_UNUSED(ignored))
 {
-    cmpy_state *st = (cmpy_state *)PyType_GetModuleState((PyTypeObject *)cls);
+    cmpy_state *st = cmpy_state_of((PyTypeObject *)cls);
     int least, greatest;
     cm_device *dev;
     cm_error err;
@@ -794,8 +794,7 @@ static PyType_Slot stream_slots[] = {
 static PyType_Spec stream_spec = {
     .name = "cudamem.Stream",
     .basicsize = sizeof(cmpy_Stream),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION |
-             Py_TPFLAGS_IMMUTABLETYPE,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION,
     .slots = stream_slots,
 };
 
