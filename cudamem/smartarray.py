@@ -106,6 +106,9 @@ def _unary(name: str) -> Callable[[SmartArray], Any]:
 _WRITES_ARGUMENT = {"copyto": "dst", "put": "a", "place": "arr",
                     "putmask": "a", "fill_diagonal": "a",
                     "put_along_axis": "arr"}
+# numpy.ndarray methods that write into the array.
+_WRITES_SELF = {"fill", "sort", "put", "partition", "itemset", "setfield",
+                "byteswap"}
 
 
 class SmartArray:
@@ -307,26 +310,32 @@ class SmartArray:
 
     @property
     def shape(self) -> tuple[int, ...]:
+        """The array's shape."""
         return tuple(self._any().shape)
 
     @property
     def dtype(self) -> np.dtype[Any]:
+        """The array's dtype."""
         return self._any().dtype  # type: ignore[no-any-return]
 
     @property
     def ndim(self) -> int:
+        """The number of dimensions."""
         return int(self._any().ndim)
 
     @property
     def size(self) -> int:
+        """The number of elements."""
         return int(self._any().size)
 
     @property
     def itemsize(self) -> int:
+        """The size of an element in bytes."""
         return int(self._any().itemsize)
 
     @property
     def nbytes(self) -> int:
+        """The size of the data in bytes."""
         return int(self._any().nbytes)
 
     @property
@@ -339,6 +348,24 @@ class SmartArray:
     def stream(self) -> _StreamArg:
         """The stream this array's transfers are queued on by default."""
         return self._stream
+
+    def __getattr__(self, name: str) -> Any:
+        # numba's SmartArray forwards other attributes to the host array.
+        # Names NumPy arrays lack are refused before anything is copied;
+        # resize would leave the device array of the old shape.
+        if (name.startswith("_") or name == "resize"
+                or not hasattr(_np().ndarray, name)):
+            raise AttributeError("'SmartArray' object has no attribute %r"
+                                 % name)
+        attr = getattr(self.host(), name)
+        if name not in _WRITES_SELF:
+            return attr
+
+        def write(*args: Any, **kwargs: Any) -> Any:
+            result = attr(*args, **kwargs)
+            self._gpu_valid = False
+            return result
+        return write
 
     def __len__(self) -> int:
         if not self.shape:

@@ -368,6 +368,45 @@ def test_attributes_len_and_iteration_as_numpy():
     np.testing.assert_array_equal(sa[a > 4], a[a > 4])
 
 
+def test_other_attributes_are_the_host_arrays(sim):
+    a = data()
+    sa = SmartArray(a)
+    sa.gpu()
+    sim.reset()
+    assert sa.sum() == a.sum() and sa.tolist() == a.tolist()
+    np.testing.assert_array_equal(sa.mean(axis=0), a.mean(axis=0))
+    np.testing.assert_array_equal(sa.reshape(2, 6), a.reshape(2, 6))
+    np.testing.assert_array_equal(sa.T, a.T)
+    assert sa.astype(np.int8).dtype == np.int8
+    assert moved(sim) == {} and "host and gpu" in repr(sa)
+    # Names a NumPy array lacks, private names and resize() are refused
+    # before anything is copied.
+    kernel_writes(sa, 0, 1.0)
+    sim.reset()
+    for name in ("copy_to_host", "_host_cache", "resize"):
+        with pytest.raises(AttributeError, match="'SmartArray' object has "
+                                                 "no attribute '%s'" % name):
+            getattr(sa, name)
+    assert moved(sim) == {}
+
+
+@pytest.mark.parametrize("write", [
+    lambda x: x.fill(3.0),
+    lambda x: x.sort(axis=0),
+    lambda x: x.put([1, 4], -2.0),
+    lambda x: x.partition(1),
+    lambda x: x.byteswap(inplace=True),
+])
+def test_ndarray_methods_that_write_mark_the_host_changed(write, sim):
+    sa, ref = SmartArray(data()[::-1].copy()), data()[::-1].copy()
+    d = sa.gpu()
+    write(sa)
+    write(ref)
+    sim.reset()
+    np.testing.assert_array_equal(sa.gpu().copy_to_host(), ref)
+    assert sa.gpu() is d and moved(sim)["HtoD"][0] == 1
+
+
 def test_array_protocol():
     a = data()
     sa = SmartArray(a)
@@ -378,8 +417,9 @@ def test_array_protocol():
     f32 = np.asarray(sa, dtype=np.float32)
     assert f32.dtype == np.float32
     np.testing.assert_array_equal(f32, a.astype(np.float32))
-    if np.lib.NumpyVersion(np.__version__) >= "2.0.0":
-        with pytest.raises(ValueError, match=r"__array__\(dtype=float32, copy=False\)"):
+    if np.lib.NumpyVersion(np.__version__) >= "2.0.0":  # copy= is new
+        with pytest.raises(ValueError, match=r"__array__\(dtype=float32, "
+                                             r"copy=False\)"):
             np.asarray(sa, dtype=np.float32, copy=False)
 
 
