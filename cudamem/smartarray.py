@@ -113,7 +113,7 @@ _WRITES_SELF = {"fill", "sort", "put", "partition", "itemset", "setfield",
 
 class SmartArray:
     """SmartArray(obj=None, copy=True, shape=None, dtype=None, order=None,
-    where='host', *, stream=0)
+    where='host', stream=0)
 
     An array with a host side (a NumPy array) and a device side (a
     DeviceNDArray) that copies between them only when the side asked for
