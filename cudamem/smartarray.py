@@ -148,7 +148,7 @@ class SmartArray:
             else:
                 self._gpu = _cudamem.device_array(
                     shape, "f8" if dtype is None else dtype,
-                    order=order or "C", stream=stream)
+                    order=order or "C", stream=self._stream)
                 self._gpu_valid = True
             return
         if shape is not None:
@@ -366,6 +366,12 @@ class SmartArray:
             self._gpu_valid = False
             return result
         return write
+
+    def __copy__(self) -> SmartArray:
+        # As copy.copy() of a NumPy array: a copy of the data (from the
+        # side that is current), not a second tracker of the same memory.
+        return SmartArray(self, where="host" if self._host_valid else "gpu",
+                          stream=self._stream)
 
     def __len__(self) -> int:
         if not self.shape:

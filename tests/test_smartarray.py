@@ -337,6 +337,24 @@ def test_from_a_smartarray_copies_the_side_asked_for(sim):
     np.testing.assert_array_equal(on_host.host(), data())
 
 
+@pytest.mark.parametrize("how", ["copy", "deepcopy", "pickle"])
+def test_copies_are_independent(sim, how):
+    import copy
+    import pickle
+    sa = SmartArray(data(), where="gpu")
+    dup = {"copy": copy.copy, "deepcopy": copy.deepcopy,
+           "pickle": lambda x: pickle.loads(pickle.dumps(x))}[how](sa)
+    assert type(dup) is SmartArray
+    kernel_writes(sa, (0, 0), -1.0)
+    dup[1, 1] = -2.0
+    ref = data()
+    ref[1, 1] = -2.0
+    np.testing.assert_array_equal(dup.gpu().copy_to_host(), ref)
+    ref = data()
+    ref[0, 0] = -1.0
+    np.testing.assert_array_equal(sa.host(), ref)
+
+
 def test_exported_from_cudamem():
     assert cudamem.SmartArray is SmartArray
     assert "SmartArray" in cudamem.__all__
