@@ -77,6 +77,7 @@ from cudamem.memory import (
 )
 from cudamem.pool import PoolMemoryManager
 from cudamem.runtime import is_supported_version
+from cudamem.smartarray import SmartArray
 from cudamem.ipc import (
     GetIpcHandleMixin,
     IpcArrayHandle,
@@ -123,6 +124,7 @@ __all__ = [
     "MemoryPointer",
     "PinnedMemory",
     "PoolMemoryManager",
+    "SmartArray",
     "Stream",
     "as_cuda_array",
     "from_dlpack",
