@@ -4,7 +4,9 @@
 The modules are copied unchanged from the installed numba-cuda wheel into
 ``--out`` and run by pytest with the stand-in ``numba`` package
 (tests/numba_standin) first on the path, on cudamem's simulated driver.
-test_multigpu runs in its own pytest process with two simulated devices.
+The modules with tests that need two GPUs (test_multigpu, and
+test_context_stack's context-switch tests) run in a second pytest process
+with two simulated devices.
 The run fails when a test not in the expected list fails, or a listed one
 passes, is skipped or is no longer reported. Usage (in a venv with pytest
 and NumPy, cudamem built in place):
@@ -24,8 +26,9 @@ STANDIN = os.path.join(ROOT, "tests", "numba_standin")
 CATEGORIES = {
     "kernel": "compiles or launches a kernel",
     "typing": "numba typing or JIT internals",
-    "bindings": "calls the CUDA driver through cuda-bindings / cuda.core, "
-                "which bind libcuda, not cudamem's driver",
+    "internals": "numba's driver internals (its Driver object's raw cu* "
+                 "calls) or cuda-bindings / cuda.core objects, which bind "
+                 "libcuda rather than the driver cudamem loaded",
     "difference": "a deliberate difference listed in docs/migration.rst",
     "missing": "a cudamem gap still being built",
 }
@@ -41,8 +44,8 @@ MODULES = {
         "test_cuda_array_interface", "test_array", "test_stream_api",
         "test_ipc", "test_multiprocessing", "test_multigpu"),
 }
-# Modules run in their own process, with these simulator settings.
-SEPARATE = {"cudapy/test_multigpu.py": {"CUDAMEM_SIM_DEVICES": "2"}}
+# Modules with tests that skip on one GPU: run on two simulated devices.
+TWO_DEVICES = ("cudadrv/test_context_stack.py", "cudapy/test_multigpu.py")
 
 
 def copy_modules(tests_dir, out):
@@ -71,7 +74,8 @@ def run_pytest(out, paths, name, extra_env, timeout):
     env.pop("CUDAMEM_DRIVER", None)
     env["PYTHONPATH"] = os.pathsep.join(
         [STANDIN, ROOT] + [p for p in [os.environ.get("PYTHONPATH")] if p])
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--continue-on-collection-errors",
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+           "--continue-on-collection-errors",
            "-c", os.path.join(out, "pytest.ini"), "--rootdir", out,
            f"--junitxml={junit}", "-o", "junit_family=xunit1", *paths]
     print(f"== {name}: {' '.join(f'{k}={v}' for k, v in extra_env.items())}"
@@ -191,11 +195,10 @@ def main():
     paths = copy_modules(args.tests, out)
     expected = read_expected(args.expected)
     results = {}
-    together = [p for p in paths if p not in SEPARATE]
-    reports = [run_pytest(out, together, "main", {}, args.timeout)]
-    for path, env in SEPARATE.items():
-        name = os.path.splitext(os.path.basename(path))[0]
-        reports.append(run_pytest(out, [path], name, env, args.timeout))
+    one = [p for p in paths if p not in TWO_DEVICES]
+    reports = [run_pytest(out, one, "one-device", {}, args.timeout),
+               run_pytest(out, list(TWO_DEVICES), "two-devices",
+                          {"CUDAMEM_SIM_DEVICES": "2"}, args.timeout)]
     for report in reports:
         results.update(read_junit(report))
     surprises = compare(results, expected)
