@@ -98,7 +98,9 @@ def test_id(case):
     if not classname:
         return name.replace(".", "/") + ".py"
     parts = classname.split(".")
-    return "::".join([f"{parts[0]}/{parts[1]}.py", *parts[2:], name])
+    module = next(i for i, p in enumerate(parts) if p.startswith("test_"))
+    path = "/".join(parts[:module + 1]) + ".py"
+    return "::".join([path, *parts[module + 1:], name])
 
 
 def read_junit(path):
