@@ -10,13 +10,14 @@ from numba._standin import Unprovided
 
 _SUBMODULES = frozenset(
     ("cudadrv", "core", "config", "np", "testing", "tests", "devicearray"))
-# Device code and numba typing: cudamem does not provide them.
+# Device code and numba types: cudamem does not provide them.
 _KERNEL = frozenset(
     ("jit", "vectorize", "guvectorize", "reduce", "Reduce", "grid",
      "gridsize", "threadIdx", "blockIdx", "blockDim", "gridDim",
      "syncthreads", "shared", "local", "const", "atomic", "compile_ptx",
-     "compile_ptx_for_current_device", "declare_device", "float16",
-     "float32", "float64", "int32", "int64", "void"))
+     "compile_ptx_for_current_device", "declare_device"))
+_TYPING = frozenset(
+    ("float16", "float32", "float64", "int32", "int64", "void"))
 
 
 def __getattr__(name):
@@ -24,8 +25,10 @@ def __getattr__(name):
         return importlib.import_module(f"{__name__}.{name}")
     if name in _KERNEL:
         return Unprovided(f"numba.cuda.{name}", "kernel")
+    if name in _TYPING:
+        return Unprovided(f"numba.cuda.{name}", "typing")
     return getattr(_cudamem, name)
 
 
 def __dir__():
-    return sorted(set(dir(_cudamem)) | _SUBMODULES | _KERNEL)
+    return sorted(set(dir(_cudamem)) | _SUBMODULES | _KERNEL | _TYPING)
