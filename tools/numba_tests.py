@@ -91,7 +91,7 @@ def run_pytest(out, paths, name, extra_env, timeout):
     return junit
 
 
-def test_id(case):
+def node_id(case):
     """``group/module.py::Class::test`` from a junit testcase; a module
     that failed to import is ``group/module.py``."""
     classname, name = case.get("classname", ""), case.get("name", "")
@@ -107,7 +107,7 @@ def read_junit(path):
     """{test id: (outcome, message)}, outcome passed/failed/skipped."""
     results = {}
     for case in ET.parse(path).getroot().iter("testcase"):
-        tid = test_id(case)
+        tid = node_id(case)
         bad = case.find("failure")
         if bad is None:
             bad = case.find("error")
@@ -160,7 +160,7 @@ def compare(results, expected):
     for tid in sorted(set(expected) - set(results)):
         surprises.append(f"NOT REPORTED but listed: {tid}")
     columns = ("passed", "failed", "expected", "skipped")
-    width = max(len(m) for m in counts)
+    width = max([len(m) for m in counts] + [len("module")])
     print(f"{'module':<{width}}  " + "  ".join(f"{c:>8}" for c in columns))
     total = collections.Counter()
     for module in sorted(counts):
