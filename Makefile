@@ -35,6 +35,7 @@ BUDGET_FUZZ ?= 1200
 BUDGET_DOCS ?= 600
 BUDGET_NOTEBOOK ?= 300
 BUDGET_TYPECHECK ?= 300
+BUDGET_NUMBA ?= 360
 PYTEST_ARGS ?=
 # test-stress: the array suites with the simulator's stream-order hazard
 # checker on and every stream operation delayed by STRESS_DELAY_US, which
@@ -48,12 +49,21 @@ STRESS_TESTS = tests/test_arrays.py tests/test_views.py \
 	tests/test_stream_semantics.py tests/test_pinned.py tests/test_mapped.py \
 	tests/test_managed.py tests/test_host_dlpack.py tests/test_registration.py \
 	tests/test_thread_stress.py
+# test-numba: numba-cuda's own host-side tests against cudamem, in a venv of
+# their own (see tools/numba_tests.py). numba-cuda goes in with --target and
+# no dependencies: it is only the source of the test modules, and installed
+# into the venv its .pth would redirect `numba.cuda` to numba-cuda's own
+# code. cuda-core is what test_events imports at module level.
+NUMBA_VENV ?= build/numba-venv
+NUMBA_CUDA_VERSION ?= 0.30.4
+NUMBA_TEST_PKGS ?= "numpy>=2" pytest cuda-core==0.5.1 cuda-bindings==12.9.4 \
+	cuda-pathfinder==1.9.1
 # fuzz: examples per hypothesis test (about 7 minutes for 10000 today).
 FUZZ_EXAMPLES ?= 10000
 
 .PHONY: all demo test test-asan test-stress fuzz coverage gpu-check clean \
 	build build-asan build-coverage ctest ctest-valgrind ctest-asan pytest \
-	bench-floor bench venv docs notebook typecheck
+	bench-floor bench venv docs notebook typecheck test-numba
 
 all: build
 
@@ -119,6 +129,22 @@ test-stress: build
 	  CUDAMEM_SIM_STRICT_PITCH=1 \
 	  timeout $(BUDGET_STRESS) $(PY) -m pytest -q \
 	  $(PYTEST_ARGS) $(STRESS_TESTS)
+
+$(NUMBA_VENV)/.stamp: Makefile
+	rm -rf $(NUMBA_VENV)
+	$(PY) -m venv $(NUMBA_VENV)
+	$(NUMBA_VENV)/bin/pip install -q --upgrade pip
+	$(NUMBA_VENV)/bin/pip install -q $(NUMBA_TEST_PKGS)
+	$(NUMBA_VENV)/bin/pip install -q --no-deps --target $(NUMBA_VENV)/numba-cuda \
+	  numba-cuda==$(NUMBA_CUDA_VERSION)
+	touch $@
+
+# Fails when a test fails that tests/numba_expected.txt does not list, or a
+# listed one passes; prints pass/fail/expected/skip counts per module.
+test-numba: build $(NUMBA_VENV)/.stamp
+	timeout $(BUDGET_NUMBA) $(NUMBA_VENV)/bin/python tools/numba_tests.py \
+	  --tests $(NUMBA_VENV)/numba-cuda/numba_cuda/numba/cuda/tests \
+	  --expected tests/numba_expected.txt --out build/numba-tests
 
 # Not part of `make test`: every hypothesis test (tests/conftest.py marks
 # them `fuzz`) under the "fuzz" profile, FUZZ_EXAMPLES examples each, with

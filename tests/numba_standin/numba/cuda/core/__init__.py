@@ -1,0 +1,1 @@
+"""numba.cuda.core: only ``config`` (test infrastructure)."""

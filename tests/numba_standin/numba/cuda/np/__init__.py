@@ -1,0 +1,1 @@
+"""numba.cuda.np: numba's NumPy typing support; only numpy_support."""
