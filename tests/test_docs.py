@@ -172,6 +172,12 @@ class Samples:
         self.managed = cudamem.managed_array(6)
         self.mapped = cudamem.mapped_array(6)
 
+    def mapped_buffer(self):
+        base = self.mapped
+        while not isinstance(base, _cudamem.HostBuffer):
+            base = base.base
+        return base
+
 
 # name -> function of Samples giving (the callable, keyword arguments to
 # call it with: every parameter its signature names).
@@ -289,6 +295,10 @@ KEYWORD_CALLS = {
                                        dict(key="a", value=1, stream=0)),
     "Context.can_access_peer": lambda s: (s.context.can_access_peer,
                                           dict(peer_device=0)),
+    "HostBuffer.view": lambda s: (s.mapped_buffer().view,
+                                  dict(start=0, stop=None)),
+    "HostBuffer.memset": lambda s: (s.mapped_buffer().memset,
+                                    dict(byte=0, count=None, stream=0)),
     "MemoryPointer.view": lambda s: (s.array.gpu_data.view,
                                      dict(start=0, stop=None)),
     "MemoryPointer.memset": lambda s: (s.array.gpu_data.memset,

@@ -208,7 +208,64 @@ get_registered(cmpy_HostBuffer *self, void *Py_UNUSED(c))
     return PyBool_FromLong(self->host->reg != NULL);
 }
 
+static PyObject *
+get_device_ctypes_pointer(cmpy_HostBuffer *self, void *Py_UNUSED(c))
+{
+    if (!self->host->mapped) {
+        Py_RETURN_NONE;
+    }
+    return cmpy_device_ctypes_pointer((unsigned long long)self->host->dptr);
+}
+
+static PyObject *
+get_cuda_memory(cmpy_HostBuffer *self, void *Py_UNUSED(c))
+{
+    return PyBool_FromLong(self->host->mapped);
+}
+
+static PyObject *
+get_context(cmpy_HostBuffer *self, void *Py_UNUSED(c))
+{
+    cmpy_state *st = cmpy_type_state((PyObject *)self);
+
+    if (self->host->dev == NULL) {
+        Py_RETURN_NONE;
+    }
+    return cmpy_context_of(st, cmpy_device_of(st, self->host->dev));
+}
+
+static PyObject *
+get_owned(cmpy_HostBuffer *self, void *Py_UNUSED(c))
+{
+    return Py_NewRef(self->owner != NULL ? self->owner : Py_None);
+}
+
+static PyObject *
+get_owner(cmpy_HostBuffer *self, void *Py_UNUSED(c))
+{
+    return Py_NewRef(self->owner != NULL ? self->owner : (PyObject *)self);
+}
+
 static PyGetSetDef buffer_getset[] = {
+    {"device_ctypes_pointer", (getter)get_device_ctypes_pointer, NULL,
+     "The device address as numba's ctypes.c_size_t, or None unless "
+     "mapped.",
+     NULL},
+    {"__cuda_memory__", (getter)get_cuda_memory, NULL,
+     "True for mapped memory, which the device addresses (numba's\n"
+     "MappedMemory); False for pinned memory (numba's PinnedMemory).",
+     NULL},
+    {"context", (getter)get_context, NULL,
+     "The Context of the device the memory was made for, or None for a\n"
+     "registration that no device maps.",
+     NULL},
+    {"owned", (getter)get_owned, NULL,
+     "The object whose memory it is (a registered array, a plugin's\n"
+     "owner), or None for memory cudamem allocated.",
+     NULL},
+    {"owner", (getter)get_owner, NULL,
+     "numba's MemoryPointer.owner: the owned object, else the buffer.",
+     NULL},
     {"host_pointer", (getter)get_host_pointer, NULL,
      "The address of the first byte, an int (0 for a zero-size buffer).",
      NULL},
@@ -245,6 +302,102 @@ static PyMemberDef buffer_members[] = {
     {NULL, 0, 0, 0, NULL},
 };
 
+/* A MemoryPointer over all of a mapped buffer's bytes at their device
+ * address, owned by the buffer. */
+static PyObject *
+mapped_pointer(cmpy_HostBuffer *self)
+{
+    cmpy_state *st = cmpy_type_state((PyObject *)self);
+    cm_host *host = self->host;
+    PyObject *mem;
+    cm_error err;
+
+    if (!host->mapped) {
+        return PyErr_Format(PyExc_TypeError,
+                            "%s host memory has no device address: it is "
+                            "not mapped",
+                            kind_name(host));
+    }
+    if (cm_host_check(host, &err) < 0) {
+        return cmpy_raise(st, &err);
+    }
+    mem = cmpy_memory_borrow(st, host->dev, host->dptr, host->size,
+                             (PyObject *)self);
+    if (mem != NULL && host->readonly) {
+        ((cmpy_MemoryPointer *)mem)->mem->readonly = CMPY_RO_REGISTERED;
+    }
+    return mem;
+}
+
+/* MemoryPointer.<name>(*args) on the mapped bytes: numba's MappedMemory
+ * is a MemoryPointer. */
+static PyObject *
+as_pointer(PyObject *op, const char *name, PyObject *const *args,
+           Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *mem = mapped_pointer((cmpy_HostBuffer *)op), *method, *out;
+
+    if (mem == NULL) {
+        return NULL;
+    }
+    method = PyObject_GetAttrString(mem, name);
+    Py_DECREF(mem);
+    if (method == NULL) {
+        return NULL;
+    }
+    out = PyObject_Vectorcall(method, args, (size_t)nargs, kwnames);
+    Py_DECREF(method);
+    return out;
+}
+
+PyDoc_STRVAR(buffer_view_doc,
+             "view($self, start, stop=None)\n--\n\n"
+             "A MemoryPointer over bytes [start, stop) of mapped memory at "
+             "their\ndevice address, keeping the buffer alive "
+             "(MemoryPointer.view).\nTypeError for memory that is not "
+             "mapped.");
+
+static PyObject *
+buffer_view(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
+            PyObject *kwnames)
+{
+    return as_pointer(op, "view", args, nargs, kwnames);
+}
+
+PyDoc_STRVAR(buffer_memset_doc,
+             "memset($self, byte, count=None, stream=0)\n--\n\n"
+             "Sets the first *count* bytes (all by default) of mapped "
+             "memory to\n*byte* through the device, on *stream* "
+             "(MemoryPointer.memset).\nTypeError for memory that is not "
+             "mapped.");
+
+static PyObject *
+buffer_memset(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
+              PyObject *kwnames)
+{
+    return as_pointer(op, "memset", args, nargs, kwnames);
+}
+
+PyDoc_STRVAR(buffer_own_doc,
+             "own($self)\n--\n\n"
+             "The buffer itself: holding it keeps the memory (numba's "
+             "own()).");
+
+static PyObject *
+buffer_own(PyObject *op, PyObject *Py_UNUSED(ignored))
+{
+    return Py_NewRef(op);
+}
+
+static PyMethodDef buffer_methods[] = {
+    {"view", (PyCFunction)(void (*)(void))buffer_view,
+     METH_FASTCALL | METH_KEYWORDS, buffer_view_doc},
+    {"memset", (PyCFunction)(void (*)(void))buffer_memset,
+     METH_FASTCALL | METH_KEYWORDS, buffer_memset_doc},
+    {"own", buffer_own, METH_NOARGS, buffer_own_doc},
+    {NULL, NULL, 0, NULL},
+};
+
 PyDoc_STRVAR(buffer_doc,
              "HostBuffer\n\n"
              "Page-locked host memory as one object (numba's PinnedMemory "
@@ -266,6 +419,7 @@ static PyType_Slot buffer_slots[] = {
     {Py_tp_traverse, buffer_traverse},
     {Py_tp_repr, buffer_repr},
     {Py_tp_getset, buffer_getset},
+    {Py_tp_methods, buffer_methods},
     {Py_tp_members, buffer_members},
     {Py_bf_getbuffer, buffer_getbuffer},
     {0, NULL},

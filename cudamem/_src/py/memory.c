@@ -625,6 +625,12 @@ cmpy_c_void_p(unsigned long long value)
 }
 
 PyObject *
+cmpy_device_ctypes_pointer(unsigned long long value)
+{
+    return handles_call("DevicePointer", PyLong_FromUnsignedLongLong(value));
+}
+
+PyObject *
 cmpy_launch_view(PyObject *array, void *Py_UNUSED(closure))
 {
     return handles_call("LaunchView", Py_NewRef(array));
@@ -639,9 +645,7 @@ pointer_get_device_pointer(cmpy_MemoryPointer *self, void *Py_UNUSED(c))
 static PyObject *
 pointer_get_ctypes_pointer(cmpy_MemoryPointer *self, void *Py_UNUSED(c))
 {
-    return handles_call(
-        "DevicePointer",
-        PyLong_FromUnsignedLongLong((unsigned long long)self->ptr));
+    return cmpy_device_ctypes_pointer((unsigned long long)self->ptr);
 }
 
 static PyObject *

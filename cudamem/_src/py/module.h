@@ -116,6 +116,10 @@ cmpy_type_state(PyObject *self)
  * 1). */
 PyObject *cmpy_c_void_p(unsigned long long value);
 
+/* cudamem._handles.DevicePointer(value): numba's device_ctypes_pointer, a
+ * ctypes.c_size_t that also converts with int(). */
+PyObject *cmpy_device_ctypes_pointer(unsigned long long value);
+
 /* The getter of _strided_memory_view_shim: numba-cuda's kernel launch
  * reads it from every argument that has __cuda_memory__ (its own arrays'
  * protocol), so cudamem's arrays launch as numba's do. */
