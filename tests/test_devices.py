@@ -478,7 +478,7 @@ def test_fork_after_init_raises(run_py):
     proc = run_py(FORK.format(before="cudamem.current_context()"))
     assert proc.returncode == 0, proc.stderr
     results = proc.stdout.strip().split("|")
-    assert results == ["CUDA was initialized before forking; use the spawn "
+    assert results == ["CUDA initialized before forking; use the spawn "
                        "start method"] * 7
 
 

@@ -269,7 +269,7 @@ def test_fork_after_init_raises(run_py):
     proc = run_py(FORK.format(before="driver.devices()"))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == (
-        "CudaDriverError CUDA was initialized before forking; use the spawn "
+        "CudaDriverError CUDA initialized before forking; use the spawn "
         "start method")
 
 

@@ -191,7 +191,7 @@ def test_fork_child_exits_cleanly_with_the_parents_objects(run_py):
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
     assert proc.stdout.splitlines() == [
-        "CUDA was initialized before forking; use the spawn start method",
+        "CUDA initialized before forking; use the spawn start method",
         "45 1"]
 
 
@@ -316,7 +316,7 @@ def test_fork_child_refuses_every_operation(run_py):
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
     lines = proc.stdout.splitlines()
-    spawn = "CUDA was initialized before forking; use the spawn start method"
+    spawn = "CUDA initialized before forking; use the spawn start method"
     assert lines[:-1] == ["%s: %s" % (name, spawn) for name, _ in FORK_OPS]
     live = eval(lines[-1])
     assert set(live.values()) == {0}, live

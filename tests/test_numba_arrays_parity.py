@@ -417,3 +417,29 @@ def test_launch_view_of_host_side_arrays(make):
     assert (v.shape, v.size, v._layout.strides_in_bytes) == (
         a.shape, a.size, a.strides)
     assert not v._layout.is_contiguous_any
+
+
+# numba's error wording where its tests match on it (numba-cuda 0.30's
+# test_cuda_array_slicing, test_cuda_ndarray and test_multiprocessing).
+
+def test_assigning_more_dimensions_uses_numba_s_words():
+    d = cudamem.to_device(np.arange(5 * 7))
+    with pytest.raises(ValueError) as e:
+        d[:] = np.ones(shape=(1, 2, 3))
+    assert str(e.value) == "Can't assign 3-D array to 1-D self"
+    # Leading dimensions of length 1 broadcast, as NumPy's (numba refuses).
+    d[:] = np.ones((1, 1, 35))
+    np.testing.assert_array_equal(d.copy_to_host(), np.ones(35))
+
+
+def test_np_array_copy_false_uses_numba_s_words():
+    d = cudamem.to_device(np.asarray([1.0, 2.0, 3.0]))
+    with pytest.raises(ValueError, match="^`copy=False` is not supported"):
+        np.array(d, copy=False)
+
+
+def test_repeated_transpose_axes_use_numba_s_words():
+    d = cudamem.to_device(np.arange(12).reshape(3, 4))
+    with pytest.raises(ValueError) as e:
+        np.transpose(d, axes=(0, 0))
+    assert str(e.value) == "invalid axes list (0, 0)"

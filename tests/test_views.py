@@ -269,7 +269,7 @@ def test_bad_view_arguments():
         dev.reshape(6, order="X")
     with pytest.raises(ValueError, match="axes"):
         dev.transpose((0,))
-    with pytest.raises(ValueError, match="repeated axis"):
+    with pytest.raises(ValueError, match=r"invalid axes list \(0, 0\)"):
         dev.transpose((0, 0))
     with pytest.raises(ValueError, match="size not equal to one"):
         dev.squeeze(axis=0)

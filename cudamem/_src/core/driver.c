@@ -340,7 +340,7 @@ cm_fork_check(cm_error *err)
 {
     if (drv.state == 1 && getpid() != drv.pid) {
         return cm_fail(err, CM_ERR_FORK,
-                       "CUDA was initialized before forking; use the spawn "
+                       "CUDA initialized before forking; use the spawn "
                        "start method");
     }
     return 0;

@@ -175,8 +175,16 @@ broadcast_strides(int nd, const Py_ssize_t *shape,
     }
     return 0;
 fail : {
-    PyObject *a = cmpy_shape_tuple(nd, shape), *b = cmpy_shape_tuple(dnd,
-                                                                    dshape);
+    PyObject *a, *b;
+
+    if (nd > dnd) {
+        /* numba's words for a value of more dimensions. */
+        PyErr_Format(PyExc_ValueError, "Can't assign %d-D array to %d-D self",
+                     nd, dnd);
+        return -1;
+    }
+    a = cmpy_shape_tuple(nd, shape);
+    b = cmpy_shape_tuple(dnd, dshape);
 
     if (a != NULL && b != NULL) {
         PyErr_Format(PyExc_ValueError,
@@ -1082,8 +1090,8 @@ cmpy_array_array(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
     }
     if (argv[1] == Py_False) {
         PyErr_SetString(PyExc_ValueError,
-                        "a device array cannot be viewed as a host array "
-                        "without a copy (copy=False)");
+                        "`copy=False` is not supported: a device array "
+                        "cannot be viewed as a host array without a copy");
         return NULL;
     }
     /* The dtype is checked before anything is copied. */

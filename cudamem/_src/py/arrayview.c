@@ -715,8 +715,8 @@ transpose_axes(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
                 return NULL;
             }
             if (seen[perm[i]]++) {
-                PyErr_Format(PyExc_ValueError, "repeated axis in transpose "
-                             "%R", axes);
+                /* numba's words (its tests match them), naming the axes. */
+                PyErr_Format(PyExc_ValueError, "invalid axes list %R", axes);
                 Py_DECREF(axes);
                 return NULL;
             }
