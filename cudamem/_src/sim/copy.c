@@ -44,6 +44,13 @@ device_side(const sim_alloc *a)
                  a->kind == SIM_MEM_MANAGED);
 }
 
+/* Device memory the host cannot address (IPC mappings included). */
+static int
+device_kind_only(const sim_alloc *a)
+{
+    return a->kind == SIM_MEM_DEVICE || a->kind == SIM_MEM_IPC;
+}
+
 static int
 mul_add(size_t a, size_t b, size_t c, size_t *out)
 {
@@ -449,6 +456,11 @@ do_set(sim_entry id, CUdeviceptr dst, size_t pitch, unsigned value,
         r = CUDA_ERROR_OUT_OF_MEMORY;
         goto done;
     }
+    /* The synchronous forms are fully synchronous when the target is
+     * pinned host memory or unified memory, asynchronous otherwise. */
+    sim_sync mode = async                        ? SIM_ASYNC
+                    : device_kind_only(ref.alloc) ? SIM_RETURN_EARLY
+                                                  : SIM_BLOCK;
     sim_unlock();
     s->id = id;
     s->dst = ref.bytes;
@@ -461,8 +473,7 @@ do_set(sim_entry id, CUdeviceptr dst, size_t pitch, unsigned value,
     s->op.entry = id;
     s->op.ranges[0] = (sim_range){dst, span, 1};
     s->op.nranges = 1;
-    return sim_stream_submit(hStream, ptds, &s->op,
-                             async ? SIM_ASYNC : SIM_RETURN_EARLY);
+    return sim_stream_submit(hStream, ptds, &s->op, mode);
 done:
     sim_unlock();
     return r;
