@@ -39,9 +39,12 @@ ok(lib.cuCtxSetCurrent(ctx0), "cuCtxSetCurrent")
 """
 
 
-def run_driver(run_py, body, env=None, timeout=120):
-    code = PROLOGUE + textwrap.dedent(body)
-    return run_py(code, env=env, timeout=timeout)
+def driver_script(body, prelude=""):
+    return PROLOGUE + prelude + textwrap.dedent(body)
+
+
+def run_driver(run_py, body, env=None, prelude="", timeout=120):
+    return run_py(driver_script(body, prelude), env=env, timeout=timeout)
 
 
 # -- Synchronous memsets into host-visible memory --------------------------
@@ -126,3 +129,222 @@ print("done")
 """, env={"CUDAMEM_SIM_DELAY_US": "2000"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.split() == ["done"]
+
+
+# -- Frees wait for queued work in any context -----------------------------
+
+# A host function that holds its stream until `gate` is set: the work
+# queued behind it is certainly pending when the free is called. The timer
+# opens the gate; a free that waits returns after it, one that does not
+# unmaps memory that the stream still writes.
+GATE = """
+import threading
+
+gate = threading.Event()
+HOSTFN = ctypes.CFUNCTYPE(None, c_void_p)
+hold = HOSTFN(lambda user: gate.wait())
+
+
+def stream():
+    s = c_void_p()
+    ok(lib.cuStreamCreate(byref(s), 0), "cuStreamCreate")
+    ok(lib.cuLaunchHostFunc(s, hold, None), "cuLaunchHostFunc")
+    return s
+
+
+def open_gate_soon():
+    threading.Timer(0.2, gate.set).start()
+
+
+def pending(s):
+    return lib.cuStreamQuery(s) == 600  # CUDA_ERROR_NOT_READY
+"""
+
+
+def test_free_host_waits_for_a_queued_copy_into_it(run_py):
+    # The issue's reproduction: cuMemcpyDtoHAsync into cuMemHostAlloc
+    # memory, then cuMemFreeHost at once, killed the process (SIGSEGV).
+    proc = run_driver(run_py, prelude=GATE, body="""
+        N = 1 << 16
+        d = c_uint64()
+        ok(lib.cuMemAlloc_v2(byref(d), c_size_t(N)), "cuMemAlloc")
+        ok(lib.cuMemsetD8_v2(d, ctypes.c_ubyte(7), c_size_t(N)), "cuMemsetD8")
+        h = c_void_p()
+        ok(lib.cuMemHostAlloc(byref(h), c_size_t(N), 0), "cuMemHostAlloc")
+        s = stream()
+        ok(lib.cuMemcpyDtoHAsync_v2(h, d, c_size_t(N), s), "cuMemcpyDtoHAsync")
+        assert pending(s)
+        open_gate_soon()
+        ok(lib.cuMemFreeHost(h), "cuMemFreeHost")
+        # Freed only once the copy into it was done.
+        ok(lib.cuStreamQuery(s), "cuStreamQuery")
+        ok(lib.cuStreamDestroy_v2(s), "cuStreamDestroy")
+        ok(lib.cuMemFree_v2(d), "cuMemFree")
+        print(simulator.live()["host_allocations"])
+    """, env={"CUDAMEM_SIM_DELAY_US": "20000"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.split() == ["0"]
+
+
+def test_unregister_waits_for_a_queued_copy_into_it(run_py):
+    proc = run_driver(run_py, prelude=GATE, body="""
+        import mmap
+        N = 1 << 16
+        d = c_uint64()
+        ok(lib.cuMemAlloc_v2(byref(d), c_size_t(N)), "cuMemAlloc")
+        ok(lib.cuMemsetD8_v2(d, ctypes.c_ubyte(9), c_size_t(N)), "cuMemsetD8")
+        buf = mmap.mmap(-1, N)
+        host = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+        ok(lib.cuMemHostRegister_v2(c_void_p(host), c_size_t(N), 0),
+           "cuMemHostRegister")
+        s = stream()
+        ok(lib.cuMemcpyDtoHAsync_v2(c_void_p(host), d, c_size_t(N), s),
+           "cuMemcpyDtoHAsync")
+        assert pending(s)
+        open_gate_soon()
+        ok(lib.cuMemHostUnregister(c_void_p(host)), "cuMemHostUnregister")
+        ok(lib.cuStreamQuery(s), "cuStreamQuery")
+        # The pages stay the caller's: the copy landed in them.
+        assert buf[:] == bytes([9]) * N
+        ok(lib.cuStreamDestroy_v2(s), "cuStreamDestroy")
+        ok(lib.cuMemFree_v2(d), "cuMemFree")
+        print("done")
+    """, env={"CUDAMEM_SIM_DELAY_US": "20000"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.split() == ["done"]
+
+
+def test_free_waits_for_another_contexts_copy(run_py):
+    # A copy queued in device 1's context reads device 0's memory; the free
+    # in device 0's context orders after it.
+    proc = run_driver(run_py, prelude=GATE, body="""
+        N = 1 << 16
+        src = c_uint64()
+        ok(lib.cuMemAlloc_v2(byref(src), c_size_t(N)), "cuMemAlloc")
+        ok(lib.cuMemsetD8_v2(src, ctypes.c_ubyte(0x5A), c_size_t(N)),
+           "cuMemsetD8")
+        ok(lib.cuCtxSynchronize(), "cuCtxSynchronize")
+        ctx1 = primary(1)
+        ok(lib.cuCtxSetCurrent(ctx1), "cuCtxSetCurrent")
+        dst = c_uint64()
+        ok(lib.cuMemAlloc_v2(byref(dst), c_size_t(N)), "cuMemAlloc")
+        s = stream()
+        ok(lib.cuMemcpyDtoDAsync_v2(dst, src, c_size_t(N), s),
+           "cuMemcpyDtoDAsync")
+        assert pending(s)
+        ok(lib.cuCtxSetCurrent(ctx0), "cuCtxSetCurrent")
+        open_gate_soon()
+        ok(lib.cuMemFree_v2(src), "cuMemFree")
+        ok(lib.cuCtxSetCurrent(ctx1), "cuCtxSetCurrent")
+        ok(lib.cuStreamSynchronize(s), "cuStreamSynchronize")
+        out = ctypes.create_string_buffer(N)
+        ok(lib.cuMemcpyDtoH_v2(out, dst, c_size_t(N)), "cuMemcpyDtoH")
+        assert out.raw == bytes([0x5A]) * N
+        ok(lib.cuStreamDestroy_v2(s), "cuStreamDestroy")
+        ok(lib.cuMemFree_v2(dst), "cuMemFree")
+        print("done")
+    """, env={"CUDAMEM_SIM_DEVICES": "2", "CUDAMEM_SIM_DELAY_US": "20000"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.split() == ["done"]
+
+
+def test_ipc_close_waits_for_another_contexts_copy(run_py):
+    # numba-cuda's staged IPC test: the importer copies from the mapping on
+    # another device, then closes the mapping in the context that opened it.
+    importer = driver_script(prelude=GATE, body="""
+        N = int(sys.argv[2])
+
+        class Handle(ctypes.Structure):
+            _fields_ = [("reserved", ctypes.c_char * 64)]
+
+        mapped = c_uint64()
+        handle = Handle.from_buffer_copy(bytes.fromhex(sys.argv[1]))
+        ok(lib.cuIpcOpenMemHandle_v2(byref(mapped), handle, 1),
+           "cuIpcOpenMemHandle")
+        ctx1 = primary(1)
+        ok(lib.cuCtxSetCurrent(ctx1), "cuCtxSetCurrent")
+        dst = c_uint64()
+        ok(lib.cuMemAlloc_v2(byref(dst), c_size_t(N)), "cuMemAlloc")
+        s = stream()
+        ok(lib.cuMemcpyDtoDAsync_v2(dst, mapped, c_size_t(N), s),
+           "cuMemcpyDtoDAsync")
+        assert pending(s)
+        ok(lib.cuCtxSetCurrent(ctx0), "cuCtxSetCurrent")
+        open_gate_soon()
+        ok(lib.cuIpcCloseMemHandle(mapped), "cuIpcCloseMemHandle")
+        ok(lib.cuCtxSetCurrent(ctx1), "cuCtxSetCurrent")
+        ok(lib.cuStreamQuery(s), "cuStreamQuery")
+        out = ctypes.create_string_buffer(N)
+        ok(lib.cuMemcpyDtoH_v2(out, dst, c_size_t(N)), "cuMemcpyDtoH")
+        assert out.raw == bytes([0x3C]) * N
+        ok(lib.cuStreamDestroy_v2(s), "cuStreamDestroy")
+        ok(lib.cuMemFree_v2(dst), "cuMemFree")
+        print("importer done")
+    """)
+    proc = run_driver(run_py, """
+        import subprocess
+        N = 1 << 16
+        src = c_uint64()
+        ok(lib.cuMemAlloc_v2(byref(src), c_size_t(N)), "cuMemAlloc")
+        ok(lib.cuMemsetD8_v2(src, ctypes.c_ubyte(0x3C), c_size_t(N)),
+           "cuMemsetD8")
+        ok(lib.cuCtxSynchronize(), "cuCtxSynchronize")
+        handle = ctypes.create_string_buffer(64)
+        ok(lib.cuIpcGetMemHandle(handle, src), "cuIpcGetMemHandle")
+        child = subprocess.run(
+            [sys.executable, "-c", os.environ["IMPORTER"], handle.raw.hex(),
+             str(N)], capture_output=True, text=True, timeout=60)
+        sys.stdout.write(child.stdout)
+        sys.stdout.write("importer rc %d\\n" % child.returncode)
+        sys.stderr.write(child.stderr)
+        ok(lib.cuMemFree_v2(src), "cuMemFree")
+    """, env={"CUDAMEM_SIM_DEVICES": "2", "CUDAMEM_SIM_DELAY_US": "20000",
+              "IMPORTER": importer})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines() == ["importer done", "importer rc 0"], \
+        proc.stderr
+
+
+# -- Work on memory already gone -------------------------------------------
+
+@pytest.mark.parametrize("op", ["memset", "copy"])
+def test_queued_op_on_memory_a_reset_freed_is_an_illegal_address(run_py, op):
+    # Resetting device 0's primary context frees its memory at once, as the
+    # driver does; device 1's stream still has work queued on it. That
+    # work fails when it runs, and its context keeps the error.
+    proc = run_driver(run_py, prelude=GATE, body="""
+        N = 4096
+        mem = c_uint64()
+        ok(lib.cuMemAlloc_v2(byref(mem), c_size_t(N)), "cuMemAlloc")
+        ctx1 = primary(1)
+        ok(lib.cuCtxSetCurrent(ctx1), "cuCtxSetCurrent")
+        host = c_void_p()
+        ok(lib.cuMemHostAlloc(byref(host), c_size_t(N), 0), "cuMemHostAlloc")
+        s = stream()
+        if sys.argv[1] == "memset":
+            ok(lib.cuMemsetD8Async(mem, ctypes.c_ubyte(1), c_size_t(N), s),
+               "cuMemsetD8Async")
+        else:
+            ok(lib.cuMemcpyDtoHAsync_v2(host, mem, c_size_t(N), s),
+               "cuMemcpyDtoHAsync")
+        assert pending(s)
+        dev0 = ctypes.c_int()
+        ok(lib.cuDeviceGet(byref(dev0), 0), "cuDeviceGet")
+        ok(lib.cuDevicePrimaryCtxReset_v2(dev0), "cuDevicePrimaryCtxReset")
+        gate.set()
+        print(lib.cuStreamSynchronize(s))
+        more = c_uint64()
+        print(lib.cuMemAlloc_v2(byref(more), c_size_t(N)))  # sticky
+        print("0x%x" % mem.value, "0x%x" % s.value)
+    """.replace("sys.argv[1]", repr(op)), env={
+        "CUDAMEM_SIM_DEVICES": "2", "CUDAMEM_SIM_HAZARDS": "1"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    sync_rc, alloc_rc, mem, stream = proc.stdout.split()
+    assert int(sync_rc) == 700  # CUDA_ERROR_ILLEGAL_ADDRESS
+    assert int(alloc_rc) == 700
+    entry, access = {"memset": ("cuMemsetD8Async", "writes"),
+                     "copy": ("cuMemcpyDtoHAsync", "reads")}[op]
+    assert ("cusim hazard: %s on stream %s %s [%s, +4096), memory freed "
+            "before it ran: CUDA_ERROR_ILLEGAL_ADDRESS"
+            % (entry, stream, access, mem)) in proc.stderr
+

@@ -68,5 +68,7 @@ int sim__handle_add(void *h);
 void sim__handle_remove(void *h);
 int sim__handle_live(const void *h, uint32_t magic);
 void sim__hazard_check(CUstream s, const sim_op *op);
+/* Reports op, about to run on s, as touching range r of freed memory. */
+void sim__hazard_freed(CUstream s, const sim_op *op, const sim_range *r);
 
 #endif

@@ -29,6 +29,7 @@ struct CUstream_st {
     int has_worker; /* once closed, the worker frees the struct */
     pthread_cond_t wake;
     sim_op *head, *tail; /* queued ops; head may be running */
+    const sim_op *running; /* head while its worker runs it, else NULL */
     uint64_t submitted, completed;
     sim_vclock vc; /* what the stream's next op is known to follow */
 };
@@ -285,6 +286,42 @@ sleep_us(unsigned us)
         ;
 }
 
+/* The first range of op whose allocation was freed since op was queued,
+ * or NULL. Lock held. */
+static const sim_range *
+op_stale_range(const sim_op *op)
+{
+    int i;
+
+    for (i = 0; i < op->nranges; i++) {
+        const sim_range *r = &op->ranges[i];
+        const sim_alloc *a;
+
+        if (r->buffer_id == 0)
+            continue;
+        a = sim_mem_find(r->addr);
+        if (a == NULL || a->buffer_id != r->buffer_id)
+            return r;
+    }
+    return NULL;
+}
+
+/* What a GPU does with work on memory that is gone: the op fails with
+ * CUDA_ERROR_ILLEGAL_ADDRESS, which poisons its context (the first sticky
+ * error stays). Lock held. */
+static void
+op_fault(CUstream s, const sim_op *op, const sim_range *r)
+{
+    CUresult none = CUDA_SUCCESS;
+
+    if (s->linked)
+        __atomic_compare_exchange_n(&s->ctx->sticky, &none,
+                                    CUDA_ERROR_ILLEGAL_ADDRESS, 0,
+                                    __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    if (__atomic_load_n(&sim.hazards, __ATOMIC_RELAXED))
+        sim__hazard_freed(s, op, r);
+}
+
 static void *
 worker_main(void *arg)
 {
@@ -293,6 +330,7 @@ worker_main(void *arg)
     sim_lock();
     for (;;) {
         sim_op *op = s->head;
+        const sim_range *stale;
         unsigned delay;
 
         if (op == NULL) {
@@ -309,11 +347,23 @@ worker_main(void *arg)
         delay = op->sched && ((sched *)op->sched)->nodelay
                     ? 0
                     : __atomic_load_n(&sim.delay_us, __ATOMIC_RELAXED);
-        sim_unlock();
-        if (delay)
+        if (delay) {
+            sim_unlock();
             sleep_us(delay);
-        op->run(op);
+            sim_lock();
+        }
+        /* Frees wait for queued ops; a context reset only for running
+         * ones, so memory may be gone by now. */
+        stale = op_stale_range(op);
+        if (stale != NULL)
+            op_fault(s, op, stale);
+        else
+            s->running = op;
+        sim_unlock();
+        if (stale == NULL)
+            op->run(op);
         sim_lock();
+        s->running = NULL;
         s->head = op->next;
         if (s->head == NULL)
             s->tail = NULL;
@@ -1211,6 +1261,45 @@ sim_streams_release_ctx(CUcontext ctx)
     if (ctx->legacy != NULL)
         stream_close(ctx->legacy);
     sim__events_release_ctx(ctx);
+}
+
+static int
+range_overlaps(const sim_op *op, uintptr_t addr, size_t len)
+{
+    int i;
+
+    for (i = 0; i < op->nranges; i++) {
+        const sim_range *r = &op->ranges[i];
+
+        if (r->len > 0 && len > 0 && r->addr < addr + len &&
+            addr < r->addr + r->len)
+            return 1;
+    }
+    return 0;
+}
+
+int
+sim_range_busy(uintptr_t addr, size_t len, int queued)
+{
+    const sim_op *e;
+    uint32_t i;
+
+    for (i = 0; i < nslots; i++) {
+        CUstream s = slots[i].s;
+
+        if (s == NULL)
+            continue;
+        if (!queued) {
+            if (s->running != NULL && range_overlaps(s->running, addr, len))
+                return 1;
+            continue;
+        }
+        for (e = s->head; e != NULL; e = e->next) {
+            if (range_overlaps(e, addr, len))
+                return 1;
+        }
+    }
+    return 0;
 }
 
 /* Every live stream, for the hazard checker. Lock held. */
