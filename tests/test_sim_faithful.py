@@ -348,3 +348,37 @@ def test_queued_op_on_memory_a_reset_freed_is_an_illegal_address(run_py, op):
             "before it ran: CUDA_ERROR_ILLEGAL_ADDRESS"
             % (entry, stream, access, mem)) in proc.stderr
 
+
+def test_crash_on_a_stream_worker_is_reported(run_py):
+    # Registered pages unmapped by their owner while a copy into them is
+    # queued: the copy faults on the stream's worker thread, which says
+    # what it was running before the process dies of the signal.
+    proc = run_driver(run_py, prelude=GATE, body="""
+        import mmap, signal
+        N = 1 << 16
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = c_void_p
+        libc.mmap.argtypes = [c_void_p, c_size_t, ctypes.c_int, ctypes.c_int,
+                              ctypes.c_int, ctypes.c_long]
+        libc.munmap.argtypes = [c_void_p, c_size_t]
+        host = libc.mmap(None, N, mmap.PROT_READ | mmap.PROT_WRITE,
+                         mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+        ok(lib.cuMemHostRegister_v2(c_void_p(host), c_size_t(N), 0),
+           "cuMemHostRegister")
+        d = c_uint64()
+        ok(lib.cuMemAlloc_v2(byref(d), c_size_t(N)), "cuMemAlloc")
+        s = stream()
+        ok(lib.cuMemcpyDtoHAsync_v2(c_void_p(host), d, c_size_t(N), s),
+           "cuMemcpyDtoHAsync")
+        print("0x%x 0x%x" % (host, s.value), flush=True)
+        assert libc.munmap(host, N) == 0
+        gate.set()
+        lib.cuStreamSynchronize(s)
+        print("survived")
+    """)
+    assert proc.returncode == -11, proc.stdout + proc.stderr  # SIGSEGV
+    host, stream = proc.stdout.split()
+    assert ("cusim: fatal signal 11 (fault address %s) on the worker of "
+            "stream %s while running cuMemcpyDtoHAsync (operation #2), "
+            "writes [%s, +65536), reads [" % (host, stream, host)
+            ) in proc.stderr

@@ -300,6 +300,12 @@ sim__hazard_freed(CUstream s, const sim_op *op, const sim_range *r)
     publish();
 }
 
+const char *
+sim__entry_name(sim_entry id)
+{
+    return (unsigned)id < SIM_NENTRIES ? entry_names[id] : "?";
+}
+
 unsigned long long
 sim_hazard_count(void)
 {
