@@ -566,6 +566,7 @@ static const proc_table proc_tables[] = {
     {sim_procs_copy, &sim_nprocs_copy},
     {sim_procs_stream, &sim_nprocs_stream},
     {sim_procs_ipc, &sim_nprocs_ipc},
+    {sim_procs_kernel, &sim_nprocs_kernel},
 };
 
 /* The row of `symbol` with the largest version <= cudaVersion among rows of

@@ -119,7 +119,38 @@
     X(cuEventElapsedTime)                                                      \
     X(cuIpcGetMemHandle)                                                       \
     X(cuIpcOpenMemHandle)                                                      \
-    X(cuIpcCloseMemHandle)
+    X(cuIpcCloseMemHandle)                                                     \
+    X(cuModuleLoad)                                                            \
+    X(cuModuleLoadData)                                                        \
+    X(cuModuleLoadDataEx)                                                      \
+    X(cuModuleLoadFatBinary)                                                   \
+    X(cuModuleUnload)                                                          \
+    X(cuModuleGetFunction)                                                     \
+    X(cuModuleGetGlobal)                                                       \
+    X(cuLibraryLoadData)                                                       \
+    X(cuLibraryLoadFromFile)                                                   \
+    X(cuLibraryUnload)                                                         \
+    X(cuLibraryGetKernel)                                                      \
+    X(cuLibraryGetModule)                                                      \
+    X(cuKernelGetFunction)                                                     \
+    X(cuKernelGetAttribute)                                                    \
+    X(cuLinkCreate)                                                            \
+    X(cuLinkAddData)                                                           \
+    X(cuLinkAddFile)                                                           \
+    X(cuLinkComplete)                                                          \
+    X(cuLinkDestroy)                                                           \
+    X(cuLaunchKernel)                                                          \
+    X(cuLaunchKernelEx)                                                        \
+    X(cuLaunchCooperativeKernel)                                               \
+    X(cuOccupancyMaxActiveBlocksPerMultiprocessor)                             \
+    X(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags)                    \
+    X(cuOccupancyMaxPotentialBlockSize)                                        \
+    X(cuOccupancyMaxPotentialBlockSizeWithFlags)                               \
+    X(cuOccupancyAvailableDynamicSMemPerBlock)                                 \
+    X(cuFuncGetAttribute)                                                      \
+    X(cuFuncSetAttribute)                                                      \
+    X(cuFuncSetCacheConfig)                                                    \
+    X(cuFuncGetModule)
 
 typedef enum sim_entry {
 #define SIM_ENTRY_ENUM(name) SIM_##name,
@@ -196,9 +227,10 @@ typedef struct sim_proc {
     {#name, ver, 1, (void *)(1 ? (fn) : (PFN_##name##_v##ver##_##suffix)0)}
 
 extern const sim_proc sim_procs_entry[], sim_procs_device[],
-    sim_procs_memory[], sim_procs_copy[], sim_procs_stream[], sim_procs_ipc[];
+    sim_procs_memory[], sim_procs_copy[], sim_procs_stream[], sim_procs_ipc[],
+    sim_procs_kernel[];
 extern const size_t sim_nprocs_entry, sim_nprocs_device, sim_nprocs_memory,
-    sim_nprocs_copy, sim_nprocs_stream, sim_nprocs_ipc;
+    sim_nprocs_copy, sim_nprocs_stream, sim_nprocs_ipc, sim_nprocs_kernel;
 
 /* ---------------------------------------------------------------------------
  * Devices and contexts (device.c). */
