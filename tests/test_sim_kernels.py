@@ -2,7 +2,8 @@
 of the bare driver would: exported, found by cuGetProcAddress, and failing
 with the errors cuda.h documents for a driver that runs no device code
 (cuModuleLoad*: CUDA_ERROR_JIT_COMPILER_NOT_FOUND; cuLibraryLoad* and the
-rest: CUDA_ERROR_NOT_SUPPORTED)."""
+rest: CUDA_ERROR_NOT_SUPPORTED). Also cuGetProcAddress of symbols the
+simulator lacks, as cuda.h 12 and 13 describe it."""
 import pytest
 
 from test_sim_faithful import run_driver
@@ -144,3 +145,27 @@ def test_kernel_entry_points_take_injected_faults_and_count(run_py):
     assert faulted.split() == ["701", str(NOT_SUPPORTED)]
     assert counted == "2"
 
+
+@pytest.mark.parametrize("driver, expect", [
+    # cuda.h 12 and 13: CUDA_SUCCESS, pfn NULL, symbolStatus says why.
+    ("13000", ["0", "None", "1", "0", "None", "2"]),
+    ("12000", ["0", "None", "1", "0", "None", "2"]),
+    # The 11.x documentation: CUDA_ERROR_NOT_FOUND.
+    ("11080", ["500", "None", "1", "500", "None", "2"]),
+])
+def test_get_proc_address_of_a_missing_symbol(run_py, driver, expect):
+    proc = run_driver(run_py, """
+        status = ctypes.c_int(-1)
+        pfn = c_void_p(1)
+        version = int(os.environ["CUDAMEM_SIM_DRIVER_VERSION"])
+        print(lib.cuGetProcAddress_v2(b"cuNoSuchEntryPoint", byref(pfn),
+                                      version, ctypes.c_uint64(0),
+                                      byref(status)), pfn.value, status.value)
+        # Known, but only in a later ABI than the one asked for.
+        status.value, pfn.value = -1, 1
+        print(lib.cuGetProcAddress_v2(b"cuLibraryLoadData", byref(pfn), 11080,
+                                      ctypes.c_uint64(0), byref(status)),
+              pfn.value, status.value)
+    """, env={"CUDAMEM_SIM_DRIVER_VERSION": driver})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.split() == expect
