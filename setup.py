@@ -106,7 +106,10 @@ setup(
             sources=sources(os.path.join(SRC, "sim")),
             include_dirs=[CUDA_INC, os.path.join(SRC, "core")],
             extra_compile_args=CFLAGS + ["-pthread"],
-            extra_link_args=LDFLAGS + ["-pthread"],
+            # The driver's SONAME: a library that loads libcuda.so.1 after
+            # cudamem loaded the simulator finds the simulator.
+            extra_link_args=LDFLAGS + ["-pthread",
+                                       "-Wl,-soname,libcuda.so.1"],
             libraries=["rt", "dl"],
         ),
     ],

@@ -15,16 +15,22 @@ lazily backed address space), ``CUDAMEM_SIM_DELAY_US``,
 ``CUDAMEM_SIM_NO_PEER=1``,
 ``CUDAMEM_SIM_ATTRS`` (``<attribute number>=<value>,...``, reported by
 every device instead of its own) and ``CUDA_VISIBLE_DEVICES``.
+
+The library's SONAME is ``libcuda.so.1``: once cudamem has loaded it, a
+library in the same process that loads the driver by that name gets the
+simulator. ``libcuda_dir()`` gives a directory to put on
+``LD_LIBRARY_PATH`` so that other programs load it too.
 """
 import contextlib
 import ctypes
+import hashlib
 import os
 
 from cudamem import _cudamem
 
 __all__ = [
-    "is_active", "library_path", "stats", "live", "inject", "clear_faults",
-    "set_memory", "set_delay_us", "get_delay_us", "delay", "set_hazards",
+    "is_active", "library_path", "libcuda_dir", "stats", "live", "inject",
+    "clear_faults", "set_memory", "set_delay_us", "get_delay_us", "delay", "set_hazards",
     "hazard_count", "last_hazard", "set_strict_pitch", "get_strict_pitch",
     "reset", "error_code",
 ]
@@ -52,6 +58,53 @@ def library_path():
     if explicit:
         return explicit
     return _cudamem._simulator_path
+
+
+# Where libcuda_dir() makes its link: beside the simulator when the package
+# directory is writable, else in the user's cache directory.
+_LINK_DIR_NAME = "sim-libcuda"
+
+
+def _link_bases(target):
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".cache")
+    tag = hashlib.sha1(target.encode()).hexdigest()[:12]
+    return [os.path.join(os.path.dirname(target), _LINK_DIR_NAME),
+            os.path.join(cache, "cudamem", "%s-%s" % (_LINK_DIR_NAME, tag))]
+
+
+def _make_link(directory, target):
+    link = os.path.join(directory, "libcuda.so.1")
+    if os.path.realpath(link) == target:
+        return
+    os.makedirs(directory, exist_ok=True)
+    # Made aside and renamed: processes racing here all see a whole link.
+    tmp = os.path.join(directory, ".libcuda.so.1.%d" % os.getpid())
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)
+    os.symlink(target, tmp)
+    os.replace(tmp, link)
+
+
+def libcuda_dir():
+    """libcuda_dir() -> str
+
+    A directory holding ``libcuda.so.1``, a link to the simulator. Put it
+    first on ``LD_LIBRARY_PATH`` and a program that loads the CUDA driver
+    by name (numba-cuda, cuda.bindings, CuPy, ...) runs on the simulator.
+    Made on demand beside the simulator, or in the user's cache directory
+    (``$XDG_CACHE_HOME``, else ``~/.cache``) when that is not writable."""
+    target = os.path.realpath(library_path())
+    errors = []
+    for directory in _link_bases(target):
+        try:
+            _make_link(directory, target)
+        except OSError as exc:
+            errors.append("%s: %s" % (directory, exc))
+            continue
+        return directory
+    raise RuntimeError("cannot make a libcuda.so.1 link to %s in any of: %s"
+                       % (target, "; ".join(errors)))
 
 
 def _library():

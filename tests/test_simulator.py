@@ -1,5 +1,6 @@
 """cudamem.simulator: the control API seen from Python, checked against what
 cudamem observes through the driver."""
+import os
 import threading
 
 import pytest
@@ -111,3 +112,62 @@ def test_hazard_counter_starts_clean(sim):
     sim.reset()
     assert sim.hazard_count() == 0
     assert sim.last_hazard() is None
+
+
+def test_libcuda_dir_links_the_simulator(sim):
+    directory = sim.libcuda_dir()
+    link = os.path.join(directory, "libcuda.so.1")
+    assert os.path.realpath(link) == os.path.realpath(sim.library_path())
+    assert sim.libcuda_dir() == directory  # the link is reused
+
+
+def test_libcuda_dir_places(sim, monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    target = os.path.realpath(sim.library_path())
+    beside, cache = sim._link_bases(target)
+    assert os.path.dirname(beside) == os.path.dirname(target)
+    assert os.path.dirname(cache) == str(tmp_path / "cudamem")
+
+
+def test_libcuda_dir_falls_back_to_the_cache(sim, monkeypatch, tmp_path):
+    # A package directory that cannot take the link (root writes anywhere,
+    # so a file stands where the directory would be).
+    (tmp_path / "pkg").write_text("")
+    monkeypatch.setattr(sim, "_link_bases", lambda target: [
+        str(tmp_path / "pkg" / "sim-libcuda"), str(tmp_path / "cache")])
+    directory = sim.libcuda_dir()
+    assert directory == str(tmp_path / "cache")
+    assert os.path.realpath(os.path.join(directory, "libcuda.so.1")) == \
+        os.path.realpath(sim.library_path())
+
+
+def test_libcuda_dir_reports_when_no_place_works(sim, monkeypatch, tmp_path):
+    (tmp_path / "pkg").write_text("")
+    monkeypatch.setattr(sim, "_link_bases",
+                        lambda target: [str(tmp_path / "pkg" / "x")])
+    with pytest.raises(RuntimeError, match="cannot make a libcuda.so.1 link"):
+        sim.libcuda_dir()
+
+
+def test_programs_load_the_simulator_as_libcuda(run_py, sim):
+    # By its SONAME in a process that loaded it, and through libcuda_dir()
+    # on LD_LIBRARY_PATH in one that did not.
+    proc = run_py("""
+        import ctypes
+        import cudamem
+        from cudamem import simulator
+        assert cudamem.is_available()
+        by_name = ctypes.CDLL("libcuda.so.1")
+        by_path = ctypes.CDLL(simulator.library_path())
+        addr = lambda lib: ctypes.cast(lib.cuInit, ctypes.c_void_p).value
+        print(addr(by_name) == addr(by_path))
+    """, env={"LD_LIBRARY_PATH": None})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True"]
+    proc = run_py("""
+        import ctypes
+        lib = ctypes.CDLL("libcuda.so.1")
+        print(lib.cusim_is_simulator(), lib.cuInit(0))
+    """, env={"LD_LIBRARY_PATH": sim.libcuda_dir()})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["1", "0"]

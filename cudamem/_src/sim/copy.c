@@ -44,6 +44,20 @@ device_side(const sim_alloc *a)
                  a->kind == SIM_MEM_MANAGED);
 }
 
+/* Device memory the host cannot address (IPC mappings included). */
+static int
+device_kind_only(const sim_alloc *a)
+{
+    return a->kind == SIM_MEM_DEVICE || a->kind == SIM_MEM_IPC;
+}
+
+/* Lock held: the allocation a resolved range lies in, 0 for pageable. */
+static unsigned long long
+buffer_of(const sim_ref *ref)
+{
+    return ref->alloc ? ref->alloc->buffer_id : 0;
+}
+
 static int
 mul_add(size_t a, size_t b, size_t c, size_t *out)
 {
@@ -234,12 +248,13 @@ do_copy(sim_entry id, const side *dst, const side *src, size_t w, size_t h,
     }
     sim_sync mode = copy_mode(dref.alloc, sref.alloc, async);
     int pageable_src = sref.alloc == NULL;
+    unsigned long long did = buffer_of(&dref), sid = buffer_of(&sref);
     sim_unlock();
 
     c->op.run = copy_run;
     c->op.free = copy_free;
     c->op.entry = id;
-    c->op.ranges[0] = (sim_range){daddr, dspan, 1};
+    c->op.ranges[0] = (sim_range){daddr, dspan, 1, did};
     c->op.nranges = 1;
     if (pageable_src && mode != SIM_BLOCK) {
         /* The driver copies pageable memory to staging at call time. */
@@ -255,7 +270,7 @@ do_copy(sim_entry id, const side *dst, const side *src, size_t w, size_t h,
         c->spitch = w;
         c->sslice = w * h;
     } else {
-        c->op.ranges[1] = (sim_range){saddr, sspan, 0};
+        c->op.ranges[1] = (sim_range){saddr, sspan, 0, sid};
         c->op.nranges = 2;
     }
     return sim_stream_submit(hStream, ptds, &c->op, mode);
@@ -449,6 +464,12 @@ do_set(sim_entry id, CUdeviceptr dst, size_t pitch, unsigned value,
         r = CUDA_ERROR_OUT_OF_MEMORY;
         goto done;
     }
+    /* The synchronous forms are fully synchronous when the target is
+     * pinned host memory or unified memory, asynchronous otherwise. */
+    sim_sync mode = async                        ? SIM_ASYNC
+                    : device_kind_only(ref.alloc) ? SIM_RETURN_EARLY
+                                                  : SIM_BLOCK;
+    unsigned long long buffer_id = buffer_of(&ref);
     sim_unlock();
     s->id = id;
     s->dst = ref.bytes;
@@ -459,10 +480,9 @@ do_set(sim_entry id, CUdeviceptr dst, size_t pitch, unsigned value,
     s->value = value;
     s->op.run = set_run;
     s->op.entry = id;
-    s->op.ranges[0] = (sim_range){dst, span, 1};
+    s->op.ranges[0] = (sim_range){dst, span, 1, buffer_id};
     s->op.nranges = 1;
-    return sim_stream_submit(hStream, ptds, &s->op,
-                             async ? SIM_ASYNC : SIM_RETURN_EARLY);
+    return sim_stream_submit(hStream, ptds, &s->op, mode);
 done:
     sim_unlock();
     return r;

@@ -840,6 +840,10 @@ ctx_shutdown(CUcontext ctx, int (*still)(CUcontext))
 {
     sim_ctx_drain(ctx);
     sim_lock();
+    /* Other contexts' ops running on its memory finish first; those still
+     * queued fail when they run (CUDA_ERROR_ILLEGAL_ADDRESS). */
+    while (ctx->active && still(ctx) && sim_mem_ctx_busy(ctx))
+        pthread_cond_wait(&sim.progress, &sim.lock);
     if (ctx->active && still(ctx))
         ctx_deactivate(ctx);
     sim_unlock();

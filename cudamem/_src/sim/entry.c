@@ -25,7 +25,9 @@ sim_global sim = {
 };
 
 /* What the simulator answers for a symbol it does not know (and for one
- * known only at a higher version). */
+ * known only at a higher version) when it plays a driver older than 12.0;
+ * from 12.0 the driver documents CUDA_SUCCESS with pfn NULL, and
+ * symbolStatus saying why. */
 #define SIM_PROC_NOT_FOUND CUDA_ERROR_NOT_FOUND
 
 #define SIM_MAX_FAULTS 64
@@ -566,6 +568,7 @@ static const proc_table proc_tables[] = {
     {sim_procs_copy, &sim_nprocs_copy},
     {sim_procs_stream, &sim_nprocs_stream},
     {sim_procs_ipc, &sim_nprocs_ipc},
+    {sim_procs_kernel, &sim_nprocs_kernel},
 };
 
 /* The row of `symbol` with the largest version <= cudaVersion among rows of
@@ -619,7 +622,8 @@ proc_address(const char *symbol, void **pfn, int cudaVersion,
         if (status != NULL)
             *status = known ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
                             : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-        return SIM_PROC_NOT_FOUND;
+        return sim.driver_version >= 12000 ? CUDA_SUCCESS
+                                           : SIM_PROC_NOT_FOUND;
     }
     *pfn = row->fn;
     if (status != NULL)

@@ -221,6 +221,15 @@ ranges_conflict(const sim_range *a, const sim_range *b)
            a->addr < b->addr + b->len && b->addr < a->addr + a->len;
 }
 
+/* Counts and prints the report just written to hazard_text. */
+static void
+publish(void)
+{
+    hazard_any = 1;
+    __atomic_add_fetch(&hazard_count, 1, __ATOMIC_RELAXED);
+    fprintf(stderr, "cusim hazard: %s\n", hazard_text);
+}
+
 static void
 report(hazard_scan *h, CUstream other, const sim_op *prior,
        const sim_range *mine, const sim_range *theirs)
@@ -238,9 +247,7 @@ report(hazard_scan *h, CUstream other, const sim_op *prior,
              entry_names[prior->entry], there,
              theirs->write ? "writes" : "reads",
              (unsigned long long)theirs->addr, theirs->len);
-    hazard_any = 1;
-    __atomic_add_fetch(&hazard_count, 1, __ATOMIC_RELAXED);
-    fprintf(stderr, "cusim hazard: %s\n", hazard_text);
+    publish();
     h->found = 1;
 }
 
@@ -277,6 +284,26 @@ sim__hazard_check(CUstream s, const sim_op *op)
     hazard_scan h = {s, op, 0};
 
     sim__streams_each(scan_stream, &h);
+}
+
+void
+sim__hazard_freed(CUstream s, const sim_op *op, const sim_range *r)
+{
+    char here[96];
+
+    sim__stream_label(s, here, sizeof here);
+    snprintf(hazard_text, sizeof hazard_text,
+             "%s on %s %s [0x%llx, +%zu), memory freed before it ran: "
+             "CUDA_ERROR_ILLEGAL_ADDRESS",
+             entry_names[op->entry], here, r->write ? "writes" : "reads",
+             (unsigned long long)r->addr, r->len);
+    publish();
+}
+
+const char *
+sim__entry_name(sim_entry id)
+{
+    return (unsigned)id < SIM_NENTRIES ? entry_names[id] : "?";
 }
 
 unsigned long long

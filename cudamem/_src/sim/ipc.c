@@ -339,6 +339,11 @@ cuIpcCloseMemHandle(CUdeviceptr dptr)
         r = CUDA_ERROR_INVALID_VALUE;
         goto done;
     }
+    if (a->ipc_refs == 1 && !(a = sim_mem_quiesce(a))) {
+        /* Any context's work, too (peer copies). */
+        r = CUDA_ERROR_INVALID_VALUE;
+        goto done;
+    }
     if (--a->ipc_refs > 0)
         goto done;
     forget_open(a->base);

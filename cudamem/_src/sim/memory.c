@@ -412,6 +412,32 @@ sim_mem_release_ctx(CUcontext ctx)
     }
 }
 
+int
+sim_mem_ctx_busy(CUcontext ctx)
+{
+    for (size_t i = 0; i < table_n; i++) {
+        if (table[i]->ctx == ctx &&
+            sim_range_busy(table[i]->base, table[i]->size, 0))
+            return 1;
+    }
+    return 0;
+}
+
+sim_alloc *
+sim_mem_quiesce(sim_alloc *a)
+{
+    uintptr_t base = a->base;
+    size_t size = a->size; /* a may be freed while we wait */
+    unsigned long long id = a->buffer_id;
+    if (!sim_range_busy(base, size, 1))
+        return a;
+    do
+        pthread_cond_wait(&sim.progress, &sim.lock);
+    while (sim_range_busy(base, size, 1));
+    a = sim_mem_find(base);
+    return a && a->base == base && a->buffer_id == id ? a : NULL;
+}
+
 CUresult
 sim_mem_add(sim_mem_kind kind, CUcontext ctx, unsigned char *backing,
             size_t size, sim_alloc **out)
@@ -580,6 +606,9 @@ cuMemFree(CUdeviceptr dptr)
     r = find_base(dptr, SIM_MEM_DEVICE, &a);
     if (r == CUDA_SUCCESS && a->buffer_id != id)
         r = CUDA_ERROR_INVALID_VALUE;
+    /* And against any other context's work on it (peer copies). */
+    if (r == CUDA_SUCCESS && !(a = sim_mem_quiesce(a)))
+        r = CUDA_ERROR_INVALID_VALUE;
     if (r == CUDA_SUCCESS)
         record_free(a);
 done:
@@ -667,6 +696,9 @@ cuMemFreeHost(void *p)
     CUresult r = sim_ctx_get(&ctx);
     if (r == CUDA_SUCCESS)
         r = find_base((uintptr_t)p, SIM_MEM_HOST, &a);
+    /* Queued copies into the pages finish before they are unmapped. */
+    if (r == CUDA_SUCCESS && !(a = sim_mem_quiesce(a)))
+        r = CUDA_ERROR_INVALID_VALUE;
     if (r == CUDA_SUCCESS)
         record_free(a);
     sim_unlock();
@@ -775,7 +807,7 @@ cuMemHostUnregister(void *p)
     if (r == CUDA_SUCCESS) {
         sim_alloc *a = sim_mem_find((uintptr_t)p);
         if (!p || !a || a->kind != SIM_MEM_REGISTERED ||
-            a->base != (uintptr_t)p)
+            a->base != (uintptr_t)p || !(a = sim_mem_quiesce(a)))
             r = CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
         else
             record_free(a);

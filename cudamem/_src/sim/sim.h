@@ -119,7 +119,38 @@
     X(cuEventElapsedTime)                                                      \
     X(cuIpcGetMemHandle)                                                       \
     X(cuIpcOpenMemHandle)                                                      \
-    X(cuIpcCloseMemHandle)
+    X(cuIpcCloseMemHandle)                                                     \
+    X(cuModuleLoad)                                                            \
+    X(cuModuleLoadData)                                                        \
+    X(cuModuleLoadDataEx)                                                      \
+    X(cuModuleLoadFatBinary)                                                   \
+    X(cuModuleUnload)                                                          \
+    X(cuModuleGetFunction)                                                     \
+    X(cuModuleGetGlobal)                                                       \
+    X(cuLibraryLoadData)                                                       \
+    X(cuLibraryLoadFromFile)                                                   \
+    X(cuLibraryUnload)                                                         \
+    X(cuLibraryGetKernel)                                                      \
+    X(cuLibraryGetModule)                                                      \
+    X(cuKernelGetFunction)                                                     \
+    X(cuKernelGetAttribute)                                                    \
+    X(cuLinkCreate)                                                            \
+    X(cuLinkAddData)                                                           \
+    X(cuLinkAddFile)                                                           \
+    X(cuLinkComplete)                                                          \
+    X(cuLinkDestroy)                                                           \
+    X(cuLaunchKernel)                                                          \
+    X(cuLaunchKernelEx)                                                        \
+    X(cuLaunchCooperativeKernel)                                               \
+    X(cuOccupancyMaxActiveBlocksPerMultiprocessor)                             \
+    X(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags)                    \
+    X(cuOccupancyMaxPotentialBlockSize)                                        \
+    X(cuOccupancyMaxPotentialBlockSizeWithFlags)                               \
+    X(cuOccupancyAvailableDynamicSMemPerBlock)                                 \
+    X(cuFuncGetAttribute)                                                      \
+    X(cuFuncSetAttribute)                                                      \
+    X(cuFuncSetCacheConfig)                                                    \
+    X(cuFuncGetModule)
 
 typedef enum sim_entry {
 #define SIM_ENTRY_ENUM(name) SIM_##name,
@@ -196,9 +227,10 @@ typedef struct sim_proc {
     {#name, ver, 1, (void *)(1 ? (fn) : (PFN_##name##_v##ver##_##suffix)0)}
 
 extern const sim_proc sim_procs_entry[], sim_procs_device[],
-    sim_procs_memory[], sim_procs_copy[], sim_procs_stream[], sim_procs_ipc[];
+    sim_procs_memory[], sim_procs_copy[], sim_procs_stream[], sim_procs_ipc[],
+    sim_procs_kernel[];
 extern const size_t sim_nprocs_entry, sim_nprocs_device, sim_nprocs_memory,
-    sim_nprocs_copy, sim_nprocs_stream, sim_nprocs_ipc;
+    sim_nprocs_copy, sim_nprocs_stream, sim_nprocs_ipc, sim_nprocs_kernel;
 
 /* ---------------------------------------------------------------------------
  * Devices and contexts (device.c). */
@@ -298,6 +330,13 @@ CUresult sim_mem_resolve(uintptr_t addr, size_t len, int want, sim_ref *out);
 /* Frees everything a context owns (reset / destroy). Caller holds the lock
  * and has drained the context's streams. */
 void sim_mem_release_ctx(CUcontext ctx);
+/* Lock held. Nonzero while an op of any context runs on memory ctx owns:
+ * a reset or destroy waits for those; ops still queued on that memory
+ * fail with CUDA_ERROR_ILLEGAL_ADDRESS when they run. */
+int sim_mem_ctx_busy(CUcontext ctx);
+/* Lock held. Waits until no op of any context, queued or running, touches
+ * a's range; returns a again, or NULL when it was freed meanwhile. */
+sim_alloc *sim_mem_quiesce(sim_alloc *a);
 /* Creates an allocation record of `kind` over existing bytes (IPC import);
  * for SIM_MEM_IPC a device address is reserved on ctx's device. */
 CUresult sim_mem_add(sim_mem_kind kind, CUcontext ctx, unsigned char *backing,
@@ -317,6 +356,9 @@ typedef struct sim_range {
     uintptr_t addr; /* API address (device or host) */
     size_t len;
     int write;
+    /* The allocation it lies in when queued (sim_alloc.buffer_id), checked
+     * again when the op runs; 0: pageable memory, not checked. */
+    unsigned long long buffer_id;
 } sim_range;
 
 #define SIM_OP_RANGES 4
@@ -353,6 +395,10 @@ CUresult sim_stream_submit(CUstream hStream, int ptds, sim_op *op,
 /* Waits until every stream of ctx is idle (cuCtxSynchronize, frees). The
  * caller does not hold the lock. */
 CUresult sim_ctx_drain(CUcontext ctx);
+/* Lock held. Nonzero while an op of any stream, of any context, that
+ * touches [addr, addr + len) is running, or with `queued` also while one
+ * is queued. Frees wait on sim.progress until it is zero. */
+int sim_range_busy(uintptr_t addr, size_t len, int queued);
 /* Destroys every stream and event of ctx (reset / destroy); lock held,
  * streams drained. */
 void sim_streams_release_ctx(CUcontext ctx);

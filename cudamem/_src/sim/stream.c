@@ -29,6 +29,7 @@ struct CUstream_st {
     int has_worker; /* once closed, the worker frees the struct */
     pthread_cond_t wake;
     sim_op *head, *tail; /* queued ops; head may be running */
+    const sim_op *running; /* head while its worker runs it, else NULL */
     uint64_t submitted, completed;
     sim_vclock vc; /* what the stream's next op is known to follow */
 };
@@ -285,14 +286,210 @@ sleep_us(unsigned us)
         ;
 }
 
+/* The first range of op whose allocation was freed since op was queued,
+ * or NULL. Lock held. */
+static const sim_range *
+op_stale_range(const sim_op *op)
+{
+    int i;
+
+    for (i = 0; i < op->nranges; i++) {
+        const sim_range *r = &op->ranges[i];
+        const sim_alloc *a;
+
+        if (r->buffer_id == 0)
+            continue;
+        a = sim_mem_find(r->addr);
+        if (a == NULL || a->buffer_id != r->buffer_id)
+            return r;
+    }
+    return NULL;
+}
+
+/* What a GPU does with work on memory that is gone: the op fails with
+ * CUDA_ERROR_ILLEGAL_ADDRESS, which poisons its context (the first sticky
+ * error stays). Lock held. */
+static void
+op_fault(CUstream s, const sim_op *op, const sim_range *r)
+{
+    CUresult none = CUDA_SUCCESS;
+
+    if (s->linked)
+        __atomic_compare_exchange_n(&s->ctx->sticky, &none,
+                                    CUDA_ERROR_ILLEGAL_ADDRESS, 0,
+                                    __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    if (__atomic_load_n(&sim.hazards, __ATOMIC_RELAXED))
+        sim__hazard_freed(s, op, r);
+}
+
+/* ------------------------------------------------------------------------
+ * Crash reports. A fault on a worker thread prints what the worker was
+ * running, then goes on to the handler installed before ours (or the
+ * default action). Only async-signal-safe calls below; pthread_getspecific
+ * reads the thread descriptor without locking or allocating in glibc. */
+
+typedef struct worker_info {
+    CUstream s;
+    const sim_op *volatile op;
+} worker_info;
+
+static pthread_key_t worker_key;
+static pthread_once_t crash_once = PTHREAD_ONCE_INIT;
+static const int crash_signals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE,
+                                    SIGABRT};
+#define NCRASH (sizeof crash_signals / sizeof crash_signals[0])
+static struct sigaction crash_prev[NCRASH];
+static volatile sig_atomic_t crash_ready;
+
+typedef struct outbuf {
+    char text[512];
+    size_t n;
+} outbuf;
+
+static void
+out_str(outbuf *b, const char *str)
+{
+    while (*str != '\0' && b->n < sizeof b->text)
+        b->text[b->n++] = *str++;
+}
+
+static void
+out_num(outbuf *b, unsigned long long v, unsigned base)
+{
+    char digits[24];
+    int n = 0;
+
+    if (base == 16)
+        out_str(b, "0x");
+    do {
+        digits[n++] = "0123456789abcdef"[v % base];
+        v /= base;
+    } while (v != 0);
+    while (n > 0 && b->n < sizeof b->text)
+        b->text[b->n++] = digits[--n];
+}
+
+static void
+crash_report(int sig, const siginfo_t *info, const worker_info *w)
+{
+    const sim_op *op = w->op;
+    CUstream s = w->s;
+    outbuf b = {.n = 0};
+    int i;
+
+    out_str(&b, "cusim: fatal signal ");
+    out_num(&b, (unsigned)sig, 10);
+    out_str(&b, " (fault address ");
+    out_num(&b, (uintptr_t)info->si_addr, 16);
+    out_str(&b, ") on the worker of ");
+    switch (s->kind) {
+    case KIND_LEGACY:
+        out_str(&b, "the legacy default stream of context ");
+        out_num(&b, (uintptr_t)s->ctx, 16);
+        break;
+    case KIND_PTDS:
+        out_str(&b, "per-thread default stream #");
+        out_num(&b, s->owner, 10);
+        break;
+    default:
+        out_str(&b, "stream ");
+        out_num(&b, (uintptr_t)s, 16);
+        break;
+    }
+    if (op == NULL) {
+        out_str(&b, ", between operations\n");
+    }
+    else {
+        out_str(&b, " while running ");
+        out_str(&b, sim__entry_name(op->entry));
+        out_str(&b, " (operation #");
+        out_num(&b, op->seq, 10);
+        out_str(&b, ")");
+        for (i = 0; i < op->nranges && i < SIM_OP_RANGES; i++) {
+            out_str(&b, op->ranges[i].write ? ", writes [" : ", reads [");
+            out_num(&b, op->ranges[i].addr, 16);
+            out_str(&b, ", +");
+            out_num(&b, op->ranges[i].len, 10);
+            out_str(&b, ")");
+        }
+        out_str(&b, "\n");
+    }
+    if (b.n == sizeof b.text)
+        b.text[b.n - 1] = '\n';
+    if (write(STDERR_FILENO, b.text, b.n) < 0)
+        return;
+}
+
+static void
+crash_handler(int sig, siginfo_t *info, void *uctx)
+{
+    const worker_info *w = crash_ready ? pthread_getspecific(worker_key)
+                                       : NULL;
+    const struct sigaction *prev = NULL;
+    size_t i;
+
+    if (w != NULL)
+        crash_report(sig, info, w);
+    for (i = 0; i < NCRASH; i++) {
+        if (crash_signals[i] == sig)
+            prev = &crash_prev[i];
+    }
+    if (prev != NULL && (prev->sa_flags & SA_SIGINFO) &&
+        prev->sa_sigaction != NULL) {
+        prev->sa_sigaction(sig, info, uctx);
+        return;
+    }
+    if (prev != NULL && prev->sa_handler == SIG_IGN) {
+        signal(sig, SIG_IGN); /* the kernel kills on a repeated fault */
+        return;
+    }
+    if (prev != NULL && prev->sa_handler != SIG_DFL) {
+        prev->sa_handler(sig);
+        return;
+    }
+    /* The default action, as if we had never been here: a fault re-runs
+     * the faulting instruction, a sent signal is raised again. */
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void
+crash_install(void)
+{
+    struct sigaction sa;
+    size_t i;
+
+    if (pthread_key_create(&worker_key, NULL) != 0)
+        return;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = crash_handler;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    for (i = 0; i < NCRASH; i++)
+        sigaction(crash_signals[i], &sa, &crash_prev[i]);
+    crash_ready = 1;
+}
+
 static void *
 worker_main(void *arg)
 {
     CUstream s = arg;
+    worker_info info = {s, NULL};
+    sigset_t faults;
+    size_t i;
 
+    /* Faults are delivered to the faulting thread: let ours be reported
+     * (a blocked one kills the process without a word). */
+    sigemptyset(&faults);
+    for (i = 0; i < NCRASH; i++)
+        sigaddset(&faults, crash_signals[i]);
+    pthread_sigmask(SIG_UNBLOCK, &faults, NULL);
+    if (crash_ready)
+        pthread_setspecific(worker_key, &info);
     sim_lock();
     for (;;) {
         sim_op *op = s->head;
+        const sim_range *stale;
         unsigned delay;
 
         if (op == NULL) {
@@ -309,11 +506,26 @@ worker_main(void *arg)
         delay = op->sched && ((sched *)op->sched)->nodelay
                     ? 0
                     : __atomic_load_n(&sim.delay_us, __ATOMIC_RELAXED);
-        sim_unlock();
-        if (delay)
+        if (delay) {
+            sim_unlock();
             sleep_us(delay);
-        op->run(op);
+            sim_lock();
+        }
+        /* Frees wait for queued ops; a context reset only for running
+         * ones, so memory may be gone by now. */
+        stale = op_stale_range(op);
+        if (stale != NULL)
+            op_fault(s, op, stale);
+        else
+            s->running = op;
+        sim_unlock();
+        if (stale == NULL) {
+            info.op = op;
+            op->run(op);
+            info.op = NULL;
+        }
         sim_lock();
+        s->running = NULL;
         s->head = op->next;
         if (s->head == NULL)
             s->tail = NULL;
@@ -339,6 +551,7 @@ worker_start(CUstream s)
 
     /* Joining here is brief: a zombie has already let go of the lock. */
     reap_zombies();
+    pthread_once(&crash_once, crash_install);
     if (pthread_attr_init(&attr) != 0)
         return -1;
     /* Signals belong to the application's threads, not to ours. */
@@ -1211,6 +1424,45 @@ sim_streams_release_ctx(CUcontext ctx)
     if (ctx->legacy != NULL)
         stream_close(ctx->legacy);
     sim__events_release_ctx(ctx);
+}
+
+static int
+range_overlaps(const sim_op *op, uintptr_t addr, size_t len)
+{
+    int i;
+
+    for (i = 0; i < op->nranges; i++) {
+        const sim_range *r = &op->ranges[i];
+
+        if (r->len > 0 && len > 0 && r->addr < addr + len &&
+            addr < r->addr + r->len)
+            return 1;
+    }
+    return 0;
+}
+
+int
+sim_range_busy(uintptr_t addr, size_t len, int queued)
+{
+    const sim_op *e;
+    uint32_t i;
+
+    for (i = 0; i < nslots; i++) {
+        CUstream s = slots[i].s;
+
+        if (s == NULL)
+            continue;
+        if (!queued) {
+            if (s->running != NULL && range_overlaps(s->running, addr, len))
+                return 1;
+            continue;
+        }
+        for (e = s->head; e != NULL; e = e->next) {
+            if (range_overlaps(e, addr, len))
+                return 1;
+        }
+    }
+    return 0;
 }
 
 /* Every live stream, for the hazard checker. Lock held. */
