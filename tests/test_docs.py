@@ -337,6 +337,12 @@ KEYWORD_CALLS = {
         s.mapped.__dlpack__, dict(stream=None, max_version=None,
                                   dl_device=None, copy=None)),
 }
+# numba's Device methods.
+KEYWORD_CALLS.update({
+    "Device.from_identity": lambda s: (
+        type(s.device).from_identity,
+        dict(identity=s.device.get_device_identity())),
+})
 # Signatures with parameters whose calls would change global state.
 NOT_CALLED = {"Context.enable_peer_access", "cudamem.simulator.inject",
               "cudamem.simulator.set_memory", "cudamem.simulator.set_delay_us",

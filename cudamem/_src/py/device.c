@@ -314,6 +314,9 @@ static PyGetSetDef device_getset[] = {
      "True from compute capability 8.0.", NULL},
     {"accelerates_fp8", (getter)device_get_fp8, NULL,
      "True from compute capability 8.9.", NULL},
+    {"supports_fp8", (getter)device_get_fp8, NULL,
+     "True from compute capability 8.9 (numba's name of accelerates_fp8).",
+     NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -406,6 +409,49 @@ device_get_identity(PyObject *self, PyObject *Py_UNUSED(ignored))
                          keys[1].key, values[1], keys[2].key, values[2]);
 }
 
+PyDoc_STRVAR(device_from_identity_doc,
+             "from_identity($type, identity)\n--\n\n"
+             "The visible device whose get_device_identity() equals "
+             "*identity*\n(numba's Device.from_identity); RuntimeError "
+             "when there is none.");
+
+static PyObject *
+device_from_identity(PyObject *cls, PyObject *const *args, Py_ssize_t nargs,
+                     PyObject *kwnames)
+{
+    static const char *const names[] = {"identity"};
+    cmpy_state *st = cmpy_state_of((PyTypeObject *)cls);
+    PyObject *devices, *mine, *identity;
+    int equal;
+
+    if (st == NULL ||
+        cmpy_parse_args("from_identity", names, 1, 1, args, nargs, kwnames,
+                        &identity) < 0 ||
+        (devices = cmpy_devices(st)) == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(devices); i++) {
+        PyObject *device = PyTuple_GET_ITEM(devices, i);
+
+        mine = device_get_identity(device, NULL);
+        if (mine == NULL) {
+            return NULL;
+        }
+        equal = PyObject_RichCompareBool(mine, identity, Py_EQ);
+        Py_DECREF(mine);
+        if (equal < 0) {
+            return NULL;
+        }
+        if (equal) {
+            return Py_NewRef(device);
+        }
+    }
+    return PyErr_Format(PyExc_RuntimeError,
+                        "No device of %R is found. Target device may not be "
+                        "visible in this process.",
+                        identity);
+}
+
 PyDoc_STRVAR(device_repr_html_doc,
              "_repr_html_($self)\n--\n\n"
              "The device as an HTML table for Jupyter: id, name, compute "
@@ -448,6 +494,8 @@ static PyMethodDef device_methods[] = {
      device_live_context_doc},
     {"get_device_identity", device_get_identity, METH_NOARGS,
      device_identity_doc},
+    {"from_identity", (PyCFunction)(void (*)(void))device_from_identity,
+     METH_FASTCALL | METH_KEYWORDS | METH_CLASS, device_from_identity_doc},
     {"_repr_html_", device_repr_html, METH_NOARGS, device_repr_html_doc},
     {NULL, NULL, 0, NULL},
 };
