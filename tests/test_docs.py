@@ -171,6 +171,7 @@ class Samples:
         self.context = cudamem.current_context()
         self.managed = cudamem.managed_array(6)
         self.mapped = cudamem.mapped_array(6)
+        self.pin = np.zeros(4)
 
     def mapped_buffer(self):
         base = self.mapped
@@ -337,11 +338,28 @@ KEYWORD_CALLS = {
         s.mapped.__dlpack__, dict(stream=None, max_version=None,
                                   dl_device=None, copy=None)),
 }
-# numba's Device methods.
+# numba's Context and Device methods.
 KEYWORD_CALLS.update({
     "Device.from_identity": lambda s: (
         type(s.device).from_identity,
         dict(identity=s.device.get_device_identity())),
+    "Context.memalloc": lambda s: (s.context.memalloc, dict(bytesize=8)),
+    "Context.memallocmanaged": lambda s: (
+        s.context.memallocmanaged, dict(bytesize=8, attach_global=True)),
+    "Context.memhostalloc": lambda s: (
+        s.context.memhostalloc,
+        dict(bytesize=8, mapped=False, portable=False, wc=False)),
+    "Context.mempin": lambda s: (
+        s.context.mempin, dict(owner=s.pin, pointer=s.pin.ctypes.data,
+                               size=s.pin.nbytes, mapped=False)),
+    "Context.get_ipc_handle": lambda s: (
+        s.context.get_ipc_handle, dict(memory=s.array.gpu_data)),
+    "Context.open_ipc_handle": lambda s: (
+        s.context.open_ipc_handle, dict(handle=None, size=0)),
+    "Context.create_external_stream": lambda s: (
+        s.context.create_external_stream, dict(ptr=1)),
+    "Context.create_event": lambda s: (
+        s.context.create_event, dict(timing=True)),
 })
 # Signatures with parameters whose calls would change global state.
 NOT_CALLED = {"Context.enable_peer_access", "cudamem.simulator.inject",
