@@ -19,6 +19,99 @@ from cudamem.errors import CudaAPIError, CudaDriverError
 pytestmark = pytest.mark.simulator
 
 
+# --- devices: get_context, require_context ---------------------------------
+
+def test_get_context_is_current_context():
+    from cudamem import devices
+    assert devices.get_context() == cudamem.current_context()
+    assert devices.get_context(0) == cudamem.list_devices()[0]\
+        .get_primary_context()
+
+
+def test_require_context_allows_its_own_device():
+    from cudamem import devices
+
+    @devices.require_context
+    def body():
+        cudamem.select_device(0)
+        with cudamem.gpus[0]:
+            pass
+        return devices.get_context(0)
+
+    assert body() == cudamem.current_context()
+
+
+def test_require_context_refuses_a_switch(run_py):
+    proc = run_py("""
+        import cudamem
+        from cudamem import devices
+
+        def refused(call):
+            try:
+                call()
+            except RuntimeError as exc:
+                return str(exc)
+            return "allowed"
+
+        @devices.require_context
+        def body():
+            @devices.require_context
+            def inner():   # nested: the same context, no switch
+                return cudamem.get_current_device().id
+            assert inner() == 0
+            return [refused(lambda: cudamem.select_device(1)),
+                    refused(lambda: devices.get_context(1)),
+                    refused(lambda: cudamem.current_context(1)),
+                    refused(lambda: cudamem.gpus[1].__enter__())]
+
+        print(body())
+        # After the call, switching is allowed again.
+        print(cudamem.select_device(1).id)
+
+        @devices.require_context
+        def on_one():
+            return refused(lambda: cudamem.select_device(0))
+        print(on_one())
+    """, env={"CUDAMEM_SIM_DEVICES": "2", "CUDA_VISIBLE_DEVICES": None})
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == str(["Cannot switch CUDA-context."] * 4)
+    assert lines[1:] == ["1", "Cannot switch CUDA-context."]
+
+
+def test_require_context_detaches_after_an_exception():
+    from cudamem import devices
+
+    @devices.require_context
+    def body():
+        raise KeyError("x")
+
+    with pytest.raises(KeyError):
+        body()
+    assert cudamem._cudamem._attach_device(None) is None
+
+
+def test_require_context_keeps_other_threads_free(run_py):
+    proc = run_py("""
+        import threading
+        import cudamem
+        from cudamem import devices
+        seen = []
+
+        @devices.require_context
+        def body():
+            t = threading.Thread(
+                target=lambda: seen.append(cudamem.select_device(1).id))
+            t.start()
+            t.join()
+
+        body()
+        print(seen)
+    """, env={"CUDAMEM_SIM_DEVICES": "2", "CUDA_VISIBLE_DEVICES": None})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[1]"
+
+
 # --- Context methods -------------------------------------------------------
 
 class _Recorder(cudamem.HostOnlyCUDAMemoryManager):

@@ -1,6 +1,7 @@
 /* device.c (py/): the Device type (identity, every CU_DEVICE_ATTRIBUTE_* by
  * name, reset) and the module's device functions (select_device, close,
- * synchronize, profiler, peer access). The Context type is py/context.c. */
+ * synchronize, profiler, peer access, require_context's attachment,
+ * pointer ranges). The Context type is py/context.c. */
 #include "device.h"
 
 #include <limits.h>
@@ -578,6 +579,83 @@ cmpy_device_types_init(PyObject *module, cmpy_state *st)
 /* ------------------------------------------------------------------------
  * Module functions. */
 
+/* The device whose context a require_context() call on this thread
+ * attached (numba's _Runtime attached context), or NULL: selecting
+ * another one inside that call is refused as numba refuses it. */
+static _Thread_local cm_device *tls_attached;
+
+static int
+check_switch(cm_device *dev)
+{
+    if (tls_attached != NULL && tls_attached != dev) {
+        PyErr_SetString(PyExc_RuntimeError, "Cannot switch CUDA-context.");
+        return -1;
+    }
+    return 0;
+}
+
+/* cm_device_select behind the check of a require_context() call. */
+static int
+select_checked(cmpy_state *st, cm_device *dev)
+{
+    cm_error err;
+
+    if (check_switch(dev) < 0) {
+        return -1;
+    }
+    if (cm_device_select(dev, &err) < 0) {
+        cmpy_raise(st, &err);
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(attach_device_doc,
+             "_attach_device($module, device)\n--\n\n"
+             "Attaches *device* (a Device, or None to detach) to this "
+             "thread for\nrequire_context(): selecting another device "
+             "(select_device,\ncurrent_context(devnum), gpus[i]) raises "
+             "RuntimeError until it is\ndetached. Returns the device "
+             "attached before, or None.");
+
+static PyObject *
+attach_device(PyObject *module, PyObject *arg)
+{
+    cmpy_state *st = cmpy_get_state(module);
+    cm_device *previous = tls_attached;
+    cmpy_Device *device = NULL;
+    PyObject *res;
+
+    if (arg != Py_None && cmpy_device_parse(st, arg, &device) < 0) {
+        return NULL;
+    }
+    res = previous == NULL
+              ? Py_NewRef(Py_None)
+              : Py_XNewRef((PyObject *)cmpy_device_of(st, previous));
+    if (res != NULL) {
+        tls_attached = device != NULL ? device->dev : NULL;
+    }
+    return res;
+}
+
+PyDoc_STRVAR(check_switch_doc,
+             "_check_switch($module, device)\n--\n\n"
+             "RuntimeError('Cannot switch CUDA-context.') when a "
+             "require_context()\ncall on this thread attached another "
+             "device than *device* (a\nDevice or an int ordinal).");
+
+static PyObject *
+check_switch_fn(PyObject *module, PyObject *arg)
+{
+    cmpy_Device *device;
+
+    if (cmpy_device_parse(cmpy_get_state(module), arg, &device) < 0 ||
+        check_switch(device->dev) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 PyDoc_STRVAR(select_device_doc,
              "select_device($module, device_id)\n--\n\n"
              "Makes the primary context of device *device_id* current on "
@@ -589,13 +667,10 @@ select_device_one(PyObject *module, PyObject *arg)
 {
     cmpy_state *st = cmpy_get_state(module);
     cmpy_Device *device;
-    cm_error err;
 
-    if (cmpy_device_parse(st, arg, &device) < 0) {
+    if (cmpy_device_parse(st, arg, &device) < 0 ||
+        select_checked(st, device->dev) < 0) {
         return NULL;
-    }
-    if (cm_device_select(device->dev, &err) < 0) {
-        return cmpy_raise(st, &err);
     }
     return Py_NewRef(device);
 }
@@ -678,7 +753,6 @@ current_context(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     Py_ssize_t nkw = kwnames != NULL ? PyTuple_GET_SIZE(kwnames) : 0;
     PyObject *devnum = Py_None;
     cmpy_Device *device;
-    cm_error err;
 
     if (nargs + nkw > 1 ||
         (nkw == 1 && PyUnicode_CompareWithASCIIString(
@@ -698,11 +772,9 @@ current_context(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
         }
     }
     else {
-        if (cmpy_device_parse(st, devnum, &device) < 0) {
+        if (cmpy_device_parse(st, devnum, &device) < 0 ||
+            select_checked(st, device->dev) < 0) {
             return NULL;
-        }
-        if (cm_device_select(device->dev, &err) < 0) {
-            return cmpy_raise(st, &err);
         }
     }
     return cmpy_context_of(st, device);
@@ -926,5 +998,7 @@ PyMethodDef cmpy_device_methods[] = {
     {"context_is_poisoned", (PyCFunction)(void (*)(void))context_is_poisoned,
      METH_FASTCALL | METH_KEYWORDS, context_is_poisoned_doc},
     {"_active_device", active_device, METH_NOARGS, active_device_doc},
+    {"_attach_device", attach_device, METH_O, attach_device_doc},
+    {"_check_switch", check_switch_fn, METH_O, check_switch_doc},
     {NULL, NULL, 0, NULL},
 };
