@@ -338,8 +338,51 @@ KEYWORD_CALLS = {
         s.mapped.__dlpack__, dict(stream=None, max_version=None,
                                   dl_device=None, copy=None)),
 }
-# numba's Context and Device methods.
+# numba's cudadrv.driver names in cudamem.driver, and numba's Context and
+# Device methods: the same calls under their other names too.
+for _name in ("PinnedMemory", "MappedMemory", "ManagedMemory",
+              "event_elapsed_time", "set_memory_manager"):
+    KEYWORD_CALLS["cudamem.driver." + _name] = KEYWORD_CALLS[
+        "cudamem." + _name]
 KEYWORD_CALLS.update({
+    "cudamem.driver.OwnedPointer": lambda s: (
+        cudamem.driver.OwnedPointer,
+        dict(memptr=s.array.gpu_data, view=None)),
+    "cudamem.driver.is_device_memory": lambda s: (
+        cudamem.driver.is_device_memory, dict(obj=s.array)),
+    "cudamem.driver.require_device_memory": lambda s: (
+        cudamem.driver.require_device_memory, dict(obj=s.array)),
+    "cudamem.driver.device_ctypes_pointer": lambda s: (
+        cudamem.driver.device_ctypes_pointer, dict(obj=s.array)),
+    "cudamem.driver.device_pointer": lambda s: (
+        cudamem.driver.device_pointer, dict(obj=s.array)),
+    "cudamem.driver.device_extents": lambda s: (
+        cudamem.driver.device_extents, dict(devmem=s.array)),
+    "cudamem.driver.device_memory_size": lambda s: (
+        cudamem.driver.device_memory_size, dict(devmem=s.array)),
+    "cudamem.driver.device_memory_depends": lambda s: (
+        cudamem.driver.device_memory_depends, dict(devmem=s.array)),
+    "cudamem.driver.host_pointer": lambda s: (
+        cudamem.driver.host_pointer, dict(obj=np.zeros(2), readonly=False)),
+    "cudamem.driver.host_memory_extents": lambda s: (
+        cudamem.driver.host_memory_extents, dict(obj=np.zeros(2))),
+    "cudamem.driver.host_memory_size": lambda s: (
+        cudamem.driver.host_memory_size, dict(obj=np.zeros(2))),
+    "cudamem.driver.memory_size_from_info": lambda s: (
+        cudamem.driver.memory_size_from_info,
+        dict(shape=(2,), strides=(8,), itemsize=8)),
+    "cudamem.driver.host_to_device": lambda s: (
+        cudamem.driver.host_to_device,
+        dict(dst=s.array, src=np.zeros(2), size=16, stream=0)),
+    "cudamem.driver.device_to_host": lambda s: (
+        cudamem.driver.device_to_host,
+        dict(dst=np.zeros(2), src=s.array, size=16, stream=0)),
+    "cudamem.driver.device_to_device": lambda s: (
+        cudamem.driver.device_to_device,
+        dict(dst=s.array, src=s.array[3:], size=16, stream=0)),
+    "cudamem.driver.device_memset": lambda s: (
+        cudamem.driver.device_memset,
+        dict(dst=s.array, val=0, size=16, stream=0)),
     "Device.from_identity": lambda s: (
         type(s.device).from_identity,
         dict(identity=s.device.get_device_identity())),

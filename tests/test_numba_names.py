@@ -19,6 +19,404 @@ from cudamem.errors import CudaAPIError, CudaDriverError
 pytestmark = pytest.mark.simulator
 
 
+# --- module layout -------------------------------------------------------
+
+@pytest.mark.parametrize("numba_name, module", [
+    ("numba.cuda.cudadrv.driver", "cudamem.driver"),
+    ("numba.cuda.cudadrv.devicearray", "cudamem.devicearray"),
+    ("numba.cuda.cudadrv.devices", "cudamem.devices"),
+    ("numba.cuda.cudadrv.runtime", "cudamem.runtime"),
+    ("numba.cuda.cudadrv.error", "cudamem.errors"),
+    # numba.cuda re-exports api.py's module imports.
+    ("numba.cuda.driver", "cudamem.driver"),
+    ("numba.cuda.devicearray", "cudamem.devicearray"),
+    ("numba.cuda.devices", "cudamem.devices"),
+])
+def test_numba_module_paths_import_after_sed(numba_name, module):
+    renamed = numba_name.replace("numba.cuda", "cudamem")
+    assert importlib.import_module(renamed) is importlib.import_module(
+        module)
+
+
+def test_modules_are_attributes_after_import_cudamem(run_py):
+    # dask: `cuda.devicearray.DeviceNDArray` after only `import ... cuda`.
+    proc = run_py("""
+        import cudamem as cuda
+        assert cuda.devicearray.DeviceNDArray is cuda.DeviceNDArray
+        assert cuda.cudadrv.driver.Context is cuda.Context
+        assert cuda.cudadrv.devicearray is cuda.devicearray
+        assert cuda.devices.get_context is cuda.cudadrv.devices.get_context
+        print("ok")
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "ok"
+
+
+def test_new_modules_load_no_driver_numpy_or_ctypes(run_py):
+    proc = run_py("""
+        import sys
+        import cudamem.cudadrv.driver, cudamem.devicearray
+        maps = open('/proc/self/maps').read()
+        assert 'libcusim' not in maps and 'libcuda' not in maps
+        for heavy in ('ctypes', 'numpy'):
+            assert heavy not in sys.modules, heavy
+        print('clean')
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "clean"
+
+
+# The public names of numba-cuda 0.30.4's cudadrv/driver.py that are host
+# API (not its linker, modules, kernels or raw ctypes plumbing).
+NUMBA_DRIVER_NAMES = [
+    "BaseCUDAMemoryManager", "CU_STREAM_DEFAULT", "Context", "CudaAPIError",
+    "CudaDriverError", "CudaSupportError", "Device", "Driver", "Event",
+    "GetIpcHandleMixin", "HostOnlyCUDAMemoryManager", "IpcHandle",
+    "ManagedMemory", "MappedMemory", "MemoryInfo", "MemoryPointer",
+    "NumbaCUDAMemoryManager", "OwnedPointer", "PinnedMemory", "SUPPORTS_IPC",
+    "Stream", "device_ctypes_pointer", "device_extents",
+    "device_memory_depends", "device_memory_size", "device_memset",
+    "device_pointer", "device_to_device", "device_to_host", "driver",
+    "event_elapsed_time", "get_version", "host_memory_extents",
+    "host_memory_size", "host_pointer", "host_to_device",
+    "is_device_memory", "memory_size_from_info", "profile_start",
+    "profile_stop", "profiling", "require_device_memory",
+    "set_memory_manager",
+]
+NUMBA_DEVICEARRAY_NAMES = [
+    "DeviceNDArray", "DeviceNDArrayBase", "DeviceRecord", "IpcArrayHandle",
+    "ManagedNDArray", "MappedNDArray", "array_core", "auto_device",
+    "check_array_compatibility", "errmsg_contiguous_buffer",
+    "from_array_like", "from_record_like", "is_contiguous",
+    "is_cuda_ndarray", "require_cuda_ndarray", "sentry_contiguous",
+    "verify_cuda_ndarray_interface",
+]
+
+
+@pytest.mark.parametrize("name", NUMBA_DRIVER_NAMES)
+def test_numba_driver_name(name):
+    from cudamem.cudadrv import driver
+    assert hasattr(driver, name)
+
+
+@pytest.mark.parametrize("name", NUMBA_DEVICEARRAY_NAMES)
+def test_numba_devicearray_name(name):
+    from cudamem.cudadrv import devicearray
+    assert hasattr(devicearray, name)
+
+
+def test_driver_names_are_cudamems_objects():
+    from cudamem.cudadrv import driver
+    assert driver.Context is cudamem.Context
+    assert driver.Device is cudamem.Device
+    assert driver.MemoryPointer is cudamem.MemoryPointer
+    assert driver.CudaAPIError is cudamem.CudaAPIError
+    assert driver.NumbaCUDAMemoryManager is \
+        cudamem.memory.DefaultMemoryManager
+    assert driver.IpcHandle is cudamem.IpcHandle
+    assert driver.CU_STREAM_DEFAULT == 0 and driver.SUPPORTS_IPC is True
+
+
+def test_cudamems_own_driver_functions_still_work():
+    from cudamem import driver
+    version = driver.info()["version"]
+    assert driver.get_version() == (version // 1000, version % 1000 // 10)
+    assert [d["id"] for d in driver.devices()] == \
+        [d.id for d in cudamem.list_devices()]
+    assert any(row[0] == "cuMemAlloc" for row in driver.table())
+
+
+def test_driver_object():
+    from cudamem.cudadrv.driver import driver
+    assert driver.is_available is True
+    assert driver.get_device_count() == len(cudamem.list_devices())
+    assert driver.get_device(0) is cudamem.list_devices()[0]
+    assert driver.list_devices() == cudamem.list_devices()
+    assert driver.get_version() == cudamem.driver.get_version()
+    with pytest.raises(AttributeError, match="cuMemAlloc"):
+        driver.cuMemAlloc
+
+
+# --- driver helpers --------------------------------------------------------
+
+class _Memory:
+    """A device memory object of numba's protocol only."""
+    __cuda_memory__ = True
+
+    def __init__(self, array):
+        self.array = array
+        self.device_ctypes_pointer = array.device_ctypes_pointer
+
+
+def test_is_and_require_device_memory():
+    from cudamem.cudadrv import driver
+    d = cudamem.device_array(4)
+    assert driver.is_device_memory(d) is True
+    assert driver.is_device_memory(_Memory(d)) is True
+    assert driver.is_device_memory(np.zeros(4)) is False
+    driver.require_device_memory(d)
+    # numba raises a bare Exception with these words.
+    with pytest.raises(Exception, match="^Not a CUDA memory object.$"):
+        driver.require_device_memory(np.zeros(4))
+
+
+def test_device_pointers():
+    from cudamem.cudadrv import driver
+    d = cudamem.device_array(4)
+    address = d.__cuda_array_interface__["data"][0]
+    assert driver.device_pointer(d) == address
+    assert driver.device_pointer(_Memory(d[1:])) == address + 8
+    assert int(driver.device_ctypes_pointer(d)) == address
+    null = driver.device_ctypes_pointer(None)
+    assert isinstance(null, ctypes.c_void_p) and null.value is None
+
+
+def test_device_extents_are_the_whole_allocation():
+    from cudamem.cudadrv import driver
+    d = cudamem.device_array(16, dtype=np.uint8)
+    base = driver.device_pointer(d)
+    view = d[4:10]
+    assert driver.device_extents(view) == (base, base + 16)
+    assert driver.device_memory_size(view) == 16
+    mem = _Memory(view)
+    assert driver.device_memory_size(mem) == 16
+    assert mem._cuda_memsize_ == 16  # numba caches it on the object
+
+
+def test_device_extents_of_unknown_memory():
+    from cudamem.cudadrv import driver
+    fake = _Memory(cudamem.device_array(1))
+    fake.device_ctypes_pointer = ctypes.c_void_p(0x10)
+    with pytest.raises(ValueError, match="0x10"):
+        driver.device_extents(fake)
+
+
+def test_device_memory_depends():
+    from cudamem.cudadrv import driver
+    mem = _Memory(cudamem.device_array(1))
+    mem._depends_ = []
+    keep = object()
+    driver.device_memory_depends(mem, keep)
+    assert mem._depends_ == [keep]
+    driver.device_memory_depends(cudamem.device_array(1), keep)  # no list
+
+
+@pytest.mark.parametrize("index", [
+    np.s_[:], np.s_[::-1], np.s_[::2], np.s_[::-3], np.s_[2:2], np.s_[5:6],
+])
+def test_host_memory_extents_against_numpy(index):
+    from cudamem.cudadrv import driver
+    base = np.arange(24, dtype=np.int32)
+    a = base[index]
+    b = np.byte_bounds(a) if hasattr(np, "byte_bounds") else \
+        np.lib.array_utils.byte_bounds(a)
+    if a.size == 0:
+        b = (a.__array_interface__["data"][0],) * 2
+    assert driver.host_memory_extents(a) == tuple(b)
+    assert driver.host_memory_size(a) == b[1] - b[0]
+    assert driver.memory_size_from_info(a.shape, a.strides,
+                                        a.itemsize) == b[1] - b[0]
+
+
+def test_host_memory_extents_of_datetimes_and_bytes():
+    from cudamem.cudadrv import driver
+    t = np.zeros(3, "datetime64[s]")
+    start = t.__array_interface__["data"][0]
+    assert driver.host_memory_extents(t) == (start, start + 24)
+    assert driver.host_memory_size(b"abcd") == 4
+
+
+def test_host_pointer():
+    from cudamem.cudadrv import driver
+    a = np.zeros(3)
+    assert driver.host_pointer(a) == a.ctypes.data
+    assert driver.host_pointer(12345) == 12345
+    assert driver.host_pointer(b"xy", readonly=True) != 0
+    with pytest.raises(BufferError, match="read-only"):
+        driver.host_pointer(b"xy")
+
+
+def test_memory_size_from_info_checks_lengths():
+    from cudamem.cudadrv import driver
+    assert driver.memory_size_from_info((2, 3), (24, 8), 8) == 48
+    with pytest.raises(ValueError, match="differ in length"):
+        driver.memory_size_from_info((2, 3), (8,), 8)
+
+
+@pytest.mark.parametrize("use_stream", [False, True])
+def test_byte_copies_against_numpy(use_stream):
+    from cudamem.cudadrv import driver
+    stream = cudamem.stream() if use_stream else 0
+    host = np.arange(32, dtype=np.uint8)
+    d = cudamem.device_array(32, dtype=np.uint8)
+    d2 = cudamem.to_device(np.zeros(32, np.uint8))
+    expect = np.zeros(32, np.uint8)
+
+    driver.host_to_device(d2, host[8:], 12, stream=stream)
+    expect[:12] = host[8:20]
+    driver.device_to_device(_Memory(d2[16:]), d2, 10, stream=stream)
+    expect[16:26] = expect[:10]
+    driver.device_memset(d2[4:], 0xAB, 5, stream=stream)
+    expect[4:9] = 0xAB
+    out = np.full(32, 7, np.uint8)
+    driver.device_to_host(out, d2, 30, stream=stream)
+    if use_stream:
+        stream.synchronize()
+    np.testing.assert_array_equal(out[:30], expect[:30])
+    assert out[30] == 7 and out[31] == 7  # only `size` bytes written
+    # A host address (int) is numba's too; other dtypes copy their bytes.
+    words = np.arange(4, dtype=np.int64)
+    driver.host_to_device(d, words.ctypes.data, words.nbytes)
+    np.testing.assert_array_equal(d.copy_to_host()[:32].view(np.int64),
+                                  words)
+
+
+def test_byte_copies_refuse_bad_sizes_and_buffers():
+    from cudamem.cudadrv import driver
+    d = cudamem.device_array(8, dtype=np.uint8)
+    with pytest.raises(ValueError, match="9 bytes: the host buffer has 8"):
+        driver.host_to_device(cudamem.device_array(16, np.uint8),
+                              np.zeros(8, np.uint8), 9)
+    # Past the device allocation: cudamem's own check of the memory.
+    with pytest.raises(ValueError, match="outside its allocation of 8"):
+        driver.device_memset(d, 0, 9)
+    with pytest.raises(ValueError, match="negative"):
+        driver.device_memset(d, 0, -1)
+    with pytest.raises(TypeError):
+        driver.device_memset(d, 0, 1.5)
+    with pytest.raises(ValueError, match="contiguous"):
+        driver.device_to_host(np.zeros(16, np.uint8)[::2], d, 8)
+    with pytest.raises(BufferError):
+        driver.device_to_host(b"12345678", d, 8)
+    with pytest.raises(Exception, match="Not a CUDA memory object"):
+        driver.host_to_device(np.zeros(8), np.zeros(8), 8)
+
+
+def test_owned_pointer_counts_in_refct():
+    from cudamem.cudadrv import driver
+    mem = cudamem.current_context().memalloc(64)
+    before = mem.refct
+    owned = driver.OwnedPointer(mem)
+    assert mem.refct == before + 1
+    assert owned.device_pointer_value == mem.device_pointer_value
+    view = driver.OwnedPointer(mem, mem.view(8))
+    assert view.device_pointer_value == mem.device_pointer_value + 8
+    del owned, view
+    assert mem.refct == before
+
+
+# --- devicearray -----------------------------------------------------------
+
+def test_is_cuda_ndarray_and_verify():
+    from cudamem.cudadrv import devicearray
+    d = cudamem.device_array((2, 3))
+    assert devicearray.is_cuda_ndarray(d) is True
+    assert devicearray.is_cuda_ndarray(np.zeros(2)) is False
+    devicearray.verify_cuda_ndarray_interface(d)
+    with pytest.raises(ValueError, match="require an cuda ndarray object"):
+        devicearray.verify_cuda_ndarray_interface(np.zeros(2))
+
+    class Fake:
+        __cuda_ndarray__ = True
+        shape = (2,)
+        strides = [8]
+    with pytest.raises(AttributeError, match="strides must be of type"):
+        devicearray.verify_cuda_ndarray_interface(Fake())
+    Fake.strides = (8,)
+    with pytest.raises(AttributeError, match="^dtype$"):
+        devicearray.verify_cuda_ndarray_interface(Fake())
+
+
+def test_from_array_like_and_record_like():
+    from cudamem.cudadrv import devicearray
+    host = np.zeros((3, 4), order="F")
+    d = devicearray.from_array_like(host)
+    assert isinstance(d, cudamem.DeviceNDArray)
+    assert (d.shape, d.strides, d.dtype) == (host.shape, host.strides,
+                                             host.dtype)
+    over = devicearray.from_array_like(np.zeros(2), gpu_data=d.gpu_data)
+    assert over.device_ctypes_pointer.value == d.device_ctypes_pointer.value
+    rec = np.zeros(1, [("a", np.int32), ("b", np.float64)])[0]
+    r = devicearray.from_record_like(rec)
+    assert isinstance(r, cudamem.DeviceRecord) and r.dtype == rec.dtype
+
+
+@pytest.mark.parametrize("make", [
+    lambda: np.zeros((3, 4)),
+    lambda: np.broadcast_to(np.arange(4.0), (3, 4)),
+    lambda: np.broadcast_to(np.arange(3.0)[:, None], (3, 4)),
+    lambda: np.zeros((3, 4))[:, ::2],
+    lambda: np.zeros((0, 4)),
+    lambda: np.zeros((1, 5, 1))[:, ::-1],
+])
+def test_array_core_and_is_contiguous_against_numpy(make):
+    from cudamem.cudadrv import devicearray
+    a = make()
+    core = devicearray.array_core(a)
+    # The reference: index 0 along every zero-stride axis.
+    if a.size:
+        expect = a[tuple(0 if s == 0 else slice(None) for s in a.strides)]
+    else:
+        expect = a
+    assert core.shape == expect.shape and core.strides == expect.strides
+    size, contiguous = a.itemsize, True
+    for n, s in zip(a.shape[::-1], a.strides[::-1]):
+        if n > 1 and s != 0:
+            contiguous &= s == size
+            size *= n
+    assert devicearray.is_contiguous(a) is contiguous
+    if core.flags.c_contiguous or core.flags.f_contiguous:
+        devicearray.sentry_contiguous(a)
+    else:
+        with pytest.raises(ValueError, match="non-contiguous buffer"):
+            devicearray.sentry_contiguous(a)
+
+
+def test_auto_device():
+    from cudamem.cudadrv import devicearray
+    d = cudamem.to_device(np.arange(4.0))
+    assert devicearray.auto_device(d) == (d, False)
+    host = np.arange(6.0).reshape(2, 3)
+    out, new = devicearray.auto_device(host)
+    assert new is True
+    np.testing.assert_array_equal(out.copy_to_host(), host)
+    empty, new = devicearray.auto_device(host, copy=False)
+    assert new is True and empty.shape == host.shape
+    out, new = devicearray.auto_device([1, 2, 3])
+    np.testing.assert_array_equal(out.copy_to_host(), [1, 2, 3])
+    rec = np.array([(1, 2.5)], [("a", np.int32), ("b", np.float64)])[0]
+    out, new = devicearray.auto_device(rec)
+    assert isinstance(out, cudamem.DeviceRecord) and new is True
+    assert out.copy_to_host() == rec
+
+    class Foreign:
+        def __init__(self, array):
+            self.__cuda_array_interface__ = array.__cuda_array_interface__
+    out, new = devicearray.auto_device(Foreign(d))
+    assert new is False
+    np.testing.assert_array_equal(out.copy_to_host(), np.arange(4.0))
+
+
+def test_check_array_compatibility():
+    from cudamem.cudadrv import devicearray
+    a = np.zeros((3, 1, 4))
+    devicearray.check_array_compatibility(a, np.zeros((3, 4)))
+    with pytest.raises(TypeError, match="incompatible dtype"):
+        devicearray.check_array_compatibility(a, np.zeros((3, 4), "f4"))
+    with pytest.raises(ValueError, match="incompatible shape"):
+        devicearray.check_array_compatibility(a, np.zeros((4, 3)))
+    with pytest.raises(ValueError, match="incompatible strides"):
+        devicearray.check_array_compatibility(a, np.zeros((3, 4), order="F"))
+    devicearray.check_array_compatibility(np.zeros((0, 2)),
+                                          np.zeros((0, 2), order="F"))
+
+
+def test_host_ndarray_types():
+    from cudamem.cudadrv import devicearray
+    assert devicearray.MappedNDArray is cudamem.MappedNDArray
+    assert isinstance(cudamem.managed_array(2), devicearray.ManagedNDArray)
+
+
 # --- devices: get_context, require_context ---------------------------------
 
 def test_get_context_is_current_context():
@@ -354,6 +752,19 @@ def test_from_identity():
 def faults():
     yield simulator
     simulator.clear_faults()
+
+
+def test_pointer_range_failures(faults):
+    from cudamem.cudadrv import driver
+    d = cudamem.device_array(4)
+    for call in ("cuPointerGetAttributes", "cuMemGetAddressRange"):
+        faults.inject(call, "CUDA_ERROR_UNKNOWN")
+        with pytest.raises(CudaAPIError, match=call):
+            driver.device_extents(d)
+    with pytest.raises(TypeError, match="must be an int"):
+        cudamem._cudamem._pointer_range(1.0)
+    with pytest.raises(ValueError, match="invalid device pointer"):
+        cudamem._cudamem._pointer_range(-1)
 
 
 def test_mempin_attribute_failure(faults):

@@ -9,6 +9,7 @@
 #include "../core/cuattrs.h"
 #include "../core/device.h"
 #include "../core/driver.h"
+#include "../core/memory.h"
 #include "html.h"
 #include "stream.h"
 
@@ -981,7 +982,52 @@ active_device(PyObject *module, PyObject *Py_UNUSED(ignored))
     return Py_XNewRef((PyObject *)cmpy_device_of(st, dev));
 }
 
+PyDoc_STRVAR(pointer_range_doc,
+             "_pointer_range($module, pointer)\n--\n\n"
+             "(base, size) of the allocation the device address *pointer* "
+             "lies in,\non the device that owns it (cuPointerGetAttributes, "
+             "\ncuMemGetAddressRange).");
+
+static PyObject *
+pointer_range(PyObject *module, PyObject *arg)
+{
+    cmpy_state *st = cmpy_get_state(module);
+    unsigned long long value;
+    CUdeviceptr base;
+    cm_device *dev;
+    size_t size;
+    cm_error err;
+    int rc;
+
+    if (PyBool_Check(arg) || !PyLong_Check(arg)) {
+        PyErr_Format(PyExc_TypeError,
+                     "a device pointer must be an int, not %.200s",
+                     Py_TYPE(arg)->tp_name);
+        return NULL;
+    }
+    value = PyLong_AsUnsignedLongLong(arg);
+    if (value == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "invalid device pointer %R", arg);
+        return NULL;
+    }
+    if (cmpy_ensure_driver(st) < 0) {
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = cm_pointer_device((CUdeviceptr)value, &dev, &err);
+    if (rc == 0) {
+        rc = cm_pointer_range(dev, (CUdeviceptr)value, &base, &size, &err);
+    }
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        return cmpy_raise(st, &err);
+    }
+    return Py_BuildValue("(Kn)", (unsigned long long)base, (Py_ssize_t)size);
+}
+
 PyMethodDef cmpy_device_methods[] = {
+    {"_pointer_range", pointer_range, METH_O, pointer_range_doc},
     {"select_device", (PyCFunction)(void (*)(void))select_device,
      METH_FASTCALL | METH_KEYWORDS, select_device_doc},
     {"get_current_device", get_current_device, METH_NOARGS,
