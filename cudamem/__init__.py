@@ -6,7 +6,7 @@ behaviour. Importing cudamem touches no driver: the CUDA driver (or, with
 ``CUDAMEM_SIMULATOR=1``, cudamem's simulated driver) is loaded by the first
 call that needs it.
 """
-from cudamem import _cudamem, driver, runtime
+from cudamem import _cudamem, cudadrv, devicearray, devices, driver, runtime
 from cudamem.arrays import device_array_like, managed_array_like
 from cudamem._cudamem import (
     Context,

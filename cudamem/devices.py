@@ -1,5 +1,6 @@
-"""Devices and contexts, numba.cuda's names: ``gpus``, ``require_context``,
-``profiling()``, ``detect()``, ``MemoryInfo`` and ``MemoryStats``. Thin Python over the C
+"""Devices and contexts, numba.cuda's names: ``gpus``, ``get_context``,
+``require_context``, ``profiling()``, ``detect()``, ``MemoryInfo`` and
+``MemoryStats`` (also ``cudamem.cudadrv.devices``). Thin Python over the C
 functions (``select_device``, ``get_current_device``, ...); nothing here
 loads the driver at import. Every call that touches a device does.
 """
@@ -11,7 +12,8 @@ from collections import namedtuple
 
 from cudamem import _cudamem
 
-__all__ = ["MemoryInfo", "MemoryStats", "gpus", "require_context", "profiling", "detect"]
+__all__ = ["MemoryInfo", "MemoryStats", "get_context", "gpus",
+           "require_context", "profiling", "detect"]
 
 MemoryInfo = namedtuple("MemoryInfo", "free,total")
 
@@ -109,6 +111,8 @@ class _DeviceContextManager:
         return getattr(self._device, item)
 
     def __enter__(self):
+        # Inside a require_context() call only its own device (numba's).
+        _cudamem._check_switch(self._device)
         self._device.get_primary_context().push()
         return self
 
@@ -170,17 +174,32 @@ class _DeviceList:
 gpus = _DeviceList()
 
 
+def get_context(devnum=None):
+    """get_context(devnum=None) -> Context
+
+    numba's ``devices.get_context()``: ``current_context(devnum)``. With
+    *devnum*, that device's primary context, made current; without, the
+    current context (device 0's when none is). Loads the driver."""
+    return _cudamem.current_context(devnum)
+
+
 def require_context(fn):
     """require_context(fn) -> function
 
     A decorator that makes sure a CUDA context is current when *fn* runs
     (the current device's, else device 0's; see ``get_current_device``).
-    *fn* must not switch contexts."""
+    While it runs, *fn* cannot switch to another device's context:
+    ``select_device()``, ``current_context(devnum)``, ``get_context()``
+    and ``with gpus[i]`` for another device raise numba's
+    ``RuntimeError("Cannot switch CUDA-context.")`` on that thread."""
 
     @functools.wraps(fn)
     def _require_cuda_context(*args, **kws):
-        _cudamem.get_current_device()
-        return fn(*args, **kws)
+        previous = _cudamem._attach_device(_cudamem.get_current_device())
+        try:
+            return fn(*args, **kws)
+        finally:
+            _cudamem._attach_device(previous)
 
     return _require_cuda_context
 

@@ -171,6 +171,7 @@ class Samples:
         self.context = cudamem.current_context()
         self.managed = cudamem.managed_array(6)
         self.mapped = cudamem.mapped_array(6)
+        self.pin = np.zeros(4)
 
     def mapped_buffer(self):
         base = self.mapped
@@ -337,6 +338,72 @@ KEYWORD_CALLS = {
         s.mapped.__dlpack__, dict(stream=None, max_version=None,
                                   dl_device=None, copy=None)),
 }
+# numba's cudadrv.driver names in cudamem.driver, and numba's Context and
+# Device methods: the same calls under their other names too.
+for _name in ("PinnedMemory", "MappedMemory", "ManagedMemory",
+              "event_elapsed_time", "set_memory_manager"):
+    KEYWORD_CALLS["cudamem.driver." + _name] = KEYWORD_CALLS[
+        "cudamem." + _name]
+KEYWORD_CALLS.update({
+    "cudamem.driver.OwnedPointer": lambda s: (
+        cudamem.driver.OwnedPointer,
+        dict(memptr=s.array.gpu_data, view=None)),
+    "cudamem.driver.is_device_memory": lambda s: (
+        cudamem.driver.is_device_memory, dict(obj=s.array)),
+    "cudamem.driver.require_device_memory": lambda s: (
+        cudamem.driver.require_device_memory, dict(obj=s.array)),
+    "cudamem.driver.device_ctypes_pointer": lambda s: (
+        cudamem.driver.device_ctypes_pointer, dict(obj=s.array)),
+    "cudamem.driver.device_pointer": lambda s: (
+        cudamem.driver.device_pointer, dict(obj=s.array)),
+    "cudamem.driver.device_extents": lambda s: (
+        cudamem.driver.device_extents, dict(devmem=s.array)),
+    "cudamem.driver.device_memory_size": lambda s: (
+        cudamem.driver.device_memory_size, dict(devmem=s.array)),
+    "cudamem.driver.device_memory_depends": lambda s: (
+        cudamem.driver.device_memory_depends, dict(devmem=s.array)),
+    "cudamem.driver.host_pointer": lambda s: (
+        cudamem.driver.host_pointer, dict(obj=np.zeros(2), readonly=False)),
+    "cudamem.driver.host_memory_extents": lambda s: (
+        cudamem.driver.host_memory_extents, dict(obj=np.zeros(2))),
+    "cudamem.driver.host_memory_size": lambda s: (
+        cudamem.driver.host_memory_size, dict(obj=np.zeros(2))),
+    "cudamem.driver.memory_size_from_info": lambda s: (
+        cudamem.driver.memory_size_from_info,
+        dict(shape=(2,), strides=(8,), itemsize=8)),
+    "cudamem.driver.host_to_device": lambda s: (
+        cudamem.driver.host_to_device,
+        dict(dst=s.array, src=np.zeros(2), size=16, stream=0)),
+    "cudamem.driver.device_to_host": lambda s: (
+        cudamem.driver.device_to_host,
+        dict(dst=np.zeros(2), src=s.array, size=16, stream=0)),
+    "cudamem.driver.device_to_device": lambda s: (
+        cudamem.driver.device_to_device,
+        dict(dst=s.array, src=s.array[3:], size=16, stream=0)),
+    "cudamem.driver.device_memset": lambda s: (
+        cudamem.driver.device_memset,
+        dict(dst=s.array, val=0, size=16, stream=0)),
+    "Device.from_identity": lambda s: (
+        type(s.device).from_identity,
+        dict(identity=s.device.get_device_identity())),
+    "Context.memalloc": lambda s: (s.context.memalloc, dict(bytesize=8)),
+    "Context.memallocmanaged": lambda s: (
+        s.context.memallocmanaged, dict(bytesize=8, attach_global=True)),
+    "Context.memhostalloc": lambda s: (
+        s.context.memhostalloc,
+        dict(bytesize=8, mapped=False, portable=False, wc=False)),
+    "Context.mempin": lambda s: (
+        s.context.mempin, dict(owner=s.pin, pointer=s.pin.ctypes.data,
+                               size=s.pin.nbytes, mapped=False)),
+    "Context.get_ipc_handle": lambda s: (
+        s.context.get_ipc_handle, dict(memory=s.array.gpu_data)),
+    "Context.open_ipc_handle": lambda s: (
+        s.context.open_ipc_handle, dict(handle=None, size=0)),
+    "Context.create_external_stream": lambda s: (
+        s.context.create_external_stream, dict(ptr=1)),
+    "Context.create_event": lambda s: (
+        s.context.create_event, dict(timing=True)),
+})
 # Signatures with parameters whose calls would change global state.
 NOT_CALLED = {"Context.enable_peer_access", "cudamem.simulator.inject",
               "cudamem.simulator.set_memory", "cudamem.simulator.set_delay_us",

@@ -97,8 +97,6 @@ def _layouts():
     return {"C": base, "F": np.asfortranarray(base)}
 
 
-@pytest.mark.xfail(strict=True, raises=AttributeError,
-                   reason="missing: cuda.devicearray (issue 20, item 1)")
 @pytest.mark.parametrize("route", ["cuda", "dask"])
 @pytest.mark.parametrize("layout", ["C", "F", "strided"])
 def test_dask_style_serializer_round_trips(route, layout):
@@ -122,8 +120,6 @@ def test_dask_style_serializer_round_trips(route, layout):
     del d, out, frames
 
 
-@pytest.mark.xfail(strict=True, raises=AttributeError,
-                   reason="missing: cuda.devicearray (issue 20, item 1)")
 def test_dask_style_device_frame_shares_the_array_memory():
     cuda_serialize = numba_serializers()[0]
     host = np.arange(10, dtype=np.int32)

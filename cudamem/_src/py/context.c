@@ -1,12 +1,14 @@
 /* context.c (py/): the Context type, a device's primary context as numba's
- * Context: memory info, push/pop, synchronize, reset, peer access, and its
- * memory manager (delegated to when it is an EMM plugin). It records its
+ * Context: memory info, push/pop, synchronize, reset, peer access, its
+ * memory manager (delegated to when it is an EMM plugin) and numba's
+ * methods that make memory, streams and events in it. It records its
  * device's generation; core refuses it after a reset or close. Devices and
  * the current-context rules are py/device.c and core/; which manager a
  * context gets is cudamem/memory.py's. */
 #include "device.h"
 #include "stream.h"
 
+#include "../core/device.h"
 #include "../core/driver.h"
 #include "html.h"
 #include "pending.h"
@@ -48,6 +50,8 @@ cmpy_context_of(cmpy_state *st, cmpy_Device *device)
     ctx->memory_manager = NULL;
     ctx->manager_mode = CMPY_MANAGER_DEFAULT;
     ctx->weakreflist = NULL;
+    ctx->allocations = NULL;
+    ctx->deallocations = NULL;
     PyObject_GC_Track(ctx);
     Py_XSETREF(device->context, Py_NewRef(ctx));
     return (PyObject *)ctx;
@@ -59,6 +63,8 @@ context_traverse(cmpy_Context *self, visitproc visit, void *arg)
     Py_VISIT(Py_TYPE(self));
     Py_VISIT(self->device);
     Py_VISIT(self->memory_manager);
+    Py_VISIT(self->allocations);
+    Py_VISIT(self->deallocations);
     return 0;
 }
 
@@ -67,6 +73,8 @@ context_clear(cmpy_Context *self)
 {
     Py_CLEAR(self->device);
     Py_CLEAR(self->memory_manager);
+    Py_CLEAR(self->allocations);
+    Py_CLEAR(self->deallocations);
     return 0;
 }
 
@@ -128,9 +136,56 @@ context_get_handle(cmpy_Context *self, void *Py_UNUSED(closure))
 static PyObject *
 context_get_deallocations(cmpy_Context *self, void *closure)
 {
+    if (closure == NULL && self->deallocations != NULL) {
+        return Py_NewRef(self->deallocations);
+    }
     return cmpy_deallocations_new(cmpy_type_state((PyObject *)self), self,
                                   closure != NULL ? CM_QUEUE_MEMORY
                                                   : CM_QUEUE_OBJECTS);
+}
+
+/* numba's Context.deallocations is a plain attribute: code may replace
+ * it; deleting the replacement gives the queue back. */
+static int
+context_set_deallocations(cmpy_Context *self, PyObject *value,
+                          void *Py_UNUSED(closure))
+{
+    Py_XSETREF(self->deallocations, Py_XNewRef(value));
+    return 0;
+}
+
+/* numba's Context.allocations: a UniqueDict made on first use (numba
+ * itself keeps nothing there; code may). */
+static PyObject *
+context_get_allocations(cmpy_Context *self, void *Py_UNUSED(closure))
+{
+    PyObject *mod;
+
+    if (self->allocations == NULL) {
+        mod = PyImport_ImportModule("cudamem.memory");
+        if (mod == NULL) {
+            return NULL;
+        }
+        self->allocations = PyObject_CallMethod(mod, "UniqueDict", NULL);
+        Py_DECREF(mod);
+        if (self->allocations == NULL) {
+            return NULL;
+        }
+    }
+    return Py_NewRef(self->allocations);
+}
+
+static int
+context_set_allocations(cmpy_Context *self, PyObject *value,
+                        void *Py_UNUSED(closure))
+{
+    if (value == NULL) {
+        PyErr_SetString(PyExc_AttributeError,
+                        "Context.allocations cannot be deleted");
+        return -1;
+    }
+    Py_XSETREF(self->allocations, Py_NewRef(value));
+    return 0;
 }
 
 /* Installs (manager, mode); 0, or -1 with ValueError naming a bad mode. */
@@ -227,9 +282,15 @@ plugin_of(cmpy_Context *self, cmpy_state *st)
 }
 
 static PyGetSetDef context_getset[] = {
-    {"deallocations", (getter)context_get_deallocations, NULL,
+    {"deallocations", (getter)context_get_deallocations,
+     (setter)context_set_deallocations,
      "Pending destroys of streams and events (numba's "
-     "Context.deallocations).",
+     "Context.deallocations),\nor what was assigned to it.",
+     NULL},
+    {"allocations", (getter)context_get_allocations,
+     (setter)context_set_allocations,
+     "numba's Context.allocations: a UniqueDict, empty unless code fills "
+     "it.",
      NULL},
     {"_memory_deallocations", (getter)context_get_deallocations, NULL,
      "Pending frees of memory: memory_manager.deallocations.", (void *)1},
@@ -544,6 +605,368 @@ context_set_memory_manager(PyObject *self, PyObject *const *args,
     Py_RETURN_NONE;
 }
 
+/* ------------------------------------------------------------------------
+ * numba's Context methods that make memory, streams and events: each calls
+ * the memory manager's method (as numba's Context delegates to
+ * self.memory_manager) or the module's function, with this context current
+ * (pushed only when another one is). */
+
+/* callable(*args) with this context current. */
+static PyObject *
+call_in(PyObject *self, PyObject *callable, PyObject *const *args,
+        Py_ssize_t nargs)
+{
+    cmpy_Context *ctx = (cmpy_Context *)self;
+    cmpy_state *st = cmpy_type_state(self);
+    cm_device *dev = ctx->device->dev, *active;
+    PyObject *res;
+    cm_error err, ignored;
+    int pushed;
+
+    if (cmpy_context_check(st, ctx) < 0) {
+        return NULL;
+    }
+    if (cm_active_device(&active, &err) < 0) {
+        return cmpy_raise(st, &err);
+    }
+    pushed = active != dev;
+    if (pushed && cm_ctx_push(dev, ctx->generation, &err) < 0) {
+        return cmpy_raise(st, &err);
+    }
+    res = PyObject_Vectorcall(callable, args, (size_t)nargs, NULL);
+    if (pushed &&
+        cm_ctx_pop(dev, ctx->generation, res != NULL ? &err : &ignored) <
+            0 &&
+        res != NULL) {
+        Py_DECREF(res);
+        return cmpy_raise(st, &err);
+    }
+    return res;
+}
+
+/* The memory manager's method `name` (or the module's function when
+ * `module` is set) called with args in this context. */
+static PyObject *
+delegate(PyObject *self, int module, const char *name,
+         PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *owner, *fn, *res;
+
+    if (module) {
+        owner = Py_XNewRef(cmpy_type_module(Py_TYPE(self)));
+    }
+    else {
+        owner = context_get_memory_manager((cmpy_Context *)self, NULL);
+    }
+    if (owner == NULL) {
+        return NULL;
+    }
+    fn = PyObject_GetAttrString(owner, name);
+    Py_DECREF(owner);
+    if (fn == NULL) {
+        return NULL;
+    }
+    res = call_in(self, fn, args, nargs);
+    Py_DECREF(fn);
+    return res;
+}
+
+/* Parses numba's (name, defaults) signature into out, the absent
+ * optional arguments replaced by their defaults; 0 or -1. */
+static int
+parse_with_defaults(const char *fname, const char *const *names, int nnames,
+                    int required, PyObject *const *defaults,
+                    PyObject *const *args, Py_ssize_t nargs,
+                    PyObject *kwnames, PyObject **out)
+{
+    if (cmpy_parse_args(fname, names, nnames, required, args, nargs,
+                        kwnames, out) < 0) {
+        return -1;
+    }
+    for (int i = required; i < nnames; i++) {
+        if (out[i] == NULL) {
+            out[i] = defaults[i - required];
+        }
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(context_memalloc_doc,
+             "memalloc($self, bytesize)\n--\n\n"
+             "A MemoryPointer to *bytesize* bytes of device memory from "
+             "this\ncontext's memory manager (numba's Context.memalloc:\n"
+             "memory_manager.memalloc(bytesize)).");
+
+static PyObject *
+context_memalloc(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                 PyObject *kwnames)
+{
+    static const char *const names[] = {"bytesize"};
+    PyObject *argv[1];
+
+    if (cmpy_parse_args("memalloc", names, 1, 1, args, nargs, kwnames,
+                        argv) < 0) {
+        return NULL;
+    }
+    return delegate(self, 0, "memalloc", argv, 1);
+}
+
+PyDoc_STRVAR(context_memallocmanaged_doc,
+             "memallocmanaged($self, bytesize, attach_global=True)\n--\n\n"
+             "A MemoryPointer to *bytesize* bytes of managed memory "
+             "(numba's "
+             "Context.memallocmanaged):\nthe memory manager's "
+             "memallocmanaged(), or cudamem's managed memory\nwhen the "
+             "manager has none (as for managed arrays).");
+
+static PyObject *
+context_memallocmanaged(PyObject *self, PyObject *const *args,
+                        Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {"bytesize", "attach_global"};
+    PyObject *const defaults[] = {Py_True};
+    PyObject *argv[3], *manager, *fn, *res;
+    int has;
+
+    if (parse_with_defaults("memallocmanaged", names, 2, 1, defaults, args,
+                            nargs, kwnames, argv + 1) < 0) {
+        return NULL;
+    }
+    manager = context_get_memory_manager((cmpy_Context *)self, NULL);
+    if (manager == NULL) {
+        return NULL;
+    }
+    has = cmpy_optional_attr(manager, "memallocmanaged", &fn);
+    Py_DECREF(manager);
+    if (has < 0) {
+        return NULL;
+    }
+    if (!has) {
+        argv[0] = self;
+        return delegate(self, 1, "_memallocmanaged", argv, 3);
+    }
+    res = call_in(self, fn, argv + 1, 2);
+    Py_DECREF(fn);
+    return res;
+}
+
+PyDoc_STRVAR(context_memhostalloc_doc,
+             "memhostalloc($self, bytesize, mapped=False, portable=False, "
+             "wc=False)\n--\n\n"
+             "*bytesize* bytes of page-locked host memory, mapped into the "
+             "device's\naddress space when *mapped* (numba's "
+             "Context.memhostalloc:\nmemory_manager.memhostalloc(bytesize, "
+             "mapped, portable, wc)).");
+
+static PyObject *
+context_memhostalloc(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                     PyObject *kwnames)
+{
+    static const char *const names[] = {"bytesize", "mapped", "portable",
+                                        "wc"};
+    PyObject *const defaults[] = {Py_False, Py_False, Py_False};
+    PyObject *argv[4];
+
+    if (parse_with_defaults("memhostalloc", names, 4, 1, defaults, args,
+                            nargs, kwnames, argv) < 0) {
+        return NULL;
+    }
+    return delegate(self, 0, "memhostalloc", argv, 4);
+}
+
+PyDoc_STRVAR(context_mempin_doc,
+             "mempin($self, owner, pointer, size, mapped=False)\n--\n\n"
+             "Page-locks the *size* bytes at *pointer* of *owner* (numba's "
+             "\nContext.mempin: memory_manager.mempin(owner, pointer, size, "
+             "mapped));\nCudaDriverError when *mapped* and the device cannot "
+             "map host memory.");
+
+static PyObject *
+context_mempin(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+               PyObject *kwnames)
+{
+    static const char *const names[] = {"owner", "pointer", "size",
+                                        "mapped"};
+    PyObject *const defaults[] = {Py_False};
+    cmpy_Device *device = ((cmpy_Context *)self)->device;
+    cmpy_state *st = cmpy_type_state(self);
+    PyObject *argv[4];
+    int mapped, can_map;
+    cm_error err;
+
+    if (parse_with_defaults("mempin", names, 4, 3, defaults, args, nargs,
+                            kwnames, argv) < 0) {
+        return NULL;
+    }
+    mapped = PyObject_IsTrue(argv[3]);
+    if (mapped < 0) {
+        return NULL;
+    }
+    if (mapped) {
+        if (cm_device_attribute(device->dev->ordinal,
+                                CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY,
+                                &can_map, &err) < 0) {
+            return cmpy_raise(st, &err);
+        }
+        if (!can_map) {
+            return PyErr_Format(st->CudaDriverError,
+                                "%R cannot map host memory", device);
+        }
+    }
+    return delegate(self, 0, "mempin", argv, 4);
+}
+
+PyDoc_STRVAR(context_get_ipc_handle_doc,
+             "get_ipc_handle($self, memory)\n--\n\n"
+             "An IpcHandle for the device memory *memory* (numba's "
+             "\nContext.get_ipc_handle: "
+             "memory_manager.get_ipc_handle(memory)).");
+
+static PyObject *
+context_get_ipc_handle(PyObject *self, PyObject *const *args,
+                       Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {"memory"};
+    PyObject *argv[1];
+
+    if (cmpy_parse_args("get_ipc_handle", names, 1, 1, args, nargs, kwnames,
+                        argv) < 0) {
+        return NULL;
+    }
+    return delegate(self, 0, "get_ipc_handle", argv, 1);
+}
+
+PyDoc_STRVAR(context_open_ipc_handle_doc,
+             "open_ipc_handle($self, handle, size)\n--\n\n"
+             "A MemoryPointer mapping the *size* bytes another process "
+             "exported\nas *handle* (a cuIpcMemHandle: bytes, a ctypes "
+             "array, cuda.bindings'\nCUipcMemHandle) on this context's "
+             "device (numba's\nContext.open_ipc_handle); the mapping "
+             "closes once the memory is no\nlonger used.");
+
+static PyObject *
+context_open_ipc_handle(PyObject *self, PyObject *const *args,
+                        Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {"handle", "size"};
+    PyObject *argv[3], *mod, *cls, *handle, *res;
+
+    if (cmpy_parse_args("open_ipc_handle", names, 2, 2, args, nargs,
+                        kwnames, argv + 1) < 0) {
+        return NULL;
+    }
+    mod = PyImport_ImportModule("cudamem.ipc");
+    if (mod == NULL) {
+        return NULL;
+    }
+    cls = PyObject_GetAttrString(mod, "IpcHandle");
+    Py_DECREF(mod);
+    if (cls == NULL) {
+        return NULL;
+    }
+    /* IpcHandle(None, handle, size).open(self): an imported handle. */
+    argv[0] = Py_None;
+    handle = PyObject_Vectorcall(cls, argv, 3, NULL);
+    Py_DECREF(cls);
+    if (handle == NULL) {
+        return NULL;
+    }
+    res = PyObject_CallMethod(handle, "open", "O", self);
+    Py_DECREF(handle);
+    return res;
+}
+
+PyDoc_STRVAR(context_get_default_stream_doc,
+             "get_default_stream($self)\n--\n\n"
+             "This context's default stream (handle 0), as default_stream() "
+             "(numba's\nContext.get_default_stream).");
+
+static PyObject *
+context_get_default_stream(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    return delegate(self, 1, "default_stream", NULL, 0);
+}
+
+PyDoc_STRVAR(context_get_legacy_default_stream_doc,
+             "get_legacy_default_stream($self)\n--\n\n"
+             "This context's legacy default stream, as "
+             "legacy_default_stream().");
+
+static PyObject *
+context_get_legacy_default_stream(PyObject *self,
+                                  PyObject *Py_UNUSED(ignored))
+{
+    return delegate(self, 1, "legacy_default_stream", NULL, 0);
+}
+
+PyDoc_STRVAR(context_get_per_thread_default_stream_doc,
+             "get_per_thread_default_stream($self)\n--\n\n"
+             "This context's per-thread default stream, as "
+             "per_thread_default_stream().");
+
+static PyObject *
+context_get_per_thread_default_stream(PyObject *self,
+                                      PyObject *Py_UNUSED(ignored))
+{
+    return delegate(self, 1, "per_thread_default_stream", NULL, 0);
+}
+
+PyDoc_STRVAR(context_create_stream_doc,
+             "create_stream($self)\n--\n\n"
+             "A new stream in this context, as stream() (numba's "
+             "Context.create_stream).");
+
+static PyObject *
+context_create_stream(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    return delegate(self, 1, "stream", NULL, 0);
+}
+
+PyDoc_STRVAR(context_create_external_stream_doc,
+             "create_external_stream($self, ptr)\n--\n\n"
+             "A Stream wrapping the CUstream *ptr* (an int) made "
+             "elsewhere, as\nexternal_stream() (numba's "
+             "Context.create_external_stream: TypeError\nunless an int).");
+
+static PyObject *
+context_create_external_stream(PyObject *self, PyObject *const *args,
+                               Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {"ptr"};
+    PyObject *argv[1];
+
+    if (cmpy_parse_args("create_external_stream", names, 1, 1, args, nargs,
+                        kwnames, argv) < 0) {
+        return NULL;
+    }
+    if (!PyLong_Check(argv[0])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "ptr for external stream must be an int");
+        return NULL;
+    }
+    return delegate(self, 1, "external_stream", argv, 1);
+}
+
+PyDoc_STRVAR(context_create_event_doc,
+             "create_event($self, timing=True)\n--\n\n"
+             "A new event in this context, as event(timing) (numba's "
+             "\nContext.create_event).");
+
+static PyObject *
+context_create_event(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                     PyObject *kwnames)
+{
+    static const char *const names[] = {"timing"};
+    PyObject *const defaults[] = {Py_True};
+    PyObject *argv[1];
+
+    if (parse_with_defaults("create_event", names, 1, 0, defaults, args,
+                            nargs, kwnames, argv) < 0) {
+        return NULL;
+    }
+    return delegate(self, 1, "event", argv, 1);
+}
+
 PyDoc_STRVAR(context_repr_html_doc,
              "_repr_html_($self)\n--\n\n"
              "The context as an HTML table for Jupyter: handle, device and "
@@ -574,6 +997,31 @@ context_repr_html(PyObject *op, PyObject *Py_UNUSED(ignored))
 static PyMethodDef context_methods[] = {
     {"defer_cleanup", context_defer_cleanup, METH_NOARGS,
      context_defer_cleanup_doc},
+    {"memalloc", (PyCFunction)(void (*)(void))context_memalloc,
+     METH_FASTCALL | METH_KEYWORDS, context_memalloc_doc},
+    {"memallocmanaged", (PyCFunction)(void (*)(void))context_memallocmanaged,
+     METH_FASTCALL | METH_KEYWORDS, context_memallocmanaged_doc},
+    {"memhostalloc", (PyCFunction)(void (*)(void))context_memhostalloc,
+     METH_FASTCALL | METH_KEYWORDS, context_memhostalloc_doc},
+    {"mempin", (PyCFunction)(void (*)(void))context_mempin,
+     METH_FASTCALL | METH_KEYWORDS, context_mempin_doc},
+    {"get_ipc_handle", (PyCFunction)(void (*)(void))context_get_ipc_handle,
+     METH_FASTCALL | METH_KEYWORDS, context_get_ipc_handle_doc},
+    {"open_ipc_handle", (PyCFunction)(void (*)(void))context_open_ipc_handle,
+     METH_FASTCALL | METH_KEYWORDS, context_open_ipc_handle_doc},
+    {"get_default_stream", context_get_default_stream, METH_NOARGS,
+     context_get_default_stream_doc},
+    {"get_legacy_default_stream", context_get_legacy_default_stream,
+     METH_NOARGS, context_get_legacy_default_stream_doc},
+    {"get_per_thread_default_stream", context_get_per_thread_default_stream,
+     METH_NOARGS, context_get_per_thread_default_stream_doc},
+    {"create_stream", context_create_stream, METH_NOARGS,
+     context_create_stream_doc},
+    {"create_external_stream",
+     (PyCFunction)(void (*)(void))context_create_external_stream,
+     METH_FASTCALL | METH_KEYWORDS, context_create_external_stream_doc},
+    {"create_event", (PyCFunction)(void (*)(void))context_create_event,
+     METH_FASTCALL | METH_KEYWORDS, context_create_event_doc},
     {"get_memory_info", context_get_memory_info, METH_NOARGS,
      context_get_memory_info_doc},
     {"_device_memory_info", context_device_memory_info, METH_NOARGS,

@@ -1,6 +1,7 @@
 /* device.c (py/): the Device type (identity, every CU_DEVICE_ATTRIBUTE_* by
  * name, reset) and the module's device functions (select_device, close,
- * synchronize, profiler, peer access). The Context type is py/context.c. */
+ * synchronize, profiler, peer access, require_context's attachment,
+ * pointer ranges). The Context type is py/context.c. */
 #include "device.h"
 
 #include <limits.h>
@@ -8,6 +9,7 @@
 #include "../core/cuattrs.h"
 #include "../core/device.h"
 #include "../core/driver.h"
+#include "../core/memory.h"
 #include "html.h"
 #include "stream.h"
 
@@ -314,6 +316,9 @@ static PyGetSetDef device_getset[] = {
      "True from compute capability 8.0.", NULL},
     {"accelerates_fp8", (getter)device_get_fp8, NULL,
      "True from compute capability 8.9.", NULL},
+    {"supports_fp8", (getter)device_get_fp8, NULL,
+     "True from compute capability 8.9 (numba's name of accelerates_fp8).",
+     NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -406,6 +411,49 @@ device_get_identity(PyObject *self, PyObject *Py_UNUSED(ignored))
                          keys[1].key, values[1], keys[2].key, values[2]);
 }
 
+PyDoc_STRVAR(device_from_identity_doc,
+             "from_identity($type, identity)\n--\n\n"
+             "The visible device whose get_device_identity() equals "
+             "*identity*\n(numba's Device.from_identity); RuntimeError "
+             "when there is none.");
+
+static PyObject *
+device_from_identity(PyObject *cls, PyObject *const *args, Py_ssize_t nargs,
+                     PyObject *kwnames)
+{
+    static const char *const names[] = {"identity"};
+    cmpy_state *st = cmpy_state_of((PyTypeObject *)cls);
+    PyObject *devices, *mine, *identity;
+    int equal;
+
+    if (st == NULL ||
+        cmpy_parse_args("from_identity", names, 1, 1, args, nargs, kwnames,
+                        &identity) < 0 ||
+        (devices = cmpy_devices(st)) == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(devices); i++) {
+        PyObject *device = PyTuple_GET_ITEM(devices, i);
+
+        mine = device_get_identity(device, NULL);
+        if (mine == NULL) {
+            return NULL;
+        }
+        equal = PyObject_RichCompareBool(mine, identity, Py_EQ);
+        Py_DECREF(mine);
+        if (equal < 0) {
+            return NULL;
+        }
+        if (equal) {
+            return Py_NewRef(device);
+        }
+    }
+    return PyErr_Format(PyExc_RuntimeError,
+                        "No device of %R is found. Target device may not be "
+                        "visible in this process.",
+                        identity);
+}
+
 PyDoc_STRVAR(device_repr_html_doc,
              "_repr_html_($self)\n--\n\n"
              "The device as an HTML table for Jupyter: id, name, compute "
@@ -448,6 +496,8 @@ static PyMethodDef device_methods[] = {
      device_live_context_doc},
     {"get_device_identity", device_get_identity, METH_NOARGS,
      device_identity_doc},
+    {"from_identity", (PyCFunction)(void (*)(void))device_from_identity,
+     METH_FASTCALL | METH_KEYWORDS | METH_CLASS, device_from_identity_doc},
     {"_repr_html_", device_repr_html, METH_NOARGS, device_repr_html_doc},
     {NULL, NULL, 0, NULL},
 };
@@ -530,6 +580,83 @@ cmpy_device_types_init(PyObject *module, cmpy_state *st)
 /* ------------------------------------------------------------------------
  * Module functions. */
 
+/* The device whose context a require_context() call on this thread
+ * attached (numba's _Runtime attached context), or NULL: selecting
+ * another one inside that call is refused as numba refuses it. */
+static _Thread_local cm_device *tls_attached;
+
+static int
+check_switch(cm_device *dev)
+{
+    if (tls_attached != NULL && tls_attached != dev) {
+        PyErr_SetString(PyExc_RuntimeError, "Cannot switch CUDA-context.");
+        return -1;
+    }
+    return 0;
+}
+
+/* cm_device_select behind the check of a require_context() call. */
+static int
+select_checked(cmpy_state *st, cm_device *dev)
+{
+    cm_error err;
+
+    if (check_switch(dev) < 0) {
+        return -1;
+    }
+    if (cm_device_select(dev, &err) < 0) {
+        cmpy_raise(st, &err);
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(attach_device_doc,
+             "_attach_device($module, device)\n--\n\n"
+             "Attaches *device* (a Device, or None to detach) to this "
+             "thread for\nrequire_context(): selecting another device "
+             "(select_device,\ncurrent_context(devnum), gpus[i]) raises "
+             "RuntimeError until it is\ndetached. Returns the device "
+             "attached before, or None.");
+
+static PyObject *
+attach_device(PyObject *module, PyObject *arg)
+{
+    cmpy_state *st = cmpy_get_state(module);
+    cm_device *previous = tls_attached;
+    cmpy_Device *device = NULL;
+    PyObject *res;
+
+    if (arg != Py_None && cmpy_device_parse(st, arg, &device) < 0) {
+        return NULL;
+    }
+    res = previous == NULL
+              ? Py_NewRef(Py_None)
+              : Py_XNewRef((PyObject *)cmpy_device_of(st, previous));
+    if (res != NULL) {
+        tls_attached = device != NULL ? device->dev : NULL;
+    }
+    return res;
+}
+
+PyDoc_STRVAR(check_switch_doc,
+             "_check_switch($module, device)\n--\n\n"
+             "RuntimeError('Cannot switch CUDA-context.') when a "
+             "require_context()\ncall on this thread attached another "
+             "device than *device* (a\nDevice or an int ordinal).");
+
+static PyObject *
+check_switch_fn(PyObject *module, PyObject *arg)
+{
+    cmpy_Device *device;
+
+    if (cmpy_device_parse(cmpy_get_state(module), arg, &device) < 0 ||
+        check_switch(device->dev) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 PyDoc_STRVAR(select_device_doc,
              "select_device($module, device_id)\n--\n\n"
              "Makes the primary context of device *device_id* current on "
@@ -541,13 +668,10 @@ select_device_one(PyObject *module, PyObject *arg)
 {
     cmpy_state *st = cmpy_get_state(module);
     cmpy_Device *device;
-    cm_error err;
 
-    if (cmpy_device_parse(st, arg, &device) < 0) {
+    if (cmpy_device_parse(st, arg, &device) < 0 ||
+        select_checked(st, device->dev) < 0) {
         return NULL;
-    }
-    if (cm_device_select(device->dev, &err) < 0) {
-        return cmpy_raise(st, &err);
     }
     return Py_NewRef(device);
 }
@@ -630,7 +754,6 @@ current_context(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     Py_ssize_t nkw = kwnames != NULL ? PyTuple_GET_SIZE(kwnames) : 0;
     PyObject *devnum = Py_None;
     cmpy_Device *device;
-    cm_error err;
 
     if (nargs + nkw > 1 ||
         (nkw == 1 && PyUnicode_CompareWithASCIIString(
@@ -650,11 +773,9 @@ current_context(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
         }
     }
     else {
-        if (cmpy_device_parse(st, devnum, &device) < 0) {
+        if (cmpy_device_parse(st, devnum, &device) < 0 ||
+            select_checked(st, device->dev) < 0) {
             return NULL;
-        }
-        if (cm_device_select(device->dev, &err) < 0) {
-            return cmpy_raise(st, &err);
         }
     }
     return cmpy_context_of(st, device);
@@ -861,7 +982,52 @@ active_device(PyObject *module, PyObject *Py_UNUSED(ignored))
     return Py_XNewRef((PyObject *)cmpy_device_of(st, dev));
 }
 
+PyDoc_STRVAR(pointer_range_doc,
+             "_pointer_range($module, pointer)\n--\n\n"
+             "(base, size) of the allocation the device address *pointer* "
+             "lies in,\non the device that owns it (cuPointerGetAttributes, "
+             "\ncuMemGetAddressRange).");
+
+static PyObject *
+pointer_range(PyObject *module, PyObject *arg)
+{
+    cmpy_state *st = cmpy_get_state(module);
+    unsigned long long value;
+    CUdeviceptr base;
+    cm_device *dev;
+    size_t size;
+    cm_error err;
+    int rc;
+
+    if (PyBool_Check(arg) || !PyLong_Check(arg)) {
+        PyErr_Format(PyExc_TypeError,
+                     "a device pointer must be an int, not %.200s",
+                     Py_TYPE(arg)->tp_name);
+        return NULL;
+    }
+    value = PyLong_AsUnsignedLongLong(arg);
+    if (value == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "invalid device pointer %R", arg);
+        return NULL;
+    }
+    if (cmpy_ensure_driver(st) < 0) {
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = cm_pointer_device((CUdeviceptr)value, &dev, &err);
+    if (rc == 0) {
+        rc = cm_pointer_range(dev, (CUdeviceptr)value, &base, &size, &err);
+    }
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        return cmpy_raise(st, &err);
+    }
+    return Py_BuildValue("(Kn)", (unsigned long long)base, (Py_ssize_t)size);
+}
+
 PyMethodDef cmpy_device_methods[] = {
+    {"_pointer_range", pointer_range, METH_O, pointer_range_doc},
     {"select_device", (PyCFunction)(void (*)(void))select_device,
      METH_FASTCALL | METH_KEYWORDS, select_device_doc},
     {"get_current_device", get_current_device, METH_NOARGS,
@@ -878,5 +1044,7 @@ PyMethodDef cmpy_device_methods[] = {
     {"context_is_poisoned", (PyCFunction)(void (*)(void))context_is_poisoned,
      METH_FASTCALL | METH_KEYWORDS, context_is_poisoned_doc},
     {"_active_device", active_device, METH_NOARGS, active_device_doc},
+    {"_attach_device", attach_device, METH_O, attach_device_doc},
+    {"_check_switch", check_switch_fn, METH_O, check_switch_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -33,6 +33,8 @@ typedef struct cmpy_Context {
     PyObject *memory_manager; /* made on first use, or NULL */
     cmpy_manager_mode manager_mode; /* of memory_manager */
     PyObject *weakreflist; /* plugins hold weakref.proxy(context) */
+    PyObject *allocations;   /* numba's Context.allocations, or NULL */
+    PyObject *deallocations; /* assigned to ctx.deallocations, or NULL */
 } cmpy_Context;
 
 /* Every visible device's object, made on first use (loads the driver);
