@@ -57,8 +57,13 @@ __all__ = [
     "memory_size_from_info", "profile_start", "profile_stop", "profiling",
     "require_device_memory", "set_memory_manager",
 ]
-# Also here, outside __all__ (its docstring is under its cudamem name):
-# NumbaCUDAMemoryManager, numba's name of cudamem.memory.DefaultMemoryManager.
+# Also here, outside __all__ (their docstrings are under their cudamem
+# names): NumbaCUDAMemoryManager, numba's name of
+# cudamem.memory.DefaultMemoryManager, and AutoFreePointer, numba's
+# MemoryPointer whose finalizer runs once nothing refers to it: what every
+# cudamem MemoryPointer with a finalizer does.
+
+AutoFreePointer = MemoryPointer
 
 # numba-cuda 0.30's constants.
 CU_STREAM_DEFAULT = 0

@@ -27,6 +27,18 @@ def _this_process():
     return "%d-%s" % (os.getpid(), _NONCE)
 
 
+class IpcMemHandle(bytes):
+    """The 64 bytes of a cuIpcMemHandle (``IpcHandle.handle``): bytes, with
+    ``reserved`` giving them as cuda.bindings' ``CUipcMemHandle.reserved``
+    does for numba's handles."""
+
+    __slots__ = ()
+
+    @property
+    def reserved(self) -> bytes:
+        return bytes(self)
+
+
 def _handle_bytes(handle):
     """The 64 bytes of a cuIpcMemHandle given as bytes, anything with the
     buffer protocol (a ctypes array of 64 c_char or c_byte, as numba's
@@ -49,7 +61,7 @@ def _handle_bytes(handle):
     if len(data) != 64:
         raise ValueError("an IPC handle has 64 bytes, not %d: %r"
                          % (len(data), handle))
-    return data
+    return IpcMemHandle(data)
 
 
 def _byte_count(value, name):
@@ -135,11 +147,31 @@ class IpcHandle:
         class). ValueError in the process that made the handle ("opening
         IpcHandle from original process", numba's words) and when this
         handle is already open."""
+        return self._open(context, self.handle is None
+                          or self.can_access_peer(context))
+
+    def open_direct(self, context):
+        """open_direct(context) -> MemoryPointer
+
+        The shared memory mapped in *context*'s device (numba's), even
+        where ``open()`` would copy: the driver refuses a device that
+        cannot reach the exporting one. ValueError as ``open()``."""
+        return self._open(context, True)
+
+    def open_staged(self, context):
+        """open_staged(context) -> MemoryPointer
+
+        A copy of the shared memory on *context*'s device, made through
+        the exporting device (numba's staged open): later writes to the
+        shared memory are not seen. ValueError as ``open()``."""
+        return self._open(context, False)
+
+    def _open(self, context, direct):
         if self._opened is not None:
             raise ValueError("IpcHandle is already opened")
         if self.base is not None or self._exporter == _this_process():
             raise ValueError("opening IpcHandle from original process")
-        if self.handle is None or self.can_access_peer(context):
+        if direct:
             mapped = _cudamem._ipc_open(self.handle, context.device)
             mem = mapped.view(self.offset, self.offset + self.size)
         else:
@@ -156,7 +188,9 @@ class IpcHandle:
         source = _cudamem._ipc_array(mapped, self.size, "u1",
                                      offset=self.offset)
         with gpus[device.id]:
-            return _cudamem.to_device(source).gpu_data
+            copy = _cudamem.device_array(self.size, "u1")
+            copy.copy_to_device(source)
+            return copy.gpu_data
 
     def open_array(self, context, shape, dtype, strides=None):
         """open_array(context, shape, dtype, strides=None) -> DeviceNDArray

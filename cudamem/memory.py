@@ -365,6 +365,24 @@ def set_memory_manager(cls):
     _manager_class = cls
 
 
+def _assign_memory_manager(context, manager):
+    """``context.memory_manager = manager``, as numba's tests do: installs
+    an instance made for *context*, with the mode its class needs,
+    initialized as numba's next ``current_context()`` would do. A manager
+    it replaces that switched something on in C (the pool) switches it
+    off first."""
+    mode = _manager_mode(type(manager))
+    if mode == _PLUGIN_MODE:
+        _check_version(manager)
+        _cudamem._enable_plugins()
+    manager.initialize()
+    previous = context.memory_manager
+    detach = getattr(previous, "_detach", None)
+    if detach is not None and previous is not manager:
+        detach()
+    context._set_memory_manager(manager, mode)
+
+
 @contextlib.contextmanager
 def using_memory_manager(cls):
     """using_memory_manager(cls)

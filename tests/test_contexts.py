@@ -8,6 +8,7 @@ behaviour. Tests that change a context stack run in a fresh thread.
 import re
 import threading
 
+import numpy as np
 import pytest
 
 import cudamem
@@ -215,6 +216,30 @@ def test_device_reset_makes_contexts_stale(ref, sim):
     # A stale peer is refused too.
     with pytest.raises(CudaDriverError, match=STALE):
         fresh.enable_peer_access(ctx)
+
+
+def test_release_primary_context_drops_cudamem_s_retain(ref, sim):
+    # numba's Device.release_primary_context: cuDevicePrimaryCtxRelease;
+    # with no other retainer the driver destroys the context.
+    ctx = cudamem.current_context()
+    d = cudamem.to_device(np.arange(4))
+    s = cudamem.stream()
+    assert ref.primary_active(0)
+    ctx.device.release_primary_context()
+    assert not ref.primary_active(0)
+    assert sim.live()["device_allocations"] == 0
+    for call in (ctx.synchronize, d.copy_to_host, s.synchronize):
+        with pytest.raises(CudaDriverError, match="cannot be used"):
+            call()
+    del d, s
+    fresh = cudamem.current_context()
+    assert fresh is not ctx and ref.primary_active(0)
+    np.testing.assert_array_equal(
+        cudamem.to_device(np.arange(3)).copy_to_host(), np.arange(3))
+    # Releasing a context cudamem does not hold is a no-op.
+    fresh.device.release_primary_context()
+    fresh.device.release_primary_context()
+    assert not ref.primary_active(0)
 
 
 def test_reset_inside_gpus_block(ref):

@@ -492,3 +492,49 @@ assert sim.hazard_count() == 0, sim.last_hazard()
 del out
 done()
 """)
+
+
+def test_handle_bytes_read_as_cuda_bindings_reserved():
+    # numba's tests serialize handle.reserved (cuda.bindings'
+    # CUipcMemHandle) and compare it after pickling.
+    d = cudamem.to_device(np.arange(16, dtype=np.int32))
+    ipch = cudamem.current_context().get_ipc_handle(d.gpu_data)
+    raw = ipch.handle.reserved
+    assert type(raw) is bytes and len(raw) == 64 and raw == ipch.handle
+    again = pickle.loads(pickle.dumps(ipch))
+    assert again.base is None and again.size == ipch.size
+    assert again.handle.reserved == raw
+    rebuilt = cudamem.cudadrv.driver.IpcHandle(None, raw, ipch.size)
+    assert rebuilt.handle == ipch.handle
+
+
+def test_open_direct_maps_and_open_staged_copies(run_py):
+    # numba's IpcHandle.open_direct / open_staged: the same bytes, a
+    # mapping that sees the exporter's memory, a copy that does not.
+    array = cudamem.to_device(np.arange(10, dtype=np.int32))
+    ipch = cudamem.current_context().get_ipc_handle(array.gpu_data)
+    _child(run_py, ipch, """
+ctx = cudamem.current_context()
+twin = pickle.loads(pickle.dumps(handle))
+staged = handle.open_staged(ctx)
+direct = twin.open_direct(ctx)
+for mem in (staged, direct):
+    got = np.zeros(10, np.int32)
+    cudamem.cudadrv.driver.device_to_host(got, mem, 40)
+    assert list(got) == list(range(10)), got
+cudamem.cudadrv.driver.device_memset(staged, 0, 40)
+cudamem.cudadrv.driver.device_memset(direct, 1, 4)
+for h in (handle, twin):
+    try:
+        h.open_direct(ctx)
+    except ValueError as exc:
+        assert str(exc) == "IpcHandle is already opened", exc
+    else:
+        raise SystemExit("opened twice")
+    h.close()
+del staged, direct, mem
+done()
+""")
+    expect = np.arange(10, dtype=np.int32)
+    expect[0] = 0x01010101
+    np.testing.assert_array_equal(array.copy_to_host(), expect)

@@ -810,3 +810,16 @@ def test_stale_context_refuses_the_methods():
         ctx.create_stream()
     with pytest.raises(CudaDriverError):
         ctx.memalloc(8)
+
+
+def test_memory_pointer_is_device_memory_as_numba_s():
+    ctx = cudamem.current_context()
+    mp = ctx.memalloc(64)
+    assert mp.__cuda_memory__ is True
+    assert cudamem.cudadrv.driver.is_device_memory(mp)
+    assert cudamem.cudadrv.driver.device_pointer(mp) == mp.device_pointer_value
+    host = np.arange(64, dtype=np.uint8)
+    cudamem.cudadrv.driver.host_to_device(mp, host, 64)
+    back = np.zeros(64, np.uint8)
+    cudamem.cudadrv.driver.device_to_host(back, mp, 64)
+    np.testing.assert_array_equal(back, host)

@@ -732,6 +732,38 @@ cm_device_select(cm_device *dev, cm_error *err)
     return 0;
 }
 
+/* Drops cudamem's retain of dev's primary context once the calls other
+ * threads have in flight in it have left: release_locked's result. */
+static int
+release_device(cm_device *dev, cm_error *err)
+{
+    int rc;
+
+    if (teardown_begin(dev, err) < 0) {
+        return -1;
+    }
+    pthread_mutex_lock(&dev->lock);
+    rc = release_locked(dev, 0, err);
+    pthread_mutex_unlock(&dev->lock);
+    teardown_end(dev);
+    return rc;
+}
+
+int
+cm_device_release(cm_device *dev, cm_error *err)
+{
+    cm_error ignored;
+    int failed, rc;
+
+    if (cm_fork_check(err) < 0) {
+        return -1;
+    }
+    /* Cached page-locked blocks may retain the context (as in close). */
+    failed = cm_hostpool_trim(err) < 0;
+    rc = release_device(dev, failed ? &ignored : err);
+    return failed || rc != 0 ? -1 : 0;
+}
+
 int
 cm_devices_close(int main_thread, cm_error *err)
 {
@@ -757,16 +789,8 @@ cm_devices_close(int main_thread, cm_error *err)
      * A failure is reported once every device is closed. */
     failed = cm_hostpool_trim(err) < 0;
     for (int i = 0; i < table.count; i++) {
-        cm_device *dev = &table.devices[i];
-        int rc;
+        int rc = release_device(&table.devices[i], failed ? &ignored : err);
 
-        if (teardown_begin(dev, failed ? &ignored : err) < 0) {
-            return -1;
-        }
-        pthread_mutex_lock(&dev->lock);
-        rc = release_locked(dev, 0, failed ? &ignored : err);
-        pthread_mutex_unlock(&dev->lock);
-        teardown_end(dev);
         if (rc < 0) {
             return -1;
         }

@@ -125,6 +125,11 @@ int cm_active_device(cm_device **dev, cm_error *err);
 /* numba's select_device: makes dev's primary context current on this
  * thread, replacing the one cudamem made current before (if any). */
 int cm_device_select(cm_device *dev, cm_error *err);
+/* numba's Device.release_primary_context(): drops cudamem's retain of
+ * dev's primary context as close() does for every device (its Contexts
+ * and the memory made in it cannot be used after); the next use retains
+ * it again. */
+int cm_device_release(cm_device *dev, cm_error *err);
 /* numba's close(): pops the contexts cudamem pushed on this thread and
  * forgets its selection; with `main_thread`, also releases every retained
  * primary context and bumps every generation, each once the calls other

@@ -876,12 +876,6 @@ done:
     return cai;
 }
 
-static PyObject *
-get_true(PyObject *Py_UNUSED(self), void *Py_UNUSED(c))
-{
-    Py_RETURN_TRUE;
-}
-
 static PyGetSetDef array_getset[] = {
     {"shape", (getter)get_shape, NULL, "Tuple of dimensions.", NULL},
     {"strides", (getter)get_strides, NULL, "Tuple of byte strides.", NULL},
@@ -901,10 +895,10 @@ static PyGetSetDef array_getset[] = {
      "{'C_CONTIGUOUS': bool, 'F_CONTIGUOUS': bool}.", NULL},
     {"device_ctypes_pointer", (getter)get_device_ctypes_pointer, NULL,
      "The address of the first element as a ctypes.c_void_p.", NULL},
-    {"__cuda_memory__", get_true, NULL, "True: device memory.", NULL},
+    {"__cuda_memory__", cmpy_get_true, NULL, "True: device memory.", NULL},
     {"_strided_memory_view_shim", cmpy_launch_view, NULL,
      "What numba-cuda's kernel launch reads from its own arrays.", NULL},
-    {"__cuda_ndarray__", get_true, NULL, "True: a device array.", NULL},
+    {"__cuda_ndarray__", cmpy_get_true, NULL, "True: a device array.", NULL},
     {"__cuda_array_interface__", (getter)get_cai, NULL,
      "The CUDA Array Interface (version 3) of this array.", NULL},
     {NULL, NULL, NULL, NULL, NULL},

@@ -245,6 +245,30 @@ context_get_memory_manager(cmpy_Context *self, void *Py_UNUSED(closure))
     return Py_NewRef(self->memory_manager);
 }
 
+/* numba's Context.memory_manager is a plain attribute its tests assign:
+ * cudamem.memory._assign_memory_manager installs the instance. */
+static int
+context_assign_memory_manager(cmpy_Context *self, PyObject *value,
+                              void *Py_UNUSED(closure))
+{
+    PyObject *mod, *out;
+
+    if (value == NULL) {
+        PyErr_SetString(PyExc_AttributeError,
+                        "a Context's memory_manager cannot be deleted");
+        return -1;
+    }
+    mod = PyImport_ImportModule("cudamem.memory");
+    if (mod == NULL) {
+        return -1;
+    }
+    out = PyObject_CallMethod(mod, "_assign_memory_manager", "OO",
+                              (PyObject *)self, value);
+    Py_DECREF(mod);
+    Py_XDECREF(out);
+    return out == NULL ? -1 : 0;
+}
+
 PyObject *
 cmpy_context_manager(cmpy_state *st, cm_device *dev, cmpy_manager_mode *mode)
 {
@@ -294,8 +318,10 @@ static PyGetSetDef context_getset[] = {
      NULL},
     {"_memory_deallocations", (getter)context_get_deallocations, NULL,
      "Pending frees of memory: memory_manager.deallocations.", (void *)1},
-    {"memory_manager", (getter)context_get_memory_manager, NULL,
-     "The context's memory manager (numba's Context.memory_manager).",
+    {"memory_manager", (getter)context_get_memory_manager,
+     (setter)context_assign_memory_manager,
+     "The context's memory manager (numba's Context.memory_manager);\n"
+     "assigning an instance made for this context installs it.",
      NULL},
     {"device", (getter)context_get_device, NULL, "The context's Device.",
      NULL},

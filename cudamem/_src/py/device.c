@@ -346,20 +346,44 @@ PyDoc_STRVAR(device_reset_doc,
              "driver keeps the error until the process restarts,\nand "
              "reset() then raises CudaStickyError.");
 
+/* reset() or release_primary_context(): `end` without the GIL, as it
+ * waits for other threads' calls. */
 static PyObject *
-device_reset(PyObject *self, PyObject *Py_UNUSED(ignored))
+device_end_context(PyObject *self, int (*end)(cm_device *, cm_error *))
 {
     cm_device *dev = ((cmpy_Device *)self)->dev;
     cm_error err;
     int rc;
 
     Py_BEGIN_ALLOW_THREADS
-    rc = cm_device_reset(dev, &err);
+    rc = end(dev, &err);
     Py_END_ALLOW_THREADS
     if (rc < 0) {
         return cmpy_raise(cmpy_type_state(self), &err);
     }
     Py_RETURN_NONE;
+}
+
+static PyObject *
+device_reset(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    return device_end_context(self, cm_device_reset);
+}
+
+PyDoc_STRVAR(device_release_doc,
+             "release_primary_context($self)\n--\n\n"
+             "Drops cudamem's retain of the device's primary context, as "
+             "close()\ndoes for every device, once the calls other threads "
+             "have in flight\nin it have left: Context objects made before, "
+             "and memory, streams\nand events made in it, raise "
+             "CudaDriverError after; the driver\ndestroys the context when "
+             "no one else retains it. The next use\nretains it again "
+             "(numba's Device.release_primary_context).");
+
+static PyObject *
+device_release(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    return device_end_context(self, cm_device_release);
 }
 
 PyDoc_STRVAR(device_live_context_doc,
@@ -492,6 +516,8 @@ static PyMethodDef device_methods[] = {
     {"get_primary_context", device_get_primary_context, METH_NOARGS,
      device_get_primary_context_doc},
     {"reset", device_reset, METH_NOARGS, device_reset_doc},
+    {"release_primary_context", device_release, METH_NOARGS,
+     device_release_doc},
     {"_live_context", device_live_context, METH_NOARGS,
      device_live_context_doc},
     {"get_device_identity", device_get_identity, METH_NOARGS,

@@ -314,12 +314,6 @@ get_cai(PyObject *self, void *Py_UNUSED(c))
                      : NULL;
 }
 
-static PyObject *
-get_true(PyObject *Py_UNUSED(self), void *Py_UNUSED(c))
-{
-    Py_RETURN_TRUE;
-}
-
 static PyGetSetDef host_getset[] = {
     {"gpu_data", get_gpu_data, NULL,
      "The MemoryPointer of the memory: for a ManagedNDArray the one that\n"
@@ -334,7 +328,7 @@ static PyGetSetDef host_getset[] = {
      "The stream given at creation (0: synchronous operations).", NULL},
     {"__cuda_array_interface__", get_cai, NULL,
      "The CUDA Array Interface (version 3) of the device side.", NULL},
-    {"__cuda_memory__", get_true, NULL, "True: device-accessible memory.",
+    {"__cuda_memory__", cmpy_get_true, NULL, "True: device-accessible memory.",
      NULL},
     {"_strided_memory_view_shim", cmpy_launch_view, NULL,
      "What numba-cuda's kernel launch reads from its own arrays.", NULL},

@@ -712,6 +712,8 @@ static PyGetSetDef pointer_getset[] = {
      NULL},
     {"context", (getter)pointer_get_context, NULL,
      "The Context the memory belongs to.", NULL},
+    {"__cuda_memory__", cmpy_get_true, NULL,
+     "True: device memory (numba's MemoryPointer).", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -125,6 +125,13 @@ PyObject *cmpy_device_ctypes_pointer(unsigned long long value);
  * protocol), so cudamem's arrays launch as numba's do. */
 PyObject *cmpy_launch_view(PyObject *array, void *closure);
 
+/* The getter of a protocol flag that is always True (__cuda_memory__). */
+static inline PyObject *
+cmpy_get_true(PyObject *Py_UNUSED(self), void *Py_UNUSED(closure))
+{
+    Py_RETURN_TRUE;
+}
+
 /* PyObject_GetOptionalAttr before 3.13: 1 found, 0 not, -1 error. */
 static inline int
 cmpy_optional_attr(PyObject *obj, const char *name, PyObject **out)
