@@ -22,7 +22,9 @@ typedef struct pool_block {
     struct pool_block *next;
 } pool_block;
 
+/* The REUSE_* attributes, in the order of their CUmemPool_attribute. */
 enum { REUSE_EVENTS, REUSE_OPPORTUNISTIC, REUSE_INTERNAL, NREUSE };
+#define REUSE_FIRST CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES
 
 struct CUmemPoolHandle_st {
     uint32_t magic;
@@ -496,8 +498,7 @@ cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr,
     case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
     case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
     case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
-        pool->reuse[attr - CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES] =
-            *(int *)value != 0;
+        pool->reuse[attr - REUSE_FIRST] = *(int *)value != 0;
         break;
     case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
         pool->threshold = *(cuuint64_t *)value;
@@ -535,8 +536,7 @@ cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr,
     case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
     case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
     case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
-        *(int *)value =
-            pool->reuse[attr - CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES];
+        *(int *)value = pool->reuse[attr - REUSE_FIRST];
         break;
     case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
         *(cuuint64_t *)value = pool->threshold;
