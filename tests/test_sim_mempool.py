@@ -5,7 +5,7 @@ forms of cuda.h 13), driven through ctypes as a client other than cudamem
 (cuda.core, CuPy, RMM) drives it. Each case runs in a fresh process."""
 import pytest
 
-from tests.test_sim_faithful import run_driver
+from tests.test_sim_faithful import PROLOGUE, run_driver
 
 pytestmark = pytest.mark.simulator
 
@@ -420,7 +420,8 @@ def test_created_pools(run_py):
               lib.cuMemPoolCreate(byref(p), byref(props(loc_type=LOC_HOST))),
               lib.cuMemPoolCreate(byref(p),
                                   byref(props(loc_type=LOC_NUMA_CURRENT))),
-              lib.cuMemPoolCreate(byref(p), byref(props(handles=1))))
+              # Win32 handles: only POSIX descriptors are supported.
+              lib.cuMemPoolCreate(byref(p), byref(props(handles=2))))
         a = alloc(4096, s, pool.value)
         q = c_uint64()
         # maxSize bounds the pool.
@@ -532,7 +533,10 @@ def test_entry_points_are_found_counted_and_take_faults(run_py):
              "cuMemPoolGetAttribute", "cuMemPoolTrimTo", "cuMemPoolSetAccess",
              "cuMemPoolGetAccess", "cuDeviceGetDefaultMemPool",
              "cuDeviceGetMemPool", "cuDeviceSetMemPool",
-             "cuMemGetDefaultMemPool", "cuMemGetMemPool", "cuMemSetMemPool"]
+             "cuMemGetDefaultMemPool", "cuMemGetMemPool", "cuMemSetMemPool",
+             "cuMemPoolExportToShareableHandle",
+             "cuMemPoolImportFromShareableHandle", "cuMemPoolExportPointer",
+             "cuMemPoolImportPointer"]
     proc = run_pools(run_py, """
         names = %r
         status = ctypes.c_int()
@@ -600,3 +604,81 @@ def test_log_missing_names_each_unanswered_symbol_once(run_py):
         'not at this version']
     quiet = run_pools(run_py, body, env={"CUDAMEM_SIM_LOG_MISSING": None})
     assert "cuGetProcAddress" not in quiet.stderr
+
+
+# The importer: maps the exported allocation, checks and marks it, frees
+# its mapping. argv: the pool's descriptor, the pointer's export data.
+IMPORTER = PROLOGUE + POOLS + """
+fd, data = int(sys.argv[1]), bytes.fromhex(sys.argv[2])
+share = (ctypes.c_ubyte * 64).from_buffer_copy(data)
+pool, p = c_void_p(), c_uint64()
+ok(lib.cuMemPoolImportFromShareableHandle(byref(pool), c_void_p(fd), 1,
+                                          c_uint64(0)), "import pool")
+ok(lib.cuMemPoolImportPointer(byref(p), pool, share), "import pointer")
+out = ctypes.create_string_buffer(4096)
+ok(lib.cuMemcpyDtoH_v2(out, p, c_size_t(4096)), "cuMemcpyDtoH")
+bad = (ctypes.c_ubyte * 64)()
+q = c_uint64()
+s = stream()
+print(out.raw == bytes(range(256)) * 16, pool_of(p.value) == pool.value,
+      lib.cuMemPoolImportPointer(byref(q), pool, bad),
+      # "imported pools cannot be used to allocate"
+      lib.cuMemAllocFromPoolAsync(byref(q), c_size_t(64), pool, s))
+ok(lib.cuMemsetD8_v2(p, 0x42, c_size_t(16)), "cuMemsetD8")
+ok(lib.cuMemFree_v2(p), "cuMemFree")
+ok(lib.cuMemPoolDestroy(pool), "cuMemPoolDestroy")
+print(simulator.live()["device_allocations"])
+"""
+
+
+def test_pool_ipc_by_posix_file_descriptor(run_py):
+    proc = run_pools(run_py, """
+        import subprocess
+        v = ctypes.c_int()
+        ok(lib.cuDeviceGetAttribute(byref(v), 119, 0), "attr")  # HANDLE_TYPES
+        print(v.value)
+        s = stream()
+        pool = c_void_p()
+        ok(lib.cuMemPoolCreate(byref(pool), byref(props(handles=1))), "create")
+        p = alloc(4096, s, pool.value)
+        src = bytes(range(256)) * 16
+        ok(lib.cuMemcpyHtoDAsync_v2(c_uint64(p), src, c_size_t(4096), s), "h")
+        ok(lib.cuStreamSynchronize(s), "sync")
+        fd = ctypes.c_int(-1)
+        ok(lib.cuMemPoolExportToShareableHandle(byref(fd), pool, 1,
+                                                c_uint64(0)), "export pool")
+        share = (ctypes.c_ubyte * 64)()
+        ok(lib.cuMemPoolExportPointer(share, c_uint64(p)), "export pointer")
+        child = subprocess.run(
+            [sys.executable, "-c", %r, str(fd.value), bytes(share).hex()],
+            pass_fds=[fd.value], capture_output=True, text=True, timeout=60)
+        print(child.stdout.strip().replace("\\n", " "), child.stderr.strip())
+        out = ctypes.create_string_buffer(4096)
+        ok(lib.cuMemcpyDtoH_v2(out, c_uint64(p), c_size_t(4096)), "d")
+        print(out.raw[:16] == b"\\x42" * 16, out.raw[16:] == src[16:])
+        # Errors: a pool without handle types, flags, a handle type the
+        # pool lacks, memory not from an IPC-capable pool.
+        plain = c_void_p()
+        ok(lib.cuMemPoolCreate(byref(plain), byref(props())), "create")
+        q = alloc(64, s, plain.value)
+        print(lib.cuMemPoolExportToShareableHandle(byref(fd), plain, 1,
+                                                   c_uint64(0)),
+              lib.cuMemPoolExportToShareableHandle(byref(fd), pool, 1,
+                                                   c_uint64(1)),
+              lib.cuMemPoolExportToShareableHandle(byref(fd), pool, 2,
+                                                   c_uint64(0)),
+              lib.cuMemPoolExportPointer(share, c_uint64(q)),
+              lib.cuMemPoolExportPointer(share, c_uint64(p + 64)),
+              lib.cuMemPoolImportFromShareableHandle(byref(plain),
+                                                     c_void_p(-1), 1,
+                                                     c_uint64(0)))
+        free(p, s)
+        free(q, s)
+        ok(lib.cuStreamSynchronize(s), "sync")
+    """ % IMPORTER)
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "1"  # CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+    assert lines[1].split()[:5] == ["True", "True", str(INVALID_VALUE),
+                                    str(INVALID_VALUE), "0"], lines[1]
+    assert lines[2] == "True True"
+    assert [int(e) for e in lines[3].split()] == [INVALID_VALUE] * 6

@@ -727,7 +727,9 @@ sim_device_attribute(const sim_device *d, CUdevice_attribute attrib, int *out)
         v = 0;
         break;
     case CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING: v = 0; break;
-    case CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES: v = 0; break;
+    case CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES:
+        v = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        break;
     case CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH: v = 1; break;
     case CU_DEVICE_ATTRIBUTE_DEFERRED_MAPPING_CUDA_ARRAY_SUPPORTED:
         v = 1;

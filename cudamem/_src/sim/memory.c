@@ -490,13 +490,23 @@ sim_mem_remove(sim_alloc *a)
 }
 
 CUresult
-sim_mem_block_new(sim_device *dev, size_t len, uintptr_t *base,
-                  unsigned char **backing, size_t *backing_size)
+sim_mem_block_new(sim_device *dev, size_t len, int fd, off_t off,
+                  uintptr_t *base, unsigned char **backing,
+                  size_t *backing_size)
 {
     CUresult r = reserve_device(dev, len, base);
     if (r != CUDA_SUCCESS)
         return r;
-    *backing = map_anon(len, backing_size);
+    if (fd < 0) {
+        *backing = map_anon(len, backing_size);
+    } else {
+        *backing_size = round_up(len, page_size());
+        void *p = *backing_size == 0
+                      ? MAP_FAILED
+                      : mmap(NULL, *backing_size, PROT_READ | PROT_WRITE,
+                             MAP_SHARED, fd, off);
+        *backing = p == MAP_FAILED ? NULL : p;
+    }
     if (!*backing) {
         release_device(dev, *base, len);
         return CUDA_ERROR_OUT_OF_MEMORY;

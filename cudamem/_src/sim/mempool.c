@@ -4,11 +4,17 @@
  * and the current pool of each device. A pool allocation is a device record
  * of memory.c, so copies, memsets, pointer attributes and the freed-memory
  * checks see it; its block stays reserved in the pool once freed, for reuse,
- * until a trim or a synchronize point gives it back. */
+ * until a trim or a synchronize point gives it back. IPC-capable pools keep
+ * their blocks in one memory file, which another process imports by file
+ * descriptor, and then its allocations one by one. */
 #include "sim.h"
 
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define SIM_MAGIC_POOL 0x504f4c31u
 
@@ -19,6 +25,7 @@ typedef struct pool_block {
     unsigned char *backing;
     size_t backing_size;
     uint64_t stream_uid; /* the stream whose free returned it */
+    off_t off;           /* in the pool's file (IPC-capable pools) */
     struct pool_block *next;
 } pool_block;
 
@@ -37,6 +44,10 @@ struct CUmemPoolHandle_st {
     size_t reserved, reserved_high, used, used_high;
     unsigned long long outstanding; /* allocations not yet returned */
     CUmemAccess_flags access[SIM_MAX_DEVICES];
+    CUmemAllocationHandleType handle_types;
+    int fd;       /* the pool's memory file, or -1 */
+    off_t fd_end; /* file offsets below this were handed out */
+    int imported; /* made by cuMemPoolImportFromShareableHandle */
     pool_block *cache;
     struct CUmemPoolHandle_st *next;
 };
@@ -57,6 +68,13 @@ block_len(size_t size)
                : (size + SIM_ALIGN - 1) & ~(size_t)(SIM_ALIGN - 1);
 }
 
+static size_t
+block_pages(size_t len)
+{
+    size_t ps = (size_t)sysconf(_SC_PAGESIZE);
+    return (len + ps - 1) & ~(ps - 1);
+}
+
 static CUmemoryPool
 pool_new(sim_device *dev, size_t max_size)
 {
@@ -64,6 +82,7 @@ pool_new(sim_device *dev, size_t max_size)
     if (!p)
         return NULL;
     p->magic = SIM_MAGIC_POOL;
+    p->fd = -1;
     p->dev = dev;
     p->max_size = max_size;
     for (int i = 0; i < NREUSE; i++)
@@ -91,6 +110,8 @@ pool_unlink_free(CUmemoryPool p)
     while (*pp != p)
         pp = &(*pp)->next;
     *pp = p->next;
+    if (p->fd >= 0)
+        close(p->fd);
     p->magic = 0;
     free(p);
 }
@@ -129,6 +150,10 @@ pool_release(CUmemoryPool p, size_t keep)
         *bp = b->next;
         sim_mem_block_delete(p->dev, b->base, b->len, b->backing,
                              b->backing_size);
+        /* The file's pages go too (an importer may still map them). */
+        if (p->fd >= 0)
+            fallocate(p->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                      b->off, (off_t)b->backing_size);
         p->reserved -= b->len;
         free(b);
     }
@@ -139,23 +164,31 @@ sim_pool_block_freed(sim_alloc *a)
 {
     CUmemoryPool p = a->pool;
     size_t len = block_len(a->size);
-    pool_block *b = calloc(1, sizeof(*b));
+    pool_block *b = NULL;
 
-    p->used -= len;
     p->outstanding--;
-    if (!b) {
-        /* Cannot keep it: give it back at once. */
+    if (p->imported) {
+        /* The exporter's memory: only this process's mapping goes. */
         sim_mem_block_delete(p->dev, a->base, len, a->backing,
                              a->backing_size);
-        p->reserved -= len;
     } else {
+        p->used -= len;
+        b = calloc(1, sizeof(*b));
+    }
+    if (b) {
         b->base = a->base;
         b->len = len;
         b->backing = a->backing;
         b->backing_size = a->backing_size;
         b->stream_uid = tls_freeing_stream;
+        b->off = a->pool_off;
         b->next = p->cache;
         p->cache = b;
+    } else if (!p->imported) {
+        /* Cannot keep it: give it back at once. */
+        sim_mem_block_delete(p->dev, a->base, len, a->backing,
+                             a->backing_size);
+        p->reserved -= len;
     }
     if (p->destroyed && p->outstanding == 0) {
         pool_release(p, 0);
@@ -226,15 +259,21 @@ pool_block_get(CUmemoryPool p, size_t len, uint64_t stream_uid,
         pool_release(p, p->max_size > len ? p->max_size - len : 0);
     if (p->max_size && (len > p->max_size || p->reserved > p->max_size - len))
         return CUDA_ERROR_OUT_OF_MEMORY;
-    r = sim_mem_block_new(p->dev, len, &out->base, &out->backing,
-                          &out->backing_size);
+    /* An IPC-capable pool's blocks each get pages of its file. */
+    out->off = p->fd_end;
+    if (p->fd >= 0 && ftruncate(p->fd, out->off + (off_t)block_pages(len)))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    r = sim_mem_block_new(p->dev, len, p->fd, out->off, &out->base,
+                          &out->backing, &out->backing_size);
     if (r == CUDA_ERROR_OUT_OF_MEMORY && p->cache) {
         pool_release(p, 0);
-        r = sim_mem_block_new(p->dev, len, &out->base, &out->backing,
-                              &out->backing_size);
+        r = sim_mem_block_new(p->dev, len, p->fd, out->off, &out->base,
+                              &out->backing, &out->backing_size);
     }
     if (r != CUDA_SUCCESS)
         return r;
+    if (p->fd >= 0)
+        p->fd_end += (off_t)out->backing_size;
     out->len = len;
     p->reserved += len;
     if (p->reserved > p->reserved_high)
@@ -265,8 +304,9 @@ alloc_async(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
     r = sim_ctx_get(&ctx);
     if (r != CUDA_SUCCESS)
         goto done;
+    /* Imported pools only map the exporter's allocations. */
     if (!dptr || bytesize == 0 || (entry == SIM_cuMemAllocFromPoolAsync &&
-                                   !pool_live(pool))) {
+                                   (!pool_live(pool) || pool->imported))) {
         r = CUDA_ERROR_INVALID_VALUE;
         goto done;
     }
@@ -290,6 +330,7 @@ alloc_async(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
         pool->reserved -= len;
         goto done;
     }
+    a->pool_off = b.off;
     pool->used += len;
     pool->outstanding++;
     if (pool->used > pool->used_high)
@@ -448,15 +489,26 @@ cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
     default:
         return CUDA_ERROR_INVALID_VALUE;
     }
-    /* MEMPOOL_SUPPORTED_HANDLE_TYPES is 0: no IPC-capable pools. */
-    if (props->handleTypes != CU_MEM_HANDLE_TYPE_NONE)
+    /* MEMPOOL_SUPPORTED_HANDLE_TYPES: POSIX file descriptors. */
+    if (props->handleTypes != CU_MEM_HANDLE_TYPE_NONE &&
+        props->handleTypes != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
         return CUDA_ERROR_NOT_SUPPORTED;
+    int fd = -1;
+    if (props->handleTypes == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR &&
+        (fd = memfd_create("cusim-pool", MFD_CLOEXEC)) < 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
     sim_lock();
     sim_device *dev = sim_device_get(props->location.id);
     if (!dev)
         r = CUDA_ERROR_INVALID_VALUE;
     else if (!(*pool = pool_new(dev, props->maxSize)))
         r = CUDA_ERROR_OUT_OF_MEMORY;
+    if (r == CUDA_SUCCESS) {
+        (*pool)->handle_types = props->handleTypes;
+        (*pool)->fd = fd;
+    } else if (fd >= 0) {
+        close(fd);
+    }
     sim_unlock();
     return r;
 }
@@ -635,6 +687,138 @@ cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryPool memPool,
 }
 
 /* ---------------------------------------------------------------------------
+ * Pool IPC: the pool's file by descriptor, then each allocation by its
+ * offset in the file. */
+
+#define POOL_PTR_MAGIC 0x50505043u /* "CPPP" */
+
+typedef struct pool_ptr_wire {
+    uint32_t magic;
+    uint32_t pid;
+    uint64_t off;
+    uint64_t size;
+} pool_ptr_wire;
+
+_Static_assert(sizeof(pool_ptr_wire) <= sizeof(CUmemPoolPtrExportData),
+               "export data layout");
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemPoolExportToShareableHandle(void *handle_out, CUmemoryPool pool,
+                                 CUmemAllocationHandleType handleType,
+                                 unsigned long long flags)
+{
+    SIM_ENTER(cuMemPoolExportToShareableHandle);
+    CUresult r = CUDA_SUCCESS;
+    sim_lock();
+    if (!handle_out || !pool_live(pool) || flags != 0 || pool->imported ||
+        handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR ||
+        !(pool->handle_types & handleType))
+        r = CUDA_ERROR_INVALID_VALUE;
+    else if ((*(int *)handle_out = fcntl(pool->fd, F_DUPFD_CLOEXEC, 0)) < 0)
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    sim_unlock();
+    return r;
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemPoolImportFromShareableHandle(CUmemoryPool *pool_out, void *handle,
+                                   CUmemAllocationHandleType handleType,
+                                   unsigned long long flags)
+{
+    SIM_ENTER(cuMemPoolImportFromShareableHandle);
+    /* A POSIX descriptor is passed as the handle's value. */
+    int fd = (int)(intptr_t)handle, dup_fd;
+    CUcontext ctx;
+    sim_lock();
+    CUresult r = sim_ctx_get(&ctx);
+    if (r != CUDA_SUCCESS)
+        goto done;
+    if (!pool_out || flags != 0 ||
+        handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR ||
+        (dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0) {
+        r = CUDA_ERROR_INVALID_VALUE;
+        goto done;
+    }
+    CUmemoryPool p = pool_new(ctx->dev, 0);
+    if (!p) {
+        close(dup_fd);
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+        goto done;
+    }
+    p->imported = 1;
+    p->handle_types = handleType;
+    p->fd = dup_fd;
+    *pool_out = p;
+done:
+    sim_unlock();
+    return r;
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_out,
+                       CUdeviceptr ptr)
+{
+    SIM_ENTER(cuMemPoolExportPointer);
+    CUresult r = CUDA_SUCCESS;
+    sim_lock();
+    sim_alloc *a = sim_mem_find(ptr);
+    if (!shareData_out || !a || a->base != ptr || !a->pool ||
+        a->pool->fd < 0 || a->pool->imported) {
+        r = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        pool_ptr_wire w = {POOL_PTR_MAGIC, (uint32_t)getpid(),
+                           (uint64_t)a->pool_off, a->size};
+        memset(shareData_out, 0, sizeof(*shareData_out));
+        memcpy(shareData_out, &w, sizeof(w));
+    }
+    sim_unlock();
+    return r;
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemPoolImportPointer(CUdeviceptr *ptr_out, CUmemoryPool pool,
+                       CUmemPoolPtrExportData *shareData)
+{
+    SIM_ENTER(cuMemPoolImportPointer);
+    pool_ptr_wire w;
+    CUcontext ctx;
+    uintptr_t base;
+    unsigned char *backing;
+    size_t backing_size;
+    sim_alloc *a;
+    struct stat st;
+    sim_lock();
+    CUresult r = sim_ctx_get(&ctx);
+    if (r != CUDA_SUCCESS)
+        goto done;
+    if (shareData)
+        memcpy(&w, shareData, sizeof(w));
+    if (!ptr_out || !shareData || !pool_live(pool) || !pool->imported ||
+        w.magic != POOL_PTR_MAGIC || w.size == 0 ||
+        fstat(pool->fd, &st) != 0 || w.off > (uint64_t)st.st_size ||
+        w.size > (uint64_t)st.st_size - w.off) {
+        r = CUDA_ERROR_INVALID_VALUE;
+        goto done;
+    }
+    size_t len = block_len(w.size);
+    r = sim_mem_block_new(pool->dev, len, pool->fd, (off_t)w.off, &base,
+                          &backing, &backing_size);
+    if (r != CUDA_SUCCESS)
+        goto done;
+    r = sim_mem_pool_record(ctx, pool, base, w.size, backing, backing_size,
+                            &a);
+    if (r != CUDA_SUCCESS) {
+        sim_mem_block_delete(pool->dev, base, len, backing, backing_size);
+        goto done;
+    }
+    pool->outstanding++;
+    *ptr_out = base;
+done:
+    sim_unlock();
+    return r;
+}
+
+/* ---------------------------------------------------------------------------
  * Default and current pools. */
 
 SIM_EXPORT CUresult CUDAAPI
@@ -783,6 +967,12 @@ const sim_proc sim_procs_mempool[] = {
     SIM_PROC(cuDeviceGetDefaultMemPool, 11020, cuDeviceGetDefaultMemPool),
     SIM_PROC(cuDeviceGetMemPool, 11020, cuDeviceGetMemPool),
     SIM_PROC(cuDeviceSetMemPool, 11020, cuDeviceSetMemPool),
+    SIM_PROC(cuMemPoolExportToShareableHandle, 11020,
+             cuMemPoolExportToShareableHandle),
+    SIM_PROC(cuMemPoolImportFromShareableHandle, 11020,
+             cuMemPoolImportFromShareableHandle),
+    SIM_PROC(cuMemPoolExportPointer, 11020, cuMemPoolExportPointer),
+    SIM_PROC(cuMemPoolImportPointer, 11020, cuMemPoolImportPointer),
     SIM_PROC(cuMemGetDefaultMemPool, 13000, cuMemGetDefaultMemPool),
     SIM_PROC(cuMemGetMemPool, 13000, cuMemGetMemPool),
     SIM_PROC(cuMemSetMemPool, 13000, cuMemSetMemPool),

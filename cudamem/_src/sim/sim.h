@@ -161,6 +161,10 @@
     X(cuMemPoolTrimTo)                                                         \
     X(cuMemPoolSetAccess)                                                      \
     X(cuMemPoolGetAccess)                                                      \
+    X(cuMemPoolExportToShareableHandle)                                        \
+    X(cuMemPoolImportFromShareableHandle)                                      \
+    X(cuMemPoolExportPointer)                                                  \
+    X(cuMemPoolImportPointer)                                                  \
     X(cuDeviceGetDefaultMemPool)                                               \
     X(cuDeviceGetMemPool)                                                      \
     X(cuDeviceSetMemPool)                                                      \
@@ -328,6 +332,7 @@ typedef struct sim_alloc {
     char ipc_name[40];      /* shared memory object name once exported */
     int ipc_refs;           /* importer: opens of this mapping */
     CUmemoryPool pool;      /* SIM_MEM_DEVICE from a memory pool, or NULL */
+    off_t pool_off;         /* its offset in an IPC-capable pool's file */
 } sim_alloc;
 
 /* Caller holds the lock. The allocation containing `addr` (any kind). */
@@ -363,9 +368,11 @@ CUresult sim_mem_add(sim_mem_kind kind, CUcontext ctx, unsigned char *backing,
 /* Removes a record made by sim_mem_add (does not unmap the backing). */
 void sim_mem_remove(sim_alloc *a);
 /* Device memory blocks for memory pools (mempool.c): `len` bytes of dev's
- * addresses with host-accessible backing, and back. Lock held. */
-CUresult sim_mem_block_new(sim_device *dev, size_t len, uintptr_t *base,
-                           unsigned char **backing, size_t *backing_size);
+ * addresses with host-accessible backing (fresh, or fd's bytes from `off`
+ * when fd >= 0), and back. Lock held. */
+CUresult sim_mem_block_new(sim_device *dev, size_t len, int fd, off_t off,
+                           uintptr_t *base, unsigned char **backing,
+                           size_t *backing_size);
 void sim_mem_block_delete(sim_device *dev, uintptr_t base, size_t len,
                           unsigned char *backing, size_t backing_size);
 /* Enters a pool allocation of `size` bytes over a block as a device
