@@ -219,15 +219,17 @@ def test_stream_order_of_alloc_use_and_free(run_py):
         s = stream()
         dflt = default_pool()
         p = alloc(4096, s)
-        out = ctypes.create_string_buffer(4096)
+        out = c_void_p()  # page-locked: the copy is queued, not run now
+        ok(lib.cuMemAllocHost_v2(byref(out), c_size_t(4096)), "pinned")
         ok(lib.cuMemsetD8Async(c_uint64(p), 0x5A, c_size_t(4096), s), "m")
         ok(lib.cuMemcpyDtoHAsync_v2(out, c_uint64(p), c_size_t(4096), s),
            "d")
         free(p, s)
         print(lib.cuStreamQuery(s), get(dflt, "USED_MEM_CURRENT") >= 4096)
         ok(lib.cuStreamSynchronize(s), "sync")
-        print(out.raw == b"\\x5a" * 4096, get(dflt, "USED_MEM_CURRENT"),
-              simulator.hazard_count())
+        print(ctypes.string_at(out, 4096) == b"\\x5a" * 4096,
+              get(dflt, "USED_MEM_CURRENT"), simulator.hazard_count())
+        ok(lib.cuMemFreeHost(out), "cuMemFreeHost")
     """, env={"CUDAMEM_SIM_DELAY_US": "20000", "CUDAMEM_SIM_HAZARDS": "1"})
     queued, done = proc.stdout.splitlines()
     assert queued.split() == [str(NOT_READY), "True"]
@@ -509,22 +511,36 @@ def test_pool_access_between_devices(run_py):
 
 
 def test_cumemfree_of_async_memory_waits_for_its_work(run_py):
-    # cuMemFree takes memory from cuMemAllocAsync; the simulator frees it
-    # only once queued work on it is done, as it does every free.
+    # cuMemFree takes memory from cuMemAllocAsync "without implicit
+    # synchronization": the caller must have finished with it. The
+    # simulator frees it only once queued work on it is done, as it does
+    # every free, and the hazard checker reports the caller's mistake.
     proc = run_pools(run_py, """
         s = stream()
+        done = alloc(64, s)
+        ok(lib.cuStreamSynchronize(s), "sync")
+        ok(lib.cuMemFree_v2(c_uint64(done)), "cuMemFree")
+        print(simulator.hazard_count())
         dflt = default_pool()
         p = alloc(1 << 16, s)
-        out = ctypes.create_string_buffer(1 << 16)
+        # Page-locked, so that the copy is queued and not run at the call.
+        out = c_void_p()
+        ok(lib.cuMemAllocHost_v2(byref(out), c_size_t(1 << 16)), "pinned")
         ok(lib.cuMemsetD8Async(c_uint64(p), 0x77, c_size_t(1 << 16), s), "m")
         ok(lib.cuMemcpyDtoHAsync_v2(out, c_uint64(p), c_size_t(1 << 16), s),
            "d")
         ok(lib.cuMemFree_v2(c_uint64(p)), "cuMemFree")
-        print(out.raw == b"\\x77" * (1 << 16), get(dflt, "USED_MEM_CURRENT"),
+        print(ctypes.string_at(out, 1 << 16) == b"\\x77" * (1 << 16),
+              get(dflt, "USED_MEM_CURRENT"),
               simulator.live()["device_allocations"],
               lib.cuMemFreeAsync(c_uint64(p), s))
-    """, env={"CUDAMEM_SIM_DELAY_US": "20000"})
-    assert proc.stdout.split() == ["True", "0", "0", str(INVALID_VALUE)]
+        print(simulator.hazard_count(), simulator.last_hazard())
+        ok(lib.cuMemFreeHost(out), "cuMemFreeHost")
+    """, env={"CUDAMEM_SIM_DELAY_US": "20000", "CUDAMEM_SIM_HAZARDS": "1"})
+    quiet, freed, reported = proc.stdout.splitlines()
+    assert quiet == "0"
+    assert freed.split() == ["True", "0", "0", str(INVALID_VALUE)]
+    assert reported.startswith("1 cuMemFree of stream-ordered memory")
 
 
 def test_entry_points_are_found_counted_and_take_faults(run_py):

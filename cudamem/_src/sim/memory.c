@@ -665,6 +665,11 @@ cuMemFree(CUdeviceptr dptr)
         goto done;
     owner = a->ctx;
     id = a->buffer_id;
+    /* cuMemFree does not wait for work on stream-ordered memory; the
+     * simulator does, and the hazard checker says so. */
+    if (a->pool && __atomic_load_n(&sim.hazards, __ATOMIC_RELAXED) &&
+        sim_range_busy(a->base, a->size, 1))
+        sim_hazard_unordered_free(SIM_cuMemFree, a->base, a->size);
     sim_unlock();
     /* The driver serializes frees against the owner's work. */
     r = sim_ctx_drain(owner);

@@ -446,6 +446,9 @@ void sim_streams_release_ctx(CUcontext ctx);
 /* Hazard reports (the checker lives here): count and last report since the
  * last reset; sim_hazards_reset forgets both (cusim_reset). */
 unsigned long long sim_hazard_count(void);
+/* Lock held. Reports a synchronous free (`id`) of pool memory that work
+ * still uses: the simulator waits for it, a driver does not. */
+void sim_hazard_unordered_free(sim_entry id, uintptr_t addr, size_t len);
 const char *sim_last_hazard(void);
 void sim_hazards_reset(void);
 
