@@ -16,8 +16,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define SIM_MAGIC_POOL 0x504f4c31u
-
 /* A block the pool holds and nobody uses: a completed free's. */
 typedef struct pool_block {
     uintptr_t base;
@@ -34,7 +32,6 @@ enum { REUSE_EVENTS, REUSE_OPPORTUNISTIC, REUSE_INTERNAL, NREUSE };
 #define REUSE_FIRST CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES
 
 struct CUmemPoolHandle_st {
-    uint32_t magic;
     sim_device *dev;
     int is_default;
     int destroyed; /* destroyed while allocations were outstanding */
@@ -81,7 +78,6 @@ pool_new(sim_device *dev, size_t max_size)
     CUmemoryPool p = calloc(1, sizeof(*p));
     if (!p)
         return NULL;
-    p->magic = SIM_MAGIC_POOL;
     p->fd = -1;
     p->dev = dev;
     p->max_size = max_size;
@@ -112,7 +108,6 @@ pool_unlink_free(CUmemoryPool p)
     *pp = p->next;
     if (p->fd >= 0)
         close(p->fd);
-    p->magic = 0;
     free(p);
 }
 
