@@ -7,6 +7,7 @@
 #include "cuerrors.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -258,6 +259,9 @@ load_env(void)
                      __ATOMIC_RELAXED);
     __atomic_store_n(&sim.strict_pitch,
                      sim_env_ull("CUDAMEM_SIM_STRICT_PITCH", 0) != 0,
+                     __ATOMIC_RELAXED);
+    __atomic_store_n(&sim.log_missing,
+                     sim_env_ull("CUDAMEM_SIM_LOG_MISSING", 0) != 0,
                      __ATOMIC_RELAXED);
     s = getenv("CUDAMEM_SIM_IPC_REOPEN");
     sim.ipc_reopen_error = s != NULL && strcmp(s, "error") == 0;
@@ -569,6 +573,7 @@ static const proc_table proc_tables[] = {
     {sim_procs_stream, &sim_nprocs_stream},
     {sim_procs_ipc, &sim_nprocs_ipc},
     {sim_procs_kernel, &sim_nprocs_kernel},
+    {sim_procs_mempool, &sim_nprocs_mempool},
 };
 
 /* The row of `symbol` with the largest version <= cudaVersion among rows of
@@ -596,6 +601,39 @@ proc_find(const char *symbol, int cudaVersion, int ptds, int *known)
     return best;
 }
 
+/* Names already logged by CUDAMEM_SIM_LOG_MISSING (under the lock). */
+typedef struct missing_name {
+    struct missing_name *next;
+    char name[];
+} missing_name;
+
+static missing_name *missing_logged;
+
+/* Says once per symbol on stderr that a client asked for it in vain, so
+ * that the next gap in the simulator is one command away. */
+static void
+log_missing(const char *symbol, int cudaVersion, int known)
+{
+    missing_name *m;
+    size_t len = strlen(symbol);
+
+    sim_lock();
+    for (m = missing_logged; m != NULL; m = m->next) {
+        if (strcmp(m->name, symbol) == 0)
+            break;
+    }
+    if (m == NULL && (m = malloc(sizeof(*m) + len + 1)) != NULL) {
+        memcpy(m->name, symbol, len + 1);
+        m->next = missing_logged;
+        missing_logged = m;
+        fprintf(stderr,
+                "cusim: cuGetProcAddress(\"%s\", %d): %s\n", symbol,
+                cudaVersion,
+                known ? "not at this version" : "not in the simulator");
+    }
+    sim_unlock();
+}
+
 static CUresult
 proc_address(const char *symbol, void **pfn, int cudaVersion,
              cuuint64_t flags, CUdriverProcAddressQueryResult *status)
@@ -618,6 +656,8 @@ proc_address(const char *symbol, void **pfn, int cudaVersion,
     if (row == NULL)
         row = proc_find(symbol, cudaVersion, 0, &known);
     if (row == NULL) {
+        if (__atomic_load_n(&sim.log_missing, __ATOMIC_RELAXED))
+            log_missing(symbol, cudaVersion, known);
         *pfn = NULL;
         if (status != NULL)
             *status = known ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT

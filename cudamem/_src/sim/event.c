@@ -264,6 +264,7 @@ cuEventSynchronize(CUevent hEvent)
     rec = hEvent->rec;
     while (rec.uid != 0 && !sim__dep_done(rec.uid, rec.seq))
         pthread_cond_wait(&sim.progress, &sim.lock);
+    sim_pool_sync();
     sim_unlock();
     return CUDA_SUCCESS;
 }

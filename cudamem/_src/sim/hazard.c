@@ -300,6 +300,16 @@ sim__hazard_freed(CUstream s, const sim_op *op, const sim_range *r)
     publish();
 }
 
+void
+sim_hazard_unordered_free(sim_entry id, uintptr_t addr, size_t len)
+{
+    snprintf(hazard_text, sizeof hazard_text,
+             "%s of stream-ordered memory [0x%llx, +%zu) while work on it "
+             "is queued or running (the driver does not wait for it)",
+             entry_names[id], (unsigned long long)addr, len);
+    publish();
+}
+
 const char *
 sim__entry_name(sim_entry id)
 {

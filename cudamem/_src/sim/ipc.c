@@ -155,7 +155,7 @@ cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
     if (r != CUDA_SUCCESS)
         goto done;
     sim_alloc *a = sim_mem_find(dptr);
-    if (!pHandle || !a || a->kind != SIM_MEM_DEVICE) {
+    if (!pHandle || !a || a->kind != SIM_MEM_DEVICE || a->pool) {
         r = CUDA_ERROR_INVALID_VALUE;
         goto done;
     }

@@ -371,8 +371,12 @@ record_free(sim_alloc *a)
     case SIM_MEM_DEVICE:
         if (a->ipc_name[0] || a->ipc_fd >= 0)
             sim_ipc_forget(a);
-        munmap(a->backing, a->backing_size);
-        release_device(dev, a->base, a->size);
+        if (a->pool) {
+            sim_pool_block_freed(a);
+        } else {
+            munmap(a->backing, a->backing_size);
+            release_device(dev, a->base, a->size);
+        }
         sim.live.device_allocations--;
         sim.live.device_bytes -= a->size;
         break;
@@ -401,6 +405,12 @@ record_free(sim_alloc *a)
 }
 
 void
+sim_mem_free(sim_alloc *a)
+{
+    record_free(a);
+}
+
+void
 sim_mem_release_ctx(CUcontext ctx)
 {
     size_t i = 0;
@@ -410,6 +420,8 @@ sim_mem_release_ctx(CUcontext ctx)
         else
             i++;
     }
+    /* Pool blocks kept for reuse go with the context's work. */
+    sim_pool_release_device(ctx->dev);
 }
 
 int
@@ -475,6 +487,62 @@ sim_mem_remove(sim_alloc *a)
     if (a->kind == SIM_MEM_IPC)
         release_device(a->ctx->dev, a->base, a->size);
     free((sim_record *)a);
+}
+
+CUresult
+sim_mem_block_new(sim_device *dev, size_t len, int fd, off_t off,
+                  uintptr_t *base, unsigned char **backing,
+                  size_t *backing_size)
+{
+    CUresult r = reserve_device(dev, len, base);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (fd < 0) {
+        *backing = map_anon(len, backing_size);
+    } else {
+        *backing_size = round_up(len, page_size());
+        void *p = *backing_size == 0
+                      ? MAP_FAILED
+                      : mmap(NULL, *backing_size, PROT_READ | PROT_WRITE,
+                             MAP_SHARED, fd, off);
+        *backing = p == MAP_FAILED ? NULL : p;
+    }
+    if (!*backing) {
+        release_device(dev, *base, len);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    return CUDA_SUCCESS;
+}
+
+void
+sim_mem_block_delete(sim_device *dev, uintptr_t base, size_t len,
+                     unsigned char *backing, size_t backing_size)
+{
+    munmap(backing, backing_size);
+    release_device(dev, base, len);
+}
+
+CUresult
+sim_mem_pool_record(CUcontext ctx, CUmemoryPool pool, uintptr_t base,
+                    size_t size, unsigned char *backing, size_t backing_size,
+                    sim_alloc **out)
+{
+    sim_alloc *a = record_new(SIM_MEM_DEVICE, ctx);
+    if (!a)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    a->base = base;
+    a->size = size;
+    a->backing = backing;
+    a->backing_size = backing_size;
+    a->pool = pool;
+    if (table_insert(a) != 0) {
+        free((sim_record *)a);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    sim.live.device_allocations++;
+    sim.live.device_bytes += size;
+    *out = a;
+    return CUDA_SUCCESS;
 }
 
 CUresult
@@ -597,6 +665,11 @@ cuMemFree(CUdeviceptr dptr)
         goto done;
     owner = a->ctx;
     id = a->buffer_id;
+    /* cuMemFree does not wait for work on stream-ordered memory; the
+     * simulator does, and the hazard checker says so. */
+    if (a->pool && __atomic_load_n(&sim.hazards, __ATOMIC_RELAXED) &&
+        sim_range_busy(a->base, a->size, 1))
+        sim_hazard_unordered_free(SIM_cuMemFree, a->base, a->size);
     sim_unlock();
     /* The driver serializes frees against the owner's work. */
     r = sim_ctx_drain(owner);
@@ -1030,10 +1103,12 @@ get_attribute(void *data, CUpointer_attribute attr, CUdeviceptr ptr,
         *(unsigned int *)data = a && a->kind == SIM_MEM_MANAGED;
         return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
-        *(int *)data = a ? a->ctx->dev->ordinal : -2;
+        *(int *)data = !a       ? -2
+                       : a->pool ? sim_pool_device(a->pool)->ordinal
+                                 : a->ctx->dev->ordinal;
         return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
-        *(unsigned int *)data = a && a->kind == SIM_MEM_DEVICE;
+        *(unsigned int *)data = a && a->kind == SIM_MEM_DEVICE && !a->pool;
         return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
         *(CUdeviceptr *)data = a ? a->base : 0;
@@ -1057,7 +1132,7 @@ get_attribute(void *data, CUpointer_attribute attr, CUdeviceptr ptr,
                 : CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE;
         return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
-        *(CUmemoryPool *)data = NULL;
+        *(CUmemoryPool *)data = a ? a->pool : NULL;
         return CUDA_SUCCESS;
     default:
         return CUDA_ERROR_INVALID_VALUE;

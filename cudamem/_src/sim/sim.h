@@ -150,7 +150,27 @@
     X(cuFuncGetAttribute)                                                      \
     X(cuFuncSetAttribute)                                                      \
     X(cuFuncSetCacheConfig)                                                    \
-    X(cuFuncGetModule)
+    X(cuFuncGetModule)                                                         \
+    X(cuMemAllocAsync)                                                         \
+    X(cuMemAllocFromPoolAsync)                                                 \
+    X(cuMemFreeAsync)                                                          \
+    X(cuMemPoolCreate)                                                         \
+    X(cuMemPoolDestroy)                                                        \
+    X(cuMemPoolSetAttribute)                                                   \
+    X(cuMemPoolGetAttribute)                                                   \
+    X(cuMemPoolTrimTo)                                                         \
+    X(cuMemPoolSetAccess)                                                      \
+    X(cuMemPoolGetAccess)                                                      \
+    X(cuMemPoolExportToShareableHandle)                                        \
+    X(cuMemPoolImportFromShareableHandle)                                      \
+    X(cuMemPoolExportPointer)                                                  \
+    X(cuMemPoolImportPointer)                                                  \
+    X(cuDeviceGetDefaultMemPool)                                               \
+    X(cuDeviceGetMemPool)                                                      \
+    X(cuDeviceSetMemPool)                                                      \
+    X(cuMemGetDefaultMemPool)                                                  \
+    X(cuMemGetMemPool)                                                         \
+    X(cuMemSetMemPool)
 
 typedef enum sim_entry {
 #define SIM_ENTRY_ENUM(name) SIM_##name,
@@ -174,6 +194,7 @@ typedef struct sim_global {
     int hazards;             /* CUDAMEM_SIM_HAZARDS */
     int strict_pitch;        /* CUDAMEM_SIM_STRICT_PITCH */
     int ipc_reopen_error;    /* CUDAMEM_SIM_IPC_REOPEN=error */
+    int log_missing;         /* CUDAMEM_SIM_LOG_MISSING */
     int profiling;
     cusim_stats live;        /* maintained by the owners of each kind */
 } sim_global;
@@ -228,9 +249,10 @@ typedef struct sim_proc {
 
 extern const sim_proc sim_procs_entry[], sim_procs_device[],
     sim_procs_memory[], sim_procs_copy[], sim_procs_stream[], sim_procs_ipc[],
-    sim_procs_kernel[];
+    sim_procs_kernel[], sim_procs_mempool[];
 extern const size_t sim_nprocs_entry, sim_nprocs_device, sim_nprocs_memory,
-    sim_nprocs_copy, sim_nprocs_stream, sim_nprocs_ipc, sim_nprocs_kernel;
+    sim_nprocs_copy, sim_nprocs_stream, sim_nprocs_ipc, sim_nprocs_kernel,
+    sim_nprocs_mempool;
 
 /* ---------------------------------------------------------------------------
  * Devices and contexts (device.c). */
@@ -309,6 +331,8 @@ typedef struct sim_alloc {
     int ipc_fd;             /* exporter: shared memory fd once exported */
     char ipc_name[40];      /* shared memory object name once exported */
     int ipc_refs;           /* importer: opens of this mapping */
+    CUmemoryPool pool;      /* SIM_MEM_DEVICE from a memory pool, or NULL */
+    off_t pool_off;         /* its offset in an IPC-capable pool's file */
 } sim_alloc;
 
 /* Caller holds the lock. The allocation containing `addr` (any kind). */
@@ -343,6 +367,23 @@ CUresult sim_mem_add(sim_mem_kind kind, CUcontext ctx, unsigned char *backing,
                      size_t size, sim_alloc **out);
 /* Removes a record made by sim_mem_add (does not unmap the backing). */
 void sim_mem_remove(sim_alloc *a);
+/* Device memory blocks for memory pools (mempool.c): `len` bytes of dev's
+ * addresses with host-accessible backing (fresh, or fd's bytes from `off`
+ * when fd >= 0), and back. Lock held. */
+CUresult sim_mem_block_new(sim_device *dev, size_t len, int fd, off_t off,
+                           uintptr_t *base, unsigned char **backing,
+                           size_t *backing_size);
+void sim_mem_block_delete(sim_device *dev, uintptr_t base, size_t len,
+                          unsigned char *backing, size_t backing_size);
+/* Enters a pool allocation of `size` bytes over a block as a device
+ * record of ctx. Lock held. */
+CUresult sim_mem_pool_record(CUcontext ctx, CUmemoryPool pool,
+                             uintptr_t base, size_t size,
+                             unsigned char *backing, size_t backing_size,
+                             sim_alloc **out);
+/* Frees a record as cuMemFree would once nothing uses it (a pool's goes
+ * back to its pool). Lock held. */
+void sim_mem_free(sim_alloc *a);
 /* (Re)creates dev's PROT_NONE reserve and address heap for `nbytes` of
  * memory and sets total_mem; device.c calls it at init, cusim_set_memory
  * later. Fails (CUDA_ERROR_INVALID_VALUE) while anything is allocated there.
@@ -405,8 +446,29 @@ void sim_streams_release_ctx(CUcontext ctx);
 /* Hazard reports (the checker lives here): count and last report since the
  * last reset; sim_hazards_reset forgets both (cusim_reset). */
 unsigned long long sim_hazard_count(void);
+/* Lock held. Reports a synchronous free (`id`) of pool memory that work
+ * still uses: the simulator waits for it, a driver does not. */
+void sim_hazard_unordered_free(sim_entry id, uintptr_t addr, size_t len);
 const char *sim_last_hazard(void);
 void sim_hazards_reset(void);
+
+/* Checks a stream handle as sim_stream_submit would, without queueing:
+ * *uid is the stream's unique id (0 for a default stream not made yet). */
+CUresult sim_stream_check(CUstream hStream, int ptds, uint64_t *uid);
+/* The unique id of the stream an op was queued on (lock held). */
+uint64_t sim_op_stream_uid(const sim_op *op);
+
+/* ---------------------------------------------------------------------------
+ * Memory pools (mempool.c). Lock held for all. */
+/* A pool allocation's block goes back to its pool (record_free). */
+void sim_pool_block_freed(sim_alloc *a);
+/* A synchronize point: pools holding more than their release threshold
+ * give the excess back. */
+void sim_pool_sync(void);
+/* Gives back every unused block of dev's pools (context reset). */
+void sim_pool_release_device(sim_device *dev);
+/* The device a pool's memory lives on. */
+sim_device *sim_pool_device(CUmemoryPool pool);
 
 /* ---------------------------------------------------------------------------
  * IPC (ipc.c). */

@@ -827,6 +827,29 @@ sim_stream_submit(CUstream hStream, int ptds, sim_op *op, sim_sync mode)
     return r;
 }
 
+CUresult
+sim_stream_check(CUstream hStream, int ptds, uint64_t *uid)
+{
+    CUcontext ctx;
+    CUstream s;
+    CUresult r;
+
+    r = sim__current_ctx(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    sim_lock();
+    r = sim__stream_resolve(hStream, ptds, ctx, SIM_RESOLVE_SAME_CTX, &s);
+    *uid = r == CUDA_SUCCESS && s != NULL ? s->uid : 0;
+    sim_unlock();
+    return r;
+}
+
+uint64_t
+sim_op_stream_uid(const sim_op *op)
+{
+    return op->stream->uid;
+}
+
 /* Work a synchronize of s waits for: its own, and for the legacy stream
  * also that of every blocking stream (as if a marker were queued). */
 static int
@@ -1039,6 +1062,7 @@ stream_synchronize(CUstream h, int ptds)
         pthread_cond_wait(&sim.progress, &sim.lock);
     /* A destroyed context cannot have poisoned anything left here. */
     r = s->linked ? ctx_sticky(s->ctx) : CUDA_SUCCESS;
+    sim_pool_sync();
 done:
     free(deps);
     sim_unlock();
@@ -1357,6 +1381,9 @@ cuCtxSynchronize(void)
     r = sim_ctx_drain(ctx);
     if (r != CUDA_SUCCESS)
         return r;
+    sim_lock();
+    sim_pool_sync();
+    sim_unlock();
     return ctx_sticky(ctx);
 }
 
