@@ -73,7 +73,8 @@ FUZZ_EXAMPLES ?= 10000
 
 .PHONY: all demo test test-asan test-stress fuzz coverage gpu-check clean \
 	build build-asan build-coverage ctest ctest-valgrind ctest-asan pytest \
-	bench-floor bench venv docs notebook typecheck test-numba test-peers
+	bench-floor bench venv docs notebook typecheck test-numba test-peers \
+	peers-run
 
 all: build
 
@@ -166,16 +167,18 @@ $(PEERS_VENV)/.stamp: Makefile
 # numba-cuda's driver-level tests, unchanged, against the expected failures
 # in tests/peers_expected.txt; then cudamem with numba-cuda and cuda.core in
 # one process, launched on the simulator with its hazard checker on (a test
-# during which it reported a race fails).
-test-peers: build $(PEERS_VENV)/.stamp
-	timeout $(BUDGET_PEERS) $(PEERS_VENV)/bin/python tools/numba_tests.py \
-	  --profile peers --tests "$$($(PEERS_VENV)/bin/python -c 'import \
-	  importlib.util as u; print(u.find_spec("numba_cuda") \
-	  .submodule_search_locations[0])')/numba/cuda/tests"
-	PYTHONPATH=$(CURDIR) timeout $(BUDGET_PEERS) $(PEERS_VENV)/bin/python \
-	  -m cudamem.simulator run --hazards --delay-us 2000 -- \
-	  $(PEERS_VENV)/bin/python -m pytest -q -p no:cacheprovider \
-	  $(PYTEST_ARGS) tests/peers
+# during which it reported a race fails). BUDGET_PEERS covers the venv and
+# both runs (about 40 s with pip's cache today).
+test-peers: build
+	timeout $(BUDGET_PEERS) $(MAKE) --no-print-directory peers-run
+
+peers-run: $(PEERS_VENV)/.stamp
+	$(PEERS_VENV)/bin/python tools/numba_tests.py --profile peers \
+	  --tests "$$($(PEERS_VENV)/bin/python -c 'import importlib.util as u; \
+	  print(u.find_spec("numba_cuda").submodule_search_locations[0])')/numba/cuda/tests"
+	PYTHONPATH=$(CURDIR) $(PEERS_VENV)/bin/python -m cudamem.simulator run \
+	  --hazards --delay-us 2000 -- $(PEERS_VENV)/bin/python -m pytest -q \
+	  -p no:cacheprovider $(PYTEST_ARGS) tests/peers
 
 # Not part of `make test`: every hypothesis test (tests/conftest.py marks
 # them `fuzz`) under the "fuzz" profile, FUZZ_EXAMPLES examples each, with
