@@ -29,7 +29,9 @@ cudamem built in place):
 """
 import argparse
 import collections
+import glob
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -251,6 +253,21 @@ def compare(results, expected, categories):
     return len(surprises)
 
 
+# How cuda.bindings reports a call of an entry point the driver did not
+# give it (cuGetProcAddress answered NULL).
+_NOT_FOUND = re.compile(r'[Ff]unction "?(cu\w+)"? (?:is )?not found')
+
+
+def missing_entry_points(out):
+    """Entry points the tests called that the driver lacks, from the
+    pytest logs in *out*."""
+    names = set()
+    for log in glob.glob(os.path.join(out, "pytest-*.log")):
+        with open(log) as f:
+            names.update(_NOT_FOUND.findall(f.read()))
+    return sorted(names)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", choices=sorted(PROFILES),
@@ -281,6 +298,9 @@ def main():
     for report in reports:
         results.update(read_junit(report))
     surprises = compare(results, expected, profile.categories)
+    missing = missing_entry_points(out)
+    print("entry points called but not in the driver: "
+          + (", ".join(missing) if missing else "none"))
     if surprises:
         sys.exit(f"{surprises} result(s) differ from {expected_path}; "
                  f"logs in {out}")
