@@ -36,7 +36,7 @@ __all__ = [
     "is_active", "library_path", "libcuda_dir", "stats", "live", "inject",
     "clear_faults", "set_memory", "set_delay_us", "get_delay_us", "delay", "set_hazards",
     "hazard_count", "last_hazard", "set_strict_pitch", "get_strict_pitch",
-    "reset", "error_code", "run_environment",
+    "reset", "error_code",
 ]
 
 _LIVE_FIELDS = (
@@ -308,13 +308,10 @@ def _integer(minimum, what):
     return parse
 
 
-def run_environment(devices=None, memory=None, delay_us=None, hazards=False,
-                    environ=None):
-    """run_environment(devices=None, memory=None, delay_us=None,
-    hazards=False, environ=None) -> dict
-
-    A copy of ``environ`` (default ``os.environ``) in which a program runs
-    on the simulator: :func:`libcuda_dir` first on ``LD_LIBRARY_PATH``,
+def _run_environment(devices=None, memory=None, delay_us=None,
+                     hazards=False, environ=None):
+    """A copy of ``environ`` (default ``os.environ``) in which a program runs
+    on the simulator: ``libcuda_dir()`` first on ``LD_LIBRARY_PATH``,
     ``CUDAMEM_SIMULATOR=1``, and the simulator's variables for the
     arguments given (``CUDAMEM_SIM_DEVICES``, ``CUDAMEM_SIM_MEMORY``,
     ``CUDAMEM_SIM_DELAY_US``, ``CUDAMEM_SIM_HAZARDS``). Raises
@@ -378,7 +375,7 @@ def main(argv=None):
     if not program:
         parser.error("run: no program given (put it after --)")
     try:
-        env = run_environment(args.devices, args.memory, args.delay_us,
+        env = _run_environment(args.devices, args.memory, args.delay_us,
                               args.hazards)
     except (OSError, RuntimeError) as exc:
         print("cudamem.simulator run: %s" % exc, file=sys.stderr)

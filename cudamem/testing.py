@@ -210,7 +210,7 @@ def _simulator_for_everyone():
             "`python -m cudamem.simulator run -- pytest ...` instead"
             % ", ".join(sorted(others)))
     try:
-        env = simulator.run_environment()
+        env = simulator._run_environment()
         _cudamem.driver_info()
     except Exception as exc:
         raise pytest.UsageError("--cudamem-simulator: cannot load the "

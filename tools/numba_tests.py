@@ -9,7 +9,7 @@ Two profiles, one per make target:
     onto cudamem.
 ``peers`` (``make test-peers``, tests/peers_expected.txt)
     numba-cuda's tests against the real numba-cuda, which runs on the
-    simulator as its libcuda.so.1 (cudamem.simulator.run_environment):
+    simulator as its libcuda.so.1 (the launcher's environment):
     every driver-level module (tests/cudadrv) and the host-side ones of
     tests/cudapy, with the pytest fixture numba-cuda's repository provides
     (tests/peers/numba_conftest.py).
@@ -68,7 +68,7 @@ class Profile:
         else:
             sys.path.insert(0, ROOT)
             from cudamem import simulator
-            env = simulator.run_environment(environ=env)
+            env = simulator._run_environment(environ=env)
             path = [ROOT]
         env["PYTHONPATH"] = os.pathsep.join(
             path + [p for p in [os.environ.get("PYTHONPATH")] if p])

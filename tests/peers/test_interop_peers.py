@@ -72,7 +72,7 @@ def ptr(cai_owner):
     return cai_owner.__cuda_array_interface__["data"][0]
 
 
-# --- CUDA Array Interface ---------------------------------------------------
+# --- CUDA Array Interface ----------------------------------------------------
 
 def test_numba_sees_a_cudamem_array():
     a = host(24).reshape(4, 6)
@@ -117,7 +117,7 @@ def test_cuda_core_views_a_cudamem_array_through_cai():
     assert vt.strides == tuple(s // 8 for s in a.T.strides)
 
 
-# --- DLPack -------------------------------------------------------------------
+# --- DLPack ------------------------------------------------------------------
 
 def test_cuda_core_views_a_cudamem_array_through_dlpack():
     a = host(24).reshape(4, 6)
@@ -183,7 +183,7 @@ def test_cuda_core_default_resource_allocates(one_driver):
         stream.close()
 
 
-# --- __cuda_stream__ ------------------------------------------------------------
+# --- __cuda_stream__ ---------------------------------------------------------
 
 def test_cuda_core_takes_a_cudamem_stream(one_driver):
     s = cudamem.stream()
@@ -213,7 +213,7 @@ def test_cudamem_takes_a_cuda_core_stream(one_driver):
         cs.close()
 
 
-# --- Stream order across libraries, checked by the hazard checker ----------
+# --- Stream order across libraries, checked by the hazard checker ------------
 
 def test_numba_orders_after_a_cudamem_arrays_stream(hazards):
     a = host()
