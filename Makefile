@@ -58,12 +58,23 @@ NUMBA_VENV ?= build/numba-venv
 NUMBA_CUDA_VERSION ?= 0.30.4
 NUMBA_TEST_PKGS ?= "numpy>=2" pytest cuda-core==0.5.1 cuda-bindings==12.9.4 \
 	cuda-pathfinder==1.9.1
+# test-peers: the real numba-cuda and cuda.core on the simulator, in a venv
+# of their own (see tools/numba_tests.py --profile peers and tests/peers/).
+# cuda-bindings stays below 13.4, whose IPC handles lost the `reserved`
+# field numba-cuda 0.30.4 pickles; filecheck and cffi are what numba-cuda's
+# test modules import. No CUDA toolkit: kernels are expected failures.
+PEERS_VENV ?= build/peers-venv
+PEERS_PKGS ?= numba-cuda==$(NUMBA_CUDA_VERSION) numba==0.68.1 \
+	cuda-core==1.2.2 cuda-bindings==13.3.1 cuda-pathfinder==1.9.1 \
+	numpy==2.4.6 pytest==9.2.0 filecheck==1.0.6 cffi==2.1.1
+BUDGET_PEERS ?= 360
 # fuzz: examples per hypothesis test (about 7 minutes for 10000 today).
 FUZZ_EXAMPLES ?= 10000
 
 .PHONY: all demo test test-asan test-stress fuzz coverage gpu-check clean \
 	build build-asan build-coverage ctest ctest-valgrind ctest-asan pytest \
-	bench-floor bench venv docs notebook typecheck test-numba
+	bench-floor bench venv docs notebook typecheck test-numba test-peers \
+	peers-run
 
 all: build
 
@@ -145,6 +156,29 @@ test-numba: build $(NUMBA_VENV)/.stamp
 	timeout $(BUDGET_NUMBA) $(NUMBA_VENV)/bin/python tools/numba_tests.py \
 	  --tests $(NUMBA_VENV)/numba-cuda/numba_cuda/numba/cuda/tests \
 	  --expected tests/numba_expected.txt --out build/numba-tests
+
+$(PEERS_VENV)/.stamp: Makefile
+	rm -rf $(PEERS_VENV)
+	$(PY) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/pip install -q --upgrade pip
+	$(PEERS_VENV)/bin/pip install -q $(PEERS_PKGS)
+	touch $@
+
+# numba-cuda's driver-level tests, unchanged, against the expected failures
+# in tests/peers_expected.txt; then cudamem with numba-cuda and cuda.core in
+# one process, launched on the simulator with its hazard checker on (a test
+# during which it reported a race fails). BUDGET_PEERS covers the venv and
+# both runs (about 40 s with pip's cache today).
+test-peers: build
+	timeout $(BUDGET_PEERS) $(MAKE) --no-print-directory peers-run
+
+peers-run: $(PEERS_VENV)/.stamp
+	$(PEERS_VENV)/bin/python tools/numba_tests.py --profile peers \
+	  --tests "$$($(PEERS_VENV)/bin/python -c 'import importlib.util as u; \
+	  print(u.find_spec("numba_cuda").submodule_search_locations[0])')/numba/cuda/tests"
+	PYTHONPATH=$(CURDIR) $(PEERS_VENV)/bin/python -m cudamem.simulator run \
+	  --hazards --delay-us 2000 -- $(PEERS_VENV)/bin/python -m pytest -q \
+	  -p no:cacheprovider $(PYTEST_ARGS) tests/peers
 
 # Not part of `make test`: every hypothesis test (tests/conftest.py marks
 # them `fuzz`) under the "fuzz" profile, FUZZ_EXAMPLES examples each, with

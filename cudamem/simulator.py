@@ -19,12 +19,16 @@ every device instead of its own) and ``CUDA_VISIBLE_DEVICES``.
 The library's SONAME is ``libcuda.so.1``: once cudamem has loaded it, a
 library in the same process that loads the driver by that name gets the
 simulator. ``libcuda_dir()`` gives a directory to put on
-``LD_LIBRARY_PATH`` so that other programs load it too.
+``LD_LIBRARY_PATH`` so that other programs load it too, and
+``python -m cudamem.simulator run -- PROGRAM ARGS...`` runs any program on
+the simulator (``run --help`` lists its options).
 """
+import argparse
 import contextlib
 import ctypes
 import hashlib
 import os
+import sys
 
 from cudamem import _cudamem
 
@@ -289,3 +293,103 @@ def reset():
     Forget injected faults (every thread), call counters and hazard
     reports."""
     _library().cusim_reset()
+
+
+def _integer(minimum, what):
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum:
+            raise argparse.ArgumentTypeError(
+                "want %s, not %r" % (what, text))
+        return value
+    return parse
+
+
+def _run_environment(devices=None, memory=None, delay_us=None,
+                     hazards=False, environ=None):
+    """A copy of ``environ`` (default ``os.environ``) in which a program runs
+    on the simulator: ``libcuda_dir()`` first on ``LD_LIBRARY_PATH``,
+    ``CUDAMEM_SIMULATOR=1``, and the simulator's variables for the
+    arguments given (``CUDAMEM_SIM_DEVICES``, ``CUDAMEM_SIM_MEMORY``,
+    ``CUDAMEM_SIM_DELAY_US``, ``CUDAMEM_SIM_HAZARDS``). Raises
+    RuntimeError when ``CUDAMEM_DRIVER`` names a library that is not the
+    simulator."""
+    _library()  # a CUDAMEM_DRIVER that is not the simulator raises here
+    env = dict(os.environ if environ is None else environ)
+    first = libcuda_dir()
+    rest = [p for p in env.get("LD_LIBRARY_PATH", "").split(os.pathsep)
+            if p and p != first]
+    env["LD_LIBRARY_PATH"] = os.pathsep.join([first] + rest)
+    env["CUDAMEM_SIMULATOR"] = "1"
+    for name, value in (("CUDAMEM_SIM_DEVICES", devices),
+                        ("CUDAMEM_SIM_MEMORY", memory),
+                        ("CUDAMEM_SIM_DELAY_US", delay_us)):
+        if value is not None:
+            env[name] = str(value)
+    if hazards:
+        env["CUDAMEM_SIM_HAZARDS"] = "1"
+    return env
+
+
+def _parser():
+    parser = argparse.ArgumentParser(
+        prog="python -m cudamem.simulator",
+        description="cudamem's simulated CUDA driver.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser(
+        "run", help="run a program on the simulator",
+        description="Run PROGRAM with the simulator as its libcuda.so.1 "
+        "(first on LD_LIBRARY_PATH) and CUDAMEM_SIMULATOR=1, so that "
+        "cudamem and every library that loads the CUDA driver by name "
+        "(numba-cuda, cuda.bindings, cuda.core, CuPy, ...) run on it. "
+        "Exits with PROGRAM's status.",
+        usage="python -m cudamem.simulator run [options] -- PROGRAM "
+        "[ARGS...]")
+    run.add_argument("--devices", type=_integer(1, "a positive integer"),
+                     metavar="N",
+                     help="simulated devices (CUDAMEM_SIM_DEVICES)")
+    run.add_argument("--memory", type=_integer(1, "a positive integer"),
+                     metavar="BYTES",
+                     help="memory of each device (CUDAMEM_SIM_MEMORY)")
+    run.add_argument("--delay-us", type=_integer(0, "an integer >= 0"),
+                     metavar="US",
+                     help="delay every stream operation by US microseconds "
+                     "(CUDAMEM_SIM_DELAY_US)")
+    run.add_argument("--hazards", action="store_true",
+                     help="report stream-order races (CUDAMEM_SIM_HAZARDS=1)")
+    run.add_argument("program", nargs=argparse.REMAINDER,
+                     help="the program and its arguments, after --")
+    return parser
+
+
+def main(argv=None):
+    """The command line: ``python -m cudamem.simulator run ...``."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    program = args.program
+    if program and program[0] == "--":
+        program = program[1:]
+    if not program:
+        parser.error("run: no program given (put it after --)")
+    try:
+        env = _run_environment(args.devices, args.memory, args.delay_us,
+                              args.hazards)
+    except (OSError, RuntimeError) as exc:
+        print("cudamem.simulator run: %s" % exc, file=sys.stderr)
+        return 2
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        # The program replaces this process: its status is ours.
+        os.execvpe(program[0], program, env)
+    except OSError as exc:
+        print("cudamem.simulator run: cannot run %r: %s"
+              % (program[0], exc.strerror or exc), file=sys.stderr)
+        return 127 if isinstance(exc, FileNotFoundError) else 126
+
+
+if __name__ == "__main__":
+    sys.exit(main())

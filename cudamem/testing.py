@@ -11,7 +11,14 @@ Enable it with ``-p cudamem.testing`` or ``pytest_plugins =
 ``--cudamem-simulator`` (or ``CUDAMEM_SIMULATOR=1``)
     Run the session on cudamem's simulated driver. The plugin selects it
     when pytest is configured, before any test loads a driver; it is a usage
-    error if a real driver is already loaded in the process by then.
+    error if a real driver is already loaded in the process by then. With
+    the option (not with the variable alone) the plugin loads the simulator
+    at once, under its SONAME ``libcuda.so.1``, so other libraries in the
+    process that load the driver by that name (numba-cuda, cuda.bindings,
+    cuda.core, CuPy) get it too, and puts it first on ``LD_LIBRARY_PATH``
+    for the processes tests start. A library that loaded a driver before
+    pytest was configured cannot be switched: run pytest under ``python -m
+    cudamem.simulator run -- pytest ...`` then.
 ``--cudamem-hazards`` (or ``CUDAMEM_SIM_HAZARDS=1``)
     Turn the simulator's stream-order hazard checker on and fail every test
     during which it reported a race (mark a test ``expect_hazards`` when it
@@ -170,6 +177,45 @@ def pytest_configure(config):
         if _driver_loaded() and on_simulator():
             from cudamem import simulator
             simulator.set_hazards(True)
+    if config.getoption("cudamem_simulator"):
+        _simulator_for_everyone()
+
+
+def _mapped_libcudas():
+    """Paths of the libcuda.so* files mapped into this process."""
+    try:
+        with open("/proc/self/maps") as maps:
+            lines = maps.read().splitlines()
+    except OSError:
+        return set()
+    paths = (line.split(None, 5)[5:] for line in lines)
+    return {os.path.realpath(path[0]) for path in paths
+            if path and os.path.basename(path[0]).startswith("libcuda.so")}
+
+
+def _simulator_for_everyone():
+    # A library that loads the driver by name (dlopen("libcuda.so.1"):
+    # numba-cuda through cuda.bindings, cuda.core, CuPy) finds the
+    # simulator only once it is in the process under its SONAME, or when
+    # the directory holding it was on LD_LIBRARY_PATH at process start.
+    # So cudamem loads it now, before test modules are imported, and
+    # child processes get the directory.
+    from cudamem import simulator
+    target = os.path.realpath(simulator.library_path())
+    others = _mapped_libcudas() - {target}
+    if others:
+        raise pytest.UsageError(
+            "--cudamem-simulator: this process already loaded another CUDA "
+            "driver (%s) before the plugin was configured; run pytest as "
+            "`python -m cudamem.simulator run -- pytest ...` instead"
+            % ", ".join(sorted(others)))
+    try:
+        env = simulator._run_environment()
+        _cudamem.driver_info()
+    except Exception as exc:
+        raise pytest.UsageError("--cudamem-simulator: cannot load the "
+                                "simulator: %s" % exc) from exc
+    os.environ["LD_LIBRARY_PATH"] = env["LD_LIBRARY_PATH"]
 
 
 def pytest_report_header(config):
