@@ -220,6 +220,31 @@ fail:
     return r;
 }
 
+/* CU_EVENT_RECORD_EXTERNAL is for stream capture only (cuda.h), which the
+ * simulator does not do: outside capture it is invalid. */
+static CUresult
+event_record_flags(CUevent ev, CUstream h, int ptds, unsigned flags)
+{
+    if (flags != CU_EVENT_RECORD_DEFAULT)
+        return CUDA_ERROR_INVALID_VALUE;
+    return event_record(ev, h, ptds);
+}
+
+SIM_EXPORT CUresult
+cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
+{
+    SIM_ENTER(cuEventRecordWithFlags);
+    return event_record_flags(hEvent, hStream, 0, flags);
+}
+
+SIM_EXPORT CUresult
+cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream,
+                            unsigned int flags)
+{
+    SIM_ENTER(cuEventRecordWithFlags);
+    return event_record_flags(hEvent, hStream, 1, flags);
+}
+
 SIM_EXPORT CUresult
 cuEventRecord(CUevent hEvent, CUstream hStream)
 {

@@ -54,6 +54,8 @@ void sim__event_op_done(sim_op *op);
 CUresult sim__event_pending(CUevent ev, sim_dep *dep, const sim_vclock **vc);
 void sim__events_release_ctx(CUcontext ctx);
 CUresult cuEventRecord_ptsz(CUevent hEvent, CUstream hStream);
+CUresult cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream,
+                                     unsigned int flags);
 
 /* hazard.c: vector clocks, the handle registry and the checker. */
 void sim__vc_put(sim_vclock *v, uint64_t uid, uint64_t seq);

@@ -32,6 +32,11 @@ struct CUstream_st {
     const sim_op *running; /* head while its worker runs it, else NULL */
     uint64_t submitted, completed;
     sim_vclock vc; /* what the stream's next op is known to follow */
+    /* cuStreamSetAttribute: hints a CPU has no use for, kept to answer. */
+    CUsynchronizationPolicy sync_policy;
+    CUaccessPolicyWindow window;
+    CUlaunchMemSyncDomain domain;
+    CUlaunchMemSyncDomainMap domain_map;
 };
 
 /* Scheduling state of a queued op (sim_op.sched); NULL when it has none. */
@@ -152,6 +157,9 @@ stream_new(CUcontext ctx, int kind, unsigned flags, int priority)
     s->ctx = ctx;
     s->flags = flags;
     s->priority = priority;
+    s->sync_policy = CU_SYNC_POLICY_AUTO;
+    s->domain_map.default_ = 0;
+    s->domain_map.remote = 1;
     if (kind == KIND_LEGACY) {
         ctx->legacy = s;
     }
@@ -1320,6 +1328,167 @@ cuStreamGetCtx_ptsz(CUstream hStream, CUcontext *pctx)
     return stream_get_ctx(hStream, 1, pctx);
 }
 
+/* ------------------------------------------------------------------------
+ * Stream ids and attributes. */
+
+static CUresult
+stream_get_id(CUstream h, int ptds, unsigned long long *id)
+{
+    CUstream s;
+    CUcontext ctx;
+    CUresult r;
+
+    if (id == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    r = lock_stream(h, ptds, SIM_RESOLVE_CREATE, &s, &ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    *id = s->uid;
+    sim_unlock();
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult
+cuStreamGetId(CUstream hStream, unsigned long long *streamId)
+{
+    SIM_ENTER(cuStreamGetId);
+    return stream_get_id(hStream, 0, streamId);
+}
+
+SIM_EXPORT CUresult
+cuStreamGetId_ptsz(CUstream hStream, unsigned long long *streamId)
+{
+    SIM_ENTER(cuStreamGetId);
+    return stream_get_id(hStream, 1, streamId);
+}
+
+/* The stream attributes a stream has (cuda.h lists five); any other id is
+ * a launch attribute streams do not take. Lock held. */
+static CUresult
+stream_attr(CUstream s, int special, CUstreamAttrID attr,
+            CUstreamAttrValue *get, const CUstreamAttrValue *set)
+{
+    int max_window = 0, domains = 0;
+
+    switch (attr) {
+    case CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW:
+        if (get != NULL) {
+            get->accessPolicyWindow = s->window;
+            return CUDA_SUCCESS;
+        }
+        sim_device_attribute(s->ctx->dev,
+                             CU_DEVICE_ATTRIBUTE_MAX_ACCESS_POLICY_WINDOW_SIZE,
+                             &max_window);
+        if (set->accessPolicyWindow.num_bytes > (size_t)max_window ||
+            !(set->accessPolicyWindow.hitRatio >= 0.0f &&
+              set->accessPolicyWindow.hitRatio <= 1.0f) ||
+            set->accessPolicyWindow.hitProp > CU_ACCESS_PROPERTY_PERSISTING ||
+            set->accessPolicyWindow.missProp > CU_ACCESS_PROPERTY_STREAMING)
+            return CUDA_ERROR_INVALID_VALUE;
+        s->window = set->accessPolicyWindow;
+        return CUDA_SUCCESS;
+    case CU_STREAM_ATTRIBUTE_SYNCHRONIZATION_POLICY:
+        if (get != NULL) {
+            get->syncPolicy = s->sync_policy;
+            return CUDA_SUCCESS;
+        }
+        if (set->syncPolicy < CU_SYNC_POLICY_AUTO ||
+            set->syncPolicy > CU_SYNC_POLICY_BLOCKING_SYNC)
+            return CUDA_ERROR_INVALID_VALUE;
+        s->sync_policy = set->syncPolicy;
+        return CUDA_SUCCESS;
+    case CU_STREAM_ATTRIBUTE_PRIORITY:
+        if (get != NULL) {
+            get->priority = special ? 0 : s->priority;
+            return CUDA_SUCCESS;
+        }
+        /* A default stream's priority is fixed (cuStreamGetPriority). */
+        if (special)
+            return CUDA_ERROR_INVALID_VALUE;
+        s->priority = set->priority < SIM_PRIORITY_GREATEST
+                          ? SIM_PRIORITY_GREATEST
+                      : set->priority > SIM_PRIORITY_LEAST
+                          ? SIM_PRIORITY_LEAST
+                          : set->priority;
+        return CUDA_SUCCESS;
+    case CU_STREAM_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP:
+        if (get != NULL) {
+            get->memSyncDomainMap = s->domain_map;
+            return CUDA_SUCCESS;
+        }
+        sim_device_attribute(s->ctx->dev,
+                             CU_DEVICE_ATTRIBUTE_MEM_SYNC_DOMAIN_COUNT,
+                             &domains);
+        if (set->memSyncDomainMap.default_ >= domains ||
+            set->memSyncDomainMap.remote >= domains)
+            return CUDA_ERROR_INVALID_VALUE;
+        s->domain_map = set->memSyncDomainMap;
+        return CUDA_SUCCESS;
+    case CU_STREAM_ATTRIBUTE_MEM_SYNC_DOMAIN:
+        if (get != NULL) {
+            get->memSyncDomain = s->domain;
+            return CUDA_SUCCESS;
+        }
+        if (set->memSyncDomain != CU_LAUNCH_MEM_SYNC_DOMAIN_DEFAULT &&
+            set->memSyncDomain != CU_LAUNCH_MEM_SYNC_DOMAIN_REMOTE)
+            return CUDA_ERROR_INVALID_VALUE;
+        s->domain = set->memSyncDomain;
+        return CUDA_SUCCESS;
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+}
+
+static CUresult
+stream_attribute(CUstream h, int ptds, CUstreamAttrID attr,
+                 CUstreamAttrValue *get, const CUstreamAttrValue *set)
+{
+    CUstream s;
+    CUcontext ctx;
+    CUresult r;
+
+    if (get == NULL && set == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    r = lock_stream(h, ptds, SIM_RESOLVE_CREATE, &s, &ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    r = stream_attr(s, sim__is_special_stream(h), attr, get, set);
+    sim_unlock();
+    return r;
+}
+
+SIM_EXPORT CUresult
+cuStreamGetAttribute(CUstream hStream, CUstreamAttrID attr,
+                     CUstreamAttrValue *value_out)
+{
+    SIM_ENTER(cuStreamGetAttribute);
+    return stream_attribute(hStream, 0, attr, value_out, NULL);
+}
+
+SIM_EXPORT CUresult
+cuStreamGetAttribute_ptsz(CUstream hStream, CUstreamAttrID attr,
+                          CUstreamAttrValue *value_out)
+{
+    SIM_ENTER(cuStreamGetAttribute);
+    return stream_attribute(hStream, 1, attr, value_out, NULL);
+}
+
+SIM_EXPORT CUresult
+cuStreamSetAttribute(CUstream hStream, CUstreamAttrID attr,
+                     const CUstreamAttrValue *value)
+{
+    SIM_ENTER(cuStreamSetAttribute);
+    return stream_attribute(hStream, 0, attr, NULL, value);
+}
+
+SIM_EXPORT CUresult
+cuStreamSetAttribute_ptsz(CUstream hStream, CUstreamAttrID attr,
+                          const CUstreamAttrValue *value)
+{
+    SIM_ENTER(cuStreamSetAttribute);
+    return stream_attribute(hStream, 1, attr, NULL, value);
+}
+
 static CUresult
 stream_attach(CUstream h, int ptds, CUdeviceptr dptr, size_t length,
               unsigned flags)
@@ -1554,12 +1723,23 @@ const sim_proc sim_procs_stream[] = {
     SIM_PROC(cuStreamAttachMemAsync, 6000, cuStreamAttachMemAsync),
     SIM_PROC_PTDS(cuStreamAttachMemAsync, 7000, ptsz,
                   cuStreamAttachMemAsync_ptsz),
+    SIM_PROC(cuStreamGetId, 12000, cuStreamGetId),
+    SIM_PROC_PTDS(cuStreamGetId, 12000, ptsz, cuStreamGetId_ptsz),
+    SIM_PROC(cuStreamGetAttribute, 11000, cuStreamGetAttribute),
+    SIM_PROC_PTDS(cuStreamGetAttribute, 11000, ptsz,
+                  cuStreamGetAttribute_ptsz),
+    SIM_PROC(cuStreamSetAttribute, 11000, cuStreamSetAttribute),
+    SIM_PROC_PTDS(cuStreamSetAttribute, 11000, ptsz,
+                  cuStreamSetAttribute_ptsz),
     SIM_PROC(cuCtxSynchronize, 2000, cuCtxSynchronize),
     SIM_PROC(cuCtxGetStreamPriorityRange, 5050, cuCtxGetStreamPriorityRange),
     SIM_PROC(cuEventCreate, 2000, cuEventCreate),
     SIM_PROC(cuEventDestroy, 4000, cuEventDestroy),
     SIM_PROC(cuEventRecord, 2000, cuEventRecord),
     SIM_PROC_PTDS(cuEventRecord, 7000, ptsz, cuEventRecord_ptsz),
+    SIM_PROC(cuEventRecordWithFlags, 11010, cuEventRecordWithFlags),
+    SIM_PROC_PTDS(cuEventRecordWithFlags, 11010, ptsz,
+                  cuEventRecordWithFlags_ptsz),
     SIM_PROC(cuEventSynchronize, 2000, cuEventSynchronize),
     SIM_PROC(cuEventQuery, 2000, cuEventQuery),
     SIM_PROC(cuEventElapsedTime, 2000, cuEventElapsedTime),
