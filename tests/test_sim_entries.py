@@ -507,3 +507,80 @@ def test_found_counted_and_faulted(run_py):
         show(calls["cuCtxGetId"]["calls"], calls["cuStreamGetId"]["calls"])
     """ % NEW_ENTRIES)
     assert out == ["True", "None 2", "999 999 999", "2 1"]
+
+
+# The importer of test_ipc_event_waits_for_the_exporters_record: opens the
+# handle given in argv, shows the event pending, queues a wait on it and
+# tells the exporter; then waits for the exporter's record to complete.
+IPC_IMPORTER = """
+import binascii
+handle = (ctypes.c_ubyte * 64).from_buffer_copy(binascii.unhexlify(sys.argv[1]))
+
+
+class Handle(ctypes.Structure):
+    _fields_ = [("reserved", ctypes.c_ubyte * 64)]
+
+
+ev = c_void_p()
+ok(lib.cuIpcOpenEventHandle(byref(ev), Handle(handle)), "open")
+s = c_void_p()
+ok(lib.cuStreamCreate(byref(s), 0), "stream")
+ok(lib.cuStreamWaitEvent(s, ev, 0), "wait")
+print(lib.cuEventQuery(ev), lib.cuStreamQuery(s), flush=True)
+sys.stdin.readline()  # the exporter's record may run from now on
+ok(lib.cuEventSynchronize(ev), "cuEventSynchronize")
+ok(lib.cuStreamSynchronize(s), "cuStreamSynchronize")
+print(lib.cuEventQuery(ev), lib.cuStreamQuery(s), flush=True)
+ok(lib.cuEventDestroy_v2(ev), "destroy")
+"""
+
+
+def test_ipc_event_waits_for_the_exporters_record(run_py):
+    out = run_entries(run_py, """
+        import binascii, subprocess, threading
+        from tests.test_sim_entries import IPC_IMPORTER
+        from tests.test_sim_faithful import PROLOGUE
+        INTERPROCESS, DISABLE_TIMING = 4, 2
+
+        class Handle(ctypes.Structure):
+            _fields_ = [("reserved", ctypes.c_ubyte * 64)]
+
+        ev, plain = c_void_p(), c_void_p()
+        ok(lib.cuEventCreate(byref(ev), INTERPROCESS | DISABLE_TIMING), "ev")
+        ok(lib.cuEventCreate(byref(plain), DISABLE_TIMING), "plain")
+        h = Handle()
+        show(lib.cuIpcGetEventHandle(byref(h), plain),
+             lib.cuIpcGetEventHandle(None, ev),
+             lib.cuIpcGetEventHandle(byref(h), c_void_p(0xdead)))
+        ok(lib.cuIpcGetEventHandle(byref(h), ev), "cuIpcGetEventHandle")
+        # The record cannot run before `go` is set.
+        go = threading.Event()
+        HOSTFN = ctypes.CFUNCTYPE(None, c_void_p)
+        hold = HOSTFN(lambda _: go.wait())
+        s = stream()
+        ok(lib.cuLaunchHostFunc(s, hold, None), "hold")
+        ok(lib.cuEventRecord(ev, s), "record")
+        child = subprocess.Popen(
+            [sys.executable, "-c", PROLOGUE + IPC_IMPORTER,
+             binascii.hexlify(bytes(h.reserved)).decode()],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        show("before", child.stdout.readline().strip())
+        go.set()
+        child.stdin.write("go\\n")
+        child.stdin.flush()
+        show("after", child.stdout.readline().strip())
+        show(child.wait(60))
+        ok(lib.cuStreamSynchronize(s), "sync")
+        # Destroyed by its exporter, the handle opens nothing.
+        ok(lib.cuEventDestroy_v2(ev), "destroy")
+        again, bad = c_void_p(), Handle()
+        show(lib.cuIpcOpenEventHandle(byref(again), h),
+             lib.cuIpcOpenEventHandle(byref(again), bad),
+             simulator.live()["events"])
+        ok(lib.cuEventDestroy_v2(plain), "destroy")
+    """, env={"PYTHONPATH": "."})
+    assert out == ["%d %d %d" % (INVALID_VALUE, INVALID_VALUE,
+                                 INVALID_HANDLE),
+                   "before %d %d" % (NOT_READY, NOT_READY),
+                   "after 0 0", "0",
+                   "%d %d 1" % (INVALID_HANDLE, INVALID_HANDLE)]

@@ -562,7 +562,7 @@ cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev)
 /* ---------------------------------------------------------------------------
  * Attributes: an H100 SXM, except where the simulator does less (no virtual
  * memory management, no memory pools, no stream memory operations, no
- * pageable access, no IPC events). The switch has no default, so -Wswitch
+ * pageable access). The switch has no default, so -Wswitch
  * fails the build when cuda.h grows an attribute. */
 int
 sim_device_attribute(const sim_device *d, CUdevice_attribute attrib, int *out)
@@ -750,7 +750,7 @@ sim_device_attribute(const sim_device *d, CUdevice_attribute attrib, int *out)
     case CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS: v = 0; break;
     case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR: v = 0; break;
     case CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED: v = 0; break;
-    case CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED: v = 0; break;
+    case CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED: v = 1; break;
     case CU_DEVICE_ATTRIBUTE_MEM_SYNC_DOMAIN_COUNT: v = 4; break;
     case CU_DEVICE_ATTRIBUTE_TENSOR_MAP_ACCESS_SUPPORTED: v = 1; break;
     case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED: v = 0; break;

@@ -52,6 +52,10 @@ void sim__noop_run(sim_op *op);
 void sim__event_op_done(sim_op *op);
 /* The work an event captured, unfinished: dep->uid 0 when none. */
 CUresult sim__event_pending(CUevent ev, sim_dep *dep, const sim_vclock **vc);
+/* For an interprocess event with records not yet run (here or in another
+ * process): an op that waits for them, for the waiting stream to queue;
+ * *out NULL when there is nothing to wait for. Validate ev first. */
+CUresult sim__event_ipc_wait(CUevent ev, sim_op **out);
 void sim__events_release_ctx(CUcontext ctx);
 CUresult cuEventRecord_ptsz(CUevent hEvent, CUstream hStream);
 CUresult cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream,

@@ -1138,7 +1138,7 @@ stream_wait_event(CUstream h, int ptds, CUevent ev, unsigned flags)
     CUstream s;
     CUcontext ctx;
     CUresult r;
-    sim_op *op;
+    sim_op *op, *ipc_wait = NULL;
     sim_dep dep;
     const sim_vclock *vc;
 
@@ -1156,6 +1156,8 @@ stream_wait_event(CUstream h, int ptds, CUevent ev, unsigned flags)
         return r;
     }
     r = sim__event_pending(ev, &dep, &vc);
+    if (r == CUDA_SUCCESS)
+        r = sim__event_ipc_wait(ev, &ipc_wait);
     /* Work captured by the event is already done (or there is none): the
      * stream has nothing to wait for. */
     if (r == CUDA_SUCCESS && dep.uid != 0) {
@@ -1163,9 +1165,17 @@ stream_wait_event(CUstream h, int ptds, CUevent ev, unsigned flags)
         if (r == CUDA_SUCCESS)
             op = NULL;
     }
+    /* Records of an interprocess event made in any process. */
+    if (r == CUDA_SUCCESS && ipc_wait != NULL) {
+        r = sim__enqueue(s, ipc_wait, NULL, NULL, 1);
+        if (r == CUDA_SUCCESS)
+            ipc_wait = NULL;
+    }
     sim_unlock();
     if (op != NULL)
         op_free(op);
+    if (ipc_wait != NULL)
+        op_free(ipc_wait);
     return r;
 }
 
@@ -1741,6 +1751,8 @@ const sim_proc sim_procs_stream[] = {
     SIM_PROC_PTDS(cuEventRecordWithFlags, 11010, ptsz,
                   cuEventRecordWithFlags_ptsz),
     SIM_PROC(cuEventSynchronize, 2000, cuEventSynchronize),
+    SIM_PROC(cuIpcGetEventHandle, 4010, cuIpcGetEventHandle),
+    SIM_PROC(cuIpcOpenEventHandle, 4010, cuIpcOpenEventHandle),
     SIM_PROC(cuEventQuery, 2000, cuEventQuery),
     SIM_PROC(cuEventElapsedTime, 2000, cuEventElapsedTime),
     SIM_PROC(cuEventElapsedTime, 12080, cuEventElapsedTime),
