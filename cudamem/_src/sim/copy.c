@@ -261,6 +261,7 @@ do_copy(sim_entry id, const side *dst, const side *src, size_t w, size_t h,
     c->op.run = copy_run;
     c->op.free = copy_free;
     c->op.entry = id;
+    c->op.pageable = pageable_src || dref.alloc == NULL;
     c->op.ranges[0] = (sim_range){daddr, dspan, 1, did};
     c->op.nranges = 1;
     if ((pageable_src || async == COPY_SRC_AT_CALL) && mode != SIM_BLOCK) {

@@ -22,6 +22,7 @@ struct CUevent_st {
     int destroyed; /* handle given back */
     sim_dep rec;   /* the last record op; uid 0: never recorded */
     int stamped;   /* t_ns belongs to `rec` */
+    uint64_t capture_id; /* last recorded into this capture, 0: not */
     uint64_t t_ns;
     sim_vclock vc; /* what the recorded work follows */
     struct CUevent_st *prev, *next;
@@ -295,71 +296,125 @@ cuEventDestroy(CUevent hEvent)
     return CUDA_SUCCESS;
 }
 
-static CUresult
-event_record(CUevent ev, CUstream h, int ptds)
+void
+sim__event_ref(CUevent ev)
 {
-    record_op *op;
-    CUcontext ctx;
-    CUstream s;
+    ev->refs++;
+}
+
+void
+sim__event_unref(CUevent ev)
+{
+    event_unref(ev);
+}
+
+/* Lock held; ev and s checked. Queues the record of ev on s. */
+CUresult
+sim__event_record_on(CUevent ev, CUstream s, const sim_dep *after)
+{
+    record_op *op = calloc(1, sizeof *op);
     CUresult r;
 
-    r = sim__current_ctx(&ctx);
-    if (r != CUDA_SUCCESS)
-        return r;
-    op = calloc(1, sizeof *op);
     if (op == NULL)
         return CUDA_ERROR_OUT_OF_MEMORY;
     op->op.run = record_run;
     op->op.entry = SIM_cuEventRecord;
-    sim_lock();
-    if (!sim__handle_live(ev, SIM_MAGIC_EVENT)) {
-        r = CUDA_ERROR_INVALID_HANDLE;
-        goto fail;
-    }
-    r = sim__stream_resolve(h, ptds, ctx,
-                            SIM_RESOLVE_CREATE | SIM_RESOLVE_SAME_CTX, &s);
-    if (r != CUDA_SUCCESS)
-        goto fail;
-    /* cuEventRecord: event and stream must share a context. */
-    if (sim__stream_ctx(s) != ev->ctx) {
-        r = CUDA_ERROR_INVALID_HANDLE;
-        goto fail;
-    }
     op->ev = ev;
-    r = sim__enqueue(s, &op->op, NULL, NULL, 0);
-    if (r != CUDA_SUCCESS)
-        goto fail;
+    r = sim__enqueue(s, &op->op, after, NULL, 0);
+    if (r != CUDA_SUCCESS) {
+        free(op->op.sched);
+        free(op);
+        return r;
+    }
     if (ev->ipc != NULL)
         op->ticket = __atomic_add_fetch(&ev->ipc->taken, 1, __ATOMIC_ACQ_REL);
     ev->refs++;
     ev->rec.uid = sim__stream_uid(s);
     ev->rec.seq = op->op.seq;
     ev->stamped = 0;
+    ev->capture_id = 0;
     sim__vc_copy(&ev->vc, sim__stream_vc(s));
-    sim_unlock();
     return CUDA_SUCCESS;
-fail:
+}
+
+/* In a capture, a record is not queued: the event stands for the work
+ * captured so far (CU_EVENT_RECORD_EXTERNAL makes it a graph node). */
+static CUresult
+record_captured(CUevent ev, sim_capture *c, unsigned flags)
+{
+    if (flags & CU_EVENT_RECORD_EXTERNAL)
+        return sim__capture_event_node(c, ev);
+    if (sim__capture_status(c) == CU_STREAM_CAPTURE_STATUS_INVALIDATED)
+        return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    ev->capture_id = sim__capture_id(c);
+    ev->rec.uid = 0;
+    ev->rec.seq = 0;
+    return CUDA_SUCCESS;
+}
+
+static CUresult
+event_record(CUevent ev, CUstream h, int ptds, unsigned flags)
+{
+    CUcontext ctx;
+    CUstream s;
+    CUresult r;
+
+    if (flags & ~(unsigned)CU_EVENT_RECORD_EXTERNAL)
+        return CUDA_ERROR_INVALID_VALUE;
+    r = sim__current_ctx(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    sim_lock();
+    if (!sim__handle_live(ev, SIM_MAGIC_EVENT)) {
+        r = CUDA_ERROR_INVALID_HANDLE;
+        goto done;
+    }
+    r = sim__stream_resolve(h, ptds, ctx,
+                            SIM_RESOLVE_CREATE | SIM_RESOLVE_SAME_CTX, &s);
+    if (r != CUDA_SUCCESS)
+        goto done;
+    /* cuEventRecord: event and stream must share a context. */
+    if (sim__stream_ctx(s) != ev->ctx) {
+        r = CUDA_ERROR_INVALID_HANDLE;
+        goto done;
+    }
+    if (sim__stream_capture(s) != NULL)
+        r = record_captured(ev, sim__stream_capture(s), flags);
+    /* EXTERNAL "is invalid outside of stream capture" (cuda.h). */
+    else if (flags & CU_EVENT_RECORD_EXTERNAL)
+        r = CUDA_ERROR_INVALID_VALUE;
+    else
+        r = sim__event_record_on(ev, s, NULL);
+done:
     sim_unlock();
-    free(op->op.sched);
-    free(op);
     return r;
 }
 
-/* CU_EVENT_RECORD_EXTERNAL is for stream capture only (cuda.h), which the
- * simulator does not do: outside capture it is invalid. */
-static CUresult
-event_record_flags(CUevent ev, CUstream h, int ptds, unsigned flags)
+CUresult
+sim__event_capture_wait(CUevent ev, sim_capture *c)
 {
-    if (flags != CU_EVENT_RECORD_DEFAULT)
-        return CUDA_ERROR_INVALID_VALUE;
-    return event_record(ev, h, ptds);
+    if (c == NULL)
+        return ev->capture_id != 0 ? CUDA_ERROR_CAPTURED_EVENT
+                                   : CUDA_SUCCESS;
+    if (ev->capture_id == sim__capture_id(c))
+        return CUDA_SUCCESS;
+    if (ev->capture_id != 0) {
+        sim__capture_invalidate(c);
+        return CUDA_ERROR_STREAM_CAPTURE_MERGE;
+    }
+    /* Work outside the capture: only in-stream order crosses into it. */
+    if (ev->rec.uid != 0) {
+        sim__capture_invalidate(c);
+        return CUDA_ERROR_STREAM_CAPTURE_ISOLATION;
+    }
+    return CUDA_SUCCESS;
 }
 
 SIM_EXPORT CUresult
 cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
     SIM_ENTER(cuEventRecordWithFlags);
-    return event_record_flags(hEvent, hStream, 0, flags);
+    return event_record(hEvent, hStream, 0, flags);
 }
 
 SIM_EXPORT CUresult
@@ -367,21 +422,21 @@ cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream,
                             unsigned int flags)
 {
     SIM_ENTER(cuEventRecordWithFlags);
-    return event_record_flags(hEvent, hStream, 1, flags);
+    return event_record(hEvent, hStream, 1, flags);
 }
 
 SIM_EXPORT CUresult
 cuEventRecord(CUevent hEvent, CUstream hStream)
 {
     SIM_ENTER(cuEventRecord);
-    return event_record(hEvent, hStream, 0);
+    return event_record(hEvent, hStream, 0, CU_EVENT_RECORD_DEFAULT);
 }
 
 SIM_EXPORT CUresult
 cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
 {
     SIM_ENTER(cuEventRecord);
-    return event_record(hEvent, hStream, 1);
+    return event_record(hEvent, hStream, 1, CU_EVENT_RECORD_DEFAULT);
 }
 
 SIM_EXPORT CUresult
@@ -393,6 +448,8 @@ cuEventQuery(CUevent hEvent)
     sim_lock();
     if (!sim__handle_live(hEvent, SIM_MAGIC_EVENT))
         r = CUDA_ERROR_INVALID_HANDLE;
+    else if (hEvent->capture_id != 0)
+        r = CUDA_ERROR_CAPTURED_EVENT;
     else
         r = event_done(hEvent) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
     sim_unlock();
@@ -409,6 +466,10 @@ cuEventSynchronize(CUevent hEvent)
     if (!sim__handle_live(hEvent, SIM_MAGIC_EVENT)) {
         sim_unlock();
         return CUDA_ERROR_INVALID_HANDLE;
+    }
+    if (hEvent->capture_id != 0) {
+        sim_unlock();
+        return CUDA_ERROR_CAPTURED_EVENT;
     }
     /* What it captured now; a later record does not move the target. */
     rec = hEvent->rec;
@@ -446,6 +507,8 @@ cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)
         hEnd->rec.uid == 0 || (hStart->flags & CU_EVENT_DISABLE_TIMING) ||
         (hEnd->flags & CU_EVENT_DISABLE_TIMING))
         r = CUDA_ERROR_INVALID_HANDLE;
+    else if (hStart->capture_id != 0 || hEnd->capture_id != 0)
+        r = CUDA_ERROR_CAPTURED_EVENT;
     else if (!event_done(hStart) || !event_done(hEnd))
         r = CUDA_ERROR_NOT_READY;
     else

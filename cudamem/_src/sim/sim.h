@@ -187,7 +187,15 @@
     X(cuDeviceSetMemPool)                                                      \
     X(cuMemGetDefaultMemPool)                                                  \
     X(cuMemGetMemPool)                                                         \
-    X(cuMemSetMemPool)
+    X(cuMemSetMemPool)                                                         \
+    X(cuStreamBeginCapture)                                                    \
+    X(cuStreamEndCapture)                                                      \
+    X(cuStreamIsCapturing)                                                     \
+    X(cuGraphCreate)                                                           \
+    X(cuGraphDestroy)                                                          \
+    X(cuGraphInstantiate)                                                      \
+    X(cuGraphExecDestroy)                                                      \
+    X(cuGraphLaunch)
 
 typedef enum sim_entry {
 #define SIM_ENTRY_ENUM(name) SIM_##name,
@@ -266,10 +274,10 @@ typedef struct sim_proc {
 
 extern const sim_proc sim_procs_entry[], sim_procs_device[],
     sim_procs_memory[], sim_procs_copy[], sim_procs_stream[], sim_procs_ipc[],
-    sim_procs_kernel[], sim_procs_mempool[];
+    sim_procs_kernel[], sim_procs_mempool[], sim_procs_graph[];
 extern const size_t sim_nprocs_entry, sim_nprocs_device, sim_nprocs_memory,
     sim_nprocs_copy, sim_nprocs_stream, sim_nprocs_ipc, sim_nprocs_kernel,
-    sim_nprocs_mempool;
+    sim_nprocs_mempool, sim_nprocs_graph;
 
 /* ---------------------------------------------------------------------------
  * Devices and contexts (device.c). */
@@ -432,6 +440,7 @@ struct sim_op {
     sim_range ranges[SIM_OP_RANGES]; /* memory touched, for hazards */
     int nranges;
     sim_entry entry; /* for hazard reports */
+    int pageable;    /* stages pageable memory at the call: not capturable */
     /* Owned by stream.c. */
     sim_op *next;
     struct CUstream_st *stream;

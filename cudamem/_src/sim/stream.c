@@ -37,6 +37,7 @@ struct CUstream_st {
     CUaccessPolicyWindow window;
     CUlaunchMemSyncDomain domain;
     CUlaunchMemSyncDomainMap domain_map;
+    sim_capture *capture; /* between cuStreamBeginCapture and End */
 };
 
 /* Scheduling state of a queued op (sim_op.sched); NULL when it has none. */
@@ -229,6 +230,8 @@ done:
 static void
 stream_free(CUstream s)
 {
+    if (s->capture != NULL)
+        sim__capture_drop(s->capture);
     stream_unlink(s);
     slot_remove(s->uid);
     sim__vc_free(&s->vc);
@@ -259,8 +262,8 @@ stream_busy(CUstream s)
 /* ------------------------------------------------------------------------
  * Workers. */
 
-static void
-op_free(sim_op *op)
+void
+sim__op_free(sim_op *op)
 {
     free(op->sched);
     op->sched = NULL;
@@ -541,7 +544,7 @@ worker_main(void *arg)
         sim__event_op_done(op);
         pthread_cond_broadcast(&sim.progress);
         sim_unlock();
-        op_free(op);
+        sim__op_free(op);
         sim_lock();
     }
     worker_exit(s);
@@ -719,8 +722,15 @@ sim__enqueue(CUstream s, sim_op *op, const sim_dep *extra,
     sched *sc = NULL;
 
     /* The legacy stream's implicit synchronization with blocking
-     * streams, both ways; non-blocking streams take no part in it. */
+     * streams, both ways; non-blocking streams take no part in it. A
+     * capturing stream cannot take part: the capture is invalidated. */
     if (s->kind == KIND_LEGACY) {
+        sim_capture *c = sim__ctx_blocking_capture(s->ctx);
+
+        if (c != NULL) {
+            sim__capture_invalidate(c);
+            return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+        }
         for (b = s->ctx->streams; b != NULL; b = b->next) {
             if (!stream_blocking(b) || !stream_busy(b))
                 continue;
@@ -782,6 +792,36 @@ done:
     return r;
 }
 
+uint64_t
+sim__stream_submitted(CUstream s)
+{
+    return s->submitted;
+}
+
+sim_capture *
+sim__stream_capture(CUstream s)
+{
+    return s->capture;
+}
+
+void
+sim__stream_set_capture(CUstream s, sim_capture *c)
+{
+    s->capture = c;
+}
+
+sim_capture *
+sim__ctx_blocking_capture(CUcontext ctx)
+{
+    CUstream b;
+
+    for (b = ctx->streams; b != NULL; b = b->next) {
+        if (b->capture != NULL && stream_blocking(b))
+            return b->capture;
+    }
+    return NULL;
+}
+
 const sim_vclock *
 sim__stream_vc(CUstream s)
 {
@@ -811,17 +851,32 @@ sim_stream_submit(CUstream hStream, int ptds, sim_op *op, sim_sync mode)
     op->sched = NULL;
     r = sim__current_ctx(&ctx);
     if (r != CUDA_SUCCESS) {
-        op_free(op);
+        sim__op_free(op);
         return r;
     }
     sim_lock();
     r = sim__stream_resolve(hStream, ptds, ctx,
                             SIM_RESOLVE_CREATE | SIM_RESOLVE_SAME_CTX, &s);
+    if (r == CUDA_SUCCESS && s->capture != NULL) {
+        /* Captured, not run. A synchronous call cannot be captured: it
+         * would wait for work that does not run (cuda.h). */
+        if (mode != SIM_ASYNC) {
+            sim__capture_invalidate(s->capture);
+            r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+        }
+        else {
+            r = sim__capture_add(s->capture, op);
+        }
+        sim_unlock();
+        if (r != CUDA_SUCCESS)
+            sim__op_free(op);
+        return r;
+    }
     if (r == CUDA_SUCCESS)
         r = sim__enqueue(s, op, NULL, NULL, 0);
     if (r != CUDA_SUCCESS) {
         sim_unlock();
-        op_free(op);
+        sim__op_free(op);
         return r;
     }
     if (mode == SIM_BLOCK) {
@@ -1046,6 +1101,28 @@ cuStreamDestroy(CUstream hStream)
     return CUDA_SUCCESS;
 }
 
+/* Lock held. Waiting for (or asking about) a capturing stream is not
+ * permitted and invalidates its capture; so is the legacy stream's
+ * implicit wait for a capturing blocking stream. */
+static CUresult
+capture_wait_check(CUstream h, int ptds, CUstream s, CUcontext ctx)
+{
+    sim_capture *c = NULL;
+    CUresult r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+
+    if (s != NULL && s->capture != NULL) {
+        c = s->capture;
+    }
+    else if (h == CU_STREAM_LEGACY || (h == NULL && !ptds)) {
+        c = sim__ctx_blocking_capture(ctx);
+        r = CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+    }
+    if (c == NULL)
+        return CUDA_SUCCESS;
+    sim__capture_invalidate(c);
+    return r;
+}
+
 static CUresult
 stream_synchronize(CUstream h, int ptds)
 {
@@ -1058,9 +1135,10 @@ stream_synchronize(CUstream h, int ptds)
     r = lock_stream(h, ptds, 0, &s, &ctx);
     if (r != CUDA_SUCCESS)
         return r;
-    if (s == NULL) {
+    r = capture_wait_check(h, ptds, s, ctx);
+    if (r != CUDA_SUCCESS || s == NULL) {
         sim_unlock();
-        return CUDA_SUCCESS;
+        return r;
     }
     if (stream_targets(s, &deps, &n) < 0) {
         r = CUDA_ERROR_OUT_OF_MEMORY;
@@ -1103,9 +1181,10 @@ stream_query(CUstream h, int ptds)
     r = lock_stream(h, ptds, 0, &s, &ctx);
     if (r != CUDA_SUCCESS)
         return r;
-    if (s == NULL) {
+    r = capture_wait_check(h, ptds, s, ctx);
+    if (r != CUDA_SUCCESS || s == NULL) {
         sim_unlock();
-        return CUDA_SUCCESS;
+        return r;
     }
     if (stream_targets(s, &deps, &n) < 0)
         r = CUDA_ERROR_OUT_OF_MEMORY;
@@ -1157,6 +1236,14 @@ stream_wait_event(CUstream h, int ptds, CUevent ev, unsigned flags)
     }
     r = sim__event_pending(ev, &dep, &vc);
     if (r == CUDA_SUCCESS)
+        r = sim__event_capture_wait(ev, s->capture);
+    if (r == CUDA_SUCCESS && s->capture != NULL) {
+        /* Ordered already: one capture holds one stream's work. */
+        sim_unlock();
+        sim__op_free(op);
+        return CUDA_SUCCESS;
+    }
+    if (r == CUDA_SUCCESS)
         r = sim__event_ipc_wait(ev, &ipc_wait);
     /* Work captured by the event is already done (or there is none): the
      * stream has nothing to wait for. */
@@ -1173,9 +1260,9 @@ stream_wait_event(CUstream h, int ptds, CUevent ev, unsigned flags)
     }
     sim_unlock();
     if (op != NULL)
-        op_free(op);
+        sim__op_free(op);
     if (ipc_wait != NULL)
-        op_free(ipc_wait);
+        sim__op_free(ipc_wait);
     return r;
 }
 
@@ -1551,10 +1638,22 @@ SIM_EXPORT CUresult
 cuCtxSynchronize(void)
 {
     CUcontext ctx;
+    CUstream s;
     CUresult r;
 
     SIM_ENTER(cuCtxSynchronize);
     r = sim__current_ctx(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    /* Not while any of its streams captures; the captures end invalid. */
+    sim_lock();
+    for (s = ctx->streams; s != NULL; s = s->next) {
+        if (s->capture != NULL) {
+            sim__capture_invalidate(s->capture);
+            r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+        }
+    }
+    sim_unlock();
     if (r != CUDA_SUCCESS)
         return r;
     r = sim_ctx_drain(ctx);
