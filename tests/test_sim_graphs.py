@@ -218,7 +218,9 @@ def test_events_in_capture(run_py):
         # A record in capture stands for captured work: the event cannot
         # be asked about, and waiting for it in the capture is in order.
         ok(lib.cuEventRecord(inside, s), "record inside")
+        ms = ctypes.c_float()
         show(lib.cuEventQuery(inside), lib.cuEventSynchronize(inside),
+             lib.cuEventElapsedTime_v2(byref(ms), outside, inside),
              lib.cuStreamWaitEvent(s, inside, 0))
         # Forking another stream into the capture is not modelled.
         other = stream()
@@ -243,7 +245,7 @@ def test_events_in_capture(run_py):
             ok(lib.cuEventDestroy_v2(ev), "destroy")
         ok(lib.cuMemFree_v2(d), "free")
     """)
-    assert out == ["%d %d 0" % (CAPTURED_EVENT, CAPTURED_EVENT),
+    assert out == ["%d %d %d 0" % ((CAPTURED_EVENT,) * 3),
                    str(CAPTURED_EVENT), "0", str(600), "0",
                    "%d %d" % (CAPTURE_ISOLATION, CAPTURE_INVALIDATED)]
 

@@ -503,12 +503,14 @@ cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)
         return CUDA_ERROR_INVALID_VALUE;
     sim_lock();
     if (!sim__handle_live(hStart, SIM_MAGIC_EVENT) ||
-        !sim__handle_live(hEnd, SIM_MAGIC_EVENT) || hStart->rec.uid == 0 ||
-        hEnd->rec.uid == 0 || (hStart->flags & CU_EVENT_DISABLE_TIMING) ||
-        (hEnd->flags & CU_EVENT_DISABLE_TIMING))
+        !sim__handle_live(hEnd, SIM_MAGIC_EVENT))
         r = CUDA_ERROR_INVALID_HANDLE;
     else if (hStart->capture_id != 0 || hEnd->capture_id != 0)
         r = CUDA_ERROR_CAPTURED_EVENT;
+    else if (hStart->rec.uid == 0 || hEnd->rec.uid == 0 ||
+             (hStart->flags & CU_EVENT_DISABLE_TIMING) ||
+             (hEnd->flags & CU_EVENT_DISABLE_TIMING))
+        r = CUDA_ERROR_INVALID_HANDLE;
     else if (!event_done(hStart) || !event_done(hEnd))
         r = CUDA_ERROR_NOT_READY;
     else
