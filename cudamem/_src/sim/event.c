@@ -534,13 +534,29 @@ ipc_map(int fd)
     return p == MAP_FAILED ? NULL : p;
 }
 
+/* The names of events still exported go with the process. */
+static void
+ipc_unlink_at_exit(void)
+{
+    CUevent ev;
+
+    for (ev = events; ev != NULL; ev = ev->next) {
+        if (ev->ipc_owner)
+            shm_unlink(ev->ipc_name);
+    }
+}
+
 /* Lock held. Gives ev its shared state, as of its local record. */
 static CUresult
 ipc_export(CUevent ev)
 {
     static unsigned long long next_export;
+    static int at_exit;
     ipc_state *st;
     int fd;
+
+    if (!at_exit && atexit(ipc_unlink_at_exit) == 0)
+        at_exit = 1;
 
     snprintf(ev->ipc_name, sizeof(ev->ipc_name), "/cusim-ev.%ld.%llu",
              (long)getpid(), ++next_export);
