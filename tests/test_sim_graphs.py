@@ -156,6 +156,11 @@ def test_what_capture_refuses(run_py):
         cb = CB(lambda *a: None)
         ok(lib.cuStreamBeginCapture_v2(s, GLOBAL), "begin")
         show(lib.cuStreamAddCallback(s, cb, None, 0), end(s)[0])
+        # Memory nodes are not modelled; the allocation is not made.
+        p = c_uint64()
+        ok(lib.cuStreamBeginCapture_v2(s, GLOBAL), "begin")
+        show(lib.cuMemAllocAsync(byref(p), c_size_t(N), s), end(s)[0],
+             simulator.live()["device_allocations"])
         # A non-blocking stream does not sync with the legacy stream.
         nb = stream(1)
         ok(lib.cuStreamBeginCapture_v2(nb, GLOBAL), "begin")
@@ -198,6 +203,7 @@ def test_what_capture_refuses(run_py):
         "%d %d" % (CAPTURE_UNSUPPORTED, CAPTURE_UNSUPPORTED),
         str(CAPTURE_INVALIDATED),
         "%d %d" % (CAPTURE_UNSUPPORTED, CAPTURE_INVALIDATED),
+        "%d %d 1" % (CAPTURE_UNSUPPORTED, CAPTURE_INVALIDATED),
         "0 0 %d" % ILLEGAL_STATE,
         str(WRONG_THREAD), "0",
         "1"]

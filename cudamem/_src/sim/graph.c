@@ -142,8 +142,20 @@ sim__capture_add(sim_capture *c, sim_op *op)
     if (c->invalidated)
         return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
     /* cuStreamAddCallback cannot be captured (cuLaunchHostFunc can), nor
-     * can a copy that stages pageable memory at the call. */
-    if (op->entry == SIM_cuStreamAddCallback || op->pageable) {
+     * can a copy that stages pageable memory at the call. Memory nodes
+     * (stream-ordered allocations in a graph) are not modelled. */
+    switch (op->entry) {
+    case SIM_cuStreamAddCallback:
+    case SIM_cuMemAllocAsync:
+    case SIM_cuMemAllocFromPoolAsync:
+    case SIM_cuMemFreeAsync:
+    case SIM_cuStreamAttachMemAsync:
+        c->invalidated = 1;
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    default:
+        break;
+    }
+    if (op->pageable) {
         c->invalidated = 1;
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     }
