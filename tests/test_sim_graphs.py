@@ -123,6 +123,36 @@ def test_launches_are_ordered_on_the_launch_stream(run_py):
     assert out == ["{5}"]
 
 
+def test_launches_of_one_graph_follow_each_other(run_py):
+    out = run_graphs(run_py, """
+        N = 4096
+        out = pinned(N)
+        d = c_uint64(dalloc(N))
+        ctypes.memset(out, 0, N)
+        s1, s2 = stream(), stream()
+        ok(lib.cuStreamBeginCapture_v2(s1, GLOBAL), "begin")
+        ok(lib.cuMemsetD8Async(d, 4, c_size_t(N), s1), "memset")
+        ok(lib.cuMemcpyDtoHAsync_v2(out, d, c_size_t(N), s1), "d2h")
+        rc, g = end(s1)
+        e = instantiate(g)
+        # "Each launch is ordered behind ... any previous launches of
+        # hGraphExec": two streams, no event, and no race between them.
+        simulator.set_hazards(True)
+        simulator.set_delay_us(20000)
+        ok(lib.cuGraphLaunch(e, s1), "launch 1")
+        ok(lib.cuGraphLaunch(e, s2), "launch 2")
+        ok(lib.cuStreamSynchronize(s2), "sync")
+        show(lib.cuStreamQuery(s1), simulator.hazard_count(),
+             set(ctypes.string_at(out, N)))
+        simulator.set_delay_us(0)
+        ok(lib.cuGraphExecDestroy(e), "exec")
+        ok(lib.cuGraphDestroy(g), "graph")
+        ok(lib.cuMemFree_v2(d), "free")
+        ok(lib.cuMemFreeHost(out), "free")
+    """)
+    assert out == ["0 0 {4}"]
+
+
 def test_what_capture_refuses(run_py):
     out = run_graphs(run_py, """
         N = 64

@@ -310,7 +310,8 @@ sim__event_unref(CUevent ev)
 
 /* Lock held; ev and s checked. Queues the record of ev on s. */
 CUresult
-sim__event_record_on(CUevent ev, CUstream s, const sim_dep *after)
+sim__event_record_on(CUevent ev, CUstream s, const sim_dep *after,
+                     const sim_vclock *after_vc)
 {
     record_op *op = calloc(1, sizeof *op);
     CUresult r;
@@ -320,7 +321,7 @@ sim__event_record_on(CUevent ev, CUstream s, const sim_dep *after)
     op->op.run = record_run;
     op->op.entry = SIM_cuEventRecord;
     op->ev = ev;
-    r = sim__enqueue(s, &op->op, after, NULL, 0);
+    r = sim__enqueue(s, &op->op, after, after_vc, 0);
     if (r != CUDA_SUCCESS) {
         free(op->op.sched);
         free(op);
@@ -384,7 +385,7 @@ event_record(CUevent ev, CUstream h, int ptds, unsigned flags)
     else if (flags & CU_EVENT_RECORD_EXTERNAL)
         r = CUDA_ERROR_INVALID_VALUE;
     else
-        r = sim__event_record_on(ev, s, NULL);
+        r = sim__event_record_on(ev, s, NULL, NULL);
 done:
     sim_unlock();
     return r;

@@ -47,7 +47,8 @@ struct CUgraphExec_st {
     uint32_t magic;
     body *b;
     CUcontext ctx;
-    sim_dep last; /* the last op of the latest launch */
+    sim_dep last;  /* the last op of the latest launch */
+    sim_vclock vc; /* what that op follows, for the hazard checker */
 };
 
 /* One node of a launch: runs the captured op as if it were queued. */
@@ -446,6 +447,7 @@ cuGraphExecDestroy(CUgraphExec hGraphExec)
     sim__handle_remove(hGraphExec);
     hGraphExec->magic = 0;
     body_unref(hGraphExec->b);
+    sim__vc_free(&hGraphExec->vc);
     free(hGraphExec);
     sim_unlock();
     return CUDA_SUCCESS;
@@ -510,7 +512,7 @@ graph_launch(CUgraphExec e, CUstream h, int ptds)
         node_op *w;
 
         if (nd->kind == NODE_EVENT) {
-            r = sim__event_record_on(nd->ev, s, after);
+            r = sim__event_record_on(nd->ev, s, after, after ? &e->vc : NULL);
             first = 0;
             continue;
         }
@@ -526,7 +528,7 @@ graph_launch(CUgraphExec e, CUstream h, int ptds)
         w->op.nranges = nd->op->nranges;
         w->inner = nd->op;
         w->b = e->b;
-        r = sim__enqueue(s, &w->op, after, NULL, 0);
+        r = sim__enqueue(s, &w->op, after, after ? &e->vc : NULL, 0);
         if (r != CUDA_SUCCESS) {
             free(w->op.sched);
             free(w);
@@ -538,6 +540,7 @@ graph_launch(CUgraphExec e, CUstream h, int ptds)
     if (!first) {
         e->last.uid = sim__stream_uid(s);
         e->last.seq = sim__stream_submitted(s);
+        sim__vc_copy(&e->vc, sim__stream_vc(s));
     }
 done:
     sim_unlock();

@@ -77,9 +77,10 @@ CUresult cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream,
 CUresult sim__event_capture_wait(CUevent ev, sim_capture *c);
 void sim__event_ref(CUevent ev);
 void sim__event_unref(CUevent ev);
-/* Records ev on s after `after` (may be NULL), as cuEventRecord would:
- * a graph's event record node. */
-CUresult sim__event_record_on(CUevent ev, CUstream s, const sim_dep *after);
+/* Records ev on s after `after` and what after_vc says it follows (both
+ * may be NULL), as cuEventRecord would: a graph's event record node. */
+CUresult sim__event_record_on(CUevent ev, CUstream s, const sim_dep *after,
+                              const sim_vclock *after_vc);
 
 /* graph.c */
 /* Takes op into the capture, or fails (op not taken): the capture is
