@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SIM_MAX_PITCH ((size_t)2147483647)
 
 /* One side of a copy, in the terms of CUDA_MEMCPY3D_PEER. */
 typedef struct side {
@@ -200,12 +199,20 @@ copy_mode(const sim_alloc *dst, const sim_alloc *src, int async)
 {
     if (async)
         return dst ? SIM_ASYNC : SIM_BLOCK;
+    /* cuPointerSetAttribute(SYNC_MEMOPS): always fully synchronous. */
+    if ((dst && dst->sync_memops) || (src && src->sync_memops))
+        return SIM_BLOCK;
     if (!device_side(dst))
         return SIM_BLOCK;
     if (src && !(src->kind == SIM_MEM_DEVICE || src->kind == SIM_MEM_IPC))
         return SIM_BLOCK;
     return SIM_RETURN_EARLY;
 }
+
+/* do_copy's `async`: 0 a synchronous call, 1 an *Async call, or
+ * COPY_SRC_AT_CALL an async copy whose source is read before the call
+ * returns (cuMemcpyBatchAsync's SRC_ACCESS_ORDER_DURING_API_CALL). */
+#define COPY_SRC_AT_CALL 2
 
 static CUresult
 do_copy(sim_entry id, const side *dst, const side *src, size_t w, size_t h,
@@ -254,9 +261,10 @@ do_copy(sim_entry id, const side *dst, const side *src, size_t w, size_t h,
     c->op.run = copy_run;
     c->op.free = copy_free;
     c->op.entry = id;
+    c->op.pageable = pageable_src || dref.alloc == NULL;
     c->op.ranges[0] = (sim_range){daddr, dspan, 1, did};
     c->op.nranges = 1;
-    if (pageable_src && mode != SIM_BLOCK) {
+    if ((pageable_src || async == COPY_SRC_AT_CALL) && mode != SIM_BLOCK) {
         /* The driver copies pageable memory to staging at call time. */
         c->snapshot = malloc(w * h * d);
         if (!c->snapshot) {
@@ -466,9 +474,10 @@ do_set(sim_entry id, CUdeviceptr dst, size_t pitch, unsigned value,
     }
     /* The synchronous forms are fully synchronous when the target is
      * pinned host memory or unified memory, asynchronous otherwise. */
-    sim_sync mode = async                        ? SIM_ASYNC
-                    : device_kind_only(ref.alloc) ? SIM_RETURN_EARLY
-                                                  : SIM_BLOCK;
+    sim_sync mode = async ? SIM_ASYNC
+                    : device_kind_only(ref.alloc) && !ref.alloc->sync_memops
+                        ? SIM_RETURN_EARLY
+                        : SIM_BLOCK;
     unsigned long long buffer_id = buffer_of(&ref);
     sim_unlock();
     s->id = id;
@@ -980,6 +989,85 @@ cuMemsetD2D32Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch,
                   Height, hStream, 1, 1);
 }
 
+/* ---------------------------------------------------------------------------
+ * cuMemcpyBatchAsync (the CUDA 13 ABI). Every copy is checked before any is
+ * queued; each is then queued in order on the stream, which the batch's
+ * "no order within a batch" allows. */
+
+static CUresult
+batch_copy(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count,
+           CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs,
+           CUstream hStream, int ptds)
+{
+    side ds, ss;
+    sim_ref ref;
+    uintptr_t start;
+    size_t i, k, span;
+    CUresult r = CUDA_SUCCESS;
+
+    if (!dsts || !srcs || !sizes || count == 0 || !attrs || !attrsIdxs ||
+        numAttrs == 0 || numAttrs > count || attrsIdxs[0] != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    /* "Must not be legacy NULL stream." */
+    if (hStream == CU_STREAM_LEGACY || (hStream == NULL && !ptds))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (k = 0; k < numAttrs; k++) {
+        if ((k > 0 && attrsIdxs[k] <= attrsIdxs[k - 1]) ||
+            attrsIdxs[k] >= count ||
+            attrs[k].srcAccessOrder < CU_MEMCPY_SRC_ACCESS_ORDER_STREAM ||
+            attrs[k].srcAccessOrder > CU_MEMCPY_SRC_ACCESS_ORDER_ANY ||
+            (attrs[k].flags & ~(unsigned)CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE))
+            return CUDA_ERROR_INVALID_VALUE;
+    }
+    sim_lock();
+    for (i = 0; i < count && r == CUDA_SUCCESS; i++) {
+        if (sizes[i] == 0)
+            continue;
+        linear(&ds, CU_MEMORYTYPE_UNIFIED, dsts[i], sizes[i]);
+        linear(&ss, CU_MEMORYTYPE_UNIFIED, srcs[i], sizes[i]);
+        r = resolve_side(&ds, sizes[i], 1, 1, 1, &ref, &start, &span);
+        if (r == CUDA_SUCCESS)
+            r = resolve_side(&ss, sizes[i], 1, 1, 0, &ref, &start, &span);
+    }
+    sim_unlock();
+    if (r != CUDA_SUCCESS)
+        return r;
+    for (i = 0, k = 0; i < count && r == CUDA_SUCCESS; i++) {
+        while (k + 1 < numAttrs && attrsIdxs[k + 1] <= i)
+            k++;
+        linear(&ds, CU_MEMORYTYPE_UNIFIED, dsts[i], sizes[i]);
+        linear(&ss, CU_MEMORYTYPE_UNIFIED, srcs[i], sizes[i]);
+        r = do_copy(SIM_cuMemcpyBatchAsync, &ds, &ss, sizes[i], 1, 1,
+                    hStream, ptds,
+                    attrs[k].srcAccessOrder ==
+                            CU_MEMCPY_SRC_ACCESS_ORDER_DURING_API_CALL
+                        ? COPY_SRC_AT_CALL
+                        : 1);
+    }
+    return r;
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes,
+                      size_t count, CUmemcpyAttributes *attrs,
+                      size_t *attrsIdxs, size_t numAttrs, CUstream hStream)
+{
+    SIM_ENTER(cuMemcpyBatchAsync);
+    return batch_copy(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs,
+                      hStream, 0);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemcpyBatchAsync_v2_ptsz(CUdeviceptr *dsts, CUdeviceptr *srcs,
+                           size_t *sizes, size_t count,
+                           CUmemcpyAttributes *attrs, size_t *attrsIdxs,
+                           size_t numAttrs, CUstream hStream)
+{
+    SIM_ENTER(cuMemcpyBatchAsync);
+    return batch_copy(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs,
+                      hStream, 1);
+}
+
 const sim_proc sim_procs_copy[] = {
     SIM_PROC(cuMemcpy, 4000, cuMemcpy),
     SIM_PROC_PTDS(cuMemcpy, 7000, ptds, cuMemcpy_ptds),
@@ -1016,6 +1104,9 @@ const sim_proc sim_procs_copy[] = {
     SIM_PROC_PTDS(cuMemcpy3DPeer, 7000, ptds, cuMemcpy3DPeer_ptds),
     SIM_PROC(cuMemcpy3DPeerAsync, 4000, cuMemcpy3DPeerAsync),
     SIM_PROC_PTDS(cuMemcpy3DPeerAsync, 7000, ptsz, cuMemcpy3DPeerAsync_ptsz),
+    SIM_PROC(cuMemcpyBatchAsync, 13000, cuMemcpyBatchAsync_v2),
+    SIM_PROC_PTDS(cuMemcpyBatchAsync, 13000, ptsz,
+                  cuMemcpyBatchAsync_v2_ptsz),
     SIM_PROC(cuMemsetD8, 3020, cuMemsetD8_v2),
     SIM_PROC_PTDS(cuMemsetD8, 7000, ptds, cuMemsetD8_v2_ptds),
     SIM_PROC(cuMemsetD16, 3020, cuMemsetD16_v2),

@@ -160,6 +160,19 @@ ctx_new(sim_device *dev, int is_primary, unsigned flags)
 static void
 ctx_activate(CUcontext ctx)
 {
+    static unsigned long long next_ctx_id;
+    int i;
+
+    /* A new id each time: a reset primary context is a new context. */
+    ctx->id = ++next_ctx_id;
+    for (i = 0; i < CU_LIMIT_MAX; i++)
+        ctx->limits[i] = 0;
+    ctx->limits[CU_LIMIT_STACK_SIZE] = 1024;
+    ctx->limits[CU_LIMIT_PRINTF_FIFO_SIZE] = 1 << 20;
+    ctx->limits[CU_LIMIT_MALLOC_HEAP_SIZE] = 8 << 20;
+    ctx->limits[CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH] = 2;
+    ctx->limits[CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT] = 2048;
+    ctx->limits[CU_LIMIT_MAX_L2_FETCH_GRANULARITY] = 64;
     ctx->sticky = CUDA_SUCCESS;
     memset(ctx->peer, 0, sizeof(ctx->peer));
     __atomic_store_n(&ctx->active, 1, __ATOMIC_RELEASE);
@@ -549,7 +562,7 @@ cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev)
 /* ---------------------------------------------------------------------------
  * Attributes: an H100 SXM, except where the simulator does less (no virtual
  * memory management, no memory pools, no stream memory operations, no
- * pageable access, no IPC events). The switch has no default, so -Wswitch
+ * pageable access). The switch has no default, so -Wswitch
  * fails the build when cuda.h grows an attribute. */
 int
 sim_device_attribute(const sim_device *d, CUdevice_attribute attrib, int *out)
@@ -737,7 +750,7 @@ sim_device_attribute(const sim_device *d, CUdevice_attribute attrib, int *out)
     case CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS: v = 0; break;
     case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR: v = 0; break;
     case CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED: v = 0; break;
-    case CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED: v = 0; break;
+    case CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED: v = 1; break;
     case CU_DEVICE_ATTRIBUTE_MEM_SYNC_DOMAIN_COUNT: v = 4; break;
     case CU_DEVICE_ATTRIBUTE_TENSOR_MAP_ACCESS_SUPPORTED: v = 1; break;
     case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED: v = 0; break;
@@ -1198,6 +1211,173 @@ cuCtxGetFlags(unsigned int *flags)
 }
 
 /* ---------------------------------------------------------------------------
+ * Context identity and limits. */
+
+/* ctx, or the current context when NULL, checked active. */
+static CUresult
+ctx_or_current(CUcontext ctx, CUcontext *out)
+{
+    if (ctx == NULL)
+        return sim_ctx_get(out);
+    if (!sim_ctx_valid(ctx))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    *out = ctx;
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuCtxGetId(CUcontext ctx, unsigned long long *ctxId)
+{
+    CUresult r;
+
+    SIM_ENTER(cuCtxGetId);
+    if (ctxId == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    r = ctx_or_current(ctx, &ctx);
+    if (r == CUDA_SUCCESS)
+        *ctxId = ctx->id;
+    sim_unlock();
+    return r;
+}
+
+/* Every context the simulator makes has the _v2 context ABI. */
+SIM_EXPORT CUresult CUDAAPI
+cuCtxGetApiVersion(CUcontext ctx, unsigned int *version)
+{
+    CUresult r;
+
+    SIM_ENTER(cuCtxGetApiVersion);
+    if (version == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    r = ctx_or_current(ctx, &ctx);
+    if (r == CUDA_SUCCESS)
+        *version = 3020;
+    sim_unlock();
+    return r;
+}
+
+/* What cuCtxGetLimit / cuCtxSetLimit accept for limit on ctx's device:
+ * 0, or CUDA_ERROR_UNSUPPORTED_LIMIT. The CIG limits belong to contexts
+ * made with CIG parameters, which the simulator refuses. */
+static CUresult
+limit_supported(CUcontext ctx, CUlimit limit)
+{
+    switch (limit) {
+    case CU_LIMIT_STACK_SIZE:
+    case CU_LIMIT_PRINTF_FIFO_SIZE:
+    case CU_LIMIT_MALLOC_HEAP_SIZE:
+    case CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT:
+    case CU_LIMIT_MAX_L2_FETCH_GRANULARITY:
+    case CU_LIMIT_PERSISTING_L2_CACHE_SIZE:
+    case CU_LIMIT_CIG_ENABLED:
+        return CUDA_SUCCESS;
+    case CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH:
+        /* cuda.h: only below compute capability 9.0. */
+        return ctx->dev->cc_major < 9 ? CUDA_SUCCESS
+                                      : CUDA_ERROR_UNSUPPORTED_LIMIT;
+    default:
+        return CUDA_ERROR_UNSUPPORTED_LIMIT;
+    }
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuCtxGetLimit(size_t *pvalue, CUlimit limit)
+{
+    CUcontext ctx;
+    CUresult r;
+
+    SIM_ENTER(cuCtxGetLimit);
+    if (pvalue == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    r = sim_ctx_get(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    r = limit_supported(ctx, limit);
+    if (r != CUDA_SUCCESS)
+        return r;
+    sim_lock();
+    *pvalue = ctx->limits[limit];
+    sim_unlock();
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuCtxSetLimit(CUlimit limit, size_t value)
+{
+    CUcontext ctx;
+    CUresult r;
+    int max_l2 = 0;
+
+    SIM_ENTER(cuCtxSetLimit);
+    r = sim_ctx_get(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    r = limit_supported(ctx, limit);
+    if (r != CUDA_SUCCESS)
+        return r;
+    switch (limit) {
+    case CU_LIMIT_CIG_ENABLED:
+        return CUDA_ERROR_INVALID_VALUE; /* can only be queried */
+    case CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH:
+        if (value > 24) /* the maximum launch depth */
+            return CUDA_ERROR_INVALID_VALUE;
+        break;
+    case CU_LIMIT_MAX_L2_FETCH_GRANULARITY:
+        /* A hint: clamped to 0..128, as cuda.h allows. */
+        if (value > 128)
+            value = 128;
+        break;
+    case CU_LIMIT_PERSISTING_L2_CACHE_SIZE:
+        sim_device_attribute(ctx->dev,
+                             CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE,
+                             &max_l2);
+        if (value > (size_t)max_l2)
+            value = (size_t)max_l2;
+        break;
+    default:
+        break;
+    }
+    sim_lock();
+    ctx->limits[limit] = value;
+    sim_unlock();
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuDeviceGetP2PAttribute(int *value, CUdevice_P2PAttribute attrib,
+                        CUdevice srcDevice, CUdevice dstDevice)
+{
+    int peer;
+
+    SIM_ENTER(cuDeviceGetP2PAttribute);
+    if (sim_device_get(srcDevice) == NULL ||
+        sim_device_get(dstDevice) == NULL || srcDevice == dstDevice)
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (value == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    peer = !no_peer;
+    switch (attrib) {
+    case CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK:
+        *value = 0;
+        break;
+    case CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED:
+    case CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED:
+    case CU_DEVICE_P2P_ATTRIBUTE_CUDA_ARRAY_ACCESS_SUPPORTED:
+        /* One host memory: every access and atomic works across it. */
+        *value = peer;
+        break;
+    case CU_DEVICE_P2P_ATTRIBUTE_ONLY_PARTIAL_NATIVE_ATOMIC_SUPPORTED:
+        *value = 0;
+        break;
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* ---------------------------------------------------------------------------
  * Peer access: unidirectional, from the current context to a device. */
 
 SIM_EXPORT CUresult CUDAAPI
@@ -1308,6 +1488,11 @@ const sim_proc sim_procs_device[] = {
     SIM_PROC(cuCtxGetFlags, 7000, cuCtxGetFlags),
     SIM_PROC(cuCtxEnablePeerAccess, 4000, cuCtxEnablePeerAccess),
     SIM_PROC(cuCtxDisablePeerAccess, 4000, cuCtxDisablePeerAccess),
+    SIM_PROC(cuCtxGetId, 12000, cuCtxGetId),
+    SIM_PROC(cuCtxGetApiVersion, 3020, cuCtxGetApiVersion),
+    SIM_PROC(cuCtxGetLimit, 3010, cuCtxGetLimit),
+    SIM_PROC(cuCtxSetLimit, 3010, cuCtxSetLimit),
+    SIM_PROC(cuDeviceGetP2PAttribute, 8000, cuDeviceGetP2PAttribute),
     SIM_PROC(cuProfilerStart, 4000, cuProfilerStart),
     SIM_PROC(cuProfilerStop, 4000, cuProfilerStop),
 };

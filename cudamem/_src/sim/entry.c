@@ -574,6 +574,7 @@ static const proc_table proc_tables[] = {
     {sim_procs_ipc, &sim_nprocs_ipc},
     {sim_procs_kernel, &sim_nprocs_kernel},
     {sim_procs_mempool, &sim_nprocs_mempool},
+    {sim_procs_graph, &sim_nprocs_graph},
 };
 
 /* The row of `symbol` with the largest version <= cudaVersion among rows of

@@ -19,9 +19,16 @@ typedef CUresult(CUDAAPI *PFN_cuMemHostRegister_v4000)(void *p,
 /* A record with what only this file needs; every sim_alloc is one. */
 typedef struct sim_record {
     sim_alloc a;
-    CUmem_advise advice; /* last cuMemAdvise, 0 when none */
-    CUmemLocation advice_loc;
+    /* Managed memory: cuMemAdvise and cuMemPrefetchAsync state, kept for
+     * the whole allocation (the driver keeps it per page). Location type
+     * CU_MEM_LOCATION_TYPE_INVALID (0): none. */
+    int read_mostly;
+    CUmemLocation preferred;
+    CUmemLocation last_prefetch;
+    unsigned accessed_by; /* bit d: device d; bit SIM_MAX_DEVICES: host */
 } sim_record;
+
+#define ACCESSED_BY_HOST (1u << SIM_MAX_DEVICES)
 
 typedef struct sim_span {
     size_t off, len;
@@ -594,10 +601,9 @@ cuMemGetInfo(size_t *free_, size_t *total)
     return r;
 }
 
-SIM_EXPORT CUresult CUDAAPI
-cuMemAlloc(CUdeviceptr *dptr, size_t bytesize)
+static CUresult
+device_alloc(CUdeviceptr *dptr, size_t bytesize)
 {
-    SIM_ENTER(cuMemAlloc);
     CUcontext ctx;
     sim_alloc *a = NULL;
     sim_lock();
@@ -632,6 +638,40 @@ cuMemAlloc(CUdeviceptr *dptr, size_t bytesize)
 done:
     free((sim_record *)a);
     sim_unlock();
+    return r;
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemAlloc(CUdeviceptr *dptr, size_t bytesize)
+{
+    SIM_ENTER(cuMemAlloc);
+    return device_alloc(dptr, bytesize);
+}
+
+/* Pitches are multiples of 512 bytes, as a GPU's are; that is a multiple of
+ * CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT, so strict pitches accept
+ * them. */
+#define PITCH_ALIGN 512
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemAllocPitch(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes,
+                size_t Height, unsigned int ElementSizeBytes)
+{
+    size_t pitch, bytes;
+    CUresult r;
+
+    SIM_ENTER(cuMemAllocPitch);
+    if (!dptr || !pPitch || WidthInBytes == 0 || Height == 0 ||
+        (ElementSizeBytes != 4 && ElementSizeBytes != 8 &&
+         ElementSizeBytes != 16) ||
+        WidthInBytes > SIM_MAX_PITCH)
+        return CUDA_ERROR_INVALID_VALUE;
+    pitch = (WidthInBytes + PITCH_ALIGN - 1) / PITCH_ALIGN * PITCH_ALIGN;
+    if (__builtin_mul_overflow(pitch, Height, &bytes))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    r = device_alloc(dptr, bytes);
+    if (r == CUDA_SUCCESS)
+        *pPitch = pitch;
     return r;
 }
 
@@ -999,7 +1039,16 @@ prefetch(CUdeviceptr devPtr, size_t count, CUmemLocation loc,
     op->ranges[0].addr = devPtr;
     op->ranges[0].len = count;
     op->nranges = 1;
-    return sim_stream_submit(hStream, ptds, op, SIM_ASYNC);
+    r = sim_stream_submit(hStream, ptds, op, SIM_ASYNC);
+    if (r != CUDA_SUCCESS)
+        return r;
+    /* What LAST_PREFETCH_LOCATION answers: the request, not its state. */
+    sim_lock();
+    sim_alloc *a = find_managed(devPtr, count);
+    if (a)
+        ((sim_record *)a)->last_prefetch = loc;
+    sim_unlock();
+    return CUDA_SUCCESS;
 }
 
 SIM_EXPORT CUresult CUDAAPI
@@ -1041,8 +1090,30 @@ advise(CUdeviceptr devPtr, size_t count, CUmem_advise advice,
         if (r != CUDA_SUCCESS)
             goto done;
     }
-    ((sim_record *)a)->advice = advice;
-    ((sim_record *)a)->advice_loc = loc;
+    sim_record *rec = (sim_record *)a;
+    unsigned bit = loc.type == CU_MEM_LOCATION_TYPE_DEVICE
+                       ? 1u << loc.id
+                       : ACCESSED_BY_HOST;
+    switch (advice) {
+    case CU_MEM_ADVISE_SET_READ_MOSTLY:
+        rec->read_mostly = 1;
+        break;
+    case CU_MEM_ADVISE_UNSET_READ_MOSTLY:
+        rec->read_mostly = 0;
+        break;
+    case CU_MEM_ADVISE_SET_PREFERRED_LOCATION:
+        rec->preferred = loc;
+        break;
+    case CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION:
+        memset(&rec->preferred, 0, sizeof(rec->preferred));
+        break;
+    case CU_MEM_ADVISE_SET_ACCESSED_BY:
+        rec->accessed_by |= bit;
+        break;
+    default:
+        rec->accessed_by &= ~bit;
+        break;
+    }
 done:
     sim_unlock();
     return r;
@@ -1090,6 +1161,8 @@ get_attribute(void *data, CUpointer_attribute attr, CUdeviceptr ptr,
         *(void **)data = host_ok ? (void *)ptr : NULL;
         return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
+        *(unsigned int *)data = a ? (unsigned)a->sync_memops : 0;
+        return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
     case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE:
     case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
@@ -1180,6 +1253,161 @@ cuPointerGetAttributes(unsigned int numAttributes,
     return r;
 }
 
+SIM_EXPORT CUresult CUDAAPI
+cuPointerSetAttribute(const void *value, CUpointer_attribute attribute,
+                      CUdeviceptr ptr)
+{
+    SIM_ENTER(cuPointerSetAttribute);
+    if (!value || attribute != CU_POINTER_ATTRIBUTE_SYNC_MEMOPS)
+        return CUDA_ERROR_INVALID_VALUE;
+    unsigned on = *(const unsigned int *)value;
+    sim_lock();
+    sim_alloc *a = sim_mem_find(ptr);
+    CUresult r = CUDA_SUCCESS;
+    if (!a)
+        r = CUDA_ERROR_INVALID_VALUE;
+    else if (on) {
+        /* cuda.h: returns once pending synchronous operations are done;
+         * waiting for every operation on the range covers them. */
+        a = sim_mem_quiesce(a);
+        if (a)
+            a->sync_memops = 1;
+        else
+            r = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        a->sync_memops = 0;
+    }
+    sim_unlock();
+    return r;
+}
+
+/* ---------------------------------------------------------------------------
+ * Entry points: managed memory range attributes. */
+
+/* A location as the 32-bit device answers read it: CU_DEVICE_CPU for the
+ * host, CU_DEVICE_INVALID for none. */
+static int
+location_device(CUmemLocation loc)
+{
+    switch (loc.type) {
+    case CU_MEM_LOCATION_TYPE_DEVICE:
+        return loc.id;
+    case CU_MEM_LOCATION_TYPE_HOST:
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA:
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT:
+        return CU_DEVICE_CPU;
+    default:
+        return CU_DEVICE_INVALID;
+    }
+}
+
+/* Lock held; rec is the managed allocation holding the range. */
+static CUresult
+range_attribute(void *data, size_t size, CUmem_range_attribute attr,
+                const sim_record *rec)
+{
+    int *out = data;
+    CUmemLocation loc;
+
+    switch (attr) {
+    case CU_MEM_RANGE_ATTRIBUTE_ACCESSED_BY: {
+        size_t n = size / sizeof(int), k = 0;
+        if (size == 0 || size % sizeof(int))
+            return CUDA_ERROR_INVALID_VALUE;
+        for (int d = 0; d < sim.ndevices && k < n; d++)
+            if (rec->accessed_by & (1u << d))
+                out[k++] = d;
+        if ((rec->accessed_by & ACCESSED_BY_HOST) && k < n)
+            out[k++] = CU_DEVICE_CPU;
+        while (k < n)
+            out[k++] = CU_DEVICE_INVALID;
+        return CUDA_SUCCESS;
+    }
+    case CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY:
+    case CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION:
+    case CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION:
+    case CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_ID:
+    case CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_ID:
+        if (size != sizeof(int))
+            return CUDA_ERROR_INVALID_VALUE;
+        break;
+    case CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_TYPE:
+    case CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_TYPE:
+        if (size != sizeof(CUmemLocationType))
+            return CUDA_ERROR_INVALID_VALUE;
+        break;
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    switch (attr) {
+    case CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY:
+        *out = rec->read_mostly;
+        return CUDA_SUCCESS;
+    case CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION:
+        *out = location_device(rec->preferred);
+        return CUDA_SUCCESS;
+    case CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION:
+        *out = location_device(rec->last_prefetch);
+        return CUDA_SUCCESS;
+    default:
+        break;
+    }
+    loc = attr == CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_TYPE ||
+                  attr == CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_ID
+              ? rec->preferred
+              : rec->last_prefetch;
+    /* The current NUMA node of the only host node is node 0. */
+    if (loc.type == CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT) {
+        loc.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+        loc.id = 0;
+    }
+    if (attr == CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_TYPE ||
+        attr == CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_TYPE)
+        *(CUmemLocationType *)data = loc.type;
+    else
+        *out = loc.id;
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemRangeGetAttribute(void *data, size_t dataSize,
+                       CUmem_range_attribute attribute, CUdeviceptr devPtr,
+                       size_t count)
+{
+    SIM_ENTER(cuMemRangeGetAttribute);
+    if (!data)
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    sim_alloc *a = find_managed(devPtr, count);
+    CUresult r = a ? range_attribute(data, dataSize, attribute,
+                                     (sim_record *)a)
+                   : CUDA_ERROR_INVALID_VALUE;
+    sim_unlock();
+    return r;
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuMemRangeGetAttributes(void **data, size_t *dataSizes,
+                        CUmem_range_attribute *attributes,
+                        size_t numAttributes, CUdeviceptr devPtr,
+                        size_t count)
+{
+    SIM_ENTER(cuMemRangeGetAttributes);
+    if (!data || !dataSizes || !attributes || numAttributes == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < numAttributes; i++)
+        if (!data[i])
+            return CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    sim_alloc *a = find_managed(devPtr, count);
+    CUresult r = a ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < numAttributes && r == CUDA_SUCCESS; i++)
+        r = range_attribute(data[i], dataSizes[i], attributes[i],
+                            (sim_record *)a);
+    sim_unlock();
+    return r;
+}
+
 /* ---------------------------------------------------------------------------
  * Older ABIs, exported under the plain names the headers now redirect. */
 
@@ -1234,6 +1462,7 @@ cuMemAdvise(CUdeviceptr devPtr, size_t count, CUmem_advise advice,
 const sim_proc sim_procs_memory[] = {
     SIM_PROC(cuMemGetInfo, 3020, cuMemGetInfo_v2),
     SIM_PROC(cuMemAlloc, 3020, cuMemAlloc_v2),
+    SIM_PROC(cuMemAllocPitch, 3020, cuMemAllocPitch_v2),
     SIM_PROC(cuMemFree, 3020, cuMemFree_v2),
     SIM_PROC(cuMemGetAddressRange, 3020, cuMemGetAddressRange_v2),
     SIM_PROC(cuMemAllocHost, 3020, cuMemAllocHost_v2),
@@ -1254,6 +1483,9 @@ const sim_proc sim_procs_memory[] = {
     SIM_PROC(cuMemAdvise, 12020, cuMemAdvise_v2),
     SIM_PROC(cuPointerGetAttribute, 4000, cuPointerGetAttribute),
     SIM_PROC(cuPointerGetAttributes, 7000, cuPointerGetAttributes),
+    SIM_PROC(cuPointerSetAttribute, 6000, cuPointerSetAttribute),
+    SIM_PROC(cuMemRangeGetAttribute, 8000, cuMemRangeGetAttribute),
+    SIM_PROC(cuMemRangeGetAttributes, 8000, cuMemRangeGetAttributes),
 };
 const size_t sim_nprocs_memory =
     sizeof(sim_procs_memory) / sizeof(sim_procs_memory[0]);

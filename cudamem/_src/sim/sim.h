@@ -16,6 +16,7 @@
 #define SIM_EXPORT __attribute__((visibility("default")))
 #define SIM_MAX_DEVICES 16
 #define SIM_ALIGN 256
+#define SIM_MAX_PITCH ((size_t)2147483647) /* MAX_PITCH attribute */
 #define SIM_DRIVER_VERSION_DEFAULT 13000
 
 /* Every entry point the simulator implements, by plain name. The order is
@@ -52,10 +53,16 @@
     X(cuCtxGetStreamPriorityRange)                                             \
     X(cuCtxEnablePeerAccess)                                                   \
     X(cuCtxDisablePeerAccess)                                                  \
+    X(cuCtxGetId)                                                              \
+    X(cuCtxGetLimit)                                                           \
+    X(cuCtxSetLimit)                                                           \
+    X(cuCtxGetApiVersion)                                                      \
+    X(cuDeviceGetP2PAttribute)                                                 \
     X(cuProfilerStart)                                                         \
     X(cuProfilerStop)                                                          \
     X(cuMemGetInfo)                                                            \
     X(cuMemAlloc)                                                              \
+    X(cuMemAllocPitch)                                                         \
     X(cuMemFree)                                                               \
     X(cuMemGetAddressRange)                                                    \
     X(cuMemAllocHost)                                                          \
@@ -70,6 +77,9 @@
     X(cuMemAdvise)                                                             \
     X(cuPointerGetAttribute)                                                   \
     X(cuPointerGetAttributes)                                                  \
+    X(cuPointerSetAttribute)                                                   \
+    X(cuMemRangeGetAttribute)                                                  \
+    X(cuMemRangeGetAttributes)                                                 \
     X(cuMemcpy)                                                                \
     X(cuMemcpyAsync)                                                           \
     X(cuMemcpyHtoD)                                                            \
@@ -87,6 +97,7 @@
     X(cuMemcpy3DAsync)                                                         \
     X(cuMemcpy3DPeer)                                                          \
     X(cuMemcpy3DPeerAsync)                                                     \
+    X(cuMemcpyBatchAsync)                                                      \
     X(cuMemsetD8)                                                              \
     X(cuMemsetD8Async)                                                         \
     X(cuMemsetD16)                                                             \
@@ -111,15 +122,21 @@
     X(cuStreamGetFlags)                                                        \
     X(cuStreamGetCtx)                                                          \
     X(cuStreamAttachMemAsync)                                                  \
+    X(cuStreamGetId)                                                           \
+    X(cuStreamGetAttribute)                                                    \
+    X(cuStreamSetAttribute)                                                    \
     X(cuEventCreate)                                                           \
     X(cuEventDestroy)                                                          \
     X(cuEventRecord)                                                           \
+    X(cuEventRecordWithFlags)                                                  \
     X(cuEventSynchronize)                                                      \
     X(cuEventQuery)                                                            \
     X(cuEventElapsedTime)                                                      \
     X(cuIpcGetMemHandle)                                                       \
     X(cuIpcOpenMemHandle)                                                      \
     X(cuIpcCloseMemHandle)                                                     \
+    X(cuIpcGetEventHandle)                                                     \
+    X(cuIpcOpenEventHandle)                                                    \
     X(cuModuleLoad)                                                            \
     X(cuModuleLoadData)                                                        \
     X(cuModuleLoadDataEx)                                                      \
@@ -170,7 +187,15 @@
     X(cuDeviceSetMemPool)                                                      \
     X(cuMemGetDefaultMemPool)                                                  \
     X(cuMemGetMemPool)                                                         \
-    X(cuMemSetMemPool)
+    X(cuMemSetMemPool)                                                         \
+    X(cuStreamBeginCapture)                                                    \
+    X(cuStreamEndCapture)                                                      \
+    X(cuStreamIsCapturing)                                                     \
+    X(cuGraphCreate)                                                           \
+    X(cuGraphDestroy)                                                          \
+    X(cuGraphInstantiate)                                                      \
+    X(cuGraphExecDestroy)                                                      \
+    X(cuGraphLaunch)
 
 typedef enum sim_entry {
 #define SIM_ENTRY_ENUM(name) SIM_##name,
@@ -249,10 +274,10 @@ typedef struct sim_proc {
 
 extern const sim_proc sim_procs_entry[], sim_procs_device[],
     sim_procs_memory[], sim_procs_copy[], sim_procs_stream[], sim_procs_ipc[],
-    sim_procs_kernel[], sim_procs_mempool[];
+    sim_procs_kernel[], sim_procs_mempool[], sim_procs_graph[];
 extern const size_t sim_nprocs_entry, sim_nprocs_device, sim_nprocs_memory,
     sim_nprocs_copy, sim_nprocs_stream, sim_nprocs_ipc, sim_nprocs_kernel,
-    sim_nprocs_mempool;
+    sim_nprocs_mempool, sim_nprocs_graph;
 
 /* ---------------------------------------------------------------------------
  * Devices and contexts (device.c). */
@@ -287,6 +312,8 @@ struct CUctx_st {
     struct CUstream_st *legacy;  /* the legacy default stream */
     struct CUstream_st *streams; /* every other stream (list via `next`) */
     unsigned char peer[SIM_MAX_DEVICES]; /* peer access enabled to device */
+    unsigned long long id;       /* cuCtxGetId: new at each activation */
+    size_t limits[CU_LIMIT_MAX]; /* cuCtxSetLimit, reset at activation */
 };
 
 /* The calling thread's current context (top of its stack), or NULL. */
@@ -333,6 +360,7 @@ typedef struct sim_alloc {
     int ipc_refs;           /* importer: opens of this mapping */
     CUmemoryPool pool;      /* SIM_MEM_DEVICE from a memory pool, or NULL */
     off_t pool_off;         /* its offset in an IPC-capable pool's file */
+    int sync_memops;        /* cuPointerSetAttribute(SYNC_MEMOPS) */
 } sim_alloc;
 
 /* Caller holds the lock. The allocation containing `addr` (any kind). */
@@ -412,6 +440,7 @@ struct sim_op {
     sim_range ranges[SIM_OP_RANGES]; /* memory touched, for hazards */
     int nranges;
     sim_entry entry; /* for hazard reports */
+    int pageable;    /* stages pageable memory at the call: not capturable */
     /* Owned by stream.c. */
     sim_op *next;
     struct CUstream_st *stream;

@@ -46,14 +46,52 @@ const sim_op *sim__stream_head(CUstream s);
 void sim__stream_label(CUstream s, char *buf, size_t size);
 void sim__streams_each(void (*fn)(CUstream s, void *arg), void *arg);
 
+uint64_t sim__stream_submitted(CUstream s); /* seq of its latest op */
+void sim__op_free(sim_op *op);              /* lock not required */
+/* Stream capture (graph.c keeps the capture, the stream points at it). */
+typedef struct sim_capture sim_capture;
+sim_capture *sim__stream_capture(CUstream s);
+void sim__stream_set_capture(CUstream s, sim_capture *c);
+/* A capture of one of ctx's blocking streams, which the legacy stream
+ * may not synchronize with (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT). */
+sim_capture *sim__ctx_blocking_capture(CUcontext ctx);
+
 /* event.c */
 void sim__noop_run(sim_op *op);
 /* Called by a worker as each op completes, before it is freed. */
 void sim__event_op_done(sim_op *op);
 /* The work an event captured, unfinished: dep->uid 0 when none. */
 CUresult sim__event_pending(CUevent ev, sim_dep *dep, const sim_vclock **vc);
+/* For an interprocess event with records not yet run (here or in another
+ * process): an op that waits for them, for the waiting stream to queue;
+ * *out NULL when there is nothing to wait for. Validate ev first. */
+CUresult sim__event_ipc_wait(CUevent ev, sim_op **out);
 void sim__events_release_ctx(CUcontext ctx);
 CUresult cuEventRecord_ptsz(CUevent hEvent, CUstream hStream);
+CUresult cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream,
+                                     unsigned int flags);
+
+/* What waiting for ev means to a stream whose capture is c (NULL: the
+ * stream does not capture): CUDA_SUCCESS, or the error a capture boundary
+ * gives (the capture is invalidated). */
+CUresult sim__event_capture_wait(CUevent ev, sim_capture *c);
+void sim__event_ref(CUevent ev);
+void sim__event_unref(CUevent ev);
+/* Records ev on s after `after` and what after_vc says it follows (both
+ * may be NULL), as cuEventRecord would: a graph's event record node. */
+CUresult sim__event_record_on(CUevent ev, CUstream s, const sim_dep *after,
+                              const sim_vclock *after_vc);
+
+/* graph.c */
+/* Takes op into the capture, or fails (op not taken): the capture is
+ * invalidated for an operation it cannot hold. */
+CUresult sim__capture_add(sim_capture *c, sim_op *op);
+/* An event record node (cuEventRecordWithFlags EXTERNAL). */
+CUresult sim__capture_event_node(sim_capture *c, CUevent ev);
+void sim__capture_invalidate(sim_capture *c);
+int sim__capture_status(const sim_capture *c); /* CUstreamCaptureStatus */
+uint64_t sim__capture_id(const sim_capture *c);
+void sim__capture_drop(sim_capture *c); /* its stream is gone */
 
 /* hazard.c: vector clocks, the handle registry and the checker. */
 void sim__vc_put(sim_vclock *v, uint64_t uid, uint64_t seq);

@@ -32,6 +32,12 @@ struct CUstream_st {
     const sim_op *running; /* head while its worker runs it, else NULL */
     uint64_t submitted, completed;
     sim_vclock vc; /* what the stream's next op is known to follow */
+    /* cuStreamSetAttribute: hints a CPU has no use for, kept to answer. */
+    CUsynchronizationPolicy sync_policy;
+    CUaccessPolicyWindow window;
+    CUlaunchMemSyncDomain domain;
+    CUlaunchMemSyncDomainMap domain_map;
+    sim_capture *capture; /* between cuStreamBeginCapture and End */
 };
 
 /* Scheduling state of a queued op (sim_op.sched); NULL when it has none. */
@@ -152,6 +158,9 @@ stream_new(CUcontext ctx, int kind, unsigned flags, int priority)
     s->ctx = ctx;
     s->flags = flags;
     s->priority = priority;
+    s->sync_policy = CU_SYNC_POLICY_AUTO;
+    s->domain_map.default_ = 0;
+    s->domain_map.remote = 1;
     if (kind == KIND_LEGACY) {
         ctx->legacy = s;
     }
@@ -221,6 +230,8 @@ done:
 static void
 stream_free(CUstream s)
 {
+    if (s->capture != NULL)
+        sim__capture_drop(s->capture);
     stream_unlink(s);
     slot_remove(s->uid);
     sim__vc_free(&s->vc);
@@ -251,8 +262,8 @@ stream_busy(CUstream s)
 /* ------------------------------------------------------------------------
  * Workers. */
 
-static void
-op_free(sim_op *op)
+void
+sim__op_free(sim_op *op)
 {
     free(op->sched);
     op->sched = NULL;
@@ -533,7 +544,7 @@ worker_main(void *arg)
         sim__event_op_done(op);
         pthread_cond_broadcast(&sim.progress);
         sim_unlock();
-        op_free(op);
+        sim__op_free(op);
         sim_lock();
     }
     worker_exit(s);
@@ -711,8 +722,15 @@ sim__enqueue(CUstream s, sim_op *op, const sim_dep *extra,
     sched *sc = NULL;
 
     /* The legacy stream's implicit synchronization with blocking
-     * streams, both ways; non-blocking streams take no part in it. */
+     * streams, both ways; non-blocking streams take no part in it. A
+     * capturing stream cannot take part: the capture is invalidated. */
     if (s->kind == KIND_LEGACY) {
+        sim_capture *c = sim__ctx_blocking_capture(s->ctx);
+
+        if (c != NULL) {
+            sim__capture_invalidate(c);
+            return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+        }
         for (b = s->ctx->streams; b != NULL; b = b->next) {
             if (!stream_blocking(b) || !stream_busy(b))
                 continue;
@@ -774,6 +792,36 @@ done:
     return r;
 }
 
+uint64_t
+sim__stream_submitted(CUstream s)
+{
+    return s->submitted;
+}
+
+sim_capture *
+sim__stream_capture(CUstream s)
+{
+    return s->capture;
+}
+
+void
+sim__stream_set_capture(CUstream s, sim_capture *c)
+{
+    s->capture = c;
+}
+
+sim_capture *
+sim__ctx_blocking_capture(CUcontext ctx)
+{
+    CUstream b;
+
+    for (b = ctx->streams; b != NULL; b = b->next) {
+        if (b->capture != NULL && stream_blocking(b))
+            return b->capture;
+    }
+    return NULL;
+}
+
 const sim_vclock *
 sim__stream_vc(CUstream s)
 {
@@ -803,17 +851,32 @@ sim_stream_submit(CUstream hStream, int ptds, sim_op *op, sim_sync mode)
     op->sched = NULL;
     r = sim__current_ctx(&ctx);
     if (r != CUDA_SUCCESS) {
-        op_free(op);
+        sim__op_free(op);
         return r;
     }
     sim_lock();
     r = sim__stream_resolve(hStream, ptds, ctx,
                             SIM_RESOLVE_CREATE | SIM_RESOLVE_SAME_CTX, &s);
+    if (r == CUDA_SUCCESS && s->capture != NULL) {
+        /* Captured, not run. A synchronous call cannot be captured: it
+         * would wait for work that does not run (cuda.h). */
+        if (mode != SIM_ASYNC) {
+            sim__capture_invalidate(s->capture);
+            r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+        }
+        else {
+            r = sim__capture_add(s->capture, op);
+        }
+        sim_unlock();
+        if (r != CUDA_SUCCESS)
+            sim__op_free(op);
+        return r;
+    }
     if (r == CUDA_SUCCESS)
         r = sim__enqueue(s, op, NULL, NULL, 0);
     if (r != CUDA_SUCCESS) {
         sim_unlock();
-        op_free(op);
+        sim__op_free(op);
         return r;
     }
     if (mode == SIM_BLOCK) {
@@ -1038,6 +1101,28 @@ cuStreamDestroy(CUstream hStream)
     return CUDA_SUCCESS;
 }
 
+/* Lock held. Waiting for (or asking about) a capturing stream is not
+ * permitted and invalidates its capture; so is the legacy stream's
+ * implicit wait for a capturing blocking stream. */
+static CUresult
+capture_wait_check(CUstream h, int ptds, CUstream s, CUcontext ctx)
+{
+    sim_capture *c = NULL;
+    CUresult r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+
+    if (s != NULL && s->capture != NULL) {
+        c = s->capture;
+    }
+    else if (h == CU_STREAM_LEGACY || (h == NULL && !ptds)) {
+        c = sim__ctx_blocking_capture(ctx);
+        r = CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+    }
+    if (c == NULL)
+        return CUDA_SUCCESS;
+    sim__capture_invalidate(c);
+    return r;
+}
+
 static CUresult
 stream_synchronize(CUstream h, int ptds)
 {
@@ -1050,9 +1135,10 @@ stream_synchronize(CUstream h, int ptds)
     r = lock_stream(h, ptds, 0, &s, &ctx);
     if (r != CUDA_SUCCESS)
         return r;
-    if (s == NULL) {
+    r = capture_wait_check(h, ptds, s, ctx);
+    if (r != CUDA_SUCCESS || s == NULL) {
         sim_unlock();
-        return CUDA_SUCCESS;
+        return r;
     }
     if (stream_targets(s, &deps, &n) < 0) {
         r = CUDA_ERROR_OUT_OF_MEMORY;
@@ -1095,9 +1181,10 @@ stream_query(CUstream h, int ptds)
     r = lock_stream(h, ptds, 0, &s, &ctx);
     if (r != CUDA_SUCCESS)
         return r;
-    if (s == NULL) {
+    r = capture_wait_check(h, ptds, s, ctx);
+    if (r != CUDA_SUCCESS || s == NULL) {
         sim_unlock();
-        return CUDA_SUCCESS;
+        return r;
     }
     if (stream_targets(s, &deps, &n) < 0)
         r = CUDA_ERROR_OUT_OF_MEMORY;
@@ -1130,7 +1217,7 @@ stream_wait_event(CUstream h, int ptds, CUevent ev, unsigned flags)
     CUstream s;
     CUcontext ctx;
     CUresult r;
-    sim_op *op;
+    sim_op *op, *ipc_wait = NULL;
     sim_dep dep;
     const sim_vclock *vc;
 
@@ -1148,6 +1235,16 @@ stream_wait_event(CUstream h, int ptds, CUevent ev, unsigned flags)
         return r;
     }
     r = sim__event_pending(ev, &dep, &vc);
+    if (r == CUDA_SUCCESS)
+        r = sim__event_capture_wait(ev, s->capture);
+    if (r == CUDA_SUCCESS && s->capture != NULL) {
+        /* Ordered already: one capture holds one stream's work. */
+        sim_unlock();
+        sim__op_free(op);
+        return CUDA_SUCCESS;
+    }
+    if (r == CUDA_SUCCESS)
+        r = sim__event_ipc_wait(ev, &ipc_wait);
     /* Work captured by the event is already done (or there is none): the
      * stream has nothing to wait for. */
     if (r == CUDA_SUCCESS && dep.uid != 0) {
@@ -1155,9 +1252,17 @@ stream_wait_event(CUstream h, int ptds, CUevent ev, unsigned flags)
         if (r == CUDA_SUCCESS)
             op = NULL;
     }
+    /* Records of an interprocess event made in any process. */
+    if (r == CUDA_SUCCESS && ipc_wait != NULL) {
+        r = sim__enqueue(s, ipc_wait, NULL, NULL, 1);
+        if (r == CUDA_SUCCESS)
+            ipc_wait = NULL;
+    }
     sim_unlock();
     if (op != NULL)
-        op_free(op);
+        sim__op_free(op);
+    if (ipc_wait != NULL)
+        sim__op_free(ipc_wait);
     return r;
 }
 
@@ -1320,6 +1425,167 @@ cuStreamGetCtx_ptsz(CUstream hStream, CUcontext *pctx)
     return stream_get_ctx(hStream, 1, pctx);
 }
 
+/* ------------------------------------------------------------------------
+ * Stream ids and attributes. */
+
+static CUresult
+stream_get_id(CUstream h, int ptds, unsigned long long *id)
+{
+    CUstream s;
+    CUcontext ctx;
+    CUresult r;
+
+    if (id == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    r = lock_stream(h, ptds, SIM_RESOLVE_CREATE, &s, &ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    *id = s->uid;
+    sim_unlock();
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult
+cuStreamGetId(CUstream hStream, unsigned long long *streamId)
+{
+    SIM_ENTER(cuStreamGetId);
+    return stream_get_id(hStream, 0, streamId);
+}
+
+SIM_EXPORT CUresult
+cuStreamGetId_ptsz(CUstream hStream, unsigned long long *streamId)
+{
+    SIM_ENTER(cuStreamGetId);
+    return stream_get_id(hStream, 1, streamId);
+}
+
+/* The stream attributes a stream has (cuda.h lists five); any other id is
+ * a launch attribute streams do not take. Lock held. */
+static CUresult
+stream_attr(CUstream s, int special, CUstreamAttrID attr,
+            CUstreamAttrValue *get, const CUstreamAttrValue *set)
+{
+    int max_window = 0, domains = 0;
+
+    switch (attr) {
+    case CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW:
+        if (get != NULL) {
+            get->accessPolicyWindow = s->window;
+            return CUDA_SUCCESS;
+        }
+        sim_device_attribute(s->ctx->dev,
+                             CU_DEVICE_ATTRIBUTE_MAX_ACCESS_POLICY_WINDOW_SIZE,
+                             &max_window);
+        if (set->accessPolicyWindow.num_bytes > (size_t)max_window ||
+            !(set->accessPolicyWindow.hitRatio >= 0.0f &&
+              set->accessPolicyWindow.hitRatio <= 1.0f) ||
+            set->accessPolicyWindow.hitProp > CU_ACCESS_PROPERTY_PERSISTING ||
+            set->accessPolicyWindow.missProp > CU_ACCESS_PROPERTY_STREAMING)
+            return CUDA_ERROR_INVALID_VALUE;
+        s->window = set->accessPolicyWindow;
+        return CUDA_SUCCESS;
+    case CU_STREAM_ATTRIBUTE_SYNCHRONIZATION_POLICY:
+        if (get != NULL) {
+            get->syncPolicy = s->sync_policy;
+            return CUDA_SUCCESS;
+        }
+        if (set->syncPolicy < CU_SYNC_POLICY_AUTO ||
+            set->syncPolicy > CU_SYNC_POLICY_BLOCKING_SYNC)
+            return CUDA_ERROR_INVALID_VALUE;
+        s->sync_policy = set->syncPolicy;
+        return CUDA_SUCCESS;
+    case CU_STREAM_ATTRIBUTE_PRIORITY:
+        if (get != NULL) {
+            get->priority = special ? 0 : s->priority;
+            return CUDA_SUCCESS;
+        }
+        /* A default stream's priority is fixed (cuStreamGetPriority). */
+        if (special)
+            return CUDA_ERROR_INVALID_VALUE;
+        s->priority = set->priority < SIM_PRIORITY_GREATEST
+                          ? SIM_PRIORITY_GREATEST
+                      : set->priority > SIM_PRIORITY_LEAST
+                          ? SIM_PRIORITY_LEAST
+                          : set->priority;
+        return CUDA_SUCCESS;
+    case CU_STREAM_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP:
+        if (get != NULL) {
+            get->memSyncDomainMap = s->domain_map;
+            return CUDA_SUCCESS;
+        }
+        sim_device_attribute(s->ctx->dev,
+                             CU_DEVICE_ATTRIBUTE_MEM_SYNC_DOMAIN_COUNT,
+                             &domains);
+        if (set->memSyncDomainMap.default_ >= domains ||
+            set->memSyncDomainMap.remote >= domains)
+            return CUDA_ERROR_INVALID_VALUE;
+        s->domain_map = set->memSyncDomainMap;
+        return CUDA_SUCCESS;
+    case CU_STREAM_ATTRIBUTE_MEM_SYNC_DOMAIN:
+        if (get != NULL) {
+            get->memSyncDomain = s->domain;
+            return CUDA_SUCCESS;
+        }
+        if (set->memSyncDomain != CU_LAUNCH_MEM_SYNC_DOMAIN_DEFAULT &&
+            set->memSyncDomain != CU_LAUNCH_MEM_SYNC_DOMAIN_REMOTE)
+            return CUDA_ERROR_INVALID_VALUE;
+        s->domain = set->memSyncDomain;
+        return CUDA_SUCCESS;
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+}
+
+static CUresult
+stream_attribute(CUstream h, int ptds, CUstreamAttrID attr,
+                 CUstreamAttrValue *get, const CUstreamAttrValue *set)
+{
+    CUstream s;
+    CUcontext ctx;
+    CUresult r;
+
+    if (get == NULL && set == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    r = lock_stream(h, ptds, SIM_RESOLVE_CREATE, &s, &ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    r = stream_attr(s, sim__is_special_stream(h), attr, get, set);
+    sim_unlock();
+    return r;
+}
+
+SIM_EXPORT CUresult
+cuStreamGetAttribute(CUstream hStream, CUstreamAttrID attr,
+                     CUstreamAttrValue *value_out)
+{
+    SIM_ENTER(cuStreamGetAttribute);
+    return stream_attribute(hStream, 0, attr, value_out, NULL);
+}
+
+SIM_EXPORT CUresult
+cuStreamGetAttribute_ptsz(CUstream hStream, CUstreamAttrID attr,
+                          CUstreamAttrValue *value_out)
+{
+    SIM_ENTER(cuStreamGetAttribute);
+    return stream_attribute(hStream, 1, attr, value_out, NULL);
+}
+
+SIM_EXPORT CUresult
+cuStreamSetAttribute(CUstream hStream, CUstreamAttrID attr,
+                     const CUstreamAttrValue *value)
+{
+    SIM_ENTER(cuStreamSetAttribute);
+    return stream_attribute(hStream, 0, attr, NULL, value);
+}
+
+SIM_EXPORT CUresult
+cuStreamSetAttribute_ptsz(CUstream hStream, CUstreamAttrID attr,
+                          const CUstreamAttrValue *value)
+{
+    SIM_ENTER(cuStreamSetAttribute);
+    return stream_attribute(hStream, 1, attr, NULL, value);
+}
+
 static CUresult
 stream_attach(CUstream h, int ptds, CUdeviceptr dptr, size_t length,
               unsigned flags)
@@ -1372,10 +1638,22 @@ SIM_EXPORT CUresult
 cuCtxSynchronize(void)
 {
     CUcontext ctx;
+    CUstream s;
     CUresult r;
 
     SIM_ENTER(cuCtxSynchronize);
     r = sim__current_ctx(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    /* Not while any of its streams captures; the captures end invalid. */
+    sim_lock();
+    for (s = ctx->streams; s != NULL; s = s->next) {
+        if (s->capture != NULL) {
+            sim__capture_invalidate(s->capture);
+            r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+        }
+    }
+    sim_unlock();
     if (r != CUDA_SUCCESS)
         return r;
     r = sim_ctx_drain(ctx);
@@ -1554,13 +1832,26 @@ const sim_proc sim_procs_stream[] = {
     SIM_PROC(cuStreamAttachMemAsync, 6000, cuStreamAttachMemAsync),
     SIM_PROC_PTDS(cuStreamAttachMemAsync, 7000, ptsz,
                   cuStreamAttachMemAsync_ptsz),
+    SIM_PROC(cuStreamGetId, 12000, cuStreamGetId),
+    SIM_PROC_PTDS(cuStreamGetId, 12000, ptsz, cuStreamGetId_ptsz),
+    SIM_PROC(cuStreamGetAttribute, 11000, cuStreamGetAttribute),
+    SIM_PROC_PTDS(cuStreamGetAttribute, 11000, ptsz,
+                  cuStreamGetAttribute_ptsz),
+    SIM_PROC(cuStreamSetAttribute, 11000, cuStreamSetAttribute),
+    SIM_PROC_PTDS(cuStreamSetAttribute, 11000, ptsz,
+                  cuStreamSetAttribute_ptsz),
     SIM_PROC(cuCtxSynchronize, 2000, cuCtxSynchronize),
     SIM_PROC(cuCtxGetStreamPriorityRange, 5050, cuCtxGetStreamPriorityRange),
     SIM_PROC(cuEventCreate, 2000, cuEventCreate),
     SIM_PROC(cuEventDestroy, 4000, cuEventDestroy),
     SIM_PROC(cuEventRecord, 2000, cuEventRecord),
     SIM_PROC_PTDS(cuEventRecord, 7000, ptsz, cuEventRecord_ptsz),
+    SIM_PROC(cuEventRecordWithFlags, 11010, cuEventRecordWithFlags),
+    SIM_PROC_PTDS(cuEventRecordWithFlags, 11010, ptsz,
+                  cuEventRecordWithFlags_ptsz),
     SIM_PROC(cuEventSynchronize, 2000, cuEventSynchronize),
+    SIM_PROC(cuIpcGetEventHandle, 4010, cuIpcGetEventHandle),
+    SIM_PROC(cuIpcOpenEventHandle, 4010, cuIpcOpenEventHandle),
     SIM_PROC(cuEventQuery, 2000, cuEventQuery),
     SIM_PROC(cuEventElapsedTime, 2000, cuEventElapsedTime),
     SIM_PROC(cuEventElapsedTime, 12080, cuEventElapsedTime),
