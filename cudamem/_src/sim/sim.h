@@ -193,6 +193,8 @@ typedef struct sim_global {
     unsigned delay_us;       /* CUDAMEM_SIM_DELAY_US */
     int hazards;             /* CUDAMEM_SIM_HAZARDS */
     int strict_pitch;        /* CUDAMEM_SIM_STRICT_PITCH */
+    int strict_staging;      /* CUDAMEM_SIM_STRICT_STAGING */
+    int strict_dtoh;         /* CUDAMEM_SIM_STRICT_DTOH */
     int ipc_reopen_error;    /* CUDAMEM_SIM_IPC_REOPEN=error */
     int log_missing;         /* CUDAMEM_SIM_LOG_MISSING */
     int profiling;
@@ -449,6 +451,10 @@ unsigned long long sim_hazard_count(void);
 /* Lock held. Reports a synchronous free (`id`) of pool memory that work
  * still uses: the simulator waits for it, a driver does not. */
 void sim_hazard_unordered_free(sim_entry id, uintptr_t addr, size_t len);
+/* Lock held. Reports a copy whose source and destination overlap (`id`; the driver's
+ * result is undefined, the simulator's is a memmove's). */
+void sim_hazard_overlap(sim_entry id, uintptr_t dst, size_t dlen,
+                        uintptr_t src, size_t slen);
 const char *sim_last_hazard(void);
 void sim_hazards_reset(void);
 
