@@ -223,6 +223,8 @@ sim_enter(sim_entry id, int need_init)
     if (tls_nfaults > 0) {
         code = take_fault(id);
         if (code != CUDA_SUCCESS) {
+            /* An injected code poisons the context only: a test models
+             * the driver keeping it by injecting it again. */
             if (ctx != NULL && sim_is_sticky(code)) {
                 sim_lock();
                 if (ctx->sticky == CUDA_SUCCESS)
@@ -862,4 +864,7 @@ cusim_reset(void)
     tls_nfaults = 0;
     cusim_reset_counters();
     sim_hazards_reset();
+    sim_lock();
+    sim_devices_forget_sticky();
+    sim_unlock();
 }

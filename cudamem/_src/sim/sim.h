@@ -272,6 +272,11 @@ typedef struct sim_device {
     int pci_domain, pci_bus, pci_dev;
     struct CUctx_st *primary;      /* always allocated, active or not */
     unsigned primary_flags;
+    /* The first sticky error the simulator raised in any of its contexts
+     * (work on freed memory): a driver keeps it until the process ends, so
+     * every context activated later starts with it (cusim_reset forgets
+     * it). Injected codes poison their context only. */
+    CUresult sticky;
 } sim_device;
 
 #define SIM_MAGIC_CTX 0x43545831u
@@ -291,6 +296,11 @@ struct CUctx_st {
     unsigned char peer[SIM_MAX_DEVICES]; /* peer access enabled to device */
 };
 
+/* Lock held. A sticky error poisons ctx and its device; the first code
+ * stays. */
+void sim_ctx_poison(CUcontext ctx, CUresult code);
+/* Lock held. Forgets every device's sticky error (cusim_reset). */
+void sim_devices_forget_sticky(void);
 /* The calling thread's current context (top of its stack), or NULL. */
 CUcontext sim_ctx_current(void);
 /* Current context, checked active and not poisoned; else an error code
