@@ -283,3 +283,56 @@ def test_failed_pop_leaves_the_context_stack(run_py):
     """)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.split() == ["201", "True", "True", "True", "True"]
+
+
+# -- Sticky errors outlive a reset -------------------------------------------
+
+def test_sticky_error_survives_a_primary_context_reset(run_py):
+    # "Any further CUDA work will return the same error. To continue using
+    # CUDA, the process must be terminated and relaunched." Device 1's
+    # queued copy reads memory device 0's reset freed: an illegal address
+    # in device 1's context. Resetting device 1 does not clear it, nor does
+    # a new context of device 1; device 0 stays usable; the simulator's
+    # own reset (a new process, for this) forgets it.
+    proc = run_driver(run_py, prelude=GATE, body="""
+        N = 4096
+        mem = c_uint64()
+        ok(lib.cuMemAlloc_v2(byref(mem), c_size_t(N)), "cuMemAlloc")
+        dev0, dev1 = ctypes.c_int(), ctypes.c_int()
+        ok(lib.cuDeviceGet(byref(dev0), 0), "cuDeviceGet")
+        ok(lib.cuDeviceGet(byref(dev1), 1), "cuDeviceGet")
+        ctx1 = primary(1)
+        ok(lib.cuCtxSetCurrent(ctx1), "cuCtxSetCurrent")
+        host = c_void_p()
+        ok(lib.cuMemHostAlloc(byref(host), c_size_t(N), 0), "cuMemHostAlloc")
+        s = stream()
+        ok(lib.cuMemcpyDtoHAsync_v2(host, mem, c_size_t(N), s),
+           "cuMemcpyDtoHAsync")
+        ok(lib.cuDevicePrimaryCtxReset_v2(dev0), "cuDevicePrimaryCtxReset")
+        gate.set()
+        more = c_uint64()
+
+        def alloc():
+            rc = lib.cuMemAlloc_v2(byref(more), c_size_t(N))
+            if rc == 0:
+                ok(lib.cuMemFree_v2(more), "cuMemFree")
+            return rc
+
+        print(lib.cuStreamSynchronize(s), alloc())
+        ok(lib.cuDevicePrimaryCtxReset_v2(dev1), "cuDevicePrimaryCtxReset")
+        ctx1 = primary(1)
+        ok(lib.cuCtxSetCurrent(ctx1), "cuCtxSetCurrent")
+        print(alloc())
+        other = c_void_p()
+        ok(lib.cuCtxCreate_v2(byref(other), 0, dev1), "cuCtxCreate")
+        print(alloc())
+        ok(lib.cuCtxDestroy_v2(other), "cuCtxDestroy")
+        ok(lib.cuCtxSetCurrent(primary(0)), "cuCtxSetCurrent")
+        print(alloc())
+        simulator.reset()
+        ok(lib.cuDevicePrimaryCtxReset_v2(dev1), "cuDevicePrimaryCtxReset")
+        ok(lib.cuCtxSetCurrent(primary(1)), "cuCtxSetCurrent")
+        print(alloc())
+    """, env={"CUDAMEM_SIM_DEVICES": "2", "CUDAMEM_SIM_HAZARDS": "1"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.split() == ["700", "700", "700", "700", "0", "0"]
