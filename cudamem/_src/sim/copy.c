@@ -314,8 +314,6 @@ do_copy(sim_entry id, const side *dst, const side *src, size_t w, size_t h,
     return sim_stream_submit(hStream, ptds, &c->op, mode);
 done:
     sim_unlock();
-    if (c)
-        free(c->scratch);
     free(c);
     return r;
 }

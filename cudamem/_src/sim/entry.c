@@ -262,8 +262,12 @@ load_env(void)
     __atomic_store_n(&sim.strict_pitch,
                      sim_env_ull("CUDAMEM_SIM_STRICT_PITCH", 0) != 0,
                      __ATOMIC_RELAXED);
-    sim.strict_staging = sim_env_ull("CUDAMEM_SIM_STRICT_STAGING", 0) != 0;
-    sim.strict_dtoh = sim_env_ull("CUDAMEM_SIM_STRICT_DTOH", 0) != 0;
+    __atomic_store_n(&sim.strict_staging,
+                     sim_env_ull("CUDAMEM_SIM_STRICT_STAGING", 0) != 0,
+                     __ATOMIC_RELAXED);
+    __atomic_store_n(&sim.strict_dtoh,
+                     sim_env_ull("CUDAMEM_SIM_STRICT_DTOH", 0) != 0,
+                     __ATOMIC_RELAXED);
     __atomic_store_n(&sim.log_missing,
                      sim_env_ull("CUDAMEM_SIM_LOG_MISSING", 0) != 0,
                      __ATOMIC_RELAXED);

@@ -461,8 +461,8 @@ unsigned long long sim_hazard_count(void);
 /* Lock held. Reports a synchronous free (`id`) of pool memory that work
  * still uses: the simulator waits for it, a driver does not. */
 void sim_hazard_unordered_free(sim_entry id, uintptr_t addr, size_t len);
-/* Lock held. Reports a copy whose source and destination overlap (`id`; the driver's
- * result is undefined, the simulator's is a memmove's). */
+/* Lock held. Reports a copy (`id`) whose source and destination overlap:
+ * undefined on the driver, a memmove on the simulator. */
 void sim_hazard_overlap(sim_entry id, uintptr_t dst, size_t dlen,
                         uintptr_t src, size_t slen);
 const char *sim_last_hazard(void);
