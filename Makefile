@@ -137,7 +137,7 @@ typecheck: $(VENV_STAMP)
 # tests/conftest.py); the simulator reads the variables at cuInit.
 test-stress: build
 	CUDAMEM_SIM_HAZARDS=1 CUDAMEM_SIM_DELAY_US=$(STRESS_DELAY_US) \
-	  CUDAMEM_SIM_STRICT_PITCH=1 \
+	  CUDAMEM_SIM_STRICT_PITCH=1 CUDAMEM_SIM_STRICT_STAGING=1 \
 	  timeout $(BUDGET_STRESS) $(PY) -m pytest -q \
 	  $(PYTEST_ARGS) $(STRESS_TESTS)
 

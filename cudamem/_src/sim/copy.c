@@ -25,6 +25,7 @@ typedef struct copy_op {
     unsigned char *dst, *src;
     size_t dpitch, spitch, dslice, sslice;
     unsigned char *snapshot; /* owned copy of a pageable source */
+    unsigned char *scratch;  /* overlapping sides: the source, gathered */
 } copy_op;
 
 typedef struct set_op {
@@ -174,14 +175,33 @@ rows_overlap(const copy_op *c, size_t dspan, size_t sspan)
     return 0;
 }
 
+/* Gathers rows k of h * d rows into one packed buffer. */
+static void
+gather(unsigned char *to, const unsigned char *from, size_t w, size_t n,
+       size_t h, size_t pitch, size_t slice)
+{
+    for (size_t k = 0; k < n; k++)
+        memcpy(to + k * w, from + row_offset(k, h, pitch, slice), w);
+}
+
 static void
 copy_run(sim_op *op)
 {
     copy_op *c = (copy_op *)op;
+    const unsigned char *src = c->src;
+    size_t spitch = c->spitch, sslice = c->sslice;
+    if (c->scratch) {
+        /* Overlapping sides: read the whole source first, as memmove. */
+        gather(c->scratch, c->src, c->w, c->h * c->d, c->h, c->spitch,
+               c->sslice);
+        src = c->scratch;
+        spitch = c->w;
+        sslice = c->w * c->h;
+    }
     for (size_t z = 0; z < c->d; z++)
         for (size_t y = 0; y < c->h; y++)
             memcpy(c->dst + z * c->dslice + y * c->dpitch,
-                   c->src + z * c->sslice + y * c->spitch, c->w);
+                   src + z * sslice + y * spitch, c->w);
     sim_count_bytes(c->id, c->w * c->h * c->d);
 }
 
@@ -190,13 +210,20 @@ copy_free(sim_op *op)
 {
     copy_op *c = (copy_op *)op;
     free(c->snapshot);
+    free(c->scratch);
     free(c);
 }
 
-/* The driver's behaviour for a copy: see DESIGN rule 9. */
+/* The driver's behaviour for a copy: see DESIGN rule 9. An async copy
+ * from device memory into pageable memory "might be synchronous" (API
+ * synchronization behavior): it is, unless CUDAMEM_SIM_STRICT_DTOH asks
+ * for the other answer the documentation allows. */
 static sim_sync
 copy_mode(const sim_alloc *dst, const sim_alloc *src, int async)
 {
+    if (async && !dst && src && device_kind_only(src) &&
+        __atomic_load_n(&sim.strict_dtoh, __ATOMIC_RELAXED))
+        return SIM_ASYNC;
     if (async)
         return dst ? SIM_ASYNC : SIM_BLOCK;
     /* cuPointerSetAttribute(SYNC_MEMOPS): always fully synchronous. */
@@ -250,11 +277,24 @@ do_copy(sim_entry id, const side *dst, const side *src, size_t w, size_t h,
     c->dslice = dst->pitch * dst->height;
     c->sslice = src->pitch * src->height;
     if (rows_overlap(c, dspan, sspan)) {
-        r = CUDA_ERROR_INVALID_VALUE;
-        goto done;
+        /* Undefined on the driver, not an error: copy as memmove does. */
+        c->scratch = malloc(w * h * d);
+        if (!c->scratch) {
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+            goto done;
+        }
+        if (__atomic_load_n(&sim.hazards, __ATOMIC_RELAXED))
+            sim_hazard_overlap(id, daddr, dspan, saddr, sspan);
     }
     sim_sync mode = copy_mode(dref.alloc, sref.alloc, async);
-    int pageable_src = sref.alloc == NULL;
+    /* CUDAMEM_SIM_STRICT_STAGING: an async copy from pageable memory to
+     * the device may stage the source when the stream runs ("the driver
+     * may synchronize with the stream and stage the copy"), so it reads
+     * the source then; the synchronous forms stage before returning. */
+    int pageable_src =
+        sref.alloc == NULL &&
+        !(async && device_side(dref.alloc) &&
+          __atomic_load_n(&sim.strict_staging, __ATOMIC_RELAXED));
     unsigned long long did = buffer_of(&dref), sid = buffer_of(&sref);
     sim_unlock();
 
@@ -268,12 +308,10 @@ do_copy(sim_entry id, const side *dst, const side *src, size_t w, size_t h,
         /* The driver copies pageable memory to staging at call time. */
         c->snapshot = malloc(w * h * d);
         if (!c->snapshot) {
-            free(c);
+            copy_free(&c->op);
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
-        for (size_t k = 0; k < h * d; k++)
-            memcpy(c->snapshot + k * w,
-                   c->src + row_offset(k, h, c->spitch, c->sslice), w);
+        gather(c->snapshot, c->src, w, h * d, h, c->spitch, c->sslice);
         c->src = c->snapshot;
         c->spitch = w;
         c->sslice = w * h;

@@ -65,7 +65,8 @@ const char *cusim_last_hazard(void);
 void cusim_set_strict_pitch(int on);
 int cusim_get_strict_pitch(void);
 
-/* Forget faults (all threads), counters and hazard reports. */
+/* Forget faults (all threads), counters, hazard reports and the devices'
+ * sticky errors (which a driver keeps until the process ends). */
 void cusim_reset(void);
 
 #ifdef __cplusplus

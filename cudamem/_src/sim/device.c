@@ -156,7 +156,26 @@ ctx_new(sim_device *dev, int is_primary, unsigned flags)
     return ctx;
 }
 
-/* Caller holds the lock. */
+void
+sim_ctx_poison(CUcontext ctx, CUresult code)
+{
+    CUresult none = CUDA_SUCCESS;
+
+    __atomic_compare_exchange_n(&ctx->sticky, &none, code, 0,
+                                __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    if (ctx->dev->sticky == CUDA_SUCCESS)
+        ctx->dev->sticky = code;
+}
+
+void
+sim_devices_forget_sticky(void)
+{
+    for (int i = 0; i < sim.ndevices; i++)
+        sim.devices[i]->sticky = CUDA_SUCCESS;
+}
+
+/* Caller holds the lock. A new context of a device that had a sticky
+ * error starts poisoned with it. */
 static void
 ctx_activate(CUcontext ctx)
 {
@@ -173,7 +192,7 @@ ctx_activate(CUcontext ctx)
     ctx->limits[CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH] = 2;
     ctx->limits[CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT] = 2048;
     ctx->limits[CU_LIMIT_MAX_L2_FETCH_GRANULARITY] = 64;
-    ctx->sticky = CUDA_SUCCESS;
+    ctx->sticky = ctx->dev->sticky;
     memset(ctx->peer, 0, sizeof(ctx->peer));
     __atomic_store_n(&ctx->active, 1, __ATOMIC_RELEASE);
     sim.live.contexts++;
@@ -924,7 +943,6 @@ primary_reset(CUdevice dev)
         return CUDA_ERROR_INVALID_DEVICE;
     sim_lock();
     active = d->primary->active;
-    d->primary->sticky = CUDA_SUCCESS;
     sim_unlock();
     if (active)
         ctx_shutdown(d->primary, always);

@@ -223,6 +223,8 @@ sim_enter(sim_entry id, int need_init)
     if (tls_nfaults > 0) {
         code = take_fault(id);
         if (code != CUDA_SUCCESS) {
+            /* An injected code poisons the context only: a test models
+             * the driver keeping it by injecting it again. */
             if (ctx != NULL && sim_is_sticky(code)) {
                 sim_lock();
                 if (ctx->sticky == CUDA_SUCCESS)
@@ -259,6 +261,12 @@ load_env(void)
                      __ATOMIC_RELAXED);
     __atomic_store_n(&sim.strict_pitch,
                      sim_env_ull("CUDAMEM_SIM_STRICT_PITCH", 0) != 0,
+                     __ATOMIC_RELAXED);
+    __atomic_store_n(&sim.strict_staging,
+                     sim_env_ull("CUDAMEM_SIM_STRICT_STAGING", 0) != 0,
+                     __ATOMIC_RELAXED);
+    __atomic_store_n(&sim.strict_dtoh,
+                     sim_env_ull("CUDAMEM_SIM_STRICT_DTOH", 0) != 0,
                      __ATOMIC_RELAXED);
     __atomic_store_n(&sim.log_missing,
                      sim_env_ull("CUDAMEM_SIM_LOG_MISSING", 0) != 0,
@@ -861,4 +869,7 @@ cusim_reset(void)
     tls_nfaults = 0;
     cusim_reset_counters();
     sim_hazards_reset();
+    sim_lock();
+    sim_devices_forget_sticky();
+    sim_unlock();
 }

@@ -310,6 +310,18 @@ sim_hazard_unordered_free(sim_entry id, uintptr_t addr, size_t len)
     publish();
 }
 
+void
+sim_hazard_overlap(sim_entry id, uintptr_t dst, size_t dlen, uintptr_t src,
+                   size_t slen)
+{
+    snprintf(hazard_text, sizeof hazard_text,
+             "%s writes [0x%llx, +%zu) overlapping its source [0x%llx, "
+             "+%zu) (undefined on the driver; copied as by memmove)",
+             entry_names[id], (unsigned long long)dst, dlen,
+             (unsigned long long)src, slen);
+    publish();
+}
+
 const char *
 sim__entry_name(sim_entry id)
 {

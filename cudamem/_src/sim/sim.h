@@ -218,6 +218,8 @@ typedef struct sim_global {
     unsigned delay_us;       /* CUDAMEM_SIM_DELAY_US */
     int hazards;             /* CUDAMEM_SIM_HAZARDS */
     int strict_pitch;        /* CUDAMEM_SIM_STRICT_PITCH */
+    int strict_staging;      /* CUDAMEM_SIM_STRICT_STAGING */
+    int strict_dtoh;         /* CUDAMEM_SIM_STRICT_DTOH */
     int ipc_reopen_error;    /* CUDAMEM_SIM_IPC_REOPEN=error */
     int log_missing;         /* CUDAMEM_SIM_LOG_MISSING */
     int profiling;
@@ -295,6 +297,11 @@ typedef struct sim_device {
     int pci_domain, pci_bus, pci_dev;
     struct CUctx_st *primary;      /* always allocated, active or not */
     unsigned primary_flags;
+    /* The first sticky error the simulator raised in any of its contexts
+     * (work on freed memory): a driver keeps it until the process ends, so
+     * every context activated later starts with it (cusim_reset forgets
+     * it). Injected codes poison their context only. */
+    CUresult sticky;
 } sim_device;
 
 #define SIM_MAGIC_CTX 0x43545831u
@@ -316,6 +323,11 @@ struct CUctx_st {
     size_t limits[CU_LIMIT_MAX]; /* cuCtxSetLimit, reset at activation */
 };
 
+/* Lock held. A sticky error poisons ctx and its device; the first code
+ * stays. */
+void sim_ctx_poison(CUcontext ctx, CUresult code);
+/* Lock held. Forgets every device's sticky error (cusim_reset). */
+void sim_devices_forget_sticky(void);
 /* The calling thread's current context (top of its stack), or NULL. */
 CUcontext sim_ctx_current(void);
 /* Current context, checked active and not poisoned; else an error code
@@ -478,6 +490,10 @@ unsigned long long sim_hazard_count(void);
 /* Lock held. Reports a synchronous free (`id`) of pool memory that work
  * still uses: the simulator waits for it, a driver does not. */
 void sim_hazard_unordered_free(sim_entry id, uintptr_t addr, size_t len);
+/* Lock held. Reports a copy (`id`) whose source and destination overlap:
+ * undefined on the driver, a memmove on the simulator. */
+void sim_hazard_overlap(sim_entry id, uintptr_t dst, size_t dlen,
+                        uintptr_t src, size_t slen);
 const char *sim_last_hazard(void);
 void sim_hazards_reset(void);
 

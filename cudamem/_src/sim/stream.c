@@ -323,12 +323,8 @@ op_stale_range(const sim_op *op)
 static void
 op_fault(CUstream s, const sim_op *op, const sim_range *r)
 {
-    CUresult none = CUDA_SUCCESS;
-
     if (s->linked)
-        __atomic_compare_exchange_n(&s->ctx->sticky, &none,
-                                    CUDA_ERROR_ILLEGAL_ADDRESS, 0,
-                                    __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+        sim_ctx_poison(s->ctx, CUDA_ERROR_ILLEGAL_ADDRESS);
     if (__atomic_load_n(&sim.hazards, __ATOMIC_RELAXED))
         sim__hazard_freed(s, op, r);
 }
