@@ -180,5 +180,31 @@ def test_async_copy_to_pageable_blocks(sim):
     host = np.empty_like(src)
     with sim.delay(200000):
         d.copy_to_host(host, stream=s)
-        assert s.query()  # the driver waited: the host memory is pageable
+        assert s.query()  # complete on return: the host memory is pageable
     np.testing.assert_array_equal(host, src)
+
+
+@pytest.mark.simulator
+def test_copies_to_pageable_memory_land_before_return(run_py):
+    # The driver may return from an asynchronous copy into pageable memory
+    # before it lands (CUDAMEM_SIM_STRICT_DTOH does): cudamem waits, so the
+    # array it hands back, or fills, is complete (found by the simulator's
+    # strict mode: copy_to_host() of an array bound to a stream).
+    proc = run_py("""
+        import numpy as np, cudamem
+        src = np.arange(4096, dtype=np.float64).reshape(64, 64)
+        s = cudamem.stream()
+        d = cudamem.to_device(src, stream=s)
+        s.synchronize()
+        got = [d.copy_to_host(), d.copy_to_host(stream=s),
+               d[:, ::3].copy_to_host(stream=s)]
+        into = np.zeros((64, 22))
+        d[:, ::3].copy_to_host(into, stream=s)
+        got.append(into)
+        assert s.query()
+        for g, want in zip(got, (src, src, src[:, ::3], src[:, ::3])):
+            np.testing.assert_array_equal(g, want)
+        print("ok")
+    """, env={"CUDAMEM_SIM_STRICT_DTOH": "1", "CUDAMEM_SIM_DELAY_US": "20000"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "ok\n"

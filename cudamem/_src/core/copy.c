@@ -36,11 +36,15 @@ cm__memcpy(int dst_dev, CUdeviceptr dst, void *hdst, int src_dev,
 
 int
 cm__copy_noted(cm_device *dev, CUstream stream, const void *host,
-               size_t extent, cm_error *err)
+               size_t extent, int to_host, cm_error *err)
 {
     cm_error ignored;
+    int rc = cm__host_note(dev, stream, host, extent, err);
 
-    if (cm__host_note(dev, stream, host, extent, err) == 0) {
+    if (rc == 1 && to_host) {
+        return CM_CALL(err, cuStreamSynchronize, stream);
+    }
+    if (rc >= 0) {
         return 0;
     }
     /* Unnoted work would let its memory go under it: wait instead. */
@@ -81,7 +85,8 @@ copy_contiguous(cm_device *dev, int dst_dev, CUdeviceptr dst, void *hdst,
         rc = complete(err);
     }
     if (rc == 0 && async && dst_dev != src_dev) {
-        rc = cm__copy_noted(dev, stream, dst_dev ? hsrc : hdst, n, err);
+        rc = cm__copy_noted(dev, stream, dst_dev ? hsrc : hdst, n, !dst_dev,
+                            err);
     }
     return cm_ctx_leave(&guard, rc, err);
 }

@@ -40,9 +40,12 @@ int cm__memcpy(int dst_dev, CUdeviceptr dst, void *hdst, int src_dev,
 /* Core-internal: after asynchronous work on `stream` touching the host
  * bytes [host, host + extent), in dev's current context: notes it on the
  * registrations there (hostmem.h's cm__host_note), so that their release
- * waits for it. On failure the stream is waited for, and -1. */
+ * waits for it. When the work writes `to_host` pageable memory, waits for
+ * it: the driver may return from such a copy before the bytes land (its
+ * current synchronization rules), and nothing tracks pageable memory. On
+ * failure the stream is waited for, and -1. */
 int cm__copy_noted(cm_device *dev, CUstream stream, const void *host,
-                   size_t extent, cm_error *err);
+                   size_t extent, int to_host, cm_error *err);
 
 /* One side of an array copy: its first element (device address or host
  * pointer) and its layout. Strides are in bytes, of any sign; a source may

@@ -1470,7 +1470,7 @@ note_host(job *j, const layout *L, cm_error *err)
             hi += (uintptr_t)span;
         }
     }
-    return cm__copy_noted(j->dev, j->stream, (const void *)lo, hi - lo,
+    return cm__copy_noted(j->dev, j->stream, (const void *)lo, hi - lo, dst,
                           err);
 }
 

@@ -805,15 +805,15 @@ cm__host_note(cm_device *dev, CUstream stream, const void *ptr,
               size_t size, cm_error *err)
 {
     uintptr_t lo = (uintptr_t)ptr, hi = lo + size;
-    int rc = 0;
+    int rc = 1;
 
     /* Most copies with no registration at all take no lock. */
     if (__atomic_load_n(&table.n, __ATOMIC_RELAXED) == 0) {
-        return 0;
+        return 1;
     }
     pthread_mutex_lock(&table.lock);
     for (size_t i = first_after(lo);
-         rc == 0 && i < table.n && table.nodes[i]->base < hi; i++) {
+         rc >= 0 && i < table.n && table.nodes[i]->base < hi; i++) {
         if (!stale(table.nodes[i])) {
             rc = node_note(table.nodes[i], dev, stream, err);
         }

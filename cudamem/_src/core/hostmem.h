@@ -100,8 +100,9 @@ int cm_host_free(cm_host *h, cm_error *err);
  * cm__host_note: `size` bytes at ptr were just queued on `stream` (dev's
  * context current): every registration covering them records an event
  * after that work (one per stream, re-recorded). Pageable memory has no
- * registration and notes nothing. On failure nothing is noted: the caller
- * waits for the stream instead. */
+ * registration and notes nothing: 1 when no registration covers any of
+ * the bytes, else 0. On failure (-1) nothing is noted: the caller waits
+ * for the stream instead. */
 int cm__host_note(cm_device *dev, CUstream stream, const void *ptr,
                   size_t size, cm_error *err);
 /* Runs `then` on h now when no noted work on its pages is pending, else
