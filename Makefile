@@ -134,10 +134,14 @@ typecheck: $(VENV_STAMP)
 	  --no-incremental cudamem/_cudamem.pyi docs/examples/typed_example.py
 
 # A test during which the hazard checker reported a race fails (see
-# tests/conftest.py); the simulator reads the variables at cuInit.
+# tests/conftest.py); the simulator reads the variables at cuInit. The
+# strict modes are the worst case the driver's documentation allows:
+# pitches, pageable sources read late, device-to-pageable copies that
+# return early (docs/guide/simulator.rst).
 test-stress: build
 	CUDAMEM_SIM_HAZARDS=1 CUDAMEM_SIM_DELAY_US=$(STRESS_DELAY_US) \
 	  CUDAMEM_SIM_STRICT_PITCH=1 CUDAMEM_SIM_STRICT_STAGING=1 \
+	  CUDAMEM_SIM_STRICT_DTOH=1 \
 	  timeout $(BUDGET_STRESS) $(PY) -m pytest -q \
 	  $(PYTEST_ARGS) $(STRESS_TESTS)
 
