@@ -290,8 +290,9 @@ def last_hazard():
 def reset():
     """reset()
 
-    Forget injected faults (every thread), call counters and hazard
-    reports."""
+    Forget injected faults (every thread), call counters, hazard reports
+    and the devices' sticky errors (which the driver keeps until the
+    process ends)."""
     _library().cusim_reset()
 
 
