@@ -165,17 +165,19 @@ def test_cuda_core_copies_a_cudamem_buffer(one_driver):
         stream.close()
 
 
-@pytest.mark.xfail(raises=RuntimeError, strict=True,
-                   reason="cuda.core's DeviceMemoryResource calls "
-                   "cuStreamIsCapturing, not yet in the simulator")
 def test_cuda_core_default_resource_allocates(one_driver):
+    # cuda.core's default resource is the stream-ordered allocator.
     stream = one_driver.create_stream()
     try:
         mr = one_driver.memory_resource
         assert isinstance(mr, cuda_core.DeviceMemoryResource)
         buf = mr.allocate(256, stream=stream)
+        stream.sync()  # allocated in stream order: cudamem uses stream 0
         d = cudamem.from_dlpack(buf)
         assert d.device_ctypes_pointer.value == int(buf.handle)
+        want = np.arange(256, dtype=np.uint8).view(d.dtype)
+        d.copy_to_device(want)
+        np.testing.assert_array_equal(d.copy_to_host(), want)
         del d
         buf.close(stream)
         stream.sync()
