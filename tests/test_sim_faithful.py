@@ -350,12 +350,15 @@ def test_queued_op_on_memory_a_reset_freed_is_an_illegal_address(run_py, op):
             % (entry, stream, access, mem)) in proc.stderr
 
 
-def test_crash_on_a_stream_worker_is_reported(run_py):
-    # Registered pages unmapped by their owner while a copy into them is
-    # queued: the copy faults on the stream's worker thread, which says
-    # what it was running before the process dies of the signal.
+@pytest.mark.parametrize("op", ["dtoh", "htod", "memset", "sync dtoh"])
+def test_registered_pages_unmapped_under_queued_work(run_py, op):
+    # The owner unmaps registered pages before unregistering them while
+    # work on them is queued. A GPU goes on using the pages the driver
+    # pinned; the simulator cannot, so the op stops where it faults, fails
+    # with CUDA_ERROR_ILLEGAL_ADDRESS (sticky for its context) and the
+    # hazard checker names it. The process lives on.
     proc = run_driver(run_py, prelude=GATE, body="""
-        import mmap, signal
+        import mmap
         N = 1 << 16
         libc = ctypes.CDLL(None, use_errno=True)
         libc.mmap.restype = c_void_p
@@ -369,10 +372,53 @@ def test_crash_on_a_stream_worker_is_reported(run_py):
         d = c_uint64()
         ok(lib.cuMemAlloc_v2(byref(d), c_size_t(N)), "cuMemAlloc")
         s = stream()
-        ok(lib.cuMemcpyDtoHAsync_v2(c_void_p(host), d, c_size_t(N), s),
-           "cuMemcpyDtoHAsync")
-        print("0x%x 0x%x" % (host, s.value), flush=True)
+        op = sys.argv[1]
+        if op == "dtoh":
+            ok(lib.cuMemcpyDtoHAsync_v2(c_void_p(host), d, c_size_t(N), s),
+               "cuMemcpyDtoHAsync")
+        elif op == "htod":
+            ok(lib.cuMemcpyHtoDAsync_v2(d, c_void_p(host), c_size_t(N), s),
+               "cuMemcpyHtoDAsync")
+        elif op == "memset":
+            ok(lib.cuMemsetD8Async(c_uint64(host), ctypes.c_ubyte(7),
+                                   c_size_t(N), s), "cuMemsetD8Async")
         assert libc.munmap(host, N) == 0
+        gate.set()
+        if op == "sync dtoh":
+            # The legacy stream runs it; the call waits and answers.
+            s = c_void_p(0)
+            print(lib.cuMemcpyDtoH_v2(c_void_p(host), d, c_size_t(N)))
+        else:
+            print(lib.cuStreamSynchronize(s))
+        print(lib.cuMemAlloc_v2(byref(c_uint64()), c_size_t(N)))  # sticky
+        print("0x%x" % host, s.value or 0)
+    """.replace("sys.argv[1]", repr(op)), env={"CUDAMEM_SIM_HAZARDS": "1"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    sync_rc, alloc_rc, host, stream = proc.stdout.split()
+    stream = ("legacy default stream of context 0x" if op == "sync dtoh"
+              else "stream 0x%x" % int(stream))
+    assert int(sync_rc) == 700  # CUDA_ERROR_ILLEGAL_ADDRESS
+    assert int(alloc_rc) == 700
+    entry, access = {"dtoh": ("cuMemcpyDtoHAsync", "writes"),
+                     "htod": ("cuMemcpyHtoDAsync", "reads"),
+                     "memset": ("cuMemsetD8Async", "writes"),
+                     "sync dtoh": ("cuMemcpyDtoH", "writes")}[op]
+    assert ("cusim hazard: %s on %s" % (entry, stream)) in proc.stderr
+    assert ("%s [%s, +65536), registered "
+            "pages unmapped by their owner: CUDA_ERROR_ILLEGAL_ADDRESS"
+            % (access, host)) in proc.stderr
+    assert "fatal signal" not in proc.stderr
+
+
+def test_crash_on_a_stream_worker_is_reported(run_py):
+    # A host function that dereferences a wild pointer crashes on the
+    # stream's worker thread, which says what it was running before the
+    # process dies of the signal.
+    proc = run_driver(run_py, prelude=GATE, body="""
+        s = stream()
+        crash = HOSTFN(lambda user: ctypes.string_at(16, 1))
+        ok(lib.cuLaunchHostFunc(s, crash, None), "cuLaunchHostFunc")
+        print("0x%x" % s.value, flush=True)
         gate.set()
         lib.cuStreamSynchronize(s)
         print("survived")
@@ -382,8 +428,7 @@ def test_crash_on_a_stream_worker_is_reported(run_py):
         # default action.
         "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") + ":handle_segv=0"})
     assert proc.returncode == -11, proc.stdout + proc.stderr  # SIGSEGV
-    host, stream = proc.stdout.split()
-    assert ("cusim: fatal signal 11 (fault address %s) on the worker of "
-            "stream %s while running cuMemcpyDtoHAsync (operation #2), "
-            "writes [%s, +65536), reads [" % (host, stream, host)
-            ) in proc.stderr
+    stream = proc.stdout.split()[0]
+    assert ("cusim: fatal signal 11 (fault address 0x10) on the worker of "
+            "stream %s while running cuLaunchHostFunc (operation #2)\n"
+            % stream) in proc.stderr

@@ -287,16 +287,16 @@ sim__hazard_check(CUstream s, const sim_op *op)
 }
 
 void
-sim__hazard_freed(CUstream s, const sim_op *op, const sim_range *r)
+sim__hazard_freed(CUstream s, const sim_op *op, const sim_range *r,
+                  const char *why)
 {
     char here[96];
 
     sim__stream_label(s, here, sizeof here);
     snprintf(hazard_text, sizeof hazard_text,
-             "%s on %s %s [0x%llx, +%zu), memory freed before it ran: "
-             "CUDA_ERROR_ILLEGAL_ADDRESS",
+             "%s on %s %s [0x%llx, +%zu), %s: CUDA_ERROR_ILLEGAL_ADDRESS",
              entry_names[op->entry], here, r->write ? "writes" : "reads",
-             (unsigned long long)r->addr, r->len);
+             (unsigned long long)r->addr, r->len, why);
     publish();
 }
 

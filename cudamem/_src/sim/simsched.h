@@ -106,8 +106,10 @@ int sim__handle_add(void *h);
 void sim__handle_remove(void *h);
 int sim__handle_live(const void *h, uint32_t magic);
 void sim__hazard_check(CUstream s, const sim_op *op);
-/* Reports op, about to run on s, as touching range r of freed memory. */
-void sim__hazard_freed(CUstream s, const sim_op *op, const sim_range *r);
+/* Reports op on s as touching range r of memory that is gone; `why` says
+ * how. */
+void sim__hazard_freed(CUstream s, const sim_op *op, const sim_range *r,
+                       const char *why);
 /* The plain name of an entry point; async-signal-safe. */
 const char *sim__entry_name(sim_entry id);
 

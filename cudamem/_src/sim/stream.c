@@ -3,6 +3,7 @@
  * Does not validate or move memory (copy.c builds the ops); events live in
  * event.c, vector clocks and hazard reports in hazard.c. */
 #include <errno.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -298,12 +299,15 @@ sleep_us(unsigned us)
 }
 
 /* The first range of op whose allocation was freed since op was queued,
- * or NULL. Lock held. */
+ * or NULL; *foreign gets a bit per range in registered memory, whose
+ * pages the application owns and may unmap before unregistering them (a
+ * GPU goes on writing the pinned pages; here the op faults). Lock held. */
 static const sim_range *
-op_stale_range(const sim_op *op)
+op_check_ranges(const sim_op *op, unsigned *foreign)
 {
     int i;
 
+    *foreign = 0;
     for (i = 0; i < op->nranges; i++) {
         const sim_range *r = &op->ranges[i];
         const sim_alloc *a;
@@ -313,20 +317,22 @@ op_stale_range(const sim_op *op)
         a = sim_mem_find(r->addr);
         if (a == NULL || a->buffer_id != r->buffer_id)
             return r;
+        if (a->kind == SIM_MEM_REGISTERED)
+            *foreign |= 1u << i;
     }
     return NULL;
 }
 
 /* What a GPU does with work on memory that is gone: the op fails with
  * CUDA_ERROR_ILLEGAL_ADDRESS, which poisons its context (the first sticky
- * error stays). Lock held. */
+ * error stays). `why` completes the hazard report. Lock held. */
 static void
-op_fault(CUstream s, const sim_op *op, const sim_range *r)
+op_fault(CUstream s, const sim_op *op, const sim_range *r, const char *why)
 {
     if (s->linked)
         sim_ctx_poison(s->ctx, CUDA_ERROR_ILLEGAL_ADDRESS);
     if (__atomic_load_n(&sim.hazards, __ATOMIC_RELAXED))
-        sim__hazard_freed(s, op, r);
+        sim__hazard_freed(s, op, r, why);
 }
 
 /* ------------------------------------------------------------------------
@@ -338,6 +344,11 @@ op_fault(CUstream s, const sim_op *op, const sim_range *r)
 typedef struct worker_info {
     CUstream s;
     const sim_op *volatile op;
+    /* op_check_ranges' bits for op: a fault in one of those ranges jumps
+     * back to op_run instead of ending the process. */
+    volatile unsigned foreign;
+    volatile int caught; /* the range that faulted */
+    sigjmp_buf resume;
 } worker_info;
 
 static pthread_key_t worker_key;
@@ -427,14 +438,37 @@ crash_report(int sig, const siginfo_t *info, const worker_info *w)
         return;
 }
 
+/* The range of registered memory the fault at addr lies in, or -1. */
+static int
+foreign_range_at(const worker_info *w, uintptr_t addr)
+{
+    const sim_op *op = w->op;
+    int i;
+
+    for (i = 0; op != NULL && i < op->nranges && i < SIM_OP_RANGES; i++) {
+        const sim_range *r = &op->ranges[i];
+
+        if ((w->foreign & (1u << i)) && addr - r->addr < r->len)
+            return i;
+    }
+    return -1;
+}
+
 static void
 crash_handler(int sig, siginfo_t *info, void *uctx)
 {
-    const worker_info *w = crash_ready ? pthread_getspecific(worker_key)
-                                       : NULL;
+    worker_info *w = crash_ready ? pthread_getspecific(worker_key) : NULL;
     const struct sigaction *prev = NULL;
     size_t i;
 
+    if (w != NULL && w->foreign != 0 && (sig == SIGSEGV || sig == SIGBUS)) {
+        int r = foreign_range_at(w, (uintptr_t)info->si_addr);
+
+        if (r >= 0) {
+            w->caught = r;
+            siglongjmp(w->resume, 1);
+        }
+    }
     if (w != NULL)
         crash_report(sig, info, w);
     for (i = 0; i < NCRASH; i++) {
@@ -477,11 +511,29 @@ crash_install(void)
     crash_ready = 1;
 }
 
+/* Runs op on its worker; returns the range of registered memory that was
+ * unmapped under it (the op stopped there), or NULL. */
+static const sim_range *
+op_run(worker_info *w, sim_op *op, unsigned foreign)
+{
+    if (foreign != 0 && sigsetjmp(w->resume, 1) != 0) {
+        w->foreign = 0;
+        w->op = NULL;
+        return &op->ranges[w->caught];
+    }
+    w->op = op;
+    w->foreign = foreign;
+    op->run(op);
+    w->foreign = 0;
+    w->op = NULL;
+    return NULL;
+}
+
 static void *
 worker_main(void *arg)
 {
     CUstream s = arg;
-    worker_info info = {s, NULL};
+    worker_info info = {.s = s, .op = NULL};
     sigset_t faults;
     size_t i;
 
@@ -496,8 +548,8 @@ worker_main(void *arg)
     sim_lock();
     for (;;) {
         sim_op *op = s->head;
-        const sim_range *stale;
-        unsigned delay;
+        const sim_range *stale, *unmapped = NULL;
+        unsigned delay, foreign;
 
         if (op == NULL) {
             if (s->destroyed)
@@ -520,18 +572,18 @@ worker_main(void *arg)
         }
         /* Frees wait for queued ops; a context reset only for running
          * ones, so memory may be gone by now. */
-        stale = op_stale_range(op);
+        stale = op_check_ranges(op, &foreign);
         if (stale != NULL)
-            op_fault(s, op, stale);
+            op_fault(s, op, stale, "memory freed before it ran");
         else
             s->running = op;
         sim_unlock();
-        if (stale == NULL) {
-            info.op = op;
-            op->run(op);
-            info.op = NULL;
-        }
+        if (stale == NULL)
+            unmapped = op_run(&info, op, foreign);
         sim_lock();
+        if (unmapped != NULL)
+            op_fault(s, op, unmapped,
+                     "registered pages unmapped by their owner");
         s->running = NULL;
         s->head = op->next;
         if (s->head == NULL)
