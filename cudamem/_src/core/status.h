@@ -1,7 +1,10 @@
 /* status.h: how core reports failure. Core functions return 0 or -1 and fill
- * a caller-provided cm_error, which holds its own text: nothing here is
- * thread-local, so a second failure (a cleanup's) never rewrites the first.
- * py/ turns it into a Python exception; nothing here knows Python. */
+ * a caller-provided cm_error, which holds its own text, so a second failure
+ * (a cleanup's) never rewrites the first; py/ turns it into a Python
+ * exception. Nothing here knows Python or is thread-local: core's only
+ * thread-local state is context.c's per-thread context state (the selected
+ * device, pushed contexts, entered operations, checked generations), kept
+ * per thread because the driver's current context is (docs/design.rst). */
 #ifndef CM_STATUS_H
 #define CM_STATUS_H
 
