@@ -555,7 +555,7 @@ report(const char *what, const view *dv, const view *sv, size_t itemsize,
     if (err != NULL) {
         fprintf(stderr, " error kind %d code %d call %s msg %s",
                 (int)err->kind, (int)err->code,
-                err->call ? err->call : "-", err->msg ? err->msg : "-");
+                err->call ? err->call : "-", cm_error_msg(err));
     }
     fprintf(stderr, "\n");
 }
@@ -1295,13 +1295,15 @@ test_bad_input(void)
     d.ptr = 256;
     d.strides = zero;
     CHECK(cm_copy_array(dev, &d, &h, 4, NULL, 0, &err) == -1 &&
-          err.kind == CM_ERR_VALUE && strstr(err.msg, "stride 0") != NULL);
+          err.kind == CM_ERR_VALUE &&
+          strstr(cm_error_msg(&err), "stride 0") != NULL);
     CHECK(cm_fill(dev, &d, host, 4, NULL, 0, &err) == -1 &&
           err.kind == CM_ERR_VALUE);
     d.strides = strides;
     d.shape = other;
     CHECK(cm_copy_array(dev, &d, &h, 4, NULL, 0, &err) == -1 &&
-          err.kind == CM_ERR_VALUE && strstr(err.msg, "dimension 1"));
+          err.kind == CM_ERR_VALUE &&
+          strstr(cm_error_msg(&err), "dimension 1"));
     d.shape = shape;
     d.ndim = h.ndim = 65;
     CHECK(cm_copy_array(dev, &d, &h, 4, NULL, 0, &err) == -1 &&
@@ -1391,7 +1393,7 @@ load(void)
     setenv("CUDAMEM_SIMULATOR", "1", 1);
     if (cm_driver_load(path, &err) < 0) {
         fprintf(stderr, "cannot load %s: %s\n", path,
-                err.msg ? err.msg : "driver error");
+                cm_error_msg(&err));
         return -1;
     }
     lib = dlopen(path, RTLD_NOW | RTLD_NOLOAD);

@@ -48,6 +48,7 @@ log_free(void *arg, cm_free_kind kind, uint64_t handle, size_t nbytes,
         err->code = CUDA_ERROR_INVALID_VALUE;
         err->call = "cuMemFree";
         err->msg = NULL;
+        err->text[0] = '\0';
         return -1;
     }
     if (log->n < LOG_MAX) {

@@ -425,5 +425,6 @@ cm__done(cm_error *err, const char *call, CUresult rc, const cm__arg *args,
     err->oom_dev = NULL;
     err->oom_bytes = 0;
     err->device = -1;
+    err->text[0] = '\0';
     return -1;
 }

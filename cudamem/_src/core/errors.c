@@ -1,6 +1,6 @@
 /* errors.c: the one table of CUresult names, the sticky-error rule and
- * the per-thread buffer of messages that name a value. py/ owns the
- * exception classes and numba's wording of driver errors. */
+ * the formatting of messages that name a value into the record's own text.
+ * py/ owns the exception classes and numba's wording of driver errors. */
 #include "status.h"
 
 #include <stdarg.h>
@@ -9,21 +9,28 @@
 
 #include "cuerrors.h"
 
-/* Lives until py/ raises it, on this thread, before the next core call. */
-static _Thread_local char tls_msg[256];
-
 int
 cm_fail_fmt(cm_error *err, cm_error_kind kind, const char *fmt, ...)
 {
-    char msg[sizeof(tls_msg)];
+    char msg[sizeof(err->text)];
     va_list ap;
+    int n;
 
-    /* Through a copy: an argument may be the previous message. */
+    /* Through a copy: an argument may be err's own message. Only the
+     * message's bytes are written, not the whole buffer. */
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    n = vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    memcpy(tls_msg, msg, sizeof(tls_msg));
-    return cm_fail(err, kind, tls_msg);
+    if (n < 0) {
+        n = 0;
+        msg[0] = '\0';
+    }
+    else if ((size_t)n >= sizeof(msg)) {
+        n = (int)sizeof(msg) - 1;
+    }
+    cm_fail(err, kind, NULL);
+    memcpy(err->text, msg, (size_t)n + 1);
+    return -1;
 }
 
 const char *

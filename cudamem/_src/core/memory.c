@@ -315,7 +315,8 @@ cm_pointer_device(CUdeviceptr ptr, cm_device **dev, cm_error *err)
         return cm_fail_fmt(err, CM_ERR_VALUE,
                            "pointer %#llx belongs to device %d, which "
                            "cudamem cannot use: %s",
-                           (unsigned long long)ptr, ordinal, err->msg);
+                           (unsigned long long)ptr, ordinal,
+                           cm_error_msg(err));
     }
     return 0;
 }

@@ -464,6 +464,7 @@ out_of_memory(cm_error *err, const char *call)
     err->oom_dev = NULL;
     err->oom_bytes = 0;
     err->device = -1;
+    err->text[0] = '\0';
     return -1;
 }
 

@@ -1,6 +1,10 @@
 /* status.h: how core reports failure. Core functions return 0 or -1 and fill
- * a caller-provided cm_error; py/ turns it into a Python exception. Nothing
- * here is thread-local and nothing here knows Python. */
+ * a caller-provided cm_error, which holds its own text, so a second failure
+ * (a cleanup's) never rewrites the first; py/ turns it into a Python
+ * exception. Nothing here knows Python or is thread-local: core's only
+ * thread-local state is context.c's per-thread context state (the selected
+ * device, pushed contexts, entered operations, checked generations), kept
+ * per thread because the driver's current context is (docs/design.rst). */
 #ifndef CM_STATUS_H
 #define CM_STATUS_H
 
@@ -17,11 +21,18 @@ typedef enum cm_error_kind {
     CM_ERR_INTERRUPTED /* a poll hook ended the work early (staging.h): msg */
 } cm_error_kind;
 
+/* Room for a formatted message: it names values (a pointer, a shape, a
+ * device) and may quote another message once; longer text is cut. */
+#define CM_ERROR_TEXT 256
+
 typedef struct cm_error {
     cm_error_kind kind;
     CUresult code;    /* CM_ERR_DRIVER */
     const char *call; /* the driver entry point, a string literal */
-    const char *msg;  /* static, or owned by the subsystem that set it */
+    /* The message, for the kinds that have one: read it with cm_error_msg.
+     * A string that outlives the record (a literal, or a buffer kept for
+     * the process), or NULL when the message is in text. */
+    const char *msg;
     /* CUDA_ERROR_OUT_OF_MEMORY of one of cudamem's allocations after its
      * recovery (stats.h): the device and the bytes asked for; else NULL
      * and 0. */
@@ -30,6 +41,9 @@ typedef struct cm_error {
     /* A sticky code (cm_error_is_sticky): the ordinal of the device whose
      * context it poisoned, when core knows it; else -1. */
     int device;
+    /* cm_fail_fmt's message. Written only when an error is set, so that
+     * declaring a cm_error costs nothing; copies carry it along. */
+    char text[CM_ERROR_TEXT];
 } cm_error;
 
 /* Name of a CUresult ("CUDA_ERROR_OUT_OF_MEMORY"), or NULL when unknown.
@@ -51,11 +65,19 @@ cm_fail(cm_error *err, cm_error_kind kind, const char *msg)
     err->oom_dev = NULL;
     err->oom_bytes = 0;
     err->device = -1;
+    err->text[0] = '\0';
     return -1;
 }
 
-/* cm_fail with a printf-formatted message in a per-thread buffer, valid
- * until the thread's next cm_fail_fmt. */
+/* The message of err: "" when it has none (a driver error's is its code). */
+static inline const char *
+cm_error_msg(const cm_error *err)
+{
+    return err->msg != NULL ? err->msg : err->text;
+}
+
+/* cm_fail with a printf-formatted message, kept in err->text. An argument
+ * may be err's own message. */
 int cm_fail_fmt(cm_error *err, cm_error_kind kind, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

@@ -107,7 +107,8 @@ cm_stream_device(CUstream handle, cm_device **dev, cm_error *err)
         if (err->kind == CM_ERR_VALUE) {
             return cm_fail_fmt(err, CM_ERR_VALUE,
                                "cudamem cannot use CUDA stream %zu: %s",
-                               (size_t)(uintptr_t)handle, err->msg);
+                               (size_t)(uintptr_t)handle,
+                               cm_error_msg(err));
         }
         return -1;
     }

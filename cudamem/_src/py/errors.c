@@ -117,22 +117,22 @@ cmpy_raise_hint(cmpy_state *st, const cm_error *err, const char *hint)
         }
         return NULL;
     case CM_ERR_SUPPORT:
-        PyErr_SetString(st->CudaSupportError, err->msg);
+        PyErr_SetString(st->CudaSupportError, cm_error_msg(err));
         return NULL;
     case CM_ERR_FORK:
     case CM_ERR_STATE:
-        PyErr_SetString(st->CudaDriverError, err->msg);
+        PyErr_SetString(st->CudaDriverError, cm_error_msg(err));
         return NULL;
     case CM_ERR_NOMEM:
         return PyErr_NoMemory();
     case CM_ERR_VALUE:
-        PyErr_SetString(PyExc_ValueError, err->msg);
+        PyErr_SetString(PyExc_ValueError, cm_error_msg(err));
         return NULL;
     case CM_ERR_INTERRUPTED:
         /* Core's poll hook (cmpy_poll_install) left the exception of the
          * signal handler that stopped the work. */
         if (!PyErr_Occurred()) {
-            PyErr_SetString(PyExc_SystemError, err->msg);
+            PyErr_SetString(PyExc_SystemError, cm_error_msg(err));
         }
         return NULL;
     }
@@ -155,10 +155,13 @@ cmpy_warn_release(cmpy_state *st, const cm_error *err)
     }
     if (st == NULL || st->CudaWarning == NULL) {
         /* The module was torn down at exit: no warning class left. */
+        const char *what = cm_error_msg(err);
+
+        if (err->kind == CM_ERR_DRIVER && cm_error_name(err->code)) {
+            what = cm_error_name(err->code);
+        }
         fprintf(stderr, "cudamem: could not free a resource: %s\n",
-                err->kind == CM_ERR_DRIVER && cm_error_name(err->code)
-                    ? cm_error_name(err->code)
-                    : (err->msg != NULL ? err->msg : "unknown error"));
+                what[0] != '\0' ? what : "unknown error");
         return;
     }
     saved = cmpy_exc_take();

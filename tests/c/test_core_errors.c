@@ -1,0 +1,149 @@
+/* test_core_errors.c: core/errors.c and status.h without a driver: each
+ * cm_error owns its formatted text (a second failure on the same thread, as
+ * a cleanup's, leaves the first record's message alone), messages that quote
+ * their own record, copies, truncation and the name table. */
+#include "check.h"
+#include "status.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Two failures on one thread: the primary error, then a cleanup's into a
+ * second record, as core's `ignored` records are filled. */
+static void
+two_records(void)
+{
+    cm_error first, ignored;
+
+    CHECK(cm_fail_fmt(&first, CM_ERR_VALUE, "first failure: %d", 1) == -1);
+    CHECK(cm_fail_fmt(&ignored, CM_ERR_STATE, "cleanup failure: %s",
+                      "device 0") == -1);
+    CHECK(strcmp(cm_error_msg(&first), "first failure: 1") == 0);
+    CHECK(first.kind == CM_ERR_VALUE);
+    CHECK(strcmp(cm_error_msg(&ignored), "cleanup failure: device 0") == 0);
+    CHECK(ignored.kind == CM_ERR_STATE);
+}
+
+/* cm_fail_fmt(err, ..., cm_error_msg(err)): wrapping a record's own
+ * message, as core/stream.c and core/memory.c do. */
+static void
+quotes_itself(void)
+{
+    cm_error err;
+
+    cm_fail_fmt(&err, CM_ERR_VALUE, "device %d is not visible", 3);
+    cm_fail_fmt(&err, CM_ERR_VALUE, "cannot use stream %d: %s", 7,
+                cm_error_msg(&err));
+    CHECK(strcmp(cm_error_msg(&err),
+                 "cannot use stream 7: device 3 is not visible") == 0);
+}
+
+/* A copied record carries its message; the original may then change. */
+static void
+copies(void)
+{
+    cm_error a, b;
+
+    cm_fail_fmt(&a, CM_ERR_STATE, "context %d was reset", 2);
+    b = a;
+    cm_fail_fmt(&a, CM_ERR_VALUE, "something else");
+    CHECK(strcmp(cm_error_msg(&b), "context 2 was reset") == 0);
+    CHECK(strcmp(cm_error_msg(&a), "something else") == 0);
+}
+
+/* cm_fail keeps a literal by pointer; a later cm_fail_fmt replaces it and
+ * a later cm_fail replaces the text; a driver error has no message. */
+static void
+literal_and_driver(void)
+{
+    cm_error err;
+
+    cm_fail(&err, CM_ERR_VALUE, "a literal");
+    CHECK(strcmp(cm_error_msg(&err), "a literal") == 0);
+    cm_fail_fmt(&err, CM_ERR_VALUE, "formatted %s", "text");
+    CHECK(strcmp(cm_error_msg(&err), "formatted text") == 0);
+    cm_fail(&err, CM_ERR_STATE, "another literal");
+    CHECK(strcmp(cm_error_msg(&err), "another literal") == 0);
+    cm_fail(&err, CM_ERR_NOMEM, NULL);
+    CHECK(strcmp(cm_error_msg(&err), "") == 0);
+}
+
+/* Longer messages are cut to the buffer, still terminated. */
+static void
+truncation(void)
+{
+    char longer[3 * CM_ERROR_TEXT];
+    cm_error err;
+
+    memset(longer, 'x', sizeof(longer) - 1);
+    longer[sizeof(longer) - 1] = '\0';
+    cm_fail_fmt(&err, CM_ERR_VALUE, "%s", longer);
+    CHECK(strlen(cm_error_msg(&err)) == CM_ERROR_TEXT - 1);
+    CHECK(strncmp(cm_error_msg(&err), longer, CM_ERROR_TEXT - 1) == 0);
+}
+
+/* Threads formatting at once each keep their own records' text. */
+static void *
+format_many(void *arg)
+{
+    int id = (int)(size_t)arg;
+    cm_error errs[64];
+    char want[64];
+    int bad = 0;
+
+    for (int round = 0; round < 200; round++) {
+        for (int i = 0; i < 64; i++) {
+            cm_fail_fmt(&errs[i], CM_ERR_VALUE, "thread %d error %d", id, i);
+        }
+        for (int i = 0; i < 64; i++) {
+            snprintf(want, sizeof(want), "thread %d error %d", id, i);
+            bad |= strcmp(cm_error_msg(&errs[i]), want) != 0;
+        }
+    }
+    return (void *)(size_t)bad;
+}
+
+static void
+threads(void)
+{
+    pthread_t t[4];
+    void *bad;
+
+    for (size_t i = 0; i < 4; i++) {
+        CHECK(pthread_create(&t[i], NULL, format_many, (void *)i) == 0);
+    }
+    for (size_t i = 0; i < 4; i++) {
+        CHECK(pthread_join(t[i], &bad) == 0);
+        CHECK(bad == NULL);
+    }
+}
+
+/* The name table and the sticky rule, against cuda.h's values. */
+static void
+names(void)
+{
+    CUresult code;
+    const char *name;
+
+    CHECK(strcmp(cm_error_name(CUDA_ERROR_OUT_OF_MEMORY),
+                 "CUDA_ERROR_OUT_OF_MEMORY") == 0);
+    CHECK(cm_error_name((CUresult)123456) == NULL);
+    CHECK(cm_error_table(0, &code, &name) == 0 && code == CUDA_SUCCESS &&
+          strcmp(name, "CUDA_SUCCESS") == 0);
+    CHECK(cm_error_is_sticky(CUDA_ERROR_ILLEGAL_ADDRESS));
+    CHECK(!cm_error_is_sticky(CUDA_ERROR_OUT_OF_MEMORY));
+}
+
+int
+main(void)
+{
+    two_records();
+    quotes_itself();
+    copies();
+    literal_and_driver();
+    truncation();
+    threads();
+    names();
+    CHECK_DONE();
+}
