@@ -191,11 +191,19 @@
     X(cuStreamBeginCapture)                                                    \
     X(cuStreamEndCapture)                                                      \
     X(cuStreamIsCapturing)                                                     \
+    X(cuStreamGetCaptureInfo)                                                  \
+    X(cuStreamUpdateCaptureDependencies)                                       \
     X(cuGraphCreate)                                                           \
     X(cuGraphDestroy)                                                          \
     X(cuGraphInstantiate)                                                      \
     X(cuGraphExecDestroy)                                                      \
-    X(cuGraphLaunch)
+    X(cuGraphLaunch)                                                           \
+    X(cuGraphGetNodes)                                                         \
+    X(cuGraphGetRootNodes)                                                     \
+    X(cuGraphGetEdges)                                                         \
+    X(cuGraphNodeGetType)                                                      \
+    X(cuGraphNodeGetDependencies)                                              \
+    X(cuGraphNodeGetDependentNodes)
 
 typedef enum sim_entry {
 #define SIM_ENTRY_ENUM(name) SIM_##name,
