@@ -1010,9 +1010,9 @@ cuGraphDestroy(CUgraph hGraph)
     return r;
 }
 
-SIM_EXPORT CUresult CUDAAPI
-cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
-                            unsigned long long flags)
+static CUresult
+instantiate(CUgraphExec *phGraphExec, CUgraph hGraph,
+            unsigned long long flags)
 {
     const unsigned long long known =
         CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH |
@@ -1023,7 +1023,6 @@ cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
     CUcontext ctx;
     CUresult r;
 
-    SIM_ENTER(cuGraphInstantiate);
     if (phGraphExec == NULL || (flags & ~known))
         return CUDA_ERROR_INVALID_VALUE;
     /* Device launch needs kernels the simulator cannot run. */
@@ -1065,6 +1064,95 @@ cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
     }
     *phGraphExec = e;
     return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
+                            unsigned long long flags)
+{
+    SIM_ENTER(cuGraphInstantiate);
+    return instantiate(phGraphExec, hGraph, flags);
+}
+
+/* Lock not held. What an upload stream must be: nothing is uploaded
+ * (the simulator's graphs live in host memory), but the handle is. */
+static CUresult
+upload_stream(CUstream h, int ptds)
+{
+    CUcontext ctx;
+    CUstream s;
+    CUresult r = sim__current_ctx(&ctx);
+
+    if (r != CUDA_SUCCESS)
+        return r;
+    sim_lock();
+    r = sim__stream_resolve(h, ptds, ctx,
+                            SIM_RESOLVE_CREATE | SIM_RESOLVE_SAME_CTX, &s);
+    sim_unlock();
+    return r;
+}
+
+static CUresult
+instantiate_with_params(CUgraphExec *phGraphExec, CUgraph hGraph,
+                        CUDA_GRAPH_INSTANTIATE_PARAMS *params, int ptds)
+{
+    CUresult r;
+
+    if (params == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    params->hErrNode_out = NULL;
+    r = (params->flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD)
+            ? upload_stream(params->hUploadStream, ptds)
+            : CUDA_SUCCESS;
+    if (r == CUDA_SUCCESS)
+        r = instantiate(phGraphExec, hGraph, params->flags);
+    params->result_out = r == CUDA_SUCCESS ? CUDA_GRAPH_INSTANTIATE_SUCCESS
+                                           : CUDA_GRAPH_INSTANTIATE_ERROR;
+    return r;
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph,
+                             CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
+{
+    SIM_ENTER(cuGraphInstantiateWithParams);
+    return instantiate_with_params(phGraphExec, hGraph, instantiateParams,
+                                   0);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuGraphInstantiateWithParams_ptsz(
+    CUgraphExec *phGraphExec, CUgraph hGraph,
+    CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
+{
+    SIM_ENTER(cuGraphInstantiateWithParams);
+    return instantiate_with_params(phGraphExec, hGraph, instantiateParams,
+                                   1);
+}
+
+static CUresult
+graph_upload(CUgraphExec e, CUstream h, int ptds)
+{
+    int live;
+
+    sim_lock();
+    live = sim__handle_live(e, SIM_MAGIC_GRAPH_EXEC);
+    sim_unlock();
+    return live ? upload_stream(h, ptds) : CUDA_ERROR_INVALID_VALUE;
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
+{
+    SIM_ENTER(cuGraphUpload);
+    return graph_upload(hGraphExec, hStream, 0);
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream)
+{
+    SIM_ENTER(cuGraphUpload);
+    return graph_upload(hGraphExec, hStream, 1);
 }
 
 SIM_EXPORT CUresult CUDAAPI
@@ -1456,6 +1544,12 @@ const sim_proc sim_procs_graph[] = {
     {"cuGraphInstantiate", 12000, 0,
      (void *)(1 ? cuGraphInstantiateWithFlags
                 : (PFN_cuGraphInstantiateWithFlags_v11040)0)},
+    SIM_PROC(cuGraphInstantiateWithParams, 12000,
+             cuGraphInstantiateWithParams),
+    SIM_PROC_PTDS(cuGraphInstantiateWithParams, 12000, ptsz,
+                  cuGraphInstantiateWithParams_ptsz),
+    SIM_PROC(cuGraphUpload, 11010, cuGraphUpload),
+    SIM_PROC_PTDS(cuGraphUpload, 11010, ptsz, cuGraphUpload_ptsz),
     SIM_PROC(cuGraphExecDestroy, 10000, cuGraphExecDestroy),
     SIM_PROC(cuGraphLaunch, 10000, cuGraphLaunch),
     SIM_PROC_PTDS(cuGraphLaunch, 10000, ptsz, cuGraphLaunch_ptsz),

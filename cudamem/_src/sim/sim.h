@@ -196,6 +196,8 @@
     X(cuGraphCreate)                                                           \
     X(cuGraphDestroy)                                                          \
     X(cuGraphInstantiate)                                                      \
+    X(cuGraphInstantiateWithParams)                                            \
+    X(cuGraphUpload)                                                           \
     X(cuGraphExecDestroy)                                                      \
     X(cuGraphLaunch)                                                           \
     X(cuGraphGetNodes)                                                         \
