@@ -347,7 +347,11 @@ def test_graph_entries_found_counted_and_faulted(run_py):
                  "cuGraphLaunch", "cuGraphGetNodes", "cuGraphGetRootNodes",
                  "cuGraphGetEdges", "cuGraphNodeGetType",
                  "cuGraphNodeGetDependencies",
-                 "cuGraphNodeGetDependentNodes"]
+                 "cuGraphNodeGetDependentNodes",
+                 "cuGraphInstantiateWithParams", "cuGraphUpload",
+                 "cuUserObjectCreate", "cuUserObjectRetain",
+                 "cuUserObjectRelease", "cuGraphRetainUserObject",
+                 "cuGraphReleaseUserObject"]
         status = ctypes.c_int()
         found = []
         for name in names:
@@ -642,3 +646,63 @@ def test_capture_info_and_dependency_updates(run_py):
                    "0 2 0",
                    str([1] * 8 + [2] * 8 + [3] * 8),
                    "%d %d" % (INVALID_VALUE, INVALID_VALUE)]
+
+
+def test_user_objects_live_as_long_as_the_graph_can_run(run_py):
+    out = run_graphs(run_py, """
+        import threading
+        N = 64
+        d = c_uint64(dalloc(N))
+        out = pinned(N)
+        s = stream()
+        gone = threading.Event()
+        dtor = HOSTFN(lambda p: gone.set())
+        NO_SYNC, MOVE = 1, 1
+        obj = c_void_p()
+        # The flag is required; a first count of zero is refused.
+        show(lib.cuUserObjectCreate(byref(obj), None, dtor, 1, 0),
+             lib.cuUserObjectCreate(byref(obj), None, dtor, 0, NO_SYNC),
+             lib.cuUserObjectCreate(byref(obj), None, None, 1, NO_SYNC))
+        ok(lib.cuUserObjectCreate(byref(obj), None, dtor, 1, NO_SYNC),
+           "create")
+        ok(lib.cuUserObjectRetain(obj, 2), "retain")
+        ok(lib.cuUserObjectRelease(obj, 2), "release")
+        ok(lib.cuStreamBeginCapture_v2(s, GLOBAL), "begin")
+        ok(lib.cuMemsetD8Async(d, 6, c_size_t(N), s), "memset")
+        ok(lib.cuMemcpyDtoHAsync_v2(out, d, c_size_t(N), s), "d2h")
+        g = end(s)[1]
+        show(lib.cuGraphRetainUserObject(g, obj, 0, MOVE),
+             lib.cuGraphRetainUserObject(g, obj, 1, 2),
+             lib.cuGraphReleaseUserObject(g, obj, 1))
+        # The caller's reference moves to the graph.
+        ok(lib.cuGraphRetainUserObject(g, obj, 1, MOVE), "graph retain")
+        # Instantiated with parameters (cuda.core's GraphBuilder.complete).
+        PARAMS = type("P", (ctypes.Structure,), {"_fields_": [
+            ("flags", c_uint64), ("upload", c_void_p), ("err", c_void_p),
+            ("result", ctypes.c_int)]})
+        prm = PARAMS(1 << 40, None, None, -1)
+        e = c_void_p()
+        show(lib.cuGraphInstantiateWithParams(byref(e), g, None),
+             lib.cuGraphInstantiateWithParams(byref(e), g, byref(prm)),
+             prm.result)
+        prm = PARAMS(2, s, None, -1)  # CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD
+        ok(lib.cuGraphInstantiateWithParams(byref(e), g, byref(prm)),
+           "instantiate")
+        show(prm.result, prm.err, lib.cuGraphUpload(e, s),
+             lib.cuGraphUpload(c_void_p(5), s))
+        # The executable graph keeps the object after the graph is gone.
+        ok(lib.cuGraphDestroy(g), "graph")
+        ok(lib.cuGraphLaunch(e, s), "launch")
+        ok(lib.cuStreamSynchronize(s), "sync")
+        show(gone.is_set(), set(ctypes.string_at(out, N)))
+        ok(lib.cuGraphExecDestroy(e), "exec")
+        # The destructor runs on a driver thread of its own.
+        show(gone.wait(60), lib.cuUserObjectRetain(obj, 1))
+        ok(lib.cuMemFree_v2(d), "free")
+        ok(lib.cuMemFreeHost(out), "free")
+    """)
+    assert out == ["%d %d %d" % ((INVALID_VALUE,) * 3),
+                   "%d %d %d" % ((INVALID_VALUE,) * 3),
+                   "%d %d 1" % (INVALID_VALUE, INVALID_VALUE),
+                   "0 None 0 %d" % INVALID_VALUE,
+                   "False {6}", "True %d" % INVALID_VALUE]

@@ -7,6 +7,8 @@
  * captured (an order in which every node follows its dependencies), on the
  * stream it is launched on. Streams hand ops here (stream.c, event.c); the
  * ops themselves are built by copy.c, memory.c and stream.c. */
+#include <limits.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,6 +46,7 @@ SIM_EXPORT CUresult CUDAAPI cuGraphNodeGetDependentNodes(
 #define SIM_MAGIC_GRAPH 0x47524631u
 #define SIM_MAGIC_GRAPH_EXEC 0x47455831u
 #define SIM_MAGIC_GRAPH_NODE 0x474e4431u
+#define SIM_MAGIC_USER_OBJECT 0x55534f31u
 
 enum { NODE_OP, NODE_EVENT };
 
@@ -64,12 +67,30 @@ struct CUgraphNode_st {
     unsigned mark;  /* scratch for walks (lock held) */
 };
 
-/* The nodes, shared by a graph, its executable graphs and their launches
- * in flight. Lock held for refs. Nodes are only ever added, each after
- * its dependencies, so `nodes` is always a valid order to run them in. */
+/* A user object: the destructor runs once the last reference goes. */
+struct CUuserObject_st {
+    uint32_t magic;
+    unsigned refs;
+    void *ptr;
+    CUhostFn destroy;
+};
+
+/* References to a user object that a graph holds. */
+typedef struct uref {
+    CUuserObject obj;
+    unsigned count;
+} uref;
+
+/* The nodes and user object references, shared by a graph, its
+ * executable graphs and their launches in flight, so that what a launch
+ * uses outlives the graph. Lock held for refs. Nodes are only ever added,
+ * each after its dependencies, so `nodes` is always a valid order to run
+ * them in. */
 typedef struct body {
     int refs;
     nodeset nodes;
+    uref *urefs;
+    size_t nurefs;
 } body;
 
 /* One stream of a capture and what its next node will depend on. */
@@ -187,6 +208,39 @@ body_new(void)
     return b;
 }
 
+static void *
+uobj_destroy_run(void *arg)
+{
+    CUuserObject o = arg;
+
+    o->destroy(o->ptr);
+    free(o);
+    return NULL;
+}
+
+/* Lock held. The destructor runs on a thread of its own, as the driver's
+ * does: it may not call CUDA, but may wait for a lock (the GIL) that a
+ * thread holding ours waits on. */
+static void
+uobj_release(CUuserObject o, unsigned count)
+{
+    pthread_attr_t attr;
+    pthread_t t;
+    int rc;
+
+    o->refs -= count;
+    if (o->refs > 0)
+        return;
+    sim__handle_remove(o);
+    o->magic = 0;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    rc = pthread_create(&t, &attr, uobj_destroy_run, o);
+    pthread_attr_destroy(&attr);
+    if (rc != 0)
+        uobj_destroy_run(o);
+}
+
 /* Lock held. */
 static void
 body_unref(body *b)
@@ -195,6 +249,9 @@ body_unref(body *b)
 
     if (--b->refs > 0)
         return;
+    for (i = 0; i < b->nurefs; i++)
+        uobj_release(b->urefs[i].obj, b->urefs[i].count);
+    free(b->urefs);
     for (i = 0; i < b->nodes.n; i++) {
         CUgraphNode nd = b->nodes.v[i];
 
@@ -1511,6 +1568,156 @@ cuGraphNodeGetDependentNodes_v2(CUgraphNode hNode,
     return node_edges(hNode, dependentNodes, edgeData, numDependentNodes, 1);
 }
 
+/* ------------------------------------------------------------------------
+ * User objects: what a graph keeps alive for as long as it may run. */
+
+SIM_EXPORT CUresult CUDAAPI
+cuUserObjectCreate(CUuserObject *object_out, void *ptr, CUhostFn destroy,
+                   unsigned int initialRefcount, unsigned int flags)
+{
+    CUuserObject o;
+    int added;
+
+    SIM_ENTER(cuUserObjectCreate);
+    if (object_out == NULL || destroy == NULL || initialRefcount == 0 ||
+        initialRefcount > INT_MAX ||
+        flags != CU_USER_OBJECT_NO_DESTRUCTOR_SYNC)
+        return CUDA_ERROR_INVALID_VALUE;
+    o = calloc(1, sizeof *o);
+    if (o == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    o->magic = SIM_MAGIC_USER_OBJECT;
+    o->refs = initialRefcount;
+    o->ptr = ptr;
+    o->destroy = destroy;
+    sim_lock();
+    added = sim__handle_add(o) == 0;
+    sim_unlock();
+    if (!added) {
+        free(o);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *object_out = o;
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuUserObjectRetain(CUuserObject object, unsigned int count)
+{
+    CUresult r = CUDA_SUCCESS;
+
+    SIM_ENTER(cuUserObjectRetain);
+    if (count == 0 || count > INT_MAX)
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    if (!sim__handle_live(object, SIM_MAGIC_USER_OBJECT) ||
+        object->refs > (unsigned)INT_MAX - count)
+        r = CUDA_ERROR_INVALID_VALUE;
+    else
+        object->refs += count;
+    sim_unlock();
+    return r;
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuUserObjectRelease(CUuserObject object, unsigned int count)
+{
+    CUresult r = CUDA_SUCCESS;
+
+    SIM_ENTER(cuUserObjectRelease);
+    if (count == 0 || count > INT_MAX)
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    /* Releasing more than exist is undefined on the driver: refused. */
+    if (!sim__handle_live(object, SIM_MAGIC_USER_OBJECT) ||
+        count > object->refs)
+        r = CUDA_ERROR_INVALID_VALUE;
+    else
+        uobj_release(object, count);
+    sim_unlock();
+    return r;
+}
+
+static uref *
+uref_find(body *b, CUuserObject o)
+{
+    size_t i;
+
+    for (i = 0; i < b->nurefs; i++) {
+        if (b->urefs[i].obj == o)
+            return &b->urefs[i];
+    }
+    return NULL;
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuGraphRetainUserObject(CUgraph graph, CUuserObject object,
+                        unsigned int count, unsigned int flags)
+{
+    CUresult r = CUDA_SUCCESS;
+    uref *u;
+
+    SIM_ENTER(cuGraphRetainUserObject);
+    if (count == 0 || count > INT_MAX ||
+        (flags != 0 && flags != CU_GRAPH_USER_OBJECT_MOVE))
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    if (!sim__handle_live(graph, SIM_MAGIC_GRAPH) ||
+        !sim__handle_live(object, SIM_MAGIC_USER_OBJECT) ||
+        (flags == 0 && object->refs > (unsigned)INT_MAX - count) ||
+        (flags != 0 && count > object->refs)) {
+        r = CUDA_ERROR_INVALID_VALUE;
+        goto done;
+    }
+    u = uref_find(graph->b, object);
+    if (u == NULL) {
+        uref *p = realloc(graph->b->urefs,
+                          (graph->b->nurefs + 1) * sizeof *p);
+
+        if (p == NULL) {
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+            goto done;
+        }
+        graph->b->urefs = p;
+        u = &p[graph->b->nurefs++];
+        u->obj = object;
+        u->count = 0;
+    }
+    u->count += count;
+    /* MOVE: the caller's references become the graph's. */
+    if (flags == 0)
+        object->refs += count;
+done:
+    sim_unlock();
+    return r;
+}
+
+SIM_EXPORT CUresult CUDAAPI
+cuGraphReleaseUserObject(CUgraph graph, CUuserObject object,
+                         unsigned int count)
+{
+    CUresult r = CUDA_SUCCESS;
+    uref *u;
+
+    SIM_ENTER(cuGraphReleaseUserObject);
+    if (count == 0 || count > INT_MAX)
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    if (!sim__handle_live(graph, SIM_MAGIC_GRAPH) ||
+        !sim__handle_live(object, SIM_MAGIC_USER_OBJECT) ||
+        (u = uref_find(graph->b, object)) == NULL || count > u->count) {
+        r = CUDA_ERROR_INVALID_VALUE;
+    }
+    else {
+        u->count -= count;
+        if (u->count == 0)
+            *u = graph->b->urefs[--graph->b->nurefs];
+        uobj_release(object, count);
+    }
+    sim_unlock();
+    return r;
+}
+
 const sim_proc sim_procs_graph[] = {
     SIM_PROC(cuStreamBeginCapture, 10010, cuStreamBeginCapture_v2),
     SIM_PROC_PTDS(cuStreamBeginCapture, 10010, ptsz,
@@ -1565,6 +1772,11 @@ const sim_proc sim_procs_graph[] = {
              cuGraphNodeGetDependentNodes),
     SIM_PROC(cuGraphNodeGetDependentNodes, 12030,
              cuGraphNodeGetDependentNodes_v2),
+    SIM_PROC(cuUserObjectCreate, 11030, cuUserObjectCreate),
+    SIM_PROC(cuUserObjectRetain, 11030, cuUserObjectRetain),
+    SIM_PROC(cuUserObjectRelease, 11030, cuUserObjectRelease),
+    SIM_PROC(cuGraphRetainUserObject, 11030, cuGraphRetainUserObject),
+    SIM_PROC(cuGraphReleaseUserObject, 11030, cuGraphReleaseUserObject),
 };
 const size_t sim_nprocs_graph =
     sizeof sim_procs_graph / sizeof sim_procs_graph[0];

@@ -205,7 +205,12 @@
     X(cuGraphGetEdges)                                                         \
     X(cuGraphNodeGetType)                                                      \
     X(cuGraphNodeGetDependencies)                                              \
-    X(cuGraphNodeGetDependentNodes)
+    X(cuGraphNodeGetDependentNodes)                                            \
+    X(cuUserObjectCreate)                                                      \
+    X(cuUserObjectRetain)                                                      \
+    X(cuUserObjectRelease)                                                     \
+    X(cuGraphRetainUserObject)                                                 \
+    X(cuGraphReleaseUserObject)
 
 typedef enum sim_entry {
 #define SIM_ENTRY_ENUM(name) SIM_##name,
