@@ -521,6 +521,12 @@ def test_capture_join_rules(run_py):
         fork(s0, s1, RELAXED)
         show(lib.cuStreamSynchronize(s1), capturing(s0))
         show(end(s0)[0])
+        # The legacy stream cannot join a capture; the capture's graph is
+        # the capture's until it ends.
+        fork(s0, s1)
+        show(lib.cuGraphDestroy(c_void_p(info(s0)[2])),
+             lib.cuStreamWaitEvent(None, ev, 0), capturing(s0))
+        show(end(s0)[0])
         # A stream destroyed after forking leaves the capture joinable.
         tmp = stream()
         fork(s0, tmp)
@@ -540,6 +546,8 @@ def test_capture_join_rules(run_py):
                    "%d %d" % (CAPTURE_INVALIDATED, CAPTURE_INVALIDATED),
                    "%d 2" % CAPTURE_IMPLICIT, str(CAPTURE_INVALIDATED),
                    "%d 2" % CAPTURE_UNSUPPORTED, str(CAPTURE_INVALIDATED),
+                   "%d %d 2" % (ILLEGAL_STATE, CAPTURE_IMPLICIT),
+                   str(CAPTURE_INVALIDATED),
                    "0"]
 
 
