@@ -341,13 +341,14 @@ sim__event_record_on(CUevent ev, CUstream s, const sim_dep *after,
 /* In a capture, a record is not queued: the event stands for the work
  * captured so far (CU_EVENT_RECORD_EXTERNAL makes it a graph node). */
 static CUresult
-record_captured(CUevent ev, sim_capture *c, unsigned flags)
+record_captured(CUevent ev, CUstream s, unsigned flags)
 {
-    if (flags & CU_EVENT_RECORD_EXTERNAL)
-        return sim__capture_event_node(c, ev);
-    if (sim__capture_status(c) == CU_STREAM_CAPTURE_STATUS_INVALIDATED)
-        return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
-    ev->capture_id = sim__capture_id(c);
+    int external = (flags & CU_EVENT_RECORD_EXTERNAL) != 0;
+    CUresult r = sim__capture_record(sim__stream_capture(s), s, ev, external);
+
+    if (r != CUDA_SUCCESS || external)
+        return r;
+    ev->capture_id = sim__capture_id(sim__stream_capture(s));
     ev->rec.uid = 0;
     ev->rec.seq = 0;
     return CUDA_SUCCESS;
@@ -380,7 +381,7 @@ event_record(CUevent ev, CUstream h, int ptds, unsigned flags)
         goto done;
     }
     if (sim__stream_capture(s) != NULL)
-        r = record_captured(ev, sim__stream_capture(s), flags);
+        r = record_captured(ev, s, flags);
     /* EXTERNAL "is invalid outside of stream capture" (cuda.h). */
     else if (flags & CU_EVENT_RECORD_EXTERNAL)
         r = CUDA_ERROR_INVALID_VALUE;
@@ -392,19 +393,14 @@ done:
 }
 
 CUresult
-sim__event_capture_wait(CUevent ev, sim_capture *c)
+sim__event_capture_wait(CUevent ev, CUstream s, int legacy)
 {
-    if (c == NULL)
-        return ev->capture_id != 0 ? CUDA_ERROR_CAPTURED_EVENT
-                                   : CUDA_SUCCESS;
-    if (ev->capture_id == sim__capture_id(c))
-        return CUDA_SUCCESS;
-    if (ev->capture_id != 0) {
-        sim__capture_invalidate(c);
-        return CUDA_ERROR_STREAM_CAPTURE_MERGE;
-    }
+    sim_capture *c = sim__stream_capture(s);
+
+    if (ev->capture_id != 0)
+        return sim__capture_join(s, legacy, ev, ev->capture_id);
     /* Work outside the capture: only in-stream order crosses into it. */
-    if (ev->rec.uid != 0) {
+    if (c != NULL && ev->rec.uid != 0) {
         sim__capture_invalidate(c);
         return CUDA_ERROR_STREAM_CAPTURE_ISOLATION;
     }

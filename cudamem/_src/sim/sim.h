@@ -191,11 +191,26 @@
     X(cuStreamBeginCapture)                                                    \
     X(cuStreamEndCapture)                                                      \
     X(cuStreamIsCapturing)                                                     \
+    X(cuStreamGetCaptureInfo)                                                  \
+    X(cuStreamUpdateCaptureDependencies)                                       \
     X(cuGraphCreate)                                                           \
     X(cuGraphDestroy)                                                          \
     X(cuGraphInstantiate)                                                      \
+    X(cuGraphInstantiateWithParams)                                            \
+    X(cuGraphUpload)                                                           \
     X(cuGraphExecDestroy)                                                      \
-    X(cuGraphLaunch)
+    X(cuGraphLaunch)                                                           \
+    X(cuGraphGetNodes)                                                         \
+    X(cuGraphGetRootNodes)                                                     \
+    X(cuGraphGetEdges)                                                         \
+    X(cuGraphNodeGetType)                                                      \
+    X(cuGraphNodeGetDependencies)                                              \
+    X(cuGraphNodeGetDependentNodes)                                            \
+    X(cuUserObjectCreate)                                                      \
+    X(cuUserObjectRetain)                                                      \
+    X(cuUserObjectRelease)                                                     \
+    X(cuGraphRetainUserObject)                                                 \
+    X(cuGraphReleaseUserObject)
 
 typedef enum sim_entry {
 #define SIM_ENTRY_ENUM(name) SIM_##name,

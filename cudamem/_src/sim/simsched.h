@@ -71,10 +71,10 @@ CUresult cuEventRecord_ptsz(CUevent hEvent, CUstream hStream);
 CUresult cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream,
                                      unsigned int flags);
 
-/* What waiting for ev means to a stream whose capture is c (NULL: the
- * stream does not capture): CUDA_SUCCESS, or the error a capture boundary
- * gives (the capture is invalidated). */
-CUresult sim__event_capture_wait(CUevent ev, sim_capture *c);
+/* What waiting for ev means to stream s (`legacy`: the legacy stream):
+ * CUDA_SUCCESS (s may have joined the capture ev was recorded in), or the
+ * error a capture boundary gives (the capture is invalidated). */
+CUresult sim__event_capture_wait(CUevent ev, CUstream s, int legacy);
 void sim__event_ref(CUevent ev);
 void sim__event_unref(CUevent ev);
 /* Records ev on s after `after` and what after_vc says it follows (both
@@ -83,15 +83,21 @@ CUresult sim__event_record_on(CUevent ev, CUstream s, const sim_dep *after,
                               const sim_vclock *after_vc);
 
 /* graph.c */
-/* Takes op into the capture, or fails (op not taken): the capture is
- * invalidated for an operation it cannot hold. */
-CUresult sim__capture_add(sim_capture *c, sim_op *op);
-/* An event record node (cuEventRecordWithFlags EXTERNAL). */
-CUresult sim__capture_event_node(sim_capture *c, CUevent ev);
+/* Takes op, given to s, into s's capture c as a node, or fails (op not
+ * taken): the capture is invalidated for an operation it cannot hold. */
+CUresult sim__capture_add(sim_capture *c, CUstream s, sim_op *op);
+/* A record of ev on s in capture c: an event record node when `external`
+ * (cuEventRecordWithFlags EXTERNAL), else ev stands for what s's next
+ * node would depend on. */
+CUresult sim__capture_record(sim_capture *c, CUstream s, CUevent ev,
+                             int external);
+/* Stream s waits for ev, last recorded in capture `id`: s joins that
+ * capture (forks into it) or adds to what it depends on in it. */
+CUresult sim__capture_join(CUstream s, int legacy, CUevent ev, uint64_t id);
 void sim__capture_invalidate(sim_capture *c);
 int sim__capture_status(const sim_capture *c); /* CUstreamCaptureStatus */
 uint64_t sim__capture_id(const sim_capture *c);
-void sim__capture_drop(sim_capture *c); /* its stream is gone */
+void sim__capture_drop(sim_capture *c, CUstream s); /* s is gone */
 
 /* hazard.c: vector clocks, the handle registry and the checker. */
 void sim__vc_put(sim_vclock *v, uint64_t uid, uint64_t seq);

@@ -232,7 +232,7 @@ static void
 stream_free(CUstream s)
 {
     if (s->capture != NULL)
-        sim__capture_drop(s->capture);
+        sim__capture_drop(s->capture, s);
     stream_unlink(s);
     slot_remove(s->uid);
     sim__vc_free(&s->vc);
@@ -913,7 +913,7 @@ sim_stream_submit(CUstream hStream, int ptds, sim_op *op, sim_sync mode)
             r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
         }
         else {
-            r = sim__capture_add(s->capture, op);
+            r = sim__capture_add(s->capture, s, op);
         }
         sim_unlock();
         if (r != CUDA_SUCCESS)
@@ -1284,9 +1284,9 @@ stream_wait_event(CUstream h, int ptds, CUevent ev, unsigned flags)
     }
     r = sim__event_pending(ev, &dep, &vc);
     if (r == CUDA_SUCCESS)
-        r = sim__event_capture_wait(ev, s->capture);
+        r = sim__event_capture_wait(ev, s, s->kind == KIND_LEGACY);
     if (r == CUDA_SUCCESS && s->capture != NULL) {
-        /* Ordered already: one capture holds one stream's work. */
+        /* A dependency of its next node, nothing to queue. */
         sim_unlock();
         sim__op_free(op);
         return CUDA_SUCCESS;
