@@ -32,6 +32,8 @@ _ShapeLike: TypeAlias = (SupportsIndex | Sequence[SupportsIndex]
 _PointerArg: TypeAlias = int | ctypes.c_void_p | ctypes.c_uint64
 
 CUDA_VERSION: int
+MANAGER_NATIVE: int
+MANAGER_PLUGIN: int
 _simulator_path: str
 
 @final
@@ -411,6 +413,14 @@ def _dlpack_export(array: DeviceNDArrayBase, device_type: int,
                    max_version: tuple[int, int] | None = None) -> Any: ...
 def _driver_rows() -> list[tuple[str, int, bool, bool, bool]]: ...
 def _enable_plugins() -> None: ...
+def _install(*, make_memory_manager: Callable[..., Any],
+             assign_memory_manager: Callable[..., Any],
+             plugin_defer_cleanup: Callable[..., Any],
+             UniqueDict: type[dict[Any, Any]],
+             MemoryInfo: type[Any], MemoryStats: type[Any],
+             IpcHandle: type[Any], array_handle: Callable[..., Any],
+             load_streams: Callable[[], tuple[Any, ...]],
+             load_handles: Callable[[], tuple[Any, ...]]) -> None: ...
 def _error_names() -> list[tuple[int, str]]: ...
 def _flush_pending() -> None: ...
 def _host_device_array(ary: npt.NDArray[Any], buffer: HostBuffer,

@@ -153,7 +153,8 @@ get_host_pointer(cmpy_HostBuffer *self, void *Py_UNUSED(c))
 static PyObject *
 get_handle(cmpy_HostBuffer *self, void *Py_UNUSED(c))
 {
-    return cmpy_c_void_p((unsigned long long)(uintptr_t)self->host->ptr);
+    return cmpy_c_void_p((PyObject *)self,
+                         (unsigned long long)(uintptr_t)self->host->ptr);
 }
 
 static PyObject *
@@ -162,7 +163,8 @@ get_device_pointer(cmpy_HostBuffer *self, void *Py_UNUSED(c))
     if (!self->host->mapped) {
         Py_RETURN_NONE;
     }
-    return cmpy_c_void_p((unsigned long long)self->host->dptr);
+    return cmpy_c_void_p((PyObject *)self,
+                         (unsigned long long)self->host->dptr);
 }
 
 static PyObject *
@@ -214,7 +216,8 @@ get_device_ctypes_pointer(cmpy_HostBuffer *self, void *Py_UNUSED(c))
     if (!self->host->mapped) {
         Py_RETURN_NONE;
     }
-    return cmpy_device_ctypes_pointer((unsigned long long)self->host->dptr);
+    return cmpy_device_ctypes_pointer((PyObject *)self,
+                                      (unsigned long long)self->host->dptr);
 }
 
 static PyObject *
