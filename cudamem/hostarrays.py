@@ -6,7 +6,7 @@ import _thread
 import contextlib
 
 from cudamem import _cudamem
-from cudamem.arrays import _order_like, _strides_like
+from cudamem.arrays import _check_like, _order_like, _strides_like
 
 __all__ = ["pinned_array_like", "mapped_array_like",
            "register", "deregister", "pinned", "mapped"]
@@ -29,20 +29,13 @@ def _key(ary):
     return (ary.__array_interface__["data"][0], ary.nbytes)
 
 
-def _check_like(ary, fn):
-    if not all(hasattr(ary, name) for name in ("shape", "dtype", "flags",
-                                                "strides", "ndim")):
-        raise TypeError("%s() needs an array, not %s"
-                        % (fn, type(ary).__name__))
-
-
 def pinned_array_like(ary):
     """pinned_array_like(ary) -> numpy.ndarray
 
     An uninitialized page-locked array with ``ary``'s shape and dtype,
     laid out as numba does: ``ary``'s order when it is contiguous, else
     contiguous strides that keep its axis order."""
-    _check_like(ary, "pinned_array_like")
+    _check_like("pinned_array_like", ary)
     return _cudamem.pinned_array(ary.shape, dtype=ary.dtype,
                                  strides=_strides_like(ary),
                                  order=_order_like(ary))
@@ -54,7 +47,7 @@ def mapped_array_like(ary, stream=0, portable=False, wc=False):
 
     mapped_array() with ``ary``'s shape and dtype, laid out as
     pinned_array_like() does."""
-    _check_like(ary, "mapped_array_like")
+    _check_like("mapped_array_like", ary)
     return _cudamem.mapped_array(ary.shape, dtype=ary.dtype,
                         strides=_strides_like(ary), order=_order_like(ary),
                         stream=stream, portable=portable, wc=wc)
