@@ -123,3 +123,18 @@ def test_manager_modes_are_named_constants():
     ctx = cudamem.current_context()
     with pytest.raises(ValueError, match="invalid memory manager mode 7"):
         ctx._set_memory_manager(ctx.memory_manager, 7)
+
+
+def test_the_version_has_one_source():
+    import tomllib
+    from setuptools.config.expand import read_attr
+
+    with open(PY_SRC.parents[2] / "pyproject.toml", "rb") as f:
+        project = tomllib.load(f)
+    assert "version" not in project["project"]
+    assert project["project"]["dynamic"] == ["version"]
+    attr = project["tool"]["setuptools"]["dynamic"]["version"]["attr"]
+    assert attr == "cudamem.__version__"
+    # What setuptools reads from the source is what the package says.
+    assert read_attr(attr, {"": str(PY_SRC.parents[2])},
+                     str(PY_SRC.parents[2])) == cudamem.__version__
