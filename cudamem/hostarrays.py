@@ -1,8 +1,8 @@
 """Page-locked host memory: numba's pinned and mapped arrays, and the
 context managers and functions that page-lock existing arrays. Thin Python
 over the C registry (one registration per page range, shared by
-reference): nothing here imports NumPy or loads the driver at import."""
-import _thread
+reference; register()'s own, by address and size, is py/hostbuf.c's):
+nothing here imports NumPy or loads the driver at import."""
 import contextlib
 
 from cudamem import _cudamem
@@ -10,24 +10,6 @@ from cudamem.arrays import _check_like, _order_like, _strides_like
 
 __all__ = ["pinned_array_like", "mapped_array_like",
            "register", "deregister", "pinned", "mapped"]
-
-# register()'s registrations: (address, nbytes) -> HostBuffer.
-_registered = {}
-_lock = _thread.allocate_lock()
-
-
-def _describe(ary):
-    return "array of shape %s and dtype %s at %#x" % (
-        ary.shape, ary.dtype, ary.__array_interface__["data"][0])
-
-
-def _key(ary):
-    import numpy
-    if not isinstance(ary, numpy.ndarray):
-        raise TypeError("only NumPy arrays can be page-locked, not %s"
-                        % type(ary).__name__)
-    return (ary.__array_interface__["data"][0], ary.nbytes)
-
 
 def pinned_array_like(ary):
     """pinned_array_like(ary) -> numpy.ndarray
@@ -57,20 +39,15 @@ class _Registration:
     """What register() returns: a context manager that deregisters, at
     exit, the arrays it registered that are still registered."""
 
-    def __init__(self, entries):
-        self._entries = entries
+    def __init__(self, buffers):
+        self._buffers = buffers
 
     def __enter__(self):
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        with _lock:
-            mine = [(key, buf) for key, buf in self._entries
-                    if _registered.get(key) is buf]
-            for key, _ in mine:
-                del _registered[key]
-        self._entries = []
-        _cudamem._host_unregister([buf for _, buf in mine])
+        buffers, self._buffers = self._buffers, []
+        _cudamem._release(buffers)
 
 
 def register(*arrays):
@@ -82,16 +59,7 @@ def register(*arrays):
     page-locking. Registering an array that is registered already (the
     same address and size) raises ValueError; on any error nothing is
     registered."""
-    keys = [_key(ary) for ary in arrays]
-    with _lock:
-        for i, (ary, key) in enumerate(zip(arrays, keys)):
-            if key in _registered or key in keys[:i]:
-                raise ValueError("the %s (%d bytes) is registered already"
-                                 % (_describe(ary), key[1]))
-        buffers = _cudamem._host_register(arrays)
-        entries = list(zip(keys, buffers))
-        _registered.update(entries)
-    return _Registration(entries)
+    return _Registration(_cudamem._register(arrays))
 
 
 def deregister(*arrays):
@@ -100,14 +68,7 @@ def deregister(*arrays):
     Ends what register() did for every array (numba's ROC
     ``deregister``). An array that is not registered raises ValueError
     before anything is deregistered."""
-    keys = [_key(ary) for ary in arrays]
-    with _lock:
-        for i, (ary, key) in enumerate(zip(arrays, keys)):
-            if key not in _registered or key in keys[:i]:
-                raise ValueError("the %s (%d bytes) is not registered"
-                                 % (_describe(ary), key[1]))
-        buffers = [_registered.pop(key) for key in keys]
-    _cudamem._host_unregister(buffers)
+    _cudamem._deregister(arrays)
 
 
 def _pin(arrays, mapped):

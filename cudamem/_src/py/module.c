@@ -252,6 +252,7 @@ cudamem_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->DeallocationsType);
     Py_VISIT(st->DeferGuardType);
     Py_VISIT(st->HostBufferType);
+    Py_VISIT(st->registered);
     Py_VISIT(st->devices);
     Py_VISIT(st->attr_ids);
     for (int i = 0; i < CMPY_HOOK_COUNT; i++) {
@@ -290,6 +291,7 @@ cudamem_clear(PyObject *module)
     Py_CLEAR(st->DeallocationsType);
     Py_CLEAR(st->DeferGuardType);
     Py_CLEAR(st->HostBufferType);
+    Py_CLEAR(st->registered);
     Py_CLEAR(st->attr_ids);
     for (int i = 0; i < CMPY_HOOK_COUNT; i++) {
         Py_CLEAR(st->hooks[i]);

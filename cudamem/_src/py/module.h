@@ -62,6 +62,9 @@ typedef struct cmpy_state {
     PyObject *DeallocationsType; /* py/pending.c */
     PyObject *DeferGuardType;    /* py/pending.c */
     PyObject *HostBufferType;    /* py/hostbuf.c */
+    /* register()'s registrations, (address, nbytes) -> HostBuffer, or
+     * None while being registered; py/hostbuf.c, made on first use. */
+    PyObject *registered;
     PyObject *devices;     /* tuple of Device, made on first use, or NULL */
     PyObject *attr_ids;    /* {"WARP_SIZE": 10, ...}: every attribute */
     PyObject *hooks[CMPY_HOOK_COUNT]; /* by cmpy_hook_id, from _install() */
