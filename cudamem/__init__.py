@@ -6,7 +6,8 @@ behaviour. Importing cudamem touches no driver: the CUDA driver (or, with
 ``CUDAMEM_SIMULATOR=1``, cudamem's simulated driver) is loaded by the first
 call that needs it.
 """
-from cudamem import _cudamem, cudadrv, devicearray, devices, driver, runtime
+from cudamem import (_cudamem, cudadrv, devicearray, devices, driver, ipc,
+                     memory, runtime)
 from cudamem.arrays import device_array_like, managed_array_like
 from cudamem._cudamem import (
     Context,
@@ -91,6 +92,35 @@ from cudamem.hostarrays import (
     pinned,
     pinned_array_like,
     register,
+)
+
+
+def _load_streams():
+    # The stream glue brings threading: imported on first use, not here.
+    from cudamem import _streams
+    return (_streams.async_done, _streams.auto_synchronize,
+            _streams.ensure_dispatcher)
+
+
+def _load_handles():
+    # The ctypes handle types bring ctypes: imported on first use.
+    from cudamem import _handles
+    return _handles.Handle, _handles.DevicePointer, _handles.LaunchView
+
+
+# The seam (docs/design.rst): every Python object the extension calls,
+# handed over once. It imports nothing else of this package.
+_cudamem._install(
+    make_memory_manager=memory._make_memory_manager,
+    assign_memory_manager=memory._assign_memory_manager,
+    plugin_defer_cleanup=memory._plugin_defer_cleanup,
+    UniqueDict=memory.UniqueDict,
+    MemoryInfo=MemoryInfo,
+    MemoryStats=MemoryStats,
+    IpcHandle=IpcHandle,
+    array_handle=ipc._array_handle,
+    load_streams=_load_streams,
+    load_handles=_load_handles,
 )
 
 __version__ = "0.1.0"

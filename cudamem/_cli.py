@@ -1,13 +1,11 @@
-"""``python -m cudamem``: ``info`` (the driver and devices), ``bandwidth``
-(host <-> device transfer rates, timed with events) and ``demo`` (the
-tour, in cudamem/_demo.py). Only the public API is used; nothing here is
+"""The commands ``info`` (the driver and devices) and ``bandwidth`` (host
+<-> device transfer rates, timed with events) of ``python -m cudamem``
+(cudamem/__main__.py, which parses the command line; the tour is
+cudamem/_demo.py's). Only the public API is used; nothing here is
 imported by ``import cudamem``.
 """
-import argparse
 import contextlib
 import json
-import os
-import subprocess
 import sys
 
 from cudamem.devices import _size
@@ -355,114 +353,3 @@ def bandwidth(args, out=None):
         _plot(results, args.plot, simulator)
         print("plot written to %s" % args.plot, file=sys.stderr)
     return 0
-
-
-# ---------------------------------------------------------------------------
-# demo
-
-def demo(out=None):
-    """The tour. Re-runs itself on the simulated driver when no real driver
-    is usable, so it works on any machine."""
-    import cudamem
-
-    out = sys.stdout if out is None else out
-    if not cudamem.is_available() and not os.environ.get("CUDAMEM_SIMULATOR"):
-        print("No usable CUDA driver here (%s); running the tour on "
-              "cudamem's simulated driver (CUDAMEM_SIMULATOR=1).\n"
-              % _unavailable_reason(), file=out)
-        out.flush()
-        env = dict(os.environ, CUDAMEM_SIMULATOR="1")
-        env.pop("CUDAMEM_DRIVER", None)
-        return subprocess.call([sys.executable, "-m", "cudamem", "demo"],
-                               env=env)
-    from cudamem import _demo
-
-    return _demo.tour(out)
-
-
-# ---------------------------------------------------------------------------
-# The command line
-
-def _arg(parse):
-    """An argparse type from a parser that raises ValueError: argparse then
-    prints the message, naming the value."""
-    def convert(text):
-        try:
-            return parse(text)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc))
-    return convert
-
-
-def _positive(text):
-    value = int(text)
-    if value < 1:
-        raise ValueError("not a positive count: %r" % text)
-    return value
-
-
-def parser():
-    """The argparse parser of ``python -m cudamem``."""
-    top = argparse.ArgumentParser(
-        prog="python -m cudamem",
-        description="cudamem's command-line tool: the driver and devices, "
-                    "transfer bandwidth, a guided tour.")
-    sub = top.add_subparsers(dest="command", metavar="COMMAND")
-    p = sub.add_parser(
-        "info", help="the driver and devices (the default command)",
-        description="The driver cudamem loads (path, version, simulated or "
-                    "not; why CUDA is unavailable when it is) and every "
-                    "device with its memory and key attributes.")
-    p.add_argument("--json", action="store_true",
-                   help="print the facts as JSON")
-    p = sub.add_parser(
-        "bandwidth", help="host <-> device transfer bandwidth",
-        description="Times copies between host and device memory with "
-                    "events on one stream: pageable NumPy arrays, pinned "
-                    "arrays and registered (page-locked in place) NumPy "
-                    "arrays, both directions. On the simulated driver the "
-                    "numbers mean nothing.")
-    p.add_argument("--sizes", type=_arg(parse_sizes), default=DEFAULT_SIZES,
-                              help="comma-separated copy sizes, binary units "
-                        "(default %s)" % DEFAULT_SIZES)
-    p.add_argument("--direction", default="all",
-                   type=_arg(lambda s: _choices(s, DIRECTIONS, "all")),
-                   help="htod, dtoh or all (default)")
-    p.add_argument("--kind", default="all",
-                   type=_arg(lambda s: _choices(s, KINDS, "all")),
-                   help="comma-separated pageable, pinned, registered, or "
-                        "all (default)")
-    p.add_argument("--repeat", type=_arg(_positive), default=5,
-                   help="timed copies per measurement (default 5)")
-    p.add_argument("--plot", metavar="PATH",
-                   help="also write a plot to PATH (needs matplotlib)")
-    p.add_argument("--json", action="store_true",
-                   help="print the results as JSON instead of a table")
-    p.add_argument("--no-progress", dest="progress", action="store_false",
-                   help="no progress bar")
-    sub.add_parser(
-        "demo", help="a guided tour of cudamem",
-        description="A short tour: devices, a round trip, a view and an "
-                    "assignment, streams and events timing a transfer, "
-                    "pinned vs pageable bandwidth, interop. Without a "
-                    "usable GPU it runs on the simulated driver.")
-    return top
-
-
-def main(argv=None):
-    """Runs ``python -m cudamem`` with *argv* (sys.argv[1:] by default);
-    returns the exit status."""
-    args = parser().parse_args(argv)
-    if args.command in (None, "info"):
-        return info(as_json=getattr(args, "json", False))
-    if args.command == "bandwidth":
-        if args.plot:
-            try:
-                import matplotlib  # noqa: F401
-            except ImportError:
-                print("python -m cudamem bandwidth: error: --plot needs "
-                      "matplotlib, which is not installed (pip install "
-                      "matplotlib)", file=sys.stderr)
-                return 2
-        return bandwidth(args)
-    return demo()

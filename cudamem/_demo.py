@@ -1,13 +1,18 @@
 """The tour that ``python -m cudamem demo`` (and ``make demo``) prints: each
 step shows the code it runs and checks its result against NumPy. The
-command line and the bandwidth measurement are cudamem/_cli.py's.
+command line is cudamem/__main__.py's; the driver facts and the bandwidth
+measurement it shows are cudamem/_cli.py's, which never imports this.
 """
 import importlib.util
+import os
+import subprocess
+import sys
 
 import numpy as np
 
 import cudamem
 from cudamem import _cli
+from cudamem.devices import _size
 
 # Pinned vs pageable: one size, a few copies each way.
 BANDWIDTH_SIZE = 32 << 20
@@ -78,7 +83,7 @@ def streams(out):
     _show(out, "stream = cuda.stream(); start, end = cuda.event(), "
           "cuda.event()")
     _show(out, "host = cuda.pinned_array(%d, np.float32)  # %s" % (
-        n, _cli._size(host.nbytes)))
+        n, _size(host.nbytes)))
     start.record(stream)
     d = cudamem.to_device(host, stream=stream)
     end.record(stream)
@@ -95,7 +100,7 @@ def streams(out):
 
 def bandwidth(out):
     _section(out, "5. Pinned vs pageable host memory (%s per copy)"
-             % _cli._size(BANDWIDTH_SIZE))
+             % _size(BANDWIDTH_SIZE))
     if cudamem.driver.info()["simulator"]:
         print("   NOTE: " + _cli.SIMULATOR_NOTE, file=out)
     results = _cli.measure([BANDWIDTH_SIZE], ["pageable", "pinned"],
@@ -164,3 +169,19 @@ def tour(out):
     print("\n%s" % ("Every result matched NumPy." if not failed else
                     "FAILED: %s" % ", ".join(failed)), file=out)
     return 1 if failed else 0
+
+
+def demo(out=None):
+    """The tour. Re-runs itself on the simulated driver when no real driver
+    is usable, so it works on any machine."""
+    out = sys.stdout if out is None else out
+    if not cudamem.is_available() and not os.environ.get("CUDAMEM_SIMULATOR"):
+        print("No usable CUDA driver here (%s); running the tour on "
+              "cudamem's simulated driver (CUDAMEM_SIMULATOR=1).\n"
+              % _cli._unavailable_reason(), file=out)
+        out.flush()
+        env = dict(os.environ, CUDAMEM_SIMULATOR="1")
+        env.pop("CUDAMEM_DRIVER", None)
+        return subprocess.call([sys.executable, "-m", "cudamem", "demo"],
+                               env=env)
+    return tour(out)

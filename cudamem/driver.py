@@ -39,6 +39,7 @@ from cudamem.memory import (
     PinnedMemory,
     set_memory_manager,
 )
+from cudamem.runtime import _split
 
 __all__ = [
     # cudamem's own
@@ -74,8 +75,7 @@ def get_version():
     """get_version() -> tuple[int, int]
 
     The driver's CUDA version as ``(major, minor)``, e.g. ``(12, 4)``."""
-    version = _cudamem.driver_info()["version"]
-    return (version // 1000, version % 1000 // 10)
+    return _split(_cudamem.driver_info()["version"])
 
 
 def info():

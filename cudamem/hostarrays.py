@@ -1,40 +1,15 @@
 """Page-locked host memory: numba's pinned and mapped arrays, and the
 context managers and functions that page-lock existing arrays. Thin Python
 over the C registry (one registration per page range, shared by
-reference): nothing here imports NumPy or loads the driver at import."""
-import _thread
+reference; register()'s own, by address and size, is py/hostbuf.c's):
+nothing here imports NumPy or loads the driver at import."""
 import contextlib
 
 from cudamem import _cudamem
-from cudamem.arrays import _order_like, _strides_like
+from cudamem.arrays import _check_like, _order_like, _strides_like
 
 __all__ = ["pinned_array_like", "mapped_array_like",
            "register", "deregister", "pinned", "mapped"]
-
-# register()'s registrations: (address, nbytes) -> HostBuffer.
-_registered = {}
-_lock = _thread.allocate_lock()
-
-
-def _describe(ary):
-    return "array of shape %s and dtype %s at %#x" % (
-        ary.shape, ary.dtype, ary.__array_interface__["data"][0])
-
-
-def _key(ary):
-    import numpy
-    if not isinstance(ary, numpy.ndarray):
-        raise TypeError("only NumPy arrays can be page-locked, not %s"
-                        % type(ary).__name__)
-    return (ary.__array_interface__["data"][0], ary.nbytes)
-
-
-def _check_like(ary, fn):
-    if not all(hasattr(ary, name) for name in ("shape", "dtype", "flags",
-                                                "strides", "ndim")):
-        raise TypeError("%s() needs an array, not %s"
-                        % (fn, type(ary).__name__))
-
 
 def pinned_array_like(ary):
     """pinned_array_like(ary) -> numpy.ndarray
@@ -42,7 +17,7 @@ def pinned_array_like(ary):
     An uninitialized page-locked array with ``ary``'s shape and dtype,
     laid out as numba does: ``ary``'s order when it is contiguous, else
     contiguous strides that keep its axis order."""
-    _check_like(ary, "pinned_array_like")
+    _check_like("pinned_array_like", ary)
     return _cudamem.pinned_array(ary.shape, dtype=ary.dtype,
                                  strides=_strides_like(ary),
                                  order=_order_like(ary))
@@ -54,7 +29,7 @@ def mapped_array_like(ary, stream=0, portable=False, wc=False):
 
     mapped_array() with ``ary``'s shape and dtype, laid out as
     pinned_array_like() does."""
-    _check_like(ary, "mapped_array_like")
+    _check_like("mapped_array_like", ary)
     return _cudamem.mapped_array(ary.shape, dtype=ary.dtype,
                         strides=_strides_like(ary), order=_order_like(ary),
                         stream=stream, portable=portable, wc=wc)
@@ -64,20 +39,15 @@ class _Registration:
     """What register() returns: a context manager that deregisters, at
     exit, the arrays it registered that are still registered."""
 
-    def __init__(self, entries):
-        self._entries = entries
+    def __init__(self, buffers):
+        self._buffers = buffers
 
     def __enter__(self):
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        with _lock:
-            mine = [(key, buf) for key, buf in self._entries
-                    if _registered.get(key) is buf]
-            for key, _ in mine:
-                del _registered[key]
-        self._entries = []
-        _cudamem._host_unregister([buf for _, buf in mine])
+        buffers, self._buffers = self._buffers, []
+        _cudamem._release(buffers)
 
 
 def register(*arrays):
@@ -89,16 +59,7 @@ def register(*arrays):
     page-locking. Registering an array that is registered already (the
     same address and size) raises ValueError; on any error nothing is
     registered."""
-    keys = [_key(ary) for ary in arrays]
-    with _lock:
-        for i, (ary, key) in enumerate(zip(arrays, keys)):
-            if key in _registered or key in keys[:i]:
-                raise ValueError("the %s (%d bytes) is registered already"
-                                 % (_describe(ary), key[1]))
-        buffers = _cudamem._host_register(arrays)
-        entries = list(zip(keys, buffers))
-        _registered.update(entries)
-    return _Registration(entries)
+    return _Registration(_cudamem._register(arrays))
 
 
 def deregister(*arrays):
@@ -107,14 +68,7 @@ def deregister(*arrays):
     Ends what register() did for every array (numba's ROC
     ``deregister``). An array that is not registered raises ValueError
     before anything is deregistered."""
-    keys = [_key(ary) for ary in arrays]
-    with _lock:
-        for i, (ary, key) in enumerate(zip(arrays, keys)):
-            if key not in _registered or key in keys[:i]:
-                raise ValueError("the %s (%d bytes) is not registered"
-                                 % (_describe(ary), key[1]))
-        buffers = [_registered.pop(key) for key in keys]
-    _cudamem._host_unregister(buffers)
+    _cudamem._deregister(arrays)
 
 
 def _pin(arrays, mapped):

@@ -256,10 +256,17 @@ NumbaCUDAMemoryManager = DefaultMemoryManager
 
 
 # Managers cudamem allocates for itself, by exact type: their contexts'
-# arrays never call memalloc() (the mode Context._set_memory_manager
-# takes). Every other manager is a plugin.
-_NATIVE = {DefaultMemoryManager: 0}
-_PLUGIN_MODE = 1
+# arrays never call memalloc() (mode MANAGER_NATIVE of
+# Context._set_memory_manager). Every other manager is a plugin
+# (MANAGER_PLUGIN).
+_NATIVE = {DefaultMemoryManager}
+
+
+def _native(cls):
+    """Class decorator of a manager that cudamem allocates for itself (the
+    pool): exactly *cls*, not its subclasses, gets MANAGER_NATIVE."""
+    _NATIVE.add(cls)
+    return cls
 
 # set_memory_manager()'s class; None until it or the first manager made.
 _manager_class = None
@@ -272,7 +279,8 @@ _switched = {}
 
 
 def _manager_mode(cls):
-    return _NATIVE.get(cls, _PLUGIN_MODE)
+    return (_cudamem.MANAGER_NATIVE if cls in _NATIVE
+            else _cudamem.MANAGER_PLUGIN)
 
 
 def _check_version(manager):
@@ -372,7 +380,7 @@ def _assign_memory_manager(context, manager):
     it replaces that switched something on in C (the pool) switches it
     off first."""
     mode = _manager_mode(type(manager))
-    if mode == _PLUGIN_MODE:
+    if mode == _cudamem.MANAGER_PLUGIN:
         _check_version(manager)
         _cudamem._enable_plugins()
     manager.initialize()

@@ -13,6 +13,7 @@ from cudamem import memory
 __all__ = ["PoolMemoryManager"]
 
 
+@memory._native
 class PoolMemoryManager(memory.DefaultMemoryManager):
     """PoolMemoryManager(context)
 
@@ -94,6 +95,3 @@ class PoolMemoryManager(memory.DefaultMemoryManager):
 
     def __repr__(self):
         return "<cudamem.PoolMemoryManager of %r>" % (self.context,)
-
-
-memory._NATIVE[PoolMemoryManager] = 0

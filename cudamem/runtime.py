@@ -24,6 +24,7 @@ _cached = None
 
 
 def _split(version):
+    # 12040 -> (12, 4): the driver's and the runtime's version numbers.
     return (version // 1000, version % 1000 // 10)
 
 

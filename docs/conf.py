@@ -8,10 +8,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 os.environ.setdefault("CUDAMEM_SIMULATOR", "1")
 
+import cudamem  # noqa: E402 (the in-place build in ROOT)
+
 project = "cudamem"
 author = "the cudamem developers"
 copyright = "the cudamem developers"
-release = version = "0.1.0"
+release = version = cudamem.__version__
 
 extensions = ["sphinx.ext.autodoc", "sphinx.ext.doctest"]
 exclude_patterns = ["_build", "examples/*.ipynb"]

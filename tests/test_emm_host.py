@@ -154,7 +154,7 @@ def test_default_manager_asks_no_python():
         mempin = memallocmanaged = get_ipc_handle = memhostalloc
 
     from cudamem import memory
-    memory._NATIVE[Spy] = 0
+    memory._native(Spy)
     try:
         with cudamem.using_memory_manager(Spy):
             a = cudamem.pinned_array(4)
@@ -164,7 +164,7 @@ def test_default_manager_asks_no_python():
                 pass
             cudamem.to_device(a).get_ipc_handle()
     finally:
-        del memory._NATIVE[Spy]
+        memory._NATIVE.remove(Spy)
     assert a.base.kind == "pinned" and b.base.base.kind == "mapped"
     assert c.gpu_data.size == 32
 

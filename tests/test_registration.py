@@ -312,3 +312,34 @@ def test_threads_share_pages(sim):
         t.join()
     assert errors == []
     assert registrations(sim) == 0
+
+
+def test_register_errors_name_the_array_and_leave_nothing_entered(sim):
+    a = np.arange(3.0)
+    with cudamem.register(a):
+        with pytest.raises(ValueError) as info:
+            cudamem.register(a)
+    assert str(info.value) == (
+        "the array of shape (3,) and dtype float64 at %#x (24 bytes) is "
+        "registered already" % a.ctypes.data)
+    # A failure after the checks (an object array cannot be page-locked)
+    # leaves neither array registered nor entered in the registry.
+    with pytest.raises(TypeError, match="holds Python objects"):
+        cudamem.register(a, np.array([None]))
+    assert registrations(sim) == 0
+    with pytest.raises(ValueError, match="is not registered"):
+        cudamem.deregister(a)
+    with cudamem.register(a):
+        assert registrations(sim) == 1
+    assert registrations(sim) == 0
+
+
+def test_a_block_ends_only_its_own_registrations(sim):
+    a = np.arange(10.0)
+    block = cudamem.register(a)
+    cudamem.deregister(a)
+    cudamem.register(a)  # a new registration of the same array
+    block.__exit__(None, None, None)
+    assert registrations(sim) == 1
+    cudamem.deregister(a)
+    assert registrations(sim) == 0

@@ -792,7 +792,7 @@ get_flags(cmpy_DeviceNDArray *self, void *Py_UNUSED(c))
 static PyObject *
 get_device_ctypes_pointer(cmpy_DeviceNDArray *self, void *Py_UNUSED(c))
 {
-    return cmpy_c_void_p((unsigned long long)self->ptr);
+    return cmpy_c_void_p((PyObject *)self, (unsigned long long)self->ptr);
 }
 
 /* The stream a CAI export names: the array's, made to wait (events) for

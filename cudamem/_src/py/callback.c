@@ -3,7 +3,7 @@
  * dispatcher thread, which runs _dispatch_loop() here; _dispatch_drain()
  * lets exit wait for the callbacks not run yet. The thread's lifetime
  * (start, exit, fork) is cudamem/_streams.py's, as are async_done() and
- * auto_synchronize(), which this file imports lazily. */
+ * auto_synchronize(), which the LOAD_STREAMS hook gives on first use. */
 #include "callback.h"
 
 #include <stdlib.h>
@@ -13,36 +13,17 @@
 /* How long the dispatcher waits for a payload before it looks again. */
 #define CMPY_DISPATCH_POLL_MS 100
 
-static const char *const glue_names[CMPY_GLUE_COUNT] = {
-    "async_done",
-    "auto_synchronize",
-    "ensure_dispatcher",
-};
-
-/* st->glue[fn], importing cudamem._streams on first use (it brings
- * threading; `import cudamem` must not). Borrowed, or NULL with an
- * exception set. */
+/* st->glue[fn], loaded by the LOAD_STREAMS hook on first use (it imports
+ * cudamem._streams, which brings threading; `import cudamem` must not).
+ * Borrowed, or NULL with an exception set. */
 static PyObject *
 glue(cmpy_state *st, cmpy_glue_fn fn)
 {
-    PyObject *module;
-
-    if (st->glue[fn] != NULL) {
-        return st->glue[fn];
-    }
-    module = PyImport_ImportModule("cudamem._streams");
-    if (module == NULL) {
+    if (st->glue[fn] == NULL &&
+        cmpy_hook_load(st, CMPY_HOOK_LOAD_STREAMS, st->glue,
+                       CMPY_GLUE_COUNT) < 0) {
         return NULL;
     }
-    for (int i = 0; i < CMPY_GLUE_COUNT; i++) {
-        if (st->glue[i] == NULL &&
-            (st->glue[i] = PyObject_GetAttrString(module, glue_names[i])) ==
-                NULL) {
-            Py_DECREF(module);
-            return NULL;
-        }
-    }
-    Py_DECREF(module);
     return st->glue[fn];
 }
 

@@ -24,7 +24,7 @@ typedef enum cmpy_glue_fn {
     CMPY_GLUE_ENSURE_DISPATCHER
 } cmpy_glue_fn;
 
-/* cudamem._streams.<fn>(stream), imported on first use. New reference. */
+/* cudamem._streams.<fn>(stream), loaded on first use. New reference. */
 PyObject *cmpy_glue_call(cmpy_state *st, cmpy_glue_fn fn, PyObject *stream);
 
 extern PyMethodDef cmpy_callback_methods[];

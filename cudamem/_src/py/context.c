@@ -48,7 +48,7 @@ cmpy_context_of(cmpy_state *st, cmpy_Device *device)
     ctx->handle = handle;
     ctx->generation = generation;
     ctx->memory_manager = NULL;
-    ctx->manager_mode = CMPY_MANAGER_DEFAULT;
+    ctx->manager_mode = CMPY_MANAGER_NATIVE;
     ctx->weakreflist = NULL;
     ctx->allocations = NULL;
     ctx->deallocations = NULL;
@@ -159,15 +159,15 @@ context_set_deallocations(cmpy_Context *self, PyObject *value,
 static PyObject *
 context_get_allocations(cmpy_Context *self, void *Py_UNUSED(closure))
 {
-    PyObject *mod;
+    PyObject *cls;
 
     if (self->allocations == NULL) {
-        mod = PyImport_ImportModule("cudamem.memory");
-        if (mod == NULL) {
+        cls = cmpy_hook(cmpy_type_state((PyObject *)self),
+                        CMPY_HOOK_UNIQUE_DICT);
+        if (cls == NULL) {
             return NULL;
         }
-        self->allocations = PyObject_CallMethod(mod, "UniqueDict", NULL);
-        Py_DECREF(mod);
+        self->allocations = PyObject_CallNoArgs(cls);
         if (self->allocations == NULL) {
             return NULL;
         }
@@ -194,7 +194,7 @@ set_manager(cmpy_Context *self, PyObject *manager, PyObject *mode_arg)
 {
     long mode = PyLong_Check(mode_arg) ? PyLong_AsLong(mode_arg) : -1;
 
-    if (mode != CMPY_MANAGER_DEFAULT && mode != CMPY_MANAGER_PLUGIN) {
+    if (mode != CMPY_MANAGER_NATIVE && mode != CMPY_MANAGER_PLUGIN) {
         PyErr_Clear();
         PyErr_Format(PyExc_ValueError, "invalid memory manager mode %R",
                      mode_arg);
@@ -205,22 +205,21 @@ set_manager(cmpy_Context *self, PyObject *manager, PyObject *mode_arg)
     return 0;
 }
 
-/* Made once per Context by cudamem.memory._make_memory_manager, which
- * returns (manager, mode). */
+/* Made once per Context by the make_memory_manager hook
+ * (cudamem.memory._make_memory_manager), which returns (manager, mode). */
 static PyObject *
 context_get_memory_manager(cmpy_Context *self, void *Py_UNUSED(closure))
 {
-    PyObject *mod, *made;
+    PyObject *make, *made;
     int rc;
 
     if (self->memory_manager == NULL) {
-        mod = PyImport_ImportModule("cudamem.memory");
-        if (mod == NULL) {
+        make = cmpy_hook(cmpy_type_state((PyObject *)self),
+                         CMPY_HOOK_MAKE_MEMORY_MANAGER);
+        if (make == NULL) {
             return NULL;
         }
-        made = PyObject_CallMethod(mod, "_make_memory_manager", "O",
-                                   (PyObject *)self);
-        Py_DECREF(mod);
+        made = PyObject_CallOneArg(make, (PyObject *)self);
         if (made == NULL) {
             return NULL;
         }
@@ -246,25 +245,26 @@ context_get_memory_manager(cmpy_Context *self, void *Py_UNUSED(closure))
 }
 
 /* numba's Context.memory_manager is a plain attribute its tests assign:
- * cudamem.memory._assign_memory_manager installs the instance. */
+ * the assign_memory_manager hook (cudamem.memory._assign_memory_manager)
+ * installs the instance. */
 static int
 context_assign_memory_manager(cmpy_Context *self, PyObject *value,
                               void *Py_UNUSED(closure))
 {
-    PyObject *mod, *out;
+    PyObject *assign, *out;
 
     if (value == NULL) {
         PyErr_SetString(PyExc_AttributeError,
                         "a Context's memory_manager cannot be deleted");
         return -1;
     }
-    mod = PyImport_ImportModule("cudamem.memory");
-    if (mod == NULL) {
+    assign = cmpy_hook(cmpy_type_state((PyObject *)self),
+                       CMPY_HOOK_ASSIGN_MEMORY_MANAGER);
+    if (assign == NULL) {
         return -1;
     }
-    out = PyObject_CallMethod(mod, "_assign_memory_manager", "OO",
-                              (PyObject *)self, value);
-    Py_DECREF(mod);
+    out = PyObject_CallFunctionObjArgs(assign, (PyObject *)self, value,
+                                       NULL);
     Py_XDECREF(out);
     return out == NULL ? -1 : 0;
 }
@@ -369,6 +369,7 @@ context_device_memory_info(PyObject *self, PyObject *Py_UNUSED(ignored))
 {
     cmpy_Context *ctx = (cmpy_Context *)self;
     cmpy_state *st = cmpy_type_state(self);
+    PyObject *info;
     size_t free_bytes, total_bytes;
     cm_error err;
 
@@ -376,19 +377,11 @@ context_device_memory_info(PyObject *self, PyObject *Py_UNUSED(ignored))
                        &total_bytes, &err) < 0) {
         return cmpy_raise(st, &err);
     }
-    if (st->MemoryInfo == NULL) {
-        PyObject *mod = PyImport_ImportModule("cudamem.devices");
-
-        if (mod == NULL) {
-            return NULL;
-        }
-        st->MemoryInfo = PyObject_GetAttrString(mod, "MemoryInfo");
-        Py_DECREF(mod);
-        if (st->MemoryInfo == NULL) {
-            return NULL;
-        }
+    info = cmpy_hook(st, CMPY_HOOK_MEMORY_INFO);
+    if (info == NULL) {
+        return NULL;
     }
-    return PyObject_CallFunction(st->MemoryInfo, "nn", (Py_ssize_t)free_bytes,
+    return PyObject_CallFunction(info, "nn", (Py_ssize_t)free_bytes,
                                  (Py_ssize_t)total_bytes);
 }
 
@@ -592,7 +585,7 @@ static PyObject *
 context_defer_cleanup(PyObject *self, PyObject *Py_UNUSED(ignored))
 {
     cmpy_state *st = cmpy_type_state(self);
-    PyObject *plugin = plugin_of((cmpy_Context *)self, st), *mod, *guard;
+    PyObject *plugin = plugin_of((cmpy_Context *)self, st), *defer, *guard;
 
     if (plugin == NULL) {
         return PyErr_Occurred()
@@ -601,11 +594,10 @@ context_defer_cleanup(PyObject *self, PyObject *Py_UNUSED(ignored))
                                           (1u << CM_QUEUE_MEMORY) |
                                               (1u << CM_QUEUE_OBJECTS));
     }
-    mod = PyImport_ImportModule("cudamem.memory");
-    guard = mod != NULL ? PyObject_CallMethod(mod, "_plugin_defer_cleanup",
-                                              "OO", self, plugin)
-                        : NULL;
-    Py_XDECREF(mod);
+    defer = cmpy_hook(st, CMPY_HOOK_PLUGIN_DEFER_CLEANUP);
+    guard = defer != NULL
+                ? PyObject_CallFunctionObjArgs(defer, self, plugin, NULL)
+                : NULL;
     Py_DECREF(plugin);
     return guard;
 }
@@ -613,8 +605,8 @@ context_defer_cleanup(PyObject *self, PyObject *Py_UNUSED(ignored))
 PyDoc_STRVAR(context_set_memory_manager_doc,
              "_set_memory_manager($self, manager, mode)\n--\n\n"
              "Makes *manager* this context's memory manager; *mode* is "
-             "0 when\ncudamem allocates for it, 1 for an EMM plugin "
-             "(cudamem.memory\ndecides).");
+             "MANAGER_NATIVE\nwhen cudamem allocates for it, MANAGER_PLUGIN "
+             "for an EMM plugin\n(cudamem.memory decides).");
 
 static PyObject *
 context_set_memory_manager(PyObject *self, PyObject *const *args,
@@ -875,25 +867,17 @@ context_open_ipc_handle(PyObject *self, PyObject *const *args,
                         Py_ssize_t nargs, PyObject *kwnames)
 {
     static const char *const names[] = {"handle", "size"};
-    PyObject *argv[3], *mod, *cls, *handle, *res;
+    PyObject *argv[3], *cls, *handle, *res;
 
     if (cmpy_parse_args("open_ipc_handle", names, 2, 2, args, nargs,
-                        kwnames, argv + 1) < 0) {
-        return NULL;
-    }
-    mod = PyImport_ImportModule("cudamem.ipc");
-    if (mod == NULL) {
-        return NULL;
-    }
-    cls = PyObject_GetAttrString(mod, "IpcHandle");
-    Py_DECREF(mod);
-    if (cls == NULL) {
+                        kwnames, argv + 1) < 0 ||
+        (cls = cmpy_hook(cmpy_type_state(self), CMPY_HOOK_IPC_HANDLE)) ==
+            NULL) {
         return NULL;
     }
     /* IpcHandle(None, handle, size).open(self): an imported handle. */
     argv[0] = Py_None;
     handle = PyObject_Vectorcall(cls, argv, 3, NULL);
-    Py_DECREF(cls);
     if (handle == NULL) {
         return NULL;
     }

@@ -19,9 +19,10 @@ typedef struct cmpy_Device {
     PyObject *context; /* the Context last handed out, or NULL */
 } cmpy_Device;
 
-/* Who allocates a context's memory (cudamem.memory._manager_mode). */
+/* Who allocates a context's memory: exported as _cudamem.MANAGER_NATIVE
+ * and MANAGER_PLUGIN, which cudamem.memory._manager_mode returns. */
 typedef enum cmpy_manager_mode {
-    CMPY_MANAGER_DEFAULT = 0, /* cudamem's allocator, no Python call */
+    CMPY_MANAGER_NATIVE = 0,  /* cudamem's allocator, no Python call */
     CMPY_MANAGER_PLUGIN = 1   /* an EMM plugin: its methods are called */
 } cmpy_manager_mode;
 

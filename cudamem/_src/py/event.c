@@ -213,7 +213,7 @@ event_repr(cmpy_Event *self)
 static PyObject *
 event_get_handle(cmpy_Event *self, void *Py_UNUSED(closure))
 {
-    return cmpy_c_void_p(handle_value(self->handle));
+    return cmpy_c_void_p((PyObject *)self, handle_value(self->handle));
 }
 
 static PyObject *

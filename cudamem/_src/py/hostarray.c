@@ -293,7 +293,8 @@ get_device_ctypes_pointer(PyObject *self, void *Py_UNUSED(c))
 {
     cmpy_DeviceNDArray *d = device_side(cmpy_type_state(self), self);
 
-    return d != NULL ? cmpy_c_void_p((unsigned long long)d->ptr) : NULL;
+    return d != NULL ? cmpy_c_void_p(self, (unsigned long long)d->ptr)
+                     : NULL;
 }
 
 static PyObject *

@@ -68,17 +68,17 @@ const char cmpy_array_get_ipc_handle_doc[] =
     "process. A zero-size array shares\nnothing: it opens as an empty "
     "array.";
 
-/* The IpcHandle (cudamem.ipc's, from `module`) of the `size` bytes at
+/* The IpcHandle (the IPC_HANDLE hook: cudamem.ipc's) of the `size` bytes at
  * `lowest` in self's memory: numba's context.get_ipc_handle(), which asks
  * the context's plugin (with a MemoryPointer of those bytes) when it has
  * one; else exported here. A zero-size array shares nothing (no
  * handle) and asks no plugin. */
 static PyObject *
-ipc_handle_of(cmpy_state *st, cmpy_DeviceNDArray *self, PyObject *module,
-              CUdeviceptr lowest, size_t size)
+ipc_handle_of(cmpy_state *st, cmpy_DeviceNDArray *self, CUdeviceptr lowest,
+              size_t size)
 {
     cm_device *dev = self->gpu_data->mem->dev;
-    PyObject *view, *args, *plugin, *got = NULL, *handle;
+    PyObject *view, *args, *plugin, *got = NULL, *handle, *cls;
     Py_ssize_t offset = 0;
     cm_ipc_export ex;
     int rc;
@@ -110,12 +110,15 @@ ipc_handle_of(cmpy_state *st, cmpy_DeviceNDArray *self, PyObject *module,
         handle = handle_bytes(&ex);
         offset = (Py_ssize_t)(lowest - ex.base);
     }
-    if (handle == NULL) {
+    /* Looked up after the plugin ran: it may have replaced the hooks. */
+    cls = handle != NULL ? cmpy_hook(st, CMPY_HOOK_IPC_HANDLE) : NULL;
+    if (cls == NULL) {
+        Py_XDECREF(handle);
         return NULL;
     }
-    got = PyObject_CallMethod(module, "IpcHandle", "OOnOn", self->gpu_data,
-                              handle, (Py_ssize_t)size,
-                              cmpy_device_of(st, dev)->uuid, offset);
+    got = PyObject_CallFunction(cls, "OOnOn", self->gpu_data, handle,
+                                (Py_ssize_t)size,
+                                cmpy_device_of(st, dev)->uuid, offset);
     Py_DECREF(handle);
     return got;
 }
@@ -125,32 +128,29 @@ cmpy_array_get_ipc_handle(PyObject *op, PyObject *Py_UNUSED(args))
 {
     cmpy_DeviceNDArray *self = (cmpy_DeviceNDArray *)op;
     cmpy_state *st = cmpy_type_state(op);
-    PyObject *handle = NULL, *shape = NULL, *strides = NULL, *module;
+    PyObject *handle = NULL, *shape = NULL, *strides = NULL, *make;
     PyObject *result = NULL;
     Py_ssize_t size, low, high;
 
     if (cmpy_array_check_alive(st, self) < 0 ||
         cmpy_layout_extent(CMPY_NDIM(self), CMPY_SHAPE(self),
                            CMPY_STRIDES(self), PyDataType_ELSIZE(self->dtype),
-                           &size, &low, &high) < 0 ||
-        (module = PyImport_ImportModule("cudamem.ipc")) == NULL) {
+                           &size, &low, &high) < 0) {
         return NULL;
     }
     /* The handle covers the bytes the elements span, from the lowest. */
-    handle = ipc_handle_of(st, self, module,
-                           self->ptr + (CUdeviceptr)low,
+    handle = ipc_handle_of(st, self, self->ptr + (CUdeviceptr)low,
                            size == 0 ? 0 : (size_t)(high - low));
     shape = cmpy_shape_tuple(CMPY_NDIM(self), CMPY_SHAPE(self));
     strides = cmpy_shape_tuple(CMPY_NDIM(self), CMPY_STRIDES(self));
-    if (handle != NULL && shape != NULL && strides != NULL) {
-        result = PyObject_CallMethod(module, "_array_handle", "OOOOn",
-                                     handle, shape, strides, self->dtype,
-                                     -low);
+    if (handle != NULL && shape != NULL && strides != NULL &&
+        (make = cmpy_hook(st, CMPY_HOOK_ARRAY_HANDLE)) != NULL) {
+        result = PyObject_CallFunction(make, "OOOOn", handle, shape, strides,
+                                       self->dtype, -low);
     }
     Py_XDECREF(handle);
     Py_XDECREF(shape);
     Py_XDECREF(strides);
-    Py_DECREF(module);
     return result;
 }
 

@@ -599,53 +599,58 @@ pointer_repr(cmpy_MemoryPointer *self)
                                 addr, self->size, self->mem->dev->ordinal);
 }
 
-/* cudamem._handles.<type_name>(arg), consuming arg (a new reference, or
- * NULL after a failure); the module (and ctypes) is imported on first
- * use. */
-static PyObject *
-handles_call(const char *type_name, PyObject *arg)
-{
-    PyObject *handles = NULL, *out = NULL;
+/* Indexes of cmpy_state.handles, in the LOAD_HANDLES hook's order. */
+enum { HANDLE = 0, DEVICE_POINTER, LAUNCH_VIEW };
 
-    if (arg == NULL ||
-        (handles = PyImport_ImportModule("cudamem._handles")) == NULL) {
-        goto done;
+/* cudamem._handles.<type>(arg) of owner's module, consuming arg (a new
+ * reference, or NULL after a failure); the LOAD_HANDLES hook imports the
+ * module (and ctypes) on first use. */
+static PyObject *
+handles_call(PyObject *owner, int type, PyObject *arg)
+{
+    cmpy_state *st = arg != NULL ? cmpy_type_state(owner) : NULL;
+    PyObject *out = NULL;
+
+    if (st != NULL &&
+        (st->handles[type] != NULL ||
+         cmpy_hook_load(st, CMPY_HOOK_LOAD_HANDLES, st->handles,
+                        CMPY_HANDLES_COUNT) == 0)) {
+        out = PyObject_CallOneArg(st->handles[type], arg);
     }
-    out = PyObject_CallMethod(handles, type_name, "O", arg);
-done:
-    Py_XDECREF(handles);
     Py_XDECREF(arg);
     return out;
 }
 
 PyObject *
-cmpy_c_void_p(unsigned long long value)
+cmpy_c_void_p(PyObject *owner, unsigned long long value)
 {
-    return handles_call("Handle", PyLong_FromUnsignedLongLong(value));
+    return handles_call(owner, HANDLE, PyLong_FromUnsignedLongLong(value));
 }
 
 PyObject *
-cmpy_device_ctypes_pointer(unsigned long long value)
+cmpy_device_ctypes_pointer(PyObject *owner, unsigned long long value)
 {
-    return handles_call("DevicePointer", PyLong_FromUnsignedLongLong(value));
+    return handles_call(owner, DEVICE_POINTER,
+                        PyLong_FromUnsignedLongLong(value));
 }
 
 PyObject *
 cmpy_launch_view(PyObject *array, void *Py_UNUSED(closure))
 {
-    return handles_call("LaunchView", Py_NewRef(array));
+    return handles_call(array, LAUNCH_VIEW, Py_NewRef(array));
 }
 
 static PyObject *
 pointer_get_device_pointer(cmpy_MemoryPointer *self, void *Py_UNUSED(c))
 {
-    return cmpy_c_void_p((unsigned long long)self->ptr);
+    return cmpy_c_void_p((PyObject *)self, (unsigned long long)self->ptr);
 }
 
 static PyObject *
 pointer_get_ctypes_pointer(cmpy_MemoryPointer *self, void *Py_UNUSED(c))
 {
-    return cmpy_device_ctypes_pointer((unsigned long long)self->ptr);
+    return cmpy_device_ctypes_pointer((PyObject *)self,
+                                      (unsigned long long)self->ptr);
 }
 
 static PyObject *

@@ -1,9 +1,11 @@
 /* module.c: the cudamem._cudamem module: multi-phase init, module state
- * (exception classes, the simulator's path) and the merged method tables.
- * Importing it touches no driver (DESIGN rule 1). */
+ * (exception classes, the simulator's path, the Python hooks _install()
+ * hands over) and the merged method tables. Importing it touches no
+ * driver (DESIGN rule 1). */
 #define CMPY_NPY_IMPORT
 #include "cai.h"
 #include "callback.h"
+#include "device.h"
 #include "dlpack.h"
 #include "event.h"
 #include "memory.h"
@@ -73,6 +75,92 @@ find_simulator(PyObject *module, cmpy_state *st)
     return 0;
 }
 
+static const char *const hook_names[CMPY_HOOK_COUNT] = {
+#define CMPY_HOOK_NAME(id, name) name,
+    CMPY_HOOKS(CMPY_HOOK_NAME)
+#undef CMPY_HOOK_NAME
+};
+
+PyObject *
+cmpy_hook(cmpy_state *st, cmpy_hook_id id)
+{
+    if (st->hooks[id] == NULL) {
+        PyErr_Format(PyExc_RuntimeError,
+                     "cudamem._cudamem has no '%s' hook: import cudamem, "
+                     "whose __init__ installs it",
+                     hook_names[id]);
+    }
+    return st->hooks[id];
+}
+
+int
+cmpy_hook_load(cmpy_state *st, cmpy_hook_id id, PyObject **slots, int n)
+{
+    PyObject *loader = cmpy_hook(st, id), *got;
+
+    if (loader == NULL || (got = PyObject_CallNoArgs(loader)) == NULL) {
+        return -1;
+    }
+    if (!PyTuple_Check(got) || PyTuple_GET_SIZE(got) != n) {
+        PyErr_Format(PyExc_TypeError, "the '%s' hook returned %R, not a "
+                     "tuple of %d", hook_names[id], got, n);
+        Py_DECREF(got);
+        return -1;
+    }
+    /* Another thread may have loaded them meanwhile: the first stay. */
+    for (int i = 0; i < n; i++) {
+        if (slots[i] == NULL) {
+            slots[i] = Py_NewRef(PyTuple_GET_ITEM(got, i));
+        }
+    }
+    Py_DECREF(got);
+    return 0;
+}
+
+PyDoc_STRVAR(install_doc,
+             "_install($module, *, make_memory_manager, "
+             "assign_memory_manager, plugin_defer_cleanup, UniqueDict, "
+             "MemoryInfo, MemoryStats, IpcHandle, array_handle, "
+             "load_streams, load_handles)\n--\n\n"
+             "Hands the extension the Python objects it calls (the seam in "
+             "docs/design.rst).\ncudamem/__init__.py calls it once; every "
+             "keyword is required. A second call\nreplaces them all.");
+
+static PyObject *
+install(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+        PyObject *kwnames)
+{
+    cmpy_state *st = cmpy_get_state(module);
+    PyObject *argv[CMPY_HOOK_COUNT];
+
+    if (nargs != 0) {
+        PyErr_SetString(PyExc_TypeError,
+                        "_install() takes keyword arguments only");
+        return NULL;
+    }
+    if (cmpy_parse_args("_install", hook_names, CMPY_HOOK_COUNT,
+                        CMPY_HOOK_COUNT, args, nargs, kwnames, argv) < 0) {
+        return NULL;
+    }
+    for (int i = 0; i < CMPY_HOOK_COUNT; i++) {
+        Py_XSETREF(st->hooks[i], Py_NewRef(argv[i]));
+    }
+    /* What the old loaders gave is loaded again from the new ones. */
+    for (int i = 0; i < CMPY_GLUE_COUNT; i++) {
+        Py_CLEAR(st->glue[i]);
+    }
+    for (int i = 0; i < CMPY_HANDLES_COUNT; i++) {
+        Py_CLEAR(st->handles[i]);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef module_methods[] = {
+    {"_install", (PyCFunction)(void (*)(void))install,
+     METH_FASTCALL | METH_KEYWORDS, install_doc},
+    {NULL, NULL, 0, NULL},
+};
+
 int
 cmpy_numpy_init(void)
 {
@@ -93,7 +181,8 @@ cudamem_exec(PyObject *module)
     if (load_exceptions(st) < 0 || find_simulator(module, st) < 0) {
         return -1;
     }
-    if (PyModule_AddFunctions(module, cmpy_driver_methods) < 0 ||
+    if (PyModule_AddFunctions(module, module_methods) < 0 ||
+        PyModule_AddFunctions(module, cmpy_driver_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_device_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_stream_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_event_methods) < 0 ||
@@ -123,6 +212,13 @@ cudamem_exec(PyObject *module)
     cmpy_poll_install(1);
     /* The CUDA version of the headers cudamem was built with. */
     if (PyModule_AddIntConstant(module, "CUDA_VERSION", CUDA_VERSION) < 0) {
+        return -1;
+    }
+    /* The modes of Context._set_memory_manager (memory.py names them). */
+    if (PyModule_AddIntConstant(module, "MANAGER_NATIVE",
+                                CMPY_MANAGER_NATIVE) < 0 ||
+        PyModule_AddIntConstant(module, "MANAGER_PLUGIN",
+                                CMPY_MANAGER_PLUGIN) < 0) {
         return -1;
     }
     if (st->sim_path != NULL &&
@@ -156,12 +252,17 @@ cudamem_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->DeallocationsType);
     Py_VISIT(st->DeferGuardType);
     Py_VISIT(st->HostBufferType);
+    Py_VISIT(st->registered);
     Py_VISIT(st->devices);
     Py_VISIT(st->attr_ids);
-    Py_VISIT(st->MemoryInfo);
-    Py_VISIT(st->MemoryStats);
+    for (int i = 0; i < CMPY_HOOK_COUNT; i++) {
+        Py_VISIT(st->hooks[i]);
+    }
     for (int i = 0; i < CMPY_GLUE_COUNT; i++) {
         Py_VISIT(st->glue[i]);
+    }
+    for (int i = 0; i < CMPY_HANDLES_COUNT; i++) {
+        Py_VISIT(st->handles[i]);
     }
     return 0;
 }
@@ -190,11 +291,16 @@ cudamem_clear(PyObject *module)
     Py_CLEAR(st->DeallocationsType);
     Py_CLEAR(st->DeferGuardType);
     Py_CLEAR(st->HostBufferType);
+    Py_CLEAR(st->registered);
     Py_CLEAR(st->attr_ids);
-    Py_CLEAR(st->MemoryInfo);
-    Py_CLEAR(st->MemoryStats);
+    for (int i = 0; i < CMPY_HOOK_COUNT; i++) {
+        Py_CLEAR(st->hooks[i]);
+    }
     for (int i = 0; i < CMPY_GLUE_COUNT; i++) {
         Py_CLEAR(st->glue[i]);
+    }
+    for (int i = 0; i < CMPY_HANDLES_COUNT; i++) {
+        Py_CLEAR(st->handles[i]);
     }
     return 0;
 }

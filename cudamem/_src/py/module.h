@@ -15,6 +15,32 @@
 
 /* The functions of cudamem/_streams.py that py/callback.c calls. */
 #define CMPY_GLUE_COUNT 3
+/* The ctypes types of cudamem/_handles.py that py/memory.c makes. */
+#define CMPY_HANDLES_COUNT 3
+
+/* The seam to the package's Python (docs/design.rst): the objects
+ * cudamem/__init__.py hands over, by keyword, in its one call of
+ * _install(). py/ imports nothing else of its package but cudamem.errors
+ * (at module init). The two loaders are called on first use and return
+ * the modules' objects, so their imports (threading, ctypes) stay lazy. */
+#define CMPY_HOOKS(X)                                                          \
+    X(MAKE_MEMORY_MANAGER, "make_memory_manager")    /* memory.py */           \
+    X(ASSIGN_MEMORY_MANAGER, "assign_memory_manager") /* memory.py */          \
+    X(PLUGIN_DEFER_CLEANUP, "plugin_defer_cleanup")  /* memory.py */           \
+    X(UNIQUE_DICT, "UniqueDict")                     /* memory.py */           \
+    X(MEMORY_INFO, "MemoryInfo")                     /* devices.py */          \
+    X(MEMORY_STATS, "MemoryStats")                   /* devices.py */          \
+    X(IPC_HANDLE, "IpcHandle")                       /* ipc.py */              \
+    X(ARRAY_HANDLE, "array_handle")                  /* ipc.py */              \
+    X(LOAD_STREAMS, "load_streams")                  /* -> CMPY_GLUE_COUNT */  \
+    X(LOAD_HANDLES, "load_handles")                  /* -> CMPY_HANDLES_COUNT */
+
+typedef enum cmpy_hook_id {
+#define CMPY_HOOK_ENUM(id, name) CMPY_HOOK_##id,
+    CMPY_HOOKS(CMPY_HOOK_ENUM)
+#undef CMPY_HOOK_ENUM
+    CMPY_HOOK_COUNT
+} cmpy_hook_id;
 
 typedef struct cmpy_state {
     PyObject *CudaSupportError;
@@ -36,15 +62,19 @@ typedef struct cmpy_state {
     PyObject *DeallocationsType; /* py/pending.c */
     PyObject *DeferGuardType;    /* py/pending.c */
     PyObject *HostBufferType;    /* py/hostbuf.c */
+    /* register()'s registrations, (address, nbytes) -> HostBuffer, or
+     * None while being registered; py/hostbuf.c, made on first use. */
+    PyObject *registered;
     PyObject *devices;     /* tuple of Device, made on first use, or NULL */
     PyObject *attr_ids;    /* {"WARP_SIZE": 10, ...}: every attribute */
-    PyObject *MemoryInfo;  /* cudamem.devices.MemoryInfo, loaded lazily */
-    PyObject *MemoryStats; /* cudamem.devices.MemoryStats, loaded lazily */
+    PyObject *hooks[CMPY_HOOK_COUNT]; /* by cmpy_hook_id, from _install() */
     /* Set (for good) once a plugin memory manager may be in use: until
      * then allocations skip every memory-manager lookup. */
     int plugins;
     /* cudamem._streams' functions by cmpy_glue_fn, loaded lazily */
     PyObject *glue[CMPY_GLUE_COUNT];
+    /* cudamem._handles' Handle, DevicePointer, LaunchView, loaded lazily */
+    PyObject *handles[CMPY_HANDLES_COUNT];
     char *sim_path; /* the bundled simulator, next to this module's file */
 } cmpy_state;
 
@@ -110,15 +140,16 @@ cmpy_type_state(PyObject *self)
     return cmpy_state_of(Py_TYPE(self));
 }
 
-/* cudamem._handles.Handle(value): a ctypes.c_void_p (numba's type for
- * device pointers and handles) that converts with int() and
- * operator.index(); ctypes is imported here, on first use (DESIGN rule
- * 1). */
-PyObject *cmpy_c_void_p(unsigned long long value);
+/* cudamem._handles.Handle(value) of the module of `owner` (an instance of
+ * one of its types): a ctypes.c_void_p (numba's type for device pointers
+ * and handles) that converts with int() and operator.index(); ctypes is
+ * imported here, on first use (DESIGN rule 1). */
+PyObject *cmpy_c_void_p(PyObject *owner, unsigned long long value);
 
 /* cudamem._handles.DevicePointer(value): numba's device_ctypes_pointer, a
  * ctypes.c_size_t that also converts with int(). */
-PyObject *cmpy_device_ctypes_pointer(unsigned long long value);
+PyObject *cmpy_device_ctypes_pointer(PyObject *owner,
+                                     unsigned long long value);
 
 /* The getter of _strided_memory_view_shim: numba-cuda's kernel launch
  * reads it from every argument that has __cuda_memory__ (its own arrays'
@@ -200,6 +231,14 @@ cmpy_final_state(PyObject *self)
     cmpy_exc_put(saved);
     return st;
 }
+
+/* The object _install() gave for `id` (borrowed), or NULL with a
+ * RuntimeError when it gave none (the package was not imported). */
+PyObject *cmpy_hook(cmpy_state *st, cmpy_hook_id id);
+/* Fills the `n` empty `slots` (new references) from the tuple the loader
+ * hook `id` returns, once; 0, or -1 with an exception set. */
+int cmpy_hook_load(cmpy_state *st, cmpy_hook_id id, PyObject **slots,
+                   int n);
 
 /* Sets the Python exception for a core failure; returns NULL. */
 PyObject *cmpy_raise(cmpy_state *st, const cm_error *err);

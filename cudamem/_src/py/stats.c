@@ -108,24 +108,14 @@ PyDoc_STRVAR(memory_stats_doc,
              "for every device).\nThe caller's memory page-locked by "
              "register() or pinned() is not\ncounted.");
 
-/* An empty cudamem.devices.MemoryStats of the device `ordinal`: a dict
- * whose repr is a table. */
+/* An empty cudamem.devices.MemoryStats (the MEMORY_STATS hook) of the
+ * device `ordinal`: a dict whose repr is a table. */
 static PyObject *
 new_stats(cmpy_state *st, int ordinal)
 {
-    if (st->MemoryStats == NULL) {
-        PyObject *mod = PyImport_ImportModule("cudamem.devices");
+    PyObject *cls = cmpy_hook(st, CMPY_HOOK_MEMORY_STATS);
 
-        if (mod == NULL) {
-            return NULL;
-        }
-        st->MemoryStats = PyObject_GetAttrString(mod, "MemoryStats");
-        Py_DECREF(mod);
-        if (st->MemoryStats == NULL) {
-            return NULL;
-        }
-    }
-    return PyObject_CallFunction(st->MemoryStats, "i", ordinal);
+    return cls != NULL ? PyObject_CallFunction(cls, "i", ordinal) : NULL;
 }
 
 static PyObject *

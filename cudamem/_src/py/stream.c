@@ -546,7 +546,7 @@ stream_repr_html(PyObject *op, PyObject *Py_UNUSED(ignored))
 static PyObject *
 stream_get_handle(cmpy_Stream *self, void *Py_UNUSED(closure))
 {
-    return cmpy_c_void_p(handle_value(self->handle));
+    return cmpy_c_void_p((PyObject *)self, handle_value(self->handle));
 }
 
 static PyObject *
