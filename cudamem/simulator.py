@@ -291,8 +291,9 @@ def reset():
     """reset()
 
     Forget injected faults (every thread), call counters, hazard reports
-    and the devices' sticky errors (which the driver keeps until the
-    process ends)."""
+    and the devices' sticky errors, as a new process would: the driver
+    keeps a sticky error until the process ends, so a device reset alone
+    does not clear it."""
     _library().cusim_reset()
 
 

@@ -111,12 +111,33 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(autouse=True)
 def no_leaks():
     """Live simulator objects after a test equal those before it (see
-    cudamem.testing.leak_check). The plugin fails a test during which the
-    hazard checker reported, under CUDAMEM_SIM_HAZARDS=1."""
+    cudamem.testing.leak_check), with any sticky error the test left
+    forgotten first. The plugin fails a test during which the hazard
+    checker reported, under CUDAMEM_SIM_HAZARDS=1."""
     # Imported here, after pytest imported the plugin (and rewrote it).
     from cudamem.testing import leak_check
     with leak_check():
         yield
+        _forget_sticky_errors()
+
+
+def _forget_sticky_errors():
+    """The driver keeps a sticky error until the process ends, and each
+    test stands for a new process: a device a test left poisoned is reset
+    once the simulator forgets the error (simulator.reset(), a new process
+    for it), so the next test does not inherit it."""
+    if REAL:
+        return
+    import cudamem
+    if not cudamem.is_available():
+        return
+    poisoned = [dev for dev in cudamem.list_devices()
+                if cudamem.context_is_poisoned(dev)]
+    if poisoned:
+        from cudamem import simulator
+        simulator.reset()
+        for dev in poisoned:
+            dev.reset()
 
 
 @pytest.fixture

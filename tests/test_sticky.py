@@ -7,11 +7,12 @@ exit stay quiet.
 
 The reference is the CUDA driver's documented rule for these codes: "any
 further CUDA work will return the same error. To continue using CUDA, the
-process must be terminated and relaunched". A reset that the driver
-answers with a usable context (the simulator's) clears the poison; one it
-answers with the sticky error again (the real driver's, injected here)
-keeps it. Faults are injected through the simulator; what must outlive the
-test runs in a fresh interpreter.
+process must be terminated and relaunched". The simulator keeps an
+injected sticky error as the driver does, so a device reset keeps the
+poison; cudamem.simulator.reset() forgets it, which models a new process,
+and only then does a reset give a usable context (as one would in a
+process that never saw the error). Faults are injected through the
+simulator; what must outlive the test runs in a fresh interpreter.
 """
 import gc
 import pickle
@@ -51,10 +52,16 @@ def _driver_calls_between(sim, before):
 
 
 @pytest.fixture
-def recover():
-    """Resets device 0 after the test: the simulated driver then gives a
-    usable context, so the rest of the suite runs on a clean one."""
+def recover(sim):
+    """After the test, device 0 as a new process finds it: the driver keeps
+    a sticky error until the process ends, so a reset alone still raises;
+    the simulator's reset forgets it (a new process, for this), and a
+    device reset then gives the rest of the suite a clean context."""
     yield
+    with pytest.raises(CudaStickyError):
+        cudamem.list_devices()[0].reset()
+    assert cudamem.context_is_poisoned(0)
+    sim.reset()
     cudamem.list_devices()[0].reset()
     assert not cudamem.context_is_poisoned(0)
 
@@ -163,9 +170,23 @@ def test_finalizers_are_quiet(sim, recover):
                 "cuMemFreeHost"} & _driver_calls_between(sim, before)
 
 
+def test_reset_keeps_the_error_the_driver_keeps(sim, recover):
+    """The driver answers the reset's new context with the sticky error:
+    reset() raises the first one, and the device stays poisoned."""
+    first = _poison(sim)
+    with pytest.raises(CudaStickyError) as info:
+        cudamem.get_current_device().reset()
+    assert str(info.value) == str(first)
+    assert cudamem.context_is_poisoned()
+    with pytest.raises(CudaStickyError) as info:
+        cudamem.device_array(4)
+    assert str(info.value) == str(first)
+
+
 def test_reset_clears_when_the_driver_gives_a_usable_context(sim):
     old = cudamem.to_device(np.arange(4))
     _poison(sim)
+    sim.reset()  # the device's sticky error gone, as in a new process
     cudamem.get_current_device().reset()
     assert not cudamem.context_is_poisoned()
     with pytest.raises(CudaDriverError):
@@ -185,8 +206,8 @@ def test_error_pickles_with_its_device():
         CudaStickyError(719, "cuCtxSynchronize"))
 
 
-# In a fresh interpreter: what a real driver does (the reset's first call
-# in the new context fails again), then exit with everything still alive.
+# In a fresh interpreter: what the driver does (the reset's first call in
+# the new context fails again), then exit with everything still alive.
 DRIVER_KEEPS_IT = """
     import gc, warnings
     import numpy as np
@@ -213,8 +234,7 @@ DRIVER_KEEPS_IT = """
         except CudaStickyError as exc:
             print(exc.call, exc.device)
     assert cudamem.context_is_poisoned()
-    # The real driver answers the new context with the same error.
-    simulator.inject("cuCtxSynchronize", "CUDA_ERROR_ILLEGAL_ADDRESS")
+    # The driver answers the new context with the same error.
     try:
         cudamem.get_current_device().reset()
     except CudaStickyError as exc:

@@ -890,7 +890,12 @@ def test_synchronize_failure(sim):
     with pytest.raises(CudaStickyError) as info:
         cudamem.default_stream().synchronize()
     assert info.value.call == "cuStreamSynchronize"
-    # The context is poisoned: a reset makes a fresh one.
+    # The context is poisoned until the process ends: a reset keeps it.
+    with pytest.raises(CudaStickyError) as info:
+        cudamem.get_current_device().reset()
+    assert info.value.call == "cuStreamSynchronize"
+    # In a new process (the simulator's reset) a reset makes a fresh one.
+    sim.reset()
     cudamem.get_current_device().reset()
     with pytest.raises(CudaDriverError, match=STALE):
         s.synchronize()

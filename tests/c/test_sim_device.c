@@ -1053,7 +1053,26 @@ test_sticky(void)
     CHECK_OK(cuCtxPushCurrent(c1));
     CHECK_OK(cuCtxGetFlags(&flags));
     CHECK_OK(cuCtxPopCurrent(NULL));
-    /* Reset clears it. */
+    /* A reset does not clear it: "the process must be terminated and
+     * relaunched". The new primary context and any context made later on
+     * the device answer the same code; the other device stays usable. */
+    CHECK_OK(cuDevicePrimaryCtxReset(0));
+    CHECK_OK(cuDevicePrimaryCtxRetain(&cur, 0));
+    CHECK(cur == c0);
+    CHECK_CU(CUDA_ERROR_ILLEGAL_ADDRESS, cuCtxGetFlags(&flags));
+    CHECK_OK(cuCtxCreate_v2(&cur, 0, 0));
+    CHECK_CU(CUDA_ERROR_ILLEGAL_ADDRESS, cuCtxGetDevice(&d));
+    CHECK_OK(cuCtxDestroy(cur));
+    CHECK_OK(cuCtxPushCurrent(c1));
+    CHECK_OK(cuCtxGetFlags(&flags));
+    CHECK_OK(cuCtxPopCurrent(NULL));
+    /* A later code does not replace the first. */
+    cusim_inject("cuCtxGetFlags", CUDA_ERROR_LAUNCH_FAILED, 0, 1);
+    CHECK_CU(CUDA_ERROR_LAUNCH_FAILED, cuCtxGetFlags(&flags));
+    CHECK_CU(CUDA_ERROR_ILLEGAL_ADDRESS, cuCtxGetFlags(&flags));
+    CHECK_OK(cuDevicePrimaryCtxRelease_v2(0));
+    /* The simulator's reset (a new process, for this) forgets it. */
+    cusim_reset();
     CHECK_OK(cuDevicePrimaryCtxReset(0));
     CHECK_OK(cuDevicePrimaryCtxRetain(&cur, 0));
     CHECK(cur == c0);

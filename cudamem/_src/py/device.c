@@ -342,9 +342,10 @@ PyDoc_STRVAR(device_reset_doc,
              "and Context\nobjects made before raise CudaDriverError. The "
              "next use creates\na fresh context. After a sticky error "
              "(see context_is_poisoned)\nthe wait is skipped and the "
-             "driver says whether the new context\nworks: the real "
-             "driver keeps the error until the process restarts,\nand "
-             "reset() then raises CudaStickyError.");
+             "driver says whether the new context\nworks: the driver "
+             "keeps the error until the process restarts\n(the "
+             "simulator until cudamem.simulator.reset()), and reset()\n"
+             "then raises CudaStickyError.");
 
 /* reset() or release_primary_context(): `end` without the GIL, as it
  * waits for other threads' calls. */

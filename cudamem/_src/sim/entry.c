@@ -223,12 +223,11 @@ sim_enter(sim_entry id, int need_init)
     if (tls_nfaults > 0) {
         code = take_fault(id);
         if (code != CUDA_SUCCESS) {
-            /* An injected code poisons the context only: a test models
-             * the driver keeping it by injecting it again. */
+            /* An injected sticky code is as lasting as a genuine one:
+             * it poisons the context and its device. */
             if (ctx != NULL && sim_is_sticky(code)) {
                 sim_lock();
-                if (ctx->sticky == CUDA_SUCCESS)
-                    __atomic_store_n(&ctx->sticky, code, __ATOMIC_RELEASE);
+                sim_ctx_poison(ctx, code);
                 sim_unlock();
             }
             return code;

@@ -312,10 +312,10 @@ typedef struct sim_device {
     int pci_domain, pci_bus, pci_dev;
     struct CUctx_st *primary;      /* always allocated, active or not */
     unsigned primary_flags;
-    /* The first sticky error the simulator raised in any of its contexts
-     * (work on freed memory): a driver keeps it until the process ends, so
-     * every context activated later starts with it (cusim_reset forgets
-     * it). Injected codes poison their context only. */
+    /* The first sticky error of any of its contexts, injected or raised
+     * by the simulator (work on freed memory): a driver keeps it until
+     * the process ends, so every context activated later starts with it
+     * (cusim_reset, a new process for this, forgets it). */
     CUresult sticky;
 } sim_device;
 

@@ -324,8 +324,9 @@ op_check_ranges(const sim_op *op, unsigned *foreign)
 }
 
 /* What a GPU does with work on memory that is gone: the op fails with
- * CUDA_ERROR_ILLEGAL_ADDRESS, which poisons its context (the first sticky
- * error stays). `why` completes the hazard report. Lock held. */
+ * CUDA_ERROR_ILLEGAL_ADDRESS, which poisons its context and device (the
+ * first sticky error stays until the process ends). `why` completes the
+ * hazard report. Lock held. */
 static void
 op_fault(CUstream s, const sim_op *op, const sim_range *r, const char *why)
 {
