@@ -13,7 +13,9 @@ with the stream and stage the copy into pinned memory". The strict modes
 take the latest answer the text allows: CUDAMEM_SIM_STRICT_STAGING reads a
 pageable source of an async copy when the stream runs,
 CUDAMEM_SIM_STRICT_DTOH returns from an async copy into pageable memory
-before it completes. Copies between overlapping ranges are undefined on
+before it completes, CUDAMEM_SIM_STRICT_HTOD from a synchronous copy out of
+pageable memory once the stream's earlier work is done and the source is
+read ("the DMA to final destination may not have completed"). Copies between overlapping ranges are undefined on
 the driver, not an error: the simulator copies them as memmove does and
 the hazard checker reports them."""
 import pytest
@@ -24,7 +26,9 @@ pytestmark = pytest.mark.simulator
 
 STAGING = {"CUDAMEM_SIM_STRICT_STAGING": "1"}
 DTOH = {"CUDAMEM_SIM_STRICT_DTOH": "1"}
-OFF = {"CUDAMEM_SIM_STRICT_STAGING": None, "CUDAMEM_SIM_STRICT_DTOH": None}
+HTOD = {"CUDAMEM_SIM_STRICT_HTOD": "1"}
+OFF = {"CUDAMEM_SIM_STRICT_STAGING": None, "CUDAMEM_SIM_STRICT_DTOH": None,
+       "CUDAMEM_SIM_STRICT_HTOD": None}
 
 # A device buffer `d` of N bytes and a pageable host buffer `host`.
 BUFFERS = """
@@ -170,6 +174,72 @@ def test_strict_dtoh_is_ordered_by_the_hazard_checker(run_py):
     assert proc.stdout.split() == ["1"]
     assert "cuMemcpyHtoDAsync" in proc.stderr
     assert "while cuMemcpyDtoHAsync" in proc.stderr
+
+
+# Device 1's legacy stream fills `d` from pageable memory with cuMemcpyHtoD;
+# then device 0's context, without any ordering, copies device 0's ones over
+# it and reads it back. A blocked stream on device 1 (the gate, on a
+# non-blocking stream the legacy stream does not wait for) holds nothing:
+# the fill is the legacy stream's only work.
+CROSS_CONTEXT = """
+    ctx1 = primary(1)
+    ones = c_uint64()
+    ok(lib.cuMemAlloc_v2(byref(ones), c_size_t(N)), "cuMemAlloc")
+    ok(lib.cuMemsetD8_v2(ones, ctypes.c_ubyte(1), c_size_t(N)), "cuMemsetD8")
+    ok(lib.cuCtxSynchronize(), "cuCtxSynchronize")
+    ok(lib.cuCtxSetCurrent(ctx1), "cuCtxSetCurrent")
+    d1 = c_uint64()
+    ok(lib.cuMemAlloc_v2(byref(d1), c_size_t(N)), "cuMemAlloc")
+    zeros = ctypes.create_string_buffer(N)
+    ok(lib.cuMemcpyHtoD_v2(d1, zeros, c_size_t(N)), "cuMemcpyHtoD")
+    landed = lib.cuStreamQuery(None) == 0
+    ok(lib.cuCtxSetCurrent(ctx0), "cuCtxSetCurrent")
+    ok(lib.cuMemcpyDtoD_v2(d1, ones, c_size_t(N)), "cuMemcpyDtoD")
+    ok(lib.cuCtxSynchronize(), "cuCtxSynchronize")
+    ok(lib.cuCtxSetCurrent(ctx1), "cuCtxSetCurrent")
+    ok(lib.cuCtxSynchronize(), "cuCtxSynchronize")
+    print(landed, simulator.hazard_count())
+"""
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_synchronous_copy_from_pageable_memory(run_py, strict):
+    # By default the copy has landed when cuMemcpyHtoD returns, as on a GPU
+    # whose DMA beats the caller (numba-cuda's peer-copy test relies on
+    # it). Strict, it is still queued: the other context's copy is a race,
+    # which the hazard checker reports.
+    env = dict(HTOD if strict else OFF, CUDAMEM_SIM_DEVICES="2",
+               CUDAMEM_SIM_HAZARDS="1", CUDAMEM_SIM_DELAY_US="20000")
+    proc = _run(run_py, CROSS_CONTEXT, env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    if strict:
+        assert proc.stdout.split() == ["False", "1"]
+        assert ("cuMemcpyDtoD on legacy default stream of context" in
+                proc.stderr)
+        assert "while cuMemcpyHtoD on legacy default stream" in proc.stderr
+    else:
+        assert proc.stdout.split() == ["True", "0"], proc.stderr
+
+
+def test_strict_htod_waits_for_the_streams_earlier_work(run_py):
+    # "For transfers from pageable host memory to device memory, a stream
+    # sync is performed before the copy is initiated": the call returns
+    # only after the legacy stream's earlier work, here a host function
+    # held by a gate that a timer opens.
+    proc = _run(run_py, """
+        HOSTFN2 = ctypes.CFUNCTYPE(None, c_void_p)
+        ran = []
+        later = HOSTFN2(lambda user: ran.append(gate.wait(5)))
+        ok(lib.cuLaunchHostFunc(None, later, None), "cuLaunchHostFunc")
+        open_gate_soon()
+        ok(lib.cuMemcpyHtoD_v2(d, host, c_size_t(N)), "cuMemcpyHtoD")
+        print(ran)
+        ok(lib.cuCtxSynchronize(), "cuCtxSynchronize")
+        print(sorted(set(device_bytes())))
+        ok(lib.cuMemFree_v2(d), "cuMemFree")
+    """, HTOD)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.split() == ["[True]", "[1]"]
 
 
 # -- Overlapping copies ------------------------------------------------------

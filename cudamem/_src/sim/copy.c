@@ -217,7 +217,12 @@ copy_free(sim_op *op)
 /* The driver's behaviour for a copy: see DESIGN rule 9. An async copy
  * from device memory into pageable memory "might be synchronous" (API
  * synchronization behavior): it is, unless CUDAMEM_SIM_STRICT_DTOH asks
- * for the other answer the documentation allows. */
+ * for the other answer the documentation allows. A synchronous copy from
+ * pageable memory to the device returns once the source is staged, "but
+ * the DMA to final destination may not have completed" (after "a stream
+ * sync"): it has, as on a driver whose DMA is faster than the caller's
+ * next call, unless CUDAMEM_SIM_STRICT_HTOD asks for the copy still
+ * queued. */
 static sim_sync
 copy_mode(const sim_alloc *dst, const sim_alloc *src, int async)
 {
@@ -233,6 +238,10 @@ copy_mode(const sim_alloc *dst, const sim_alloc *src, int async)
         return SIM_BLOCK;
     if (src && !(src->kind == SIM_MEM_DEVICE || src->kind == SIM_MEM_IPC))
         return SIM_BLOCK;
+    if (!src)
+        return __atomic_load_n(&sim.strict_htod, __ATOMIC_RELAXED)
+                   ? SIM_STAGED
+                   : SIM_BLOCK;
     return SIM_RETURN_EARLY;
 }
 

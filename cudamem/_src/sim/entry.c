@@ -267,6 +267,9 @@ load_env(void)
     __atomic_store_n(&sim.strict_dtoh,
                      sim_env_ull("CUDAMEM_SIM_STRICT_DTOH", 0) != 0,
                      __ATOMIC_RELAXED);
+    __atomic_store_n(&sim.strict_htod,
+                     sim_env_ull("CUDAMEM_SIM_STRICT_HTOD", 0) != 0,
+                     __ATOMIC_RELAXED);
     __atomic_store_n(&sim.log_missing,
                      sim_env_ull("CUDAMEM_SIM_LOG_MISSING", 0) != 0,
                      __ATOMIC_RELAXED);

@@ -235,6 +235,7 @@ typedef struct sim_global {
     int strict_pitch;        /* CUDAMEM_SIM_STRICT_PITCH */
     int strict_staging;      /* CUDAMEM_SIM_STRICT_STAGING */
     int strict_dtoh;         /* CUDAMEM_SIM_STRICT_DTOH */
+    int strict_htod;         /* CUDAMEM_SIM_STRICT_HTOD */
     int ipc_reopen_error;    /* CUDAMEM_SIM_IPC_REOPEN=error */
     int log_missing;         /* CUDAMEM_SIM_LOG_MISSING */
     int profiling;
@@ -478,6 +479,7 @@ struct sim_op {
 typedef enum sim_sync {
     SIM_ASYNC,        /* an *Async call: return once queued */
     SIM_RETURN_EARLY, /* a synchronous call the driver returns from early */
+    SIM_STAGED,       /* returns once the stream's earlier work is done */
     SIM_BLOCK         /* a synchronous call that returns when done */
 } sim_sync;
 
@@ -486,7 +488,8 @@ typedef enum sim_sync {
  * CU_STREAM_LEGACY and CU_STREAM_PER_THREAD are accepted. Validates the
  * handle (INVALID_HANDLE; a stream of another context: INVALID_CONTEXT).
  * Takes ownership of op (freed on error too). With SIM_BLOCK waits for the
- * op, and the legacy stream's rules apply to it as to any op. */
+ * op, with SIM_STAGED for the work queued before it, and the legacy
+ * stream's rules apply to it as to any op. */
 CUresult sim_stream_submit(CUstream hStream, int ptds, sim_op *op,
                            sim_sync mode);
 /* Waits until every stream of ctx is idle (cuCtxSynchronize, frees). The

@@ -928,10 +928,14 @@ sim_stream_submit(CUstream hStream, int ptds, sim_op *op, sim_sync mode)
         sim__op_free(op);
         return r;
     }
-    if (mode == SIM_BLOCK) {
+    if (mode == SIM_BLOCK || mode == SIM_STAGED) {
         uid = s->uid;
         seq = op->seq;
-        while (!sim__dep_done(uid, seq))
+        /* op lives until its stream completes it. SIM_STAGED: the stream
+         * sync before the copy starts, so everything op waits for. */
+        while (!sim__dep_done(uid, seq) &&
+               (mode == SIM_BLOCK || !sim__dep_done(uid, seq - 1) ||
+                !op_ready(op)))
             pthread_cond_wait(&sim.progress, &sim.lock);
         r = ctx_sticky(ctx);
     }
