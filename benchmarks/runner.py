@@ -448,6 +448,7 @@ def main(argv=None):
     cfg = parse_args(sys.argv[1:] if argv is None else argv)
     os.makedirs(cfg.out, exist_ok=True)
     import numpy
+
     import cudamem
     import cudamem.simulator
 

@@ -7,7 +7,6 @@ behaviour. Importing cudamem touches no driver: the CUDA driver (or, with
 call that needs it.
 """
 from cudamem import _cudamem, cudadrv, devicearray, devices, driver, runtime
-from cudamem.arrays import device_array_like, managed_array_like
 from cudamem._cudamem import (
     Context,
     Deallocations,
@@ -29,8 +28,8 @@ from cudamem._cudamem import (
     event,
     event_elapsed_time,
     external_stream,
-    from_dlpack,
     from_cuda_array_interface,
+    from_dlpack,
     get_current_device,
     is_available,
     is_cuda_array,
@@ -49,6 +48,7 @@ from cudamem._cudamem import (
     synchronize,
     to_device,
 )
+from cudamem.arrays import device_array_like, managed_array_like
 from cudamem.devices import (
     MemoryInfo,
     MemoryStats,
@@ -66,6 +66,20 @@ from cudamem.errors import (
     CudaSupportError,
     CudaWarning,
 )
+from cudamem.hostarrays import (
+    deregister,
+    mapped,
+    mapped_array_like,
+    pinned,
+    pinned_array_like,
+    register,
+)
+from cudamem.ipc import (
+    GetIpcHandleMixin,
+    IpcArrayHandle,
+    IpcHandle,
+    open_ipc_array,
+)
 from cudamem.memory import (
     BaseCUDAMemoryManager,
     HostOnlyCUDAMemoryManager,
@@ -78,20 +92,6 @@ from cudamem.memory import (
 from cudamem.pool import PoolMemoryManager
 from cudamem.runtime import is_supported_version
 from cudamem.smartarray import SmartArray
-from cudamem.ipc import (
-    GetIpcHandleMixin,
-    IpcArrayHandle,
-    IpcHandle,
-    open_ipc_array,
-)
-from cudamem.hostarrays import (
-    deregister,
-    mapped,
-    mapped_array_like,
-    pinned,
-    pinned_array_like,
-    register,
-)
 
 __version__ = "0.1.0"
 

@@ -11,12 +11,12 @@ import re
 
 import numpy as np
 import pytest
+from conftest import in_thread
+from simref import SimDriver
 
 import cudamem
-from conftest import in_thread
 from cudamem import driver
 from cudamem.errors import CudaAPIError
-from simref import SimDriver
 
 CUATTRS_H = os.path.join(os.path.dirname(__file__), os.pardir, "cudamem",
                          "_src", "core", "cuattrs.h")

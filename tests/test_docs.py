@@ -9,8 +9,8 @@ text signature. The parameters a signature names are accepted by those names, as
 numba's are (``select_device(device_id=0)``, ``d.transpose(axes=...)``).
 """
 import functools
-import inspect
 import importlib
+import inspect
 import re
 import types
 

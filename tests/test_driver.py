@@ -4,13 +4,19 @@ import re
 import textwrap
 
 import pytest
+from simref import SimDriver as _SimDriver
 
 import cudamem
 from cudamem import driver
-from simref import SimDriver as _SimDriver
-from cudamem.errors import (CudaAPIError, CudaDriverError,
-                            CudaOutOfMemoryError, CudaStickyError,
-                            CudaSupportError, CudaWarning)
+from cudamem.errors import (
+    CudaAPIError,
+    CudaDriverError,
+    CudaOutOfMemoryError,
+    CudaStickyError,
+    CudaSupportError,
+    CudaWarning,
+)
+
 
 def test_import_touches_no_driver(run_py):
     proc = run_py("""

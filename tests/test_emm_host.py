@@ -18,8 +18,13 @@ import numpy as np
 import pytest
 
 import cudamem
-from cudamem import (HostOnlyCUDAMemoryManager, ManagedMemory, MappedMemory,
-                     MemoryPointer, PinnedMemory)
+from cudamem import (
+    HostOnlyCUDAMemoryManager,
+    ManagedMemory,
+    MappedMemory,
+    MemoryPointer,
+    PinnedMemory,
+)
 from cudamem.memory import DefaultMemoryManager
 
 pytestmark = pytest.mark.simulator
@@ -77,6 +82,7 @@ class CountingManager(HostOnlyCUDAMemoryManager):
 
 
 from numba_plugin import NumbaStyleManager  # noqa: E402
+
 # ---------------------------------------------------------------------------
 
 

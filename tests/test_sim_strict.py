@@ -17,7 +17,6 @@ before it completes. Copies between overlapping ranges are undefined on
 the driver, not an error: the simulator copies them as memmove does and
 the hazard checker reports them."""
 import pytest
-
 from test_sim_faithful import GATE, run_driver
 
 pytestmark = pytest.mark.simulator
