@@ -94,7 +94,8 @@ setup(
     ext_modules=[
         Extension(
             "cudamem._cudamem",
-            sources=sources(os.path.join(SRC, "core"), os.path.join(SRC, "py")),
+            sources=sources(os.path.join(SRC, "core"),
+                            os.path.join(SRC, "py")),
             include_dirs=[CUDA_INC, numpy_include()],
             define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_24_API_VERSION")],
             extra_compile_args=CFLAGS,

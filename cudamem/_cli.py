@@ -391,7 +391,7 @@ def _arg(parse):
         try:
             return parse(text)
         except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc))
+            raise argparse.ArgumentTypeError(str(exc)) from exc
     return convert
 
 
