@@ -17,12 +17,18 @@ RESULTS ?= results
 
 CUDA_INC ?= $(firstword $(wildcard $(CUDA_HOME)/include/cuda.h $(CUDA_PATH)/include/cuda.h /usr/local/cuda/include/cuda.h))
 CUDA_INC_DIR := $(patsubst %/cuda.h,%,$(CUDA_INC))
-DEV_CFLAGS := -Wall -Wextra -Werror -O2 -g
+# The warnings every C file passes: the development builds and the C tests
+# make them errors (`pip install .` never does). The simulator adds
+# -Wno-missing-prototypes (setup.py): it defines the driver's exports.
+WARN_CFLAGS := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wformat=2 \
+	-Wconversion -Wpointer-arith -Wvla -Wold-style-definition \
+	-Wnested-externs -Wlogical-op -Wduplicated-cond
+DEV_CFLAGS := $(WARN_CFLAGS) -Wmissing-prototypes -Werror -O2 -g
 SIM_SRC := $(wildcard cudamem/_src/sim/*.c)
 SIM_HDR := $(wildcard cudamem/_src/sim/*.h cudamem/_src/core/cuerrors.h)
 EXT_SRC := $(wildcard cudamem/_src/core/*.[ch] cudamem/_src/py/*.[ch]) $(SIM_SRC) $(SIM_HDR) setup.py
 CTEST_SRC := $(wildcard tests/c/test_*.c)
-CTEST_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra -Werror -pthread \
+CTEST_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 $(WARN_CFLAGS) -Werror -pthread \
 	-fvisibility=hidden -I$(CUDA_INC_DIR) -Icudamem/_src/sim -Icudamem/_src/core -Itests/c
 ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 LIBASAN = $(shell $(CC) -print-file-name=libasan.so)
@@ -98,7 +104,8 @@ build: BUILD_ENV = CUDAMEM_DEV_CFLAGS="$(DEV_CFLAGS)"
 build: build/flavor-dev
 build-asan: BUILD_ENV = CUDAMEM_DEV_CFLAGS="$(DEV_CFLAGS)" CUDAMEM_SANITIZE=1
 build-asan: build/flavor-asan
-build-coverage: BUILD_ENV = CUDAMEM_DEV_CFLAGS="-Wall -Wextra -Werror" CUDAMEM_COVERAGE=1
+build-coverage: BUILD_ENV = CUDAMEM_DEV_CFLAGS="$(WARN_CFLAGS) -Werror" \
+	CUDAMEM_COVERAGE=1
 build-coverage: build/flavor-coverage
 
 demo: build
