@@ -42,6 +42,7 @@ BUDGET_DOCS ?= 600
 BUDGET_NOTEBOOK ?= 300
 BUDGET_TYPECHECK ?= 300
 BUDGET_NUMBA ?= 360
+BUDGET_LINT ?= 600
 PYTEST_ARGS ?=
 # test-stress: the array suites with the simulator's stream-order hazard
 # checker on and every stream operation delayed by STRESS_DELAY_US, which
@@ -77,7 +78,7 @@ BUDGET_PEERS ?= 360
 # fuzz: examples per hypothesis test (about 7 minutes for 10000 today).
 FUZZ_EXAMPLES ?= 10000
 
-.PHONY: all demo test test-asan test-stress fuzz coverage gpu-check clean \
+.PHONY: all lint demo test test-asan test-stress fuzz coverage gpu-check clean \
 	build build-asan build-coverage ctest ctest-valgrind ctest-asan pytest \
 	bench-floor bench venv docs notebook typecheck test-numba test-peers \
 	peers-run
@@ -91,6 +92,40 @@ $(VENV)/.stamp:
 	$(VENV)/bin/pip install -q "numpy>=2" pytest hypothesis ml_dtypes \
 	  setuptools wheel sphinx nbformat nbclient ipykernel mypy
 	touch $@
+
+# The linters, pinned in requirements-lint.txt; with VENV=none they are
+# expected on PATH.
+ifeq ($(VENV),none)
+LINT_BIN :=
+LINT_STAMP :=
+else
+LINT_BIN := $(VENV)/bin/
+LINT_STAMP := $(VENV)/.lint-stamp
+endif
+$(VENV)/.lint-stamp: requirements-lint.txt $(VENV_STAMP)
+	$(VENV)/bin/pip install -q -r requirements-lint.txt
+	touch $@
+
+# Every C file of the extension, the simulator and the C tests; the
+# generated headers are in .clang-format-ignore.
+LINT_C_SRC = $(wildcard cudamem/_src/*/*.c cudamem/_src/*/*.h tests/c/*.c \
+	tests/c/*.h)
+TIDY_SRC = $(wildcard cudamem/_src/*/*.c tests/c/*.c)
+PY_INC = $(shell $(PY) -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+NP_INC = $(shell $(PY) -c 'import numpy; print(numpy.get_include())')
+TIDY_FLAGS = -std=c11 -D_GNU_SOURCE -pthread -I$(CUDA_INC_DIR) -I$(PY_INC) \
+	-I$(NP_INC) -Icudamem/_src/core -Icudamem/_src/sim -Itests/c \
+	-DNPY_NO_DEPRECATED_API=NPY_1_24_API_VERSION
+
+# clang-format (as a check), ruff, then clang-tidy on two processes (about
+# 80 s on CI's 2 cores) within BUDGET_LINT.
+lint: $(LINT_STAMP)
+	$(LINT_BIN)clang-format --dry-run -Werror $(LINT_C_SRC)
+	$(LINT_BIN)ruff check .
+	printf '%s\n' $(TIDY_SRC) | timeout $(BUDGET_LINT) xargs -P 2 -n 4 \
+	  sh -c '$(LINT_BIN)clang-tidy --quiet "$$@" -- $(TIDY_FLAGS)' tidy \
+	  2>&1 | grep -v -E '^[0-9]+ warnings? generated' ; \
+	  exit $${PIPESTATUS[1]}
 
 # One in-place build at a time; a stamp records which flavour it is so that
 # switching flavours rebuilds everything.
@@ -114,7 +149,7 @@ demo: build
 pytest: build
 	timeout $(BUDGET_PYTEST) $(PY) -m pytest -q $(PYTEST_ARGS) tests
 
-test: build ctest-valgrind typecheck
+test: lint build ctest-valgrind typecheck
 	timeout $(BUDGET_PYTEST) $(PY) -m pytest -q $(PYTEST_ARGS) tests
 	$(MAKE) --no-print-directory test-stress
 	$(MAKE) --no-print-directory docs
