@@ -17,12 +17,18 @@ RESULTS ?= results
 
 CUDA_INC ?= $(firstword $(wildcard $(CUDA_HOME)/include/cuda.h $(CUDA_PATH)/include/cuda.h /usr/local/cuda/include/cuda.h))
 CUDA_INC_DIR := $(patsubst %/cuda.h,%,$(CUDA_INC))
-DEV_CFLAGS := -Wall -Wextra -Werror -O2 -g
+# The warnings every C file passes: the development builds and the C tests
+# make them errors (`pip install .` never does). The simulator adds
+# -Wno-missing-prototypes (setup.py): it defines the driver's exports.
+WARN_CFLAGS := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wformat=2 \
+	-Wconversion -Wpointer-arith -Wvla -Wold-style-definition \
+	-Wnested-externs -Wlogical-op -Wduplicated-cond
+DEV_CFLAGS := $(WARN_CFLAGS) -Wmissing-prototypes -Werror -O2 -g
 SIM_SRC := $(wildcard cudamem/_src/sim/*.c)
 SIM_HDR := $(wildcard cudamem/_src/sim/*.h cudamem/_src/core/cuerrors.h)
 EXT_SRC := $(wildcard cudamem/_src/core/*.[ch] cudamem/_src/py/*.[ch]) $(SIM_SRC) $(SIM_HDR) setup.py
 CTEST_SRC := $(wildcard tests/c/test_*.c)
-CTEST_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra -Werror -pthread \
+CTEST_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 $(WARN_CFLAGS) -Werror -pthread \
 	-fvisibility=hidden -I$(CUDA_INC_DIR) -Icudamem/_src/sim -Icudamem/_src/core -Itests/c
 ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 LIBASAN = $(shell $(CC) -print-file-name=libasan.so)
@@ -36,6 +42,7 @@ BUDGET_DOCS ?= 600
 BUDGET_NOTEBOOK ?= 300
 BUDGET_TYPECHECK ?= 300
 BUDGET_NUMBA ?= 360
+BUDGET_LINT ?= 600
 PYTEST_ARGS ?=
 # test-stress: the array suites with the simulator's stream-order hazard
 # checker on and every stream operation delayed by STRESS_DELAY_US, which
@@ -71,7 +78,7 @@ BUDGET_PEERS ?= 360
 # fuzz: examples per hypothesis test (about 7 minutes for 10000 today).
 FUZZ_EXAMPLES ?= 10000
 
-.PHONY: all demo test test-asan test-stress fuzz coverage gpu-check clean \
+.PHONY: all lint demo test test-asan test-stress fuzz coverage gpu-check clean \
 	build build-asan build-coverage ctest ctest-valgrind ctest-asan pytest \
 	bench-floor bench venv docs notebook typecheck test-numba test-peers \
 	peers-run
@@ -86,6 +93,40 @@ $(VENV)/.stamp:
 	  setuptools wheel sphinx nbformat nbclient ipykernel mypy
 	touch $@
 
+# The linters, pinned in requirements-lint.txt; with VENV=none they are
+# expected on PATH.
+ifeq ($(VENV),none)
+LINT_BIN :=
+LINT_STAMP :=
+else
+LINT_BIN := $(VENV)/bin/
+LINT_STAMP := $(VENV)/.lint-stamp
+endif
+$(VENV)/.lint-stamp: requirements-lint.txt $(VENV_STAMP)
+	$(VENV)/bin/pip install -q -r requirements-lint.txt
+	touch $@
+
+# Every C file of the extension, the simulator and the C tests; the
+# generated headers are in .clang-format-ignore.
+LINT_C_SRC = $(wildcard cudamem/_src/*/*.c cudamem/_src/*/*.h tests/c/*.c \
+	tests/c/*.h)
+TIDY_SRC = $(wildcard cudamem/_src/*/*.c tests/c/*.c)
+PY_INC = $(shell $(PY) -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+NP_INC = $(shell $(PY) -c 'import numpy; print(numpy.get_include())')
+TIDY_FLAGS = -std=c11 -D_GNU_SOURCE -pthread -I$(CUDA_INC_DIR) -I$(PY_INC) \
+	-I$(NP_INC) -Icudamem/_src/core -Icudamem/_src/sim -Itests/c \
+	-DNPY_NO_DEPRECATED_API=NPY_1_24_API_VERSION
+
+# clang-format (as a check), ruff, then clang-tidy on two processes (about
+# 80 s on CI's 2 cores) within BUDGET_LINT.
+lint: $(LINT_STAMP)
+	$(LINT_BIN)clang-format --dry-run -Werror $(LINT_C_SRC)
+	$(LINT_BIN)ruff check .
+	printf '%s\n' $(TIDY_SRC) | timeout $(BUDGET_LINT) xargs -P 2 -n 4 \
+	  sh -c '$(LINT_BIN)clang-tidy --quiet "$$@" -- $(TIDY_FLAGS)' tidy \
+	  2>&1 | grep -v -E '^[0-9]+ warnings? generated' ; \
+	  exit $${PIPESTATUS[1]}
+
 # One in-place build at a time; a stamp records which flavour it is so that
 # switching flavours rebuilds everything.
 build/flavor-%: $(VENV_STAMP) $(EXT_SRC)
@@ -98,7 +139,8 @@ build: BUILD_ENV = CUDAMEM_DEV_CFLAGS="$(DEV_CFLAGS)"
 build: build/flavor-dev
 build-asan: BUILD_ENV = CUDAMEM_DEV_CFLAGS="$(DEV_CFLAGS)" CUDAMEM_SANITIZE=1
 build-asan: build/flavor-asan
-build-coverage: BUILD_ENV = CUDAMEM_DEV_CFLAGS="-Wall -Wextra -Werror" CUDAMEM_COVERAGE=1
+build-coverage: BUILD_ENV = CUDAMEM_DEV_CFLAGS="$(WARN_CFLAGS) -Werror" \
+	CUDAMEM_COVERAGE=1
 build-coverage: build/flavor-coverage
 
 demo: build
@@ -107,7 +149,7 @@ demo: build
 pytest: build
 	timeout $(BUDGET_PYTEST) $(PY) -m pytest -q $(PYTEST_ARGS) tests
 
-test: build ctest-valgrind typecheck
+test: lint build ctest-valgrind typecheck
 	timeout $(BUDGET_PYTEST) $(PY) -m pytest -q $(PYTEST_ARGS) tests
 	$(MAKE) --no-print-directory test-stress
 	$(MAKE) --no-print-directory docs

@@ -94,7 +94,8 @@ setup(
     ext_modules=[
         Extension(
             "cudamem._cudamem",
-            sources=sources(os.path.join(SRC, "core"), os.path.join(SRC, "py")),
+            sources=sources(os.path.join(SRC, "core"),
+                            os.path.join(SRC, "py")),
             include_dirs=[CUDA_INC, numpy_include()],
             define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_24_API_VERSION")],
             extra_compile_args=CFLAGS,
@@ -105,7 +106,10 @@ setup(
             "cudamem.libcusim",
             sources=sources(os.path.join(SRC, "sim")),
             include_dirs=[CUDA_INC, os.path.join(SRC, "core")],
-            extra_compile_args=CFLAGS + ["-pthread"],
+            # It defines the driver's exports, some of which (the _ptds and
+            # _ptsz variants) cuda.h declares only under other names.
+            extra_compile_args=CFLAGS + ["-pthread",
+                                         "-Wno-missing-prototypes"],
             # The driver's SONAME: a library that loads libcuda.so.1 after
             # cudamem loaded the simulator finds the simulator.
             extra_link_args=LDFLAGS + ["-pthread",

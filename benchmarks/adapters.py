@@ -10,6 +10,7 @@ must be undone afterwards is queued with ``self.defer`` and run by
 is asynchronous is followed by its stream's synchronize.
 """
 import importlib
+
 import numpy as np
 
 # The strided slice of floor.c: ROWS rows of WIDTH bytes out of PITCH-byte

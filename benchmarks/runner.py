@@ -379,7 +379,7 @@ def plots(result, out_dir):
     except ImportError:
         return [], "matplotlib is not importable: no plots were made."
     paths = []
-    floor = [r for r in result["floor"].get("bandwidth", ())]
+    floor = list(result["floor"].get("bandwidth", ()))
     for name, entry in result["libraries"].items():
         rows = [r for r in entry.get("bandwidth", ()) if "gbps" in r]
         if not rows:
@@ -448,6 +448,7 @@ def main(argv=None):
     cfg = parse_args(sys.argv[1:] if argv is None else argv)
     os.makedirs(cfg.out, exist_ok=True)
     import numpy
+
     import cudamem
     import cudamem.simulator
 
@@ -461,7 +462,7 @@ def main(argv=None):
         cfg.max_bytes = (MIB if cfg.quick else
                          64 * MIB if simulator else GIB)
     argv_used = sys.argv[1:] if argv is None else argv
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     result = {"meta": {
         "date": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
         "command": " ".join(["python -m benchmarks"] +

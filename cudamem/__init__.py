@@ -6,9 +6,16 @@ behaviour. Importing cudamem touches no driver: the CUDA driver (or, with
 ``CUDAMEM_SIMULATOR=1``, cudamem's simulated driver) is loaded by the first
 call that needs it.
 """
-from cudamem import (_cudamem, cudadrv, devicearray, devices, driver, ipc,
-                     memory, runtime)
-from cudamem.arrays import device_array_like, managed_array_like
+from cudamem import (
+    _cudamem,
+    cudadrv,
+    devicearray,
+    devices,
+    driver,
+    ipc,
+    memory,
+    runtime,
+)
 from cudamem._cudamem import (
     Context,
     Deallocations,
@@ -30,8 +37,8 @@ from cudamem._cudamem import (
     event,
     event_elapsed_time,
     external_stream,
-    from_dlpack,
     from_cuda_array_interface,
+    from_dlpack,
     get_current_device,
     is_available,
     is_cuda_array,
@@ -50,6 +57,7 @@ from cudamem._cudamem import (
     synchronize,
     to_device,
 )
+from cudamem.arrays import device_array_like, managed_array_like
 from cudamem.devices import (
     MemoryInfo,
     MemoryStats,
@@ -67,6 +75,20 @@ from cudamem.errors import (
     CudaSupportError,
     CudaWarning,
 )
+from cudamem.hostarrays import (
+    deregister,
+    mapped,
+    mapped_array_like,
+    pinned,
+    pinned_array_like,
+    register,
+)
+from cudamem.ipc import (
+    GetIpcHandleMixin,
+    IpcArrayHandle,
+    IpcHandle,
+    open_ipc_array,
+)
 from cudamem.memory import (
     BaseCUDAMemoryManager,
     HostOnlyCUDAMemoryManager,
@@ -79,20 +101,6 @@ from cudamem.memory import (
 from cudamem.pool import PoolMemoryManager
 from cudamem.runtime import is_supported_version
 from cudamem.smartarray import SmartArray
-from cudamem.ipc import (
-    GetIpcHandleMixin,
-    IpcArrayHandle,
-    IpcHandle,
-    open_ipc_array,
-)
-from cudamem.hostarrays import (
-    deregister,
-    mapped,
-    mapped_array_like,
-    pinned,
-    pinned_array_like,
-    register,
-)
 
 
 def _load_streams():

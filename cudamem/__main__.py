@@ -14,8 +14,15 @@ cudamem/_demo.py's (demo, which uses the other two).
 import argparse
 import sys
 
-from cudamem._cli import (DEFAULT_SIZES, DIRECTIONS, KINDS, _choices,
-                          bandwidth, info, parse_sizes)
+from cudamem._cli import (
+    DEFAULT_SIZES,
+    DIRECTIONS,
+    KINDS,
+    _choices,
+    bandwidth,
+    info,
+    parse_sizes,
+)
 
 
 def _arg(parse):
@@ -25,7 +32,7 @@ def _arg(parse):
         try:
             return parse(text)
         except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc))
+            raise argparse.ArgumentTypeError(str(exc)) from exc
     return convert
 
 

@@ -216,6 +216,7 @@ def measure(sizes, kinds, directions, repeat, bar=None):
     of dicts: size, kind, direction, seconds (the median), best_seconds
     and gbps (size / median, 10**9 bytes per second)."""
     import numpy as np
+
     import cudamem
 
     stream = cudamem.stream()

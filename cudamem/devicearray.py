@@ -12,7 +12,8 @@ from cudamem import _cudamem
 from cudamem._cudamem import DeviceNDArray, DeviceNDArrayBase, DeviceRecord
 from cudamem.ipc import IpcArrayHandle
 
-__all__ = ["DeviceNDArray", "DeviceNDArrayBase", "DeviceRecord",
+# ManagedNDArray and MappedNDArray come from __getattr__ below.
+__all__ = ["DeviceNDArray", "DeviceNDArrayBase", "DeviceRecord",  # noqa: F822
            "IpcArrayHandle", "ManagedNDArray", "MappedNDArray",
            "array_core", "auto_device", "check_array_compatibility",
            "errmsg_contiguous_buffer", "from_array_like",

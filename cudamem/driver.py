@@ -35,7 +35,7 @@ from cudamem.memory import (
     HostOnlyCUDAMemoryManager,
     ManagedMemory,
     MappedMemory,
-    NumbaCUDAMemoryManager,
+    NumbaCUDAMemoryManager,  # noqa: F401 (numba's name, see below)
     PinnedMemory,
     set_memory_manager,
 )

@@ -16,8 +16,12 @@ import contextlib
 import os
 
 from cudamem import _cudamem
-from cudamem._cudamem import (ManagedMemory, MappedMemory, MemoryPointer,
-                              PinnedMemory)
+from cudamem._cudamem import (
+    ManagedMemory,
+    MappedMemory,
+    MemoryPointer,
+    PinnedMemory,
+)
 from cudamem.devices import MemoryInfo
 from cudamem.ipc import GetIpcHandleMixin
 

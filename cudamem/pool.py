@@ -7,8 +7,7 @@ a context, and gives it numba's memory-manager surface plus ``set_limit``,
 ``trim`` and ``stats``. While it is on, pinned arrays come from the host
 pool (core/hostpool.c): page-locked blocks kept registered for reuse.
 """
-from cudamem import _cudamem
-from cudamem import memory
+from cudamem import _cudamem, memory
 
 __all__ = ["PoolMemoryManager"]
 

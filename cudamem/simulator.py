@@ -34,7 +34,8 @@ from cudamem import _cudamem
 
 __all__ = [
     "is_active", "library_path", "libcuda_dir", "stats", "live", "inject",
-    "clear_faults", "set_memory", "set_delay_us", "get_delay_us", "delay", "set_hazards",
+    "clear_faults", "set_memory", "set_delay_us", "get_delay_us", "delay",
+    "set_hazards",
     "hazard_count", "last_hazard", "set_strict_pitch", "get_strict_pitch",
     "reset", "error_code",
 ]

@@ -5,7 +5,8 @@ copy_to_device, device_array); it makes no copy of its own. NumPy is
 imported when first needed, not with cudamem."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from cudamem import _cudamem
 from cudamem.arrays import device_array_like

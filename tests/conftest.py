@@ -175,8 +175,8 @@ class Producer:
 
 
 def in_thread(fn, *args):
-    """Runs fn in a new thread (which has no current context) and returns its result,
-    re-raising its exception."""
+    """Runs fn in a new thread (which has no current context) and returns
+    its result, re-raising its exception."""
     box = {}
 
     def run():

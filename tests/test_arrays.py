@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import cudamem
-from cudamem.errors import CudaAPIError, CudaDriverError
+from cudamem.errors import CudaDriverError
 
 DTYPES = [np.bool_, np.int8, np.uint16, np.int32, np.int64, np.float16,
           np.float32, np.float64, np.complex64, np.complex128,
@@ -303,7 +303,8 @@ def test_to_device_to_and_copy_false(sim):
     assert empty.shape == (6,)
     assert calls(sim).get("cuMemcpyHtoD", 0) == 0
     assert cudamem.to_device(dst) is dst
-    with pytest.raises(TypeError, match="to= must be a device array, not numpy.ndarray"):
+    with pytest.raises(TypeError, match="to= must be a device array, "
+                       "not numpy.ndarray"):
         cudamem.to_device(np.arange(6), to=np.zeros(6))
 
 
@@ -566,7 +567,8 @@ def test_pickle_round_trip(order):
     assert type(back) is cudamem.DeviceNDArray
     assert back.strides == dev.strides and back.dtype == dev.dtype
     np.testing.assert_array_equal(back.copy_to_host(), h)
-    assert back.gpu_data.device_pointer_value != dev.gpu_data.device_pointer_value
+    assert (back.gpu_data.device_pointer_value !=
+            dev.gpu_data.device_pointer_value)
     # A strided view arrives C-ordered, with its own elements only.
     view = dev[::2, ::-1]
     back = pickle.loads(pickle.dumps(view))

@@ -69,7 +69,7 @@ def test_quick_run_on_the_simulator(tmp_path):
     plan = runner.latency_plan()
     assert [(r["op"], r["bytes"]) for r in cm["latency"]] == \
         [(op, n) for op, n, *_ in plan]
-    for row, (op, n, floor_op, *_rest) in zip(cm["latency"], plan):
+    for row, (_op, n, floor_op, *_rest) in zip(cm["latency"], plan):
         assert "error" not in row and "unsupported" not in row, row
         assert isinstance(row["median_ns"], float) and \
             row["p10_ns"] <= row["median_ns"] <= row["p90_ns"], row

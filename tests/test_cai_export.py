@@ -4,9 +4,9 @@ the device) for all of them. Checked with the simulator's hazard checker
 and counters, with the work held queued by the simulated delay."""
 import numpy as np
 import pytest
+from conftest import Producer
 
 import cudamem
-from conftest import Producer
 
 
 def calls(sim):
@@ -110,7 +110,8 @@ def test_views_share_the_pending_set(hazards):
         # The view's export ordered b for the whole allocation.
         assert d.__cuda_array_interface__["stream"] == int(a)
         assert sum(calls(sim).values()) == 0
-        out = cudamem.as_cuda_array(Producer(d), stream=c).copy_to_host(stream=c)
+        out = cudamem.as_cuda_array(Producer(d),
+                                    stream=c).copy_to_host(stream=c)
         c.synchronize()
     np.testing.assert_array_equal(out[N:], np.full(N, 5.0))
 
@@ -149,7 +150,8 @@ def test_overflow_orders_the_oldest(hazards):
         assert stream == int(own)
         # Four remembered at most: the two oldest were ordered on the way.
         assert calls(sim)["cuStreamWaitEvent"] == 4
-        out = cudamem.as_cuda_array(Producer(d), stream=own).copy_to_host(stream=own)
+        out = cudamem.as_cuda_array(Producer(d),
+                                    stream=own).copy_to_host(stream=own)
         own.synchronize()
     np.testing.assert_array_equal(out, np.repeat(np.arange(6.0), N))
 

@@ -3,7 +3,6 @@ counts: the count and byte thresholds (strict), defer_cleanup() nesting and
 exceptions, Context.reset(), failed frees (DESIGN rule 5), queues dropped
 by close() and Device.reset(), and the flush at interpreter exit."""
 import gc
-import warnings
 
 import numpy as np
 import pytest
@@ -293,7 +292,8 @@ def test_out_of_memory_flushes_and_retries(sim, run_py):
                 print("deferred: out of memory")
         assert len(deallocs) == 2
         big = cudamem.device_array(2 << 20, np.uint8)
-        print("retried:", len(deallocs), simulator.live()["device_allocations"])
+        print("retried:", len(deallocs),
+              simulator.live()["device_allocations"])
     """, env={"CUDAMEM_SIM_MEMORY": str(3 << 20),
               "CUDAMEM_MAX_PENDING_DEALLOCS_RATIO": "0.9"})
     assert proc.returncode == 0, proc.stderr

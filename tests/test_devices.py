@@ -11,16 +11,17 @@ import re
 
 import numpy as np
 import pytest
+from conftest import in_thread
+from simref import SimDriver
 
 import cudamem
-from conftest import in_thread
 from cudamem import driver
 from cudamem.errors import CudaAPIError
-from simref import SimDriver
 
 CUATTRS_H = os.path.join(os.path.dirname(__file__), os.pardir, "cudamem",
                          "_src", "core", "cuattrs.h")
-ATTRIBUTES = re.findall(r"X\((\w+), (\d+)\)", open(CUATTRS_H).read())
+with open(CUATTRS_H) as _f:
+    ATTRIBUTES = re.findall(r"X\((\w+), (\d+)\)", _f.read())
 A = {name: int(value) for name, value in ATTRIBUTES}
 
 
@@ -51,7 +52,7 @@ def test_list_devices_match_the_driver(ref):
 def test_device_equality_and_hash():
     a = cudamem.list_devices()[0]
     b = cudamem.get_current_device()
-    assert a == b and not (a != b)
+    assert a == b and not (a != b)  # noqa: SIM202 (tests __ne__)
     assert hash(a) == hash(b) == 0
     assert a != 0 and a != "device 0"
     assert {a: 1}[b] == 1

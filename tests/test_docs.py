@@ -5,12 +5,13 @@ function and method has a ``__text_signature__`` (``name($self, ...)`` then
 ``--`` in its docstring), so ``help()`` and ``inspect.signature`` show its
 parameters; a Python function's first line is its signature,
 ``name(...)``; a type's docstring starts with the type's name or it has a
-text signature. The parameters a signature names are accepted by those names, as
-numba's are (``select_device(device_id=0)``, ``d.transpose(axes=...)``).
+text signature. The parameters a signature names are accepted by those
+names, as numba's are (``select_device(device_id=0)``,
+``d.transpose(axes=...)``).
 """
 import functools
-import inspect
 import importlib
+import inspect
 import re
 import types
 

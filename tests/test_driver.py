@@ -4,13 +4,19 @@ import re
 import textwrap
 
 import pytest
+from simref import SimDriver as _SimDriver
 
 import cudamem
 from cudamem import driver
-from simref import SimDriver as _SimDriver
-from cudamem.errors import (CudaAPIError, CudaDriverError,
-                            CudaOutOfMemoryError, CudaStickyError,
-                            CudaSupportError, CudaWarning)
+from cudamem.errors import (
+    CudaAPIError,
+    CudaDriverError,
+    CudaOutOfMemoryError,
+    CudaStickyError,
+    CudaSupportError,
+    CudaWarning,
+)
+
 
 def test_import_touches_no_driver(run_py):
     proc = run_py("""
@@ -220,9 +226,10 @@ def test_api_trace(run_py):
     lines = proc.stderr.splitlines()
     assert "cudamem api: cuInit(0) -> CUDA_SUCCESS (0)" in lines
     assert any(re.fullmatch(r"cudamem api: cuDeviceGetCount\(count=0x[0-9a-f]+"
-                            r"\) -> CUDA_SUCCESS \(0\)", l) for l in lines), lines
-    assert any(l.startswith("cudamem api: cuDeviceGetName(info->name=0x")
-               for l in lines), lines
+                            r"\) -> CUDA_SUCCESS \(0\)", ln)
+               for ln in lines), lines
+    assert any(ln.startswith("cudamem api: cuDeviceGetName(info->name=0x")
+               for ln in lines), lines
 
 
 def test_no_trace_by_default(run_py):
@@ -300,7 +307,8 @@ def test_errors_pickle(exc):
 
 def test_api_error_wording():
     exc = CudaAPIError(2, "cuMemAlloc", "CUDA_ERROR_OUT_OF_MEMORY")
-    assert str(exc) == "[2] Call to cuMemAlloc results in CUDA_ERROR_OUT_OF_MEMORY"
+    assert str(exc) == ("[2] Call to cuMemAlloc results in "
+                        "CUDA_ERROR_OUT_OF_MEMORY")
     assert (exc.code, exc.call, exc.name) == (2, "cuMemAlloc",
                                               "CUDA_ERROR_OUT_OF_MEMORY")
     assert isinstance(exc, CudaDriverError)

@@ -9,8 +9,7 @@ import pytest
 
 import cudamem
 from cudamem import _cudamem, driver
-from cudamem.errors import (CudaAPIError, CudaOutOfMemoryError,
-                            CudaStickyError)
+from cudamem.errors import CudaAPIError, CudaOutOfMemoryError, CudaStickyError
 
 pytestmark = pytest.mark.simulator
 

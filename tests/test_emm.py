@@ -51,6 +51,7 @@ class CountingManager(HostOnlyCUDAMemoryManager):
 
 
 from numba_plugin import NumbaStyleManager  # noqa: E402
+
 # ---------------------------------------------------------------------------
 
 

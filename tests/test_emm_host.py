@@ -18,8 +18,13 @@ import numpy as np
 import pytest
 
 import cudamem
-from cudamem import (HostOnlyCUDAMemoryManager, ManagedMemory, MappedMemory,
-                     MemoryPointer, PinnedMemory)
+from cudamem import (
+    HostOnlyCUDAMemoryManager,
+    ManagedMemory,
+    MappedMemory,
+    MemoryPointer,
+    PinnedMemory,
+)
 from cudamem.memory import DefaultMemoryManager
 
 pytestmark = pytest.mark.simulator
@@ -77,6 +82,7 @@ class CountingManager(HostOnlyCUDAMemoryManager):
 
 
 from numba_plugin import NumbaStyleManager  # noqa: E402
+
 # ---------------------------------------------------------------------------
 
 
@@ -170,7 +176,7 @@ def test_default_manager_asks_no_python():
 
 
 def test_numba_style_plugin_host_memory_from_hostonly():
-    with cudamem.using_memory_manager(NumbaStyleManager) as m:
+    with cudamem.using_memory_manager(NumbaStyleManager):
         p = cudamem.pinned_array(6, dtype=np.float64)
         mp = cudamem.mapped_array(6, dtype=np.float64)
         ma = cudamem.managed_array(6, dtype=np.float64)

@@ -13,11 +13,11 @@ import warnings
 
 import numpy as np
 import pytest
+from test_driver_faults import IPC, LOAD, REACH, ROWS, TWO
 
 import cudamem
 from cudamem import _cudamem
 from cudamem.errors import CudaAPIError
-from test_driver_faults import IPC, LOAD, REACH, ROWS, TWO
 
 pytestmark = pytest.mark.simulator
 

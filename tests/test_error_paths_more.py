@@ -9,10 +9,10 @@ import threading
 
 import numpy as np
 import pytest
+from test_error_paths import _dev, _run, check_sweep, sweep_faults
 
 import cudamem
 from cudamem.errors import CudaAPIError, CudaOutOfMemoryError
-from test_error_paths import _dev, _run, check_sweep, sweep_faults
 
 pytestmark = pytest.mark.simulator
 

@@ -387,9 +387,11 @@ def test_stale_events(sim, how):
         cudamem.get_current_device().reset()
     assert sim.live()["events"] == before  # destroyed with the context
     fresh = cudamem.event()
+    # The lambdas run before the `del` below (ruff's F821 sees the del).
     calls = [e.record, e.query, e.synchronize, e.wait,
-             lambda: e.elapsed_time(other), lambda: fresh.elapsed_time(e),
-             lambda: s.wait_event(e)]
+             lambda: e.elapsed_time(other),  # noqa: F821
+             lambda: fresh.elapsed_time(e),  # noqa: F821
+             lambda: s.wait_event(e)]  # noqa: F821
     for call in calls:
         with pytest.raises(CudaDriverError, match=STALE) as info:
             call()

@@ -16,11 +16,14 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as hst
+from test_dlpack_export import (
+    DLManagedTensor,
+    DLManagedTensorVersioned,
+    DLTensor,
+)
 
 import cudamem
 from cudamem.errors import CudaAPIError
-from test_dlpack_export import (DLManagedTensor, DLManagedTensorVersioned,
-                                DLTensor)
 
 pytestmark = pytest.mark.simulator
 

@@ -6,10 +6,10 @@ import gc
 
 import numpy as np
 import pytest
-
-import cudamem
 from test_dlpack_export import KDL_CPU, KDL_CUDA_HOST, KDL_CUDA_MANAGED
 from test_dlpack_export import managed as tensor_of
+
+import cudamem
 
 pytestmark = pytest.mark.simulator
 

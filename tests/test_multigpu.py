@@ -14,7 +14,6 @@ import os
 import re
 
 import pytest
-
 from conftest import run_python
 
 pytestmark = pytest.mark.simulator

@@ -13,13 +13,15 @@ import pickle
 
 import numpy as np
 import pytest
+from rmm_style_plugin import RMMNumbaManager
 
 import cudamem
 from cudamem import HostOnlyCUDAMemoryManager
-from cudamem.memory import (DefaultMemoryManager, NumbaCUDAMemoryManager,
-                            UniqueDict)
-
-from rmm_style_plugin import RMMNumbaManager
+from cudamem.memory import (
+    DefaultMemoryManager,
+    NumbaCUDAMemoryManager,
+    UniqueDict,
+)
 
 pytestmark = pytest.mark.simulator
 

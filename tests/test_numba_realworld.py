@@ -181,7 +181,7 @@ def test_training_loop_iterates_rows_as_device_views():
 def test_iterating_a_1d_array_gives_numpys_elements():
     host = np.array([3, -1, 4, 1, -5], dtype=np.int16)
     d = cuda.to_device(host)
-    got = [x for x in d]
+    got = list(d)
     assert got == host.tolist()
     assert [type(x) for x in got] == [type(x) for x in host]
     assert list(cuda.device_array(0, dtype=np.int16)) == []

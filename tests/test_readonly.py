@@ -10,11 +10,11 @@ import re
 
 import numpy as np
 import pytest
-
-import cudamem
 from test_dlpack_export import KDL_CPU
 from test_dlpack_export import managed as tensor_of
 from test_registration import PAGE, page_buffer
+
+import cudamem
 
 pytestmark = pytest.mark.simulator
 

@@ -349,7 +349,8 @@ def test_managed_range_attributes(run_py):
         ok(lib.cuMemAllocManaged(byref(m), c_size_t(N), 1), "managed")
 
         def attr(which, size=4, ptr=None, count=N):
-            buf = (ctypes.c_int * max(1, size // 4))(*([99] * max(1, size // 4)))
+            n = max(1, size // 4)
+            buf = (ctypes.c_int * n)(*([99] * n))
             rc = lib.cuMemRangeGetAttribute(buf, c_size_t(size), which,
                                             c_uint64(ptr or m.value),
                                             c_size_t(count))
@@ -514,7 +515,8 @@ def test_found_counted_and_faulted(run_py):
 # tells the exporter; then waits for the exporter's record to complete.
 IPC_IMPORTER = """
 import binascii
-handle = (ctypes.c_ubyte * 64).from_buffer_copy(binascii.unhexlify(sys.argv[1]))
+handle = (ctypes.c_ubyte * 64).from_buffer_copy(
+    binascii.unhexlify(sys.argv[1]))
 
 
 class Handle(ctypes.Structure):

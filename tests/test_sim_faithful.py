@@ -17,7 +17,8 @@ import ctypes, os, sys
 from cudamem import simulator
 
 lib = ctypes.CDLL(simulator.library_path())
-c_void_p, c_size_t, c_uint64 = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint64
+c_void_p, c_size_t = ctypes.c_void_p, ctypes.c_size_t
+c_uint64 = ctypes.c_uint64
 byref = ctypes.byref
 
 
@@ -30,7 +31,8 @@ def primary(ordinal):
     dev = ctypes.c_int()
     ok(lib.cuDeviceGet(byref(dev), ordinal), "cuDeviceGet")
     ctx = c_void_p()
-    ok(lib.cuDevicePrimaryCtxRetain(byref(ctx), dev), "cuDevicePrimaryCtxRetain")
+    ok(lib.cuDevicePrimaryCtxRetain(byref(ctx), dev),
+       "cuDevicePrimaryCtxRetain")
     return ctx
 
 

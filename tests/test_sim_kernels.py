@@ -5,7 +5,6 @@ with the errors cuda.h documents for a driver that runs no device code
 rest: CUDA_ERROR_NOT_SUPPORTED). Also cuGetProcAddress of symbols the
 simulator lacks, as cuda.h 12 and 13 describe it."""
 import pytest
-
 from test_sim_faithful import run_driver
 
 pytestmark = pytest.mark.simulator
@@ -135,7 +134,8 @@ def test_kernel_entry_points_need_cuinit(run_py):
 def test_kernel_entry_points_take_injected_faults_and_count(run_py):
     proc = run_driver(run_py, """
         simulator.reset()
-        simulator.inject("cuLaunchKernel", "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES")
+        simulator.inject("cuLaunchKernel",
+                         "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES")
         print(lib.cuLaunchKernel(None, 1, 1, 1, 1, 1, 1, 0, None, None, None),
               lib.cuLaunchKernel(None, 1, 1, 1, 1, 1, 1, 0, None, None, None))
         print(simulator.stats()["calls"]["cuLaunchKernel"]["calls"])

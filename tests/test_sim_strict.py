@@ -15,11 +15,11 @@ pageable source of an async copy when the stream runs,
 CUDAMEM_SIM_STRICT_DTOH returns from an async copy into pageable memory
 before it completes, CUDAMEM_SIM_STRICT_HTOD from a synchronous copy out of
 pageable memory once the stream's earlier work is done and the source is
-read ("the DMA to final destination may not have completed"). Copies between overlapping ranges are undefined on
-the driver, not an error: the simulator copies them as memmove does and
-the hazard checker reports them."""
+read ("the DMA to final destination may not have completed"). Copies
+between overlapping ranges are undefined on the driver, not an error: the
+simulator copies them as memmove does and the hazard checker reports
+them."""
 import pytest
-
 from test_sim_faithful import GATE, run_driver
 
 pytestmark = pytest.mark.simulator

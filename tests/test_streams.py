@@ -22,14 +22,18 @@ import weakref
 
 import numpy as np
 import pytest
+from conftest import in_thread
+from simref import SimDriver
 
 import cudamem
-from conftest import in_thread
 from cudamem import _cudamem
-from cudamem.errors import (CudaAPIError, CudaDriverError,
-                            CudaOutOfMemoryError, CudaStickyError,
-                            CudaWarning)
-from simref import SimDriver
+from cudamem.errors import (
+    CudaAPIError,
+    CudaDriverError,
+    CudaOutOfMemoryError,
+    CudaStickyError,
+    CudaWarning,
+)
 
 pytestmark = pytest.mark.simulator
 

@@ -41,9 +41,9 @@ def _stub():
                 if isinstance(m, (ast.FunctionDef, ast.AnnAssign))}
         elif isinstance(node, ast.FunctionDef):
             top[node.name] = node
-        elif isinstance(node, ast.AnnAssign):
-            if getattr(node.annotation, "id", None) != "TypeAlias":
-                top[node.target.id] = node
+        elif (isinstance(node, ast.AnnAssign) and
+              getattr(node.annotation, "id", None) != "TypeAlias"):
+            top[node.target.id] = node
     return top, members
 
 

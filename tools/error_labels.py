@@ -162,7 +162,9 @@ def read_allow(path):
     allow = {}
     if not os.path.exists(path):
         return allow
-    for n, line in enumerate(open(path), 1):
+    with open(path) as f:
+        text = f.read()
+    for n, line in enumerate(text.splitlines(True), 1):
         body, _, reason = line.partition("#")
         if not body.strip():
             continue
@@ -196,7 +198,8 @@ def main(argv):
             if not name.endswith(".c"):
                 continue
             source = os.path.join(d, name)
-            lines = open(source).read().splitlines()
+            with open(source) as f:
+                lines = f.read().splitlines()
             counts = gcov_counts(build_temp, source)
             for i, what in exits(lines):
                 func, start = function_of(lines, i)

@@ -19,7 +19,8 @@ HEADER = """/* cuattrs.h: every CU_DEVICE_ATTRIBUTE_* in CUDA 13's cuda.h (but
 
 
 def main(cuda_h, out):
-    src = open(cuda_h).read()
+    with open(cuda_h) as f:
+        src = f.read()
     body = re.search(r"typedef enum CUdevice_attribute_enum \{(.*?)\} "
                      r"CUdevice_attribute;", src, re.S).group(1)
     rows = re.findall(r"\bCU_DEVICE_ATTRIBUTE_(\w+)\s*=\s*(\d+)", body)

@@ -36,7 +36,8 @@ STICKY = """
 
 
 def main(cuda_h, out):
-    src = open(cuda_h).read()
+    with open(cuda_h) as f:
+        src = f.read()
     body = re.search(r"typedef enum cudaError_enum \{(.*?)\} CUresult;",
                      src, re.S).group(1)
     rows = re.findall(r"\b(CUDA_(?:SUCCESS|ERROR_\w+))\s*=\s*(\d+)", body)

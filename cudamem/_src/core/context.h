@@ -115,13 +115,13 @@ int cm_ctx_leave(cm_ctx_guard *guard, int status, cm_error *err);
  * a non-primary current context fails with CM_ERR_STATE naming it. With no
  * current context: the thread's selected device, else device 0, whose
  * primary context is then made current and left current. */
-int cm_current_device(cm_device **dev, cm_error *err);
+int cm_current_device(cm_device **out, cm_error *err);
 /* The device whose primary context is `ctx` (a handle another library
  * got, such as a stream's context); CM_ERR_VALUE naming it otherwise. */
-int cm_context_device(CUcontext ctx, cm_device **dev, cm_error *err);
+int cm_context_device(CUcontext ctx, cm_device **out, cm_error *err);
 /* The device of the current context whatever its kind, or NULL when none
  * is current. Changes nothing. */
-int cm_active_device(cm_device **dev, cm_error *err);
+int cm_active_device(cm_device **out, cm_error *err);
 /* numba's select_device: makes dev's primary context current on this
  * thread, replacing the one cudamem made current before (if any). */
 int cm_device_select(cm_device *dev, cm_error *err);

@@ -314,7 +314,7 @@ array_make(PyObject *type, PyObject *mem, CUdeviceptr ptr, int ndim,
     /* tp_alloc zeroes (a Python subclass's __dict__ slot too) and
      * tracks; every field it leaves NULL is safe to traverse. */
     self = (cmpy_DeviceNDArray *)((PyTypeObject *)type)
-               ->tp_alloc((PyTypeObject *)type, 2 * ndim);
+               ->tp_alloc((PyTypeObject *)type, 2 * (Py_ssize_t)ndim);
     if (self == NULL) {
         Py_DECREF(mem);
         return NULL;

@@ -43,7 +43,7 @@ apply_index(cmpy_DeviceNDArray *self, PyObject *key, int *ndim_out,
         return -1;
     }
     nitems = PyTuple_GET_SIZE(tuple);
-    if (nitems > NPY_MAXDIMS * 2) {
+    if (nitems > (Py_ssize_t)NPY_MAXDIMS * 2) {
         PyErr_Format(PyExc_IndexError, "too many indices for array: %zd",
                      nitems);
         goto error;

@@ -52,8 +52,8 @@ cmpy_devices(cmpy_state *st)
         obj->cc_major = info.cc_major;
         obj->cc_minor = info.cc_minor;
         obj->context = NULL;
-        obj->name = PyUnicode_DecodeUTF8(info.name, strlen(info.name),
-                                         "replace");
+        obj->name = PyUnicode_DecodeUTF8(
+            info.name, (Py_ssize_t)strlen(info.name), "replace");
         obj->uuid = PyUnicode_FromString(info.uuid);
         PyTuple_SET_ITEM(tuple, i, (PyObject *)obj);
         PyObject_GC_Track(obj);

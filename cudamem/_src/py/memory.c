@@ -828,6 +828,8 @@ cmpy_memory_readonly_why(int readonly)
     static const char *const why[] = {
         [CMPY_RO_CAI] = "that a CUDA Array Interface exported read-only",
         [CMPY_RO_DLPACK] = "that a DLPack producer exported read-only",
+        /* One message in two literals. */
+        /* NOLINTNEXTLINE(bugprone-suspicious-missing-comma) */
         [CMPY_RO_REGISTERED] = "that is page-locked read-only (a "
                                "read-only host array)",
         [CMPY_RO_HOST_ARRAY] = "mapped from a read-only host array",

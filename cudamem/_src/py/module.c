@@ -343,6 +343,9 @@ struct PyModuleDef cmpy_module_def = {
     .m_free = cudamem_free,
 };
 
+/* Python finds it by name; declared for -Wmissing-prototypes. */
+PyMODINIT_FUNC PyInit__cudamem(void);
+
 PyMODINIT_FUNC
 PyInit__cudamem(void)
 {

@@ -245,7 +245,7 @@ splitmix64(uint64_t x)
 static void
 make_uuid(int physical, CUuuid *uuid)
 {
-    uint64_t a = splitmix64(0x6375646d656dULL + (uint64_t)physical);
+    uint64_t a = splitmix64(UINT64_C(0x6375646d656d) + (uint64_t)physical);
     uint64_t b = splitmix64(a);
     int i;
 

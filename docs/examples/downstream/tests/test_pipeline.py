@@ -3,12 +3,11 @@ pytest plugin runs them on the simulated driver in CI (no GPU), checks
 that nothing stays allocated (--cudamem-leak-check in pyproject.toml) and,
 with --cudamem-hazards, that no copy races with another stream."""
 import numpy as np
+import pipeline
 import pytest
 
 import cudamem
 from cudamem.errors import CudaAPIError
-
-import pipeline
 
 
 def _batches(n=5, size=1000):

@@ -54,7 +54,7 @@ def skip_under_cuda_memcheck(reason):
 def skip_on_arm(reason):
     assert isinstance(reason, str)
     cpu = platform.processor()
-    is_arm = cpu.startswith("arm") or cpu.startswith("aarch")
+    is_arm = cpu.startswith(("arm", "aarch"))
     return unittest.skipIf(is_arm, reason)
 
 
