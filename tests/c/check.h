@@ -106,7 +106,7 @@ check_show_str_(const char *text, const char *v)
 /* a OP b, each operand evaluated once and compared as C compares them
  * (so without -Wsign-compare: a constant operand is now a variable); on
  * failure both values are shown in their types' formats. */
-#define CHECK_CMP_(a, op, b, name)                                             \
+#define CHECK_CMP_(a, op, b, name, ta, tb)                                     \
     do {                                                                       \
         __auto_type check_a_ = (a);                                            \
         __auto_type check_b_ = (b);                                            \
@@ -115,27 +115,28 @@ check_show_str_(const char *text, const char *v)
         int check_ok_ = check_a_ op check_b_;                                  \
         _Pragma("GCC diagnostic pop")                                          \
         if (!check_note_(check_ok_, __FILE__, __LINE__,                        \
-                         name "(" #a ", " #b ")")) {                           \
-            CHECK_SHOW_(#a, check_a_);                                         \
-            CHECK_SHOW_(#b, check_b_);                                         \
+                         name "(" ta ", " tb ")")) {                           \
+            CHECK_SHOW_(ta, check_a_);                                         \
+            CHECK_SHOW_(tb, check_b_);                                         \
         }                                                                      \
     } while (0)
 
-#define CHECK_EQ(a, b) CHECK_CMP_(a, ==, b, "CHECK_EQ")
-#define CHECK_NE(a, b) CHECK_CMP_(a, !=, b, "CHECK_NE")
-#define CHECK_LT(a, b) CHECK_CMP_(a, <, b, "CHECK_LT")
-#define CHECK_LE(a, b) CHECK_CMP_(a, <=, b, "CHECK_LE")
-#define CHECK_GT(a, b) CHECK_CMP_(a, >, b, "CHECK_GT")
-#define CHECK_GE(a, b) CHECK_CMP_(a, >=, b, "CHECK_GE")
+#define CHECK_EQ(a, b) CHECK_CMP_(a, ==, b, "CHECK_EQ", #a, #b)
+#define CHECK_NE(a, b) CHECK_CMP_(a, !=, b, "CHECK_NE", #a, #b)
+#define CHECK_LT(a, b) CHECK_CMP_(a, <, b, "CHECK_LT", #a, #b)
+#define CHECK_LE(a, b) CHECK_CMP_(a, <=, b, "CHECK_LE", #a, #b)
+#define CHECK_GT(a, b) CHECK_CMP_(a, >, b, "CHECK_GT", #a, #b)
+#define CHECK_GE(a, b) CHECK_CMP_(a, >=, b, "CHECK_GE", #a, #b)
 
 /* Equality after conversion to one type: signed, unsigned, pointer. */
 #define CHECK_INT_EQ(a, b)                                                     \
-    CHECK_CMP_((long long)(a), ==, (long long)(b), "CHECK_INT_EQ")
+    CHECK_CMP_((long long)(a), ==, (long long)(b), "CHECK_INT_EQ", #a, #b)
 #define CHECK_UINT_EQ(a, b)                                                    \
     CHECK_CMP_((unsigned long long)(a), ==, (unsigned long long)(b),           \
-               "CHECK_UINT_EQ")
+               "CHECK_UINT_EQ", #a, #b)
 #define CHECK_PTR_EQ(a, b)                                                     \
-    CHECK_CMP_((const void *)(a), ==, (const void *)(b), "CHECK_PTR_EQ")
+    CHECK_CMP_((const void *)(a), ==, (const void *)(b), "CHECK_PTR_EQ", #a,   \
+               #b)
 
 /* Two strings (NULL equals only NULL). */
 #define CHECK_STR_EQ(a, b)                                                     \

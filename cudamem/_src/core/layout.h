@@ -98,9 +98,9 @@ void cm__layout_unique(const cm__layout *L, cm__layout *U);
 
 /* A packed temporary holding L's elements in the order of one side (`key`
  * 0: the destination, 1: the source): its stride for each dim, with that
- * side's sign, or 0 where the source repeats (the temporary holds it
- * once). Returns its size in bytes; *origin is the offset of element
- * (0, ..., 0) in it. */
+ * side's sign, or 0 where that side's stride is (in the source's order
+ * the temporary holds a repeated element once). Returns its size in
+ * bytes; *origin is the offset of element (0, ..., 0) in it. */
 size_t cm__layout_packed(const cm__layout *L, int key, size_t itemsize,
                          ptrdiff_t *ts, ptrdiff_t *origin);
 
