@@ -6,8 +6,9 @@
  * direction, synchronous and asynchronous, checked byte for byte against
  * strided loops on host buffers; fills of itemsizes 1 to 24; how copies
  * are made (calls and bytes per entry point); failures and bad input.
- * Runs itself again with the device's maximum pitch made small, with
- * per-thread default streams, and with the simulator's strict pitches
+ * Runs the random copies again with the device's maximum pitch made
+ * small, and every test again in a child with per-thread default streams
+ * and in one with the simulator's strict pitches
  * (CUDAMEM_SIM_STRICT_PITCH), where a device-to-device cuMemcpy2D(Async)
  * at a pitch a driver may refuse fails. */
 #include "check.h"
@@ -55,7 +56,8 @@ static struct {
     size_t pitch; /* the largest of a 2-D or 3-D call */
 } seen;
 
-/* CM_TEST_MAX_PITCH: what CU_DEVICE_ATTRIBUTE_MAX_PITCH answers. */
+/* What CU_DEVICE_ATTRIBUTE_MAX_PITCH answers, when > 0: set by a test
+ * before its process's first copy reads it. */
 static int pitch_limit;
 static PFN_cuDeviceGetAttribute_v2000 real_attribute;
 
@@ -369,9 +371,9 @@ buf_new(buf *b, int on_device, size_t size)
         b->host[i] = (unsigned char)rnd();
     }
     if (on_device) {
-        CHECK(cm_mem_alloc(dev, size, NULL, &b->mem, &err) == 0);
-        CHECK(cm_copy_htod(dev, b->mem->ptr, b->host, size, NULL, 0, &err) ==
-              0);
+        CHECK_EQ(cm_mem_alloc(dev, size, NULL, &b->mem, &err), 0);
+        CHECK_EQ(cm_copy_htod(dev, b->mem->ptr, b->host, size, NULL, 0, &err),
+                 0);
     }
 }
 
@@ -389,8 +391,8 @@ buf_read(const buf *b)
     cm_error err;
 
     if (b->on_device) {
-        CHECK(cm_copy_dtoh(dev, out, b->mem->ptr, b->size, NULL, 0, &err) ==
-              0);
+        CHECK_EQ(cm_copy_dtoh(dev, out, b->mem->ptr, b->size, NULL, 0, &err),
+                 0);
     }
     else {
         memcpy(out, b->host, b->size);
@@ -404,7 +406,7 @@ buf_free(buf *b)
     cm_error err;
 
     if (b->mem != NULL) {
-        CHECK(cm_mem_decref(b->mem, &err) == 0);
+        CHECK_EQ(cm_mem_decref(b->mem, &err), 0);
     }
     free(b->host);
 }
@@ -656,11 +658,11 @@ random_copy(int dir, size_t itemsize, int async, int broadcast, int many)
     watch(buf_addr(&D), D.size);
     rc = cm_copy_array(dev, &ds, &ss, itemsize, async ? stream : NULL, async,
                        &err);
-    CHECK(rc == 0 && finish(async));
+    CHECK_TRUE(rc == 0 && finish(async));
     if (rc == 0) {
         int ok = check_result(&D, expect, nbytes, dir != DTOH);
 
-        CHECK(ok);
+        CHECK_TRUE(ok);
         if (!ok) {
             report(dir_names[dir], &dv, &sv, itemsize, async, NULL);
         }
@@ -727,11 +729,11 @@ random_fill(size_t itemsize, int async, int many)
                  &err);
     /* The pattern is read before cm_fill returns, even when async. */
     memset(pattern, 0xee, sizeof(pattern));
-    CHECK(rc == 0 && finish(async));
+    CHECK_TRUE(rc == 0 && finish(async));
     if (rc == 0) {
         int ok = check_result(&D, expect, nbytes, 1);
 
-        CHECK(ok);
+        CHECK_TRUE(ok);
         if (!ok) {
             report("fill", &dv, NULL, itemsize, async, NULL);
         }
@@ -852,17 +854,18 @@ test_contiguous(void)
             ds = side_of(&D, &v);
             ss = side_of(&S, &v);
             watch(buf_addr(&D), D.size);
-            CHECK(cm_copy_array(dev, &ds, &ss, 4, async ? stream : NULL,
-                                async, &err) == 0 &&
-                  finish(async));
-            CHECK(done.moved_calls == 1 && calls_of(names[async][dir]) == 1);
-            CHECK(done.moved_bytes == v.size && done.inside == v.size);
+            CHECK_TRUE(cm_copy_array(dev, &ds, &ss, 4, async ? stream : NULL,
+                                     async, &err) == 0 &&
+                       finish(async));
+            CHECK_TRUE(done.moved_calls == 1 &&
+                       calls_of(names[async][dir]) == 1);
+            CHECK_TRUE(done.moved_bytes == v.size && done.inside == v.size);
             /* Synchronous copies to the device are complete on return;
              * an asynchronous one into pageable memory is waited for
              * (core/copy.h), then finish() waits. */
-            CHECK(calls_of("cuStreamSynchronize") ==
-                  (unsigned long long)(async ? 1 + (dir == DTOH)
-                                             : dir != DTOH));
+            CHECK_TRUE(calls_of("cuStreamSynchronize") ==
+                       (unsigned long long)(async ? 1 + (dir == DTOH)
+                                                  : dir != DTOH));
             buf_free(&D);
             buf_free(&S);
         }
@@ -874,8 +877,9 @@ test_contiguous(void)
         view r = c_view(3, base, start, stop, step, 8);
 
         r.shape[1] = 100;
-        CHECK(one_copy(DTOD, &r, &r, 8, 0) == 0);
-        CHECK(calls_of("cuMemcpyDtoD") == 1 && calls_of("cuMemcpy2D") == 0);
+        CHECK_EQ(one_copy(DTOD, &r, &r, 8, 0), 0);
+        CHECK_TRUE(calls_of("cuMemcpyDtoD") == 1 &&
+                   calls_of("cuMemcpy2D") == 0);
     }
 }
 
@@ -889,7 +893,7 @@ test_2d_slice(void)
     view packed = contiguous_view(2, shape, 4);
     size_t nbytes = 32 * 128 * 4;
 
-    CHECK(slice.shape[0] == 32 && slice.shape[1] == 128);
+    CHECK_TRUE(slice.shape[0] == 32 && slice.shape[1] == 128);
     for (int async = 0; async < 2; async++) {
         const char *name = async ? "cuMemcpy2DAsync" : "cuMemcpy2D";
         /* On the device: the form without cuMemcpy2D's pitch restriction
@@ -899,18 +903,18 @@ test_2d_slice(void)
         const char *dname = async ? "cuMemcpy2DAsync" : "cuMemcpy2DUnaligned";
 
         /* to_device into the slice, copy_to_host of it, and on device. */
-        CHECK(one_copy(HTOD, &slice, &packed, 4, async) == 0);
-        CHECK(done.calls == 1 && calls_of(name) == 1 &&
-              bytes_of(name) == nbytes && done.inside == nbytes);
-        CHECK(one_copy(DTOH, &packed, &slice, 4, async) == 0);
-        CHECK(done.calls == 1 && calls_of(name) == 1 &&
-              bytes_of(name) == nbytes);
-        CHECK(one_copy(DTOD, &packed, &slice, 4, async) == 0);
-        CHECK(done.calls == 1 && calls_of(dname) == 1 &&
-              bytes_of(dname) == nbytes);
-        CHECK(one_copy(DTOD, &slice, &slice, 4, async) == 0);
-        CHECK(done.calls == 1 && calls_of(dname) == 1 &&
-              bytes_of(dname) == nbytes);
+        CHECK_EQ(one_copy(HTOD, &slice, &packed, 4, async), 0);
+        CHECK_TRUE(done.calls == 1 && calls_of(name) == 1 &&
+                   bytes_of(name) == nbytes && done.inside == nbytes);
+        CHECK_EQ(one_copy(DTOH, &packed, &slice, 4, async), 0);
+        CHECK_TRUE(done.calls == 1 && calls_of(name) == 1 &&
+                   bytes_of(name) == nbytes);
+        CHECK_EQ(one_copy(DTOD, &packed, &slice, 4, async), 0);
+        CHECK_TRUE(done.calls == 1 && calls_of(dname) == 1 &&
+                   bytes_of(dname) == nbytes);
+        CHECK_EQ(one_copy(DTOD, &slice, &slice, 4, async), 0);
+        CHECK_TRUE(done.calls == 1 && calls_of(dname) == 1 &&
+                   bytes_of(dname) == nbytes);
     }
 }
 
@@ -934,16 +938,17 @@ test_dtod_pitches(void)
     for (int async = 0; async < 2; async++) {
         const char *name = async ? "cuMemcpy3DAsync" : "cuMemcpy2DUnaligned";
 
-        CHECK(one_copy(DTOD, &packed, &col, 1, async) == 0);
-        CHECK(done.calls == 1 && calls_of(name) == 1 &&
-              bytes_of(name) == 100 && done.inside == 100);
-        CHECK(one_copy(DTOD, &col, &packed, 1, async) == 0);
-        CHECK(done.calls == 1 && calls_of(name) == 1 &&
-              bytes_of(name) == 100);
-        CHECK(one_copy(DTOD, &packed7, &sub, 1, async) == 0);
-        CHECK(done.calls == 1 && calls_of(name) == 1 &&
-              bytes_of(name) == 300);
-        CHECK(calls_of("cuMemcpy2D") == 0 && calls_of("cuMemcpy2DAsync") == 0);
+        CHECK_EQ(one_copy(DTOD, &packed, &col, 1, async), 0);
+        CHECK_TRUE(done.calls == 1 && calls_of(name) == 1 &&
+                   bytes_of(name) == 100 && done.inside == 100);
+        CHECK_EQ(one_copy(DTOD, &col, &packed, 1, async), 0);
+        CHECK_TRUE(done.calls == 1 && calls_of(name) == 1 &&
+                   bytes_of(name) == 100);
+        CHECK_EQ(one_copy(DTOD, &packed7, &sub, 1, async), 0);
+        CHECK_TRUE(done.calls == 1 && calls_of(name) == 1 &&
+                   bytes_of(name) == 300);
+        CHECK_TRUE(calls_of("cuMemcpy2D") == 0 &&
+                   calls_of("cuMemcpy2DAsync") == 0);
     }
 }
 
@@ -957,11 +962,11 @@ test_3d(void)
     view sub = c_view(3, base, start, stop, step, 4);
     view packed = contiguous_view(3, shape, 4);
 
-    CHECK(one_copy(HTOD, &sub, &packed, 4, 0) == 0);
-    CHECK(done.calls == 1 && calls_of("cuMemcpy3D") == 1 &&
-          bytes_of("cuMemcpy3D") == 4 * 16 * 16 * 4);
-    CHECK(one_copy(DTOH, &packed, &sub, 4, 1) == 0);
-    CHECK(done.calls == 1 && calls_of("cuMemcpy3DAsync") == 1);
+    CHECK_EQ(one_copy(HTOD, &sub, &packed, 4, 0), 0);
+    CHECK_TRUE(done.calls == 1 && calls_of("cuMemcpy3D") == 1 &&
+               bytes_of("cuMemcpy3D") == 4 * 16 * 16 * 4);
+    CHECK_EQ(one_copy(DTOH, &packed, &sub, 4, 1), 0);
+    CHECK_TRUE(done.calls == 1 && calls_of("cuMemcpy3DAsync") == 1);
 
     /* [::2, ::3, 8:24]: dim 0's stride is no multiple of dim 1's, so one
      * 2-D copy per slice (4 slices of 6 rows). */
@@ -970,10 +975,10 @@ test_3d(void)
         view v = c_view(3, base, start, stop, st, 4);
         view p = contiguous_view(3, sh, 4);
 
-        CHECK(v.shape[1] == 6);
-        CHECK(one_copy(DTOD, &v, &p, 4, 0) == 0);
-        CHECK(done.calls == 4 && calls_of("cuMemcpy2DUnaligned") == 4 &&
-              done.inside == 4 * 6 * 16 * 4);
+        CHECK_EQ(v.shape[1], 6);
+        CHECK_EQ(one_copy(DTOD, &v, &p, 4, 0), 0);
+        CHECK_TRUE(done.calls == 4 && calls_of("cuMemcpy2DUnaligned") == 4 &&
+                   done.inside == 4 * 6 * 16 * 4);
     }
 }
 
@@ -1027,40 +1032,41 @@ test_fills(void)
     double complex_[2] = {1.0, 2.0};
 
     /* float32 zeros: one memset. */
-    CHECK(one_fill(&flat4, &zero, 4, 0) == 0);
-    CHECK(done.moved_calls == 1 &&
-          calls_of("cuMemsetD8") + calls_of("cuMemsetD32") == 1 &&
-          done.moved_bytes == 4000 && done.inside == 4000);
+    CHECK_EQ(one_fill(&flat4, &zero, 4, 0), 0);
+    CHECK_TRUE(done.moved_calls == 1 &&
+               calls_of("cuMemsetD8") + calls_of("cuMemsetD32") == 1 &&
+               done.moved_bytes == 4000 && done.inside == 4000);
     /* ... complete on return: memsets return early. */
-    CHECK(calls_of("cuStreamSynchronize") == 1);
-    CHECK(one_fill(&flat4, &zero, 4, 1) == 0);
-    CHECK(done.moved_calls == 1 && calls_of("cuMemsetD8Async") +
-                                     calls_of("cuMemsetD32Async") ==
-                                 1);
+    CHECK_EQ(calls_of("cuStreamSynchronize"), 1);
+    CHECK_EQ(one_fill(&flat4, &zero, 4, 1), 0);
+    CHECK_TRUE(done.moved_calls == 1 && calls_of("cuMemsetD8Async") +
+                                          calls_of("cuMemsetD32Async") ==
+                                      1);
     /* int32 7 into the 2-D slice: one strided memset. */
-    CHECK(one_fill(&slice, &seven, 4, 0) == 0);
-    CHECK(done.moved_calls == 1 && calls_of("cuMemsetD2D32") == 1 &&
-          done.moved_bytes == 32 * 128 * 4);
+    CHECK_EQ(one_fill(&slice, &seven, 4, 0), 0);
+    CHECK_TRUE(done.moved_calls == 1 && calls_of("cuMemsetD2D32") == 1 &&
+               done.moved_bytes == 32 * 128 * 4);
     /* float64 1.0 repeats no 4-byte unit: two strided passes. */
-    CHECK(one_fill(&flat8, &one, 8, 0) == 0);
-    CHECK(done.moved_calls == 2 && calls_of("cuMemsetD2D32") == 2 &&
-          done.moved_bytes == 8000);
+    CHECK_EQ(one_fill(&flat8, &one, 8, 0), 0);
+    CHECK_TRUE(done.moved_calls == 2 && calls_of("cuMemsetD2D32") == 2 &&
+               done.moved_bytes == 8000);
     /* complex128: four. */
-    CHECK(one_fill(&flat16, complex_, 16, 1) == 0);
-    CHECK(done.moved_calls == 4 && calls_of("cuMemsetD2D32Async") == 4 &&
-          done.moved_bytes == 16000);
+    CHECK_EQ(one_fill(&flat16, complex_, 16, 1), 0);
+    CHECK_TRUE(done.moved_calls == 4 && calls_of("cuMemsetD2D32Async") == 4 &&
+               done.moved_bytes == 16000);
     /* 3-byte records: three byte-wide passes. */
-    CHECK(one_fill(&flat3, "abc", 3, 0) == 0);
-    CHECK(done.moved_calls == 3 && calls_of("cuMemsetD2D8") == 3 &&
-          done.moved_bytes == 3000);
+    CHECK_EQ(one_fill(&flat3, "abc", 3, 0), 0);
+    CHECK_TRUE(done.moved_calls == 3 && calls_of("cuMemsetD2D8") == 3 &&
+               done.moved_bytes == 3000);
     /* A single element, and zero-size (no call at all). */
     {
         ptrdiff_t n1[1] = {1}, n0[2] = {0, 5};
         view v1 = contiguous_view(1, n1, 12), v0 = contiguous_view(2, n0, 4);
 
-        CHECK(one_fill(&v1, "abcdefghijkl", 12, 0) == 0 && done.moved_calls >= 1);
+        CHECK_TRUE(one_fill(&v1, "abcdefghijkl", 12, 0) == 0 &&
+                   done.moved_calls >= 1);
         v0.size = 16;
-        CHECK(one_fill(&v0, &seven, 4, 0) == 0 && done.moved_calls == 0);
+        CHECK_TRUE(one_fill(&v0, &seven, 4, 0) == 0 && done.moved_calls == 0);
     }
     /* 12-byte records over many elements and a strided view: doubling
      * or memset passes, whichever costs less; only ever the elements. */
@@ -1069,8 +1075,9 @@ test_fills(void)
                   p3[2] = {1, 2};
         view big = c_view(2, b3, s3, e3, p3, 12);
 
-        CHECK(one_fill(&big, "abcdefghijkl", 12, 0) == 0);
-        CHECK(done.inside == 300 * 4 * 12 && done.largest <= 300 * 4 * 12);
+        CHECK_EQ(one_fill(&big, "abcdefghijkl", 12, 0), 0);
+        CHECK_TRUE(done.inside == 300 * 4 * 12 &&
+                   done.largest <= 300 * 4 * 12);
     }
 }
 
@@ -1084,9 +1091,9 @@ test_broadcast(void)
     scalar.size = 4;
     /* A scalar on the device to 1000 elements: one copy, then 10
      * doublings. */
-    CHECK(one_copy(DTOD, &flat, &scalar, 4, 0) == 0);
-    CHECK(done.calls == 11 && calls_of("cuMemcpyDtoD") == 11 &&
-          done.inside == 4000 && done.bytes == 4000);
+    CHECK_EQ(one_copy(DTOD, &flat, &scalar, 4, 0), 0);
+    CHECK_TRUE(done.calls == 11 && calls_of("cuMemcpyDtoD") == 11 &&
+               done.inside == 4000 && done.bytes == 4000);
     /* From the host to a million: one HtoD and 20 doublings on the
      * device, rather than 4 MB across the bus. */
     {
@@ -1094,10 +1101,10 @@ test_broadcast(void)
 
         s.strides[0] = 0;
         s.size = 4;
-        CHECK(one_copy(HTOD, &v, &s, 4, 1) == 0);
-        CHECK(calls_of("cuMemcpyHtoDAsync") == 1 &&
-              calls_of("cuMemcpyDtoDAsync") == 20 &&
-              done.inside == (1u << 22) && done.bytes == (1u << 22));
+        CHECK_EQ(one_copy(HTOD, &v, &s, 4, 1), 0);
+        CHECK_TRUE(calls_of("cuMemcpyHtoDAsync") == 1 &&
+                   calls_of("cuMemcpyDtoDAsync") == 20 &&
+                   done.inside == (1u << 22) && done.bytes == (1u << 22));
     }
     /* A row broadcast down a (300, 40) array, row-major: rows doubled. */
     {
@@ -1106,17 +1113,17 @@ test_broadcast(void)
 
         row.strides[0] = 0;
         row.size = 40 * 8;
-        CHECK(one_copy(DTOD, &v, &row, 8, 0) == 0);
-        CHECK(done.calls == 10 && done.inside == 300 * 40 * 8);
+        CHECK_EQ(one_copy(DTOD, &v, &row, 8, 0), 0);
+        CHECK_TRUE(done.calls == 10 && done.inside == 300 * 40 * 8);
         /* From the host into a strided destination. */
-        CHECK(one_copy(HTOD, &v, &row, 8, 1) == 0);
-        CHECK(done.inside == 300 * 40 * 8);
+        CHECK_EQ(one_copy(HTOD, &v, &row, 8, 1), 0);
+        CHECK_EQ(done.inside, 300 * 40 * 8);
         /* A column broadcast across it, to the host. */
         row.strides[0] = 8;
         row.strides[1] = 0;
         row.size = 300 * 8;
-        CHECK(one_copy(DTOH, &v, &row, 8, 0) == 0);
-        CHECK(done.largest <= 300 * 8);
+        CHECK_EQ(one_copy(DTOH, &v, &row, 8, 0), 0);
+        CHECK_LE(done.largest, 300 * 8);
     }
 }
 
@@ -1135,14 +1142,14 @@ test_overlap(void)
     unsigned char *got, *expect;
 
     src.size = 0; /* one_copy's DTOD_SAME allocates dst.size + src.size */
-    CHECK(cm_queues_flush(dev, &err) == 0);
+    CHECK_EQ(cm_queues_flush(dev, &err), 0);
     sim.get_stats(&before);
     for (int async = 0; async < 2; async++) {
         const char *dtod = async ? "cuMemcpyDtoDAsync" : "cuMemcpyDtoD";
 
-        CHECK(one_copy(DTOD_SAME, &dst, &src, 4, async) == 0);
-        CHECK(calls_of("cuMemAlloc") == 1 && calls_of(dtod) == 2 &&
-              done.inside == 4000 && done.bytes == 8000);
+        CHECK_EQ(one_copy(DTOD_SAME, &dst, &src, 4, async), 0);
+        CHECK_TRUE(calls_of("cuMemAlloc") == 1 && calls_of(dtod) == 2 &&
+                   done.inside == 4000 && done.bytes == 8000);
     }
     /* A reversal in place: d[::-1] = d. */
     buf_new(&D, 1, 4000);
@@ -1153,20 +1160,20 @@ test_overlap(void)
                        .shape = shape, .strides = rstrides};
         ss = (cm_side){.on_device = 1, .ptr = D.mem->ptr, .ndim = 1,
                        .shape = shape, .strides = strides};
-        CHECK(cm_copy_array(dev, &ds, &ss, 4, NULL, 0, &err) == 0);
+        CHECK_EQ(cm_copy_array(dev, &ds, &ss, 4, NULL, 0, &err), 0);
         got = buf_read(&D);
         expect = malloc(4000);
         for (int i = 0; i < 1000; i++) {
             memcpy(expect + 4 * i, D.host + 4 * (999 - i), 4);
         }
-        CHECK(memcmp(got, expect, 4000) == 0);
+        CHECK_MEM_EQ(got, expect, 4000);
         free(got);
         free(expect);
     }
     buf_free(&D);
-    CHECK(cm_queues_flush(dev, &err) == 0);
+    CHECK_EQ(cm_queues_flush(dev, &err), 0);
     sim.get_stats(&after);
-    CHECK(after.device_allocations == before.device_allocations);
+    CHECK_EQ(after.device_allocations, before.device_allocations);
 }
 
 static void
@@ -1179,24 +1186,24 @@ test_layout_changes(void)
 
     t.strides[0] = 4;
     t.strides[1] = 1200;
-    CHECK(one_copy(HTOD, &c, &t, 4, 0) == 0);
-    CHECK(done.calls == 1 && calls_of("cuMemcpyHtoD") == 1);
+    CHECK_EQ(one_copy(HTOD, &c, &t, 4, 0), 0);
+    CHECK_TRUE(done.calls == 1 && calls_of("cuMemcpyHtoD") == 1);
     /* And back: one copy, scattered on the host. */
-    CHECK(one_copy(DTOH, &t, &c, 4, 1) == 0);
-    CHECK(done.calls == 1 && calls_of("cuMemcpyDtoHAsync") == 1);
+    CHECK_EQ(one_copy(DTOH, &t, &c, 4, 1), 0);
+    CHECK_TRUE(done.calls == 1 && calls_of("cuMemcpyDtoHAsync") == 1);
     /* A transpose on the device: through the host, two copies. */
-    CHECK(one_copy(DTOD, &c, &t, 4, 0) == 0);
-    CHECK(done.calls == 2 && calls_of("cuMemcpyDtoH") == 1 &&
-          calls_of("cuMemcpyHtoD") == 1 && done.inside == 300 * 300 * 4);
+    CHECK_EQ(one_copy(DTOD, &c, &t, 4, 0), 0);
+    CHECK_TRUE(done.calls == 2 && calls_of("cuMemcpyDtoH") == 1 &&
+               calls_of("cuMemcpyHtoD") == 1 && done.inside == 300 * 300 * 4);
     /* A few hundred 4-byte rows stay one 2-D copy: x[::3] to the device. */
     {
         ptrdiff_t b[1] = {1200}, s0[1] = {0}, s1[1] = {1200}, st[1] = {3},
                   n[1] = {400};
         view gappy = c_view(1, b, s0, s1, st, 4), a = contiguous_view(1, n, 4);
 
-        CHECK(one_copy(HTOD, &a, &gappy, 4, 0) == 0);
-        CHECK(done.calls == 1 && calls_of("cuMemcpy2D") == 1 &&
-              bytes_of("cuMemcpy2D") == 1600);
+        CHECK_EQ(one_copy(HTOD, &a, &gappy, 4, 0), 0);
+        CHECK_TRUE(done.calls == 1 && calls_of("cuMemcpy2D") == 1 &&
+                   bytes_of("cuMemcpy2D") == 1600);
     }
 }
 
@@ -1224,7 +1231,7 @@ test_faults(void)
     cusim_stats before, after;
     cm_error err;
 
-    CHECK(cm_queues_flush(dev, &err) == 0);
+    CHECK_EQ(cm_queues_flush(dev, &err), 0);
     sim.get_stats(&before);
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         int async = strstr(cases[i].entry, "Async") != NULL;
@@ -1235,8 +1242,8 @@ test_faults(void)
 
         buf_new(&D, 1, cases[i].kind == 1 ? dst.size + 4 : slice.size);
         buf_new(&S, 0, slice.size);
-        CHECK(sim.inject(cases[i].entry, CUDA_ERROR_INVALID_VALUE, 0, 1) ==
-              0);
+        CHECK_EQ(sim.inject(cases[i].entry, CUDA_ERROR_INVALID_VALUE, 0, 1),
+                 0);
         if (cases[i].kind == 0) {
             ds = side_of(&D, &slice);
             ss = side_of(&S, &packed);
@@ -1256,23 +1263,23 @@ test_faults(void)
             rc = cm_fill(dev, &ds, &d1, 8, async ? stream : NULL, async,
                          &err);
         }
-        CHECK(rc == -1 && err.kind == CM_ERR_DRIVER &&
-              err.code == CUDA_ERROR_INVALID_VALUE &&
-              strcmp(err.call, cases[i].entry) == 0);
+        CHECK_TRUE(rc == -1 && err.kind == CM_ERR_DRIVER &&
+                   err.code == CUDA_ERROR_INVALID_VALUE &&
+                   strcmp(err.call, cases[i].entry) == 0);
         if (rc == 0 || err.call == NULL ||
             strcmp(err.call, cases[i].entry) != 0) {
             fprintf(stderr, "  fault in %s: rc %d call %s\n",
                     cases[i].entry, rc, err.call ? err.call : "-");
         }
         sim.clear_faults();
-        CHECK(finish(async));
+        CHECK_TRUE(finish(async));
         buf_free(&D);
         buf_free(&S);
     }
-    CHECK(cm_queues_flush(dev, &err) == 0);
+    CHECK_EQ(cm_queues_flush(dev, &err), 0);
     sim.get_stats(&after);
-    CHECK(after.device_allocations == before.device_allocations &&
-          after.device_bytes == before.device_bytes);
+    CHECK_TRUE(after.device_allocations == before.device_allocations &&
+               after.device_bytes == before.device_bytes);
 }
 
 static void
@@ -1289,34 +1296,34 @@ test_bad_input(void)
     /* Both on the host; a zero destination stride; shapes that differ;
      * too many dims: CM_ERR_VALUE before any driver call. */
     watch(0, 0);
-    CHECK(cm_copy_array(dev, &h, &h, 4, NULL, 0, &err) == -1 &&
-          err.kind == CM_ERR_VALUE);
+    CHECK_TRUE(cm_copy_array(dev, &h, &h, 4, NULL, 0, &err) == -1 &&
+               err.kind == CM_ERR_VALUE);
     d.on_device = 1;
     d.ptr = 256;
     d.strides = zero;
-    CHECK(cm_copy_array(dev, &d, &h, 4, NULL, 0, &err) == -1 &&
-          err.kind == CM_ERR_VALUE &&
-          strstr(cm_error_msg(&err), "stride 0") != NULL);
-    CHECK(cm_fill(dev, &d, host, 4, NULL, 0, &err) == -1 &&
-          err.kind == CM_ERR_VALUE);
+    CHECK_TRUE(cm_copy_array(dev, &d, &h, 4, NULL, 0, &err) == -1 &&
+               err.kind == CM_ERR_VALUE &&
+               strstr(cm_error_msg(&err), "stride 0") != NULL);
+    CHECK_TRUE(cm_fill(dev, &d, host, 4, NULL, 0, &err) == -1 &&
+               err.kind == CM_ERR_VALUE);
     d.strides = strides;
     d.shape = other;
-    CHECK(cm_copy_array(dev, &d, &h, 4, NULL, 0, &err) == -1 &&
-          err.kind == CM_ERR_VALUE &&
-          strstr(cm_error_msg(&err), "dimension 1"));
+    CHECK_TRUE(cm_copy_array(dev, &d, &h, 4, NULL, 0, &err) == -1 &&
+               err.kind == CM_ERR_VALUE &&
+               strstr(cm_error_msg(&err), "dimension 1"));
     d.shape = shape;
     d.ndim = h.ndim = 65;
-    CHECK(cm_copy_array(dev, &d, &h, 4, NULL, 0, &err) == -1 &&
-          err.kind == CM_ERR_VALUE);
-    CHECK(cm_fill(dev, &h, host, 4, NULL, 0, &err) == -1 &&
-          err.kind == CM_ERR_VALUE);
+    CHECK_TRUE(cm_copy_array(dev, &d, &h, 4, NULL, 0, &err) == -1 &&
+               err.kind == CM_ERR_VALUE);
+    CHECK_TRUE(cm_fill(dev, &h, host, 4, NULL, 0, &err) == -1 &&
+               err.kind == CM_ERR_VALUE);
     /* Zero-size: nothing at all, whatever the strides. */
     d.ndim = h.ndim = 2;
     d.shape = h.shape = zero;
     d.strides = zero;
-    CHECK(cm_copy_array(dev, &d, &h, 4, NULL, 0, &err) == 0);
-    CHECK(cm_fill(dev, &d, host, 4, stream, 1, &err) == 0);
-    CHECK(seen.calls == 0);
+    CHECK_EQ(cm_copy_array(dev, &d, &h, 4, NULL, 0, &err), 0);
+    CHECK_EQ(cm_fill(dev, &d, host, 4, stream, 1, &err), 0);
+    CHECK_EQ(seen.calls, 0);
 }
 
 /* With the maximum pitch at 512 bytes: a (32, 128) float32 slice of rows
@@ -1334,19 +1341,19 @@ test_pitch_limit(void)
     view narrow = c_view(2, nbase, nstart, nstop, nstep, 4);
     view npacked = contiguous_view(2, nshape, 4);
 
-    CHECK(one_copy(HTOD, &slice, &packed, 4, 0) == 0);
-    CHECK(done.pitch <= 512 && done.inside == 32 * 128 * 4 &&
-          calls_of("cuMemcpy2D") == 0);
-    CHECK(one_copy(DTOH, &packed, &slice, 4, 1) == 0);
-    CHECK(done.pitch <= 512);
-    CHECK(one_copy(HTOD, &narrow, &npacked, 4, 0) == 0);
-    CHECK(done.calls == 1 && calls_of("cuMemcpy2D") == 1 &&
-          done.pitch == 512);
-    CHECK(one_fill(&slice, "abcd", 4, 0) == 0);
-    CHECK(done.pitch <= 512 && done.inside == 32 * 128 * 4);
+    CHECK_EQ(one_copy(HTOD, &slice, &packed, 4, 0), 0);
+    CHECK_TRUE(done.pitch <= 512 && done.inside == 32 * 128 * 4 &&
+               calls_of("cuMemcpy2D") == 0);
+    CHECK_EQ(one_copy(DTOH, &packed, &slice, 4, 1), 0);
+    CHECK_LE(done.pitch, 512);
+    CHECK_EQ(one_copy(HTOD, &narrow, &npacked, 4, 0), 0);
+    CHECK_TRUE(done.calls == 1 && calls_of("cuMemcpy2D") == 1 &&
+               done.pitch == 512);
+    CHECK_EQ(one_fill(&slice, "abcd", 4, 0), 0);
+    CHECK_TRUE(done.pitch <= 512 && done.inside == 32 * 128 * 4);
 }
 
-/* Runs this test again in a child with `name` set to `value`. */
+/* Runs every test again in a child with `name` set to `value`. */
 static int
 run_child(const char *name, const char *value)
 {
@@ -1360,7 +1367,7 @@ run_child(const char *name, const char *value)
         return -1;
     }
     path[len] = '\0';
-    printf("child with %s=%s: ", name, value);
+    printf("child with %s=%s:\n", name, value);
     fflush(stdout);
     setenv("CM_TEST_CHILD", "1", 1);
     setenv(name, value, 1);
@@ -1416,59 +1423,88 @@ load(void)
                : -1;
 }
 
-int
-main(void)
+/* With the maximum pitch at 512 bytes, before any copy: the pitch-limit
+ * checks, then the random copies. */
+static void
+test_max_pitch(void)
+{
+    pitch_limit = 512;
+    test_pitch_limit();
+    test_random();
+}
+
+/* The children: a child does not run its own. */
+static void
+test_child_per_thread_stream(void)
+{
+    if (getenv("CM_TEST_CHILD") == NULL) {
+        CHECK_EQ(run_child("CUDAMEM_PER_THREAD_DEFAULT_STREAM", "1"), 0);
+    }
+}
+
+static void
+test_child_strict_pitch(void)
+{
+    if (getenv("CM_TEST_CHILD") == NULL) {
+        CHECK_EQ(run_child("CUDAMEM_SIM_STRICT_PITCH", "1"), 0);
+    }
+}
+
+static cusim_stats start;
+
+static void
+setup(void)
 {
     const char *seed = getenv("CM_TEST_SEED");
-    const char *limit = getenv("CM_TEST_MAX_PITCH");
-    int child = getenv("CM_TEST_CHILD") != NULL;
-    cusim_stats start, end;
     cm_error err;
 
     if (seed != NULL) {
         rng = strtoull(seed, NULL, 0) * 2 + 1;
     }
-    pitch_limit = limit != NULL ? atoi(limit) : 0;
-    CHECK(load() == 0);
+    CHECK_EQ(load(), 0);
     if (check_failed) {
-        CHECK_DONE();
+        return;
     }
     /* Before any copy: the maximum pitch is read once per device. */
     install_wrappers();
-    CHECK(cm_device_get(0, &dev, &err) == 0);
-    CHECK(cm_device_select(dev, &err) == 0);
+    CHECK_EQ(cm_device_get(0, &dev, &err), 0);
+    CHECK_EQ(cm_device_select(dev, &err), 0);
     /* Blocking: ordered against the legacy stream of the sync calls. */
-    CHECK(cm_drv.cuStreamCreate(&stream, CU_STREAM_DEFAULT) == 0);
-    CHECK(cm_queues_flush(dev, &err) == 0);
+    CHECK_EQ(cm_drv.cuStreamCreate(&stream, CU_STREAM_DEFAULT), 0);
+    CHECK_EQ(cm_queues_flush(dev, &err), 0);
     sim.get_stats(&start);
-
-    if (pitch_limit > 0) {
-        test_pitch_limit();
-    }
-    else {
-        test_contiguous();
-        test_2d_slice();
-        test_dtod_pitches();
-        test_3d();
-        test_fills();
-        test_broadcast();
-        test_overlap();
-        test_layout_changes();
-        test_faults();
-        test_bad_input();
-    }
-    test_random();
-
-    CHECK(cm_queues_flush(dev, &err) == 0);
-    sim.get_stats(&end);
-    CHECK(end.device_allocations == start.device_allocations);
-    CHECK(sim.hazard_count() == 0);
-    CHECK(cm_drv.cuStreamDestroy(stream) == 0);
-    CHECK(cm_devices_close(1, &err) == 0);
-    if (!child) {
-        CHECK(run_child("CM_TEST_MAX_PITCH", "512") == 0);
-        CHECK(run_child("CUDAMEM_PER_THREAD_DEFAULT_STREAM", "1") == 0);
-        CHECK(run_child("CUDAMEM_SIM_STRICT_PITCH", "1") == 0);
-    }
-    CHECK_DONE();
 }
+
+static void
+teardown(void)
+{
+    cusim_stats end;
+    cm_error err;
+
+    CHECK_EQ(cm_queues_flush(dev, &err), 0);
+    sim.get_stats(&end);
+    CHECK_EQ(end.device_allocations, start.device_allocations);
+    CHECK_EQ(sim.hazard_count(), 0);
+    CHECK_EQ(cm_drv.cuStreamDestroy(stream), 0);
+    CHECK_EQ(cm_devices_close(1, &err), 0);
+}
+
+static const check_test tests[] = {
+    {"contiguous", test_contiguous, 0},
+    {"2d_slice", test_2d_slice, 0},
+    {"dtod_pitches", test_dtod_pitches, 0},
+    {"3d", test_3d, 0},
+    {"fills", test_fills, 0},
+    {"broadcast", test_broadcast, 0},
+    {"overlap", test_overlap, 0},
+    {"layout_changes", test_layout_changes, 0},
+    {"faults", test_faults, 0},
+    {"bad_input", test_bad_input, 0},
+    {"random", test_random, 0},
+    {"max_pitch", test_max_pitch, 0},
+    {"child_per_thread_stream", test_child_per_thread_stream, 0},
+    {"child_strict_pitch", test_child_strict_pitch, 0},
+    {NULL, NULL, 0},
+};
+
+CHECK_MAIN(tests, setup, teardown)

@@ -16,13 +16,13 @@ two_records(void)
 {
     cm_error first, ignored;
 
-    CHECK(cm_fail_fmt(&first, CM_ERR_VALUE, "first failure: %d", 1) == -1);
-    CHECK(cm_fail_fmt(&ignored, CM_ERR_STATE, "cleanup failure: %s",
-                      "device 0") == -1);
-    CHECK(strcmp(cm_error_msg(&first), "first failure: 1") == 0);
-    CHECK(first.kind == CM_ERR_VALUE);
-    CHECK(strcmp(cm_error_msg(&ignored), "cleanup failure: device 0") == 0);
-    CHECK(ignored.kind == CM_ERR_STATE);
+    CHECK_EQ(cm_fail_fmt(&first, CM_ERR_VALUE, "first failure: %d", 1), -1);
+    CHECK_EQ(cm_fail_fmt(&ignored, CM_ERR_STATE, "cleanup failure: %s",
+                         "device 0"), -1);
+    CHECK_STR_EQ(cm_error_msg(&first), "first failure: 1");
+    CHECK_EQ(first.kind, CM_ERR_VALUE);
+    CHECK_STR_EQ(cm_error_msg(&ignored), "cleanup failure: device 0");
+    CHECK_EQ(ignored.kind, CM_ERR_STATE);
 }
 
 /* cm_fail_fmt(err, ..., cm_error_msg(err)): wrapping a record's own
@@ -35,8 +35,8 @@ quotes_itself(void)
     cm_fail_fmt(&err, CM_ERR_VALUE, "device %d is not visible", 3);
     cm_fail_fmt(&err, CM_ERR_VALUE, "cannot use stream %d: %s", 7,
                 cm_error_msg(&err));
-    CHECK(strcmp(cm_error_msg(&err),
-                 "cannot use stream 7: device 3 is not visible") == 0);
+    CHECK_STR_EQ(cm_error_msg(&err),
+                 "cannot use stream 7: device 3 is not visible");
 }
 
 /* A copied record carries its message; the original may then change. */
@@ -48,8 +48,8 @@ copies(void)
     cm_fail_fmt(&a, CM_ERR_STATE, "context %d was reset", 2);
     b = a;
     cm_fail_fmt(&a, CM_ERR_VALUE, "something else");
-    CHECK(strcmp(cm_error_msg(&b), "context 2 was reset") == 0);
-    CHECK(strcmp(cm_error_msg(&a), "something else") == 0);
+    CHECK_STR_EQ(cm_error_msg(&b), "context 2 was reset");
+    CHECK_STR_EQ(cm_error_msg(&a), "something else");
 }
 
 /* cm_fail keeps a literal by pointer; a later cm_fail_fmt replaces it and
@@ -60,13 +60,13 @@ literal_and_driver(void)
     cm_error err;
 
     cm_fail(&err, CM_ERR_VALUE, "a literal");
-    CHECK(strcmp(cm_error_msg(&err), "a literal") == 0);
+    CHECK_STR_EQ(cm_error_msg(&err), "a literal");
     cm_fail_fmt(&err, CM_ERR_VALUE, "formatted %s", "text");
-    CHECK(strcmp(cm_error_msg(&err), "formatted text") == 0);
+    CHECK_STR_EQ(cm_error_msg(&err), "formatted text");
     cm_fail(&err, CM_ERR_STATE, "another literal");
-    CHECK(strcmp(cm_error_msg(&err), "another literal") == 0);
+    CHECK_STR_EQ(cm_error_msg(&err), "another literal");
     cm_fail(&err, CM_ERR_NOMEM, NULL);
-    CHECK(strcmp(cm_error_msg(&err), "") == 0);
+    CHECK_STR_EQ(cm_error_msg(&err), "");
 }
 
 /* Longer messages are cut to the buffer, still terminated. */
@@ -79,8 +79,8 @@ truncation(void)
     memset(longer, 'x', sizeof(longer) - 1);
     longer[sizeof(longer) - 1] = '\0';
     cm_fail_fmt(&err, CM_ERR_VALUE, "%s", longer);
-    CHECK(strlen(cm_error_msg(&err)) == CM_ERROR_TEXT - 1);
-    CHECK(strncmp(cm_error_msg(&err), longer, CM_ERROR_TEXT - 1) == 0);
+    CHECK_EQ(strlen(cm_error_msg(&err)), CM_ERROR_TEXT - 1);
+    CHECK_EQ(strncmp(cm_error_msg(&err), longer, CM_ERROR_TEXT - 1), 0);
 }
 
 /* Threads formatting at once each keep their own records' text. */
@@ -111,11 +111,11 @@ threads(void)
     void *bad;
 
     for (size_t i = 0; i < 4; i++) {
-        CHECK(pthread_create(&t[i], NULL, format_many, (void *)i) == 0);
+        CHECK_EQ(pthread_create(&t[i], NULL, format_many, (void *)i), 0);
     }
     for (size_t i = 0; i < 4; i++) {
-        CHECK(pthread_join(t[i], &bad) == 0);
-        CHECK(bad == NULL);
+        CHECK_EQ(pthread_join(t[i], &bad), 0);
+        CHECK_EQ(bad, NULL);
     }
 }
 
@@ -126,24 +126,24 @@ names(void)
     CUresult code;
     const char *name;
 
-    CHECK(strcmp(cm_error_name(CUDA_ERROR_OUT_OF_MEMORY),
-                 "CUDA_ERROR_OUT_OF_MEMORY") == 0);
-    CHECK(cm_error_name((CUresult)123456) == NULL);
-    CHECK(cm_error_table(0, &code, &name) == 0 && code == CUDA_SUCCESS &&
-          strcmp(name, "CUDA_SUCCESS") == 0);
-    CHECK(cm_error_is_sticky(CUDA_ERROR_ILLEGAL_ADDRESS));
-    CHECK(!cm_error_is_sticky(CUDA_ERROR_OUT_OF_MEMORY));
+    CHECK_STR_EQ(cm_error_name(CUDA_ERROR_OUT_OF_MEMORY),
+                 "CUDA_ERROR_OUT_OF_MEMORY");
+    CHECK_EQ(cm_error_name((CUresult)123456), NULL);
+    CHECK_TRUE(cm_error_table(0, &code, &name) == 0 && code == CUDA_SUCCESS &&
+               strcmp(name, "CUDA_SUCCESS") == 0);
+    CHECK_TRUE(cm_error_is_sticky(CUDA_ERROR_ILLEGAL_ADDRESS));
+    CHECK_TRUE(!cm_error_is_sticky(CUDA_ERROR_OUT_OF_MEMORY));
 }
 
-int
-main(void)
-{
-    two_records();
-    quotes_itself();
-    copies();
-    literal_and_driver();
-    truncation();
-    threads();
-    names();
-    CHECK_DONE();
-}
+static const check_test tests[] = {
+    {"two_records", two_records, 0},
+    {"quotes_itself", quotes_itself, 0},
+    {"copies", copies, 0},
+    {"literal_and_driver", literal_and_driver, 0},
+    {"truncation", truncation, 0},
+    {"threads", threads, 0},
+    {"names", names, 0},
+    {NULL, NULL, 0},
+};
+
+CHECK_MAIN(tests, NULL, NULL)

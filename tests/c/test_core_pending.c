@@ -71,7 +71,7 @@ new_queue(size_t device_memory, freelog *log)
 
     memset(log, 0, sizeof(*log));
     q = cm_pending_new(device_memory, log_free, log, &err);
-    CHECK(q != NULL);
+    CHECK_NE(q, NULL);
     log->q = q;
     return q;
 }
@@ -261,12 +261,12 @@ test_environment(void)
 
         fflush(NULL);
         pid = fork();
-        CHECK(pid >= 0);
+        CHECK_GE(pid, 0);
         if (pid == 0) {
             exit(env_child(i, &env_cases[i]));
         }
-        CHECK(waitpid(pid, &status, 0) == pid);
-        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        CHECK_EQ(waitpid(pid, &status, 0), pid);
+        CHECK_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     }
 }
 
@@ -280,12 +280,12 @@ test_defaults(void)
     cm_error err;
     freelog log;
 
-    CHECK(cm_pending_limits(&count, &ratio, &err) == 0);
-    CHECK(count == 10 && ratio == 0.2);
+    CHECK_EQ(cm_pending_limits(&count, &ratio, &err), 0);
+    CHECK_TRUE(count == 10 && ratio == 0.2);
 
     memset(&err, 0, sizeof(err));
-    CHECK(cm_pending_new(1000, NULL, &log, &err) == NULL);
-    CHECK(err.kind == CM_ERR_VALUE && err.msg != NULL);
+    CHECK_EQ(cm_pending_new(1000, NULL, &log, &err), NULL);
+    CHECK_TRUE(err.kind == CM_ERR_VALUE && err.msg != NULL);
     cm_pending_delete(NULL);
 }
 
@@ -298,17 +298,17 @@ test_count_threshold(void)
     uint64_t h;
 
     for (h = 1; h <= 10; h++) {
-        CHECK(cm_pending_add(q, CM_FREE_DEVICE, h, 100, &err) == 0);
+        CHECK_EQ(cm_pending_add(q, CM_FREE_DEVICE, h, 100, &err), 0);
     }
-    CHECK(log.calls == 0);
-    CHECK(cm_pending_count(q) == 10 && cm_pending_bytes(q) == 1000);
-    CHECK(cm_pending_add(q, CM_FREE_HOST, 11, 7, &err) == 0);
-    CHECK(freed_in_order(&log, 1, 11));
-    CHECK(log.kinds[0] == CM_FREE_DEVICE && log.nbytes[0] == 100);
-    CHECK(log.kinds[10] == CM_FREE_HOST && log.nbytes[10] == 7);
-    CHECK(cm_pending_count(q) == 0 && cm_pending_bytes(q) == 0);
+    CHECK_EQ(log.calls, 0);
+    CHECK_TRUE(cm_pending_count(q) == 10 && cm_pending_bytes(q) == 1000);
+    CHECK_EQ(cm_pending_add(q, CM_FREE_HOST, 11, 7, &err), 0);
+    CHECK_TRUE(freed_in_order(&log, 1, 11));
+    CHECK_TRUE(log.kinds[0] == CM_FREE_DEVICE && log.nbytes[0] == 100);
+    CHECK_TRUE(log.kinds[10] == CM_FREE_HOST && log.nbytes[10] == 7);
+    CHECK_TRUE(cm_pending_count(q) == 0 && cm_pending_bytes(q) == 0);
     /* each item leaves the queue before its free runs */
-    CHECK(log.queued_during == 0);
+    CHECK_EQ(log.queued_during, 0);
     cm_pending_delete(q);
 }
 
@@ -320,34 +320,34 @@ test_byte_threshold(void)
     /* 0.2 * 1000: at most 200 bytes pending */
     cm_pending *q = new_queue(1000, &log);
 
-    CHECK(cm_pending_add(q, CM_FREE_DEVICE, 1, 100, &err) == 0);
-    CHECK(cm_pending_add(q, CM_FREE_DEVICE, 2, 100, &err) == 0);
-    CHECK(cm_pending_bytes(q) == 200 && log.calls == 0);
-    CHECK(cm_pending_add(q, CM_FREE_DEVICE, 3, 0, &err) == 0);
-    CHECK(log.calls == 0);
-    CHECK(cm_pending_add(q, CM_FREE_DEVICE, 4, 1, &err) == 0);
-    CHECK(freed_in_order(&log, 1, 4));
-    CHECK(cm_pending_bytes(q) == 0 && cm_pending_count(q) == 0);
+    CHECK_EQ(cm_pending_add(q, CM_FREE_DEVICE, 1, 100, &err), 0);
+    CHECK_EQ(cm_pending_add(q, CM_FREE_DEVICE, 2, 100, &err), 0);
+    CHECK_TRUE(cm_pending_bytes(q) == 200 && log.calls == 0);
+    CHECK_EQ(cm_pending_add(q, CM_FREE_DEVICE, 3, 0, &err), 0);
+    CHECK_EQ(log.calls, 0);
+    CHECK_EQ(cm_pending_add(q, CM_FREE_DEVICE, 4, 1, &err), 0);
+    CHECK_TRUE(freed_in_order(&log, 1, 4));
+    CHECK_TRUE(cm_pending_bytes(q) == 0 && cm_pending_count(q) == 0);
 
     /* one item larger than the limit on its own */
-    CHECK(cm_pending_add(q, CM_FREE_DEVICE, 5, 201, &err) == 0);
-    CHECK(freed_in_order(&log, 1, 5));
+    CHECK_EQ(cm_pending_add(q, CM_FREE_DEVICE, 5, 201, &err), 0);
+    CHECK_TRUE(freed_in_order(&log, 1, 5));
     cm_pending_delete(q);
 
     /* no device memory: only empty items may wait */
     q = new_queue(0, &log);
-    CHECK(cm_pending_add(q, CM_FREE_STREAM, 1, 0, &err) == 0);
-    CHECK(log.calls == 0 && cm_pending_count(q) == 1);
-    CHECK(cm_pending_add(q, CM_FREE_DEVICE, 2, 1, &err) == 0);
-    CHECK(freed_in_order(&log, 1, 2));
+    CHECK_EQ(cm_pending_add(q, CM_FREE_STREAM, 1, 0, &err), 0);
+    CHECK_TRUE(log.calls == 0 && cm_pending_count(q) == 1);
+    CHECK_EQ(cm_pending_add(q, CM_FREE_DEVICE, 2, 1, &err), 0);
+    CHECK_TRUE(freed_in_order(&log, 1, 2));
     cm_pending_delete(q);
 
     /* the largest device cannot overflow the limit */
     q = new_queue(SIZE_MAX, &log);
-    CHECK(cm_pending_add(q, CM_FREE_DEVICE, 1, SIZE_MAX / 8, &err) == 0);
-    CHECK(log.calls == 0);
-    CHECK(cm_pending_add(q, CM_FREE_DEVICE, 2, SIZE_MAX / 8, &err) == 0);
-    CHECK(freed_in_order(&log, 1, 2));
+    CHECK_EQ(cm_pending_add(q, CM_FREE_DEVICE, 1, SIZE_MAX / 8, &err), 0);
+    CHECK_EQ(log.calls, 0);
+    CHECK_EQ(cm_pending_add(q, CM_FREE_DEVICE, 2, SIZE_MAX / 8, &err), 0);
+    CHECK_TRUE(freed_in_order(&log, 1, 2));
     cm_pending_delete(q);
 }
 
@@ -362,12 +362,12 @@ test_fifo_growth(void)
     /* Many items behind a deferral: the queue grows past many chunks. */
     cm_pending_defer(q);
     for (h = 1; h <= 10000; h++) {
-        CHECK(cm_pending_add(q, CM_FREE_DEVICE, h, 1, &err) == 0);
+        CHECK_EQ(cm_pending_add(q, CM_FREE_DEVICE, h, 1, &err), 0);
     }
     cm_pending_undefer(q);
-    CHECK(log.calls == 0 && cm_pending_count(q) == 10000);
-    CHECK(cm_pending_flush(q, &err) == 0);
-    CHECK(freed_in_order(&log, 1, 10000));
+    CHECK_TRUE(log.calls == 0 && cm_pending_count(q) == 10000);
+    CHECK_EQ(cm_pending_flush(q, &err), 0);
+    CHECK_TRUE(freed_in_order(&log, 1, 10000));
     cm_pending_delete(q);
 
     /* A failed free leaves a partly drained ring whose items wrap around
@@ -375,22 +375,22 @@ test_fifo_growth(void)
     q = new_queue((size_t)1 << 40, &log);
     cm_pending_defer(q);
     for (h = 1; h <= 10; h++) {
-        CHECK(cm_pending_add(q, CM_FREE_DEVICE, h, 1, &err) == 0);
+        CHECK_EQ(cm_pending_add(q, CM_FREE_DEVICE, h, 1, &err), 0);
     }
     cm_pending_undefer(q);
     log.fail = 5;
-    CHECK(cm_pending_flush(q, &err) == -1);
-    CHECK(freed_in_order(&log, 1, 4) && cm_pending_count(q) == 5);
+    CHECK_EQ(cm_pending_flush(q, &err), -1);
+    CHECK_TRUE(freed_in_order(&log, 1, 4) && cm_pending_count(q) == 5);
     log.fail = 0;
     log.n = 0;
     cm_pending_defer(q);
     for (h = 11; h <= 40; h++) {
-        CHECK(cm_pending_add(q, CM_FREE_DEVICE, h, 1, &err) == 0);
+        CHECK_EQ(cm_pending_add(q, CM_FREE_DEVICE, h, 1, &err), 0);
     }
     cm_pending_undefer(q);
-    CHECK(cm_pending_count(q) == 35 && cm_pending_bytes(q) == 35);
-    CHECK(cm_pending_flush(q, &err) == 0);
-    CHECK(freed_in_order(&log, 6, 40));
+    CHECK_TRUE(cm_pending_count(q) == 35 && cm_pending_bytes(q) == 35);
+    CHECK_EQ(cm_pending_flush(q, &err), 0);
+    CHECK_TRUE(freed_in_order(&log, 6, 40));
     cm_pending_delete(q);
 }
 
@@ -404,36 +404,37 @@ test_failed_free(void)
 
     cm_pending_defer(q);
     for (h = 1; h <= 5; h++) {
-        CHECK(cm_pending_add(q, CM_FREE_DEVICE, h, h, &err) == 0);
+        CHECK_EQ(cm_pending_add(q, CM_FREE_DEVICE, h, h, &err), 0);
     }
     cm_pending_undefer(q);
     log.fail = 3;
     memset(&err, 0, sizeof(err));
-    CHECK(cm_pending_flush(q, &err) == -1);
-    CHECK(err.kind == CM_ERR_DRIVER && err.code == CUDA_ERROR_INVALID_VALUE);
-    CHECK(err.call != NULL && strcmp(err.call, "cuMemFree") == 0);
+    CHECK_EQ(cm_pending_flush(q, &err), -1);
+    CHECK_TRUE(err.kind == CM_ERR_DRIVER &&
+               err.code == CUDA_ERROR_INVALID_VALUE);
+    CHECK_TRUE(err.call != NULL && strcmp(err.call, "cuMemFree") == 0);
     /* 1 and 2 freed, 3 tried once and dropped, 4 and 5 still queued */
-    CHECK(freed_in_order(&log, 1, 2) && log.calls == 3);
-    CHECK(cm_pending_count(q) == 2 && cm_pending_bytes(q) == 4 + 5);
-    CHECK(cm_pending_flush(q, &err) == 0);
-    CHECK(log.calls == 5 && log.n == 4);
-    CHECK(log.handles[2] == 4 && log.handles[3] == 5);
-    CHECK(cm_pending_count(q) == 0 && cm_pending_bytes(q) == 0);
-    CHECK(cm_pending_flush(q, &err) == 0 && log.calls == 5);
+    CHECK_TRUE(freed_in_order(&log, 1, 2) && log.calls == 3);
+    CHECK_TRUE(cm_pending_count(q) == 2 && cm_pending_bytes(q) == 4 + 5);
+    CHECK_EQ(cm_pending_flush(q, &err), 0);
+    CHECK_TRUE(log.calls == 5 && log.n == 4);
+    CHECK_TRUE(log.handles[2] == 4 && log.handles[3] == 5);
+    CHECK_TRUE(cm_pending_count(q) == 0 && cm_pending_bytes(q) == 0);
+    CHECK_TRUE(cm_pending_flush(q, &err) == 0 && log.calls == 5);
     cm_pending_delete(q);
 
     /* The add whose flush fails still queues its item. */
     q = new_queue((size_t)1 << 40, &log);
     log.fail = 1;
     for (h = 1; h <= 10; h++) {
-        CHECK(cm_pending_add(q, CM_FREE_DEVICE, h, 1, &err) == 0);
+        CHECK_EQ(cm_pending_add(q, CM_FREE_DEVICE, h, 1, &err), 0);
     }
-    CHECK(cm_pending_add(q, CM_FREE_DEVICE, 11, 1, &err) == -1);
-    CHECK(err.kind == CM_ERR_DRIVER && log.calls == 1 && log.n == 0);
-    CHECK(cm_pending_count(q) == 10 && cm_pending_bytes(q) == 10);
+    CHECK_EQ(cm_pending_add(q, CM_FREE_DEVICE, 11, 1, &err), -1);
+    CHECK_TRUE(err.kind == CM_ERR_DRIVER && log.calls == 1 && log.n == 0);
+    CHECK_TRUE(cm_pending_count(q) == 10 && cm_pending_bytes(q) == 10);
     log.fail = 0;
-    CHECK(cm_pending_flush(q, &err) == 0);
-    CHECK(freed_in_order(&log, 2, 11));
+    CHECK_EQ(cm_pending_flush(q, &err), 0);
+    CHECK_TRUE(freed_in_order(&log, 2, 11));
     cm_pending_delete(q);
 }
 
@@ -445,35 +446,35 @@ test_nested_defer(void)
     cm_pending *q = new_queue(1000, &log);
     uint64_t h;
 
-    CHECK(!cm_pending_deferred(q));
+    CHECK_TRUE(!cm_pending_deferred(q));
     cm_pending_defer(q);
     cm_pending_defer(q);
-    CHECK(cm_pending_deferred(q));
+    CHECK_TRUE(cm_pending_deferred(q));
     for (h = 1; h <= 20; h++) {
-        CHECK(cm_pending_add(q, CM_FREE_DEVICE, h, 100, &err) == 0);
+        CHECK_EQ(cm_pending_add(q, CM_FREE_DEVICE, h, 100, &err), 0);
     }
-    CHECK(cm_pending_flush(q, &err) == 0);
-    CHECK(log.calls == 0 && cm_pending_count(q) == 20);
+    CHECK_EQ(cm_pending_flush(q, &err), 0);
+    CHECK_TRUE(log.calls == 0 && cm_pending_count(q) == 20);
 
     cm_pending_undefer(q);
-    CHECK(cm_pending_deferred(q) && log.calls == 0);
-    CHECK(cm_pending_add(q, CM_FREE_DEVICE, 21, 100, &err) == 0);
-    CHECK(log.calls == 0);
+    CHECK_TRUE(cm_pending_deferred(q) && log.calls == 0);
+    CHECK_EQ(cm_pending_add(q, CM_FREE_DEVICE, 21, 100, &err), 0);
+    CHECK_EQ(log.calls, 0);
 
     /* leaving the outermost block does not flush either */
     cm_pending_undefer(q);
-    CHECK(!cm_pending_deferred(q));
-    CHECK(log.calls == 0 && cm_pending_count(q) == 21);
-    CHECK(cm_pending_add(q, CM_FREE_DEVICE, 22, 0, &err) == 0);
-    CHECK(freed_in_order(&log, 1, 22));
+    CHECK_TRUE(!cm_pending_deferred(q));
+    CHECK_TRUE(log.calls == 0 && cm_pending_count(q) == 21);
+    CHECK_EQ(cm_pending_add(q, CM_FREE_DEVICE, 22, 0, &err), 0);
+    CHECK_TRUE(freed_in_order(&log, 1, 22));
 
     /* an unbalanced undefer clamps at zero rather than going negative */
     cm_pending_undefer(q);
-    CHECK(!cm_pending_deferred(q));
+    CHECK_TRUE(!cm_pending_deferred(q));
     cm_pending_defer(q);
-    CHECK(cm_pending_deferred(q));
+    CHECK_TRUE(cm_pending_deferred(q));
     cm_pending_undefer(q);
-    CHECK(!cm_pending_deferred(q));
+    CHECK_TRUE(!cm_pending_deferred(q));
     cm_pending_delete(q);
 }
 
@@ -509,22 +510,22 @@ test_early_exit(void)
     freelog log;
     cm_pending *q = new_queue((size_t)1 << 40, &log);
 
-    CHECK(deferred_block_that_fails(q, 1, 11) == -1);
-    CHECK(!cm_pending_deferred(q));
-    CHECK(log.calls == 0 && cm_pending_count(q) == 12);
-    CHECK(cm_pending_add(q, CM_FREE_DEVICE, 13, 1, &err) == 0);
-    CHECK(freed_in_order(&log, 1, 13));
+    CHECK_EQ(deferred_block_that_fails(q, 1, 11), -1);
+    CHECK_TRUE(!cm_pending_deferred(q));
+    CHECK_TRUE(log.calls == 0 && cm_pending_count(q) == 12);
+    CHECK_EQ(cm_pending_add(q, CM_FREE_DEVICE, 13, 1, &err), 0);
+    CHECK_TRUE(freed_in_order(&log, 1, 13));
 
     /* a block nested in another that fails leaves the outer deferral */
     cm_pending_defer(q);
-    CHECK(deferred_block_that_fails(q, 14, 2) == -1);
-    CHECK(cm_pending_deferred(q));
-    CHECK(cm_pending_add(q, CM_FREE_DEVICE, 17, 1, &err) == 0);
-    CHECK(cm_pending_count(q) == 4 && log.n == 13);
+    CHECK_EQ(deferred_block_that_fails(q, 14, 2), -1);
+    CHECK_TRUE(cm_pending_deferred(q));
+    CHECK_EQ(cm_pending_add(q, CM_FREE_DEVICE, 17, 1, &err), 0);
+    CHECK_TRUE(cm_pending_count(q) == 4 && log.n == 13);
     cm_pending_undefer(q);
-    CHECK(!cm_pending_deferred(q));
-    CHECK(cm_pending_flush(q, &err) == 0);
-    CHECK(freed_in_order(&log, 1, 17));
+    CHECK_TRUE(!cm_pending_deferred(q));
+    CHECK_EQ(cm_pending_flush(q, &err), 0);
+    CHECK_TRUE(freed_in_order(&log, 1, 17));
     cm_pending_delete(q);
 }
 
@@ -538,19 +539,19 @@ test_drop(void)
 
     cm_pending_defer(q);
     for (h = 1; h <= 2000; h++) {
-        CHECK(cm_pending_add(q, CM_FREE_IPC, h, 3, &err) == 0);
+        CHECK_EQ(cm_pending_add(q, CM_FREE_IPC, h, 3, &err), 0);
     }
     cm_pending_drop(q);
-    CHECK(cm_pending_count(q) == 0 && cm_pending_bytes(q) == 0);
-    CHECK(log.calls == 0);
+    CHECK_TRUE(cm_pending_count(q) == 0 && cm_pending_bytes(q) == 0);
+    CHECK_EQ(log.calls, 0);
     cm_pending_undefer(q);
-    CHECK(cm_pending_flush(q, &err) == 0 && log.calls == 0);
+    CHECK_TRUE(cm_pending_flush(q, &err) == 0 && log.calls == 0);
 
     /* the queue is still usable afterwards */
     for (h = 1; h <= 11; h++) {
-        CHECK(cm_pending_add(q, CM_FREE_EVENT, h, 0, &err) == 0);
+        CHECK_EQ(cm_pending_add(q, CM_FREE_EVENT, h, 0, &err), 0);
     }
-    CHECK(freed_in_order(&log, 1, 11));
+    CHECK_TRUE(freed_in_order(&log, 1, 11));
     cm_pending_delete(q);
 }
 
@@ -567,26 +568,26 @@ test_salvage(void)
     memset(&salvaged, 0, sizeof(salvaged));
     cm_pending_defer(q);
     for (h = 1; h <= 40; h++) {
-        CHECK(cm_pending_add(q, h % 2 ? CM_FREE_MANAGED : CM_FREE_DEVICE, h,
-                             2, &err) == 0);
+        CHECK_EQ(cm_pending_add(q, h % 2 ? CM_FREE_MANAGED : CM_FREE_DEVICE, h,
+                                2, &err), 0);
     }
     salvaged.fail = 7;
     memset(&err, 0, sizeof(err));
-    CHECK(cm_pending_salvage(q, log_free, &salvaged, &err) == -1);
-    CHECK(err.kind == CM_ERR_DRIVER);
-    CHECK(salvaged.calls == 40 && salvaged.n == 39);
-    CHECK(salvaged.handles[5] == 6 && salvaged.handles[6] == 8);
-    CHECK(salvaged.kinds[0] == CM_FREE_MANAGED &&
-          salvaged.kinds[1] == CM_FREE_DEVICE);
-    CHECK(cm_pending_count(q) == 0 && cm_pending_bytes(q) == 0);
-    CHECK(log.calls == 0);
-    CHECK(cm_pending_salvage(q, log_free, &salvaged, &err) == 0);
-    CHECK(salvaged.calls == 40);
+    CHECK_EQ(cm_pending_salvage(q, log_free, &salvaged, &err), -1);
+    CHECK_EQ(err.kind, CM_ERR_DRIVER);
+    CHECK_TRUE(salvaged.calls == 40 && salvaged.n == 39);
+    CHECK_TRUE(salvaged.handles[5] == 6 && salvaged.handles[6] == 8);
+    CHECK_TRUE(salvaged.kinds[0] == CM_FREE_MANAGED &&
+               salvaged.kinds[1] == CM_FREE_DEVICE);
+    CHECK_TRUE(cm_pending_count(q) == 0 && cm_pending_bytes(q) == 0);
+    CHECK_EQ(log.calls, 0);
+    CHECK_EQ(cm_pending_salvage(q, log_free, &salvaged, &err), 0);
+    CHECK_EQ(salvaged.calls, 40);
     cm_pending_undefer(q);
     for (h = 1; h <= 11; h++) {
-        CHECK(cm_pending_add(q, CM_FREE_EVENT, h, 0, &err) == 0);
+        CHECK_EQ(cm_pending_add(q, CM_FREE_EVENT, h, 0, &err), 0);
     }
-    CHECK(freed_in_order(&log, 1, 11));
+    CHECK_TRUE(freed_in_order(&log, 1, 11));
     cm_pending_delete(q);
 }
 
@@ -601,39 +602,39 @@ test_shutdown(void)
     /* flushed once even though deferred */
     cm_pending_defer(q);
     for (h = 1; h <= 3; h++) {
-        CHECK(cm_pending_add(q, CM_FREE_DEVICE, h, 1, &err) == 0);
+        CHECK_EQ(cm_pending_add(q, CM_FREE_DEVICE, h, 1, &err), 0);
     }
-    CHECK(cm_pending_shutdown(q, &err) == 0);
-    CHECK(freed_in_order(&log, 1, 3) && cm_pending_count(q) == 0);
+    CHECK_EQ(cm_pending_shutdown(q, &err), 0);
+    CHECK_TRUE(freed_in_order(&log, 1, 3) && cm_pending_count(q) == 0);
 
     /* later releases leak silently */
     for (h = 4; h <= 30; h++) {
-        CHECK(cm_pending_add(q, CM_FREE_DEVICE, h, 1000, &err) == 0);
+        CHECK_EQ(cm_pending_add(q, CM_FREE_DEVICE, h, 1000, &err), 0);
     }
     cm_pending_undefer(q);
-    CHECK(cm_pending_count(q) == 0 && cm_pending_bytes(q) == 0);
-    CHECK(cm_pending_flush(q, &err) == 0);
-    CHECK(cm_pending_shutdown(q, &err) == 0);
-    CHECK(log.calls == 3);
+    CHECK_TRUE(cm_pending_count(q) == 0 && cm_pending_bytes(q) == 0);
+    CHECK_EQ(cm_pending_flush(q, &err), 0);
+    CHECK_EQ(cm_pending_shutdown(q, &err), 0);
+    CHECK_EQ(log.calls, 3);
     cm_pending_delete(q);
 
     /* a failed free at shutdown is reported; what follows it is not freed */
     q = new_queue((size_t)1 << 40, &log);
     for (h = 1; h <= 3; h++) {
-        CHECK(cm_pending_add(q, CM_FREE_DEVICE, h, 1, &err) == 0);
+        CHECK_EQ(cm_pending_add(q, CM_FREE_DEVICE, h, 1, &err), 0);
     }
     log.fail = 2;
     memset(&err, 0, sizeof(err));
-    CHECK(cm_pending_shutdown(q, &err) == -1);
-    CHECK(err.kind == CM_ERR_DRIVER);
-    CHECK(freed_in_order(&log, 1, 1) && log.calls == 2);
-    CHECK(cm_pending_count(q) == 1);
-    CHECK(cm_pending_add(q, CM_FREE_DEVICE, 4, 1, &err) == 0);
-    CHECK(cm_pending_flush(q, &err) == 0);
-    CHECK(cm_pending_shutdown(q, &err) == 0);
-    CHECK(log.calls == 2 && cm_pending_count(q) == 1);
+    CHECK_EQ(cm_pending_shutdown(q, &err), -1);
+    CHECK_EQ(err.kind, CM_ERR_DRIVER);
+    CHECK_TRUE(freed_in_order(&log, 1, 1) && log.calls == 2);
+    CHECK_EQ(cm_pending_count(q), 1);
+    CHECK_EQ(cm_pending_add(q, CM_FREE_DEVICE, 4, 1, &err), 0);
+    CHECK_EQ(cm_pending_flush(q, &err), 0);
+    CHECK_EQ(cm_pending_shutdown(q, &err), 0);
+    CHECK_TRUE(log.calls == 2 && cm_pending_count(q) == 1);
     cm_pending_drop(q);
-    CHECK(cm_pending_count(q) == 0);
+    CHECK_EQ(cm_pending_count(q), 0);
     cm_pending_delete(q);
 }
 
@@ -649,11 +650,11 @@ test_reentrant_free(void)
     log.chain_from = 5;
     log.chain_to = 100;
     for (h = 1; h <= 10; h++) {
-        CHECK(cm_pending_add(q, CM_FREE_EXTERNAL, h, 1, &err) == 0);
+        CHECK_EQ(cm_pending_add(q, CM_FREE_EXTERNAL, h, 1, &err), 0);
     }
-    CHECK(cm_pending_flush(q, &err) == 0);
-    CHECK(log.n == 11 && log.handles[10] == 100);
-    CHECK(cm_pending_count(q) == 0);
+    CHECK_EQ(cm_pending_flush(q, &err), 0);
+    CHECK_TRUE(log.n == 11 && log.handles[10] == 100);
+    CHECK_EQ(cm_pending_count(q), 0);
     cm_pending_delete(q);
 }
 
@@ -728,53 +729,57 @@ test_stress(void)
 
     /* 0.2 * 20000 bytes: both thresholds trip during the run */
     q = cm_pending_new(20000, stress_free, NULL, &err);
-    CHECK(q != NULL);
+    CHECK_NE(q, NULL);
     if (q == NULL) {
         return;
     }
     for (i = 0; i < THREADS; i++) {
         args[i].q = q;
         args[i].id = i;
-        CHECK(pthread_create(&threads[i], NULL, stress_thread, &args[i]) ==
-              0);
+        CHECK_EQ(pthread_create(&threads[i], NULL, stress_thread, &args[i]),
+                 0);
     }
     for (i = 0; i < THREADS; i++) {
         pthread_join(threads[i], NULL);
     }
-    CHECK(!cm_pending_deferred(q));
-    CHECK(cm_pending_flush(q, &err) == 0);
-    CHECK(cm_pending_count(q) == 0 && cm_pending_bytes(q) == 0);
+    CHECK_TRUE(!cm_pending_deferred(q));
+    CHECK_EQ(cm_pending_flush(q, &err), 0);
+    CHECK_TRUE(cm_pending_count(q) == 0 && cm_pending_bytes(q) == 0);
     for (i = 0; i < THREADS * PER_THREAD; i++) {
         if (atomic_load(&stress_freed[i]) != 1) {
             once = 0;
         }
     }
-    CHECK(once);
-    CHECK(atomic_load(&stress_bad) == 0);
+    CHECK_TRUE(once);
+    CHECK_EQ(atomic_load(&stress_bad), 0);
     cm_pending_delete(q);
 }
 
-int
-main(void)
+/* The limits must be the defaults whatever the caller set. */
+static void
+setup(void)
 {
-    /* The parent's limits must be the defaults whatever the caller set. */
     unsetenv(CV);
     unsetenv(RV);
     unsetenv(NCV);
     unsetenv(NRV);
-
-    test_environment();
-    test_defaults();
-    test_count_threshold();
-    test_byte_threshold();
-    test_fifo_growth();
-    test_failed_free();
-    test_nested_defer();
-    test_early_exit();
-    test_drop();
-    test_salvage();
-    test_shutdown();
-    test_reentrant_free();
-    test_stress();
-    CHECK_DONE();
 }
+
+static const check_test tests[] = {
+    {"environment", test_environment, 0},
+    {"defaults", test_defaults, 0},
+    {"count_threshold", test_count_threshold, 0},
+    {"byte_threshold", test_byte_threshold, 0},
+    {"fifo_growth", test_fifo_growth, 0},
+    {"failed_free", test_failed_free, 0},
+    {"nested_defer", test_nested_defer, 0},
+    {"early_exit", test_early_exit, 0},
+    {"drop", test_drop, 0},
+    {"salvage", test_salvage, 0},
+    {"shutdown", test_shutdown, 0},
+    {"reentrant_free", test_reentrant_free, 0},
+    {"stress", test_stress, 0},
+    {NULL, NULL, 0},
+};
+
+CHECK_MAIN(tests, setup, NULL)

@@ -57,7 +57,7 @@ test_linear(void)
     CHECK_OK(cuMemcpyDtoD(b, a, N));
     memset(dst, 0, N);
     CHECK_OK(cuMemcpyDtoH(dst, b, N));
-    CHECK(memcmp(dst, src, N) == 0);
+    CHECK_MEM_EQ(dst, src, N);
 
     /* Async forms on a stream, pinned and pageable. */
     fill(src, N, 2);
@@ -65,7 +65,7 @@ test_linear(void)
     CHECK_OK(cuMemcpyDtoDAsync(b, a, N, stream));
     CHECK_OK(cuMemcpyDtoHAsync(pin, b, N, stream));
     CHECK_OK(cuStreamSynchronize(stream));
-    CHECK(memcmp(pin + 10, src, N - 10) == 0);
+    CHECK_MEM_EQ(pin + 10, src, N - 10);
 
     /* Unified cuMemcpy: every direction, kind inferred from the table. */
     fill(src, N, 3);
@@ -74,12 +74,12 @@ test_linear(void)
     CHECK_OK(cuMemcpy(b, a, N));
     CHECK_OK(cuMemcpy((CUdeviceptr)pin, b, N));
     CHECK_OK(cuMemcpy((CUdeviceptr)dst, (CUdeviceptr)pin, N));
-    CHECK(memcmp(dst, src, N) == 0);
+    CHECK_MEM_EQ(dst, src, N);
     fill(src, N, 4);
     CHECK_OK(cuMemcpyAsync(a, (CUdeviceptr)src, N, stream));
     CHECK_OK(cuMemcpyAsync((CUdeviceptr)dst, a, N, stream));
     CHECK_OK(cuStreamSynchronize(stream));
-    CHECK(memcmp(dst, src, N) == 0);
+    CHECK_MEM_EQ(dst, src, N);
 
     /* Zero bytes is a no-op. */
     CHECK_OK(cuMemcpyHtoD(a, src, 0));
@@ -105,14 +105,14 @@ test_linear(void)
         CHECK_OK(cuMemcpyDtoD(a + 100, a, 200));
         CHECK_OK(cuMemcpyDtoD(a, a, 16));
         CHECK_OK(cuMemcpyDtoH(after, a, 300));
-        CHECK(memcmp(before, after, 300) == 0);
+        CHECK_MEM_EQ(before, after, 300);
         unsigned char *p = pin;
         for (int i = 0; i < 11; i++)
             p[i] = (unsigned char)(i + 1);
         memmove(before, p, 11);
         memmove(before + 1, before, 10);
         CHECK_OK(cuMemcpy((CUdeviceptr)pin + 1, (CUdeviceptr)pin, 10));
-        CHECK(memcmp(before, p, 11) == 0);
+        CHECK_MEM_EQ(before, p, 11);
     }
     CHECK_OK(cuMemcpyDtoD(a + 100, a, 100));
 
@@ -140,7 +140,7 @@ test_peer(void)
     CHECK_OK(cuMemcpyPeer(b, ctx1, a, ctx, N));
     memset(dst, 0, N);
     CHECK_OK(cuMemcpyDtoH(dst, b, N)); /* unified addressing */
-    CHECK(memcmp(dst, src, N) == 0);
+    CHECK_MEM_EQ(dst, src, N);
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuMemcpyPeer(b, ctx, a, ctx, N));
     CHECK_CU(CUDA_ERROR_INVALID_CONTEXT,
              cuMemcpyPeer(b, (CUcontext)src, a, ctx, N));
@@ -151,7 +151,7 @@ test_peer(void)
     CHECK_OK(cuStreamSynchronize(stream));
     memset(dst, 0, N);
     CHECK_OK(cuMemcpyDtoH(dst, b, N));
-    CHECK(memcmp(dst, src, N) == 0);
+    CHECK_MEM_EQ(dst, src, N);
 
     /* 3-D peer: a 10 x 5 x 2 box from device 1 back to device 0. */
     CUDA_MEMCPY3D_PEER p;
@@ -180,7 +180,7 @@ test_peer(void)
                     x < 10 ? src[z * 500 + y * 50 + x] : 0;
                 ok &= dst[z * 100 + y * 20 + x] == want;
             }
-    CHECK(ok);
+    CHECK_TRUE(ok);
     p.srcContext = ctx;
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuMemcpy3DPeerAsync(&p, stream));
     p.srcContext = ctx1;
@@ -235,7 +235,7 @@ test_2d(void)
     for (int y = 0; y < 15; y++)
         memcpy(ref + (y + 4) * DP + 3, src + (y + 2) * SP + 5, 50);
     CHECK_OK(cuMemcpyDtoH(out, d, sizeof(out)));
-    CHECK(memcmp(out, ref, sizeof(ref)) == 0);
+    CHECK_MEM_EQ(out, ref, sizeof(ref));
 
     /* Device to device (unified types), then back to the host. */
     CUDA_MEMCPY2D q;
@@ -255,7 +255,7 @@ test_2d(void)
     memset(out, 0, sizeof(out));
     CHECK_OK(cuMemcpy2DAsync(&q, stream));
     CHECK_OK(cuStreamSynchronize(stream));
-    CHECK(memcmp(out, ref, sizeof(ref)) == 0);
+    CHECK_MEM_EQ(out, ref, sizeof(ref));
 
     /* Pitch rules. */
     CUDA_MEMCPY2D bad = p;
@@ -298,7 +298,7 @@ test_2d(void)
     for (int y = 0; y < DH; y++)
         memcpy(ref + y * DP + 32, ref + y * DP, 32);
     CHECK_OK(cuMemcpyDtoH(out, d, sizeof(out)));
-    CHECK(memcmp(out, ref, sizeof(ref)) == 0);
+    CHECK_MEM_EQ(out, ref, sizeof(ref));
     q.WidthInBytes = 33;
     q.dstDevice = d + 31;
     q.Height = DH - 1;
@@ -311,7 +311,7 @@ test_2d(void)
             memcpy(ref + y * DP + 31, rows + y * 33, 33);
     }
     CHECK_OK(cuMemcpyDtoH(out, d, sizeof(out)));
-    CHECK(memcmp(out, ref, sizeof(ref)) == 0);
+    CHECK_MEM_EQ(out, ref, sizeof(ref));
 
     CHECK_OK(cuMemFree(d));
     CHECK_OK(cuMemFree(e));
@@ -332,10 +332,10 @@ test_strict_pitch(void)
     CUDA_MEMCPY3D t;
     int align;
 
-    CHECK(cusim_get_strict_pitch() == 0);
+    CHECK_EQ(cusim_get_strict_pitch(), 0);
     CHECK_OK(cuDeviceGetAttribute(
         &align, CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT, 0));
-    CHECK(align == 32);
+    CHECK_EQ(align, 32);
     fill(src, N, 9);
     CHECK_OK(cuMemAlloc(&d, N));
     CHECK_OK(cuMemAlloc(&e, N));
@@ -357,7 +357,7 @@ test_strict_pitch(void)
         ref[y] = src[3 + 10 * y];
 
     cusim_set_strict_pitch(1);
-    CHECK(cusim_get_strict_pitch() == 1);
+    CHECK_EQ(cusim_get_strict_pitch(), 1);
     p.dstDevice = e + 200;
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuMemcpy2D(&p));
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuMemcpy2DAsync(&p, stream));
@@ -401,7 +401,7 @@ test_strict_pitch(void)
     }
     CHECK_OK(cuCtxSynchronize());
     CHECK_OK(cuMemcpyDtoH(out, e, N));
-    CHECK(memcmp(out, ref, N) == 0);
+    CHECK_MEM_EQ(out, ref, N);
     /* A host side on either end is no intra-device copy. */
     a = p;
     a.dstMemoryType = CU_MEMORYTYPE_HOST;
@@ -411,7 +411,7 @@ test_strict_pitch(void)
     CHECK_OK(cuMemcpy2DAsync(&a, stream));
     CHECK_OK(cuStreamSynchronize(stream));
     for (int y = 0; y < 100; y++)
-        CHECK(out[y] == src[3 + 10 * y]);
+        CHECK_EQ(out[y], src[3 + 10 * y]);
     a = p;
     a.srcMemoryType = CU_MEMORYTYPE_HOST;
     a.srcHost = src + 4;
@@ -420,7 +420,7 @@ test_strict_pitch(void)
         ref[200 + y] = src[4 + 10 * y];
     CHECK_OK(cuCtxSynchronize());
     CHECK_OK(cuMemcpyDtoH(out, e, N));
-    CHECK(memcmp(out, ref, N) == 0);
+    CHECK_MEM_EQ(out, ref, N);
 
     cusim_set_strict_pitch(0);
     CHECK_OK(cuMemFree(d));
@@ -461,7 +461,7 @@ test_3d(void)
     CHECK_OK(cuMemcpy3D(&p));
     ref3d(ref, src, &p);
     CHECK_OK(cuMemcpyDtoH(out, d, sizeof(out)));
-    CHECK(memcmp(out, ref, sizeof(ref)) == 0);
+    CHECK_MEM_EQ(out, ref, sizeof(ref));
 
     /* And back, asynchronously, into a fresh host buffer. */
     CUDA_MEMCPY3D b;
@@ -480,7 +480,7 @@ test_3d(void)
     memset(out, 1, sizeof(out));
     CHECK_OK(cuMemcpy3DAsync(&b, stream));
     CHECK_OK(cuStreamSynchronize(stream));
-    CHECK(memcmp(out, ref, sizeof(ref)) == 0);
+    CHECK_MEM_EQ(out, ref, sizeof(ref));
 
     CUDA_MEMCPY3D bad = p;
     bad.srcHeight = 7; /* < Height + srcY */
@@ -556,7 +556,7 @@ test_memset(void)
     ref_set(ref + 3600, 0, 0x01020304, 4, 8, 1);
     CHECK_OK(cuStreamSynchronize(stream));
     CHECK_OK(cuMemcpyDtoH(out, d, N));
-    CHECK(memcmp(out, ref, N) == 0);
+    CHECK_MEM_EQ(out, ref, N);
 
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuMemsetD16(d + 1, 0, 4));
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuMemsetD32(d + 2, 0, 4));
@@ -592,20 +592,20 @@ test_sync_behaviour(void)
     t0 = now_ms();
     CHECK_OK(cuMemsetD8(b, 0x5a, N));
     dt = now_ms() - t0;
-    CHECK(dt < 15);
+    CHECK_LT(dt, 15);
     CHECK_OK(cuCtxSynchronize());
     CHECK_OK(cuMemsetD8(m, 0x5a, N));
-    CHECK(((unsigned char *)m)[N - 1] == 0x5a);
+    CHECK_EQ(((unsigned char *)m)[N - 1], 0x5a);
 
     /* So does a device-to-device copy. */
     CHECK_OK(cuMemsetD8(a, 0x77, N));
     t0 = now_ms();
     CHECK_OK(cuMemcpyDtoD(m, a, N));
     dt = now_ms() - t0;
-    CHECK(dt < 15);
-    CHECK(((unsigned char *)m)[0] == 0x5a);
+    CHECK_LT(dt, 15);
+    CHECK_EQ(((unsigned char *)m)[0], 0x5a);
     CHECK_OK(cuCtxSynchronize());
-    CHECK(((unsigned char *)m)[0] == 0x77);
+    CHECK_EQ(((unsigned char *)m)[0], 0x77);
 
     /* Pageable host-to-device: the source is staged before the call
      * returns, and by default the copy has landed too (the strict mode
@@ -616,11 +616,11 @@ test_sync_behaviour(void)
     t0 = now_ms();
     CHECK_OK(cuMemcpyHtoD(b, host, N));
     dt = now_ms() - t0;
-    CHECK(dt >= 15);
+    CHECK_GE(dt, 15);
     memset(host, 0, N);
-    CHECK(cuStreamQuery(CU_STREAM_LEGACY) == CUDA_SUCCESS);
+    CHECK_EQ(cuStreamQuery(CU_STREAM_LEGACY), CUDA_SUCCESS);
     CHECK_OK(cuMemcpyDtoH(host, b, N));
-    CHECK(memcmp(host, out, N) == 0);
+    CHECK_MEM_EQ(host, out, N);
 
     /* The async form snapshots at call time too. */
     fill(host, N, 10);
@@ -629,15 +629,15 @@ test_sync_behaviour(void)
     memset(host, 0, N);
     CHECK_OK(cuStreamSynchronize(stream));
     CHECK_OK(cuMemcpyDtoH(host, b, N));
-    CHECK(memcmp(host, out, N) == 0);
+    CHECK_MEM_EQ(host, out, N);
 
     /* Device-to-host blocks until done. */
     memset(host, 0, N);
     t0 = now_ms();
     CHECK_OK(cuMemcpyDtoH(host, a, N));
     dt = now_ms() - t0;
-    CHECK(dt >= 19);
-    CHECK(host[N - 1] == 0x77);
+    CHECK_GE(dt, 19);
+    CHECK_EQ(host[N - 1], 0x77);
 
     /* Into pageable memory even the async form blocks; into pinned memory
      * it does not. */
@@ -645,21 +645,21 @@ test_sync_behaviour(void)
     t0 = now_ms();
     CHECK_OK(cuMemcpyDtoHAsync(host, a, N, stream));
     dt = now_ms() - t0;
-    CHECK(dt >= 19 && host[0] == 0x77);
+    CHECK_TRUE(dt >= 19 && host[0] == 0x77);
     memset(pin, 0, N);
     t0 = now_ms();
     CHECK_OK(cuMemcpyDtoHAsync(pin, a, N, stream));
     dt = now_ms() - t0;
-    CHECK(dt < 15);
+    CHECK_LT(dt, 15);
     CHECK_OK(cuStreamSynchronize(stream));
-    CHECK(pin[0] == 0x77);
+    CHECK_EQ(pin[0], 0x77);
 
     /* From page-locked memory the synchronous copy blocks. */
     memset(pin, 0x31, N);
     t0 = now_ms();
     CHECK_OK(cuMemcpyHtoD(b, pin, N));
     dt = now_ms() - t0;
-    CHECK(dt >= 19);
+    CHECK_GE(dt, 19);
 
     cusim_set_delay_us(0);
     CHECK_OK(cuMemFree(a));
@@ -697,11 +697,11 @@ test_counters(void)
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuMemcpyHtoD(d, host, N + 1));
     CHECK_OK(cuCtxSynchronize());
     entry_stats("cuMemcpyHtoD", &calls, &bytes);
-    CHECK(calls == 2 && bytes == N);
+    CHECK_TRUE(calls == 2 && bytes == N);
     entry_stats("cuMemsetD32", &calls, &bytes);
-    CHECK(calls == 1 && bytes == N);
+    CHECK_TRUE(calls == 1 && bytes == N);
     entry_stats("cuMemcpy2D", &calls, &bytes);
-    CHECK(calls == 1 && bytes == 100);
+    CHECK_TRUE(calls == 1 && bytes == 100);
     CHECK_OK(cuMemFree(d));
 }
 
@@ -734,15 +734,15 @@ test_ptds(void)
         memset(src, 0xcd, 16);
         CHECK_OK(dtoh(dst, d, N, NULL));
         CHECK_OK(sync(NULL));
-        CHECK(memcmp(dst, src, N) == 0);
+        CHECK_MEM_EQ(dst, src, N);
     } else {
-        CHECK(!"per-thread rows missing");
+        CHECK_TRUE(!"per-thread rows missing");
     }
     CHECK_OK(cuMemFree(d));
 }
 
-int
-main(void)
+static void
+setup(void)
 {
     setenv("CUDAMEM_SIM_DEVICES", "2", 1);
     CHECK_OK(cuInit(0));
@@ -752,23 +752,32 @@ main(void)
     /* A blocking stream: ordered against the legacy default stream, which
      * the synchronous calls that return early use. */
     CHECK_OK(cuStreamCreate(&stream, CU_STREAM_DEFAULT));
+}
 
-    test_linear();
-    test_peer();
-    test_2d();
-    test_strict_pitch();
-    test_3d();
-    test_memset();
-    test_sync_behaviour();
-    test_counters();
-    test_ptds();
+static void
+teardown(void)
+{
+    cusim_stats s;
 
     CHECK_OK(cuStreamDestroy(stream));
-    cusim_stats s;
     cusim_get_stats(&s);
-    CHECK(s.device_allocations == 0 && s.device_bytes == 0);
-    CHECK(s.host_allocations == 0 && s.managed_allocations == 0);
+    CHECK_TRUE(s.device_allocations == 0 && s.device_bytes == 0);
+    CHECK_TRUE(s.host_allocations == 0 && s.managed_allocations == 0);
     CHECK_OK(cuDevicePrimaryCtxRelease(0));
     CHECK_OK(cuDevicePrimaryCtxRelease(1));
-    CHECK_DONE();
 }
+
+static const check_test tests[] = {
+    {"linear", test_linear, 0},
+    {"peer", test_peer, 0},
+    {"2d", test_2d, 0},
+    {"strict_pitch", test_strict_pitch, 0},
+    {"3d", test_3d, 0},
+    {"memset", test_memset, 0},
+    {"sync_behaviour", test_sync_behaviour, 0},
+    {"counters", test_counters, 0},
+    {"ptds", test_ptds, 0},
+    {NULL, NULL, 0},
+};
+
+CHECK_MAIN(tests, setup, teardown)

@@ -123,8 +123,8 @@ child_uuids(void)
         CHECK_OK(cuDeviceGetUuid_v2(&u, i));
         uuid_string(&u, uuids[i]);
     }
-    CHECK(write(uuid_pipe[1], uuids, sizeof(uuids)) ==
-          (ssize_t)sizeof(uuids));
+    CHECK_EQ(write(uuid_pipe[1], uuids, sizeof(uuids)),
+             (ssize_t)sizeof(uuids));
 }
 
 static void
@@ -145,17 +145,17 @@ visible(const char *cvd, int want_count, const int *want_phys)
     }
     CHECK_OK(cuInit(0));
     CHECK_OK(cuDeviceGetCount(&n));
-    CHECK(n == want_count);
+    CHECK_EQ(n, want_count);
     for (i = 0; i < n && i < want_count; i++) {
         char s[41];
 
         CHECK_OK(cuDeviceGetName(name, sizeof(name), i));
         snprintf(expect, sizeof(expect),
                  "cudamem simulated device %d (H100-class)", want_phys[i]);
-        CHECK(strcmp(name, expect) == 0);
+        CHECK_STR_EQ(name, expect);
         CHECK_OK(cuDeviceGetUuid_v2(&u, i));
         uuid_string(&u, s);
-        CHECK(strcmp(s, uuids[want_phys[i]]) == 0);
+        CHECK_STR_EQ(s, uuids[want_phys[i]]);
     }
 }
 
@@ -233,9 +233,9 @@ child_memory_and_limits(void)
     unsetenv("CUDA_VISIBLE_DEVICES");
     CHECK_OK(cuInit(0));
     CHECK_OK(cuDeviceGetCount(&n));
-    CHECK(n == SIM_MAX_DEVICES);
+    CHECK_EQ(n, SIM_MAX_DEVICES);
     CHECK_OK(cuDeviceTotalMem(&bytes, SIM_MAX_DEVICES - 1));
-    CHECK(bytes == 2 * GIB);
+    CHECK_EQ(bytes, 2 * GIB);
 }
 
 static void
@@ -250,7 +250,7 @@ child_no_peer(void)
     unsetenv("CUDA_VISIBLE_DEVICES");
     CHECK_OK(cuInit(0));
     CHECK_OK(cuDeviceCanAccessPeer(&can, 0, 1));
-    CHECK(can == 0);
+    CHECK_EQ(can, 0);
     CHECK_OK(cuDevicePrimaryCtxRetain(&c0, 0));
     CHECK_OK(cuDevicePrimaryCtxRetain(&c1, 1));
     CHECK_OK(cuCtxPushCurrent(c0));
@@ -271,11 +271,11 @@ child_driver_version(void)
 
     setenv("CUDAMEM_SIM_DRIVER_VERSION", "12040", 1);
     CHECK_OK(cuDriverGetVersion(&v));
-    CHECK(v == 12040);
+    CHECK_EQ(v, 12040);
     fn = proc("cuCtxCreate", 13000, 0, &st, &r);
-    CHECK(r == CUDA_ERROR_INVALID_VALUE);
+    CHECK_EQ(r, CUDA_ERROR_INVALID_VALUE);
     fn = proc("cuCtxCreate", 12040, 0, &st, &r);
-    CHECK(r == CUDA_SUCCESS && fn == (void *)cuCtxCreate_v2);
+    CHECK_TRUE(r == CUDA_SUCCESS && fn == (void *)cuCtxCreate_v2);
 }
 
 /* Rules before cuInit, in a child so that the parent stays pristine. */
@@ -290,11 +290,11 @@ child_before_init(void)
     int v = 0, n = 0;
 
     CHECK_OK(cuDriverGetVersion(&v));
-    CHECK(v == SIM_DRIVER_VERSION_DEFAULT);
+    CHECK_EQ(v, SIM_DRIVER_VERSION_DEFAULT);
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuDriverGetVersion(NULL));
     CHECK_OK(cuGetErrorName(CUDA_ERROR_INVALID_VALUE, &s));
     fn = proc("cuMemAlloc", 3020, 0, NULL, &r);
-    CHECK(r == CUDA_SUCCESS && fn != NULL);
+    CHECK_TRUE(r == CUDA_SUCCESS && fn != NULL);
     CHECK_CU(CUDA_ERROR_NOT_INITIALIZED, cuDeviceGetCount(&n));
     CHECK_CU(CUDA_ERROR_NOT_INITIALIZED, cuDeviceGet(&d, 0));
     CHECK_CU(CUDA_ERROR_NOT_INITIALIZED, cuCtxGetCurrent(&ctx));
@@ -303,9 +303,9 @@ child_before_init(void)
     CHECK_OK(cuInit(0));
     CHECK_OK(cuInit(0));
     CHECK_OK(cuDeviceGetCount(&n));
-    CHECK(n == 1);
+    CHECK_EQ(n, 1);
     CHECK_OK(cuCtxGetCurrent(&ctx));
-    CHECK(ctx == NULL);
+    CHECK_EQ(ctx, NULL);
 }
 
 static void
@@ -326,28 +326,27 @@ test_environments(void)
 {
     int r;
 
-    CHECK(in_child(child_before_init) == 0);
-    CHECK(pipe(uuid_pipe) == 0);
-    CHECK(in_child(child_uuids) == 0);
-    CHECK(read(uuid_pipe[0], uuids, sizeof(uuids)) ==
-          (ssize_t)sizeof(uuids));
+    CHECK_EQ(in_child(child_before_init), 0);
+    CHECK_EQ(pipe(uuid_pipe), 0);
+    CHECK_EQ(in_child(child_uuids), 0);
+    CHECK_EQ(read(uuid_pipe[0], uuids, sizeof(uuids)), (ssize_t)sizeof(uuids));
     close(uuid_pipe[0]);
     close(uuid_pipe[1]);
-    CHECK(strncmp(uuids[0], "GPU-", 4) == 0 && strlen(uuids[0]) == 40);
-    CHECK(strcmp(uuids[0], uuids[1]) != 0);
-    CHECK(in_child(child_cvd_order) == 0);
-    CHECK(in_child(child_cvd_stop_at_invalid) == 0);
-    CHECK(in_child(child_cvd_duplicate) == 0);
-    CHECK(in_child(child_cvd_empty) == 0);
-    CHECK(in_child(child_cvd_minus_one) == 0);
-    CHECK(in_child(child_cvd_garbage) == 0);
-    CHECK(in_child(child_cvd_uuid_prefix) == 0);
-    CHECK(in_child(child_cvd_bad_uuid) == 0);
-    CHECK(in_child(child_no_devices) == 0);
-    CHECK(in_child(child_memory_and_limits) == 0);
-    CHECK(in_child(child_no_peer) == 0);
+    CHECK_TRUE(strncmp(uuids[0], "GPU-", 4) == 0 && strlen(uuids[0]) == 40);
+    CHECK_NE(strcmp(uuids[0], uuids[1]), 0);
+    CHECK_EQ(in_child(child_cvd_order), 0);
+    CHECK_EQ(in_child(child_cvd_stop_at_invalid), 0);
+    CHECK_EQ(in_child(child_cvd_duplicate), 0);
+    CHECK_EQ(in_child(child_cvd_empty), 0);
+    CHECK_EQ(in_child(child_cvd_minus_one), 0);
+    CHECK_EQ(in_child(child_cvd_garbage), 0);
+    CHECK_EQ(in_child(child_cvd_uuid_prefix), 0);
+    CHECK_EQ(in_child(child_cvd_bad_uuid), 0);
+    CHECK_EQ(in_child(child_no_devices), 0);
+    CHECK_EQ(in_child(child_memory_and_limits), 0);
+    CHECK_EQ(in_child(child_no_peer), 0);
     r = in_child(child_driver_version);
-    CHECK(r == 0);
+    CHECK_EQ(r, 0);
 }
 
 /* ---------------------------------------------------------------------------
@@ -364,33 +363,35 @@ test_proc_address(void)
     size_t i;
 
     fn = proc("cuDevicePrimaryCtxRelease", 10000, 0, &st, &r);
-    CHECK(r == CUDA_SUCCESS && st == CU_GET_PROC_ADDRESS_SUCCESS);
-    CHECK(fn != NULL && fn != (void *)cuDevicePrimaryCtxRelease_v2);
+    CHECK_TRUE(r == CUDA_SUCCESS && st == CU_GET_PROC_ADDRESS_SUCCESS);
+    CHECK_TRUE(fn != NULL && fn != (void *)cuDevicePrimaryCtxRelease_v2);
     fn = proc("cuDevicePrimaryCtxRelease", 11000, 0, &st, &r);
-    CHECK(r == CUDA_SUCCESS && fn == (void *)cuDevicePrimaryCtxRelease_v2);
+    CHECK_TRUE(r == CUDA_SUCCESS &&
+               fn == (void *)cuDevicePrimaryCtxRelease_v2);
     fn = proc("cuDevicePrimaryCtxRelease", 13000, 0, &st, &r);
-    CHECK(r == CUDA_SUCCESS && fn == (void *)cuDevicePrimaryCtxRelease_v2);
+    CHECK_TRUE(r == CUDA_SUCCESS &&
+               fn == (void *)cuDevicePrimaryCtxRelease_v2);
     fn = proc("cuCtxCreate", 12000, 0, &st, &r);
-    CHECK(r == CUDA_SUCCESS && fn == (void *)cuCtxCreate_v2);
+    CHECK_TRUE(r == CUDA_SUCCESS && fn == (void *)cuCtxCreate_v2);
     fn = proc("cuCtxCreate", 12050, 0, &st, &r);
-    CHECK(r == CUDA_SUCCESS && fn == (void *)cuCtxCreate_v4);
+    CHECK_TRUE(r == CUDA_SUCCESS && fn == (void *)cuCtxCreate_v4);
     fn = proc("cuDeviceTotalMem", 12000, 0, &st, &r);
-    CHECK(r == CUDA_SUCCESS && fn == (void *)cuDeviceTotalMem_v2);
+    CHECK_TRUE(r == CUDA_SUCCESS && fn == (void *)cuDeviceTotalMem_v2);
 
     /* cuda.h 12.0 on: CUDA_SUCCESS with pfn NULL, the status says why. */
     fn = proc("cuCtxCreate", 3000, 0, &st, &r);
-    CHECK(r == CUDA_SUCCESS && fn == NULL);
-    CHECK(st == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+    CHECK_TRUE(r == CUDA_SUCCESS && fn == NULL);
+    CHECK_EQ(st, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
     fn = proc("cuNoSuchThing", 12000, 0, &st, &r);
-    CHECK(r == CUDA_SUCCESS && fn == NULL);
-    CHECK(st == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+    CHECK_TRUE(r == CUDA_SUCCESS && fn == NULL);
+    CHECK_EQ(st, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
     fn = proc("cuMemAlloc_v2", 12000, 0, &st, &r);
-    CHECK(r == CUDA_SUCCESS && fn == NULL);
-    CHECK(st == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+    CHECK_TRUE(r == CUDA_SUCCESS && fn == NULL);
+    CHECK_EQ(st, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
     fn = proc("cuInit", 13010, 0, &st, &r);
-    CHECK(r == CUDA_ERROR_INVALID_VALUE);
+    CHECK_EQ(r, CUDA_ERROR_INVALID_VALUE);
     fn = proc("cuInit", 12000, 4, &st, &r);
-    CHECK(r == CUDA_ERROR_INVALID_VALUE);
+    CHECK_EQ(r, CUDA_ERROR_INVALID_VALUE);
     CHECK_CU(CUDA_ERROR_INVALID_VALUE,
              cuGetProcAddress_v2(NULL, &fn, 12000, 0, NULL));
     CHECK_CU(CUDA_ERROR_INVALID_VALUE,
@@ -399,13 +400,13 @@ test_proc_address(void)
     /* The 11030 ABI, and both ABIs through the table. */
     fn = NULL;
     CHECK_OK(cuGetProcAddress("cuInit", &fn, 12000, 0));
-    CHECK(fn == (void *)cuInit);
+    CHECK_EQ(fn, (void *)cuInit);
     CHECK_OK(cuGetProcAddress("cuNope", &fn, 12000, 0));
-    CHECK(fn == NULL);
+    CHECK_EQ(fn, NULL);
     fn = proc("cuGetProcAddress", 11030, 0, &st, &r);
-    CHECK(r == CUDA_SUCCESS && fn == (void *)cuGetProcAddress);
+    CHECK_TRUE(r == CUDA_SUCCESS && fn == (void *)cuGetProcAddress);
     fn = proc("cuGetProcAddress", 12000, 0, &st, &r);
-    CHECK(r == CUDA_SUCCESS && fn == (void *)cuGetProcAddress_v2);
+    CHECK_TRUE(r == CUDA_SUCCESS && fn == (void *)cuGetProcAddress_v2);
 
     /* Every row of every file is what a lookup at its own version finds,
      * and names a counted entry point. */
@@ -420,11 +421,11 @@ test_proc_address(void)
             if (r != CUDA_SUCCESS || fn != row->fn)
                 fprintf(stderr, "row %s %d ptds=%d not found as itself\n",
                         row->name, row->version, row->ptds);
-            CHECK(r == CUDA_SUCCESS && fn == row->fn);
+            CHECK_TRUE(r == CUDA_SUCCESS && fn == row->fn);
             if (entry_index(row->name) < 0)
                 fprintf(stderr, "row %s not in SIM_ENTRIES\n", row->name);
-            CHECK(entry_index(row->name) >= 0);
-            CHECK(row->fn != NULL);
+            CHECK_GE(entry_index(row->name), 0);
+            CHECK_NE(row->fn, NULL);
             if (row->ptds && ptds == NULL)
                 ptds = row;
         }
@@ -434,19 +435,19 @@ test_proc_address(void)
     if (ptds != NULL) {
         void *legacy = proc(ptds->name, 13000, 0, &st, &r);
 
-        CHECK(r == CUDA_SUCCESS && legacy != ptds->fn);
+        CHECK_TRUE(r == CUDA_SUCCESS && legacy != ptds->fn);
         fn = proc(ptds->name, 13000, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &st,
                   &r);
-        CHECK(r == CUDA_SUCCESS && fn == legacy);
+        CHECK_TRUE(r == CUDA_SUCCESS && fn == legacy);
         fn = proc(ptds->name, 13000,
                   CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st, &r);
-        CHECK(r == CUDA_SUCCESS && fn != legacy && fn != NULL);
+        CHECK_TRUE(r == CUDA_SUCCESS && fn != legacy && fn != NULL);
     } else {
         fprintf(stderr, "note: no per-thread rows linked yet\n");
     }
     fn = proc("cuInit", 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
               &st, &r);
-    CHECK(r == CUDA_SUCCESS && fn == (void *)cuInit);
+    CHECK_TRUE(r == CUDA_SUCCESS && fn == (void *)cuInit);
 }
 
 /* ---------------------------------------------------------------------------
@@ -473,20 +474,20 @@ test_error_names(void)
     for (i = 0; i < sizeof(some) / sizeof(some[0]); i++) {
         s = NULL;
         CHECK_OK(cuGetErrorName(some[i].code, &s));
-        CHECK(s != NULL && strcmp(s, some[i].name) == 0);
+        CHECK_TRUE(s != NULL && strcmp(s, some[i].name) == 0);
         s = NULL;
         CHECK_OK(cuGetErrorString(some[i].code, &s));
-        CHECK(s != NULL && *s != '\0');
+        CHECK_TRUE(s != NULL && *s != '\0');
     }
     s = NULL;
     CHECK_OK(cuGetErrorString(CUDA_ERROR_INVALID_VALUE, &s));
-    CHECK(s != NULL && strcmp(s, "invalid argument") == 0);
+    CHECK_TRUE(s != NULL && strcmp(s, "invalid argument") == 0);
     s = "x";
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuGetErrorName((CUresult)12345, &s));
-    CHECK(s == NULL);
+    CHECK_EQ(s, NULL);
     s = "x";
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuGetErrorString((CUresult)-1, &s));
-    CHECK(s == NULL);
+    CHECK_EQ(s, NULL);
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuGetErrorName(CUDA_SUCCESS, NULL));
     /* Names and strings agree on which codes exist: 101 in CUDA 13.0. */
     for (code = 0; code < 1000; code++) {
@@ -494,12 +495,12 @@ test_error_names(void)
         int a = cuGetErrorName((CUresult)code, &s) == CUDA_SUCCESS;
         int b = cuGetErrorString((CUresult)code, &str) == CUDA_SUCCESS;
 
-        CHECK(a == b);
+        CHECK_EQ(a, b);
         named += a;
         if (a)
-            CHECK(strncmp(s, "CUDA_", 5) == 0);
+            CHECK_EQ(strncmp(s, "CUDA_", 5), 0);
     }
-    CHECK(named >= 101);
+    CHECK_GE(named, 101);
 }
 
 /* ---------------------------------------------------------------------------
@@ -515,32 +516,32 @@ test_devices(void)
     int n = 0, v = -1, a, ok;
 
     CHECK_OK(cuDeviceGetCount(&n));
-    CHECK(n == 2);
+    CHECK_EQ(n, 2);
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuDeviceGetCount(NULL));
     CHECK_OK(cuDeviceGet(&d, 1));
-    CHECK(d == 1);
+    CHECK_EQ(d, 1);
     CHECK_CU(CUDA_ERROR_INVALID_DEVICE, cuDeviceGet(&d, 2));
     CHECK_CU(CUDA_ERROR_INVALID_DEVICE, cuDeviceGet(&d, -1));
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuDeviceGet(NULL, 0));
 
     CHECK_OK(cuDeviceGetName(name, sizeof(name), 1));
-    CHECK(strcmp(name, "cudamem simulated device 1 (H100-class)") == 0);
+    CHECK_STR_EQ(name, "cudamem simulated device 1 (H100-class)");
     CHECK_OK(cuDeviceGetName(name, 5, 0));
-    CHECK(strcmp(name, "cuda") == 0);
+    CHECK_STR_EQ(name, "cuda");
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuDeviceGetName(name, 0, 0));
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuDeviceGetName(NULL, 8, 0));
     CHECK_CU(CUDA_ERROR_INVALID_DEVICE, cuDeviceGetName(name, 8, 7));
 
     CHECK_OK(cuDeviceTotalMem(&bytes, 0));
-    CHECK(bytes == GIB);
+    CHECK_EQ(bytes, GIB);
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuDeviceTotalMem(NULL, 0));
     CHECK_CU(CUDA_ERROR_INVALID_DEVICE, cuDeviceTotalMem(&bytes, 2));
 
     CHECK_OK(cuDeviceGetUuid_v2(&u0, 0));
     CHECK_OK(cuDeviceGetUuid_v2(&u1, 1));
     CHECK_OK(cuDeviceGetUuid(&v1, 1));
-    CHECK(memcmp(&u0, &u1, sizeof(u0)) != 0);
-    CHECK(memcmp(&u1, &v1, sizeof(u1)) == 0);
+    CHECK_NE(memcmp(&u0, &u1, sizeof(u0)), 0);
+    CHECK_MEM_EQ(&u1, &v1, sizeof(u1));
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuDeviceGetUuid_v2(NULL, 0));
     CHECK_CU(CUDA_ERROR_INVALID_DEVICE, cuDeviceGetUuid_v2(&u0, 5));
 
@@ -549,7 +550,7 @@ test_devices(void)
         int dom, bus_id, dev_id;
 
         CHECK_OK(cuDeviceGetPCIBusId(bus, sizeof(bus), d));
-        CHECK(strlen(bus) == 12);
+        CHECK_EQ(strlen(bus), 12);
         CHECK_OK(cuDeviceGetAttribute(&dom, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID,
                                       d));
         CHECK_OK(cuDeviceGetAttribute(&bus_id, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID,
@@ -557,21 +558,21 @@ test_devices(void)
         CHECK_OK(cuDeviceGetAttribute(&dev_id,
                                       CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, d));
         snprintf(bus2, sizeof(bus2), "%04X:%02X:%02X.0", dom, bus_id, dev_id);
-        CHECK(strcmp(bus, bus2) == 0);
+        CHECK_STR_EQ(bus, bus2);
         v = -1;
         CHECK_OK(cuDeviceGetByPCIBusId(&v, bus));
-        CHECK(v == d);
+        CHECK_EQ(v, d);
         snprintf(bus2, sizeof(bus2), "%x:%x.0", bus_id, dev_id);
         v = -1;
         CHECK_OK(cuDeviceGetByPCIBusId(&v, bus2));
-        CHECK(v == d);
+        CHECK_EQ(v, d);
         snprintf(bus2, sizeof(bus2), "%08x:%02x:%02x", dom, bus_id, dev_id);
         v = -1;
         CHECK_OK(cuDeviceGetByPCIBusId(&v, bus2));
-        CHECK(v == d);
+        CHECK_EQ(v, d);
     }
     CHECK_OK(cuDeviceGetPCIBusId(bus, 5, 0));
-    CHECK(strlen(bus) == 4);
+    CHECK_EQ(strlen(bus), 4);
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuDeviceGetPCIBusId(bus, 0, 0));
     CHECK_CU(CUDA_ERROR_INVALID_DEVICE, cuDeviceGetPCIBusId(bus, 32, 9));
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuDeviceGetByPCIBusId(&v, "nonsense"));
@@ -589,7 +590,7 @@ test_devices(void)
             ok = 0;
         }
     }
-    CHECK(ok);
+    CHECK_TRUE(ok);
     CHECK_CU(CUDA_ERROR_INVALID_VALUE,
              cuDeviceGetAttribute(&v, (CUdevice_attribute)0, 0));
     CHECK_CU(CUDA_ERROR_INVALID_VALUE,
@@ -604,7 +605,7 @@ test_devices(void)
     do {                                                                      \
         v = -12345;                                                           \
         CHECK_OK(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_##attr, 1));    \
-        CHECK(v == (want));                                                   \
+        CHECK_EQ(v, (want));                                                   \
     } while (0)
     ATTR_IS(COMPUTE_CAPABILITY_MAJOR, 9);
     ATTR_IS(COMPUTE_CAPABILITY_MINOR, 0);
@@ -666,41 +667,42 @@ test_counters_and_faults(void)
     pthread_t th;
     int n, i;
 
-    CHECK(cusim_is_simulator() == 1);
-    CHECK(cusim_entry_count() == SIM_NENTRIES);
-    CHECK(cusim_entry_stats(-1, &calls, &bytes) == NULL);
-    CHECK(cusim_entry_stats(SIM_NENTRIES, &calls, &bytes) == NULL);
-    CHECK(strcmp(cusim_entry_stats(0, NULL, NULL), "cuGetProcAddress") == 0);
+    CHECK_EQ(cusim_is_simulator(), 1);
+    CHECK_EQ(cusim_entry_count(), SIM_NENTRIES);
+    CHECK_EQ(cusim_entry_stats(-1, &calls, &bytes), NULL);
+    CHECK_EQ(cusim_entry_stats(SIM_NENTRIES, &calls, &bytes), NULL);
+    CHECK_STR_EQ(cusim_entry_stats(0, NULL, NULL), "cuGetProcAddress");
 
     cusim_reset_counters();
     for (i = 0; i < 3; i++)
         CHECK_OK(cuDeviceGetCount(&n));
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuDeviceGetCount(NULL));
-    CHECK(calls_of("cuDeviceGetCount") == 4);
-    CHECK(calls_of("cuDeviceGet") == 0);
+    CHECK_EQ(calls_of("cuDeviceGetCount"), 4);
+    CHECK_EQ(calls_of("cuDeviceGet"), 0);
     sim_count_bytes(SIM_cuMemcpyHtoD, 100);
     sim_count_bytes(SIM_cuMemcpyHtoD, 28);
     cusim_entry_stats(entry_index("cuMemcpyHtoD"), &calls, &bytes);
-    CHECK(bytes == 128);
+    CHECK_EQ(bytes, 128);
 
     /* after / count */
-    CHECK(cusim_inject("cuDeviceGetCount", CUDA_ERROR_OUT_OF_MEMORY, 1, 2)
-          == 0);
+    CHECK_EQ(cusim_inject("cuDeviceGetCount", CUDA_ERROR_OUT_OF_MEMORY, 1, 2),
+             0);
     CHECK_OK(cuDeviceGetCount(&n));
     CHECK_CU(CUDA_ERROR_OUT_OF_MEMORY, cuDeviceGetCount(&n));
     CHECK_CU(CUDA_ERROR_OUT_OF_MEMORY, cuDeviceGetCount(&n));
     CHECK_OK(cuDeviceGetCount(&n));
-    CHECK(cusim_inject("cuNoSuchEntry", 1, 0, 1) == -1);
-    CHECK(cusim_inject("cuMemAlloc_v2", 1, 0, 1) == -1);
-    CHECK(cusim_inject("cuDeviceGet", 1, 0, 0) == 0);
+    CHECK_EQ(cusim_inject("cuNoSuchEntry", 1, 0, 1), -1);
+    CHECK_EQ(cusim_inject("cuMemAlloc_v2", 1, 0, 1), -1);
+    CHECK_EQ(cusim_inject("cuDeviceGet", 1, 0, 0), 0);
     CHECK_OK(cuDeviceGet(&n, 0));
 
     /* A plain name covers every ABI version of the entry. */
     rel1 = (PFN_cuDevicePrimaryCtxRelease_v11000)proc(
         "cuDevicePrimaryCtxRelease", 7000, 0, &st, &r);
-    CHECK(r == CUDA_SUCCESS && rel1 != NULL);
-    CHECK(cusim_inject("cuDevicePrimaryCtxRelease", CUDA_ERROR_UNKNOWN, 0, 2)
-          == 0);
+    CHECK_TRUE(r == CUDA_SUCCESS && rel1 != NULL);
+    CHECK_EQ(cusim_inject("cuDevicePrimaryCtxRelease", CUDA_ERROR_UNKNOWN,
+                          0, 2),
+             0);
     CHECK_CU(CUDA_ERROR_UNKNOWN, rel1(0));
     CHECK_CU(CUDA_ERROR_UNKNOWN, cuDevicePrimaryCtxRelease(0));
     CHECK_CU(CUDA_ERROR_INVALID_CONTEXT, cuDevicePrimaryCtxRelease(0));
@@ -716,7 +718,7 @@ test_counters_and_faults(void)
     cusim_inject("cuDeviceGetCount", CUDA_ERROR_OUT_OF_MEMORY, 0, 1);
     pthread_create(&th, NULL, other_thread_calls, &other);
     pthread_join(th, NULL);
-    CHECK(other == CUDA_SUCCESS);
+    CHECK_EQ(other, CUDA_SUCCESS);
     CHECK_CU(CUDA_ERROR_OUT_OF_MEMORY, cuDeviceGetCount(&n));
     cusim_inject("cuDeviceGetCount", CUDA_ERROR_OUT_OF_MEMORY, 0, 1);
     cusim_clear_faults();
@@ -730,26 +732,26 @@ test_counters_and_faults(void)
     pthread_barrier_wait(&bar);
     pthread_join(th, NULL);
     pthread_barrier_destroy(&bar);
-    CHECK(ft.first == CUDA_ERROR_OUT_OF_MEMORY);
-    CHECK(ft.after_reset == CUDA_SUCCESS);
-    CHECK(calls_of("cuDeviceGetCount") == 1);
+    CHECK_EQ(ft.first, CUDA_ERROR_OUT_OF_MEMORY);
+    CHECK_EQ(ft.after_reset, CUDA_SUCCESS);
+    CHECK_EQ(calls_of("cuDeviceGetCount"), 1);
 
     /* Driver calls from a stream callback are refused. */
     sim_set_in_callback(1);
-    CHECK(sim_in_callback());
+    CHECK_TRUE(sim_in_callback());
     CHECK_CU(CUDA_ERROR_NOT_PERMITTED, cuDeviceGetCount(&n));
     sim_set_in_callback(0);
     CHECK_OK(cuDeviceGetCount(&n));
 
     /* Control setters. */
     cusim_set_delay_us(7);
-    CHECK(cusim_get_delay_us() == 7);
+    CHECK_EQ(cusim_get_delay_us(), 7);
     cusim_set_delay_us(0);
-    CHECK(cusim_set_memory(5, GIB) == CUDA_ERROR_INVALID_DEVICE);
-    CHECK(cusim_set_memory(1, 2 * GIB) == 0);
+    CHECK_EQ(cusim_set_memory(5, GIB), CUDA_ERROR_INVALID_DEVICE);
+    CHECK_EQ(cusim_set_memory(1, 2 * GIB), 0);
     CHECK_OK(cuDeviceTotalMem(&total, 1));
-    CHECK(total == 2 * GIB);
-    CHECK(cusim_set_memory(1, GIB) == 0);
+    CHECK_EQ(total, 2 * GIB);
+    CHECK_EQ(cusim_set_memory(1, GIB), 0);
 }
 
 /* ---------------------------------------------------------------------------
@@ -787,7 +789,7 @@ test_primary(void)
     int active = -1;
 
     CHECK_OK(cuDevicePrimaryCtxGetState(0, &flags, &active));
-    CHECK(flags == 0 && active == 0);
+    CHECK_TRUE(flags == 0 && active == 0);
     CHECK_CU(CUDA_ERROR_INVALID_VALUE,
              cuDevicePrimaryCtxGetState(0, NULL, &active));
     CHECK_CU(CUDA_ERROR_INVALID_DEVICE,
@@ -800,7 +802,7 @@ test_primary(void)
     /* The first ABI of SetFlags refuses while active; the second not. */
     setflags1 = (PFN_cuDevicePrimaryCtxSetFlags_v11000)proc(
         "cuDevicePrimaryCtxSetFlags", 10020, 0, &st, &r);
-    CHECK(r == CUDA_SUCCESS && setflags1 == cuDevicePrimaryCtxSetFlags);
+    CHECK_TRUE(r == CUDA_SUCCESS && setflags1 == cuDevicePrimaryCtxSetFlags);
     CHECK_OK(setflags1(0, CU_CTX_SCHED_YIELD));
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuDevicePrimaryCtxSetFlags_v2(0, 3));
     CHECK_CU(CUDA_ERROR_INVALID_VALUE,
@@ -809,24 +811,24 @@ test_primary(void)
 
     CHECK_OK(cuDevicePrimaryCtxRetain(&c, 0));
     CHECK_OK(cuDevicePrimaryCtxRetain(&c2, 0));
-    CHECK(c == c2 && c != NULL);
-    CHECK(live_contexts() == base + 1);
+    CHECK_TRUE(c == c2 && c != NULL);
+    CHECK_EQ(live_contexts(), base + 1);
     CHECK_OK(cuDevicePrimaryCtxGetState(0, &flags, &active));
-    CHECK(flags == CU_CTX_SCHED_YIELD && active == 1);
+    CHECK_TRUE(flags == CU_CTX_SCHED_YIELD && active == 1);
     CHECK_CU(CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE,
              setflags1(0, CU_CTX_SCHED_SPIN));
     CHECK_OK(cuDevicePrimaryCtxSetFlags_v2(0, CU_CTX_SCHED_BLOCKING_SYNC));
     CHECK_OK(cuCtxPushCurrent(c));
     CHECK_OK(cuCtxGetFlags(&flags));
-    CHECK(flags == CU_CTX_SCHED_BLOCKING_SYNC);
+    CHECK_EQ(flags, CU_CTX_SCHED_BLOCKING_SYNC);
     CHECK_OK(cuDevicePrimaryCtxSetFlags_v2(0, 0));
 
     /* Release does not pop; one retain is left. */
     CHECK_OK(cuDevicePrimaryCtxRelease(0));
     CHECK_OK(cuCtxGetCurrent(&cur));
-    CHECK(cur == c);
+    CHECK_EQ(cur, c);
     CHECK_OK(cuDevicePrimaryCtxGetState(0, &flags, &active));
-    CHECK(active == 1);
+    CHECK_EQ(active, 1);
 
     /* Reset frees what the context owns and keeps the retain count. */
     CHECK_OK(cuMemAlloc(&p, 4096));
@@ -834,38 +836,38 @@ test_primary(void)
         cusim_stats s;
 
         cusim_get_stats(&s);
-        CHECK(s.device_allocations >= 1);
+        CHECK_GE(s.device_allocations, 1);
     }
     CHECK_OK(cuDevicePrimaryCtxReset(0));
     {
         cusim_stats s;
 
         cusim_get_stats(&s);
-        CHECK(s.device_allocations == 0);
+        CHECK_EQ(s.device_allocations, 0);
     }
-    CHECK(live_contexts() == base);
+    CHECK_EQ(live_contexts(), base);
     CHECK_OK(cuDevicePrimaryCtxGetState(0, &flags, &active));
-    CHECK(active == 0);
+    CHECK_EQ(active, 0);
     CHECK_OK(cuCtxGetCurrent(&cur));
-    CHECK(cur == c);
+    CHECK_EQ(cur, c);
     CHECK_CU(CUDA_ERROR_CONTEXT_IS_DESTROYED, cuCtxGetFlags(&flags));
     CHECK_CU(CUDA_ERROR_CONTEXT_IS_DESTROYED, cuCtxGetDevice(&active));
     CHECK_CU(CUDA_ERROR_INVALID_CONTEXT, cuCtxPushCurrent(c));
     CHECK_OK(cuDevicePrimaryCtxReset(0));
     CHECK_OK(cuDevicePrimaryCtxRetain(&c2, 0));
-    CHECK(c2 == c);
-    CHECK(live_contexts() == base + 1);
+    CHECK_EQ(c2, c);
+    CHECK_EQ(live_contexts(), base + 1);
     CHECK_OK(cuCtxGetFlags(&flags));
     CHECK_OK(cuDevicePrimaryCtxRelease_v2(0));
     CHECK_OK(cuDevicePrimaryCtxGetState(0, &flags, &active));
-    CHECK(active == 1);
+    CHECK_EQ(active, 1);
     CHECK_OK(cuDevicePrimaryCtxRelease_v2(0));
     CHECK_OK(cuDevicePrimaryCtxGetState(0, &flags, &active));
-    CHECK(active == 0);
-    CHECK(live_contexts() == base);
+    CHECK_EQ(active, 0);
+    CHECK_EQ(live_contexts(), base);
     CHECK_CU(CUDA_ERROR_INVALID_CONTEXT, cuDevicePrimaryCtxRelease(0));
     CHECK_OK(cuCtxPopCurrent(&cur));
-    CHECK(cur == c);
+    CHECK_EQ(cur, c);
 }
 
 static void
@@ -881,7 +883,7 @@ test_stack(void)
     int fake = 0;
 
     CHECK_OK(cuCtxGetCurrent(&cur));
-    CHECK(cur == NULL);
+    CHECK_EQ(cur, NULL);
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuCtxGetCurrent(NULL));
     CHECK_CU(CUDA_ERROR_INVALID_CONTEXT, cuCtxPopCurrent(&cur));
     CHECK_CU(CUDA_ERROR_INVALID_CONTEXT, cuCtxGetDevice(&d));
@@ -892,37 +894,37 @@ test_stack(void)
 
     CHECK_OK(cuDevicePrimaryCtxRetain(&c0, 0));
     CHECK_OK(cuDevicePrimaryCtxRetain(&c1, 1));
-    CHECK(c0 != c1);
+    CHECK_NE(c0, c1);
     CHECK_OK(cuCtxPushCurrent(c0));
     CHECK_OK(cuCtxGetDevice(&d));
-    CHECK(d == 0);
+    CHECK_EQ(d, 0);
     CHECK_OK(cuCtxPushCurrent(c1));
     CHECK_OK(cuCtxGetDevice(&d));
-    CHECK(d == 1);
+    CHECK_EQ(d, 1);
     CHECK_OK(cuCtxGetDevice_v2(&d, c0));
-    CHECK(d == 0);
+    CHECK_EQ(d, 0);
     CHECK_OK(cuCtxGetDevice_v2(&d, NULL));
-    CHECK(d == 1);
+    CHECK_EQ(d, 1);
     CHECK_CU(CUDA_ERROR_INVALID_CONTEXT,
              cuCtxGetDevice_v2(&d, (CUcontext)&fake));
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuCtxGetDevice(NULL));
     /* SetCurrent replaces the top. */
     CHECK_OK(cuCtxSetCurrent(c0));
     CHECK_OK(cuCtxPopCurrent(&cur));
-    CHECK(cur == c0);
+    CHECK_EQ(cur, c0);
     CHECK_OK(cuCtxGetCurrent(&cur));
-    CHECK(cur == c0);
+    CHECK_EQ(cur, c0);
     CHECK_OK(cuCtxSetCurrent(NULL));
     CHECK_OK(cuCtxGetCurrent(&cur));
-    CHECK(cur == NULL);
+    CHECK_EQ(cur, NULL);
     CHECK_OK(cuCtxSetCurrent(c1));
     CHECK_OK(cuCtxGetCurrent(&cur));
-    CHECK(cur == c1);
+    CHECK_EQ(cur, c1);
 
     /* A new thread starts with an empty stack. */
     pthread_create(&th, NULL, current_of_new_thread, &other);
     pthread_join(th, NULL);
-    CHECK(other == NULL);
+    CHECK_EQ(other, NULL);
 
     /* Created contexts: pushed, flags kept, destroyed and popped. */
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuCtxCreate_v2(NULL, 0, 0));
@@ -930,17 +932,17 @@ test_stack(void)
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuCtxCreate_v2(&mine, 6, 0));
     CHECK_CU(CUDA_ERROR_INVALID_DEVICE, cuCtxCreate_v2(&mine, 0, 2));
     CHECK_OK(cuCtxCreate_v2(&mine, CU_CTX_SCHED_SPIN | CU_CTX_MAP_HOST, 0));
-    CHECK(mine != c0 && mine != c1);
-    CHECK(live_contexts() == base + 3);
+    CHECK_TRUE(mine != c0 && mine != c1);
+    CHECK_EQ(live_contexts(), base + 3);
     CHECK_OK(cuCtxGetCurrent(&cur));
-    CHECK(cur == mine);
+    CHECK_EQ(cur, mine);
     CHECK_OK(cuCtxGetFlags(&flags));
-    CHECK(flags == (CU_CTX_SCHED_SPIN | CU_CTX_MAP_HOST));
+    CHECK_EQ(flags, (CU_CTX_SCHED_SPIN | CU_CTX_MAP_HOST));
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuCtxGetFlags(NULL));
     CHECK_OK(cuCtxDestroy_v2(mine));
-    CHECK(live_contexts() == base + 2);
+    CHECK_EQ(live_contexts(), base + 2);
     CHECK_OK(cuCtxGetCurrent(&cur));
-    CHECK(cur == c1);
+    CHECK_EQ(cur, c1);
     CHECK_CU(CUDA_ERROR_INVALID_CONTEXT, cuCtxDestroy_v2(mine));
     CHECK_CU(CUDA_ERROR_INVALID_CONTEXT, cuCtxPushCurrent(mine));
     CHECK_CU(CUDA_ERROR_INVALID_CONTEXT, cuCtxDestroy_v2(c0));
@@ -951,9 +953,9 @@ test_stack(void)
     CHECK_OK(cuCtxPushCurrent(c0));
     CHECK_OK(cuCtxDestroy_v2(mine));
     CHECK_OK(cuCtxPopCurrent(&cur));
-    CHECK(cur == c0);
+    CHECK_EQ(cur, c0);
     CHECK_OK(cuCtxGetCurrent(&cur));
-    CHECK(cur == mine);
+    CHECK_EQ(cur, mine);
     CHECK_CU(CUDA_ERROR_CONTEXT_IS_DESTROYED, cuCtxGetDevice(&d));
     CHECK_CU(CUDA_ERROR_CONTEXT_IS_DESTROYED, cuProfilerStart());
     CHECK_OK(cuCtxPopCurrent(NULL));
@@ -967,14 +969,14 @@ test_stack(void)
     CHECK_OK(cuCtxDestroy_v2(mine));
 
     CHECK_OK(cuCtxGetCurrent(&cur));
-    CHECK(cur == c1);
+    CHECK_EQ(cur, c1);
     CHECK_OK(cuProfilerStart());
     CHECK_OK(cuProfilerStop());
     CHECK_OK(cuCtxPopCurrent(NULL));
     CHECK_CU(CUDA_ERROR_INVALID_CONTEXT, cuProfilerStart());
     CHECK_OK(cuDevicePrimaryCtxRelease_v2(0));
     CHECK_OK(cuDevicePrimaryCtxRelease_v2(1));
-    CHECK(live_contexts() == base);
+    CHECK_EQ(live_contexts(), base);
 }
 
 static void
@@ -984,9 +986,9 @@ test_peer(void)
     int can = -1, fake = 0;
 
     CHECK_OK(cuDeviceCanAccessPeer(&can, 0, 1));
-    CHECK(can == 1);
+    CHECK_EQ(can, 1);
     CHECK_OK(cuDeviceCanAccessPeer(&can, 1, 1));
-    CHECK(can == 0);
+    CHECK_EQ(can, 0);
     CHECK_CU(CUDA_ERROR_INVALID_DEVICE, cuDeviceCanAccessPeer(&can, 0, 2));
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuDeviceCanAccessPeer(NULL, 0, 1));
 
@@ -1000,7 +1002,7 @@ test_peer(void)
              cuCtxEnablePeerAccess((CUcontext)&fake, 0));
     CHECK_CU(CUDA_ERROR_PEER_ACCESS_NOT_ENABLED, cuCtxDisablePeerAccess(c1));
     CHECK_OK(cuCtxEnablePeerAccess(c1, 0));
-    CHECK(c0->peer[1] == 1);
+    CHECK_EQ(c0->peer[1], 1);
     CHECK_CU(CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED,
              cuCtxEnablePeerAccess(c1, 0));
     CHECK_OK(cuCtxDisablePeerAccess(c1));
@@ -1010,9 +1012,9 @@ test_peer(void)
     /* Access ends when the peer goes away. */
     CHECK_OK(cuCtxEnablePeerAccess(c1, 0));
     CHECK_OK(cuDevicePrimaryCtxReset(1));
-    CHECK(c0->peer[1] == 0);
+    CHECK_EQ(c0->peer[1], 0);
     CHECK_OK(cuCtxPopCurrent(&cur));
-    CHECK(cur == c0);
+    CHECK_EQ(cur, c0);
     CHECK_OK(cuDevicePrimaryCtxRelease_v2(1));
     CHECK_OK(cuDevicePrimaryCtxRelease_v2(0));
 }
@@ -1025,11 +1027,11 @@ test_sticky(void)
     CUdevice d;
     int n, active;
 
-    CHECK(sim_is_sticky(CUDA_ERROR_ILLEGAL_ADDRESS));
-    CHECK(sim_is_sticky(CUDA_ERROR_LAUNCH_FAILED));
-    CHECK(sim_is_sticky(CUDA_ERROR_ECC_UNCORRECTABLE));
-    CHECK(!sim_is_sticky(CUDA_ERROR_OUT_OF_MEMORY));
-    CHECK(!sim_is_sticky(CUDA_ERROR_INVALID_VALUE));
+    CHECK_TRUE(sim_is_sticky(CUDA_ERROR_ILLEGAL_ADDRESS));
+    CHECK_TRUE(sim_is_sticky(CUDA_ERROR_LAUNCH_FAILED));
+    CHECK_TRUE(sim_is_sticky(CUDA_ERROR_ECC_UNCORRECTABLE));
+    CHECK_TRUE(!sim_is_sticky(CUDA_ERROR_OUT_OF_MEMORY));
+    CHECK_TRUE(!sim_is_sticky(CUDA_ERROR_INVALID_VALUE));
 
     CHECK_OK(cuDevicePrimaryCtxRetain(&c0, 0));
     CHECK_OK(cuDevicePrimaryCtxRetain(&c1, 1));
@@ -1043,12 +1045,12 @@ test_sticky(void)
     CHECK_CU(CUDA_ERROR_ILLEGAL_ADDRESS, cuCtxGetFlags(&flags));
     CHECK_CU(CUDA_ERROR_ILLEGAL_ADDRESS, cuCtxGetFlags(&flags));
     CHECK_CU(CUDA_ERROR_ILLEGAL_ADDRESS, cuCtxGetDevice(&d));
-    CHECK(sim_ctx_get(&cur) == CUDA_ERROR_ILLEGAL_ADDRESS);
+    CHECK_EQ(sim_ctx_get(&cur), CUDA_ERROR_ILLEGAL_ADDRESS);
     /* Device queries and the context stack still work. */
     CHECK_OK(cuDeviceGetCount(&n));
     CHECK_OK(cuDevicePrimaryCtxGetState(0, &flags, &active));
     CHECK_OK(cuCtxGetCurrent(&cur));
-    CHECK(cur == c0);
+    CHECK_EQ(cur, c0);
     /* Other contexts are unaffected. */
     CHECK_OK(cuCtxPushCurrent(c1));
     CHECK_OK(cuCtxGetFlags(&flags));
@@ -1058,7 +1060,7 @@ test_sticky(void)
      * the device answer the same code; the other device stays usable. */
     CHECK_OK(cuDevicePrimaryCtxReset(0));
     CHECK_OK(cuDevicePrimaryCtxRetain(&cur, 0));
-    CHECK(cur == c0);
+    CHECK_EQ(cur, c0);
     CHECK_CU(CUDA_ERROR_ILLEGAL_ADDRESS, cuCtxGetFlags(&flags));
     CHECK_OK(cuCtxCreate_v2(&cur, 0, 0));
     CHECK_CU(CUDA_ERROR_ILLEGAL_ADDRESS, cuCtxGetDevice(&d));
@@ -1075,37 +1077,47 @@ test_sticky(void)
     cusim_reset();
     CHECK_OK(cuDevicePrimaryCtxReset(0));
     CHECK_OK(cuDevicePrimaryCtxRetain(&cur, 0));
-    CHECK(cur == c0);
+    CHECK_EQ(cur, c0);
     CHECK_OK(cuCtxGetFlags(&flags));
     CHECK_OK(cuCtxGetDevice(&d));
-    CHECK(d == 0);
+    CHECK_EQ(d, 0);
     CHECK_OK(cuCtxPopCurrent(NULL));
     CHECK_OK(cuDevicePrimaryCtxRelease_v2(0));
     CHECK_OK(cuDevicePrimaryCtxRelease_v2(0));
     CHECK_OK(cuDevicePrimaryCtxRelease_v2(1));
 }
 
-int
-main(void)
+/* A child forked after cuInit cannot use the driver. */
+static void
+test_fork_after_init(void)
 {
-    test_environments();
+    CHECK_EQ(in_child(child_of_initialized), 0);
+}
 
+static void
+setup(void)
+{
     setenv("CUDAMEM_SIM_DEVICES", "2", 1);
     setenv("CUDAMEM_SIM_MEMORY", "1G", 1);
     unsetenv("CUDA_VISIBLE_DEVICES");
     unsetenv("CUDAMEM_SIM_NO_PEER");
     unsetenv("CUDAMEM_SIM_DRIVER_VERSION");
     CHECK_OK(cuInit(0));
-
-    test_proc_address();
-    test_error_names();
-    test_devices();
-    test_counters_and_faults();
-    test_primary();
-    test_stack();
-    test_peer();
-    test_sticky();
-
-    CHECK(in_child(child_of_initialized) == 0);
-    CHECK_DONE();
 }
+
+/* The environment variants run before any cuInit, each in a child. */
+static const check_test tests[] = {
+    {"environments", test_environments, CHECK_BARE},
+    {"proc_address", test_proc_address, 0},
+    {"error_names", test_error_names, 0},
+    {"devices", test_devices, 0},
+    {"counters_and_faults", test_counters_and_faults, 0},
+    {"primary", test_primary, 0},
+    {"stack", test_stack, 0},
+    {"peer", test_peer, 0},
+    {"sticky", test_sticky, 0},
+    {"fork_after_init", test_fork_after_init, 0},
+    {NULL, NULL, 0},
+};
+
+CHECK_MAIN(tests, setup, NULL)

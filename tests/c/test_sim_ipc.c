@@ -49,28 +49,28 @@ child(int in, int out)
     int ok = 1;
     for (size_t i = 0; i < N; i++)
         ok &= buf[i] == (unsigned char)(i * 13);
-    CHECK(ok);
+    CHECK_TRUE(ok);
     CHECK_OK(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
                                    d + 5));
-    CHECK(type == CU_MEMORYTYPE_DEVICE);
+    CHECK_EQ(type, CU_MEMORYTYPE_DEVICE);
     CHECK_OK(cuPointerGetAttribute(
         &ipc, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, d));
-    CHECK(ipc == 0);
+    CHECK_EQ(ipc, 0);
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuMemFree(d));
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuIpcGetMemHandle(&h, d));
 
     /* Default: a second open counts a reference to the same mapping. */
     CHECK_OK(cuIpcOpenMemHandle(&d2, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
-    CHECK(d2 == d);
+    CHECK_EQ(d2, d);
     cusim_stats s;
     cusim_get_stats(&s);
-    CHECK(s.ipc_open == 1);
+    CHECK_EQ(s.ipc_open, 1);
     CHECK_OK(cuIpcCloseMemHandle(d));
     CHECK_OK(cuMemsetD8(d + 100, 0xee, 10)); /* still mapped */
     CHECK_OK(cuIpcCloseMemHandle(d));
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuIpcCloseMemHandle(d));
     cusim_get_stats(&s);
-    CHECK(s.ipc_open == 0);
+    CHECK_EQ(s.ipc_open, 0);
 
     /* The older driver behaviour: a second open is an error. */
     sim.ipc_reopen_error = 1;
@@ -81,9 +81,9 @@ child(int in, int out)
     CHECK_OK(cuCtxSynchronize());
     CHECK_OK(cuIpcCloseMemHandle(d));
     cusim_get_stats(&s);
-    CHECK(s.ipc_open == 0);
+    CHECK_EQ(s.ipc_open, 0);
 
-    CHECK(write(out, &done, 1) == 1);
+    CHECK_EQ(write(out, &done, 1), 1);
     CHECK_OK(cuDevicePrimaryCtxRelease(0));
     free(buf);
     printf("child: %d passed, %d failed\n", check_passed, check_failed);
@@ -91,11 +91,12 @@ child(int in, int out)
     _exit(check_failed ? 1 : 0);
 }
 
-int
-main(void)
+/* The exporter, with the importer forked before cuInit. */
+static void
+test_export_import(void)
 {
     int to_child[2], to_parent[2];
-    CHECK(pipe(to_child) == 0 && pipe(to_parent) == 0);
+    CHECK_TRUE(pipe(to_child) == 0 && pipe(to_parent) == 0);
     fflush(NULL);
     /* Forked before cuInit, the child may use the driver. */
     pid_t pid = fork();
@@ -127,9 +128,9 @@ main(void)
     /* Any pointer into the allocation names all of it. */
     CHECK_OK(cuIpcGetMemHandle(&h, d + 4096));
     CHECK_OK(cuIpcGetMemHandle(&h2, d));
-    CHECK(memcmp(&h, &h2, sizeof(h)) == 0);
+    CHECK_MEM_EQ(&h, &h2, sizeof(h));
     CHECK_OK(cuIpcGetMemHandle(&h2, other));
-    CHECK(memcmp(&h, &h2, sizeof(h)) != 0);
+    CHECK_NE(memcmp(&h, &h2, sizeof(h)), 0);
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuIpcGetMemHandle(&h2, other + 256));
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuIpcGetMemHandle(NULL, d));
     CHECK_OK(cuMemAllocHost(&pin, 64));
@@ -140,7 +141,7 @@ main(void)
     /* The exported bytes are still the allocation's. */
     memset(buf, 0, N);
     CHECK_OK(cuMemcpyDtoH(buf, d, N));
-    CHECK(buf[N - 1] == (unsigned char)((N - 1) * 13));
+    CHECK_EQ(buf[N - 1], (unsigned char)((N - 1) * 13));
 
     /* A process cannot open its own handle; garbage is refused. */
     CUdeviceptr x;
@@ -150,30 +151,36 @@ main(void)
     CHECK_CU(CUDA_ERROR_INVALID_HANDLE,
              cuIpcOpenMemHandle(&x, h2, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
 
-    CHECK(write(to_child[1], &h, sizeof(h)) == (ssize_t)sizeof(h));
-    CHECK(read(to_parent[0], &c, 1) == 1 && c == 'x');
+    CHECK_EQ(write(to_child[1], &h, sizeof(h)), (ssize_t)sizeof(h));
+    CHECK_TRUE(read(to_parent[0], &c, 1) == 1 && c == 'x');
     int status = -1;
-    CHECK(waitpid(pid, &status, 0) == pid);
-    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 
     /* The child's writes are visible here. */
     CHECK_OK(cuMemcpyDtoH(buf, d, N));
-    CHECK(buf[0] == 0x42 && buf[N - 1] == 0x42);
+    CHECK_TRUE(buf[0] == 0x42 && buf[N - 1] == 0x42);
 
     /* Freeing the exporter's allocation removes the shared object. */
     snprintf(name, sizeof(name), "/dev/shm/cusim.%ld.", (long)getpid());
     unsigned long long id;
     CHECK_OK(cuPointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, d));
     snprintf(name + strlen(name), sizeof(name) - strlen(name), "%llu", id);
-    CHECK(stat(name, &st) == 0);
+    CHECK_EQ(stat(name, &st), 0);
     CHECK_OK(cuMemFree(d));
-    CHECK(stat(name, &st) != 0);
+    CHECK_NE(stat(name, &st), 0);
     CHECK_OK(cuMemFree(other));
 
     cusim_stats s;
     cusim_get_stats(&s);
-    CHECK(s.device_allocations == 0 && s.ipc_open == 0);
+    CHECK_TRUE(s.device_allocations == 0 && s.ipc_open == 0);
     CHECK_OK(cuDevicePrimaryCtxRelease(0));
     free(buf);
-    CHECK_DONE();
 }
+
+static const check_test tests[] = {
+    {"export_import", test_export_import, 0},
+    {NULL, NULL, 0},
+};
+
+CHECK_MAIN(tests, NULL, NULL)

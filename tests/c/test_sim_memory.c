@@ -28,20 +28,21 @@ test_device_alloc(void)
     size_t free0, total, free1, size;
 
     CHECK_OK(cuMemGetInfo(&free0, &total));
-    CHECK(total == (size_t)64 << 20);
-    CHECK(free0 == total);
+    CHECK_EQ(total, (size_t)64 << 20);
+    CHECK_EQ(free0, total);
     CHECK_OK(cuMemAlloc(&a, 1000));
-    CHECK(a != 0 && a % SIM_ALIGN == 0);
+    CHECK_TRUE(a != 0 && a % SIM_ALIGN == 0);
     CHECK_OK(cuMemGetInfo(&free1, &total));
-    CHECK(free1 == free0 - 1024);
+    CHECK_EQ(free1, free0 - 1024);
     CHECK_OK(cuMemAlloc(&b, 1));
-    CHECK(b % SIM_ALIGN == 0 && b != a);
-    CHECK(stats().device_allocations == 2 && stats().device_bytes == 1001);
+    CHECK_TRUE(b % SIM_ALIGN == 0 && b != a);
+    CHECK_TRUE(stats().device_allocations == 2 &&
+               stats().device_bytes == 1001);
 
     CHECK_OK(cuMemGetAddressRange(&base, &size, a + 999));
-    CHECK(base == a && size == 1000);
+    CHECK_TRUE(base == a && size == 1000);
     CHECK_OK(cuMemGetAddressRange(NULL, &size, a));
-    CHECK(size == 1000);
+    CHECK_EQ(size, 1000);
     CHECK_CU(CUDA_ERROR_NOT_FOUND,
              cuMemGetAddressRange(&base, &size, a + 1000));
 
@@ -59,12 +60,12 @@ test_device_alloc(void)
     CHECK_OK(cuMemFree(b));
     CHECK_CU(CUDA_ERROR_NOT_FOUND, cuMemGetAddressRange(&base, &size, a));
     CHECK_OK(cuMemGetInfo(&free1, &total));
-    CHECK(free1 == free0);
+    CHECK_EQ(free1, free0);
 
     /* Fragmentation-free reuse: the whole memory in one piece again. */
     CHECK_OK(cuMemAlloc(&a, total));
     CHECK_CU(CUDA_ERROR_OUT_OF_MEMORY, cuMemAlloc(&b, 1));
-    CHECK(cusim_set_memory(0, 32 << 20) == CUDA_ERROR_INVALID_VALUE);
+    CHECK_EQ(cusim_set_memory(0, 32 << 20), CUDA_ERROR_INVALID_VALUE);
     CHECK_OK(cuMemFree(a));
 
     /* Coalescing: three neighbours freed out of order merge back. */
@@ -100,7 +101,7 @@ test_not_host_accessible(void)
 {
     CUdeviceptr a;
     CHECK_OK(cuMemAlloc(&a, 4096));
-    CHECK(prot_none(a));
+    CHECK_TRUE(prot_none(a));
     /* Valgrind would report the child's deliberate fault. */
     const char *preload = getenv("LD_PRELOAD");
     if (preload && strstr(preload, "vgpreload")) {
@@ -116,8 +117,8 @@ test_not_host_accessible(void)
         _exit(0);
     }
     int status = 0;
-    CHECK(waitpid(pid, &status, 0) == pid);
-    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV);
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV);
     CHECK_OK(cuMemFree(a));
 }
 
@@ -125,10 +126,10 @@ static void
 test_set_memory(void)
 {
     size_t f, t;
-    CHECK(cusim_set_memory(0, 32 << 20) == 0);
+    CHECK_EQ(cusim_set_memory(0, 32 << 20), 0);
     CHECK_OK(cuMemGetInfo(&f, &t));
-    CHECK(t == (size_t)32 << 20 && f == t);
-    CHECK(cusim_set_memory(0, 64 << 20) == 0);
+    CHECK_TRUE(t == (size_t)32 << 20 && f == t);
+    CHECK_EQ(cusim_set_memory(0, 64 << 20), 0);
 }
 
 static void
@@ -140,21 +141,21 @@ test_host_alloc(void)
 
     CHECK_OK(cuMemAllocHost(&p, 10000));
     memset(p, 0xab, 10000);
-    CHECK(((unsigned char *)p)[9999] == 0xab);
+    CHECK_EQ(((unsigned char *)p)[9999], 0xab);
     CHECK_OK(cuMemHostGetFlags(&flags, p));
-    CHECK(flags == 0);
+    CHECK_EQ(flags, 0);
     CHECK_OK(cuMemHostAlloc(&q, 100,
                             CU_MEMHOSTALLOC_PORTABLE |
                                 CU_MEMHOSTALLOC_DEVICEMAP |
                                 CU_MEMHOSTALLOC_WRITECOMBINED));
     CHECK_OK(cuMemHostGetFlags(&flags, (char *)q + 50));
-    CHECK(flags == 7);
+    CHECK_EQ(flags, 7);
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuMemHostAlloc(&q, 100, 8));
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuMemHostAlloc(&q, 0, 0));
-    CHECK(stats().host_allocations == 2 && stats().host_bytes == 10100);
+    CHECK_TRUE(stats().host_allocations == 2 && stats().host_bytes == 10100);
 
     CHECK_OK(cuMemHostGetDevicePointer(&d, (char *)p + 10, 0));
-    CHECK(d == (CUdeviceptr)p + 10);
+    CHECK_EQ(d, (CUdeviceptr)p + 10);
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuMemHostGetDevicePointer(&d, p, 1));
     CHECK_CU(CUDA_ERROR_INVALID_VALUE,
              cuMemHostGetDevicePointer(&d, &flags, 0));
@@ -166,7 +167,7 @@ test_host_alloc(void)
     CHECK_OK(cuMemFreeHost(p));
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuMemFreeHost(p));
     CHECK_OK(cuMemFreeHost(q));
-    CHECK(stats().host_allocations == 0 && stats().host_bytes == 0);
+    CHECK_TRUE(stats().host_allocations == 0 && stats().host_bytes == 0);
 }
 
 static void
@@ -178,16 +179,16 @@ test_register(void)
     CUdeviceptr d;
 
     CHECK_OK(cuMemHostRegister(buf + 100, 1000, CU_MEMHOSTREGISTER_PORTABLE));
-    CHECK(stats().registrations == 1 && stats().registered_bytes == 1000);
+    CHECK_TRUE(stats().registrations == 1 && stats().registered_bytes == 1000);
     CHECK_CU(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED,
              cuMemHostRegister(buf, 200, 0));
     CHECK_CU(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED,
              cuMemHostRegister(buf + 1099, 10, 0));
     CHECK_OK(cuMemHostRegister(buf + 1100, 10, CU_MEMHOSTREGISTER_DEVICEMAP));
     CHECK_OK(cuMemHostGetFlags(&flags, buf + 1100));
-    CHECK(flags == CU_MEMHOSTREGISTER_DEVICEMAP);
+    CHECK_EQ(flags, CU_MEMHOSTREGISTER_DEVICEMAP);
     CHECK_OK(cuMemHostGetDevicePointer(&d, buf + 1105, 0));
-    CHECK(d == (CUdeviceptr)(buf + 1105));
+    CHECK_EQ(d, (CUdeviceptr)(buf + 1105));
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuMemHostRegister(NULL, 10, 0));
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuMemHostRegister(buf + 5000, 0, 0));
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuMemHostRegister(buf + 5000, 10, 16));
@@ -222,10 +223,10 @@ test_register(void)
     unsigned access = 0;
     CHECK_OK(cuPointerGetAttribute(&access, CU_POINTER_ATTRIBUTE_ACCESS_FLAGS,
                                    (CUdeviceptr)buf));
-    CHECK(access == CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READ);
+    CHECK_EQ(access, CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READ);
     CHECK_OK(cuMemHostUnregister(buf));
     CHECK_OK(cuMemFree(d));
-    CHECK(stats().registrations == 0 && stats().registered_bytes == 0);
+    CHECK_TRUE(stats().registrations == 0 && stats().registered_bytes == 0);
     free(buf);
 }
 
@@ -249,8 +250,9 @@ test_managed(void)
              cuMemAllocManaged(&m, f0 + 1, CU_MEM_ATTACH_GLOBAL));
     CHECK_OK(cuMemAllocManaged(&m, 5000, CU_MEM_ATTACH_GLOBAL));
     CHECK_OK(cuMemGetInfo(&f1, &t));
-    CHECK(f1 == f0 - 5120);
-    CHECK(stats().managed_allocations == 1 && stats().managed_bytes == 5000);
+    CHECK_EQ(f1, f0 - 5120);
+    CHECK_TRUE(stats().managed_allocations == 1 &&
+               stats().managed_bytes == 5000);
     memset((void *)m, 7, 5000); /* host-accessible */
 
     CHECK_OK(cuMemPrefetchAsync(m, 5000, loc, 0, NULL));
@@ -287,7 +289,7 @@ test_managed(void)
     CUdriverProcAddressQueryResult q;
     CHECK_OK(cuGetProcAddress("cuMemPrefetchAsync", &fn, 8000,
                               CU_GET_PROC_ADDRESS_DEFAULT, &q));
-    CHECK(fn != NULL);
+    CHECK_NE(fn, NULL);
     if (fn) {
         PFN_cuMemPrefetchAsync_v8000 pf = (PFN_cuMemPrefetchAsync_v8000)fn;
         CHECK_OK(pf(m, 5000, CU_DEVICE_CPU, NULL));
@@ -297,7 +299,7 @@ test_managed(void)
     fn = NULL;
     CHECK_OK(cuGetProcAddress("cuMemAdvise", &fn, 8000,
                               CU_GET_PROC_ADDRESS_DEFAULT, &q));
-    CHECK(fn != NULL);
+    CHECK_NE(fn, NULL);
     if (fn) {
         PFN_cuMemAdvise_v8000 adv = (PFN_cuMemAdvise_v8000)fn;
         CHECK_OK(adv(m, 10, CU_MEM_ADVISE_SET_PREFERRED_LOCATION,
@@ -306,13 +308,13 @@ test_managed(void)
                  adv(m, 10, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, 5));
     }
     CHECK_OK(cuCtxSynchronize());
-    CHECK(((unsigned char *)m)[4999] == 7);
+    CHECK_EQ(((unsigned char *)m)[4999], 7);
 
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuMemFree(m + 256));
     CHECK_OK(cuMemFree(m));
     CHECK_OK(cuMemGetInfo(&f1, &t));
-    CHECK(f1 == f0);
-    CHECK(stats().managed_allocations == 0 && stats().managed_bytes == 0);
+    CHECK_EQ(f1, f0);
+    CHECK_TRUE(stats().managed_allocations == 0 && stats().managed_bytes == 0);
 }
 
 typedef struct attrs {
@@ -369,15 +371,15 @@ test_attributes(void)
 
     CHECK_OK(cuMemAlloc(&d, 3000));
     CHECK_OK(get_all(d + 10, &a));
-    CHECK(a.ctx == ctx && a.type == CU_MEMORYTYPE_DEVICE);
-    CHECK(a.dptr == d + 10 && a.hptr == NULL && a.managed == 0);
-    CHECK(a.ordinal == 0 && a.ipc == 1 && a.start == d && a.size == 3000);
-    CHECK(a.mapped == 1 && a.pool == NULL && a.sync == 0 && a.id != 0);
+    CHECK_TRUE(a.ctx == ctx && a.type == CU_MEMORYTYPE_DEVICE);
+    CHECK_TRUE(a.dptr == d + 10 && a.hptr == NULL && a.managed == 0);
+    CHECK_TRUE(a.ordinal == 0 && a.ipc == 1 && a.start == d && a.size == 3000);
+    CHECK_TRUE(a.mapped == 1 && a.pool == NULL && a.sync == 0 && a.id != 0);
     CHECK_CU(CUDA_ERROR_INVALID_VALUE,
              cuPointerGetAttribute(&hp, CU_POINTER_ATTRIBUTE_HOST_POINTER, d));
     CHECK_OK(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
                                    d + 2999));
-    CHECK(type == CU_MEMORYTYPE_DEVICE);
+    CHECK_EQ(type, CU_MEMORYTYPE_DEVICE);
     CHECK_CU(CUDA_ERROR_INVALID_VALUE,
              cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
                                    d + 3000));
@@ -389,30 +391,31 @@ test_attributes(void)
     CHECK_OK(cuMemFree(d));
     CHECK_OK(cuMemAlloc(&d, 3000));
     CHECK_OK(cuPointerGetAttribute(&id2, CU_POINTER_ATTRIBUTE_BUFFER_ID, d));
-    CHECK(id1 != id2);
+    CHECK_NE(id1, id2);
     CHECK_OK(cuMemFree(d));
 
     CHECK_OK(cuMemAllocHost(&h, 100));
     CHECK_OK(get_all((CUdeviceptr)h + 1, &a));
-    CHECK(a.ctx == ctx && a.type == CU_MEMORYTYPE_HOST);
-    CHECK(a.dptr == (CUdeviceptr)h + 1 && a.hptr == (char *)h + 1);
-    CHECK(a.managed == 0 && a.ipc == 0 && a.size == 100);
-    CHECK(a.start == (CUdeviceptr)h && a.ordinal == 0);
+    CHECK_TRUE(a.ctx == ctx && a.type == CU_MEMORYTYPE_HOST);
+    CHECK_TRUE(a.dptr == (CUdeviceptr)h + 1 && a.hptr == (char *)h + 1);
+    CHECK_TRUE(a.managed == 0 && a.ipc == 0 && a.size == 100);
+    CHECK_TRUE(a.start == (CUdeviceptr)h && a.ordinal == 0);
     CHECK_OK(cuPointerGetAttribute(&hp, CU_POINTER_ATTRIBUTE_HOST_POINTER,
                                    (CUdeviceptr)h));
-    CHECK(hp == h);
+    CHECK_EQ(hp, h);
     CHECK_OK(cuMemFreeHost(h));
 
     CHECK_OK(cuMemHostRegister(reg, 1000, 0));
     CHECK_OK(get_all((CUdeviceptr)reg, &a));
-    CHECK(a.type == CU_MEMORYTYPE_HOST && a.hptr == reg && a.size == 1000);
-    CHECK(a.managed == 0 && a.ipc == 0 && a.mapped == 1);
+    CHECK_TRUE(a.type == CU_MEMORYTYPE_HOST && a.hptr == reg &&
+               a.size == 1000);
+    CHECK_TRUE(a.managed == 0 && a.ipc == 0 && a.mapped == 1);
     CHECK_OK(cuMemHostUnregister(reg));
 
     CHECK_OK(cuMemAllocManaged(&m, 64, CU_MEM_ATTACH_HOST));
     CHECK_OK(get_all(m, &a));
-    CHECK(a.type == CU_MEMORYTYPE_DEVICE && a.managed == 1);
-    CHECK(a.hptr == (void *)m && a.dptr == m && a.ipc == 0);
+    CHECK_TRUE(a.type == CU_MEMORYTYPE_DEVICE && a.managed == 1);
+    CHECK_TRUE(a.hptr == (void *)m && a.dptr == m && a.ipc == 0);
     CHECK_OK(cuMemFree(m));
 
     /* Unknown pointers: an error alone, zero values in bulk. */
@@ -420,8 +423,8 @@ test_attributes(void)
              cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
                                    (CUdeviceptr)reg));
     CHECK_OK(get_all((CUdeviceptr)reg, &a));
-    CHECK(a.ctx == NULL && a.type == 0 && a.hptr == NULL && a.size == 0);
-    CHECK(a.mapped == 0 && a.managed == 0 && a.id == 0);
+    CHECK_TRUE(a.ctx == NULL && a.type == 0 && a.hptr == NULL && a.size == 0);
+    CHECK_TRUE(a.mapped == 0 && a.managed == 0 && a.id == 0);
     CHECK_CU(CUDA_ERROR_INVALID_VALUE,
              cuPointerGetAttributes(0, NULL, NULL, (CUdeviceptr)reg));
     free(reg);
@@ -439,13 +442,13 @@ test_release_ctx(void)
     CHECK_OK(cuMemHostRegister(buf, sizeof(buf), 0));
     CHECK_OK(cuDevicePrimaryCtxReset(0));
     cusim_stats s = stats();
-    CHECK(s.device_allocations == 0 && s.managed_allocations == 0);
-    CHECK(s.host_allocations == 0 && s.registrations == 0);
+    CHECK_TRUE(s.device_allocations == 0 && s.managed_allocations == 0);
+    CHECK_TRUE(s.host_allocations == 0 && s.registrations == 0);
     CHECK_OK(cuDevicePrimaryCtxRetain(&ctx, 0));
     CHECK_OK(cuCtxSetCurrent(ctx));
     size_t f, t;
     CHECK_OK(cuMemGetInfo(&f, &t));
-    CHECK(f == t);
+    CHECK_EQ(f, t);
 }
 
 static void
@@ -457,28 +460,37 @@ test_no_context(void)
     CHECK_OK(cuCtxSetCurrent(ctx));
 }
 
-int
-main(void)
+static void
+setup(void)
 {
     CHECK_OK(cuInit(0));
     CHECK_OK(cuDevicePrimaryCtxRetain(&ctx, 0));
     CHECK_OK(cuCtxSetCurrent(ctx));
-    CHECK(cusim_set_memory(0, 64 << 20) == 0);
-
-    test_device_alloc();
-    test_not_host_accessible();
-    test_set_memory();
-    test_host_alloc();
-    test_register();
-    test_managed();
-    test_attributes();
-    test_release_ctx();
-    test_no_context();
-
-    cusim_stats s = stats();
-    CHECK(s.device_allocations == 0 && s.device_bytes == 0);
-    CHECK(s.host_allocations == 0 && s.registrations == 0);
-    CHECK(s.managed_allocations == 0 && s.ipc_open == 0);
-    CHECK_OK(cuDevicePrimaryCtxRelease(0));
-    CHECK_DONE();
+    CHECK_EQ(cusim_set_memory(0, 64 << 20), 0);
 }
+
+static void
+teardown(void)
+{
+    cusim_stats s = stats();
+
+    CHECK_TRUE(s.device_allocations == 0 && s.device_bytes == 0);
+    CHECK_TRUE(s.host_allocations == 0 && s.registrations == 0);
+    CHECK_TRUE(s.managed_allocations == 0 && s.ipc_open == 0);
+    CHECK_OK(cuDevicePrimaryCtxRelease(0));
+}
+
+static const check_test tests[] = {
+    {"device_alloc", test_device_alloc, 0},
+    {"not_host_accessible", test_not_host_accessible, 0},
+    {"set_memory", test_set_memory, 0},
+    {"host_alloc", test_host_alloc, 0},
+    {"register", test_register, 0},
+    {"managed", test_managed, 0},
+    {"attributes", test_attributes, 0},
+    {"release_ctx", test_release_ctx, 0},
+    {"no_context", test_no_context, 0},
+    {NULL, NULL, 0},
+};
+
+CHECK_MAIN(tests, setup, teardown)

@@ -97,25 +97,25 @@ test_errors(void)
     CHECK_CU(CUDA_ERROR_INVALID_HANDLE,
              cuStreamDestroy(CU_STREAM_PER_THREAD));
     CHECK_OK(cuCtxGetStreamPriorityRange(&least, &greatest));
-    CHECK(least == 0 && greatest == -5);
+    CHECK_TRUE(least == 0 && greatest == -5);
     CHECK_OK(cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, -100));
     CHECK_OK(cuStreamGetPriority(s, &prio));
-    CHECK(prio == -5);
+    CHECK_EQ(prio, -5);
     CHECK_OK(cuStreamGetFlags(s, &flags));
-    CHECK(flags == CU_STREAM_NON_BLOCKING);
+    CHECK_EQ(flags, CU_STREAM_NON_BLOCKING);
     CHECK_OK(cuStreamGetCtx(s, &c));
-    CHECK(c == ctx);
+    CHECK_EQ(c, ctx);
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuStreamAddCallback(s, NULL, NULL, 0));
     CHECK_OK(cuStreamDestroy(s));
     CHECK_CU(CUDA_ERROR_INVALID_HANDLE, cuStreamGetPriority(s, &prio));
     CHECK_OK(cuStreamCreateWithPriority(&s, 0, 7));
     CHECK_OK(cuStreamGetPriority(s, &prio));
-    CHECK(prio == 0);
+    CHECK_EQ(prio, 0);
     CHECK_OK(cuStreamDestroy(s));
     CHECK_OK(cuStreamGetPriority(NULL, &prio));
-    CHECK(prio == 0);
+    CHECK_EQ(prio, 0);
     CHECK_OK(cuStreamGetCtx(CU_STREAM_PER_THREAD, &c));
-    CHECK(c == ctx);
+    CHECK_EQ(c, ctx);
 
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuEventCreate(&e, 8));
     CHECK_CU(CUDA_ERROR_INVALID_VALUE,
@@ -168,7 +168,7 @@ order_case(CUstream first, CUstream second, const char *want)
     CHECK_OK(cuLaunchHostFunc(first, log_step, &slow[0]));
     CHECK_OK(cuLaunchHostFunc(second, log_step, &fast));
     CHECK_OK(cuCtxSynchronize());
-    CHECK(log_is(want));
+    CHECK_TRUE(log_is(want));
 }
 
 static void
@@ -238,12 +238,12 @@ test_ptds(void)
     CHECK_OK(cuLaunchHostFunc(CU_STREAM_PER_THREAD, wait_for_flag, NULL));
     CHECK_CU(CUDA_ERROR_NOT_READY, cuStreamQuery_ptsz(NULL));
     CHECK_CU(CUDA_ERROR_NOT_READY, cuStreamQuery(CU_STREAM_PER_THREAD));
-    CHECK(pthread_create(&t, NULL, ptds_thread, NULL) == 0);
+    CHECK_EQ(pthread_create(&t, NULL, ptds_thread, NULL), 0);
     pthread_join(t, NULL);
-    CHECK(thread_rc[0] == CUDA_SUCCESS && thread_rc[1] == CUDA_SUCCESS &&
-          thread_rc[2] == CUDA_SUCCESS);
+    CHECK_TRUE(thread_rc[0] == CUDA_SUCCESS && thread_rc[1] == CUDA_SUCCESS &&
+               thread_rc[2] == CUDA_SUCCESS);
     CHECK_OK(cuStreamSynchronize(CU_STREAM_PER_THREAD));
-    CHECK(flag_seen);
+    CHECK_TRUE(flag_seen);
 
     order_case(CU_STREAM_PER_THREAD, CU_STREAM_LEGACY, "12");
     order_case(CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, "12");
@@ -253,7 +253,7 @@ test_ptds(void)
     CHECK_OK(cuLaunchHostFunc(CU_STREAM_PER_THREAD, log_step, &slow));
     CHECK_CU(CUDA_ERROR_NOT_READY, cuStreamQuery(NULL));
     CHECK_OK(cuStreamSynchronize(NULL));
-    CHECK(log_is("p"));
+    CHECK_TRUE(log_is("p"));
 }
 
 static void
@@ -285,7 +285,7 @@ test_events(void)
     CHECK_OK(cuEventSynchronize(e1));
     CHECK_OK(cuEventQuery(e1));
     CHECK_OK(cuEventElapsedTime(&ms, e0, e1));
-    CHECK(ms >= 20.0f);
+    CHECK_GE(ms, 20.0f);
     CHECK_OK(cuEventSynchronize(notime));
     CHECK_CU(CUDA_ERROR_INVALID_HANDLE,
              cuEventElapsedTime(&ms, e0, notime));
@@ -322,7 +322,7 @@ test_wait_event(void)
     CHECK_OK(cuLaunchHostFunc(s2, log_step, &y));
     CHECK_CU(CUDA_ERROR_NOT_READY, cuStreamQuery(s2));
     CHECK_OK(cuStreamSynchronize(s2));
-    CHECK(log_is("xy"));
+    CHECK_TRUE(log_is("xy"));
 
     /* The wait uses what the event held at the call: a later record on an
      * idle stream does not release it early. */
@@ -333,13 +333,13 @@ test_wait_event(void)
     CHECK_OK(cuEventRecord(e, s2));
     CHECK_OK(cuLaunchHostFunc(s2, log_step, &y));
     CHECK_OK(cuCtxSynchronize());
-    CHECK(log_is("xy"));
+    CHECK_TRUE(log_is("xy"));
 
     log_reset();
     CHECK_OK(cuLaunchHostFunc(s1, log_step, &x));
     CHECK_OK(cuLaunchHostFunc(s2, log_step, &y));
     CHECK_OK(cuCtxSynchronize());
-    CHECK(log_is("yx"));
+    CHECK_TRUE(log_is("yx"));
 
     CHECK_OK(cuEventDestroy(e));
     CHECK_OK(cuStreamDestroy(s1));
@@ -398,15 +398,15 @@ test_callbacks(void)
     CHECK_CU(CUDA_ERROR_INVALID_VALUE,
              cuStreamAddCallback(s, record_cb, NULL, 1));
     CHECK_OK(cuStreamSynchronize(s));
-    CHECK(nseen == 3);
+    CHECK_EQ(nseen, 3);
     for (i = 0; i < 3; i++) {
-        CHECK(seen[i].user == &args[i]);
-        CHECK(seen[i].stream == s);
-        CHECK(seen[i].status == CUDA_SUCCESS);
-        CHECK(!pthread_equal(seen[i].thread, pthread_self()));
-        CHECK(seen[i].inner == CUDA_ERROR_NOT_PERMITTED);
+        CHECK_EQ(seen[i].user, &args[i]);
+        CHECK_EQ(seen[i].stream, s);
+        CHECK_EQ(seen[i].status, CUDA_SUCCESS);
+        CHECK_TRUE(!pthread_equal(seen[i].thread, pthread_self()));
+        CHECK_EQ(seen[i].inner, CUDA_ERROR_NOT_PERMITTED);
     }
-    CHECK(after_saw_slow == 1);
+    CHECK_EQ(after_saw_slow, 1);
 
     /* Driver calls work again on the worker after the callback. */
     CHECK_OK(cuEventCreate(&e, 0));
@@ -437,20 +437,20 @@ test_destroy_queued(void)
     CHECK_OK(cuStreamDestroy(never_used));
     CHECK_OK(cuStreamCreate(&s, 0));
     cusim_get_stats(&st);
-    CHECK(st.streams == 1);
+    CHECK_EQ(st.streams, 1);
     cusim_set_delay_us(20000);
     destroyed_ran = 0;
     CHECK_OK(cuMemsetD8Async(d, 7, 4096, s));
     CHECK_OK(cuLaunchHostFunc(s, count_run, NULL));
     CHECK_OK(cuStreamDestroy(s));
-    CHECK(__atomic_load_n(&destroyed_ran, __ATOMIC_ACQUIRE) == 0);
+    CHECK_EQ(__atomic_load_n(&destroyed_ran, __ATOMIC_ACQUIRE), 0);
     cusim_get_stats(&st);
-    CHECK(st.streams == 0);
+    CHECK_EQ(st.streams, 0);
     CHECK_CU(CUDA_ERROR_INVALID_HANDLE, cuStreamQuery(s));
     CHECK_CU(CUDA_ERROR_INVALID_HANDLE, cuStreamDestroy(s));
     CHECK_CU(CUDA_ERROR_INVALID_HANDLE, cuMemsetD8Async(d, 7, 4096, s));
     CHECK_OK(cuCtxSynchronize());
-    CHECK(__atomic_load_n(&destroyed_ran, __ATOMIC_ACQUIRE) == 1);
+    CHECK_EQ(__atomic_load_n(&destroyed_ran, __ATOMIC_ACQUIRE), 1);
     cusim_set_delay_us(0);
     CHECK_OK(cuMemFree(d));
 }
@@ -476,16 +476,16 @@ test_hazards(void)
     cusim_set_hazards(1);
     cusim_set_delay_us(20000);
     n0 = cusim_hazard_count();
-    CHECK(n0 == 0);
-    CHECK(cusim_last_hazard() == NULL);
+    CHECK_EQ(n0, 0);
+    CHECK_EQ(cusim_last_hazard(), NULL);
 
     /* Unordered write then read on two streams. */
     CHECK_OK(cuMemsetD8Async(a, 1, 4096, s1));
     CHECK_OK(cuMemcpyDtoDAsync(b, a, 4096, s2));
-    CHECK(cusim_hazard_count() == 1);
+    CHECK_EQ(cusim_hazard_count(), 1);
     last = cusim_last_hazard();
-    CHECK(last != NULL && strstr(last, "cuMemcpyDtoDAsync") != NULL &&
-          strstr(last, "cuMemsetD8Async") != NULL);
+    CHECK_TRUE(last != NULL && strstr(last, "cuMemcpyDtoDAsync") != NULL &&
+               strstr(last, "cuMemsetD8Async") != NULL);
     CHECK_OK(cuCtxSynchronize());
 
     /* Ordered by an event. */
@@ -493,52 +493,52 @@ test_hazards(void)
     CHECK_OK(cuEventRecord(e1, s1));
     CHECK_OK(cuStreamWaitEvent(s2, e1, 0));
     CHECK_OK(cuMemcpyDtoDAsync(b, a, 4096, s2));
-    CHECK(cusim_hazard_count() == 1);
+    CHECK_EQ(cusim_hazard_count(), 1);
     /* ... and transitively, through a second event. */
     CHECK_OK(cuEventRecord(e2, s2));
     CHECK_OK(cuStreamWaitEvent(s3, e2, 0));
     CHECK_OK(cuMemsetD8Async(a, 3, 4096, s3));
-    CHECK(cusim_hazard_count() == 1);
+    CHECK_EQ(cusim_hazard_count(), 1);
     CHECK_OK(cuCtxSynchronize());
 
     /* Same stream; reads only; disjoint ranges. */
     CHECK_OK(cuMemsetD8Async(a, 4, 4096, s1));
     CHECK_OK(cuMemcpyDtoDAsync(b, a, 2048, s1));
-    CHECK(cusim_hazard_count() == 1);
+    CHECK_EQ(cusim_hazard_count(), 1);
     CHECK_OK(cuCtxSynchronize());
     CHECK_OK(cuMemcpyDtoDAsync(b, a, 2048, s1));
     CHECK_OK(cuMemcpyDtoDAsync(b + 2048, a, 2048, s2));
-    CHECK(cusim_hazard_count() == 1);
+    CHECK_EQ(cusim_hazard_count(), 1);
     CHECK_OK(cuCtxSynchronize());
     CHECK_OK(cuMemsetD8Async(a, 5, 2048, s1));
     CHECK_OK(cuMemsetD8Async(a + 2048, 5, 2048, s2));
-    CHECK(cusim_hazard_count() == 1);
+    CHECK_EQ(cusim_hazard_count(), 1);
     CHECK_OK(cuCtxSynchronize());
 
     /* The legacy stream orders blocking streams, not non-blocking ones. */
     CHECK_OK(cuMemsetD8Async(a, 6, 4096, s1));
     CHECK_OK(cuMemsetD8Async(a, 6, 4096, NULL));
     CHECK_OK(cuMemsetD8Async(a, 6, 4096, s2));
-    CHECK(cusim_hazard_count() == 1);
+    CHECK_EQ(cusim_hazard_count(), 1);
     CHECK_OK(cuMemsetD8Async(a, 7, 4096, nb));
-    CHECK(cusim_hazard_count() == 2);
+    CHECK_EQ(cusim_hazard_count(), 2);
     CHECK_OK(cuCtxSynchronize());
 
     /* Work that finished is no hazard. */
     CHECK_OK(cuMemsetD8Async(a, 8, 4096, s1));
     CHECK_OK(cuStreamSynchronize(s1));
     CHECK_OK(cuMemsetD8Async(a, 8, 4096, s2));
-    CHECK(cusim_hazard_count() == 2);
+    CHECK_EQ(cusim_hazard_count(), 2);
     CHECK_OK(cuCtxSynchronize());
 
     cusim_set_hazards(0);
     CHECK_OK(cuMemsetD8Async(a, 9, 4096, s1));
     CHECK_OK(cuMemsetD8Async(a, 9, 4096, s2));
-    CHECK(cusim_hazard_count() == 2);
+    CHECK_EQ(cusim_hazard_count(), 2);
     cusim_set_delay_us(0);
     CHECK_OK(cuCtxSynchronize());
     cusim_reset();
-    CHECK(cusim_hazard_count() == 0);
+    CHECK_EQ(cusim_hazard_count(), 0);
 
     CHECK_OK(cuEventDestroy(e1));
     CHECK_OK(cuEventDestroy(e2));
@@ -592,41 +592,46 @@ test_reset_releases(void)
     CHECK_OK(cuLaunchHostFunc(s, log_step, &slow));
     CHECK_OK(cuEventRecord(e, s));
     cusim_get_stats(&st);
-    CHECK(st.streams == 1 && st.events == 1);
+    CHECK_TRUE(st.streams == 1 && st.events == 1);
     CHECK_OK(cuDevicePrimaryCtxRelease(dev));
     cusim_get_stats(&st);
-    CHECK(st.streams == 0 && st.events == 0 && st.contexts == 0);
+    CHECK_TRUE(st.streams == 0 && st.events == 0 && st.contexts == 0);
     CHECK_CU(CUDA_ERROR_INVALID_HANDLE, cuStreamQuery(s));
     CHECK_CU(CUDA_ERROR_INVALID_HANDLE, cuEventQuery(e));
 }
 
-int
-main(void)
+static void
+setup(void)
 {
-    cusim_stats st;
-    double t0 = now_ms();
-
     CHECK_OK(cuInit(0));
     CHECK_OK(cuDeviceGet(&dev, 0));
     CHECK_OK(cuDevicePrimaryCtxRetain(&ctx, dev));
     CHECK_OK(cuCtxSetCurrent(ctx));
+}
 
-    test_errors();
-    test_query_not_ready();
-    test_legacy_rules();
-    test_ptds();
-    test_events();
-    test_wait_event();
-    test_callbacks();
-    test_destroy_queued();
-    test_hazards();
-    test_attach();
+static void
+teardown(void)
+{
+    cusim_stats st;
 
     cusim_get_stats(&st);
-    CHECK(st.streams == 0);
-    CHECK(st.events == 0);
-
-    test_reset_releases();
-    printf("%.0f ms\n", now_ms() - t0);
-    CHECK_DONE();
+    CHECK_EQ(st.streams, 0);
+    CHECK_EQ(st.events, 0);
 }
+
+static const check_test tests[] = {
+    {"errors", test_errors, 0},
+    {"query_not_ready", test_query_not_ready, 0},
+    {"legacy_rules", test_legacy_rules, 0},
+    {"ptds", test_ptds, 0},
+    {"events", test_events, 0},
+    {"wait_event", test_wait_event, 0},
+    {"callbacks", test_callbacks, 0},
+    {"destroy_queued", test_destroy_queued, 0},
+    {"hazards", test_hazards, 0},
+    {"attach", test_attach, 0},
+    {"reset_releases", test_reset_releases, 0},
+    {NULL, NULL, 0},
+};
+
+CHECK_MAIN(tests, setup, teardown)

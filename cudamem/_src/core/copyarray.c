@@ -1,20 +1,19 @@
 /* copyarray.c: copies between strided layouts and fills of them (copy.h's
- * cm_copy_array and cm_fill): collapsing dimensions, choosing among 2-D /
- * 3-D copies, temporaries and doubling by an estimated cost, and issuing
- * the driver calls. Contiguous byte ranges are copy.c's; the memory on
- * either side belongs to its owner, the temporaries to this file. */
+ * cm_copy_array and cm_fill): choosing among 2-D / 3-D copies, temporaries
+ * and doubling by an estimated cost, and issuing the driver calls. The
+ * layout algebra (collapsing dims, extents, plans) is layout.c's,
+ * contiguous byte ranges copy.c's; the memory on either side belongs to
+ * its owner, the temporaries to this file. */
 #include "copy.h"
 
 #include <float.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "driver.h"
+#include "layout.h"
 #include "memory.h"
-
-#define MAXDIM 64
 
 /* The cost model that picks a strategy, in nanoseconds. Estimates until
  * benchmarks/ measures them: a driver call costs about 4 us and a memset
@@ -45,22 +44,6 @@
 #define BOUNCE_ABOVE (64 * COST_CALL)
 #define NO_WAY DBL_MAX
 
-/* One dimension of a copy: its length (> 1) and byte strides. */
-typedef struct dim {
-    ptrdiff_t n;
-    ptrdiff_t ds, ss; /* destination, source; a fill has ss == ds */
-} dim;
-
-/* A copy between two layouts of the same shape. Dims of length 1 are
- * never stored; once normalized, the smallest destination stride comes
- * first. */
-typedef struct layout {
-    int nd;
-    int ddev, sdev;     /* the side is device memory (1) or host memory */
-    uintptr_t dst, src; /* element (0, ..., 0) of each side */
-    dim d[MAXDIM];
-} layout;
-
 /* One cm_copy_array or cm_fill. */
 typedef struct job {
     cm_device *dev;
@@ -71,28 +54,8 @@ typedef struct job {
     int early; /* synchronous calls issued that may still be running */
 } job;
 
-/* The calls of a copy: rows of `width` bytes (the elements of dim w, or
- * one element), Height from dim h and Depth from dim z (-1: none), one call
- * per index of the other dims. */
-typedef struct plan {
-    int w, h, z;
-    size_t width;
-    size_t rows, calls;
-} plan;
-
-/* The memsets of a fill: rows of `width` units of `u` bytes (the elements
- * of dim w, one element, or with `passes` > 1 one unit of an element per
- * pass), Height from dim h, one call per pass and index of the others. */
-typedef struct setplan {
-    unsigned u;
-    size_t passes;
-    int w, h;
-    size_t width;
-    size_t rows, calls;
-} setplan;
-
 enum {
-    HOW_DIRECT,   /* the calls of plan_copy, straight between the sides */
+    HOW_DIRECT,   /* the calls of a copy plan, straight between the sides */
     HOW_DOUBLE,   /* the source's unrepeated part, then doubling copies */
     HOW_HOST,     /* a host temporary: gather and copy, or copy and scatter */
     HOW_TEMP_SRC, /* a device temporary in the source's order */
@@ -103,420 +66,6 @@ enum {
 #define BIT(how) (1u << (how))
 
 enum { SEED_SET, SEED_PASSES, SEED_COPY, FILL_HOST };
-
-static ptrdiff_t
-absd(ptrdiff_t v)
-{
-    return v < 0 ? -v : v;
-}
-
-static size_t
-count(const layout *L)
-{
-    size_t n = 1;
-
-    for (int i = 0; i < L->nd; i++) {
-        n *= (size_t)L->d[i].n;
-    }
-    return n;
-}
-
-/* ---------------------------------------------------------------------------
- * Layouts. */
-
-static int
-cmp_offset(const void *a, const void *b)
-{
-    ptrdiff_t x = *(const ptrdiff_t *)a, y = *(const ptrdiff_t *)b;
-
-    return (x > y) - (x < y);
-}
-
-/* Whether two elements of the destination share bytes (the result would
- * depend on the order of the writes, as for a zero stride). Each stride
- * clearing the span of the smaller ones proves they do not; otherwise the
- * element offsets are listed and compared, up to a bound. */
-#define OVERLAP_LIST_MAX ((size_t)1 << 22)
-
-/* "(s0, s1, ...)" of a side's strides, cut short to fit. */
-static const char *
-strides_text(const cm_side *side, char *buf, size_t size)
-{
-    size_t used = 0;
-
-    buf[0] = '\0';
-    for (int i = 0; i < side->ndim && used + 1 < size; i++) {
-        int w = snprintf(buf + used, size - used, "%s%td%s",
-                         i == 0 ? "(" : " ", side->strides[i],
-                         side->ndim == 1 ? ",)"
-                         : i + 1 < side->ndim ? ","
-                                              : ")");
-
-        used += w > 0 ? (size_t)w : 0;
-    }
-    return side->ndim == 0 ? "()" : buf;
-}
-
-static int
-check_no_overlap(const cm_side *dst, const layout *L, size_t n,
-                 size_t itemsize, cm_error *err)
-{
-    char text[256];
-    ptrdiff_t step[MAXDIM], len[MAXDIM], span = (ptrdiff_t)itemsize;
-    ptrdiff_t *offsets;
-    int nd = L->nd, clear = 1;
-
-    for (int i = 0; i < nd; i++) {
-        int j = i;
-
-        step[i] = L->d[i].ds < 0 ? -L->d[i].ds : L->d[i].ds;
-        len[i] = L->d[i].n;
-        for (; j > 0 && step[j - 1] > step[j]; j--) {
-            ptrdiff_t t = step[j], u = len[j];
-
-            step[j] = step[j - 1];
-            len[j] = len[j - 1];
-            step[j - 1] = t;
-            len[j - 1] = u;
-        }
-    }
-    for (int i = 0; i < nd && clear; i++) {
-        clear = step[i] >= span;
-        span += (len[i] - 1) * step[i];
-    }
-    if (clear) {
-        return 0;
-    }
-    if (n > OVERLAP_LIST_MAX ||
-        (offsets = malloc(n * sizeof(*offsets))) == NULL) {
-        return cm_fail_fmt(err, CM_ERR_VALUE,
-                           "destination strides %s interleave in a way whose "
-                           "elements cannot be shown not to overlap",
-                           strides_text(dst, text, sizeof(text)));
-    }
-    for (size_t k = 0; k < n; k++) {
-        size_t rest = k;
-        ptrdiff_t off = 0;
-
-        for (int i = 0; i < nd; i++) {
-            off += (ptrdiff_t)(rest % (size_t)len[i]) * step[i];
-            rest /= (size_t)len[i];
-        }
-        offsets[k] = off;
-    }
-    qsort(offsets, n, sizeof(*offsets), cmp_offset);
-    for (size_t k = 1; k < n && clear == 0; k++) {
-        if (offsets[k] - offsets[k - 1] < (ptrdiff_t)itemsize) {
-            clear = -1;
-        }
-    }
-    free(offsets);
-    if (clear < 0) {
-        return cm_fail_fmt(err, CM_ERR_VALUE,
-                           "destination elements overlap: strides %s map "
-                           "several elements to the same bytes",
-                           strides_text(dst, text, sizeof(text)));
-    }
-    return 0;
-}
-
-/* Checks the sides (numba's rules were py/'s; these keep core safe) and
- * builds the dims of length > 1; *n is the element count. A fill passes
- * src NULL. */
-static int
-build(const cm_side *dst, const cm_side *src, size_t itemsize, layout *L,
-      size_t *n, cm_error *err)
-{
-    if (itemsize == 0) {
-        return cm_fail(err, CM_ERR_VALUE, "copy of a zero itemsize");
-    }
-    if (dst->ndim < 0 || dst->ndim > MAXDIM) {
-        return cm_fail_fmt(err, CM_ERR_VALUE,
-                           "%d dimensions: at most %d are supported",
-                           dst->ndim, MAXDIM);
-    }
-    if (src != NULL && src->ndim != dst->ndim) {
-        return cm_fail_fmt(err, CM_ERR_VALUE,
-                           "copy between %d and %d dimensions", src->ndim,
-                           dst->ndim);
-    }
-    *n = 1;
-    for (int i = 0; i < dst->ndim; i++) {
-        if (dst->shape[i] < 0) {
-            return cm_fail_fmt(err, CM_ERR_VALUE,
-                               "negative length %td in dimension %d",
-                               dst->shape[i], i);
-        }
-        if (src != NULL && src->shape[i] != dst->shape[i]) {
-            return cm_fail_fmt(err, CM_ERR_VALUE,
-                               "shapes differ in dimension %d: %td and %td",
-                               i, dst->shape[i], src->shape[i]);
-        }
-        *n *= (size_t)dst->shape[i];
-    }
-    L->nd = 0;
-    L->ddev = dst->on_device;
-    L->dst = dst->on_device ? (uintptr_t)dst->ptr : (uintptr_t)dst->host;
-    L->sdev = src != NULL ? src->on_device : dst->on_device;
-    L->src = src == NULL      ? L->dst
-             : src->on_device ? (uintptr_t)src->ptr
-                              : (uintptr_t)src->host;
-    if (*n == 0) {
-        return 0;
-    }
-    for (int i = 0; i < dst->ndim; i++) {
-        ptrdiff_t len = dst->shape[i];
-
-        if (len == 1) {
-            continue;
-        }
-        /* Two elements in one place: the result would depend on order. */
-        if (dst->strides[i] == 0) {
-            return cm_fail_fmt(err, CM_ERR_VALUE,
-                               "destination stride 0 in dimension %d of "
-                               "length %td",
-                               i, len);
-        }
-        L->d[L->nd++] = (dim){len, dst->strides[i],
-                              src != NULL ? src->strides[i]
-                                          : dst->strides[i]};
-    }
-    return check_no_overlap(dst, L, *n, itemsize, err);
-}
-
-/* Flips the dims where the destination runs backwards and the source does
- * too (or repeats), sorts by destination stride, innermost first, and
- * merges neighbours that are contiguous with each other on both sides. */
-static void
-normalize(layout *L)
-{
-    int out = 0;
-
-    for (int i = 0; i < L->nd; i++) {
-        dim *d = &L->d[i];
-
-        if (d->ds < 0 && d->ss <= 0) {
-            L->dst += (uintptr_t)((d->n - 1) * d->ds);
-            L->src += (uintptr_t)((d->n - 1) * d->ss);
-            d->ds = -d->ds;
-            d->ss = -d->ss;
-        }
-    }
-    /* Insertion sort: a handful of dims, kept in order on ties. */
-    for (int i = 1; i < L->nd; i++) {
-        dim t = L->d[i];
-        int k = i;
-
-        while (k > 0 && absd(L->d[k - 1].ds) > absd(t.ds)) {
-            L->d[k] = L->d[k - 1];
-            k--;
-        }
-        L->d[k] = t;
-    }
-    for (int i = 1; i < L->nd; i++) {
-        dim *prev = &L->d[out];
-
-        if (L->d[i].ds == prev->n * prev->ds &&
-            L->d[i].ss == prev->n * prev->ss) {
-            prev->n *= L->d[i].n;
-        }
-        else {
-            L->d[++out] = L->d[i];
-        }
-    }
-    if (L->nd > 0) {
-        L->nd = out + 1;
-    }
-}
-
-static int
-contiguous(const layout *L, size_t itemsize)
-{
-    ptrdiff_t size = (ptrdiff_t)itemsize;
-
-    return L->nd == 0 ||
-           (L->nd == 1 && L->d[0].ds == size && L->d[0].ss == size);
-}
-
-static int
-repeats(const layout *L)
-{
-    for (int i = 0; i < L->nd; i++) {
-        if (L->d[i].ss == 0) {
-            return 1;
-        }
-    }
-    return 0;
-}
-
-/* Whether the bytes L's sides span intersect, with its destination at
- * `dst` and source at `src` in one address space. */
-static int
-overlaps(const layout *L, uintptr_t dst, uintptr_t src, size_t itemsize)
-{
-    ptrdiff_t dlo = 0, dhi = 0, slo = 0, shi = 0;
-
-    for (int i = 0; i < L->nd; i++) {
-        ptrdiff_t dspan = (L->d[i].n - 1) * L->d[i].ds;
-        ptrdiff_t sspan = (L->d[i].n - 1) * L->d[i].ss;
-
-        *(dspan < 0 ? &dlo : &dhi) += dspan;
-        *(sspan < 0 ? &slo : &shi) += sspan;
-    }
-    return dst + (uintptr_t)dlo < src + (uintptr_t)shi + itemsize &&
-           src + (uintptr_t)slo < dst + (uintptr_t)dhi + itemsize;
-}
-
-/* Whether L's sides share bytes: two device ranges, or a host range and
- * a device range whose memory the host sees at the device side's `host`
- * (mapped, registered or managed memory; the driver does not check that
- * such a copy's sides are disjoint). Flips in normalize moved both of a
- * side's addresses alike. */
-static int
-shares_bytes(const layout *L, const cm_side *dst, const cm_side *src,
-             size_t itemsize)
-{
-    const cm_side *dev = dst->on_device ? dst : src;
-    uintptr_t shift = (uintptr_t)dev->host - (uintptr_t)dev->ptr;
-
-    if (L->ddev && L->sdev) {
-        return overlaps(L, L->dst, L->src, itemsize);
-    }
-    if (dev->host == NULL) {
-        return 0;
-    }
-    return overlaps(L, L->dst + (L->ddev ? shift : 0),
-                    L->src + (L->sdev ? shift : 0), itemsize);
-}
-
-/* L without the dims its source repeats: what the source holds once. */
-static void
-unique_part(const layout *L, layout *U)
-{
-    U->nd = 0;
-    U->ddev = L->ddev;
-    U->sdev = L->sdev;
-    U->dst = L->dst;
-    U->src = L->src;
-    for (int i = 0; i < L->nd; i++) {
-        if (L->d[i].ss != 0) {
-            U->d[U->nd++] = L->d[i];
-        }
-    }
-    normalize(U);
-}
-
-/* A packed temporary holding L's elements in the order of one side (`key`
- * 0: the destination, 1: the source): its stride for each dim, with that
- * side's sign, or 0 where the source repeats (the temporary holds it
- * once). Returns its size in bytes; *origin is the offset of element
- * (0, ..., 0) in it. */
-static size_t
-packed(const layout *L, int key, size_t itemsize, ptrdiff_t *ts,
-       ptrdiff_t *origin)
-{
-    int order[MAXDIM];
-    ptrdiff_t s = (ptrdiff_t)itemsize;
-
-    for (int i = 0; i < L->nd; i++) {
-        ptrdiff_t k = absd(key ? L->d[i].ss : L->d[i].ds);
-        int j = i;
-
-        while (j > 0 && absd(key ? L->d[order[j - 1]].ss
-                                 : L->d[order[j - 1]].ds) > k) {
-            order[j] = order[j - 1];
-            j--;
-        }
-        order[j] = i;
-    }
-    *origin = 0;
-    for (int i = 0; i < L->nd; i++) {
-        const dim *d = &L->d[order[i]];
-        ptrdiff_t k = key ? d->ss : d->ds;
-
-        if (k == 0) {
-            ts[order[i]] = 0;
-            continue;
-        }
-        ts[order[i]] = k > 0 ? s : -s;
-        if (k < 0) {
-            *origin += (d->n - 1) * s;
-        }
-        s *= d->n;
-    }
-    return (size_t)s;
-}
-
-/* L with one side (0: destination, 1: source) replaced by a temporary at
- * `base` with strides ts, in device or host memory. As a destination the
- * temporary drops the dims it holds once. */
-static void
-with_temp(const layout *L, int side, int on_device, uintptr_t base,
-          const ptrdiff_t *ts, layout *out)
-{
-    out->nd = 0;
-    out->ddev = side == 0 ? on_device : L->ddev;
-    out->sdev = side == 1 ? on_device : L->sdev;
-    out->dst = side == 0 ? base : L->dst;
-    out->src = side == 1 ? base : L->src;
-    for (int i = 0; i < L->nd; i++) {
-        dim d = L->d[i];
-
-        if (side == 0) {
-            if (ts[i] == 0) {
-                continue;
-            }
-            d.ds = ts[i];
-        }
-        else {
-            d.ss = ts[i];
-        }
-        out->d[out->nd++] = d;
-    }
-    normalize(out);
-}
-
-/* An odometer over some dims of a layout, inner first, tracking the byte
- * offset of the current index on each side. */
-typedef struct walk {
-    int n;
-    const dim *d[MAXDIM];
-    ptrdiff_t idx[MAXDIM];
-    ptrdiff_t doff, soff;
-} walk;
-
-/* Every dim of L but a, b and c (-1 for none). */
-static void
-walk_init(walk *w, const layout *L, int a, int b, int c)
-{
-    w->n = 0;
-    w->doff = w->soff = 0;
-    for (int i = 0; i < L->nd; i++) {
-        if (i != a && i != b && i != c) {
-            w->idx[w->n] = 0;
-            w->d[w->n++] = &L->d[i];
-        }
-    }
-}
-
-/* Steps to the next index; 0 after the last. */
-static int
-walk_next(walk *w)
-{
-    for (int k = 0; k < w->n; k++) {
-        const dim *d = w->d[k];
-
-        if (++w->idx[k] < d->n) {
-            w->doff += d->ds;
-            w->soff += d->ss;
-            return 1;
-        }
-        w->doff -= (d->n - 1) * d->ds;
-        w->soff -= (d->n - 1) * d->ss;
-        w->idx[k] = 0;
-    }
-    return 0;
-}
 
 /* ---------------------------------------------------------------------------
  * Device attributes the plans need: CU_DEVICE_ATTRIBUTE_MAX_PITCH and
@@ -549,62 +98,6 @@ read_attribute(job *j, CUdevice_attribute attr, int *cache, int *value,
 /* ---------------------------------------------------------------------------
  * Plans and the calls that carry them out. */
 
-static int
-pitch_ok(ptrdiff_t s, size_t width, long long max_pitch)
-{
-    return s > 0 && (size_t)s >= width && s <= max_pitch;
-}
-
-/* A 3-D slice stride: the pitch times a height that admits the rows. */
-static int
-slice_ok(ptrdiff_t slice, ptrdiff_t pitch, ptrdiff_t rows)
-{
-    return slice > 0 && slice % pitch == 0 && slice / pitch >= rows;
-}
-
-/* The fewest cuMemcpy2D / cuMemcpy3D calls for L: the rows are the
- * elements of the innermost dim when it is contiguous on both sides (one
- * element otherwise); of the other dims, the pair that most rows per call
- * admit as Height and Depth (any dim qualifies, in any order). */
-static void
-plan_copy(const layout *L, size_t itemsize, long long max_pitch, plan *p)
-{
-    ptrdiff_t best = 1;
-
-    p->w = p->h = p->z = -1;
-    if (L->nd > 0 && L->d[0].ds == (ptrdiff_t)itemsize &&
-        L->d[0].ss == (ptrdiff_t)itemsize) {
-        p->w = 0;
-    }
-    p->width = p->w == 0 ? (size_t)L->d[0].n * itemsize : itemsize;
-    p->rows = count(L) / (p->w == 0 ? (size_t)L->d[0].n : 1);
-    for (int h = 0; h < L->nd; h++) {
-        const dim *dh = &L->d[h];
-
-        if (h == p->w || !pitch_ok(dh->ds, p->width, max_pitch) ||
-            !pitch_ok(dh->ss, p->width, max_pitch)) {
-            continue;
-        }
-        if (dh->n > best) {
-            best = dh->n;
-            p->h = h;
-            p->z = -1;
-        }
-        for (int z = 0; z < L->nd; z++) {
-            const dim *dz = &L->d[z];
-
-            if (z != p->w && z != h && dh->n * dz->n > best &&
-                slice_ok(dz->ds, dh->ds, dh->n) &&
-                slice_ok(dz->ss, dh->ss, dh->n)) {
-                best = dh->n * dz->n;
-                p->h = h;
-                p->z = z;
-            }
-        }
-    }
-    p->calls = p->rows / (size_t)best;
-}
-
 static double
 rows_cost(size_t rows, size_t width, int bus)
 {
@@ -615,7 +108,7 @@ rows_cost(size_t rows, size_t width, int bus)
 }
 
 static double
-plan_cost(const layout *L, const plan *p)
+plan_cost(const cm__layout *L, const cm__plan *p)
 {
     return (double)p->calls * COST_CALL +
            rows_cost(p->rows, p->width, !(L->ddev && L->sdev));
@@ -691,7 +184,7 @@ memtype(int on_device)
  * addresses do not matter: cuMemcpy2D takes any srcXInBytes inside a
  * pitched allocation. */
 static int
-pitches_safe(job *j, const dim *h, int *safe, cm_error *err)
+pitches_safe(job *j, const cm__dim *h, int *safe, cm_error *err)
 {
     int align;
 
@@ -711,11 +204,11 @@ pitches_safe(job *j, const dim *h, int *safe, cm_error *err)
  * asynchronous rows are one slice of cuMemcpy3DAsync, whose documentation
  * restricts pitches only to the device's maximum. */
 static int
-issue(job *j, const layout *L, const plan *p, uintptr_t dst, uintptr_t src,
-      cm_error *err)
+issue(job *j, const cm__layout *L, const cm__plan *p, uintptr_t dst,
+      uintptr_t src, cm_error *err)
 {
-    const dim *h = p->h >= 0 ? &L->d[p->h] : NULL;
-    const dim *z = p->z >= 0 ? &L->d[p->z] : NULL;
+    const cm__dim *h = p->h >= 0 ? &L->d[p->h] : NULL;
+    const cm__dim *z = p->z >= 0 ? &L->d[p->z] : NULL;
     int dtod = L->ddev && L->sdev, flat = 1, rc;
 
     if (h == NULL) {
@@ -758,17 +251,17 @@ issue(job *j, const layout *L, const plan *p, uintptr_t dst, uintptr_t src,
 }
 
 static int
-run_plan(job *j, const layout *L, const plan *p, cm_error *err)
+run_plan(job *j, const cm__layout *L, const cm__plan *p, cm_error *err)
 {
-    walk w;
+    cm__walk w;
 
-    walk_init(&w, L, p->w, p->h, p->z);
+    cm__walk_init(&w, L, p->w, p->h, p->z);
     do {
         if (issue(j, L, p, L->dst + (uintptr_t)w.doff,
                   L->src + (uintptr_t)w.soff, err) < 0) {
             return -1;
         }
-    } while (walk_next(&w));
+    } while (cm__walk_next(&w));
     return 0;
 }
 
@@ -806,28 +299,28 @@ move_run(char *dst, const char *src, ptrdiff_t n, ptrdiff_t ds, ptrdiff_t ss,
  * host temporary. Runs are the elements of a dim contiguous on both
  * sides; a source stride of 0 repeats. */
 static void
-host_pass(const layout *H, size_t itemsize)
+host_pass(const cm__layout *H, size_t itemsize)
 {
-    static const dim one = {1, 0, 0};
+    static const cm__dim one = {1, 0, 0};
     int run = H->nd > 0 && H->d[0].ds == (ptrdiff_t)itemsize &&
               H->d[0].ss == (ptrdiff_t)itemsize;
     size_t size = run ? (size_t)H->d[0].n * itemsize : itemsize;
     /* The tight loop walks the dim after the runs. */
-    const dim *in = run < H->nd ? &H->d[run] : &one;
+    const cm__dim *in = run < H->nd ? &H->d[run] : &one;
     char *dst = (char *)H->dst;
     const char *src = (const char *)H->src;
-    walk w;
+    cm__walk w;
 
-    walk_init(&w, H, run ? 0 : -1, run < H->nd ? run : -1, -1);
+    cm__walk_init(&w, H, run ? 0 : -1, run < H->nd ? run : -1, -1);
     do {
         move_run(dst + w.doff, src + w.soff, in->n, in->ds, in->ss, size);
-    } while (walk_next(&w));
+    } while (cm__walk_next(&w));
 }
 
 static double
-host_cost(const layout *H, size_t itemsize)
+host_cost(const cm__layout *H, size_t itemsize)
 {
-    size_t n = count(H), runs = n;
+    size_t n = cm__layout_count(H), runs = n;
 
     if (H->nd > 0 && H->d[0].ds == (ptrdiff_t)itemsize &&
         H->d[0].ss == (ptrdiff_t)itemsize) {
@@ -841,42 +334,21 @@ host_cost(const layout *H, size_t itemsize)
  * Doubling: the destination's first block copied onto the next, twice as
  * large each time, on the device. */
 
-/* The step copying m blocks along dim k from the start of L's destination
- * to c blocks further, over the dims in `full` (already written). */
-static void
-double_step(const layout *L, const unsigned char *full, int k, ptrdiff_t c,
-            ptrdiff_t m, layout *S)
-{
-    S->nd = 0;
-    S->ddev = S->sdev = 1;
-    S->dst = L->dst + (uintptr_t)(c * L->d[k].ds);
-    S->src = L->dst;
-    for (int i = 0; i < L->nd; i++) {
-        if (full[i]) {
-            S->d[S->nd++] = (dim){L->d[i].n, L->d[i].ds, L->d[i].ds};
-        }
-    }
-    if (m > 1) {
-        S->d[S->nd++] = (dim){m, L->d[k].ds, L->d[k].ds};
-    }
-    normalize(S);
-}
-
 /* Doubling along dim k: adds its cost to *cost, or with cost NULL issues
  * its calls. The blocks never share an element, so source and destination
  * rows never overlap even where their extents interleave. */
 static int
-double_dim(job *j, const layout *L, const unsigned char *full, int k,
+double_dim(job *j, const cm__layout *L, const unsigned char *full, int k,
            double *cost, cm_error *err)
 {
     ptrdiff_t n = L->d[k].n, m;
-    layout S;
-    plan p;
+    cm__layout S;
+    cm__plan p;
 
     for (ptrdiff_t c = 1; c < n; c += m) {
         m = n - c < c ? n - c : c;
-        double_step(L, full, k, c, m, &S);
-        plan_copy(&S, j->itemsize, j->max_pitch, &p);
+        cm__layout_double_step(L, full, k, c, m, &S);
+        cm__layout_plan_copy(&S, j->itemsize, j->max_pitch, &p);
         if (cost != NULL) {
             *cost += plan_cost(&S, &p);
         }
@@ -889,9 +361,9 @@ double_dim(job *j, const layout *L, const unsigned char *full, int k,
 
 /* Doubling along every dim the source repeats, innermost first. */
 static int
-double_repeats(job *j, const layout *L, double *cost, cm_error *err)
+double_repeats(job *j, const cm__layout *L, double *cost, cm_error *err)
 {
-    unsigned char full[MAXDIM];
+    unsigned char full[CM_LAYOUT_MAXDIM];
 
     for (int i = 0; i < L->nd; i++) {
         full[i] = L->d[i].ss != 0;
@@ -910,21 +382,21 @@ double_repeats(job *j, const layout *L, double *cost, cm_error *err)
 /* ---------------------------------------------------------------------------
  * Strategies: each one's estimated cost, and running it. */
 
-static int best(job *j, const layout *L, unsigned mask, double *cost);
-static int run(job *j, const layout *L, int how, cm_error *err);
+static int best(job *j, const cm__layout *L, unsigned mask, double *cost);
+static int run(job *j, const cm__layout *L, int how, cm_error *err);
 
 static double
-direct_cost(job *j, const layout *L)
+direct_cost(job *j, const cm__layout *L)
 {
-    plan p;
+    cm__plan p;
 
-    plan_copy(L, j->itemsize, j->max_pitch, &p);
+    cm__layout_plan_copy(L, j->itemsize, j->max_pitch, &p);
     return plan_cost(L, &p);
 }
 
 /* What the doubling's first copy may be: host sources may be gathered. */
 static unsigned
-double_first(const layout *L)
+double_first(const cm__layout *L)
 {
     return L->sdev ? BIT(HOW_DIRECT) : BIT(HOW_DIRECT) | BIT(HOW_HOST);
 }
@@ -932,30 +404,30 @@ double_first(const layout *L)
 /* A host temporary is in the device side's order, so that the transfer
  * is as few calls as that side alone allows; the host does the rest. */
 static void
-host_legs(const layout *L, uintptr_t base, const ptrdiff_t *ts,
-          layout *leg, layout *pass)
+host_legs(const cm__layout *L, uintptr_t base, const ptrdiff_t *ts,
+          cm__layout *leg, cm__layout *pass)
 {
     int key = L->ddev ? 0 : 1;
 
-    with_temp(L, 1 - key, 0, base, ts, leg);
-    with_temp(L, key, 0, base, ts, pass);
+    cm__layout_with_temp(L, 1 - key, 0, base, ts, leg);
+    cm__layout_with_temp(L, key, 0, base, ts, pass);
 }
 
 static double
-estimate(job *j, const layout *L, int how)
+estimate(job *j, const cm__layout *L, int how)
 {
-    ptrdiff_t ts[MAXDIM], origin;
+    ptrdiff_t ts[CM_LAYOUT_MAXDIM], origin;
     double cost = 0, wait = j->async ? COST_WAIT : 0;
-    layout a, b;
+    cm__layout a, b;
 
     switch (how) {
     case HOW_DIRECT:
         return direct_cost(j, L);
     case HOW_DOUBLE:
-        if (!L->ddev || !repeats(L)) {
+        if (!L->ddev || !cm__layout_repeats(L)) {
             return NO_WAY;
         }
-        unique_part(L, &a);
+        cm__layout_unique(L, &a);
         best(j, &a, double_first(L), &cost);
         double_repeats(j, L, &cost, NULL);
         return cost;
@@ -963,7 +435,7 @@ estimate(job *j, const layout *L, int how)
         if (L->ddev == L->sdev) {
             return NO_WAY;
         }
-        packed(L, L->ddev ? 0 : 1, j->itemsize, ts, &origin);
+        cm__layout_packed(L, L->ddev ? 0 : 1, j->itemsize, ts, &origin);
         host_legs(L, (uintptr_t)origin, ts, &a, &b);
         return direct_cost(j, &a) + host_cost(&b, j->itemsize) + COST_TEMP +
                wait;
@@ -972,9 +444,9 @@ estimate(job *j, const layout *L, int how)
         if (!L->ddev || !L->sdev) {
             return NO_WAY;
         }
-        packed(L, how == HOW_TEMP_SRC, j->itemsize, ts, &origin);
-        with_temp(L, 0, 1, (uintptr_t)origin, ts, &a);
-        with_temp(L, 1, 1, (uintptr_t)origin, ts, &b);
+        cm__layout_packed(L, how == HOW_TEMP_SRC, j->itemsize, ts, &origin);
+        cm__layout_with_temp(L, 0, 1, (uintptr_t)origin, ts, &a);
+        cm__layout_with_temp(L, 1, 1, (uintptr_t)origin, ts, &b);
         if (how == HOW_TEMP_SRC) {
             best(j, &b, BIT(HOW_DIRECT) | BIT(HOW_DOUBLE), &cost);
             return cost + direct_cost(j, &a) + COST_TEMP + wait;
@@ -985,9 +457,9 @@ estimate(job *j, const layout *L, int how)
         if (!L->ddev || !L->sdev) {
             return NO_WAY;
         }
-        packed(L, 1, j->itemsize, ts, &origin);
-        with_temp(L, 0, 0, (uintptr_t)origin, ts, &a);
-        with_temp(L, 1, 0, (uintptr_t)origin, ts, &b);
+        cm__layout_packed(L, 1, j->itemsize, ts, &origin);
+        cm__layout_with_temp(L, 0, 0, (uintptr_t)origin, ts, &a);
+        cm__layout_with_temp(L, 1, 0, (uintptr_t)origin, ts, &b);
         best(j, &b, BIT(HOW_DIRECT) | BIT(HOW_HOST) | BIT(HOW_DOUBLE), &cost);
         return cost + direct_cost(j, &a) + COST_TEMP + wait;
     default:
@@ -998,7 +470,7 @@ estimate(job *j, const layout *L, int how)
 /* The cheapest strategy in mask (the first on ties; the bounce last, and
  * only past BOUNCE_ABOVE); its cost added to *cost when not NULL. */
 static int
-best(job *j, const layout *L, unsigned mask, double *cost)
+best(job *j, const cm__layout *L, unsigned mask, double *cost)
 {
     double least = NO_WAY;
     int how = HOW_DIRECT;
@@ -1020,20 +492,20 @@ best(job *j, const layout *L, unsigned mask, double *cost)
 }
 
 static int
-run_direct(job *j, const layout *L, cm_error *err)
+run_direct(job *j, const cm__layout *L, cm_error *err)
 {
-    plan p;
+    cm__plan p;
 
-    plan_copy(L, j->itemsize, j->max_pitch, &p);
+    cm__layout_plan_copy(L, j->itemsize, j->max_pitch, &p);
     return run_plan(j, L, &p, err);
 }
 
 static int
-run_double(job *j, const layout *L, cm_error *err)
+run_double(job *j, const cm__layout *L, cm_error *err)
 {
-    layout U;
+    cm__layout U;
 
-    unique_part(L, &U);
+    cm__layout_unique(L, &U);
     if (run(j, &U, best(j, &U, double_first(L), NULL), err) < 0) {
         return -1;
     }
@@ -1043,11 +515,12 @@ run_double(job *j, const layout *L, cm_error *err)
 /* Gather on the host then copy, or copy then scatter on the host. The
  * temporary is freed only once the stream is done with it. */
 static int
-run_host(job *j, const layout *L, cm_error *err)
+run_host(job *j, const cm__layout *L, cm_error *err)
 {
-    ptrdiff_t ts[MAXDIM], origin;
-    size_t size = packed(L, L->ddev ? 0 : 1, j->itemsize, ts, &origin);
-    layout leg, pass;
+    ptrdiff_t ts[CM_LAYOUT_MAXDIM], origin;
+    size_t size =
+        cm__layout_packed(L, L->ddev ? 0 : 1, j->itemsize, ts, &origin);
+    cm__layout leg, pass;
     char *buf = malloc(size);
     int rc;
 
@@ -1075,21 +548,24 @@ run_host(job *j, const layout *L, cm_error *err)
  * releasing it: the free is queued, and the stream must be done with the
  * memory before anything can reuse it. */
 static int
-run_temp(job *j, const layout *L, int how, cm_error *err)
+run_temp(job *j, const cm__layout *L, int how, cm_error *err)
 {
-    ptrdiff_t ts[MAXDIM], origin;
-    size_t size = packed(L, how == HOW_TEMP_SRC, j->itemsize, ts, &origin);
+    ptrdiff_t ts[CM_LAYOUT_MAXDIM], origin;
+    size_t size = cm__layout_packed(L, how == HOW_TEMP_SRC, j->itemsize, ts,
+                                    &origin);
     unsigned legmask = BIT(HOW_DIRECT) | BIT(HOW_DOUBLE);
     cm_error ignored;
-    layout in, out;
+    cm__layout in, out;
     cm_mem *m;
     int rc;
 
     if (cm_mem_alloc(j->dev, size, j->stream, &m, err) < 0) {
         return -1;
     }
-    with_temp(L, 0, 1, (uintptr_t)(m->ptr + (CUdeviceptr)origin), ts, &in);
-    with_temp(L, 1, 1, (uintptr_t)(m->ptr + (CUdeviceptr)origin), ts, &out);
+    cm__layout_with_temp(L, 0, 1, (uintptr_t)(m->ptr + (CUdeviceptr)origin),
+                         ts, &in);
+    cm__layout_with_temp(L, 1, 1, (uintptr_t)(m->ptr + (CUdeviceptr)origin),
+                         ts, &out);
     if (how == HOW_TEMP_SRC) {
         rc = run_direct(j, &in, err);
         if (rc == 0) {
@@ -1112,19 +588,19 @@ run_temp(job *j, const layout *L, int how, cm_error *err)
 /* Device to a host temporary in the source's order, then host to device:
  * for layouts that only a kernel would copy well on the device. */
 static int
-run_bounce(job *j, const layout *L, cm_error *err)
+run_bounce(job *j, const cm__layout *L, cm_error *err)
 {
-    ptrdiff_t ts[MAXDIM], origin;
-    size_t size = packed(L, 1, j->itemsize, ts, &origin);
-    layout down, up;
+    ptrdiff_t ts[CM_LAYOUT_MAXDIM], origin;
+    size_t size = cm__layout_packed(L, 1, j->itemsize, ts, &origin);
+    cm__layout down, up;
     char *buf = malloc(size);
     int rc;
 
     if (buf == NULL) {
         return cm_fail(err, CM_ERR_NOMEM, "out of host memory");
     }
-    with_temp(L, 0, 0, (uintptr_t)(buf + origin), ts, &down);
-    with_temp(L, 1, 0, (uintptr_t)(buf + origin), ts, &up);
+    cm__layout_with_temp(L, 0, 0, (uintptr_t)(buf + origin), ts, &down);
+    cm__layout_with_temp(L, 1, 0, (uintptr_t)(buf + origin), ts, &up);
     /* Between the legs too: a driver may stage pageable memory for an
      * asynchronous HtoD before the stream reached it. */
     rc = drain_after(j, run_direct(j, &down, err), err);
@@ -1141,7 +617,7 @@ run_bounce(job *j, const layout *L, cm_error *err)
 }
 
 static int
-run(job *j, const layout *L, int how, cm_error *err)
+run(job *j, const cm__layout *L, int how, cm_error *err)
 {
     switch (how) {
     case HOW_DOUBLE:
@@ -1161,60 +637,8 @@ run(job *j, const layout *L, int how, cm_error *err)
 /* ---------------------------------------------------------------------------
  * Fills. */
 
-/* The widest unit (4, 2 or 1 bytes) dividing itemsize that L's first
- * element and strides are aligned to (the memsets' rule) and, given a
- * pattern, that the pattern repeats; 0 when none. */
-static unsigned
-set_unit(const layout *L, size_t itemsize, const unsigned char *pattern)
-{
-    for (unsigned u = 4; u > 0; u /= 2) {
-        int ok = itemsize % u == 0 && L->dst % u == 0;
-
-        for (int i = 0; ok && i < L->nd; i++) {
-            ok = L->d[i].ds % (ptrdiff_t)u == 0;
-        }
-        for (size_t i = u; ok && pattern != NULL && i < itemsize; i++) {
-            ok = pattern[i] == pattern[i - u];
-        }
-        if (ok) {
-            return u;
-        }
-    }
-    return 0;
-}
-
-/* Memsets of unit u writing L: with `whole`, rows of whole elements (the
- * pattern repeats u); otherwise one pass per unit of the element, each row
- * one unit. Height: the dim that admits the most rows. */
-static void
-plan_set(const layout *L, size_t itemsize, long long max_pitch, unsigned u,
-         int whole, setplan *p)
-{
-    ptrdiff_t best = 1;
-    size_t total = count(L), bytes;
-
-    p->u = u;
-    p->passes = whole ? 1 : itemsize / u;
-    p->w = p->h = -1;
-    if (whole && L->nd > 0 && L->d[0].ds == (ptrdiff_t)itemsize) {
-        p->w = 0;
-        total /= (size_t)L->d[0].n;
-    }
-    bytes = p->w == 0 ? (size_t)L->d[0].n * itemsize : whole ? itemsize : u;
-    p->width = bytes / u;
-    for (int h = 0; h < L->nd; h++) {
-        if (h != p->w && L->d[h].n > best &&
-            pitch_ok(L->d[h].ds, bytes, max_pitch)) {
-            best = L->d[h].n;
-            p->h = h;
-        }
-    }
-    p->rows = total * p->passes;
-    p->calls = total / (size_t)best * p->passes;
-}
-
 static double
-set_cost(const setplan *p)
+set_cost(const cm__setplan *p)
 {
     return (double)p->calls * COST_SET + rows_cost(p->rows, p->width * p->u,
                                                    0);
@@ -1277,11 +701,11 @@ set_call(job *j, uintptr_t ptr, unsigned u, uint32_t value, size_t width,
 }
 
 static int
-run_set(job *j, const layout *L, const setplan *p,
+run_set(job *j, const cm__layout *L, const cm__setplan *p,
         const unsigned char *pattern, cm_error *err)
 {
-    const dim *h = p->h >= 0 ? &L->d[p->h] : NULL;
-    walk w;
+    const cm__dim *h = p->h >= 0 ? &L->d[p->h] : NULL;
+    cm__walk w;
 
     for (size_t pass = 0; pass < p->passes; pass++) {
         /* The unit as the driver stores it: the pattern's own bytes. */
@@ -1300,7 +724,7 @@ run_set(job *j, const layout *L, const setplan *p,
         else {
             value = pattern[pass];
         }
-        walk_init(&w, L, p->w, p->h, -1);
+        cm__walk_init(&w, L, p->w, p->h, -1);
         do {
             if (set_call(j, L->dst + (uintptr_t)w.doff + pass * p->u, p->u,
                          value, p->width,
@@ -1308,19 +732,19 @@ run_set(job *j, const layout *L, const setplan *p,
                          h != NULL ? (size_t)h->n : 1, err) < 0) {
                 return -1;
             }
-        } while (walk_next(&w));
+        } while (cm__walk_next(&w));
     }
     return 0;
 }
 
 /* A host temporary holding the pattern over and over, copied in. */
 static int
-fill_host(job *j, const layout *L, const unsigned char *pattern,
+fill_host(job *j, const cm__layout *L, const unsigned char *pattern,
           cm_error *err)
 {
-    ptrdiff_t ts[MAXDIM], origin;
-    size_t size = packed(L, 0, j->itemsize, ts, &origin);
-    layout leg;
+    ptrdiff_t ts[CM_LAYOUT_MAXDIM], origin;
+    size_t size = cm__layout_packed(L, 0, j->itemsize, ts, &origin);
+    cm__layout leg;
     char *buf = malloc(size);
     int rc;
 
@@ -1331,7 +755,7 @@ fill_host(job *j, const layout *L, const unsigned char *pattern,
     for (size_t have = j->itemsize; have < size; have *= 2) {
         memcpy(buf + have, buf, have < size - have ? have : size - have);
     }
-    with_temp(L, 1, 0, (uintptr_t)(buf + origin), ts, &leg);
+    cm__layout_with_temp(L, 1, 0, (uintptr_t)(buf + origin), ts, &leg);
     rc = drain_after(j, run_direct(j, &leg, err), err);
     free(buf);
     return rc;
@@ -1342,21 +766,21 @@ fill_host(job *j, const layout *L, const unsigned char *pattern,
  * chosen by cost against a host temporary. The whole layout in one
  * memset is taken at once. */
 static int
-fill_layout(job *j, const layout *L, const unsigned char *pattern,
+fill_layout(job *j, const cm__layout *L, const unsigned char *pattern,
             cm_error *err)
 {
-    double doubling[MAXDIM + 1], least = NO_WAY;
-    unsigned char full[MAXDIM];
+    double doubling[CM_LAYOUT_MAXDIM + 1], least = NO_WAY;
+    unsigned char full[CM_LAYOUT_MAXDIM];
     int k_best = 0, how = FILL_HOST;
     unsigned u_best = 0;
-    ptrdiff_t ts[MAXDIM], origin;
-    layout sub;
-    setplan sp;
+    ptrdiff_t ts[CM_LAYOUT_MAXDIM], origin;
+    cm__layout sub;
+    cm__setplan sp;
     unsigned u;
 
-    u = set_unit(L, j->itemsize, pattern);
+    u = cm__layout_set_unit(L, j->itemsize, pattern);
     if (u != 0) {
-        plan_set(L, j->itemsize, j->max_pitch, u, 1, &sp);
+        cm__layout_plan_set(L, j->itemsize, j->max_pitch, u, 1, &sp);
         if (sp.calls == 1) {
             return run_set(j, L, &sp, pattern, err);
         }
@@ -1377,7 +801,8 @@ fill_layout(job *j, const layout *L, const unsigned char *pattern,
         sub = *L;
         sub.nd = k;
         for (int m = SEED_SET; m <= SEED_COPY; m++) {
-            u = set_unit(&sub, j->itemsize, m == SEED_SET ? pattern : NULL);
+            u = cm__layout_set_unit(&sub, j->itemsize,
+                                    m == SEED_SET ? pattern : NULL);
             if (m == SEED_COPY) {
                 if (k != 0 || j->async) {
                     continue;
@@ -1388,8 +813,8 @@ fill_layout(job *j, const layout *L, const unsigned char *pattern,
                 continue;
             }
             else {
-                plan_set(&sub, j->itemsize, j->max_pitch, u, m == SEED_SET,
-                         &sp);
+                cm__layout_plan_set(&sub, j->itemsize, j->max_pitch, u,
+                                    m == SEED_SET, &sp);
                 c = set_cost(&sp);
             }
             if (c + doubling[k] < least) {
@@ -1400,10 +825,10 @@ fill_layout(job *j, const layout *L, const unsigned char *pattern,
             }
         }
     }
-    packed(L, 0, j->itemsize, ts, &origin);
-    with_temp(L, 1, 0, (uintptr_t)origin, ts, &sub);
+    cm__layout_packed(L, 0, j->itemsize, ts, &origin);
+    cm__layout_with_temp(L, 1, 0, (uintptr_t)origin, ts, &sub);
     if (direct_cost(j, &sub) + COST_TEMP +
-            (double)(count(L) * j->itemsize) * COST_HOST_BYTE +
+            (double)(cm__layout_count(L) * j->itemsize) * COST_HOST_BYTE +
             (j->async ? COST_WAIT : 0) <
         least) {
         return fill_host(j, L, pattern, err);
@@ -1419,8 +844,8 @@ fill_layout(job *j, const layout *L, const unsigned char *pattern,
         }
     }
     else {
-        plan_set(&sub, j->itemsize, j->max_pitch, u_best, how == SEED_SET,
-                 &sp);
+        cm__layout_plan_set(&sub, j->itemsize, j->max_pitch, u_best,
+                            how == SEED_SET, &sp);
         if (run_set(j, &sub, &sp, pattern, err) < 0) {
             return -1;
         }
@@ -1455,23 +880,16 @@ read_max_pitch(job *j, cm_error *err)
 /* The host bytes an asynchronous copy of L (one side on the host) may
  * still touch when this returns: the host side's whole extent. */
 static int
-note_host(job *j, const layout *L, cm_error *err)
+note_host(job *j, const cm__layout *L, cm_error *err)
 {
     int dst = !L->ddev;
-    uintptr_t lo = dst ? L->dst : L->src, hi = lo + j->itemsize;
+    uintptr_t base = dst ? L->dst : L->src;
+    ptrdiff_t lo, hi;
 
-    for (int i = 0; i < L->nd; i++) {
-        ptrdiff_t span = (L->d[i].n - 1) * (dst ? L->d[i].ds : L->d[i].ss);
-
-        if (span < 0) {
-            lo -= (uintptr_t)-span;
-        }
-        else {
-            hi += (uintptr_t)span;
-        }
-    }
-    return cm__copy_noted(j->dev, j->stream, (const void *)lo, hi - lo, dst,
-                          err);
+    cm__layout_extent(L, dst ? 0 : 1, j->itemsize, &lo, &hi);
+    return cm__copy_noted(j->dev, j->stream,
+                          (const void *)(base + (uintptr_t)lo),
+                          (size_t)(hi - lo), dst, err);
 }
 
 int
@@ -1481,12 +899,12 @@ cm_copy_array(cm_device *dev, const cm_side *dst, const cm_side *src,
     job j = {.dev = dev, .stream = stream, .async = async,
              .itemsize = itemsize};
     cm_ctx_guard guard;
-    layout L;
-    plan p;
+    cm__layout L;
+    cm__plan p;
     size_t n;
     int overlap, rc;
 
-    if (build(dst, src, itemsize, &L, &n, err) < 0) {
+    if (cm__layout_build(dst, src, itemsize, &L, &n, err) < 0) {
         return -1;
     }
     if (!L.ddev && !L.sdev) {
@@ -1496,9 +914,9 @@ cm_copy_array(cm_device *dev, const cm_side *dst, const cm_side *src,
     if (n == 0) {
         return cm_fork_check(err);
     }
-    normalize(&L);
-    overlap = shares_bytes(&L, dst, src, itemsize);
-    if (contiguous(&L, itemsize) && !overlap) {
+    cm__layout_normalize(&L);
+    overlap = cm__layout_shares_bytes(&L, dst, src, itemsize);
+    if (cm__layout_contiguous(&L, itemsize) && !overlap) {
         n *= itemsize;
         if (L.ddev && L.sdev) {
             return cm_copy_dtod(dev, L.dst, L.src, n, stream, async, err);
@@ -1515,7 +933,7 @@ cm_copy_array(cm_device *dev, const cm_side *dst, const cm_side *src,
     }
     rc = read_max_pitch(&j, err);
     if (rc == 0) {
-        plan_copy(&L, itemsize, j.max_pitch, &p);
+        cm__layout_plan_copy(&L, itemsize, j.max_pitch, &p);
         /* One call of rows at least as wide as costs count: nothing
          * beats it, so skip the estimates. */
         if (!overlap && p.calls == 1 &&
@@ -1548,20 +966,20 @@ cm_fill(cm_device *dev, const cm_side *dst, const void *pattern,
     job j = {.dev = dev, .stream = stream, .async = async,
              .itemsize = itemsize};
     cm_ctx_guard guard;
-    layout L;
+    cm__layout L;
     size_t n;
     int rc;
 
     if (!dst->on_device) {
         return cm_fail(err, CM_ERR_VALUE, "a fill needs a device layout");
     }
-    if (build(dst, NULL, itemsize, &L, &n, err) < 0) {
+    if (cm__layout_build(dst, NULL, itemsize, &L, &n, err) < 0) {
         return -1;
     }
     if (n == 0) {
         return cm_fork_check(err);
     }
-    normalize(&L);
+    cm__layout_normalize(&L);
     if (cm_ctx_enter(dev, &guard, err) < 0) {
         return -1;
     }
