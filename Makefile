@@ -26,9 +26,16 @@ CTEST_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra -Werror -pthread \
 	-fvisibility=hidden -I$(CUDA_INC_DIR) -Icudamem/_src/sim -Icudamem/_src/core -Itests/c
 ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 LIBASAN = $(shell $(CC) -print-file-name=libasan.so)
+# test-tsan: ThreadSanitizer over a CUDAMEM_DEBUG build (lock-order and
+# refcount asserts on), the C tests and the threaded Python tests.
+TSAN_FLAGS := -fsanitize=thread -fno-omit-frame-pointer -DCUDAMEM_DEBUG
+LIBTSAN = $(shell $(CC) -print-file-name=libtsan.so)
+TSAN_TESTS = tests/test_thread_stress.py tests/test_streams.py \
+	tests/test_callbacks.py tests/test_deallocations.py
 # Time budgets (seconds) that keep `.ci/run` well inside CI's 90 minutes.
 BUDGET_PYTEST ?= 1200
 BUDGET_ASAN ?= 1800
+BUDGET_TSAN ?= 900
 BUDGET_CTEST ?= 600
 BUDGET_STRESS ?= 600
 BUDGET_FUZZ ?= 1200
@@ -73,6 +80,7 @@ FUZZ_EXAMPLES ?= 10000
 
 .PHONY: all demo test test-asan test-stress fuzz coverage gpu-check clean \
 	build build-asan build-coverage ctest ctest-valgrind ctest-asan pytest \
+	test-tsan build-tsan ctest-tsan \
 	bench-floor bench venv docs notebook typecheck test-numba test-peers \
 	peers-run
 
@@ -98,6 +106,9 @@ build: BUILD_ENV = CUDAMEM_DEV_CFLAGS="$(DEV_CFLAGS)"
 build: build/flavor-dev
 build-asan: BUILD_ENV = CUDAMEM_DEV_CFLAGS="$(DEV_CFLAGS)" CUDAMEM_SANITIZE=1
 build-asan: build/flavor-asan
+build-tsan: BUILD_ENV = CUDAMEM_DEV_CFLAGS="$(DEV_CFLAGS)" \
+	CUDAMEM_SANITIZE=thread CUDAMEM_DEBUG=1
+build-tsan: build/flavor-tsan
 build-coverage: BUILD_ENV = CUDAMEM_DEV_CFLAGS="-Wall -Wextra -Werror" CUDAMEM_COVERAGE=1
 build-coverage: build/flavor-coverage
 
@@ -204,6 +215,20 @@ test-asan: build-asan ctest-asan
 	  || { cat build/sanitizer.* 2>/dev/null; exit 1; }
 	@if ls build/sanitizer.* >/dev/null 2>&1; then cat build/sanitizer.*; exit 1; fi
 
+# Python is not instrumented: libtsan is preloaded, and what it reports
+# of CPython or of patterns TSan cannot see is in tools/tsan.supp, each
+# entry with its reason. A report fails the run (exitcode), as does a
+# debug assert (abort).
+TSAN_ENV = TSAN_OPTIONS="suppressions=$(CURDIR)/tools/tsan.supp \
+	  exitcode=66 halt_on_error=0 second_deadlock_stack=1 \
+	  log_path=$(CURDIR)/build/tsan"
+test-tsan: build-tsan ctest-tsan
+	@rm -f build/tsan.*
+	$(TSAN_ENV) LD_PRELOAD=$(LIBTSAN) PYTHONUNBUFFERED=1 \
+	  timeout $(BUDGET_TSAN) $(PY) -m pytest -q -p no:cacheprovider \
+	  $(PYTEST_ARGS) $(TSAN_TESTS) || { cat build/tsan.* 2>/dev/null; exit 1; }
+	@if ls build/tsan.* >/dev/null 2>&1; then cat build/tsan.*; exit 1; fi
+
 coverage: build-coverage
 	find build/tmp-coverage -name '*.gcda' -delete
 	$(PY) -m pytest -q $(PYTEST_ARGS) tests
@@ -226,18 +251,28 @@ build/ctest/%: tests/c/%.c $(CTEST_DEPS)
 build/ctest-asan/%: tests/c/%.c $(CTEST_DEPS)
 	@mkdir -p build/ctest-asan
 	$(CC) $(CTEST_CFLAGS) $(ASAN_FLAGS) -o $@ $< $(call ctest_sources,$<) -lrt -ldl
+build/ctest-tsan/%: tests/c/%.c $(CTEST_DEPS)
+	@mkdir -p build/ctest-tsan
+	$(CC) $(CTEST_CFLAGS) $(TSAN_FLAGS) -o $@ $< $(call ctest_sources,$<) -lrt -ldl
 build/ctest/libcusim.so: $(SIM_SRC) $(SIM_HDR)
 	@mkdir -p build/ctest
 	$(CC) $(CTEST_CFLAGS) -shared -fPIC -o $@ $(SIM_SRC) -lrt -ldl
 build/ctest-asan/libcusim.so: $(SIM_SRC) $(SIM_HDR)
 	@mkdir -p build/ctest-asan
 	$(CC) $(CTEST_CFLAGS) $(ASAN_FLAGS) -shared -fPIC -o $@ $(SIM_SRC) -lrt -ldl
+build/ctest-tsan/libcusim.so: $(SIM_SRC) $(SIM_HDR)
+	@mkdir -p build/ctest-tsan
+	$(CC) $(CTEST_CFLAGS) $(TSAN_FLAGS) -shared -fPIC -o $@ $(SIM_SRC) -lrt -ldl
 build/ctest/test_core_copy: tests/c/test_core_copy.c $(CTEST_DEPS) \
 		$(CORE_COPY_SRC) build/ctest/libcusim.so
 	$(CC) $(CTEST_CFLAGS) -o $@ $< $(CORE_COPY_SRC) -ldl
 build/ctest-asan/test_core_copy: tests/c/test_core_copy.c $(CTEST_DEPS) \
 		$(CORE_COPY_SRC) build/ctest-asan/libcusim.so
 	$(CC) $(CTEST_CFLAGS) $(ASAN_FLAGS) -o $@ $< $(CORE_COPY_SRC) -ldl
+
+build/ctest-tsan/test_core_copy: tests/c/test_core_copy.c $(CTEST_DEPS) \
+		$(CORE_COPY_SRC) build/ctest-tsan/libcusim.so
+	$(CC) $(CTEST_CFLAGS) $(TSAN_FLAGS) -o $@ $< $(CORE_COPY_SRC) -ldl
 
 ctest: $(patsubst tests/c/%.c,build/ctest/%,$(CTEST_SRC))
 	@set -e; for t in $^; do echo "== $$t"; timeout $(BUDGET_CTEST) $$t; done
@@ -250,6 +285,12 @@ ctest-valgrind: $(patsubst tests/c/%.c,build/ctest/%,$(CTEST_SRC))
 ctest-asan: $(patsubst tests/c/%.c,build/ctest-asan/%,$(CTEST_SRC))
 	@set -e; for t in $^; do echo "== asan $$t"; \
 	  ASAN_OPTIONS=detect_leaks=1 timeout $(BUDGET_CTEST) $$t; done
+
+ctest-tsan: $(patsubst tests/c/%.c,build/ctest-tsan/%,$(CTEST_SRC))
+	@rm -f build/tsan.*
+	@set -e; for t in $^; do echo "== tsan $$t"; $(TSAN_ENV) \
+	  timeout $(BUDGET_CTEST) $$t || { cat build/tsan.* 2>/dev/null; exit 1; }; \
+	  if ls build/tsan.* >/dev/null 2>&1; then cat build/tsan.*; exit 1; fi; done
 
 build/floor: benchmarks/floor.c
 	@mkdir -p build
