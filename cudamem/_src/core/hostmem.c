@@ -118,7 +118,8 @@ table_insert(size_t at, node *n, cm_error *err)
     memmove(&table.nodes[at + 1], &table.nodes[at],
             (table.n - at) * sizeof(*table.nodes));
     table.nodes[at] = n;
-    table.n++;
+    /* Atomic: cm__host_note reads the count without the lock. */
+    __atomic_store_n(&table.n, table.n + 1, __ATOMIC_RELAXED);
     n->linked = 1;
     return 0;
 }
@@ -130,7 +131,7 @@ table_unlink(node *n)
 
     memmove(&table.nodes[at], &table.nodes[at + 1],
             (table.n - at - 1) * sizeof(*table.nodes));
-    table.n--;
+    __atomic_store_n(&table.n, table.n - 1, __ATOMIC_RELAXED);
     n->linked = 0;
 }
 
