@@ -238,10 +238,11 @@ coverage: build-coverage
 # tests/c/test_core_*.c with the parts of core that need no driver, except
 # test_core_copy.c: core's copy engine with the driver gate, which loads the
 # simulator as cudamem does, from a libcusim.so built next to the test.
-CORE_UNIT_SRC := cudamem/_src/core/pending.c cudamem/_src/core/errors.c
+CORE_UNIT_SRC := cudamem/_src/core/pending.c cudamem/_src/core/errors.c \
+	cudamem/_src/core/lockorder.c
 CORE_COPY_SRC := $(addprefix cudamem/_src/core/,driver.c context.c device.c \
 	release.c pending.c memory.c ipc.c pool.c event.c stats.c copy.c \
-	copyarray.c errors.c hostmem.c hostpool.c staging.c)
+	copyarray.c errors.c hostmem.c hostpool.c staging.c lockorder.c)
 CTEST_DEPS = $(SIM_SRC) $(SIM_HDR) $(CORE_UNIT_SRC) tests/c/check.h \
 	$(wildcard cudamem/_src/core/*.h)
 ctest_sources = $(if $(filter test_core_%,$(notdir $(1))),$(CORE_UNIT_SRC),$(SIM_SRC))
