@@ -22,16 +22,21 @@ SIM_SRC := $(wildcard cudamem/_src/sim/*.c)
 SIM_HDR := $(wildcard cudamem/_src/sim/*.h cudamem/_src/core/cuerrors.h)
 EXT_SRC := $(wildcard cudamem/_src/core/*.[ch] cudamem/_src/py/*.[ch]) $(SIM_SRC) $(SIM_HDR) setup.py
 CTEST_SRC := $(wildcard tests/c/test_*.c)
-CTEST_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra -Werror -pthread \
+CTEST_CFLAGS := -std=c11 -D_GNU_SOURCE -DCUDAMEM_DEBUG -g -O1 -Wall -Wextra \
+	-Werror -pthread \
 	-fvisibility=hidden -I$(CUDA_INC_DIR) -Icudamem/_src/sim -Icudamem/_src/core -Itests/c
 ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 LIBASAN = $(shell $(CC) -print-file-name=libasan.so)
 # test-tsan: ThreadSanitizer over a CUDAMEM_DEBUG build (lock-order and
-# refcount asserts on), the C tests and the threaded Python tests.
-TSAN_FLAGS := -fsanitize=thread -fno-omit-frame-pointer -DCUDAMEM_DEBUG
+# refcount asserts on; the C tests are always built so), the C tests and
+# the Python tests that use threads or take core's locks in their unusual
+# orders: teardown, out-of-memory recovery, fault injection (about 5
+# minutes in all on a shared 2-core machine today).
+TSAN_FLAGS := -fsanitize=thread -fno-omit-frame-pointer
 LIBTSAN = $(shell $(CC) -print-file-name=libtsan.so)
-TSAN_TESTS = tests/test_thread_stress.py tests/test_streams.py \
-	tests/test_callbacks.py tests/test_deallocations.py
+TSAN_TESTS = $(addprefix tests/test_,$(addsuffix .py,thread_stress streams \
+	callbacks deallocations events teardown lifecycle oom pool staging \
+	hostpool registration host_lifetimes error_paths_more))
 # Time budgets (seconds) that keep `.ci/run` well inside CI's 90 minutes.
 BUDGET_PYTEST ?= 1200
 BUDGET_ASAN ?= 1800
