@@ -85,7 +85,7 @@ FUZZ_EXAMPLES ?= 10000
 
 .PHONY: all demo test test-asan test-stress fuzz coverage gpu-check clean \
 	build build-asan build-coverage ctest ctest-valgrind ctest-asan pytest \
-	test-tsan build-tsan ctest-tsan \
+	test-tsan build-tsan ctest-tsan build-debug \
 	bench-floor bench venv docs notebook typecheck test-numba test-peers \
 	peers-run
 
@@ -111,6 +111,8 @@ build: BUILD_ENV = CUDAMEM_DEV_CFLAGS="$(DEV_CFLAGS)"
 build: build/flavor-dev
 build-asan: BUILD_ENV = CUDAMEM_DEV_CFLAGS="$(DEV_CFLAGS)" CUDAMEM_SANITIZE=1
 build-asan: build/flavor-asan
+build-debug: BUILD_ENV = CUDAMEM_DEV_CFLAGS="$(DEV_CFLAGS)" CUDAMEM_DEBUG=1
+build-debug: build/flavor-debug
 build-tsan: BUILD_ENV = CUDAMEM_DEV_CFLAGS="$(DEV_CFLAGS)" \
 	CUDAMEM_SANITIZE=thread CUDAMEM_DEBUG=1
 build-tsan: build/flavor-tsan
