@@ -30,7 +30,7 @@ LIBASAN = $(shell $(CC) -print-file-name=libasan.so)
 # test-tsan: ThreadSanitizer over a CUDAMEM_DEBUG build (lock-order and
 # refcount asserts on; the C tests are always built so), the C tests and
 # the Python tests that use threads or take core's locks in their unusual
-# orders: teardown, out-of-memory recovery, fault injection (about 5
+# orders: teardown, out-of-memory recovery, fault injection (about 4
 # minutes in all on a shared 2-core machine today).
 TSAN_FLAGS := -fsanitize=thread -fno-omit-frame-pointer
 LIBTSAN = $(shell $(CC) -print-file-name=libtsan.so)
