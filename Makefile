@@ -28,13 +28,25 @@ SIM_SRC := $(wildcard cudamem/_src/sim/*.c)
 SIM_HDR := $(wildcard cudamem/_src/sim/*.h cudamem/_src/core/cuerrors.h)
 EXT_SRC := $(wildcard cudamem/_src/core/*.[ch] cudamem/_src/py/*.[ch]) $(SIM_SRC) $(SIM_HDR) setup.py
 CTEST_SRC := $(wildcard tests/c/test_*.c)
-CTEST_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 $(WARN_CFLAGS) -Werror -pthread \
+CTEST_CFLAGS := -std=c11 -D_GNU_SOURCE -DCUDAMEM_DEBUG -g -O1 $(WARN_CFLAGS) \
+	-Werror -pthread \
 	-fvisibility=hidden -I$(CUDA_INC_DIR) -Icudamem/_src/sim -Icudamem/_src/core -Itests/c
 ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 LIBASAN = $(shell $(CC) -print-file-name=libasan.so)
+# test-tsan: ThreadSanitizer over a CUDAMEM_DEBUG build (lock-order and
+# refcount asserts on; the C tests are always built so), the C tests and
+# the Python tests that use threads or take core's locks in their unusual
+# orders: teardown, out-of-memory recovery, fault injection (about 4
+# minutes in all on a shared 2-core machine today).
+TSAN_FLAGS := -fsanitize=thread -fno-omit-frame-pointer
+LIBTSAN = $(shell $(CC) -print-file-name=libtsan.so)
+TSAN_TESTS = $(addprefix tests/test_,$(addsuffix .py,thread_stress streams \
+	callbacks deallocations events teardown lifecycle oom pool staging \
+	hostpool registration host_lifetimes error_paths_more))
 # Time budgets (seconds) that keep `.ci/run` well inside CI's 90 minutes.
 BUDGET_PYTEST ?= 1200
 BUDGET_ASAN ?= 1800
+BUDGET_TSAN ?= 900
 BUDGET_CTEST ?= 600
 BUDGET_STRESS ?= 600
 BUDGET_FUZZ ?= 1200
@@ -80,6 +92,7 @@ FUZZ_EXAMPLES ?= 10000
 
 .PHONY: all lint demo test test-asan test-stress fuzz coverage gpu-check clean \
 	build build-asan build-coverage ctest ctest-valgrind ctest-asan pytest \
+	test-tsan build-tsan ctest-tsan build-debug \
 	bench-floor bench venv docs notebook typecheck test-numba test-peers \
 	peers-run
 
@@ -139,6 +152,11 @@ build: BUILD_ENV = CUDAMEM_DEV_CFLAGS="$(DEV_CFLAGS)"
 build: build/flavor-dev
 build-asan: BUILD_ENV = CUDAMEM_DEV_CFLAGS="$(DEV_CFLAGS)" CUDAMEM_SANITIZE=1
 build-asan: build/flavor-asan
+build-debug: BUILD_ENV = CUDAMEM_DEV_CFLAGS="$(DEV_CFLAGS)" CUDAMEM_DEBUG=1
+build-debug: build/flavor-debug
+build-tsan: BUILD_ENV = CUDAMEM_DEV_CFLAGS="$(DEV_CFLAGS)" \
+	CUDAMEM_SANITIZE=thread CUDAMEM_DEBUG=1
+build-tsan: build/flavor-tsan
 build-coverage: BUILD_ENV = CUDAMEM_DEV_CFLAGS="$(WARN_CFLAGS) -Werror" \
 	CUDAMEM_COVERAGE=1
 build-coverage: build/flavor-coverage
@@ -246,6 +264,20 @@ test-asan: build-asan ctest-asan
 	  || { cat build/sanitizer.* 2>/dev/null; exit 1; }
 	@if ls build/sanitizer.* >/dev/null 2>&1; then cat build/sanitizer.*; exit 1; fi
 
+# Python is not instrumented: libtsan is preloaded, and what it reports
+# of CPython or of patterns TSan cannot see is in tools/tsan.supp, each
+# entry with its reason. A report fails the run (exitcode), as does a
+# debug assert (abort).
+TSAN_ENV = TSAN_OPTIONS="suppressions=$(CURDIR)/tools/tsan.supp \
+	  exitcode=66 halt_on_error=0 second_deadlock_stack=1 \
+	  log_path=$(CURDIR)/build/tsan"
+test-tsan: build-tsan ctest-tsan
+	@rm -f build/tsan.*
+	$(TSAN_ENV) LD_PRELOAD=$(LIBTSAN) PYTHONUNBUFFERED=1 \
+	  timeout $(BUDGET_TSAN) $(PY) -m pytest -q -p no:cacheprovider \
+	  $(PYTEST_ARGS) $(TSAN_TESTS) || { cat build/tsan.* 2>/dev/null; exit 1; }
+	@if ls build/tsan.* >/dev/null 2>&1; then cat build/tsan.*; exit 1; fi
+
 coverage: build-coverage
 	find build/tmp-coverage -name '*.gcda' -delete
 	$(PY) -m pytest -q $(PYTEST_ARGS) tests
@@ -258,11 +290,13 @@ coverage: build-coverage
 # does, from a libcusim.so built next to the test. Each program runs each
 # of its tests in a process of its own (tests/c/check.h);
 # `build/ctest/test_x NAME` runs one in the foreground, `--list` names them.
-CORE_UNIT_SRC := cudamem/_src/core/pending.c cudamem/_src/core/errors.c
+CORE_UNIT_SRC := cudamem/_src/core/pending.c cudamem/_src/core/errors.c \
+	cudamem/_src/core/lockorder.c
 CORE_LAYOUT_SRC := cudamem/_src/core/layout.c cudamem/_src/core/errors.c
 CORE_COPY_SRC := $(addprefix cudamem/_src/core/,driver.c context.c device.c \
 	release.c pending.c memory.c ipc.c pool.c event.c stats.c copy.c \
-	copyarray.c layout.c errors.c hostmem.c hostpool.c staging.c)
+	copyarray.c layout.c errors.c hostmem.c hostpool.c staging.c \
+	lockorder.c)
 CTEST_DEPS = $(SIM_SRC) $(SIM_HDR) $(CORE_UNIT_SRC) $(CORE_LAYOUT_SRC) \
 	tests/c/check.h $(wildcard cudamem/_src/core/*.h)
 CTEST_LINK_test_core_layout := $(CORE_LAYOUT_SRC)
@@ -274,18 +308,28 @@ build/ctest/%: tests/c/%.c $(CTEST_DEPS)
 build/ctest-asan/%: tests/c/%.c $(CTEST_DEPS)
 	@mkdir -p build/ctest-asan
 	$(CC) $(CTEST_CFLAGS) $(ASAN_FLAGS) -o $@ $< $(call ctest_sources,$<) -lrt -ldl
+build/ctest-tsan/%: tests/c/%.c $(CTEST_DEPS)
+	@mkdir -p build/ctest-tsan
+	$(CC) $(CTEST_CFLAGS) $(TSAN_FLAGS) -o $@ $< $(call ctest_sources,$<) -lrt -ldl
 build/ctest/libcusim.so: $(SIM_SRC) $(SIM_HDR)
 	@mkdir -p build/ctest
 	$(CC) $(CTEST_CFLAGS) -shared -fPIC -o $@ $(SIM_SRC) -lrt -ldl
 build/ctest-asan/libcusim.so: $(SIM_SRC) $(SIM_HDR)
 	@mkdir -p build/ctest-asan
 	$(CC) $(CTEST_CFLAGS) $(ASAN_FLAGS) -shared -fPIC -o $@ $(SIM_SRC) -lrt -ldl
+build/ctest-tsan/libcusim.so: $(SIM_SRC) $(SIM_HDR)
+	@mkdir -p build/ctest-tsan
+	$(CC) $(CTEST_CFLAGS) $(TSAN_FLAGS) -shared -fPIC -o $@ $(SIM_SRC) -lrt -ldl
 build/ctest/test_core_copy: tests/c/test_core_copy.c $(CTEST_DEPS) \
 		$(CORE_COPY_SRC) build/ctest/libcusim.so
 	$(CC) $(CTEST_CFLAGS) -o $@ $< $(CORE_COPY_SRC) -ldl
 build/ctest-asan/test_core_copy: tests/c/test_core_copy.c $(CTEST_DEPS) \
 		$(CORE_COPY_SRC) build/ctest-asan/libcusim.so
 	$(CC) $(CTEST_CFLAGS) $(ASAN_FLAGS) -o $@ $< $(CORE_COPY_SRC) -ldl
+
+build/ctest-tsan/test_core_copy: tests/c/test_core_copy.c $(CTEST_DEPS) \
+		$(CORE_COPY_SRC) build/ctest-tsan/libcusim.so
+	$(CC) $(CTEST_CFLAGS) $(TSAN_FLAGS) -o $@ $< $(CORE_COPY_SRC) -ldl
 
 ctest: $(patsubst tests/c/%.c,build/ctest/%,$(CTEST_SRC))
 	@set -e; for t in $^; do echo "== $$t"; timeout $(BUDGET_CTEST) $$t; done
@@ -298,6 +342,12 @@ ctest-valgrind: $(patsubst tests/c/%.c,build/ctest/%,$(CTEST_SRC))
 ctest-asan: $(patsubst tests/c/%.c,build/ctest-asan/%,$(CTEST_SRC))
 	@set -e; for t in $^; do echo "== asan $$t"; \
 	  ASAN_OPTIONS=detect_leaks=1 timeout $(BUDGET_CTEST) $$t; done
+
+ctest-tsan: $(patsubst tests/c/%.c,build/ctest-tsan/%,$(CTEST_SRC))
+	@rm -f build/tsan.*
+	@set -e; for t in $^; do echo "== tsan $$t"; $(TSAN_ENV) \
+	  timeout $(BUDGET_CTEST) $$t || { cat build/tsan.* 2>/dev/null; exit 1; }; \
+	  if ls build/tsan.* >/dev/null 2>&1; then cat build/tsan.*; exit 1; fi; done
 
 build/floor: benchmarks/floor.c
 	@mkdir -p build

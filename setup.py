@@ -3,7 +3,9 @@
 Only the CUDA headers are needed (cuda.h, cudaTypedefs.h); nothing links
 against libcuda. Development builds add flags through the environment:
 CUDAMEM_DEV_CFLAGS (the Makefile passes -Werror there; `pip install .` never
-does), CUDAMEM_SANITIZE=1 (ASan + UBSan), CUDAMEM_COVERAGE=1 (gcov).
+does), CUDAMEM_SANITIZE=1 (ASan + UBSan), CUDAMEM_SANITIZE=thread (TSan),
+CUDAMEM_COVERAGE=1 (gcov), CUDAMEM_DEBUG=1 (core's lock-order and py/'s
+refcount asserts, see core/lockorder.h).
 """
 import os
 import shlex
@@ -63,6 +65,13 @@ def flags():
                "-fno-wrapv", "-g", "-O1"]
         cflags += san
         ldflags += san
+    if os.environ.get("CUDAMEM_SANITIZE") == "thread":
+        san = ["-fsanitize=thread", "-fno-omit-frame-pointer", "-g", "-O1"]
+        cflags += san
+        ldflags += san
+    if os.environ.get("CUDAMEM_DEBUG") == "1":
+        # Python's own flags carry -DNDEBUG; asserts are the point here.
+        cflags += ["-DCUDAMEM_DEBUG", "-UNDEBUG", "-O1", "-g"]
     if os.environ.get("CUDAMEM_COVERAGE") == "1":
         cflags += ["--coverage", "-O0", "-g"]
         ldflags += ["--coverage"]

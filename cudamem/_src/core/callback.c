@@ -4,6 +4,7 @@
  * allocates nothing and cannot fail: the node it queues was made by
  * cm_callback_add. Payloads are opaque here. */
 #include "callback.h"
+#include "lockorder.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -67,7 +68,7 @@ trampoline(CUstream stream, CUresult status, void *user)
 
     (void)stream;
     node->status = status;
-    pthread_mutex_lock(&q.lock);
+    cm__lock(&q.lock, CM_LOCK_CALLBACKS);
     unlink_unreached(node);
     node->next = NULL;
     if (q.tail != NULL) {
@@ -78,7 +79,7 @@ trampoline(CUstream stream, CUresult status, void *user)
     }
     q.tail = node;
     pthread_cond_signal(&q.ready);
-    pthread_mutex_unlock(&q.lock);
+    cm__unlock(&q.lock);
 }
 
 int
@@ -100,19 +101,19 @@ cm_callback_add(cm_device *dev, CUstream stream, void *payload,
     }
     node->payload = payload;
     /* On the ring before the driver can run the trampoline. */
-    pthread_mutex_lock(&q.lock);
+    cm__lock(&q.lock, CM_LOCK_CALLBACKS);
     node->prev = q.unreached.prev;
     node->next = &q.unreached;
     q.unreached.prev->next = node;
     q.unreached.prev = node;
-    pthread_mutex_unlock(&q.lock);
+    cm__unlock(&q.lock);
     rc = CM_CALL(err, cuStreamAddCallback, stream, trampoline, (void *)node,
                  0u);
     if (rc < 0) {
-        pthread_mutex_lock(&q.lock);
+        cm__lock(&q.lock, CM_LOCK_CALLBACKS);
         unlink_unreached(node);
         pthread_cond_broadcast(&q.idle);
-        pthread_mutex_unlock(&q.lock);
+        cm__unlock(&q.lock);
         free(node);
         return cm_ctx_leave(&guard, -1, err);
     }
@@ -129,7 +130,7 @@ cm_callback_next(long timeout_ms, void **payload, CUresult *status)
     cm_cb_node *node;
     int rc = 0;
 
-    pthread_mutex_lock(&q.lock);
+    cm__lock(&q.lock, CM_LOCK_CALLBACKS);
     while (q.head == NULL && !q.stopped && rc != ETIMEDOUT) {
         rc = pthread_cond_timedwait(&q.ready, &q.lock, &until);
     }
@@ -142,7 +143,7 @@ cm_callback_next(long timeout_ms, void **payload, CUresult *status)
         q.running = node->payload;
     }
     rc = node != NULL ? 1 : (q.stopped ? -1 : 0);
-    pthread_mutex_unlock(&q.lock);
+    cm__unlock(&q.lock);
     if (node != NULL) {
         *payload = node->payload;
         *status = node->status;
@@ -154,19 +155,19 @@ cm_callback_next(long timeout_ms, void **payload, CUresult *status)
 void
 cm_callback_stop(void)
 {
-    pthread_mutex_lock(&q.lock);
+    cm__lock(&q.lock, CM_LOCK_CALLBACKS);
     q.stopped = 1;
     pthread_cond_broadcast(&q.ready);
-    pthread_mutex_unlock(&q.lock);
+    cm__unlock(&q.lock);
 }
 
 void
 cm_callback_done(void)
 {
-    pthread_mutex_lock(&q.lock);
+    cm__lock(&q.lock, CM_LOCK_CALLBACKS);
     q.running = NULL;
     pthread_cond_broadcast(&q.idle);
-    pthread_mutex_unlock(&q.lock);
+    cm__unlock(&q.lock);
 }
 
 /* Lock held. */
@@ -183,12 +184,12 @@ cm_callback_drain(long timeout_ms)
     struct timespec until = deadline(timeout_ms);
     int rc = 0, left;
 
-    pthread_mutex_lock(&q.lock);
+    cm__lock(&q.lock, CM_LOCK_CALLBACKS);
     while (!all_run() && rc != ETIMEDOUT) {
         rc = pthread_cond_timedwait(&q.idle, &q.lock, &until);
     }
     left = !all_run();
-    pthread_mutex_unlock(&q.lock);
+    cm__unlock(&q.lock);
     return left;
 }
 
@@ -197,7 +198,7 @@ cm_callback_unfinished(void (*visit)(void *payload, cm_callback_state state,
                                      void *ctx),
                        void *ctx)
 {
-    pthread_mutex_lock(&q.lock);
+    cm__lock(&q.lock, CM_LOCK_CALLBACKS);
     if (q.running != NULL) {
         visit(q.running, CM_CALLBACK_RUNNING, ctx);
     }
@@ -208,5 +209,5 @@ cm_callback_unfinished(void (*visit)(void *payload, cm_callback_state state,
          node = node->next) {
         visit(node->payload, CM_CALLBACK_UNREACHED, ctx);
     }
-    pthread_mutex_unlock(&q.lock);
+    cm__unlock(&q.lock);
 }

@@ -6,7 +6,8 @@
  *
  * Locks, in the order they are taken: a device's hold (cm_ctx_enter to
  * cm_ctx_leave, shared; close() and reset() take it alone), dev->lock,
- * dev->qlock (recursive), then pool.c's and the other files' own locks.
+ * dev->qlock (recursive), then pool.c's and the other files' own locks
+ * (every lock's level is in lockorder.h; CUDAMEM_DEBUG builds check it).
  * hold_lock is held only to change or wait on the hold, never while
  * another is taken. A thread never waits for the hold while it holds
  * one, or any lock: an enter during a teardown fails at once rather than
@@ -16,6 +17,7 @@
  * may take the GIL (the staged copy's signal poll): no thread holding the
  * GIL waits for the hold. */
 #include "context.h"
+#include "lockorder.h"
 
 #include <stdlib.h>
 
@@ -73,7 +75,7 @@ table_ready(cm_error *err)
     }
     pthread_mutexattr_init(&recursive);
     pthread_mutexattr_settype(&recursive, PTHREAD_MUTEX_RECURSIVE);
-    pthread_mutex_lock(&table.lock);
+    cm__lock(&table.lock, CM_LOCK_DEVICES);
     if (table.devices != NULL) {
         rc = 0;
         goto done;
@@ -102,7 +104,7 @@ table_ready(cm_error *err)
     __atomic_store_n(&table.devices, devices, __ATOMIC_RELEASE);
     rc = 0;
 done:
-    pthread_mutex_unlock(&table.lock);
+    cm__unlock(&table.lock);
     pthread_mutexattr_destroy(&recursive);
     return rc;
 }
@@ -180,7 +182,7 @@ primary_retain(cm_device *dev, CUcontext *out, cm_error *err)
         *out = ctx;
         return 0;
     }
-    pthread_mutex_lock(&dev->lock);
+    cm__lock(&dev->lock, CM_LOCK_DEVICE);
     ctx = dev->primary;
     if (ctx == NULL) {
         rc = CM_CALL(err, cuDevicePrimaryCtxRetain, &ctx, dev->cudev);
@@ -189,7 +191,7 @@ primary_retain(cm_device *dev, CUcontext *out, cm_error *err)
             __atomic_store_n(&dev->primary, ctx, __ATOMIC_RELEASE);
         }
     }
-    pthread_mutex_unlock(&dev->lock);
+    cm__unlock(&dev->lock);
     *out = ctx;
     return rc;
 }
@@ -233,7 +235,7 @@ hold_take(cm_device *dev, cm_error *err)
 
     __atomic_add_fetch(&dev->users, 1, __ATOMIC_SEQ_CST);
     if (__atomic_load_n(&dev->tearing, __ATOMIC_SEQ_CST)) {
-        pthread_mutex_lock(&dev->hold_lock);
+        cm__lock(&dev->hold_lock, CM_LOCK_HOLD);
         if (dev->tearing) {
             ok = dev->exclusive ? pthread_equal(dev->tearer, pthread_self())
                                 : tls_holding > 0;
@@ -242,7 +244,7 @@ hold_take(cm_device *dev, cm_error *err)
             __atomic_sub_fetch(&dev->users, 1, __ATOMIC_SEQ_CST) == 0) {
             pthread_cond_broadcast(&dev->hold_cond);
         }
-        pthread_mutex_unlock(&dev->hold_lock);
+        cm__unlock(&dev->hold_lock);
     }
     if (!ok) {
         return cm_fail_fmt(err, CM_ERR_STATE,
@@ -260,9 +262,9 @@ hold_drop(cm_device *dev)
     tls_holding--;
     if (__atomic_sub_fetch(&dev->users, 1, __ATOMIC_SEQ_CST) == 0 &&
         __atomic_load_n(&dev->tearing, __ATOMIC_SEQ_CST)) {
-        pthread_mutex_lock(&dev->hold_lock);
+        cm__lock(&dev->hold_lock, CM_LOCK_HOLD);
         pthread_cond_broadcast(&dev->hold_cond);
-        pthread_mutex_unlock(&dev->hold_lock);
+        cm__unlock(&dev->hold_lock);
     }
 }
 
@@ -279,7 +281,7 @@ teardown_begin(cm_device *dev, cm_error *err)
                            "inside an operation on a context",
                            dev->ordinal);
     }
-    pthread_mutex_lock(&dev->hold_lock);
+    cm__lock(&dev->hold_lock, CM_LOCK_HOLD);
     while (dev->tearing) {
         pthread_cond_wait(&dev->hold_cond, &dev->hold_lock);
     }
@@ -289,7 +291,7 @@ teardown_begin(cm_device *dev, cm_error *err)
         pthread_cond_wait(&dev->hold_cond, &dev->hold_lock);
     }
     dev->exclusive = 1;
-    pthread_mutex_unlock(&dev->hold_lock);
+    cm__unlock(&dev->hold_lock);
     /* What this thread checked before is stale once it returns. */
     (void)pin_moved(dev);
     return 0;
@@ -298,11 +300,11 @@ teardown_begin(cm_device *dev, cm_error *err)
 static void
 teardown_end(cm_device *dev)
 {
-    pthread_mutex_lock(&dev->hold_lock);
+    cm__lock(&dev->hold_lock, CM_LOCK_HOLD);
     dev->exclusive = 0;
     __atomic_store_n(&dev->tearing, 0, __ATOMIC_SEQ_CST);
     pthread_cond_broadcast(&dev->hold_cond);
-    pthread_mutex_unlock(&dev->hold_lock);
+    cm__unlock(&dev->hold_lock);
 }
 
 /* Caller holds dev->lock. Drops cudamem's retain; the handle becomes stale
@@ -317,7 +319,7 @@ release_locked(cm_device *dev, int reset, cm_error *err)
 
     /* Under qlock, so that nothing is queued for the old generation once
      * the queues are emptied. */
-    pthread_mutex_lock(&dev->qlock);
+    cm__lock(&dev->qlock, CM_LOCK_QUEUES);
     if (dev->primary != NULL) {
         rc = CM_CALL(err, cuDevicePrimaryCtxRelease, dev->cudev);
         if (rc == 0) {
@@ -334,7 +336,7 @@ release_locked(cm_device *dev, int reset, cm_error *err)
         cm__pool_drop(dev);
         __atomic_add_fetch(&dev->generation, 1, __ATOMIC_ACQ_REL);
     }
-    pthread_mutex_unlock(&dev->qlock);
+    cm__unlock(&dev->qlock);
     return rc;
 }
 
@@ -385,7 +387,7 @@ reset_held(cm_device *dev, cm_error *err)
         }
     }
     poisoned = cm_device_poisoned(dev, &ignored) < 0;
-    pthread_mutex_lock(&dev->lock);
+    cm__lock(&dev->lock, CM_LOCK_DEVICE);
     released = release_locked(dev, 1, err);
     rc = released < 0 ? -1
                       : CM_CALL(released > 0 ? &ignored : err,
@@ -395,7 +397,7 @@ reset_held(cm_device *dev, cm_error *err)
          * retaining it must still be freed, not taken as reset away. */
         __atomic_sub_fetch(&dev->resets, 1, __ATOMIC_ACQ_REL);
     }
-    pthread_mutex_unlock(&dev->lock);
+    cm__unlock(&dev->lock);
     if (released > 0) {
         return -1;
     }
@@ -742,9 +744,9 @@ release_device(cm_device *dev, cm_error *err)
     if (teardown_begin(dev, err) < 0) {
         return -1;
     }
-    pthread_mutex_lock(&dev->lock);
+    cm__lock(&dev->lock, CM_LOCK_DEVICE);
     rc = release_locked(dev, 0, err);
-    pthread_mutex_unlock(&dev->lock);
+    cm__unlock(&dev->lock);
     teardown_end(dev);
     return rc;
 }

@@ -6,6 +6,7 @@
  * the work is done; the caller's own synchronize then returns at once and
  * reports the driver's verdict on its thread. */
 #include "ctxsync.h"
+#include "lockorder.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -59,16 +60,16 @@ worker_main(void *arg)
     cm_ctx_sync *job;
 
     (void)arg;
-    pthread_mutex_lock(&worker.lock);
+    cm__lock(&worker.lock, CM_LOCK_CTXSYNC);
     for (;;) {
         while (worker.job == NULL) {
             pthread_cond_wait(&worker.wake, &worker.lock);
         }
         job = worker.job;
         worker.job = NULL;
-        pthread_mutex_unlock(&worker.lock);
+        cm__unlock(&worker.lock);
         run_job(job);
-        pthread_mutex_lock(&worker.lock);
+        cm__lock(&worker.lock, CM_LOCK_CTXSYNC);
         worker.busy = 0;
     }
     return NULL;
@@ -111,7 +112,7 @@ cm_ctx_sync_start(cm_device *dev, uint64_t generation, cm_ctx_sync **out,
     job->refs = 2;
     job->dev = dev;
     job->generation = generation;
-    pthread_mutex_lock(&worker.lock);
+    cm__lock(&worker.lock, CM_LOCK_CTXSYNC);
     if (!worker.started && spawn(worker_main, NULL) == 0) {
         worker.started = 1;
     }
@@ -121,7 +122,7 @@ cm_ctx_sync_start(cm_device *dev, uint64_t generation, cm_ctx_sync **out,
         handed = 1;
         pthread_cond_signal(&worker.wake);
     }
-    pthread_mutex_unlock(&worker.lock);
+    cm__unlock(&worker.lock);
     if (!handed && spawn(one_shot_main, job) != 0) {
         free(job);
         return cm_fail(err, CM_ERR_NOMEM, "no thread for a synchronize");

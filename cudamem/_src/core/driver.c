@@ -2,6 +2,7 @@
  * cuGetProcAddress, cuInit, tracing and the fork check. The only file that
  * talks to the library directly; nothing else here calls the driver. */
 #include "driver.h"
+#include "lockorder.h"
 
 #include <dlfcn.h>
 #include <limits.h>
@@ -255,7 +256,7 @@ cm_driver_load(const char *sim_path, cm_error *err)
 {
     int rc;
 
-    pthread_mutex_lock(&drv.lock);
+    cm__lock(&drv.lock, CM_LOCK_DRIVER);
     if (drv.state == 0) {
         const char *log = getenv("CUDAMEM_LOG");
         cm_log_api = log != NULL && strstr(log, "api") != NULL;
@@ -275,7 +276,7 @@ cm_driver_load(const char *sim_path, cm_error *err)
     if (rc < 0) {
         *err = drv.error;
     }
-    pthread_mutex_unlock(&drv.lock);
+    cm__unlock(&drv.lock);
     return rc;
 }
 

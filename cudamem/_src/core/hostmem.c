@@ -3,6 +3,7 @@
  * overlapping requests never reach the driver as overlapping
  * registrations. Does not know arrays, views or Python. */
 #include "hostmem.h"
+#include "lockorder.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -118,7 +119,8 @@ table_insert(size_t at, node *n, cm_error *err)
     memmove(&table.nodes[at + 1], &table.nodes[at],
             (table.n - at) * sizeof(*table.nodes));
     table.nodes[at] = n;
-    table.n++;
+    /* Atomic: cm__host_note reads the count without the lock. */
+    __atomic_store_n(&table.n, table.n + 1, __ATOMIC_RELAXED);
     n->linked = 1;
     return 0;
 }
@@ -130,7 +132,7 @@ table_unlink(node *n)
 
     memmove(&table.nodes[at], &table.nodes[at + 1],
             (table.n - at - 1) * sizeof(*table.nodes));
-    table.n--;
+    __atomic_store_n(&table.n, table.n - 1, __ATOMIC_RELAXED);
     n->linked = 0;
 }
 
@@ -456,9 +458,9 @@ host_register(cm_device *dev, cm_host *h, int readonly, int mapped,
     if (cm_ctx_enter(dev, &guard, err) < 0) {
         return -1;
     }
-    pthread_mutex_lock(&table.lock);
+    cm__lock(&table.lock, CM_LOCK_HOSTMEM);
     rc = reg_acquire(lo, hi, flags, dev, h->resets, &h->reg, err);
-    pthread_mutex_unlock(&table.lock);
+    cm__unlock(&table.lock);
     if (rc == 0 && mapped) {
         /* Several registrations need not be contiguous on the device. */
         rc = device_pointer(h->ptr, &h->dptr, err);
@@ -478,9 +480,9 @@ host_register(cm_device *dev, cm_host *h, int readonly, int mapped,
      * (each node pushes its own context to drop). */
     rc = cm_ctx_leave(&guard, rc, err);
     if (rc < 0 && h->reg != NULL) {
-        pthread_mutex_lock(&table.lock);
+        cm__lock(&table.lock, CM_LOCK_HOSTMEM);
         (void)reg_drop(h->reg, &ignored);
-        pthread_mutex_unlock(&table.lock);
+        cm__unlock(&table.lock);
         h->reg = NULL;
     }
     return rc;
@@ -502,10 +504,10 @@ wc_node(cm_host *h, cm_error *err)
                     .refs = 1,
                     .dev = h->dev,
                     .resets = h->resets};
-        pthread_mutex_lock(&table.lock);
+        cm__lock(&table.lock, CM_LOCK_HOSTMEM);
         unlink_stale(lo, lo + n->size);
         rc = table_insert(first_after(lo), n, err);
-        pthread_mutex_unlock(&table.lock);
+        cm__unlock(&table.lock);
     }
     else {
         cm_fail(err, CM_ERR_NOMEM, "out of host memory");
@@ -732,9 +734,9 @@ reg_release(cm_host *h, cm_error *err)
     if (h->reg == NULL) {
         return 0;
     }
-    pthread_mutex_lock(&table.lock);
+    cm__lock(&table.lock, CM_LOCK_HOSTMEM);
     rc = reg_drop(h->reg, err);
-    pthread_mutex_unlock(&table.lock);
+    cm__unlock(&table.lock);
     h->reg = NULL;
     return rc;
 }
@@ -811,14 +813,14 @@ cm__host_note(cm_device *dev, CUstream stream, const void *ptr,
     if (__atomic_load_n(&table.n, __ATOMIC_RELAXED) == 0) {
         return 1;
     }
-    pthread_mutex_lock(&table.lock);
+    cm__lock(&table.lock, CM_LOCK_HOSTMEM);
     for (size_t i = first_after(lo);
          rc >= 0 && i < table.n && table.nodes[i]->base < hi; i++) {
         if (!stale(table.nodes[i])) {
             rc = node_note(table.nodes[i], dev, stream, err);
         }
     }
-    pthread_mutex_unlock(&table.lock);
+    cm__unlock(&table.lock);
     return rc;
 }
 
@@ -873,9 +875,9 @@ cm__host_reap(cm_error *err)
     if (__atomic_load_n(&table.nretiring, __ATOMIC_RELAXED) == 0) {
         return 0;
     }
-    pthread_mutex_lock(&table.lock);
+    cm__lock(&table.lock, CM_LOCK_HOSTMEM);
     idle = take_idle(0);
-    pthread_mutex_unlock(&table.lock);
+    cm__unlock(&table.lock);
     return run_releases(idle, err);
 }
 
@@ -885,7 +887,7 @@ cm__host_retire(cm_host *h, cm_host_fn then, cm_error *err)
     cm_error later;
     int busy, rc;
 
-    pthread_mutex_lock(&table.lock);
+    cm__lock(&table.lock, CM_LOCK_HOSTMEM);
     busy = h->reg != NULL && reg_busy(h->reg->nodes, h->reg->n);
     if (busy) {
         h->then = then;
@@ -893,7 +895,7 @@ cm__host_retire(cm_host *h, cm_host_fn then, cm_error *err)
         table.retiring = h;
         table.nretiring++;
     }
-    pthread_mutex_unlock(&table.lock);
+    cm__unlock(&table.lock);
     rc = cm__host_reap(err);
     if (!busy && then(h, rc < 0 ? &later : err) < 0) {
         rc = -1;
@@ -913,7 +915,7 @@ cm_host_drain(cm_error *err)
     }
     /* Each pending event waited for outside the lock would be freed under
      * a concurrent note; wait under it, as a driver's free would. */
-    pthread_mutex_lock(&table.lock);
+    cm__lock(&table.lock, CM_LOCK_HOSTMEM);
     for (cm_host *h = table.retiring; h != NULL; h = h->next) {
         for (size_t i = 0; h->reg != NULL && i < h->reg->n; i++) {
             node *n = h->reg->nodes[i];
@@ -928,7 +930,7 @@ cm_host_drain(cm_error *err)
         }
     }
     all = take_idle(1);
-    pthread_mutex_unlock(&table.lock);
+    cm__unlock(&table.lock);
     if (run_releases(all, rc < 0 ? &later : err) < 0) {
         rc = -1;
     }
@@ -965,7 +967,7 @@ cm_host_locked(const void *ptr, size_t size)
 {
     uintptr_t cur = (uintptr_t)ptr, hi = cur + size;
 
-    pthread_mutex_lock(&table.lock);
+    cm__lock(&table.lock, CM_LOCK_HOSTMEM);
     for (size_t i = first_after(cur); i < table.n && cur < hi; i++) {
         const node *n = table.nodes[i];
 
@@ -974,6 +976,6 @@ cm_host_locked(const void *ptr, size_t size)
         }
         cur = n->base + n->size;
     }
-    pthread_mutex_unlock(&table.lock);
+    cm__unlock(&table.lock);
     return cur >= hi;
 }

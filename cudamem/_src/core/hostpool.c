@@ -3,6 +3,7 @@
  * lists (never across a driver call). The blocks are hostmem.c's pinned
  * buffers; registering and freeing them stays there. */
 #include "hostpool.h"
+#include "lockorder.h"
 
 #include <pthread.h>
 #include <stdint.h>
@@ -118,12 +119,12 @@ cm_hostpool_alloc(cm_device *dev, size_t nbytes, cm_host **out,
         return -1;
     }
     c = class_of(nbytes);
-    pthread_mutex_lock(&pool.lock);
+    cm__lock(&pool.lock, CM_LOCK_HOSTPOOL);
     while ((h = pop(c)) != NULL && stale(h)) {
         h->next = dead;
         dead = h;
     }
-    pthread_mutex_unlock(&pool.lock);
+    cm__unlock(&pool.lock);
     /* Not page-locked any more: not worth keeping. */
     (void)free_chain(dead, &ignored);
     if (h != NULL) {
@@ -151,7 +152,7 @@ keep(cm_host *h, cm_error *err)
         cm_fork_check(&forked) < 0) {
         return cm_host_free(h, err);
     }
-    pthread_mutex_lock(&pool.lock);
+    cm__lock(&pool.lock, CM_LOCK_HOSTPOOL);
     if (pool.limit >= h->maplen && pool.bytes <= pool.limit - h->maplen) {
         int c = class_of(h->maplen); /* what it was made for */
 
@@ -161,7 +162,7 @@ keep(cm_host *h, cm_error *err)
         pool.bytes += h->maplen;
         kept = 1;
     }
-    pthread_mutex_unlock(&pool.lock);
+    cm__unlock(&pool.lock);
     if (!kept) {
         return cm_host_free(h, err);
     }
@@ -186,9 +187,9 @@ cm_hostpool_trim(cm_error *err)
 
     /* Blocks still in use by a stream come back first. */
     rc = cm_host_drain(err);
-    pthread_mutex_lock(&pool.lock);
+    cm__lock(&pool.lock, CM_LOCK_HOSTPOOL);
     chain = shrink_to(0);
-    pthread_mutex_unlock(&pool.lock);
+    cm__unlock(&pool.lock);
     return free_chain(chain, rc < 0 ? &later : err) < 0 ? -1 : rc;
 }
 
@@ -197,19 +198,19 @@ cm_hostpool_set_limit(size_t limit, cm_error *err)
 {
     cm_host *chain;
 
-    pthread_mutex_lock(&pool.lock);
+    cm__lock(&pool.lock, CM_LOCK_HOSTPOOL);
     pool.limit = limit;
     chain = shrink_to(limit);
-    pthread_mutex_unlock(&pool.lock);
+    cm__unlock(&pool.lock);
     return free_chain(chain, err);
 }
 
 void
 cm_hostpool_get_stats(cm_hostpool_stats *out)
 {
-    pthread_mutex_lock(&pool.lock);
+    cm__lock(&pool.lock, CM_LOCK_HOSTPOOL);
     *out = (cm_hostpool_stats){.limit = pool.limit,
                                .cached_blocks = pool.blocks,
                                .cached_bytes = pool.bytes};
-    pthread_mutex_unlock(&pool.lock);
+    cm__unlock(&pool.lock);
 }

@@ -3,6 +3,7 @@
  * share one driver mapping. The mapping's close is release.c's (queued as
  * CM_FREE_IPC); the record's layout is memory.h's. */
 #include "ipc.h"
+#include "lockorder.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -142,7 +143,7 @@ open_cached(cm_device *dev, uint64_t generation, const CUipcMemHandle *handle,
 
     /* Held across the driver calls: two threads opening one handle must
      * not both map it. */
-    pthread_mutex_lock(&cache_lock);
+    cm__lock(&cache_lock, CM_LOCK_IPC);
     e = cache_find(dev, generation, handle);
     if (e != NULL) {
         cm_mem_incref(e->mem);
@@ -151,7 +152,7 @@ open_cached(cm_device *dev, uint64_t generation, const CUipcMemHandle *handle,
     else {
         rc = open_locked(dev, generation, handle, out, err);
     }
-    pthread_mutex_unlock(&cache_lock);
+    cm__unlock(&cache_lock);
     return rc;
 }
 
@@ -183,7 +184,7 @@ cm__ipc_unref(cm_mem *m)
 {
     int last;
 
-    pthread_mutex_lock(&cache_lock);
+    cm__lock(&cache_lock, CM_LOCK_IPC);
     last = __atomic_sub_fetch(&m->refs, 1, __ATOMIC_ACQ_REL) == 0;
     for (cache_entry **p = &cache; last && *p != NULL; p = &(*p)->next) {
         if ((*p)->mem == m) {
@@ -194,6 +195,6 @@ cm__ipc_unref(cm_mem *m)
             break;
         }
     }
-    pthread_mutex_unlock(&cache_lock);
+    cm__unlock(&cache_lock);
     return last;
 }

@@ -5,6 +5,7 @@
  * the release hook at zero. Does not know views, host memory or what a
  * plugin's object is. */
 #include "memory.h"
+#include "lockorder.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -339,6 +340,7 @@ cm_pointer_range(cm_device *dev, CUdeviceptr ptr, CUdeviceptr *base,
 static void
 pending_lock(cm_mem *m)
 {
+    cm__lockorder_take(&m->plock, CM_LOCK_MEM_PENDING);
     while (__atomic_test_and_set(&m->plock, __ATOMIC_ACQUIRE)) {
     }
 }
@@ -346,6 +348,7 @@ pending_lock(cm_mem *m)
 static void
 pending_unlock(cm_mem *m)
 {
+    cm__lockorder_drop(&m->plock);
     __atomic_clear(&m->plock, __ATOMIC_RELEASE);
 }
 

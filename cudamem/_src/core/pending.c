@@ -3,6 +3,7 @@
  * lock; does not know how a handle is freed (the owner's free function),
  * which context it belongs to, or the fork rule (the owner checks it). */
 #include "pending.h"
+#include "lockorder.h"
 
 #include <locale.h>
 #include <pthread.h>
@@ -344,9 +345,9 @@ flush_items(cm_pending *q, int force, cm_error *err)
         item it;
         int got;
 
-        pthread_mutex_lock(&q->lock);
+        cm__lock(&q->lock, CM_LOCK_PENDING);
         got = (force || (!q->deferred && !q->stopped)) && pop_locked(q, &it);
-        pthread_mutex_unlock(&q->lock);
+        cm__unlock(&q->lock);
         if (!got) {
             return 0;
         }
@@ -366,20 +367,20 @@ cm_pending_add(cm_pending *q, cm_free_kind kind, uint64_t handle,
 {
     int over;
 
-    pthread_mutex_lock(&q->lock);
+    cm__lock(&q->lock, CM_LOCK_PENDING);
     if (q->stopped) {
-        pthread_mutex_unlock(&q->lock);
+        cm__unlock(&q->lock);
         return 0;
     }
     if (q->len == q->cap && grow(q) < 0) {
-        pthread_mutex_unlock(&q->lock);
+        cm__unlock(&q->lock);
         return cm_fail(err, CM_ERR_NOMEM, "no memory to queue a free");
     }
     q->ring[(q->head + q->len) % q->cap] = (item){kind, handle, nbytes};
     q->len++;
     q->bytes += nbytes;
     over = !q->deferred && (q->len > q->max_count || q->bytes > q->max_bytes);
-    pthread_mutex_unlock(&q->lock);
+    cm__unlock(&q->lock);
     return over ? flush_items(q, 0, err) : 0;
 }
 
@@ -393,10 +394,10 @@ cm_pending_flush(cm_pending *q, cm_error *err)
 void
 cm_pending_drop(cm_pending *q)
 {
-    pthread_mutex_lock(&q->lock);
+    cm__lock(&q->lock, CM_LOCK_PENDING);
     q->len = 0;
     reset_empty(q);
-    pthread_mutex_unlock(&q->lock);
+    cm__unlock(&q->lock);
 }
 
 int
@@ -410,9 +411,9 @@ cm_pending_salvage(cm_pending *q, cm_free_fn salvage, void *arg,
         item it;
         int got;
 
-        pthread_mutex_lock(&q->lock);
+        cm__lock(&q->lock, CM_LOCK_PENDING);
         got = pop_locked(q, &it);
-        pthread_mutex_unlock(&q->lock);
+        cm__unlock(&q->lock);
         if (!got) {
             return rc;
         }
@@ -426,21 +427,21 @@ cm_pending_salvage(cm_pending *q, cm_free_fn salvage, void *arg,
 void
 cm_pending_defer(cm_pending *q)
 {
-    pthread_mutex_lock(&q->lock);
+    cm__lock(&q->lock, CM_LOCK_PENDING);
     q->deferred++;
-    pthread_mutex_unlock(&q->lock);
+    cm__unlock(&q->lock);
 }
 
 void
 cm_pending_undefer(cm_pending *q)
 {
-    pthread_mutex_lock(&q->lock);
+    cm__lock(&q->lock, CM_LOCK_PENDING);
     /* An unbalanced undefer is a caller's bug; clamping keeps the queue
      * usable rather than deferred for ever after a wrap-around. */
     if (q->deferred > 0) {
         q->deferred--;
     }
-    pthread_mutex_unlock(&q->lock);
+    cm__unlock(&q->lock);
 }
 
 /* The readers take the lock of a const queue: the mutex is not part of the
@@ -451,9 +452,9 @@ cm_pending_deferred(const cm_pending *q)
     cm_pending *mq = (cm_pending *)q;
     int deferred;
 
-    pthread_mutex_lock(&mq->lock);
+    cm__lock(&mq->lock, CM_LOCK_PENDING);
     deferred = mq->deferred > 0;
-    pthread_mutex_unlock(&mq->lock);
+    cm__unlock(&mq->lock);
     return deferred;
 }
 
@@ -463,9 +464,9 @@ cm_pending_count(const cm_pending *q)
     cm_pending *mq = (cm_pending *)q;
     size_t count;
 
-    pthread_mutex_lock(&mq->lock);
+    cm__lock(&mq->lock, CM_LOCK_PENDING);
     count = mq->len;
-    pthread_mutex_unlock(&mq->lock);
+    cm__unlock(&mq->lock);
     return count;
 }
 
@@ -475,9 +476,9 @@ cm_pending_bytes(const cm_pending *q)
     cm_pending *mq = (cm_pending *)q;
     size_t bytes;
 
-    pthread_mutex_lock(&mq->lock);
+    cm__lock(&mq->lock, CM_LOCK_PENDING);
     bytes = mq->bytes;
-    pthread_mutex_unlock(&mq->lock);
+    cm__unlock(&mq->lock);
     return bytes;
 }
 
@@ -492,9 +493,9 @@ cm_pending_shutdown(cm_pending *q, cm_error *err)
 {
     int first;
 
-    pthread_mutex_lock(&q->lock);
+    cm__lock(&q->lock, CM_LOCK_PENDING);
     first = !q->stopped;
     q->stopped = 1;
-    pthread_mutex_unlock(&q->lock);
+    cm__unlock(&q->lock);
     return first ? flush_items(q, 1, err) : 0;
 }

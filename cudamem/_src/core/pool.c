@@ -8,6 +8,7 @@
  * release.c frees); pool->lock is held only for bookkeeping and calls that
  * do not block (cuEventQuery, cuStreamQuery). */
 #include "pool.h"
+#include "lockorder.h"
 
 #include <stdlib.h>
 
@@ -379,12 +380,12 @@ pool_get(cm_device *dev, cm_pool **out, cm_error *err)
     if (cm_fork_check(err) < 0) {
         return -1;
     }
-    pthread_mutex_lock(&dev->qlock);
+    cm__lock(&dev->qlock, CM_LOCK_QUEUES);
     pool = dev->pool;
     if (pool == NULL) {
         pool = calloc(1, sizeof(*pool));
         if (pool == NULL) {
-            pthread_mutex_unlock(&dev->qlock);
+            cm__unlock(&dev->qlock);
             return cm_fail(err, CM_ERR_NOMEM, "out of host memory");
         }
         pthread_mutex_init(&pool->lock, NULL);
@@ -393,7 +394,7 @@ pool_get(cm_device *dev, cm_pool **out, cm_error *err)
                                            __ATOMIC_ACQUIRE);
         __atomic_store_n(&dev->pool, pool, __ATOMIC_RELEASE);
     }
-    pthread_mutex_unlock(&dev->qlock);
+    cm__unlock(&dev->qlock);
     *out = pool;
     return 0;
 }
@@ -406,10 +407,10 @@ cm_pool_enable(cm_device *dev, int enabled, cm_error *err)
     if (pool_get(dev, &pool, err) < 0) {
         return -1;
     }
-    pthread_mutex_lock(&pool->lock);
+    cm__lock(&pool->lock, CM_LOCK_POOL);
     pool->enabled = enabled != 0;
     __atomic_store_n(&dev->pool_on, enabled ? pool : NULL, __ATOMIC_RELEASE);
-    pthread_mutex_unlock(&pool->lock);
+    cm__unlock(&pool->lock);
     return 0;
 }
 
@@ -421,9 +422,9 @@ cm_pool_set_limit(cm_device *dev, size_t limit, cm_error *err)
     if (pool_get(dev, &pool, err) < 0) {
         return -1;
     }
-    pthread_mutex_lock(&pool->lock);
+    cm__lock(&pool->lock, CM_LOCK_POOL);
     pool->limit = limit;
-    pthread_mutex_unlock(&pool->lock);
+    cm__unlock(&pool->lock);
     return 0;
 }
 
@@ -435,7 +436,7 @@ cm__pool_drop(cm_device *dev)
     if (pool == NULL) {
         return;
     }
-    pthread_mutex_lock(&pool->lock);
+    cm__lock(&pool->lock, CM_LOCK_POOL);
     forget_all(pool);
     /* Blocks of the old context never come back: see cm__pool_return. */
     pool->generation = dev->generation + 1;
@@ -443,7 +444,7 @@ cm__pool_drop(cm_device *dev)
      * context's manager turns it on again if it is a pool. */
     pool->enabled = 0;
     __atomic_store_n(&dev->pool_on, NULL, __ATOMIC_RELEASE);
-    pthread_mutex_unlock(&pool->lock);
+    cm__unlock(&pool->lock);
 }
 
 /* ---------------------------------------------------------------------
@@ -492,10 +493,10 @@ grow(cm_device *dev, cm_pool *pool, uint64_t generation, size_t size,
 
     if (pool->slab_bytes + pool->reserved > pool->limit ||
         size > pool->limit - pool->slab_bytes - pool->reserved) {
-        pthread_mutex_unlock(&pool->lock);
+        cm__unlock(&pool->lock);
         /* Without waiting: out-of-memory recovery waits, then retries. */
         rc = trim(dev, 0, err);
-        pthread_mutex_lock(&pool->lock);
+        cm__lock(&pool->lock, CM_LOCK_POOL);
         if (rc < 0) {
             return -1;
         }
@@ -506,25 +507,25 @@ grow(cm_device *dev, cm_pool *pool, uint64_t generation, size_t size,
     }
     /* Counted against the limit while the lock is dropped. */
     pool->reserved += size;
-    pthread_mutex_unlock(&pool->lock);
+    cm__unlock(&pool->lock);
     rc = cm__mem_alloc_device(dev, size, &ptr, err);
-    pthread_mutex_lock(&pool->lock);
+    cm__lock(&pool->lock, CM_LOCK_POOL);
     pool->reserved -= size;
     if (rc < 0) {
         return -1;
     }
     if (pool->generation != generation) {
-        pthread_mutex_unlock(&pool->lock);
+        cm__unlock(&pool->lock);
         (void)cm_release(dev, generation, CM_FREE_DEVICE, ptr, size,
                          &ignored);
-        pthread_mutex_lock(&pool->lock);
+        cm__lock(&pool->lock, CM_LOCK_POOL);
         return stale(err, dev);
     }
     if (slab_add(pool, ptr, size) < 0) {
-        pthread_mutex_unlock(&pool->lock);
+        cm__unlock(&pool->lock);
         (void)cm_release(dev, generation, CM_FREE_DEVICE, ptr, size,
                          &ignored);
-        pthread_mutex_lock(&pool->lock);
+        cm__lock(&pool->lock, CM_LOCK_POOL);
         return cm_fail(err, CM_ERR_NOMEM, "out of host memory");
     }
     return 0;
@@ -543,7 +544,7 @@ cm__pool_alloc(cm_device *dev, uint64_t generation, CUstream stream,
     if (need < nbytes) {
         return out_of_memory(err, "cuMemAlloc");
     }
-    pthread_mutex_lock(&pool->lock);
+    cm__lock(&pool->lock, CM_LOCK_POOL);
     if (pool->generation != generation) {
         stale(err, dev);
         goto done;
@@ -565,7 +566,7 @@ cm__pool_alloc(cm_device *dev, uint64_t generation, CUstream stream,
     *ptr = b->ptr;
     rc = 0;
 done:
-    pthread_mutex_unlock(&pool->lock);
+    cm__unlock(&pool->lock);
     return rc;
 }
 
@@ -580,7 +581,7 @@ event_get(cm_device *dev, cm_pool *pool)
     cm_error ignored;
     int make = 0;
 
-    pthread_mutex_lock(&pool->lock);
+    cm__lock(&pool->lock, CM_LOCK_POOL);
     if (pool->nspare > 0) {
         ev = pool->spare[--pool->nspare];
     }
@@ -595,12 +596,12 @@ event_get(cm_device *dev, cm_pool *pool)
             make = 1;
         }
     }
-    pthread_mutex_unlock(&pool->lock);
+    cm__unlock(&pool->lock);
     if (make && cm_event_create(dev, CU_EVENT_DISABLE_TIMING, &ev,
                                 &generation, &ignored) == 0) {
-        pthread_mutex_lock(&pool->lock);
+        cm__lock(&pool->lock, CM_LOCK_POOL);
         pool->nevents++;
-        pthread_mutex_unlock(&pool->lock);
+        cm__unlock(&pool->lock);
     }
     return ev;
 }
@@ -618,7 +619,7 @@ cm__pool_return(cm_device *dev, uint64_t generation, cm_pool_block *b,
     if (cm_fork_check(err) < 0) {
         return -1;
     }
-    pthread_mutex_lock(&dev->qlock);
+    cm__lock(&dev->qlock, CM_LOCK_QUEUES);
     /* Only a drop (under qlock) changes the generation of a pool with
      * blocks out. */
     if (pool->generation != generation) {
@@ -629,13 +630,13 @@ cm__pool_return(cm_device *dev, uint64_t generation, cm_pool_block *b,
         if (ev != NULL &&
             cm_event_record(dev, ev, stream, &ignored) < 0) {
             /* The block then waits for its whole stream (block_idle). */
-            pthread_mutex_lock(&pool->lock);
+            cm__lock(&pool->lock, CM_LOCK_POOL);
             spare_push(pool, ev);
-            pthread_mutex_unlock(&pool->lock);
+            cm__unlock(&pool->lock);
             ev = NULL;
         }
     }
-    pthread_mutex_lock(&pool->lock);
+    cm__lock(&pool->lock, CM_LOCK_POOL);
     list = is_legacy(stream) ? &pool->ready : list_for(pool, stream);
     if (list == NULL) {
         /* The block stays out until the context goes. */
@@ -650,9 +651,9 @@ cm__pool_return(cm_device *dev, uint64_t generation, cm_pool_block *b,
         list_push(pool, list, b);
         coalesce(pool, b);
     }
-    pthread_mutex_unlock(&pool->lock);
+    cm__unlock(&pool->lock);
 done:
-    pthread_mutex_unlock(&dev->qlock);
+    cm__unlock(&dev->qlock);
     return rc;
 }
 
@@ -756,9 +757,9 @@ wait_pending(cm_pool *pool, cm_error *err)
     size_t n;
     int rc = 0;
 
-    pthread_mutex_lock(&pool->lock);
+    cm__lock(&pool->lock, CM_LOCK_POOL);
     rc = pending_waits(pool, &waits, &n);
-    pthread_mutex_unlock(&pool->lock);
+    cm__unlock(&pool->lock);
     if (rc < 0) {
         return cm_fail(err, CM_ERR_NOMEM, "out of host memory");
     }
@@ -793,16 +794,16 @@ trim(cm_device *dev, int wait, cm_error *err)
     if (pool == NULL) {
         return 0;
     }
-    pthread_mutex_lock(&dev->qlock);
-    pthread_mutex_lock(&pool->lock);
+    cm__lock(&dev->qlock, CM_LOCK_QUEUES);
+    cm__lock(&pool->lock, CM_LOCK_POOL);
     /* An empty pool may belong to a released context: touch nothing.
      * Otherwise the context is retained, and entering it cannot need
      * dev->lock. */
     if (pool->slab_list == NULL && pool->nspare == 0) {
-        pthread_mutex_unlock(&pool->lock);
+        cm__unlock(&pool->lock);
         goto done;
     }
-    pthread_mutex_unlock(&pool->lock);
+    cm__unlock(&pool->lock);
     if (cm_ctx_enter(dev, &guard, err) < 0) {
         rc = -1;
         goto done;
@@ -811,9 +812,9 @@ trim(cm_device *dev, int wait, cm_error *err)
     if (wait) {
         rc = wait_pending(pool, err);
     }
-    pthread_mutex_lock(&pool->lock);
+    cm__lock(&pool->lock, CM_LOCK_POOL);
     collect(pool, &slabs, &events, &nevents);
-    pthread_mutex_unlock(&pool->lock);
+    cm__unlock(&pool->lock);
     /* The first failure is reported; the rest are still freed. */
     for (; slabs != NULL; slabs = next) {
         next = slabs->next;
@@ -830,7 +831,7 @@ trim(cm_device *dev, int wait, cm_error *err)
     free(events);
     rc = cm_ctx_leave(&guard, rc, err);
 done:
-    pthread_mutex_unlock(&dev->qlock);
+    cm__unlock(&dev->qlock);
     return rc;
 }
 
@@ -859,7 +860,7 @@ cm_pool_get_stats(cm_device *dev, cm_pool_stats *out)
     if (pool == NULL) {
         return;
     }
-    pthread_mutex_lock(&pool->lock);
+    cm__lock(&pool->lock, CM_LOCK_POOL);
     for (cm_pool_block *b = pool->ready.head; b != NULL; b = b->fnext) {
         ready++;
     }
@@ -873,5 +874,5 @@ cm_pool_get_stats(cm_device *dev, cm_pool_stats *out)
                            .cached_bytes = pool->slab_bytes -
                                            pool->used_bytes,
                            .pending_blocks = pool->free_blocks - ready};
-    pthread_mutex_unlock(&pool->lock);
+    cm__unlock(&pool->lock);
 }

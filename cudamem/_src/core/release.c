@@ -2,6 +2,7 @@
  * free what they hold. Owns the choice of queue, the generation check and
  * the shutdown stop; the queue mechanics are pending.c's. */
 #include "release.h"
+#include "lockorder.h"
 
 #include "driver.h"
 
@@ -167,12 +168,12 @@ cm_release(cm_device *dev, uint64_t generation, cm_free_kind kind,
     if (cm_fork_check(err) < 0) {
         return -1;
     }
-    pthread_mutex_lock(&dev->qlock);
+    cm__lock(&dev->qlock, CM_LOCK_QUEUES);
     /* Another generation: freed by the driver with its context. */
     if (__atomic_load_n(&dev->generation, __ATOMIC_ACQUIRE) == generation) {
         rc = queue_locked(dev, kind, handle, nbytes, err);
     }
-    pthread_mutex_unlock(&dev->qlock);
+    cm__unlock(&dev->qlock);
     return rc;
 }
 
@@ -186,7 +187,7 @@ cm_release_retained(cm_device *dev, uint64_t generation, uint64_t resets,
     if (cm_fork_check(err) < 0) {
         return -1;
     }
-    pthread_mutex_lock(&dev->qlock);
+    cm__lock(&dev->qlock, CM_LOCK_QUEUES);
     if (__atomic_load_n(&dev->generation, __ATOMIC_ACQUIRE) == generation) {
         rc = queue_locked(dev, kind, handle, nbytes, err);
     }
@@ -196,7 +197,7 @@ cm_release_retained(cm_device *dev, uint64_t generation, uint64_t resets,
             dev, __atomic_load_n(&dev->resets, __ATOMIC_ACQUIRE) == resets,
             kind, handle, err);
     }
-    pthread_mutex_unlock(&dev->qlock);
+    cm__unlock(&dev->qlock);
     return rc;
 }
 
@@ -208,11 +209,11 @@ cm_queue_flush(cm_device *dev, cm_queue_id q, cm_error *err)
     if (cm_fork_check(err) < 0) {
         return -1;
     }
-    pthread_mutex_lock(&dev->qlock);
+    cm__lock(&dev->qlock, CM_LOCK_QUEUES);
     if (dev->queues[q] != NULL) {
         rc = cm_pending_flush(dev->queues[q], err);
     }
-    pthread_mutex_unlock(&dev->qlock);
+    cm__unlock(&dev->qlock);
     return rc;
 }
 
@@ -248,30 +249,30 @@ cm_queue_defer(cm_device *dev, cm_queue_id q, cm_error *err)
     if (cm_fork_check(err) < 0) {
         return -1;
     }
-    pthread_mutex_lock(&dev->qlock);
+    cm__lock(&dev->qlock, CM_LOCK_QUEUES);
     rc = queues_ready(dev, err);
     if (rc == 0) {
         cm_pending_defer(dev->queues[q]);
     }
-    pthread_mutex_unlock(&dev->qlock);
+    cm__unlock(&dev->qlock);
     return rc;
 }
 
 void
 cm_queue_undefer(cm_device *dev, cm_queue_id q)
 {
-    pthread_mutex_lock(&dev->qlock);
+    cm__lock(&dev->qlock, CM_LOCK_QUEUES);
     if (dev->queues[q] != NULL) {
         cm_pending_undefer(dev->queues[q]);
     }
-    pthread_mutex_unlock(&dev->qlock);
+    cm__unlock(&dev->qlock);
 }
 
 void
 cm_queue_stats(cm_device *dev, cm_queue_id q, size_t *count, size_t *bytes,
                int *deferred)
 {
-    pthread_mutex_lock(&dev->qlock);
+    cm__lock(&dev->qlock, CM_LOCK_QUEUES);
     if (dev->queues[q] != NULL) {
         *count = cm_pending_count(dev->queues[q]);
         *bytes = cm_pending_bytes(dev->queues[q]);
@@ -281,7 +282,7 @@ cm_queue_stats(cm_device *dev, cm_queue_id q, size_t *count, size_t *bytes,
         *count = *bytes = 0;
         *deferred = 0;
     }
-    pthread_mutex_unlock(&dev->qlock);
+    cm__unlock(&dev->qlock);
 }
 
 int
@@ -301,7 +302,7 @@ cm_queues_shutdown(cm_error *err)
         if (cm_device_get(i, &dev, &each) < 0) {
             continue;
         }
-        pthread_mutex_lock(&dev->qlock);
+        cm__lock(&dev->qlock, CM_LOCK_QUEUES);
         for (int q = 0; q < CM_QUEUE_COUNT; q++) {
             if (dev->queues[q] != NULL &&
                 cm_pending_shutdown(dev->queues[q], &each) < 0 && rc == 0) {
@@ -309,7 +310,7 @@ cm_queues_shutdown(cm_error *err)
                 rc = -1;
             }
         }
-        pthread_mutex_unlock(&dev->qlock);
+        cm__unlock(&dev->qlock);
     }
     return rc;
 }

@@ -4,6 +4,7 @@
  * asked between chunks. Does not own the buffers' memory (hostpool.c) nor
  * choose when to stage (copy.c asks). */
 #include "staging.h"
+#include "lockorder.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -110,9 +111,9 @@ load(void)
 void
 cm_staging_reload(void)
 {
-    pthread_mutex_lock(&conf.lock);
+    cm__lock(&conf.lock, CM_LOCK_STAGING_CONF);
     load();
-    pthread_mutex_unlock(&conf.lock);
+    cm__unlock(&conf.lock);
 }
 
 void
@@ -124,12 +125,12 @@ cm_staging_set_poll(cm_staging_poll_fn poll)
 void
 cm_staging_get_config(cm_staging_config *out)
 {
-    pthread_mutex_lock(&conf.lock);
+    cm__lock(&conf.lock, CM_LOCK_STAGING_CONF);
     if (!conf.loaded) {
         load();
     }
     *out = conf.cfg;
-    pthread_mutex_unlock(&conf.lock);
+    cm__unlock(&conf.lock);
 }
 
 /* The threads of a parent do not exist in a forked child. */
@@ -177,7 +178,7 @@ worker(void *arg)
     int me = (int)(intptr_t)arg;
     unsigned long seen = 0;
 
-    pthread_mutex_lock(&crew.lock);
+    cm__lock(&crew.lock, CM_LOCK_STAGING_CREW);
     for (;;) {
         while (crew.gen == seen) {
             pthread_cond_wait(&crew.go, &crew.lock);
@@ -186,9 +187,9 @@ worker(void *arg)
         if (me < crew.parts) {
             job j = crew.job;
 
-            pthread_mutex_unlock(&crew.lock);
+            cm__unlock(&crew.lock);
             run_part(&j, me);
-            pthread_mutex_lock(&crew.lock);
+            cm__lock(&crew.lock, CM_LOCK_STAGING_CREW);
             if (--crew.left == 0) {
                 pthread_cond_signal(&crew.done);
             }
@@ -238,7 +239,7 @@ host_pass(char *dst, const char *src, size_t n, int touch, int threads)
     }
     if (parts > 1) {
         pthread_once(&atfork_once, register_atfork);
-        pthread_mutex_lock(&crew.lock);
+        cm__lock(&crew.lock, CM_LOCK_STAGING_CREW);
         if (!crew.busy) {
             crew_grow(parts);
             if (parts > crew.started + 1) {
@@ -259,7 +260,7 @@ host_pass(char *dst, const char *src, size_t n, int touch, int threads)
             crew.gen++;
             pthread_cond_broadcast(&crew.go);
         }
-        pthread_mutex_unlock(&crew.lock);
+        cm__unlock(&crew.lock);
     }
     if (parts <= 1) {
         j.part = n;
@@ -267,13 +268,13 @@ host_pass(char *dst, const char *src, size_t n, int touch, int threads)
         return;
     }
     run_part(&j, 0);
-    pthread_mutex_lock(&crew.lock);
+    cm__lock(&crew.lock, CM_LOCK_STAGING_CREW);
     while (crew.left > 0) {
         pthread_cond_wait(&crew.done, &crew.lock);
     }
     crew.busy = 0;
     crew.parts = 0;
-    pthread_mutex_unlock(&crew.lock);
+    cm__unlock(&crew.lock);
 }
 
 /* 1 when the device reads pageable memory through the host's page
@@ -283,11 +284,11 @@ reads_pageable(cm_device *dev, int *out, cm_error *err)
 {
     int cached = 0, value;
 
-    pthread_mutex_lock(&conf.lock);
+    cm__lock(&conf.lock, CM_LOCK_STAGING_CONF);
     if (dev->ordinal < ATTR_CACHE) {
         cached = conf.direct[dev->ordinal];
     }
-    pthread_mutex_unlock(&conf.lock);
+    cm__unlock(&conf.lock);
     if (cached != 0) {
         *out = cached == 2;
         return 0;
@@ -299,9 +300,9 @@ reads_pageable(cm_device *dev, int *out, cm_error *err)
     }
     *out = value != 0;
     if (dev->ordinal < ATTR_CACHE) {
-        pthread_mutex_lock(&conf.lock);
+        cm__lock(&conf.lock, CM_LOCK_STAGING_CONF);
         conf.direct[dev->ordinal] = value != 0 ? 2 : 1;
-        pthread_mutex_unlock(&conf.lock);
+        cm__unlock(&conf.lock);
     }
     return 0;
 }

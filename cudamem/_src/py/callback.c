@@ -120,6 +120,7 @@ dispatch_loop(PyObject *module, PyObject *Py_UNUSED(ignored))
             Py_RETURN_NONE;
         }
         if (rc > 0) {
+            CMPY_ASSERT_HANDED((PyObject *)payload, PyTuple_CheckExact);
             run_payload(st, (PyObject *)payload, status);
             cm_callback_done();
             /* The references to callback, stream and arg go now. */
@@ -167,6 +168,7 @@ collect(void *payload, cm_callback_state state, void *ctx)
         u->items = items;
         u->cap = cap;
     }
+    CMPY_ASSERT_HANDED((PyObject *)payload, PyTuple_CheckExact);
     u->items[u->n].payload = Py_NewRef((PyObject *)payload);
     u->items[u->n++].state = state;
 }

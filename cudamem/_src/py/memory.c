@@ -192,8 +192,10 @@ cmpy_memory_finalize(cmpy_state *st, PyObject *finalizer)
 static void
 release_external(void *hook_arg, void *external)
 {
-    PyObject *pair = external, *finalizer = PyTuple_GET_ITEM(pair, 0);
+    PyObject *pair = external, *finalizer;
 
+    CMPY_ASSERT_HANDED(pair, PyTuple_CheckExact);
+    finalizer = PyTuple_GET_ITEM(pair, 0);
     if (finalizer != Py_None) {
         cmpy_memory_finalize(hook_arg, finalizer);
     }

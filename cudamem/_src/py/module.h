@@ -13,6 +13,17 @@
 
 #include "../core/status.h"
 
+/* An object handed back by core as a void * (the payload of a stream
+ * callback, an external record's (finalizer, keep) pair): in CUDAMEM_DEBUG
+ * builds, asserts that py/ still owns a reference to it and that it is of
+ * the type stored, which a dangling or twice-released pointer is not. */
+#ifdef CUDAMEM_DEBUG
+#define CMPY_ASSERT_HANDED(op, type_check) \
+    assert(Py_REFCNT(op) >= 1 && type_check(op))
+#else
+#define CMPY_ASSERT_HANDED(op, type_check) ((void)0)
+#endif
+
 /* The functions of cudamem/_streams.py that py/callback.c calls. */
 #define CMPY_GLUE_COUNT 3
 /* The ctypes types of cudamem/_handles.py that py/memory.c makes. */

@@ -1,0 +1,101 @@
+/* test_core_lockorder.c: core/lockorder.c's check of the lock order in a
+ * CUDAMEM_DEBUG build (the C tests are built so): nesting by level and
+ * taking dev->qlock again pass; a lock taken at or below a held level, or
+ * another lock taken twice, aborts (each in a forked child). */
+#include "check.h"
+#include "lockorder.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static pthread_mutex_t queues, pool, pending, plain;
+
+/* Whether fn aborts in a child, its report sent to /dev/null. */
+static int
+aborts(void (*fn)(void))
+{
+    int status = 0;
+    pid_t pid;
+
+    fflush(NULL);
+    pid = fork();
+    if (pid == 0) {
+        if (freopen("/dev/null", "w", stderr) == NULL) {
+            _exit(3);
+        }
+        fn();
+        _exit(0);
+    }
+    if (pid < 0 || waitpid(pid, &status, 0) != pid) {
+        return -1;
+    }
+    return WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT;
+}
+
+/* pool's level is below pending's: taking pool under pending inverts. */
+static void
+inverted(void)
+{
+    cm__lock(&pending, CM_LOCK_PENDING);
+    cm__lock(&pool, CM_LOCK_POOL);
+}
+
+/* Two locks of one level (two devices' pools) do not nest either. */
+static void
+same_level(void)
+{
+    cm__lock(&pool, CM_LOCK_POOL);
+    cm__lock(&plain, CM_LOCK_POOL);
+}
+
+/* A recursive qlock taken again under an inner lock inverts too. */
+static void
+reentered_under_inner(void)
+{
+    cm__lock(&queues, CM_LOCK_QUEUES);
+    cm__lock(&pool, CM_LOCK_POOL);
+    cm__lock(&queues, CM_LOCK_QUEUES);
+}
+
+static void
+unlock_unheld(void)
+{
+    pthread_mutex_lock(&plain);
+    cm__unlock(&plain);
+}
+
+int
+main(void)
+{
+    pthread_mutexattr_t recursive;
+
+    pthread_mutexattr_init(&recursive);
+    pthread_mutexattr_settype(&recursive, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&queues, &recursive);
+    pthread_mutex_init(&pool, NULL);
+    pthread_mutex_init(&pending, NULL);
+    pthread_mutex_init(&plain, NULL);
+
+    /* In order, qlock again, out-of-order release: all allowed. */
+    cm__lock(&queues, CM_LOCK_QUEUES);
+    cm__lock(&queues, CM_LOCK_QUEUES);
+    cm__lock(&pool, CM_LOCK_POOL);
+    cm__lock(&pending, CM_LOCK_PENDING);
+    cm__unlock(&pool);
+    cm__unlock(&pending);
+    cm__unlock(&queues);
+    cm__unlock(&queues);
+    /* Released, a lock may be taken under a lower one again. */
+    cm__lock(&pool, CM_LOCK_POOL);
+    cm__unlock(&pool);
+    cm__lock(&pending, CM_LOCK_PENDING);
+    cm__unlock(&pending);
+    CHECK(aborts(inverted) == 1);
+    CHECK(aborts(same_level) == 1);
+    CHECK(aborts(reentered_under_inner) == 1);
+    CHECK(aborts(unlock_unheld) == 1);
+    CHECK_DONE();
+}
