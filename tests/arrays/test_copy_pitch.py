@@ -11,9 +11,9 @@ import ctypes
 
 import numpy as np
 import pytest
-from simref import SimDriver
 
 import cudamem
+from tests.helpers.simref import SimDriver
 
 pytestmark = pytest.mark.simulator
 

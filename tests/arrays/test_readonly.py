@@ -10,11 +10,11 @@ import re
 
 import numpy as np
 import pytest
-from test_dlpack_export import KDL_CPU
-from test_dlpack_export import managed as tensor_of
-from test_registration import PAGE, page_buffer
 
 import cudamem
+from tests.hostmem.test_registration import PAGE, page_buffer
+from tests.interop.test_dlpack_capsule import KDL_CPU
+from tests.interop.test_dlpack_capsule import managed as tensor_of
 
 pytestmark = pytest.mark.simulator
 

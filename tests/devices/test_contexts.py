@@ -10,11 +10,11 @@ import threading
 
 import numpy as np
 import pytest
-from conftest import in_thread
-from simref import SimDriver
 
 import cudamem
 from cudamem.errors import CudaAPIError, CudaDriverError
+from tests.helpers.run import in_thread
+from tests.helpers.simref import SimDriver
 
 pytestmark = pytest.mark.simulator
 

@@ -11,15 +11,14 @@ import re
 
 import numpy as np
 import pytest
-from conftest import in_thread
-from simref import SimDriver
 
 import cudamem
 from cudamem import driver
 from cudamem.errors import CudaAPIError
+from tests.helpers.run import ROOT, in_thread
+from tests.helpers.simref import SimDriver
 
-CUATTRS_H = os.path.join(os.path.dirname(__file__), os.pardir, "cudamem",
-                         "_src", "core", "cuattrs.h")
+CUATTRS_H = os.path.join(ROOT, "cudamem", "_src", "core", "cuattrs.h")
 with open(CUATTRS_H) as _f:
     ATTRIBUTES = re.findall(r"X\((\w+), (\d+)\)", _f.read())
 A = {name: int(value) for name, value in ATTRIBUTES}
@@ -293,7 +292,7 @@ PRELUDE = """
 import json, threading
 import cudamem
 from cudamem import simulator
-from simref import SimDriver
+from tests.helpers.simref import SimDriver
 ref = SimDriver(simulator.library_path())
 cudamem.is_available()
 def done():
@@ -305,7 +304,7 @@ def done():
 
 
 def run_two(run_py, code, env=None):
-    full = dict(TWO, PYTHONPATH=os.path.dirname(__file__))
+    full = dict(TWO, PYTHONPATH=ROOT)
     full.update(env or {})
     proc = run_py(PRELUDE + code, env=full)
     assert proc.returncode == 0, proc.stderr

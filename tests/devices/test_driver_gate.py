@@ -4,7 +4,6 @@ import re
 import textwrap
 
 import pytest
-from simref import SimDriver as _SimDriver
 
 import cudamem
 from cudamem import driver
@@ -16,6 +15,7 @@ from cudamem.errors import (
     CudaSupportError,
     CudaWarning,
 )
+from tests.helpers.simref import SimDriver as _SimDriver
 
 
 def test_import_touches_no_driver(run_py):

@@ -14,12 +14,12 @@ import os
 import re
 
 import pytest
-from conftest import run_python
+
+from tests.helpers.run import ROOT, run_python
 
 pytestmark = pytest.mark.simulator
 
-EXAMPLE = os.path.join(os.path.dirname(__file__), os.pardir, "docs",
-                       "examples", "multigpu.py")
+EXAMPLE = os.path.join(ROOT, "docs", "examples", "multigpu.py")
 
 
 def _env(peer, **extra):

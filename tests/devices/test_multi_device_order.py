@@ -12,7 +12,8 @@ with CUDAMEM_SIM_DEVICES=2; the child asserts the data and that the
 hazard checker reported nothing, and leaves no device memory behind.
 """
 import pytest
-from conftest import run_python
+
+from tests.helpers.run import run_python
 
 pytestmark = pytest.mark.simulator
 

@@ -8,16 +8,16 @@ tools/error_labels.py (`make coverage`)
 reports which error exits these reach; test_driver_faults.py owns the
 per-row exception kinds."""
 import gc
-import os
 import warnings
 
 import numpy as np
 import pytest
-from test_driver_faults import IPC, LOAD, REACH, ROWS, TWO
 
 import cudamem
 from cudamem import _cudamem
 from cudamem.errors import CudaAPIError
+from tests.faults.test_driver_faults import IPC, LOAD, REACH, ROWS, TWO
+from tests.helpers.run import ROOT
 
 pytestmark = pytest.mark.simulator
 
@@ -340,8 +340,7 @@ for problem in sweep(simulator, %r):
 def check_sweep(run_py, module, sweep_name, scenario, env=None):
     """module.sweep_name(simulator, scenario) in a fresh process: no
     problem found, no crash."""
-    proc = run_py(SWEEP % (os.path.dirname(os.path.abspath(__file__)),
-                           module, sweep_name, scenario), env=env)
+    proc = run_py(SWEEP % (ROOT, module, sweep_name, scenario), env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout == "", proc.stdout
 
@@ -350,7 +349,7 @@ def check_sweep(run_py, module, sweep_name, scenario, env=None):
 # context stack as the driver left it, which later tests must not inherit.
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
 def test_every_call_can_fail(run_py, scenario):
-    check_sweep(run_py, "test_error_paths", "sweep", scenario)
+    check_sweep(run_py, __name__, "sweep", scenario)
 
 
 # Python allocation failures: in a fresh process, each operation with the

@@ -4,15 +4,15 @@ each operation pushes and pops one, nested in its own work), and calls made
 once per process (the device table, the cached pitch limit), failed in a
 fresh process. The sweep's own checks apply: a CudaAPIError naming the
 failed call, or none, and nothing leaked."""
-import os
 import threading
 
 import numpy as np
 import pytest
-from test_error_paths import _dev, _run, check_sweep, sweep_faults
 
 import cudamem
 from cudamem.errors import CudaAPIError, CudaOutOfMemoryError
+from tests.faults.test_error_paths import _dev, _run, check_sweep, sweep_faults
+from tests.helpers.run import ROOT
 
 pytestmark = pytest.mark.simulator
 
@@ -165,7 +165,7 @@ def thread_sweep(sim, scenario):
 
 @pytest.mark.parametrize("scenario", sorted(THREAD_SCENARIOS))
 def test_every_call_on_a_thread_can_fail(run_py, scenario):
-    check_sweep(run_py, "test_error_paths_more", "thread_sweep", scenario,
+    check_sweep(run_py, __name__, "thread_sweep", scenario,
                 TWO_DEVICES.get(scenario))
 
 
@@ -302,7 +302,7 @@ import numpy as np
 import cudamem
 from cudamem import simulator
 from cudamem.errors import CudaAPIError
-from simref import SimDriver
+from tests.helpers.simref import SimDriver
 drv = SimDriver(simulator.library_path())
 cudamem.device_array(1)
 ctx1 = drv.retain_primary(1)
@@ -373,7 +373,7 @@ FOREIGN_FAULTS = [
 @pytest.mark.parametrize("name, row, after", FOREIGN_FAULTS)
 def test_another_librarys_objects(run_py, name, row, after):
     proc = run_py(FOREIGN % dict(
-        tests=os.path.dirname(os.path.abspath(__file__)),
+        tests=ROOT,
         op=FOREIGN_OPS[name], row=row, after=after), env=TWO)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split() == [row, "True"]

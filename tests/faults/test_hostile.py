@@ -1137,7 +1137,7 @@ print(json.dumps(results))
 
 @pytest.fixture(scope="module")
 def wrong_device_results():
-    from conftest import run_python
+    from tests.helpers.run import run_python
     script = WRONG_DEVICE_SCRIPT % (json.dumps(WRONG_DEVICE),
                                     list(WORK_PREFIXES))
     proc = run_python(script, env=TWO_DEVICES)

@@ -208,7 +208,7 @@ def test_cross_device_work_is_recorded_with_the_streams_device(peer):
     """Item 2: work a device-0 stream queued on device-1 memory is
     recorded with device 0's context and retirement count, so the export
     of the device-1 array orders after it instead of failing."""
-    from conftest import run_python
+    from tests.helpers.run import run_python
     proc = run_python(CROSS_DEVICE_EXPORT, env={
         "CUDAMEM_SIM_DEVICES": "2", "CUDA_VISIBLE_DEVICES": None,
         "CUDAMEM_SIM_NO_PEER": None if peer else "1"})

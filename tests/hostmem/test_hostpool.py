@@ -9,11 +9,11 @@ import threading
 
 import numpy as np
 import pytest
-from conftest import run_python
 
 import cudamem
 from cudamem import _cudamem
 from cudamem.errors import CudaAPIError
+from tests.helpers.run import run_python
 
 pytestmark = pytest.mark.simulator
 

@@ -10,9 +10,9 @@ import gc
 
 import numpy as np
 import pytest
-from simref import SimDriver
 
 import cudamem
+from tests.helpers.simref import SimDriver
 
 PORTABLE, DEVICEMAP, WRITECOMBINED = 0x1, 0x2, 0x4
 

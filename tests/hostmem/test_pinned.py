@@ -10,9 +10,9 @@ import mmap
 
 import numpy as np
 import pytest
-from simref import SimDriver
 
 import cudamem
+from tests.helpers.simref import SimDriver
 
 PAGE = mmap.PAGESIZE
 

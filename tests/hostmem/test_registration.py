@@ -10,11 +10,11 @@ import threading
 
 import numpy as np
 import pytest
-from simref import SimDriver
 
 import cudamem
 from cudamem import _cudamem
 from cudamem.errors import CudaAPIError
+from tests.helpers.simref import SimDriver
 
 PAGE = mmap.PAGESIZE
 READ_ONLY = 0x8  # CU_MEMHOSTREGISTER_READ_ONLY

@@ -4,9 +4,9 @@ the device) for all of them. Checked with the simulator's hazard checker
 and counters, with the work held queued by the simulated delay."""
 import numpy as np
 import pytest
-from conftest import Producer
 
 import cudamem
+from tests.helpers.interop import Producer
 
 
 def calls(sim):

@@ -5,9 +5,9 @@ with the simulator's counters and its hazard checker, with the producer's
 work held queued by the simulated delay."""
 import numpy as np
 import pytest
-from conftest import Producer
 
 import cudamem
+from tests.helpers.interop import Producer
 
 
 def calls(sim):

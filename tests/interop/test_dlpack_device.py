@@ -8,10 +8,10 @@ import gc
 
 import numpy as np
 import pytest
-from test_dlpack_export import KDL_CPU, KDL_CUDA_MANAGED
-from test_dlpack_export import managed as tensor_of
 
 import cudamem
+from tests.interop.test_dlpack_capsule import KDL_CPU, KDL_CUDA_MANAGED
+from tests.interop.test_dlpack_capsule import managed as tensor_of
 
 pytestmark = pytest.mark.simulator
 

@@ -16,14 +16,14 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as hst
-from test_dlpack_export import (
+
+import cudamem
+from cudamem.errors import CudaAPIError
+from tests.interop.test_dlpack_capsule import (
     DLManagedTensor,
     DLManagedTensorVersioned,
     DLTensor,
 )
-
-import cudamem
-from cudamem.errors import CudaAPIError
 
 pytestmark = pytest.mark.simulator
 

@@ -81,7 +81,7 @@ class CountingManager(HostOnlyCUDAMemoryManager):
         return 1
 
 
-from numba_plugin import NumbaStyleManager  # noqa: E402
+from tests.helpers.numba_plugin import NumbaStyleManager  # noqa: E402
 
 # ---------------------------------------------------------------------------
 

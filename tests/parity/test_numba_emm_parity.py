@@ -8,12 +8,10 @@ cudadrv/runtime.py and device_init.py (is_supported_version), core/config.py
 tests/rmm_style_plugin.py; NumPy for the data.
 """
 import gc
-import os
 import pickle
 
 import numpy as np
 import pytest
-from rmm_style_plugin import RMMNumbaManager
 
 import cudamem
 from cudamem import HostOnlyCUDAMemoryManager
@@ -22,10 +20,10 @@ from cudamem.memory import (
     NumbaCUDAMemoryManager,
     UniqueDict,
 )
+from tests.helpers.rmm_style_plugin import RMMNumbaManager
+from tests.helpers.run import HELPERS
 
 pytestmark = pytest.mark.simulator
-
-TESTS = os.path.dirname(os.path.abspath(__file__))
 
 
 class Minimal(HostOnlyCUDAMemoryManager):
@@ -269,7 +267,7 @@ _WHICH = """
 
 
 def _env(**variables):
-    env = {"PYTHONPATH": TESTS, "CUDAMEM_MEMORY_MANAGER": None,
+    env = {"PYTHONPATH": HELPERS, "CUDAMEM_MEMORY_MANAGER": None,
            "NUMBA_CUDA_MEMORY_MANAGER": None}
     env.update(variables)
     return env

@@ -12,6 +12,7 @@ names, as numba's are (``select_device(device_id=0)``,
 import functools
 import importlib
 import inspect
+import os
 import re
 import types
 
@@ -20,6 +21,7 @@ import pytest
 
 import cudamem
 from cudamem import _cudamem
+from tests.helpers.run import ROOT
 
 EXTENSION_TYPES = [_cudamem.DeviceNDArray, _cudamem.DeviceNDArrayBase,
                    _cudamem.DeviceRecord, _cudamem.Stream, _cudamem.Event,
@@ -470,9 +472,7 @@ def test_signature_parser():
 def test_api_reference_documents_every_public_name():
     # docs/api.rst is the API reference: a name added to __all__ must be
     # added there too, or it is missing from the documentation.
-    import os
-    path = os.path.join(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__))), "docs", "api.rst")
+    path = os.path.join(ROOT, "docs", "api.rst")
     with open(path) as f:
         text = f.read()
     documented = set(re.findall(r"^\.\. auto\w+:: (?:cudamem\.)?(\w+)\s*$",

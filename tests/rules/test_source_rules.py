@@ -24,7 +24,8 @@ import subprocess
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.helpers.run import ROOT
+
 SRC = os.path.join("cudamem", "_src")
 
 PYTHON_HEADER = re.compile(

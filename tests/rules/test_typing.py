@@ -12,8 +12,8 @@ import types
 import pytest
 
 from cudamem import _cudamem
+from tests.helpers.run import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STUB = os.path.join(ROOT, "cudamem", "_cudamem.pyi")
 
 # Dunder members that are part of a type's API (protocols and operators).

@@ -7,7 +7,8 @@ cuMemcpyBatchAsync) against the CUDA driver documentation, driven through
 ctypes as such a client drives it. Each case runs in a fresh process."""
 import pytest
 
-from tests.test_sim_faithful import run_driver
+from tests.helpers.run import ROOT
+from tests.simulator.test_sim_faithful import run_driver
 
 pytestmark = pytest.mark.simulator
 
@@ -540,8 +541,8 @@ ok(lib.cuEventDestroy_v2(ev), "destroy")
 def test_ipc_event_waits_for_the_exporters_record(run_py):
     out = run_entries(run_py, """
         import binascii, subprocess, threading
-        from tests.test_sim_entries import IPC_IMPORTER
-        from tests.test_sim_faithful import PROLOGUE
+        from tests.simulator.test_sim_entries import IPC_IMPORTER
+        from tests.simulator.test_sim_faithful import PROLOGUE
         INTERPROCESS, DISABLE_TIMING = 4, 2
 
         class Handle(ctypes.Structure):
@@ -580,7 +581,7 @@ def test_ipc_event_waits_for_the_exporters_record(run_py):
              lib.cuIpcOpenEventHandle(byref(again), bad),
              simulator.live()["events"])
         ok(lib.cuEventDestroy_v2(plain), "destroy")
-    """, env={"PYTHONPATH": "."})
+    """, env={"PYTHONPATH": ROOT})
     assert out == ["%d %d %d" % (INVALID_VALUE, INVALID_VALUE,
                                  INVALID_HANDLE),
                    "before %d %d" % (NOT_READY, NOT_READY),

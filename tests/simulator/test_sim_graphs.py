@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from tests.test_sim_entries import run_entries
+from tests.simulator.test_sim_entries import run_entries
 
 pytestmark = pytest.mark.simulator
 

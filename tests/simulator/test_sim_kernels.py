@@ -5,7 +5,8 @@ with the errors cuda.h documents for a driver that runs no device code
 rest: CUDA_ERROR_NOT_SUPPORTED). Also cuGetProcAddress of symbols the
 simulator lacks, as cuda.h 12 and 13 describe it."""
 import pytest
-from test_sim_faithful import run_driver
+
+from tests.simulator.test_sim_faithful import run_driver
 
 pytestmark = pytest.mark.simulator
 

@@ -16,10 +16,11 @@ import textwrap
 
 import pytest
 
+from tests.helpers.run import ROOT
+
 pytestmark = pytest.mark.simulator
 pytest_plugins = ["pytester"]
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIM_VARS = ("CUDAMEM_SIMULATOR", "CUDAMEM_DRIVER", "CUDAMEM_SIM_DEVICES",
             "CUDAMEM_SIM_MEMORY", "CUDAMEM_SIM_DELAY_US",
             "CUDAMEM_SIM_HAZARDS", "LD_LIBRARY_PATH")

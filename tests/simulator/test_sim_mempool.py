@@ -5,7 +5,7 @@ forms of cuda.h 13), driven through ctypes as a client other than cudamem
 (cuda.core, CuPy, RMM) drives it. Each case runs in a fresh process."""
 import pytest
 
-from tests.test_sim_faithful import PROLOGUE, run_driver
+from tests.simulator.test_sim_faithful import PROLOGUE, run_driver
 
 pytestmark = pytest.mark.simulator
 

@@ -20,7 +20,8 @@ between overlapping ranges are undefined on the driver, not an error: the
 simulator copies them as memmove does and the hazard checker reports
 them."""
 import pytest
-from test_sim_faithful import GATE, run_driver
+
+from tests.simulator.test_sim_faithful import GATE, run_driver
 
 pytestmark = pytest.mark.simulator
 

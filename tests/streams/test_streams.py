@@ -22,8 +22,6 @@ import weakref
 
 import numpy as np
 import pytest
-from conftest import in_thread
-from simref import SimDriver
 
 import cudamem
 from cudamem import _cudamem
@@ -34,6 +32,8 @@ from cudamem.errors import (
     CudaStickyError,
     CudaWarning,
 )
+from tests.helpers.run import in_thread
+from tests.helpers.simref import SimDriver
 
 pytestmark = pytest.mark.simulator
 

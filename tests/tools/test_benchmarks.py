@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.helpers.run import ROOT
+
 sys.path.insert(0, ROOT)
 
 from benchmarks import adapters, runner  # noqa: E402

@@ -16,6 +16,7 @@ import pytest
 
 import cudamem
 from cudamem import _cli, driver
+from tests.helpers.run import ROOT
 
 
 def _run(*args, env=None, timeout=120):
@@ -356,8 +357,7 @@ def test_demo_falls_back_to_the_simulator():
 
 def test_make_demo_runs_the_demo():
     """`make -n`: what the target would run, without building."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    proc = subprocess.run(["make", "-n", "demo"], cwd=root,
+    proc = subprocess.run(["make", "-n", "demo"], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert re.search(r"-m cudamem demo$", proc.stdout, re.M)

@@ -11,9 +11,9 @@ import textwrap
 
 import pytest
 
-pytest_plugins = ["pytester"]
+from tests.helpers.run import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+pytest_plugins = ["pytester"]
 
 PRELUDE = """\
 import numpy as np
