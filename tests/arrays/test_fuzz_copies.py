@@ -2,7 +2,7 @@
 doing the same thing on host arrays as the reference, compared bit for bit
 (NaN payloads, NaT, -0.0, byte order and all).
 
-tests/test_views.py covers views (indexing, reshape, transpose, ...),
+tests/arrays/test_views.py covers views (indexing, reshape, transpose, ...),
 to_device of any host layout, contiguous host data into a device view, a
 contiguous device array into a strided host destination, and assignment of
 same-shaped or last-axis-broadcast values, over ten fixed dtypes. This file

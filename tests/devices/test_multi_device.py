@@ -6,7 +6,7 @@ Each test runs in a fresh process with CUDAMEM_SIM_DEVICES=2. The
 simulator's per entry point counters show which copies were made; the API
 trace (CUDAMEM_LOG=api) shows that the host side of both legs of a staged
 copy lies in memory cudamem registered, never in pageable memory. Staging
-buffers come from the host pool (tests/test_hostpool.py): they stay
+buffers come from the host pool (tests/hostmem/test_hostpool.py): they stay
 registered for the next copy until the pool is trimmed.
 """
 import json

@@ -316,7 +316,7 @@ def test_row_failure_raises_api_error(sim, row):
 
 
 # Rows whose out-of-memory cudamem recovers from with one more try
-# (tests/test_oom.py): both tries must fail for the error to show.
+# (tests/memmgr/test_oom.py): both tries must fail for the error to show.
 OOM_RETRIED = {"cuMemAlloc", "cuMemAllocManaged", "cuMemHostAlloc",
                "cuMemHostGetDevicePointer"}
 

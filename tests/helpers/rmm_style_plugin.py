@@ -3,8 +3,8 @@ source writes it, with the imports changed to cudamem and two stand-ins:
 ``DeviceBuffer`` for rmm's (cudamem's default allocator underneath, so
 its frees go through the pending deallocations) and ``_driver`` for
 numba's ctypes driver (the library cudamem loaded, called directly).
-Used by tests/test_numba_emm_parity.py, in process and as the module that
-NUMBA_CUDA_MEMORY_MANAGER names."""
+Used by tests/parity/test_numba_emm_parity.py, in process and as the
+module that NUMBA_CUDA_MEMORY_MANAGER names."""
 import ctypes
 
 import cudamem as cuda

@@ -1,7 +1,7 @@
 """DLPack for device arrays: DeviceNDArray.__dlpack__ and
 __dlpack_device__ (the Python array API standard) and cudamem.from_dlpack.
 NumPy is the reference for data; capsules are read through ctypes as in
-test_dlpack_export.py; the simulator's counters say how streams were
+test_dlpack_capsule.py; the simulator's counters say how streams were
 ordered."""
 import ctypes
 import gc

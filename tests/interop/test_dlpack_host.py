@@ -1,7 +1,7 @@
 """__dlpack__ and __dlpack_device__ of MappedNDArray and ManagedNDArray
 (the Python array API standard): NumPy is the consumer and the
 reference; the capsule's fields are read back through ctypes as in
-test_dlpack_export.py."""
+test_dlpack_capsule.py."""
 import gc
 
 import numpy as np

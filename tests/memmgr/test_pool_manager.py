@@ -1,4 +1,4 @@
-"""PoolMemoryManager: the pool (tests/test_pool.py tests its C core) as a
+"""PoolMemoryManager: the pool (test_pool.py tests its C core) as a
 context's EMM memory manager, selected the three ways numba users select
 a manager. The simulator's call counters show where memory came from."""
 import numpy as np

@@ -5,7 +5,7 @@ References: numba-cuda 0.30's cudadrv/driver.py (BaseCUDAMemoryManager,
 HostOnlyCUDAMemoryManager, utils.UniqueDict, _ensure_memory_manager),
 cudadrv/runtime.py and device_init.py (is_supported_version), core/config.py
 (NUMBA_CUDA_MEMORY_MANAGER); RMM's rmm/allocators/numba.py, copied into
-tests/rmm_style_plugin.py; NumPy for the data.
+tests/helpers/rmm_style_plugin.py; NumPy for the data.
 """
 import gc
 import pickle

@@ -7,7 +7,7 @@ device arrays (distributed/protocol/numba.py: registered on
 constructor), cudf/pyblazing's IPC by raw handle bytes (``IpcHandle(None,
 raw, np.prod(shape) * itemsize)`` then ``open_array``), and training loops
 that iterate a device array by rows. RMM's memory-manager plugin is
-tests/rmm_style_plugin.py, run by tests/test_numba_emm_parity.py.
+tests/helpers/rmm_style_plugin.py, run by test_numba_emm_parity.py.
 References: numba-cuda 0.30's devicearray.py and driver.py for the API,
 NumPy for every value.
 """

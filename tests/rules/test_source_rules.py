@@ -10,7 +10,7 @@ the built objects:
 - every type with ``Py_TPFLAGS_HAVE_GC`` whose ``Py_tp_dealloc`` is its
   own calls ``PyObject_GC_UnTrack`` in it.
 
-That every builtin has a text signature is tests/test_docs.py's
+That every builtin has a text signature is tests/rules/test_docs.py's
 ``test_every_builtin_has_a_text_signature``.
 
 Each check is a function of the source root that returns the offenders,

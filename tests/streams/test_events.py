@@ -508,7 +508,7 @@ def test_events_and_streams_of_two_devices(run_py):
         e0.synchronize()
         errors = []
         # A wait takes an event of another device (cuStreamWaitEvent
-        # does); tests/test_crossdevice.py checks the ordering.
+        # does); tests/devices/test_multi_device_order.py checks the ordering.
         e0.wait(s1)
         s1.wait_event(e0)
         for call in (lambda: e0.record(s1),
