@@ -103,7 +103,8 @@ def test_strict_pitches_are_read_at_cuinit(run_py):
 
 
 def test_column_of_int8_into_a_packed_array(strict):
-    # The example: pitches 10 (source) and 1 (destination).
+    # A column of an int8 (100, 10) array: pitches 10 (source) and 1
+    # (destination).
     host = np.arange(1000, dtype=np.int8).reshape(100, 10)
     c8 = cudamem.to_device(host)
     col = cudamem.device_array(100, np.int8)

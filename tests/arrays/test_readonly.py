@@ -1,10 +1,9 @@
-"""Read-only memory travels everywhere (issue 19, items 3 and 4): CAI
-imports, DLPack export and import (device and host arrays), the device
-side of read-only mapped and registered host memory, and their views and
-copies. NumPy is the reference: a view of a read-only array is read-only,
-a copy is writable, a versioned DLPack capsule carries the read-only flag
-and a legacy one of read-only memory is refused. Also sub-array dtypes,
-which NumPy expands into the shape."""
+"""Read-only memory travels everywhere: CAI imports, DLPack export and import
+(device and host arrays), the device side of read-only mapped and registered
+host memory, and their views and copies. NumPy is the reference: a view of a
+read-only array is read-only, a copy is writable, a versioned DLPack capsule
+carries the read-only flag and a legacy one of read-only memory is refused.
+Also sub-array dtypes, which NumPy expands into the shape."""
 import contextlib
 import re
 

@@ -1,8 +1,7 @@
-"""SmartArray (numba's seed documentation; issue 20): an array with a host
-and a device side that copies between them only when the side asked for
-is out of date. NumPy is the reference for values; the simulator's call
-counters show each transfer happens exactly when needed, once, moving
-the array's bytes."""
+"""SmartArray (numba's seed documentation): an array with a host and a device
+side that copies between them only when the side asked for is out of date.
+NumPy is the reference for values; the simulator's call counters show each
+transfer happens exactly when needed, once, moving the array's bytes."""
 import numpy as np
 import pytest
 

@@ -1,7 +1,7 @@
-"""Work across two devices ordered like work on one (issue 19, items 5, 8
-and 9): every copy and export path between device 0's and device 1's
-arrays, in both directions, with and without peer access, under the
-simulator's stream delay and hazard checker, checked against NumPy.
+"""Work across two devices ordered like work on one: every copy and export path
+between device 0's and device 1's arrays, in both directions, with and without
+peer access, under the simulator's stream delay and hazard checker, checked
+against NumPy.
 
 The source of each copy was last written on a stream of its own device
 (blocking or non-blocking) whose work is still queued when the copy is
@@ -221,9 +221,9 @@ for a, b in ((0, 1), (1, 0)):
 
 @pytest.mark.parametrize("peer", [True, False], ids=["peer", "no-peer"])
 def test_source_export_after_an_asynchronous_copy(peer):
-    """An asynchronous copy to another device still reading its source:
-    the source's CAI export (issue 19, item 2's case) orders its stream
-    after the copy, so that a write there once exported cannot reach the
+    """An asynchronous copy to another device still reading its source: the
+    source's CAI export (which a cross-device copy once broke) orders its
+    stream after the copy, so that a write there once exported cannot reach the
     copy; further copies from the same source work and follow it too."""
     _run("""
 for a, b in ((0, 1), (1, 0)):

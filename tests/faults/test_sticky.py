@@ -1,9 +1,8 @@
-"""Sticky errors (issue 8): after a CUDA_ERROR_ILLEGAL_ADDRESS or another
-sticky code, the device's context is poisoned. cudamem raises
-CudaStickyError naming the device and saying the process must restart,
-context_is_poisoned() reports it, every later operation on the device fails
-fast without calling the driver, and finalizers, close() and interpreter
-exit stay quiet.
+"""Sticky errors: after a CUDA_ERROR_ILLEGAL_ADDRESS or another sticky code,
+the device's context is poisoned. cudamem raises CudaStickyError naming the
+device and saying the process must restart, context_is_poisoned() reports it,
+every later operation on the device fails fast without calling the driver, and
+finalizers, close() and interpreter exit stay quiet.
 
 The reference is the CUDA driver's documented rule for these codes: "any
 further CUDA work will return the same error. To continue using CUDA, the

@@ -1,4 +1,4 @@
-"""Host memory outlives the queued copies that use it (issue 19, item 1).
+"""Host memory outlives the queued copies that use it.
 
 Every kind of page-locked host memory cudamem hands out or registers
 (pinned, mapped, write-combined, pooled, the caller's memory registered) is
@@ -6,9 +6,9 @@ dropped while a copy queued on a stream still reads or writes it, with
 every stream operation delayed so that the copy has not run yet. The CUDA
 driver requires host memory used by an asynchronous copy to stay valid and
 page-locked until the copy is done; the reference for the data is NumPy.
-Before the fix each case crashed the process (the pages were unmapped under
-the simulator's stream worker) or, with the host pool, sent the next user's
-bytes to the device.
+A release that did not wait would crash the process (the pages unmapped
+under the simulator's stream worker) or, with the host pool, send the next
+user's bytes to the device.
 """
 import gc
 

@@ -472,8 +472,8 @@ def test_two_devices(run_py, peer):
 
 
 def test_mapping_dropped_under_queued_download(run_py):
-    """Issue 19: the last reference to an opened mapping goes while a
-    delayed stream still copies from it; the close waits for the copy."""
+    """The last reference to an opened mapping goes while a delayed stream
+    still copies from it; the close waits for the copy."""
     array = cudamem.to_device(np.arange(1 << 16, dtype=np.float64))
     _child(run_py, array.get_ipc_handle(), """
 from cudamem import simulator as sim

@@ -1,10 +1,9 @@
-"""Process lifecycle (issue 8): interpreter exit with every kind of object
-alive or work pending, fork children, and spawn workers that receive
-arrays, IPC handles and exceptions pickled. Each case runs in a fresh
-interpreter, whose exit must be clean: status 0, nothing on stderr.
-Callbacks at exit and single-object fork checks are in
-streams/test_callbacks.py, streams/test_streams.py, streams/test_events.py
-and devices/test_devices.py.
+"""Process lifecycle: interpreter exit with every kind of object alive or work
+pending, fork children, and spawn workers that receive arrays, IPC handles and
+exceptions pickled. Each case runs in a fresh interpreter, whose exit must be
+clean: status 0, nothing on stderr. Callbacks at exit and single-object fork
+checks are in streams/test_callbacks.py, streams/test_streams.py,
+streams/test_events.py and devices/test_devices.py.
 """
 import os
 import pickle

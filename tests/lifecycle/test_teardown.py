@@ -1,10 +1,10 @@
-"""Teardown under use (issue 19, item 10): close() and Device.reset() while
-other threads copy wait for the calls those threads have in flight, and
-the threads see only CudaDriverError (a call refused during the teardown,
-or an object made before it), never a raw driver error from a destroyed
-context or freed memory, nor a crash; a copy that succeeds is right.
-Host access to managed and write-combined memory that a reset freed
-raises instead of crashing. The racing cases run in a fresh interpreter.
+"""Teardown under use: close() and Device.reset() while other threads copy wait
+for the calls those threads have in flight, and the threads see only
+CudaDriverError (a call refused during the teardown, or an object made before
+it), never a raw driver error from a destroyed context or freed memory, nor a
+crash; a copy that succeeds is right. Host access to managed and write-combined
+memory that a reset freed raises instead of crashing. The racing cases run in a
+fresh interpreter.
 """
 import json
 import re

@@ -1,9 +1,9 @@
-"""Threads under load (issue 8): many threads, each on its own stream, mixing
+"""Threads under load: many threads, each on its own stream, mixing
 allocations, copies, views, events, callbacks and frees while the garbage
-collector runs; and a thread blocked in a wait that neither holds the GIL
-nor ignores Ctrl-C. Other files test single thread-safety facts; this one
-runs them all at once. The data is checked against NumPy, leaks by the
-autouse fixture, races by CUDAMEM_SIM_HAZARDS=1 (`make test-stress`).
+collector runs; and a thread blocked in a wait that neither holds the GIL nor
+ignores Ctrl-C. Other files test single thread-safety facts; this one runs them
+all at once. The data is checked against NumPy, leaks by the autouse fixture,
+races by CUDAMEM_SIM_HAZARDS=1 (`make test-stress`).
 
 CUDAMEM_STRESS_ITERS sets the iterations per thread (default 60).
 """

@@ -273,7 +273,7 @@ def test_injected_page_locking(sim):
 
 
 # A 64 MiB device: a 50 MiB array freed while its stream still has work
-# queued, then a 40 MiB request (issue 19, item 6).
+# queued, then a 40 MiB request that only the freed array's bytes can meet.
 DEVICE = 64 * MIB
 FREED, WANTED, KEPT = 50 * MIB, 40 * MIB, 4 * MIB
 # Enough queued work that a loaded machine cannot finish it first.

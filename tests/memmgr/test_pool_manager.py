@@ -92,7 +92,7 @@ def test_selecting_the_pool_for_every_context(run_py, how, end):
                                    "PoolMemoryManager", "1"]
 
 
-# --- resets inside a block (issue 19, item 10) --------------------------
+# --- resets inside a block ----------------------------------------------
 
 DELAY_US = 3000
 

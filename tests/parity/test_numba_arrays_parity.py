@@ -1,5 +1,5 @@
 """numba.cuda parity of device arrays' shapes, constructors, iteration and
-IPC handle arguments (issue 20).
+IPC handle arguments.
 
 The reference for what is accepted is numba-cuda 0.30's source: shapes
 and strides go through ``tuple(shape)`` and ``int(s)`` for each
@@ -119,7 +119,7 @@ def test_refusal_names_the_value():
 # --- DeviceNDArray(shape, strides, dtype, stream=0, gpu_data=None) --------
 
 def test_numba_constructor_allocates():
-    # The issue's example, and numba's docstring.
+    # numba's docstring's example.
     d = cudamem.DeviceNDArray((1, 10), (80, 8), np.float64)
     assert (d.shape, d.strides, d.dtype) == ((1, 10), (80, 8),
                                              np.dtype(np.float64))

@@ -165,8 +165,8 @@ def pending(s):
 
 
 def test_free_host_waits_for_a_queued_copy_into_it(run_py):
-    # The issue's reproduction: cuMemcpyDtoHAsync into cuMemHostAlloc
-    # memory, then cuMemFreeHost at once, killed the process (SIGSEGV).
+    # cuMemcpyDtoHAsync into cuMemHostAlloc memory, then cuMemFreeHost at
+    # once: a free that did not wait killed the process (SIGSEGV).
     proc = run_driver(run_py, prelude=GATE, body="""
         N = 1 << 16
         d = c_uint64()
