@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 import cudamem
-from tests.hostmem.test_registration import PAGE, page_buffer
-from tests.interop.test_dlpack_capsule import KDL_CPU
-from tests.interop.test_dlpack_capsule import managed as tensor_of
+from tests.helpers.hostmem import PAGE, page_buffer
+from tests.helpers.interop import KDL_CPU
+from tests.helpers.interop import managed as tensor_of
 
 pytestmark = pytest.mark.simulator
 

@@ -5,7 +5,6 @@ registrations, bad input and injected failures (nothing stays registered).
 
 The reference is the simulator: its live registrations, its call counters
 and its own cuMemHostGetFlags."""
-import mmap
 import threading
 
 import numpy as np
@@ -14,9 +13,9 @@ import pytest
 import cudamem
 from cudamem import _cudamem
 from cudamem.errors import CudaAPIError
+from tests.helpers.hostmem import PAGE, page_buffer
 from tests.helpers.simref import SimDriver
 
-PAGE = mmap.PAGESIZE
 READ_ONLY = 0x8  # CU_MEMHOSTREGISTER_READ_ONLY
 
 pytestmark = pytest.mark.simulator
@@ -24,14 +23,6 @@ pytestmark = pytest.mark.simulator
 
 def registrations(sim):
     return sim.live()["registrations"]
-
-
-def page_buffer(pages):
-    """A page-aligned float64 array over `pages` pages (plain NumPy memory,
-    made aligned so that page counts are exact)."""
-    raw = np.empty((pages + 1) * PAGE, np.uint8)
-    start = -raw.__array_interface__["data"][0] % PAGE
-    return raw[start:start + pages * PAGE].view(np.float64)
 
 
 def host_flags(sim, ary):

@@ -10,59 +10,16 @@ import numpy as np
 import pytest
 
 from cudamem import _cudamem
+from tests.helpers.interop import (
+    KDL_CPU,
+    KDL_CUDA_HOST,
+    KDL_CUDA_MANAGED,
+    managed,
+)
 
-KDL_CPU, KDL_CUDA_HOST, KDL_CUDA_MANAGED = 1, 3, 13
-
-
-class DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-
-class DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
-                ("lanes", ctypes.c_uint16)]
-
-
-class DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice),
-                ("ndim", ctypes.c_int32), ("dtype", DLDataType),
-                ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.POINTER(ctypes.c_int64)),
-                ("byte_offset", ctypes.c_uint64)]
-
-
-class DLManagedTensor(ctypes.Structure):
-    pass
-
-
-DLManagedTensor._fields_ = [
-    ("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p),
-    ("deleter", ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensor)))]
-
-
-class DLManagedTensorVersioned(ctypes.Structure):
-    pass
-
-
-DLManagedTensorVersioned._fields_ = [
-    ("major", ctypes.c_uint32), ("minor", ctypes.c_uint32),
-    ("manager_ctx", ctypes.c_void_p),
-    ("deleter",
-     ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensorVersioned))),
-    ("flags", ctypes.c_uint64), ("dl_tensor", DLTensor)]
-
-_get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
-_get_pointer.restype = ctypes.c_void_p
-_get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 _set_name = ctypes.pythonapi.PyCapsule_SetName
 _set_name.restype = ctypes.c_int
 _set_name.argtypes = [ctypes.py_object, ctypes.c_char_p]
-
-
-def managed(capsule, versioned):
-    name = b"dltensor_versioned" if versioned else b"dltensor"
-    kind = DLManagedTensorVersioned if versioned else DLManagedTensor
-    return kind.from_address(_get_pointer(capsule, name))
 
 
 class Producer:

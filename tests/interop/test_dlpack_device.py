@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import cudamem
-from tests.interop.test_dlpack_capsule import KDL_CPU, KDL_CUDA_MANAGED
-from tests.interop.test_dlpack_capsule import managed as tensor_of
+from tests.helpers.interop import KDL_CPU, KDL_CUDA_MANAGED
+from tests.helpers.interop import managed as tensor_of
 
 pytestmark = pytest.mark.simulator
 

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 import cudamem
-from tests.interop.test_dlpack_capsule import (
+from tests.helpers.interop import (
     KDL_CPU,
     KDL_CUDA_HOST,
     KDL_CUDA_MANAGED,
 )
-from tests.interop.test_dlpack_capsule import managed as tensor_of
+from tests.helpers.interop import managed as tensor_of
 
 pytestmark = pytest.mark.simulator
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as hst
 
 import cudamem
 from cudamem.errors import CudaAPIError
-from tests.interop.test_dlpack_capsule import (
+from tests.helpers.interop import (
     DLManagedTensor,
     DLManagedTensorVersioned,
     DLTensor,

@@ -8,55 +8,12 @@ ctypes as such a client drives it. Each case runs in a fresh process."""
 import pytest
 
 from tests.helpers.run import ROOT
-from tests.simulator.test_sim_faithful import run_driver
+from tests.helpers.simdriver import run_entries
 
 pytestmark = pytest.mark.simulator
 
 INVALID_VALUE, INVALID_DEVICE, INVALID_CONTEXT = 1, 101, 201
 UNSUPPORTED_LIMIT, INVALID_HANDLE, NOT_READY = 215, 400, 600
-
-HELPERS = """
-class Location(ctypes.Structure):
-    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
-
-
-class Window(ctypes.Structure):
-    _fields_ = [("base_ptr", c_void_p), ("num_bytes", c_size_t),
-                ("hitRatio", ctypes.c_float), ("hitProp", ctypes.c_int),
-                ("missProp", ctypes.c_int)]
-
-
-class AttrValue(ctypes.Union):
-    _fields_ = [("b", ctypes.c_ubyte * 64), ("window", Window),
-                ("i", ctypes.c_int)]
-
-
-class CopyAttrs(ctypes.Structure):
-    _fields_ = [("srcAccessOrder", ctypes.c_int), ("srcLocHint", Location),
-                ("dstLocHint", Location), ("flags", ctypes.c_uint)]
-
-
-def stream(flags=0):
-    s = c_void_p()
-    ok(lib.cuStreamCreate(byref(s), flags), "cuStreamCreate")
-    return s
-
-
-def dalloc(n):
-    p = c_uint64()
-    ok(lib.cuMemAlloc_v2(byref(p), c_size_t(n)), "cuMemAlloc")
-    return p.value
-
-
-def show(*values):
-    print(" ".join(str(v) for v in values))
-"""
-
-
-def run_entries(run_py, body, env=None):
-    proc = run_driver(run_py, body, env=env, prelude=HELPERS)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc.stdout.splitlines()
 
 
 def test_context_ids_and_api_version(run_py):
@@ -542,7 +499,7 @@ def test_ipc_event_waits_for_the_exporters_record(run_py):
     out = run_entries(run_py, """
         import binascii, subprocess, threading
         from tests.simulator.test_sim_entries import IPC_IMPORTER
-        from tests.simulator.test_sim_faithful import PROLOGUE
+        from tests.helpers.simdriver import PROLOGUE
         INTERPROCESS, DISABLE_TIMING = 4, 2
 
         class Handle(ctypes.Structure):

@@ -8,47 +8,9 @@ import textwrap
 
 import pytest
 
+from tests.helpers.simdriver import GATE, driver_script, run_driver
+
 pytestmark = pytest.mark.simulator
-
-# A client of the bare driver: the simulator, initialized, with device 0's
-# primary context current. `ok` fails the script with the call's name.
-PROLOGUE = """
-import ctypes, os, sys
-from cudamem import simulator
-
-lib = ctypes.CDLL(simulator.library_path())
-c_void_p, c_size_t = ctypes.c_void_p, ctypes.c_size_t
-c_uint64 = ctypes.c_uint64
-byref = ctypes.byref
-
-
-def ok(rc, what):
-    if rc != 0:
-        raise SystemExit("%s returned %d" % (what, rc))
-
-
-def primary(ordinal):
-    dev = ctypes.c_int()
-    ok(lib.cuDeviceGet(byref(dev), ordinal), "cuDeviceGet")
-    ctx = c_void_p()
-    ok(lib.cuDevicePrimaryCtxRetain(byref(ctx), dev),
-       "cuDevicePrimaryCtxRetain")
-    return ctx
-
-
-ok(lib.cuInit(0), "cuInit")
-ctx0 = primary(0)
-ok(lib.cuCtxSetCurrent(ctx0), "cuCtxSetCurrent")
-"""
-
-
-def driver_script(body, prelude=""):
-    return PROLOGUE + prelude + textwrap.dedent(body)
-
-
-def run_driver(run_py, body, env=None, prelude="", timeout=120):
-    return run_py(driver_script(body, prelude), env=env, timeout=timeout)
-
 
 # -- Synchronous memsets into host-visible memory --------------------------
 
@@ -135,34 +97,6 @@ print("done")
 
 
 # -- Frees wait for queued work in any context -----------------------------
-
-# A host function that holds its stream until `gate` is set: the work
-# queued behind it is certainly pending when the free is called. The timer
-# opens the gate; a free that waits returns after it, one that does not
-# unmaps memory that the stream still writes.
-GATE = """
-import threading
-
-gate = threading.Event()
-HOSTFN = ctypes.CFUNCTYPE(None, c_void_p)
-hold = HOSTFN(lambda user: gate.wait())
-
-
-def stream():
-    s = c_void_p()
-    ok(lib.cuStreamCreate(byref(s), 0), "cuStreamCreate")
-    ok(lib.cuLaunchHostFunc(s, hold, None), "cuLaunchHostFunc")
-    return s
-
-
-def open_gate_soon():
-    threading.Timer(0.2, gate.set).start()
-
-
-def pending(s):
-    return lib.cuStreamQuery(s) == 600  # CUDA_ERROR_NOT_READY
-"""
-
 
 def test_free_host_waits_for_a_queued_copy_into_it(run_py):
     # cuMemcpyDtoHAsync into cuMemHostAlloc memory, then cuMemFreeHost at

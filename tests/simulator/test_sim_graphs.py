@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from tests.simulator.test_sim_entries import run_entries
+from tests.helpers.simdriver import run_entries
 
 pytestmark = pytest.mark.simulator
 

@@ -6,7 +6,7 @@ rest: CUDA_ERROR_NOT_SUPPORTED). Also cuGetProcAddress of symbols the
 simulator lacks, as cuda.h 12 and 13 describe it."""
 import pytest
 
-from tests.simulator.test_sim_faithful import run_driver
+from tests.helpers.simdriver import run_driver
 
 pytestmark = pytest.mark.simulator
 

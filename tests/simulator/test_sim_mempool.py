@@ -5,7 +5,7 @@ forms of cuda.h 13), driven through ctypes as a client other than cudamem
 (cuda.core, CuPy, RMM) drives it. Each case runs in a fresh process."""
 import pytest
 
-from tests.simulator.test_sim_faithful import PROLOGUE, run_driver
+from tests.helpers.simdriver import PROLOGUE, run_driver
 
 pytestmark = pytest.mark.simulator
 
@@ -13,7 +13,7 @@ INVALID_VALUE, OUT_OF_MEMORY, INVALID_DEVICE = 1, 2, 101
 INVALID_CONTEXT, INVALID_HANDLE, NOT_READY = 201, 400, 600
 ILLEGAL_ADDRESS, NOT_SUPPORTED = 700, 801
 
-# Pool helpers on top of test_sim_faithful's PROLOGUE.
+# Pool helpers on top of the simdriver helpers' PROLOGUE.
 POOLS = """
 ATTR = dict(REUSE_FOLLOW_EVENT_DEPENDENCIES=1, REUSE_ALLOW_OPPORTUNISTIC=2,
             REUSE_ALLOW_INTERNAL_DEPENDENCIES=3, RELEASE_THRESHOLD=4,

@@ -21,7 +21,7 @@ simulator copies them as memmove does and the hazard checker reports
 them."""
 import pytest
 
-from tests.simulator.test_sim_faithful import GATE, run_driver
+from tests.helpers.simdriver import GATE, run_driver
 
 pytestmark = pytest.mark.simulator
 
