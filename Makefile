@@ -40,9 +40,14 @@ LIBASAN = $(shell $(CC) -print-file-name=libasan.so)
 # minutes in all on a shared 2-core machine today).
 TSAN_FLAGS := -fsanitize=thread -fno-omit-frame-pointer
 LIBTSAN = $(shell $(CC) -print-file-name=libtsan.so)
-TSAN_TESTS = $(addprefix tests/test_,$(addsuffix .py,thread_stress streams \
-	callbacks deallocations events teardown lifecycle oom pool staging \
-	hostpool registration host_lifetimes error_paths_more))
+TSAN_TESTS = $(addprefix tests/, \
+	lifecycle/test_thread_stress.py streams/test_streams.py \
+	streams/test_callbacks.py memmgr/test_deallocations.py \
+	streams/test_events.py lifecycle/test_teardown.py \
+	lifecycle/test_lifecycle.py memmgr/test_oom.py memmgr/test_pool.py \
+	hostmem/test_staging.py hostmem/test_hostpool.py \
+	hostmem/test_registration.py hostmem/test_host_lifetimes.py \
+	faults/test_error_paths_more.py)
 # Time budgets (seconds) that keep `.ci/run` well inside CI's 90 minutes.
 BUDGET_PYTEST ?= 1200
 BUDGET_ASAN ?= 1800
@@ -62,12 +67,13 @@ PYTEST_ARGS ?=
 # refuse the device-to-device cuMemcpy2D(Async) a driver may refuse (about
 # 60 s today at 5000).
 STRESS_DELAY_US ?= 5000
-STRESS_TESTS = tests/test_arrays.py tests/test_views.py \
-	tests/test_fuzz_copies.py tests/test_copy_pitch.py tests/test_streams.py \
-	tests/test_cai.py tests/test_events.py tests/test_callbacks.py \
-	tests/test_stream_semantics.py tests/test_pinned.py tests/test_mapped.py \
-	tests/test_managed.py tests/test_host_dlpack.py tests/test_registration.py \
-	tests/test_thread_stress.py
+STRESS_TESTS = $(addprefix tests/, \
+	arrays/test_arrays.py arrays/test_views.py arrays/test_fuzz_copies.py \
+	arrays/test_copy_pitch.py streams/test_streams.py streams/test_events.py \
+	streams/test_callbacks.py streams/test_stream_semantics.py \
+	hostmem/test_pinned.py hostmem/test_mapped.py hostmem/test_managed.py \
+	hostmem/test_registration.py interop/test_cai_import.py \
+	interop/test_dlpack_host.py lifecycle/test_thread_stress.py)
 # test-numba: numba-cuda's own host-side tests against cudamem, in a venv of
 # their own (see tools/numba_tests.py). numba-cuda goes in with --target and
 # no dependencies: it is only the source of the test modules, and installed
@@ -372,4 +378,4 @@ gpu-check:
 	GPU_PY=$(GPU_PY) tests/gpu/check.sh $(RESULTS)
 
 clean:
-	rm -rf build cudamem/*.so cudamem/__pycache__ tests/__pycache__ .pytest_cache .hypothesis
+	rm -rf build cudamem/*.so cudamem/__pycache__ tests/__pycache__ tests/*/__pycache__ .pytest_cache .hypothesis

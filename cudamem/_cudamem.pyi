@@ -1,6 +1,6 @@
 # Type stubs for the extension module cudamem._cudamem: every function,
 # type and constant it defines, with the signatures of their docstrings'
-# first lines. tests/test_typing.py checks it lists every public name.
+# first lines. tests/rules/test_typing.py checks it lists every public name.
 import asyncio
 import ctypes
 from collections.abc import Callable, Iterator, Sequence

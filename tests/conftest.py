@@ -24,12 +24,10 @@ Every hypothesis test is marked ``fuzz`` (``make fuzz`` runs ``-m fuzz``),
 as is any test marked so by hand.
 """
 import os
-import subprocess
-import sys
-import textwrap
-import threading
 
 import pytest
+
+from tests.helpers.run import run_python
 
 
 def _use_real_driver():
@@ -160,52 +158,6 @@ def hazards(sim):
     assert sim.hazard_count() == before, sim.last_hazard()
     sim.set_hazards(os.environ.get("CUDAMEM_SIM_HAZARDS", "0") not in
                     ("", "0"))
-
-
-class Producer:
-    """A foreign array: a cudamem array seen only through its CUDA Array
-    Interface."""
-
-    def __init__(self, base):
-        self.base = base
-
-    @property
-    def __cuda_array_interface__(self):
-        return self.base.__cuda_array_interface__
-
-
-def in_thread(fn, *args):
-    """Runs fn in a new thread (which has no current context) and returns
-    its result, re-raising its exception."""
-    box = {}
-
-    def run():
-        try:
-            box["result"] = fn(*args)
-        except BaseException as exc:  # handed to the caller
-            box["error"] = exc
-
-    t = threading.Thread(target=run)
-    t.start()
-    t.join()
-    if "error" in box:
-        raise box["error"]
-    return box.get("result")
-
-
-def run_python(code, env=None, timeout=120):
-    """Runs `code` in a fresh interpreter with this suite's environment
-    plus `env` (a value of None removes the variable); returns the
-    CompletedProcess with text output."""
-    full_env = dict(os.environ)
-    for key, value in (env or {}).items():
-        if value is None:
-            full_env.pop(key, None)
-        else:
-            full_env[key] = value
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)],
-                          env=full_env, capture_output=True, text=True,
-                          timeout=timeout)
 
 
 # What only the simulator has: its control module and the settings that

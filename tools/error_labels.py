@@ -11,11 +11,12 @@ Each exit gets a kind from the code that leads to it (the condition that
 guards it, or that of every goto to a label; for a condition that calls
 nothing, with the statement before it): "driver" when that code passes a
 cm_error (`err)`, `&err`) or raises one (cmpy_raise), which the fault
-injection of tests/test_driver_faults.py and tests/test_error_paths.py
-can make fail; "alloc" when it is a malloc, calloc or realloc of core's;
-"python" when its only calls are CPython or NumPy allocations, which
-_testcapi.set_nomemory fails (tests/test_error_paths.py); "other" for
-the rest (bad input, or a call that fails for more than memory).
+injection of tests/faults/test_driver_faults.py and
+tests/faults/test_error_paths.py can make fail; "alloc" when it is a
+malloc, calloc or realloc of core's; "python" when its only calls are
+CPython or NumPy allocations, which _testcapi.set_nomemory fails
+(tests/faults/test_error_paths.py); "other" for the rest (bad input, or a
+call that fails for more than memory).
 
 FILE (default tools/unreached.txt next to this script) lists exits known
 to be unreached, one per line: `path function what  # reason`, where

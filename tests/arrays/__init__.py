@@ -1,0 +1,2 @@
+"""DeviceNDArray: copies and views against NumPy, layouts, records,
+read-only memory, reprs, SmartArray."""

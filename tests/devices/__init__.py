@@ -1,0 +1,2 @@
+"""Devices and contexts, the driver gate, and work across several
+devices."""

@@ -1,0 +1,2 @@
+"""Errors and faults: every driver row and error exit reached by fault
+injection, hostile input, sticky errors."""

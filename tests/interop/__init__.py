@@ -1,0 +1,2 @@
+"""Interop: the CUDA Array Interface (import, export, stream ordering) and
+DLPack (device arrays, host arrays, the capsule exporter)."""

@@ -1,0 +1,1 @@
+"""IPC handles of device arrays."""

@@ -1,0 +1,2 @@
+"""Process lifecycle: interpreter exit, fork, spawn, teardown under use,
+threads under load."""

@@ -1,0 +1,2 @@
+"""numba-cuda parity: names, handles, host buffers, EMM classes,
+subclassing and real-world host code."""

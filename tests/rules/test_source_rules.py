@@ -1,0 +1,222 @@
+"""DESIGN's source rules (docs/design.rst), checked on the sources and on
+the built objects:
+
+- nothing under core/ or sim/ includes a Python or NumPy header (nor a
+  py/ header, which would bring one in);
+- core/ calls the driver only through the gate: a ``cu...(`` call appears
+  in core/driver.c alone, every other file goes through ``CM_CALL``;
+- ``cm__`` symbols are core's own: no other layer's source names one, and
+  no object outside core/ defines or needs one (``nm``);
+- every type with ``Py_TPFLAGS_HAVE_GC`` whose ``Py_tp_dealloc`` is its
+  own calls ``PyObject_GC_UnTrack`` in it.
+
+That every builtin has a text signature is tests/rules/test_docs.py's
+``test_every_builtin_has_a_text_signature``.
+
+Each check is a function of the source root that returns the offenders,
+so that it can be run on a deliberately broken copy.
+"""
+import glob
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from tests.helpers.run import ROOT
+
+SRC = os.path.join("cudamem", "_src")
+
+PYTHON_HEADER = re.compile(
+    r"^(Python\.h|[Pp]y\w*\.h|structmember\.h|frameobject\.h|"
+    r"(numpy|cpython|internal)/.*|.*\bpy/.*)$")
+INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.M)
+DRIVER_CALL = re.compile(r"\bcu[A-Z]\w*\s*\(")
+INTERNAL = re.compile(r"\bcm__\w+")
+
+
+def sources(root, layer, exts=(".c", ".h")):
+    d = os.path.join(root, SRC, layer)
+    return sorted(os.path.join(d, f) for f in os.listdir(d)
+                  if f.endswith(exts))
+
+
+def read(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def code_only(text):
+    """The C text with comments, string and character literals blanked
+    (newlines kept, so line numbers hold)."""
+    pattern = re.compile(r'/\*.*?\*/|//[^\n]*|"(?:\\.|[^"\\\n])*"|'
+                         r"'(?:\\.|[^'\\\n])*'", re.S)
+    return pattern.sub(lambda m: re.sub(r"[^\n]", " ", m.group()), text)
+
+
+def where(path, text, pos, root):
+    return "%s:%d" % (os.path.relpath(path, root),
+                      text.count("\n", 0, pos) + 1)
+
+
+def python_includes(root):
+    """Includes of Python, NumPy or py/ headers under core/ and sim/."""
+    bad = []
+    for layer in ("core", "sim"):
+        for path in sources(root, layer):
+            text = read(path)
+            for m in INCLUDE.finditer(text):
+                if PYTHON_HEADER.match(m.group(1)):
+                    bad.append("%s: %s" % (where(path, text, m.start(), root),
+                                           m.group(1)))
+    return bad
+
+
+def driver_calls(root):
+    """Direct driver calls in core/ outside core/driver.c."""
+    bad = []
+    for path in sources(root, "core"):
+        if os.path.basename(path) == "driver.c":
+            continue
+        text = code_only(read(path))
+        for m in DRIVER_CALL.finditer(text):
+            bad.append("%s: %s" % (where(path, text, m.start(), root),
+                                   m.group().rstrip("( ")))
+    return bad
+
+
+def internal_names(root):
+    """cm__ names in the sources of py/ and sim/."""
+    bad = []
+    for layer in ("py", "sim"):
+        for path in sources(root, layer):
+            text = code_only(read(path))
+            for m in INTERNAL.finditer(text):
+                bad.append("%s: %s" % (where(path, text, m.start(), root),
+                                       m.group()))
+    return bad
+
+
+def c_function_body(text, name):
+    """The body of the definition of `name` (return type on the line
+    before, as clang-format writes it), or None."""
+    m = re.search(r"^%s\([^;{]*\)\s*\n\{\n(.*?)^\}" % re.escape(name),
+                  text, re.M | re.S)
+    return m.group(1) if m else None
+
+
+def gc_deallocs_without_untrack(root):
+    """GC types whose own tp_dealloc does not call PyObject_GC_UnTrack."""
+    bad = []
+    for path in sources(root, "py", (".c",)):
+        text = code_only(read(path))
+        raw = read(path)
+        slots = {}
+        for m in re.finditer(r"PyType_Slot\s+(\w+)\[\]\s*=\s*\{(.*?)\};",
+                             raw, re.S):
+            dealloc = re.search(r"\{\s*Py_tp_dealloc\s*,\s*(\w+)\s*\}",
+                                m.group(2))
+            slots[m.group(1)] = dealloc.group(1) if dealloc else None
+        for m in re.finditer(r"PyType_Spec\s+\w+\s*=\s*\{(.*?)\};", raw,
+                             re.S):
+            spec = m.group(1)
+            flags = re.search(r"\.flags\s*=([^.]*)", spec)
+            table = re.search(r"\.slots\s*=\s*(\w+)", spec)
+            if not (flags and table and
+                    "Py_TPFLAGS_HAVE_GC" in flags.group(1)):
+                continue
+            if table.group(1) not in slots:
+                bad.append("%s: slots %s not found" % (
+                    where(path, raw, m.start(), root), table.group(1)))
+                continue
+            fn = slots[table.group(1)]
+            if fn is None:
+                continue  # inherits a dealloc that untracks
+            body = c_function_body(text, fn)
+            if body is None or "PyObject_GC_UnTrack" not in body:
+                bad.append("%s: %s" % (where(path, raw, m.start(), root),
+                                       fn))
+    return bad
+
+
+def objects(build_temp, layer):
+    return sorted(glob.glob(os.path.join(build_temp, SRC, layer, "*.o")))
+
+
+def build_temp_dir(root):
+    """The build directory of the in-place build the Makefile made last
+    (build/flavor-X names it), or None."""
+    stamps = glob.glob(os.path.join(root, "build", "flavor-*"))
+    if not stamps:
+        return None
+    flavor = os.path.basename(stamps[0])[len("flavor-"):]
+    temp = os.path.join(root, "build", "tmp-" + flavor)
+    return temp if objects(temp, "py") else None
+
+
+def nm_symbols(path, undefined):
+    out = subprocess.run(["nm", "-u" if undefined else "--defined-only",
+                          path], capture_output=True, text=True, check=True)
+    return [line.split()[-1] for line in out.stdout.splitlines()
+            if line.strip()]
+
+
+def foreign_internal_symbols(build_temp):
+    """cm__ symbols that an object outside core/ defines or needs."""
+    bad = []
+    for layer in ("py", "sim"):
+        for obj in objects(build_temp, layer):
+            for undefined in (True, False):
+                for sym in nm_symbols(obj, undefined):
+                    if sym.startswith("cm__"):
+                        bad.append("%s: %s %s" % (
+                            os.path.relpath(obj, build_temp),
+                            "needs" if undefined else "defines", sym))
+    return bad
+
+
+def test_core_and_sim_include_no_python_header():
+    assert python_includes(ROOT) == []
+
+
+def test_core_calls_the_driver_only_through_the_gate():
+    assert driver_calls(ROOT) == []
+
+
+def test_core_goes_through_the_gate():
+    # The check above has calls to look at: core's files call CM_CALL.
+    calls = sum(len(re.findall(r"\bCM_CALL0?\(", read(p)))
+                for p in sources(ROOT, "core", (".c",)))
+    assert calls >= 50
+
+
+def test_no_cm__name_outside_core_sources():
+    assert internal_names(ROOT) == []
+
+
+@pytest.mark.skipif(shutil.which("nm") is None, reason="needs binutils' nm")
+def test_no_cm__symbol_outside_core_objects():
+    temp = build_temp_dir(ROOT)
+    if temp is None:
+        pytest.skip("no objects of a Makefile build (build/tmp-*)")
+    core = set()
+    for obj in objects(temp, "core"):
+        core.update(s for s in nm_symbols(obj, False)
+                    if s.startswith("cm__"))
+    # The objects are the ones core's internal names live in.
+    assert core
+    assert foreign_internal_symbols(temp) == []
+
+
+def test_every_gc_type_untracks_in_its_dealloc():
+    assert gc_deallocs_without_untrack(ROOT) == []
+
+
+def test_gc_types_are_found():
+    # The parser sees the GC types (it would pass vacuously otherwise).
+    count = 0
+    for path in sources(ROOT, "py", (".c",)):
+        count += len(re.findall(r"\.flags\s*=[^.]*Py_TPFLAGS_HAVE_GC",
+                                read(path)))
+    assert count >= 10

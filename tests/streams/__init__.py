@@ -1,0 +1,2 @@
+"""Streams, events and callbacks: the ordering numba and the CUDA driver
+define."""

@@ -1,0 +1,2 @@
+"""The command line, the benchmark runner and the pytest plugin for
+downstream projects."""
