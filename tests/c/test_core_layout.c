@@ -63,7 +63,9 @@ ref_pairs(const ref *r, int skip, pair *out)
         ptrdiff_t d = 0, s = 0;
         int keep = 1;
 
-        for (int i = r->nd - 1; i >= 0; i--) {
+        /* Counted down from nd, not from nd - 1: the analyzer does not
+         * know nd >= 0 and would wrap INT_MIN - 1. */
+        for (int i = r->nd; i-- > 0;) {
             ptrdiff_t idx = (ptrdiff_t)(rest % (size_t)r->shape[i]);
 
             rest /= (size_t)r->shape[i];
