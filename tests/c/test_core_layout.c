@@ -850,8 +850,11 @@ check_set_plan(const ref *r, const cm__layout *L, long long max_pitch)
 
                     for (size_t b = 0; b < p.width * u; b++) {
                         ptrdiff_t o = row + (ptrdiff_t)b;
-                        short at = o >= 0 && o < hi - lo ? phase[o] : -1;
+                        short at = -1;
 
+                        if (o >= 0 && o < hi - lo) {
+                            at = phase[o];
+                        }
                         if (at < 0) {
                             bad++;
                             continue;
