@@ -460,7 +460,9 @@ random_view(int nd, const ptrdiff_t *shape, size_t itemsize, int misalign,
                       : 1 + rn(2);
         order[i] = kind == 0 ? nd - 1 - i : i;
     }
-    for (int i = nd - 1; kind == 2 && i > 0; i--) {
+    /* Fisher-Yates upwards: the analyzer cannot bound rn(6), so a loop
+     * down from nd - 1 looked to it like one from INT_MAX. */
+    for (int i = 1; kind == 2 && i < nd; i++) {
         int k = (int)rn((unsigned)i + 1), t = order[i];
 
         order[i] = order[k];
@@ -1396,7 +1398,11 @@ load(void)
     }
     path[len] = '\0';
     slash = strrchr(path, '/');
-    strcpy(slash + 1, "libcusim.so");
+    if (slash == NULL) {
+        return -1;
+    }
+    snprintf(slash + 1, sizeof(path) - (size_t)(slash + 1 - path), "%s",
+             "libcusim.so");
     setenv("CUDAMEM_SIMULATOR", "1", 1);
     if (cm_driver_load(path, &err) < 0) {
         fprintf(stderr, "cannot load %s: %s\n", path,

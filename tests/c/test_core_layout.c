@@ -63,7 +63,9 @@ ref_pairs(const ref *r, int skip, pair *out)
         ptrdiff_t d = 0, s = 0;
         int keep = 1;
 
-        for (int i = r->nd - 1; i >= 0; i--) {
+        /* Counted down from nd, not from nd - 1: the analyzer does not
+         * know nd >= 0 and would wrap INT_MIN - 1. */
+        for (int i = r->nd; i-- > 0;) {
             ptrdiff_t idx = (ptrdiff_t)(rest % (size_t)r->shape[i]);
 
             rest /= (size_t)r->shape[i];
@@ -848,8 +850,11 @@ check_set_plan(const ref *r, const cm__layout *L, long long max_pitch)
 
                     for (size_t b = 0; b < p.width * u; b++) {
                         ptrdiff_t o = row + (ptrdiff_t)b;
-                        short at = o >= 0 && o < hi - lo ? phase[o] : -1;
+                        short at = -1;
 
+                        if (o >= 0 && o < hi - lo) {
+                            at = phase[o];
+                        }
                         if (at < 0) {
                             bad++;
                             continue;

@@ -363,12 +363,17 @@ nocopy_strides(cmpy_DeviceNDArray *self, int nd, const Py_ssize_t *newdims,
     while (ni < nd && oi < oldnd) {
         Py_ssize_t np_ = newdims[ni], op = olddims[oi];
 
+        /* Both products reach self->size (not 0 here) together, so the
+         * bounds never end a walk; they let the analyzer see it. */
         while (np_ != op) {
-            if (np_ < op) {
+            if (np_ < op && nj < nd) {
                 np_ *= newdims[nj++];
             }
-            else {
+            else if (np_ > op && oj < oldnd) {
                 op *= olddims[oj++];
+            }
+            else {
+                return 0;
             }
         }
         for (int k = oi; k < oj - 1; k++) {
@@ -788,7 +793,9 @@ view_dtype(PyObject *op, PyObject *arg)
     else if (old != new_) {
         Py_ssize_t last;
 
-        if (ndim == 0) {
+        /* `< 1`, not `== 0`: ndim is never negative, and the analyzer
+         * then sees shape[ndim - 1] in range. */
+        if (ndim < 1) {
             PyErr_SetString(PyExc_ValueError,
                             "Changing the dtype of a 0d array is only "
                             "supported if the itemsize is unchanged");

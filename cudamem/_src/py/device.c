@@ -1047,7 +1047,8 @@ pointer_range(PyObject *module, PyObject *arg)
         rc = cm_pointer_range(dev, (CUdeviceptr)value, &base, &size, &err);
     }
     Py_END_ALLOW_THREADS
-    if (rc < 0) {
+    /* `!= 0`: core returns 0 or -1, and only a 0 from both fills base. */
+    if (rc != 0) {
         return cmpy_raise(st, &err);
     }
     return Py_BuildValue("(Kn)", (unsigned long long)base, (Py_ssize_t)size);

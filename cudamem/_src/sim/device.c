@@ -6,7 +6,6 @@
 
 #include <cudaProfiler.h>
 #include <cudaProfilerTypedefs.h>
-#include <ctype.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -268,6 +267,20 @@ format_uuid(const CUuuid *uuid, char out[41])
              u[10], u[11], u[12], u[13], u[14], u[15]);
 }
 
+/* ASCII classes for the environment's bytes: the locale plays no part,
+ * and unlike ctype's table lookups the analyzer can see them bounded. */
+static int
+env_space(char c)
+{
+    return c == ' ' || (c >= '\t' && c <= '\r');
+}
+
+static int
+env_digit(char c)
+{
+    return c >= '0' && c <= '9';
+}
+
 /* One CUDA_VISIBLE_DEVICES entry [s, e): a physical index, or -1 when it
  * names no device (which ends the list, as in the driver). */
 static int
@@ -277,18 +290,18 @@ visible_entry(const char *s, const char *e, int nphys)
     int p, match = -1;
     size_t len;
 
-    while (s < e && isspace((unsigned char)*s))
+    while (s < e && env_space(*s))
         s++;
-    while (e > s && isspace((unsigned char)e[-1]))
+    while (e > s && env_space(e[-1]))
         e--;
     len = (size_t)(e - s);
     if (len == 0)
         return -1;
-    if (isdigit((unsigned char)*s)) {
+    if (env_digit(*s)) {
         long v = 0;
 
         for (; s < e; s++) {
-            if (!isdigit((unsigned char)*s) || v > SIM_MAX_DEVICES)
+            if (!env_digit(*s) || v > SIM_MAX_DEVICES)
                 return -1;
             v = v * 10 + (*s - '0');
         }

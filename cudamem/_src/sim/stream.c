@@ -1777,7 +1777,11 @@ stream_close(CUstream s)
 void
 sim_streams_release_ctx(CUcontext ctx)
 {
+    /* stream_close unlinks the head before it may free it (every stream
+     * on ctx->streams has s->ctx == ctx and is linked), so the head moves
+     * on; the analyzer cannot see that s->ctx is ctx. */
     while (ctx->streams != NULL)
+        /* NOLINTNEXTLINE(clang-analyzer-unix.Malloc) */
         stream_close(ctx->streams);
     if (ctx->legacy != NULL)
         stream_close(ctx->legacy);
