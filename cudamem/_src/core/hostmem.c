@@ -167,8 +167,7 @@ work_pending(const work *w)
 {
     cm_error err;
 
-    if (!work_live(w) ||
-        CM_CALL(&err, cuEventQuery, w->event) == 0) {
+    if (!work_live(w) || CM_CALL(&err, cuEventQuery, w->event) == 0) {
         return 0;
     }
     if (err.kind == CM_ERR_DRIVER && err.code == CUDA_ERROR_NOT_READY) {
@@ -200,14 +199,14 @@ node_note(node *n, cm_device *dev, CUstream stream, cm_error *err)
     }
     if (w == NULL) {
         if (n->nwork == WORK_SLOTS) {
-            if (CM_CALL(err, cuStreamWaitEvent, stream, n->work[0].event,
-                        0) < 0) {
+            if (CM_CALL(err, cuStreamWaitEvent, stream, n->work[0].event, 0) <
+                0) {
                 return -1;
             }
             work_forget(n, 0);
         }
-        if (cm_event_create(dev, CU_EVENT_DISABLE_TIMING, &event,
-                            &generation, err) < 0) {
+        if (cm_event_create(dev, CU_EVENT_DISABLE_TIMING, &event, &generation,
+                            err) < 0) {
             return -1;
         }
         w = &n->work[n->nwork++];
@@ -356,8 +355,7 @@ reg_acquire(uintptr_t lo, uintptr_t hi, unsigned flags, cm_device *dev,
     cm_hostreg *r;
 
     unlink_stale(lo, hi);
-    for (i = first_after(lo); i < table.n && table.nodes[i]->base < hi;
-         i++) {
+    for (i = first_after(lo); i < table.n && table.nodes[i]->base < hi; i++) {
         node *n = table.nodes[i];
 
         if (!(flags & CU_MEMHOSTREGISTER_READ_ONLY) &&
@@ -391,8 +389,7 @@ reg_acquire(uintptr_t lo, uintptr_t hi, unsigned flags, cm_device *dev,
         uintptr_t end = n != NULL && n->base < hi ? n->base : hi;
         node *made;
 
-        if (register_gap(cur, end, flags, dev, resets, at, &made, err) <
-            0) {
+        if (register_gap(cur, end, flags, dev, resets, at, &made, err) < 0) {
             (void)reg_drop(r, &ignored);
             return -1;
         }
@@ -569,9 +566,8 @@ alloc_wc(cm_device *dev, cm_host *h, int portable, cm_error *err)
     }
     h->ptr = p;
     if (wc_node(h, err) < 0) {
-        (void)cm_release_retained(dev, h->generation, h->resets,
-                                  CM_FREE_HOST, (uint64_t)(uintptr_t)p,
-                                  h->size, &ignored);
+        (void)cm_release_retained(dev, h->generation, h->resets, CM_FREE_HOST,
+                                  (uint64_t)(uintptr_t)p, h->size, &ignored);
         return -1;
     }
     return 0;
@@ -612,8 +608,7 @@ host_alloc(cm_device *dev, cm_host_kind kind, size_t nbytes, int portable,
         if (p == MAP_FAILED) {
             free(h);
             return cm_fail_fmt(err, CM_ERR_NOMEM,
-                               "cannot map %zu bytes of host memory",
-                               nbytes);
+                               "cannot map %zu bytes of host memory", nbytes);
         }
         h->ptr = p;
     }
@@ -754,9 +749,9 @@ host_free_now(cm_host *h, cm_error *err)
     rc = reg_release(h, err);
     if (h->kind == CM_HOST_MAPPED_WC) {
         if (h->ptr != NULL &&
-            cm_release_retained(h->dev, h->generation, h->resets,
-                                CM_FREE_HOST, (uint64_t)(uintptr_t)h->ptr,
-                                h->size, rc < 0 ? &later : err) < 0) {
+            cm_release_retained(h->dev, h->generation, h->resets, CM_FREE_HOST,
+                                (uint64_t)(uintptr_t)h->ptr, h->size,
+                                rc < 0 ? &later : err) < 0) {
             rc = -1;
         }
     }
@@ -803,8 +798,8 @@ cm_host_free(cm_host *h, cm_error *err)
 }
 
 int
-cm__host_note(cm_device *dev, CUstream stream, const void *ptr,
-              size_t size, cm_error *err)
+cm__host_note(cm_device *dev, CUstream stream, const void *ptr, size_t size,
+              cm_error *err)
 {
     uintptr_t lo = (uintptr_t)ptr, hi = lo + size;
     int rc = 1;
@@ -881,6 +876,12 @@ cm__host_reap(cm_error *err)
     return run_releases(idle, err);
 }
 
+/* Retiring records may retain a context: close() and
+ * release_primary_context() wait for them first (context.h). */
+static const cm_subsystem_ops retiring_ops = {
+    .before_release = cm_host_drain,
+};
+
 int
 cm__host_retire(cm_host *h, cm_host_fn then, cm_error *err)
 {
@@ -890,6 +891,7 @@ cm__host_retire(cm_host *h, cm_host_fn then, cm_error *err)
     cm__lock(&table.lock, CM_LOCK_HOSTMEM);
     busy = h->reg != NULL && reg_busy(h->reg->nodes, h->reg->n);
     if (busy) {
+        cm__subsystem_register(CM_SUB_HOSTMEM, &retiring_ops);
         h->then = then;
         h->next = table.retiring;
         table.retiring = h;

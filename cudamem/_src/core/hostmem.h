@@ -57,7 +57,7 @@ typedef int (*cm_host_fn)(cm_host *h, cm_error *err);
  * MAPPED_WC is cuMemHostAlloc'd (PORTABLE when `portable`) under a
  * retain of the device's primary context (so close() leaves it), freed
  * through the device's memory queue or by Device.reset(). nbytes 0 maps
- * nothing. A driver's out-of-memory gets stats.h's recovery and one more
+ * nothing. A driver's out-of-memory gets oom.h's recovery and one more
  * try. Counted in stats.h's PINNED, MAPPED or WRITE_COMBINED until
  * cm_host_free; registrations of the caller's memory are not counted. */
 int cm_host_alloc(cm_device *dev, cm_host_kind kind, size_t nbytes,

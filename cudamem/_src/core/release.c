@@ -115,6 +115,14 @@ queue_of(cm_free_kind kind)
                                                            : CM_QUEUE_MEMORY;
 }
 
+static int queues_drop(cm_device *dev, int reset, cm_error *err);
+
+/* What a teardown of a context does to its queues (context.h). */
+static const cm_subsystem_ops queue_ops = {
+    .drop = queues_drop,
+    .relieve = cm_queues_flush,
+};
+
 /* Caller holds dev->qlock. */
 static int
 queues_ready(cm_device *dev, cm_error *err)
@@ -124,6 +132,7 @@ queues_ready(cm_device *dev, cm_error *err)
     if (dev->queues[0] != NULL) {
         return 0;
     }
+    cm__subsystem_register(CM_SUB_QUEUES, &queue_ops);
     if (CM_CALL(err, cuDeviceTotalMem, &total, dev->cudev) < 0) {
         return -1;
     }
@@ -142,8 +151,8 @@ queues_ready(cm_device *dev, cm_error *err)
 
 /* Caller holds dev->qlock and the generation is current. */
 static int
-queue_locked(cm_device *dev, cm_free_kind kind, uint64_t handle,
-             size_t nbytes, cm_error *err)
+queue_locked(cm_device *dev, cm_free_kind kind, uint64_t handle, size_t nbytes,
+             cm_error *err)
 {
     int rc;
 
@@ -335,8 +344,14 @@ salvage_one(void *arg, cm_free_kind kind, uint64_t handle, size_t nbytes,
     return free_retained(sa->dev, !sa->reset, kind, handle, err);
 }
 
-int
-cm__queues_drop(cm_device *dev, int reset, cm_error *err)
+/* With dev->lock and qlock held, after releasing cudamem's retain and
+ * before bumping the generation: forgets everything queued (the context
+ * that owned it is going away), except managed memory, which keeps the
+ * context alive: it is freed (`reset`: the reset frees it) and its retain
+ * released. -1: a managed free failed (the first is reported; the rest
+ * still run). */
+static int
+queues_drop(cm_device *dev, int reset, cm_error *err)
 {
     salvage_arg sa = {dev, reset};
     cm_error later;

@@ -66,12 +66,4 @@ void cm_queue_stats(cm_device *dev, cm_queue_id q, size_t *count,
  * other queues are still flushed. */
 int cm_queues_shutdown(cm_error *err);
 
-/* context.c, with dev->lock and qlock held, after releasing cudamem's
- * retain and before bumping the generation: forgets everything queued (the
- * context that owned it is going away), except managed memory, which keeps
- * the context alive: it is freed (`reset`: the reset frees it) and its
- * retain released. -1: a managed free failed (the first is reported; the
- * rest still run). */
-int cm__queues_drop(cm_device *dev, int reset, cm_error *err);
-
 #endif
