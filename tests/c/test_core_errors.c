@@ -1,7 +1,8 @@
 /* test_core_errors.c: core/errors.c and status.h without a driver: each
  * cm_error owns its formatted text (a second failure on the same thread, as
  * a cleanup's, leaves the first record's message alone), messages that quote
- * their own record, copies, truncation and the name table. */
+ * their own record, copies, truncation, the name table and the way to
+ * out-of-memory recovery. */
 #include "check.h"
 #include "status.h"
 
@@ -17,8 +18,9 @@ two_records(void)
     cm_error first, ignored;
 
     CHECK_EQ(cm_fail_fmt(&first, CM_ERR_VALUE, "first failure: %d", 1), -1);
-    CHECK_EQ(cm_fail_fmt(&ignored, CM_ERR_STATE, "cleanup failure: %s",
-                         "device 0"), -1);
+    CHECK_EQ(
+        cm_fail_fmt(&ignored, CM_ERR_STATE, "cleanup failure: %s", "device 0"),
+        -1);
     CHECK_STR_EQ(cm_error_msg(&first), "first failure: 1");
     CHECK_EQ(first.kind, CM_ERR_VALUE);
     CHECK_STR_EQ(cm_error_msg(&ignored), "cleanup failure: device 0");
@@ -135,6 +137,55 @@ names(void)
     CHECK_TRUE(!cm_error_is_sticky(CUDA_ERROR_OUT_OF_MEMORY));
 }
 
+static struct cm_device *recovered;
+static int recoveries;
+
+static void
+fake_recovery(struct cm_device *dev)
+{
+    recovered = dev;
+    recoveries++;
+}
+
+static void
+out_of_memory(cm_error *err)
+{
+    cm_fail(err, CM_ERR_DRIVER, NULL);
+    err->code = CUDA_ERROR_OUT_OF_MEMORY;
+    err->call = "cuMemAlloc";
+}
+
+/* The way from an out-of-memory error to oom.c's recovery: nothing
+ * without one installed (errors.c linked without oom.c), the recovery for
+ * an out-of-memory driver error only, and the mark of what recovery did
+ * not help. */
+static void
+oom_recovery(void)
+{
+    struct cm_device *dev = (struct cm_device *)&recoveries;
+    cm_error err, other;
+
+    out_of_memory(&err);
+    CHECK_EQ(cm__oom_recover(dev, &err), 0);
+    cm__oom_set_recovery(fake_recovery);
+    CHECK_EQ(cm__oom_recover(dev, &err), 1);
+    CHECK_EQ(recoveries, 1);
+    CHECK_PTR_EQ(recovered, dev);
+    cm_fail(&other, CM_ERR_NOMEM, "out of host memory");
+    CHECK_EQ(cm__oom_recover(dev, &other), 0);
+    other.kind = CM_ERR_DRIVER;
+    other.code = CUDA_ERROR_INVALID_VALUE;
+    CHECK_EQ(cm__oom_recover(dev, &other), 0);
+    CHECK_EQ(recoveries, 1);
+    cm__oom_mark(dev, 4096, &other);
+    CHECK_PTR_EQ(other.oom_dev, NULL);
+    CHECK_UINT_EQ(other.oom_bytes, 0);
+    cm__oom_mark(dev, 4096, &err);
+    CHECK_PTR_EQ(err.oom_dev, dev);
+    CHECK_UINT_EQ(err.oom_bytes, 4096);
+    cm__oom_set_recovery(NULL);
+}
+
 static const check_test tests[] = {
     {"two_records", two_records, 0},
     {"quotes_itself", quotes_itself, 0},
@@ -143,6 +194,7 @@ static const check_test tests[] = {
     {"truncation", truncation, 0},
     {"threads", threads, 0},
     {"names", names, 0},
+    {"oom_recovery", oom_recovery, 0},
     {NULL, NULL, 0},
 };
 
