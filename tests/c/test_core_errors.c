@@ -17,26 +17,26 @@ two_records(void)
 {
     cm_error first, ignored;
 
-    CHECK_EQ(cm_fail_fmt(&first, CM_ERR_VALUE, "first failure: %d", 1), -1);
-    CHECK_EQ(
-        cm_fail_fmt(&ignored, CM_ERR_STATE, "cleanup failure: %s", "device 0"),
-        -1);
+    CHECK_EQ(cm__fail_fmt(&first, CM_ERR_VALUE, "first failure: %d", 1), -1);
+    CHECK_EQ(cm__fail_fmt(&ignored, CM_ERR_STATE, "cleanup failure: %s",
+                          "device 0"),
+             -1);
     CHECK_STR_EQ(cm_error_msg(&first), "first failure: 1");
     CHECK_EQ(first.kind, CM_ERR_VALUE);
     CHECK_STR_EQ(cm_error_msg(&ignored), "cleanup failure: device 0");
     CHECK_EQ(ignored.kind, CM_ERR_STATE);
 }
 
-/* cm_fail_fmt(err, ..., cm_error_msg(err)): wrapping a record's own
+/* cm__fail_fmt(err, ..., cm_error_msg(err)): wrapping a record's own
  * message, as core/stream.c and core/memory.c do. */
 static void
 quotes_itself(void)
 {
     cm_error err;
 
-    cm_fail_fmt(&err, CM_ERR_VALUE, "device %d is not visible", 3);
-    cm_fail_fmt(&err, CM_ERR_VALUE, "cannot use stream %d: %s", 7,
-                cm_error_msg(&err));
+    cm__fail_fmt(&err, CM_ERR_VALUE, "device %d is not visible", 3);
+    cm__fail_fmt(&err, CM_ERR_VALUE, "cannot use stream %d: %s", 7,
+                 cm_error_msg(&err));
     CHECK_STR_EQ(cm_error_msg(&err),
                  "cannot use stream 7: device 3 is not visible");
 }
@@ -47,14 +47,14 @@ copies(void)
 {
     cm_error a, b;
 
-    cm_fail_fmt(&a, CM_ERR_STATE, "context %d was reset", 2);
+    cm__fail_fmt(&a, CM_ERR_STATE, "context %d was reset", 2);
     b = a;
-    cm_fail_fmt(&a, CM_ERR_VALUE, "something else");
+    cm__fail_fmt(&a, CM_ERR_VALUE, "something else");
     CHECK_STR_EQ(cm_error_msg(&b), "context 2 was reset");
     CHECK_STR_EQ(cm_error_msg(&a), "something else");
 }
 
-/* cm_fail keeps a literal by pointer; a later cm_fail_fmt replaces it and
+/* cm_fail keeps a literal by pointer; a later cm__fail_fmt replaces it and
  * a later cm_fail replaces the text; a driver error has no message. */
 static void
 literal_and_driver(void)
@@ -63,7 +63,7 @@ literal_and_driver(void)
 
     cm_fail(&err, CM_ERR_VALUE, "a literal");
     CHECK_STR_EQ(cm_error_msg(&err), "a literal");
-    cm_fail_fmt(&err, CM_ERR_VALUE, "formatted %s", "text");
+    cm__fail_fmt(&err, CM_ERR_VALUE, "formatted %s", "text");
     CHECK_STR_EQ(cm_error_msg(&err), "formatted text");
     cm_fail(&err, CM_ERR_STATE, "another literal");
     CHECK_STR_EQ(cm_error_msg(&err), "another literal");
@@ -80,7 +80,7 @@ truncation(void)
 
     memset(longer, 'x', sizeof(longer) - 1);
     longer[sizeof(longer) - 1] = '\0';
-    cm_fail_fmt(&err, CM_ERR_VALUE, "%s", longer);
+    cm__fail_fmt(&err, CM_ERR_VALUE, "%s", longer);
     CHECK_EQ(strlen(cm_error_msg(&err)), CM_ERROR_TEXT - 1);
     CHECK_EQ(strncmp(cm_error_msg(&err), longer, CM_ERROR_TEXT - 1), 0);
 }
@@ -96,7 +96,7 @@ format_many(void *arg)
 
     for (int round = 0; round < 200; round++) {
         for (int i = 0; i < 64; i++) {
-            cm_fail_fmt(&errs[i], CM_ERR_VALUE, "thread %d error %d", id, i);
+            cm__fail_fmt(&errs[i], CM_ERR_VALUE, "thread %d error %d", id, i);
         }
         for (int i = 0; i < 64; i++) {
             snprintf(want, sizeof(want), "thread %d error %d", id, i);

@@ -175,7 +175,7 @@ cm_device_get(int ordinal, cm_device **dev, cm_error *err)
         return -1;
     }
     if (ordinal < 0 || ordinal >= table.count) {
-        return cm_fail_fmt(
+        return cm__fail_fmt(
             err, CM_ERR_VALUE,
             "device ordinal %d out of range: %d device%s visible", ordinal,
             table.count, table.count == 1 ? "" : "s");
@@ -296,10 +296,10 @@ hold_take(cm_device *dev, cm_error *err)
         cm__unlock(&dev->hold_lock);
     }
     if (!ok) {
-        return cm_fail_fmt(err, CM_ERR_STATE,
-                           "device %d cannot be used now: another thread "
-                           "is resetting or closing its context",
-                           dev->ordinal);
+        return cm__fail_fmt(err, CM_ERR_STATE,
+                            "device %d cannot be used now: another thread "
+                            "is resetting or closing its context",
+                            dev->ordinal);
     }
     tls_holding++;
     return 0;
@@ -325,10 +325,10 @@ teardown_begin(cm_device *dev, cm_error *err)
     /* The calls in flight would include this thread's own (a signal
      * handler run by a staged copy's poll for signals). */
     if (tls_holding > 0) {
-        return cm_fail_fmt(err, CM_ERR_STATE,
-                           "device %d cannot be reset or closed from "
-                           "inside an operation on a context",
-                           dev->ordinal);
+        return cm__fail_fmt(err, CM_ERR_STATE,
+                            "device %d cannot be reset or closed from "
+                            "inside an operation on a context",
+                            dev->ordinal);
     }
     cm__lock(&dev->hold_lock, CM_LOCK_HOLD);
     while (dev->tearing) {
@@ -466,7 +466,7 @@ cm_device_reset(cm_device *dev, cm_error *err)
 }
 
 void
-cm_device_poison(cm_device *dev, cm_error *err)
+cm__device_poison(cm_device *dev, cm_error *err)
 {
     const char *none = NULL;
 
@@ -515,11 +515,11 @@ cm_ctx_enter(cm_device *dev, cm_ctx_guard *guard, cm_error *err)
     }
     if (tls_holding == 1 && pin_moved(dev)) {
         hold_drop(dev);
-        return cm_fail_fmt(err, CM_ERR_STATE,
-                           "device %d's context was reset or closed by "
-                           "another thread as this call began: what it "
-                           "uses is gone",
-                           dev->ordinal);
+        return cm__fail_fmt(err, CM_ERR_STATE,
+                            "device %d's context was reset or closed by "
+                            "another thread as this call began: what it "
+                            "uses is gone",
+                            dev->ordinal);
     }
     if (cm_device_poisoned(dev, err) < 0 ||
         primary_retain(dev, &ctx, err) < 0 ||
@@ -545,7 +545,7 @@ cm_ctx_leave(cm_ctx_guard *guard, int status, cm_error *err)
     CUcontext popped;
 
     if (status < 0) {
-        cm_device_poison(guard->dev, err);
+        cm__device_poison(guard->dev, err);
     }
     if (guard->pushed != NULL) {
         guard->pushed = NULL;
@@ -593,7 +593,7 @@ cm_current_poison(cm_error *err)
     }
     dev = known_primary(cur, &stale);
     if (dev != NULL && !stale) {
-        cm_device_poison(dev, err);
+        cm__device_poison(dev, err);
     }
 }
 
@@ -637,17 +637,17 @@ resolve_current(CUcontext cur, cm_device **out, cm_error *err)
     }
     dev = by_cudev(cudev);
     if (dev == NULL) {
-        return cm_fail_fmt(err, CM_ERR_STATE,
-                           "the current CUDA context %p is on a device that "
-                           "is not visible to cudamem",
-                           (void *)cur);
+        return cm__fail_fmt(err, CM_ERR_STATE,
+                            "the current CUDA context %p is on a device that "
+                            "is not visible to cudamem",
+                            (void *)cur);
     }
     /* Another library's primary context is fine (numba's rule). */
     if (primary_retain(dev, &ctx, err) < 0) {
         return -1;
     }
     if (ctx != cur) {
-        return cm_fail_fmt(
+        return cm__fail_fmt(
             err, CM_ERR_STATE,
             "cudamem cannot operate on non-primary CUDA context "
             "%p",
@@ -684,7 +684,7 @@ cm_current_device(cm_device **out, cm_error *err)
 }
 
 int
-cm_context_device(CUcontext ctx, cm_device **out, cm_error *err)
+cm__context_device(CUcontext ctx, cm_device **out, cm_error *err)
 {
     CUcontext primary, popped;
     CUdevice cudev;
@@ -712,17 +712,19 @@ cm_context_device(CUcontext ctx, cm_device **out, cm_error *err)
     }
     dev = by_cudev(cudev);
     if (dev == NULL || primary_retain(dev, &primary, err) < 0) {
-        return dev == NULL ? cm_fail_fmt(err, CM_ERR_VALUE,
-                                         "CUDA context %p is on a device that "
-                                         "is not visible to cudamem",
-                                         (void *)ctx)
-                           : -1;
+        return dev == NULL
+                   ? cm__fail_fmt(err, CM_ERR_VALUE,
+                                  "CUDA context %p is on a device that "
+                                  "is not visible to cudamem",
+                                  (void *)ctx)
+                   : -1;
     }
     if (primary != ctx) {
-        return cm_fail_fmt(err, CM_ERR_VALUE,
-                           "CUDA context %p is not a primary context: cudamem "
-                           "works only with primary contexts",
-                           (void *)ctx);
+        return cm__fail_fmt(
+            err, CM_ERR_VALUE,
+            "CUDA context %p is not a primary context: cudamem "
+            "works only with primary contexts",
+            (void *)ctx);
     }
     *out = dev;
     return 0;
@@ -857,11 +859,11 @@ cm_ctx_check(cm_device *dev, uint64_t generation, cm_error *err)
         return -1;
     }
     if (__atomic_load_n(&dev->generation, __ATOMIC_ACQUIRE) != generation) {
-        return cm_fail_fmt(err, CM_ERR_STATE,
-                           "this Context of device %d cannot be used: the "
-                           "context was reset or closed; get the current one "
-                           "with current_context()",
-                           dev->ordinal);
+        return cm__fail_fmt(err, CM_ERR_STATE,
+                            "this Context of device %d cannot be used: the "
+                            "context was reset or closed; get the current one "
+                            "with current_context()",
+                            dev->ordinal);
     }
     cm__ctx_note_checked(dev, generation);
     return 0;
@@ -877,11 +879,11 @@ int
 cm_ctx_unchanged(cm_device *dev, uint64_t generation, cm_error *err)
 {
     if (cm_device_generation(dev) != generation) {
-        return cm_fail_fmt(err, CM_ERR_STATE,
-                           "device %d's context was reset or closed by "
-                           "another thread during this wait: what it "
-                           "waited for is gone",
-                           dev->ordinal);
+        return cm__fail_fmt(err, CM_ERR_STATE,
+                            "device %d's context was reset or closed by "
+                            "another thread during this wait: what it "
+                            "waited for is gone",
+                            dev->ordinal);
     }
     cm__ctx_note_checked(dev, generation);
     return 0;
@@ -912,7 +914,7 @@ cm_ctx_pop(cm_device *dev, uint64_t generation, cm_error *err)
         return -1;
     }
     if (cur != ctx) {
-        return cm_fail_fmt(
+        return cm__fail_fmt(
             err, CM_ERR_STATE,
             "cannot pop CUDA context %p of device %d: it is not "
             "the current context (%p is)",
@@ -942,7 +944,7 @@ cm_ctx_meminfo(cm_device *dev, uint64_t generation, size_t *free_bytes,
 }
 
 int
-cm_ctx_synchronize(cm_device *dev, uint64_t generation, cm_error *err)
+cm__ctx_synchronize(cm_device *dev, uint64_t generation, cm_error *err)
 {
     cm_ctx_guard guard;
 
@@ -956,7 +958,7 @@ cm_ctx_synchronize(cm_device *dev, uint64_t generation, cm_error *err)
 int
 cm_ctx_reset(cm_device *dev, uint64_t generation, cm_error *err)
 {
-    if (cm_ctx_synchronize(dev, generation, err) < 0) {
+    if (cm__ctx_synchronize(dev, generation, err) < 0) {
         return -1;
     }
     /* The queues flush, then numba's reset() of the context's memory

@@ -93,11 +93,11 @@ int cm_device_reset(cm_device *dev, cm_error *err);
  * fails with it, so core fails fast without calling the driver: the
  * device is poisoned for good unless a reset gives a context the driver
  * reports usable (the real driver does not: the process must restart).
- * cm_device_poison records err in dev when its code is sticky and sets
+ * cm__device_poison records err in dev when its code is sticky and sets
  * err->device; cm_device_poisoned is 0, or -1 with that error in err;
  * cm_current_poison records a sticky err that names no device in the
  * device of the calling thread's current context. */
-void cm_device_poison(cm_device *dev, cm_error *err);
+void cm__device_poison(cm_device *dev, cm_error *err);
 int cm_device_poisoned(cm_device *dev, cm_error *err);
 void cm_current_poison(cm_error *err);
 
@@ -122,7 +122,7 @@ int cm_ctx_leave(cm_ctx_guard *guard, int status, cm_error *err);
 int cm_current_device(cm_device **out, cm_error *err);
 /* The device whose primary context is `ctx` (a handle another library
  * got, such as a stream's context); CM_ERR_VALUE naming it otherwise. */
-int cm_context_device(CUcontext ctx, cm_device **out, cm_error *err);
+int cm__context_device(CUcontext ctx, cm_device **out, cm_error *err);
 /* The device of the current context whatever its kind, or NULL when none
  * is current. Changes nothing. */
 int cm_active_device(cm_device **out, cm_error *err);
@@ -161,7 +161,7 @@ int cm_ctx_pop(cm_device *dev, uint64_t generation, cm_error *err);
 int cm_ctx_meminfo(cm_device *dev, uint64_t generation, size_t *free_bytes,
                    size_t *total_bytes, cm_error *err);
 /* Blocks: py/ calls it with the GIL released. */
-int cm_ctx_synchronize(cm_device *dev, uint64_t generation, cm_error *err);
+int cm__ctx_synchronize(cm_device *dev, uint64_t generation, cm_error *err);
 /* numba's Context.reset(): waits for the context's work and releases what
  * cudamem holds in it (pending frees, the pool's free slabs); the context
  * stays usable. Blocks. */

@@ -11,7 +11,7 @@
 #include "cuerrors.h"
 
 int
-cm_fail_fmt(cm_error *err, cm_error_kind kind, const char *fmt, ...)
+cm__fail_fmt(cm_error *err, cm_error_kind kind, const char *fmt, ...)
 {
     char msg[sizeof(err->text)];
     va_list ap;

@@ -112,8 +112,8 @@ open_locked(cm_device *dev, uint64_t generation, const CUipcMemHandle *handle,
         /* Made, but the pop failed: closed from the queue, as a failed
          * allocation is freed. */
         if (ptr != 0) {
-            (void)cm_release(dev, generation, CM_FREE_IPC, ptr, size,
-                             &ignored);
+            (void)cm__release(dev, generation, CM_FREE_IPC, ptr, size,
+                              &ignored);
         }
         goto done;
     }
@@ -178,7 +178,7 @@ cm_ipc_open(cm_device *dev, const CUipcMemHandle *handle, cm_mem **out,
     /* This process's own mapping, closed but still queued: flushed
      * without the cache lock (a queued free may need other locks). */
     if (err->kind != CM_ERR_DRIVER || err->code != CUDA_ERROR_ALREADY_MAPPED ||
-        !cm_queue_relieve(dev, CM_QUEUE_MEMORY)) {
+        !cm__queue_relieve(dev, CM_QUEUE_MEMORY)) {
         return -1;
     }
     return open_cached(dev, generation, handle, out, err);

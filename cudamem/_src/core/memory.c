@@ -131,15 +131,15 @@ alloc_undo(cm_mem *m)
         (void)m->ops->release(m, &ignored);
     }
     else if (m->kind == CM_FREE_MANAGED && m->ptr != 0) {
-        (void)cm_release_retained(dev, m->generation, m->resets, m->kind,
-                                  m->ptr, m->size, &ignored);
+        (void)cm__release_retained(dev, m->generation, m->resets, m->kind,
+                                   m->ptr, m->size, &ignored);
     }
     else if (m->kind == CM_FREE_MANAGED) {
         (void)CM_CALL(&ignored, cuDevicePrimaryCtxRelease, dev->cudev);
     }
     else if (m->ptr != 0) {
-        (void)cm_release(dev, m->generation, m->kind, m->ptr, m->size,
-                         &ignored);
+        (void)cm__release(dev, m->generation, m->kind, m->ptr, m->size,
+                          &ignored);
     }
 }
 
@@ -155,7 +155,7 @@ mem_alloc(cm_device *dev, cm_free_kind kind, unsigned flags, size_t nbytes,
     int rc;
 
     /* Malformed thresholds fail the first allocation, not its free. */
-    if (cm_pending_limits(&max_count, &max_ratio, err) < 0 ||
+    if (cm__pending_limits(&max_count, &max_ratio, err) < 0 ||
         cm_device_primary(dev, &ctx, &generation, err) < 0) {
         return -1;
     }
@@ -227,10 +227,10 @@ cm_mem_alloc_managed(cm_device *dev, size_t nbytes, int attach_global,
         return -1;
     }
     if (!supported) {
-        return cm_fail_fmt(err, CM_ERR_SUPPORT,
-                           "device %d does not support managed memory "
-                           "(CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY is 0)",
-                           dev->ordinal);
+        return cm__fail_fmt(err, CM_ERR_SUPPORT,
+                            "device %d does not support managed memory "
+                            "(CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY is 0)",
+                            dev->ordinal);
     }
     return mem_alloc(dev, CM_FREE_MANAGED,
                      attach_global ? CU_MEM_ATTACH_GLOBAL : CU_MEM_ATTACH_HOST,
@@ -308,20 +308,20 @@ cm_pointer_device(CUdeviceptr ptr, cm_device **dev, cm_error *err)
     }
     /* Unknown memory is not an error to the driver: it reports type 0. */
     if (type == 0) {
-        return cm_fail_fmt(err, CM_ERR_VALUE,
-                           "pointer %#llx is not memory the CUDA driver "
-                           "knows",
-                           (unsigned long long)ptr);
+        return cm__fail_fmt(err, CM_ERR_VALUE,
+                            "pointer %#llx is not memory the CUDA driver "
+                            "knows",
+                            (unsigned long long)ptr);
     }
     if (cm_device_get(ordinal, dev, err) < 0) {
         if (err->kind != CM_ERR_VALUE) {
             return -1;
         }
-        return cm_fail_fmt(err, CM_ERR_VALUE,
-                           "pointer %#llx belongs to device %d, which "
-                           "cudamem cannot use: %s",
-                           (unsigned long long)ptr, ordinal,
-                           cm_error_msg(err));
+        return cm__fail_fmt(err, CM_ERR_VALUE,
+                            "pointer %#llx belongs to device %d, which "
+                            "cudamem cannot use: %s",
+                            (unsigned long long)ptr, ordinal,
+                            cm_error_msg(err));
     }
     return 0;
 }
@@ -424,7 +424,7 @@ order_work(cm_mem *m, const cm_mem_work *w, CUstream into, cm_error *err)
         return cm_event_stream_wait(m->dev, into, w->event, err);
     }
     if (!stream_is_live(w)) {
-        return cm_ctx_synchronize(
+        return cm__ctx_synchronize(
             w->dev, __atomic_load_n(&w->dev->generation, __ATOMIC_ACQUIRE),
             err);
     }
@@ -510,11 +510,11 @@ release_memory(cm_mem *m, cm_error *err)
         rc = m->ops->release(m, err);
     }
     else if (m->ptr != 0 && m->kind == CM_FREE_MANAGED) {
-        rc = cm_release_retained(m->dev, m->generation, m->resets, m->kind,
-                                 m->ptr, m->size, err);
+        rc = cm__release_retained(m->dev, m->generation, m->resets, m->kind,
+                                  m->ptr, m->size, err);
     }
     else if (m->ptr != 0 && m->kind != CM_FREE_NONE) {
-        rc = cm_release(m->dev, m->generation, m->kind, m->ptr, m->size, err);
+        rc = cm__release(m->dev, m->generation, m->kind, m->ptr, m->size, err);
     }
     return rc;
 }
@@ -559,10 +559,10 @@ int
 cm_mem_check(const cm_mem *m, cm_error *err)
 {
     if (__atomic_load_n(&m->released, __ATOMIC_ACQUIRE)) {
-        return cm_fail_fmt(err, CM_ERR_STATE,
-                           "the memory at %#llx cannot be used: it was "
-                           "freed with free()",
-                           (unsigned long long)m->ptr);
+        return cm__fail_fmt(err, CM_ERR_STATE,
+                            "the memory at %#llx cannot be used: it was "
+                            "freed with free()",
+                            (unsigned long long)m->ptr);
     }
     /* Managed memory lives on after close(): its record holds the
      * context. */
@@ -571,10 +571,10 @@ cm_mem_check(const cm_mem *m, cm_error *err)
             return -1;
         }
         if (__atomic_load_n(&m->dev->resets, __ATOMIC_ACQUIRE) != m->resets) {
-            return cm_fail_fmt(err, CM_ERR_STATE,
-                               "the managed memory at %#llx cannot be used: "
-                               "device %d was reset, which freed it",
-                               (unsigned long long)m->ptr, m->dev->ordinal);
+            return cm__fail_fmt(err, CM_ERR_STATE,
+                                "the managed memory at %#llx cannot be used: "
+                                "device %d was reset, which freed it",
+                                (unsigned long long)m->ptr, m->dev->ordinal);
         }
         cm__ctx_note_checked(
             m->dev, __atomic_load_n(&m->dev->generation, __ATOMIC_ACQUIRE));

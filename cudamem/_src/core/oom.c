@@ -26,7 +26,7 @@ cm_stats_get(cm_device *dev, cm_stats *out)
     cm__stats_read(dev, out->kinds);
     cm_queue_stats(dev, CM_QUEUE_MEMORY, &out->pending_count,
                    &out->pending_bytes, &out->pending_deferred);
-    out->pool_cached_bytes = cm_pool_cached_bytes(dev);
+    out->pool_cached_bytes = cm__pool_cached_bytes(dev);
     cm_hostpool_get_stats(&host);
     out->pinned_pool_cached_bytes = host.cached_bytes;
     out->pinned_pool_cached_count = host.cached_blocks;
@@ -74,6 +74,6 @@ cm_oom_info(cm_device *dev, size_t *free_bytes, size_t *total_bytes,
         return -1;
     }
     cm_queue_stats(dev, CM_QUEUE_MEMORY, &count, pending, &deferred);
-    *pool_cached_bytes = cm_pool_cached_bytes(dev);
+    *pool_cached_bytes = cm__pool_cached_bytes(dev);
     return 0;
 }

@@ -500,10 +500,10 @@ static int trim(cm_device *dev, int wait, cm_error *err);
 static int
 stale(cm_error *err, cm_device *dev)
 {
-    return cm_fail_fmt(err, CM_ERR_STATE,
-                       "device %d was reset or its context closed during "
-                       "a pooled allocation",
-                       dev->ordinal);
+    return cm__fail_fmt(err, CM_ERR_STATE,
+                        "device %d was reset or its context closed during "
+                        "a pooled allocation",
+                        dev->ordinal);
 }
 
 /* A new slab of `size` bytes for a request of `need`, within the limit
@@ -542,13 +542,15 @@ grow(cm_device *dev, cm_pool *pool, uint64_t generation, size_t size,
     }
     if (pool->generation != generation) {
         cm__unlock(&pool->lock);
-        (void)cm_release(dev, generation, CM_FREE_DEVICE, ptr, size, &ignored);
+        (void)cm__release(dev, generation, CM_FREE_DEVICE, ptr, size,
+                          &ignored);
         cm__lock(&pool->lock, CM_LOCK_POOL);
         return stale(err, dev);
     }
     if (slab_add(pool, ptr, size) < 0) {
         cm__unlock(&pool->lock);
-        (void)cm_release(dev, generation, CM_FREE_DEVICE, ptr, size, &ignored);
+        (void)cm__release(dev, generation, CM_FREE_DEVICE, ptr, size,
+                          &ignored);
         cm__lock(&pool->lock, CM_LOCK_POOL);
         return cm_fail(err, CM_ERR_NOMEM, "out of host memory");
     }
@@ -876,7 +878,7 @@ cm_pool_trim(cm_device *dev, cm_error *err)
 }
 
 size_t
-cm_pool_cached_bytes(cm_device *dev)
+cm__pool_cached_bytes(cm_device *dev)
 {
     cm_pool_stats st;
 

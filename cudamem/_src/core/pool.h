@@ -52,7 +52,7 @@ cm_pool_active(cm_device *dev)
  * wait is reported after what is idle is freed. */
 int cm_pool_trim(cm_device *dev, cm_error *err);
 /* Bytes free in the pool's slabs (0 without a pool). */
-size_t cm_pool_cached_bytes(cm_device *dev);
+size_t cm__pool_cached_bytes(cm_device *dev);
 /* Caps the pool's slab bytes (SIZE_MAX: no cap); a new slab beyond it
  * first frees the idle free slabs (without waiting), then fails with
  * CUDA_ERROR_OUT_OF_MEMORY whose call is cm_pool_limit (out-of-memory

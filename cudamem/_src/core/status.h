@@ -41,7 +41,7 @@ typedef struct cm_error {
     /* A sticky code (cm_error_is_sticky): the ordinal of the device whose
      * context it poisoned, when core knows it; else -1. */
     int device;
-    /* cm_fail_fmt's message. Written only when an error is set, so that
+    /* cm__fail_fmt's message. Written only when an error is set, so that
      * declaring a cm_error costs nothing; copies carry it along. */
     char text[CM_ERROR_TEXT];
 } cm_error;
@@ -93,7 +93,7 @@ cm_error_msg(const cm_error *err)
 
 /* cm_fail with a printf-formatted message, kept in err->text. An argument
  * may be err's own message. */
-int cm_fail_fmt(cm_error *err, cm_error_kind kind, const char *fmt, ...)
+int cm__fail_fmt(cm_error *err, cm_error_kind kind, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 #endif
