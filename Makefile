@@ -291,8 +291,9 @@ coverage: build-coverage
 
 # The C tests: tests/c/test_sim_*.c with every simulator source, and
 # tests/c/test_core_*.c with the parts of core that need no driver
-# (test_core_layout.c: layout.c alone), except test_core_copy.c: core's
-# copy engine with the driver gate, which loads the simulator as cudamem
+# (test_core_layout.c: layout.c alone; test_core_stats.c: stats.c alone,
+# the leaf of docs/architecture.rst's floors), except test_core_copy.c:
+# core's copy engine with the driver gate, which loads the simulator as cudamem
 # does, from a libcusim.so built next to the test. Each program runs each
 # of its tests in a process of its own (tests/c/check.h);
 # `build/ctest/test_x NAME` runs one in the foreground, `--list` names them.
@@ -302,10 +303,12 @@ CORE_LAYOUT_SRC := cudamem/_src/core/layout.c cudamem/_src/core/errors.c
 CORE_COPY_SRC := $(addprefix cudamem/_src/core/,driver.c context.c device.c \
 	release.c pending.c memory.c ipc.c pool.c event.c stats.c copy.c \
 	copyarray.c layout.c errors.c hostmem.c hostpool.c staging.c \
-	lockorder.c)
+	lockorder.c oom.c)
 CTEST_DEPS = $(SIM_SRC) $(SIM_HDR) $(CORE_UNIT_SRC) $(CORE_LAYOUT_SRC) \
+	cudamem/_src/core/stats.c \
 	tests/c/check.h $(wildcard cudamem/_src/core/*.h)
 CTEST_LINK_test_core_layout := $(CORE_LAYOUT_SRC)
+CTEST_LINK_test_core_stats := cudamem/_src/core/stats.c
 ctest_sources = $(or $(CTEST_LINK_$(basename $(notdir $(1)))),$(if \
 	$(filter test_core_%,$(notdir $(1))),$(CORE_UNIT_SRC),$(SIM_SRC)))
 build/ctest/%: tests/c/%.c $(CTEST_DEPS)

@@ -103,52 +103,52 @@ watch(uintptr_t lo, size_t size)
     sim.reset_counters();
 }
 
-#define WRAP_COPY(name, DT, ST)                                                \
-    static PFN_##name##_v3020 real_##name;                                     \
-    static CUresult CUDAAPI w_##name(DT d, ST s, size_t n)                     \
-    {                                                                          \
-        note((uintptr_t)d, n);                                                 \
-        return real_##name(d, s, n);                                           \
+#define WRAP_COPY(name, DT, ST)                                               \
+    static PFN_##name##_v3020 real_##name;                                    \
+    static CUresult CUDAAPI w_##name(DT d, ST s, size_t n)                    \
+    {                                                                         \
+        note((uintptr_t)d, n);                                                \
+        return real_##name(d, s, n);                                          \
     }
-#define WRAP_COPY_ASYNC(name, DT, ST)                                          \
-    static PFN_##name##_v3020 real_##name;                                     \
-    static CUresult CUDAAPI w_##name(DT d, ST s, size_t n, CUstream st)        \
-    {                                                                          \
-        note((uintptr_t)d, n);                                                 \
-        return real_##name(d, s, n, st);                                       \
+#define WRAP_COPY_ASYNC(name, DT, ST)                                         \
+    static PFN_##name##_v3020 real_##name;                                    \
+    static CUresult CUDAAPI w_##name(DT d, ST s, size_t n, CUstream st)       \
+    {                                                                         \
+        note((uintptr_t)d, n);                                                \
+        return real_##name(d, s, n, st);                                      \
     }
-#define WRAP_SET(name, T)                                                      \
-    static PFN_##name##_v3020 real_##name;                                     \
-    static CUresult CUDAAPI w_##name(CUdeviceptr d, T v, size_t n)             \
-    {                                                                          \
-        note(d, n * sizeof(T));                                                \
-        return real_##name(d, v, n);                                           \
+#define WRAP_SET(name, T)                                                     \
+    static PFN_##name##_v3020 real_##name;                                    \
+    static CUresult CUDAAPI w_##name(CUdeviceptr d, T v, size_t n)            \
+    {                                                                         \
+        note(d, n * sizeof(T));                                               \
+        return real_##name(d, v, n);                                          \
     }
-#define WRAP_SET_ASYNC(name, T)                                                \
-    static PFN_##name##_v3020 real_##name;                                     \
-    static CUresult CUDAAPI w_##name(CUdeviceptr d, T v, size_t n,             \
-                                     CUstream st)                              \
-    {                                                                          \
-        note(d, n * sizeof(T));                                                \
-        return real_##name(d, v, n, st);                                       \
+#define WRAP_SET_ASYNC(name, T)                                               \
+    static PFN_##name##_v3020 real_##name;                                    \
+    static CUresult CUDAAPI w_##name(CUdeviceptr d, T v, size_t n,            \
+                                     CUstream st)                             \
+    {                                                                         \
+        note(d, n * sizeof(T));                                               \
+        return real_##name(d, v, n, st);                                      \
     }
-#define WRAP_SET2D(name, T)                                                    \
-    static PFN_##name##_v3020 real_##name;                                     \
-    static CUresult CUDAAPI w_##name(CUdeviceptr d, size_t pitch, T v,         \
-                                     size_t w, size_t h)                       \
-    {                                                                          \
-        note(d, w * h * sizeof(T));                                            \
-        note_pitch(h > 1 ? pitch : 0);                                         \
-        return real_##name(d, pitch, v, w, h);                                 \
+#define WRAP_SET2D(name, T)                                                   \
+    static PFN_##name##_v3020 real_##name;                                    \
+    static CUresult CUDAAPI w_##name(CUdeviceptr d, size_t pitch, T v,        \
+                                     size_t w, size_t h)                      \
+    {                                                                         \
+        note(d, w * h * sizeof(T));                                           \
+        note_pitch(h > 1 ? pitch : 0);                                        \
+        return real_##name(d, pitch, v, w, h);                                \
     }
-#define WRAP_SET2D_ASYNC(name, T)                                              \
-    static PFN_##name##_v3020 real_##name;                                     \
-    static CUresult CUDAAPI w_##name(CUdeviceptr d, size_t pitch, T v,         \
-                                     size_t w, size_t h, CUstream st)          \
-    {                                                                          \
-        note(d, w * h * sizeof(T));                                            \
-        note_pitch(h > 1 ? pitch : 0);                                         \
-        return real_##name(d, pitch, v, w, h, st);                             \
+#define WRAP_SET2D_ASYNC(name, T)                                             \
+    static PFN_##name##_v3020 real_##name;                                    \
+    static CUresult CUDAAPI w_##name(CUdeviceptr d, size_t pitch, T v,        \
+                                     size_t w, size_t h, CUstream st)         \
+    {                                                                         \
+        note(d, w * h * sizeof(T));                                           \
+        note_pitch(h > 1 ? pitch : 0);                                        \
+        return real_##name(d, pitch, v, w, h, st);                            \
     }
 
 WRAP_COPY(cuMemcpyHtoD, CUdeviceptr, const void *)
@@ -234,8 +234,8 @@ w_3d_async(const CUDA_MEMCPY3D *p, CUstream s)
     return real_3d_async(p, s);
 }
 
-/* `cm_drv.name` expands the name as the table does (cuMemsetD8_v2). */
-#define INSTALL(name) (real_##name = cm_drv.name, cm_drv.name = w_##name)
+/* `cm__drv.name` expands the name as the table does (cuMemsetD8_v2). */
+#define INSTALL(name) (real_##name = cm__drv.name, cm__drv.name = w_##name)
 
 static void
 install_wrappers(void)
@@ -258,18 +258,18 @@ install_wrappers(void)
     INSTALL(cuMemsetD2D8Async);
     INSTALL(cuMemsetD2D16Async);
     INSTALL(cuMemsetD2D32Async);
-    real_2d = cm_drv.cuMemcpy2D;
-    cm_drv.cuMemcpy2D = w_2d;
-    real_2d_unaligned = cm_drv.cuMemcpy2DUnaligned;
-    cm_drv.cuMemcpy2DUnaligned = w_2d_unaligned;
-    real_2d_async = cm_drv.cuMemcpy2DAsync;
-    cm_drv.cuMemcpy2DAsync = w_2d_async;
-    real_3d = cm_drv.cuMemcpy3D;
-    cm_drv.cuMemcpy3D = w_3d;
-    real_3d_async = cm_drv.cuMemcpy3DAsync;
-    cm_drv.cuMemcpy3DAsync = w_3d_async;
-    real_attribute = cm_drv.cuDeviceGetAttribute;
-    cm_drv.cuDeviceGetAttribute = w_attribute;
+    real_2d = cm__drv.cuMemcpy2D;
+    cm__drv.cuMemcpy2D = w_2d;
+    real_2d_unaligned = cm__drv.cuMemcpy2DUnaligned;
+    cm__drv.cuMemcpy2DUnaligned = w_2d_unaligned;
+    real_2d_async = cm__drv.cuMemcpy2DAsync;
+    cm__drv.cuMemcpy2DAsync = w_2d_async;
+    real_3d = cm__drv.cuMemcpy3D;
+    cm__drv.cuMemcpy3D = w_3d;
+    real_3d_async = cm__drv.cuMemcpy3DAsync;
+    cm__drv.cuMemcpy3DAsync = w_3d_async;
+    real_attribute = cm__drv.cuDeviceGetAttribute;
+    cm__drv.cuDeviceGetAttribute = w_attribute;
 }
 
 /* The counters right after an operation, before the test reads its
@@ -292,8 +292,7 @@ snap(void)
     done.inside = seen.inside;
     done.largest = seen.largest;
     done.pitch = seen.pitch;
-    done.n = sim.entry_count() < MAX_ENTRIES ? sim.entry_count()
-                                             : MAX_ENTRIES;
+    done.n = sim.entry_count() < MAX_ENTRIES ? sim.entry_count() : MAX_ENTRIES;
     done.moved_calls = done.moved_bytes = 0;
     for (int i = 0; i < done.n; i++) {
         const char *n = sim.entry_stats(i, &done.entry_calls[i],
@@ -475,11 +474,11 @@ random_view(int nd, const ptrdiff_t *shape, size_t itemsize, int misalign,
     v->offset = misalign && itemsize > 1 ? 1 + rn((unsigned)itemsize - 1) : 0;
     v->size = (size_t)s + v->offset;
     for (int i = 0; i < nd; i++) {
-        ptrdiff_t used = shape[i] > 0 ? (shape[i] - 1) * (step[i] < 0
-                                                              ? -step[i]
-                                                              : step[i]) +
-                                            1
-                                      : 1;
+        ptrdiff_t used = shape[i] > 0
+                             ? (shape[i] - 1) *
+                                       (step[i] < 0 ? -step[i] : step[i]) +
+                                   1
+                             : 1;
         ptrdiff_t start = rn((unsigned)(base[i] - used + 1));
 
         if (step[i] < 0 && shape[i] > 0) {
@@ -525,8 +524,8 @@ ref_copy(unsigned char *dst, const view *dv, const unsigned char *src,
                 soff += idx[i] * sv->strides[i];
             }
         }
-        memcpy(dst + doff,
-               sv != NULL ? src + sv->offset + soff : pattern, itemsize);
+        memcpy(dst + doff, sv != NULL ? src + sv->offset + soff : pattern,
+               itemsize);
         for (int i = dv->nd - 1; i >= 0; i--) {
             if (++idx[i] < dv->shape[i]) {
                 break;
@@ -558,8 +557,8 @@ report(const char *what, const view *dv, const view *sv, size_t itemsize,
     fprintf(stderr, ")");
     if (err != NULL) {
         fprintf(stderr, " error kind %d code %d call %s msg %s",
-                (int)err->kind, (int)err->code,
-                err->call ? err->call : "-", cm_error_msg(err));
+                (int)err->kind, (int)err->code, err->call ? err->call : "-",
+                cm_error_msg(err));
     }
     fprintf(stderr, "\n");
 }
@@ -576,7 +575,7 @@ static const size_t itemsizes[] = {1, 2, 4, 8, 16, 3, 12, 6, 24};
 static int
 finish(int async)
 {
-    int ok = !async || cm_drv.cuStreamSynchronize(stream) == CUDA_SUCCESS;
+    int ok = !async || cm__drv.cuStreamSynchronize(stream) == CUDA_SUCCESS;
 
     snap();
     return ok;
@@ -791,8 +790,7 @@ contiguous_view(int nd, const ptrdiff_t *shape, size_t itemsize)
 /* One copy between buffers made for the views; 0 when it worked and the
  * data is right. */
 static int
-one_copy(int dir, const view *dv, const view *sv, size_t itemsize,
-         int async)
+one_copy(int dir, const view *dv, const view *sv, size_t itemsize, int async)
 {
     buf D, S;
     cm_side ds, ss;
@@ -800,8 +798,8 @@ one_copy(int dir, const view *dv, const view *sv, size_t itemsize,
     unsigned char *expect;
     int ok;
 
-    buf_new(&D, dir != DTOH, dir == DTOD_SAME ? dv->size + sv->size
-                                              : dv->size);
+    buf_new(&D, dir != DTOH,
+            dir == DTOD_SAME ? dv->size + sv->size : dv->size);
     if (dir == DTOD_SAME) {
         S = D;
     }
@@ -835,7 +833,6 @@ one_copy(int dir, const view *dv, const view *sv, size_t itemsize,
     return ok ? 0 : -1;
 }
 
-
 static void
 test_contiguous(void)
 {
@@ -865,9 +862,9 @@ test_contiguous(void)
             /* Synchronous copies to the device are complete on return;
              * an asynchronous one into pageable memory is waited for
              * (core/copy.h), then finish() waits. */
-            CHECK_TRUE(calls_of("cuStreamSynchronize") ==
-                       (unsigned long long)(async ? 1 + (dir == DTOH)
-                                                  : dir != DTOH));
+            CHECK_TRUE(
+                calls_of("cuStreamSynchronize") ==
+                (unsigned long long)(async ? 1 + (dir == DTOH) : dir != DTOH));
             buf_free(&D);
             buf_free(&S);
         }
@@ -959,8 +956,8 @@ test_3d(void)
 {
     /* [::2, :, 8:24] of (8, 16, 32): one cuMemcpy3D. */
     ptrdiff_t base[3] = {8, 16, 32}, start[3] = {0, 0, 8},
-              stop[3] = {8, 16, 24}, step[3] = {2, 1, 1}, shape[3] = {4, 16,
-                                                                     16};
+              stop[3] = {8, 16, 24}, step[3] = {2, 1, 1},
+              shape[3] = {4, 16, 16};
     view sub = c_view(3, base, start, stop, step, 4);
     view packed = contiguous_view(3, shape, 4);
 
@@ -1020,9 +1017,8 @@ static void
 test_fills(void)
 {
     ptrdiff_t n1000[1] = {1000};
-    view flat4 = contiguous_view(1, n1000, 4), flat8 = contiguous_view(1,
-                                                                       n1000,
-                                                                       8);
+    view flat4 = contiguous_view(1, n1000, 4),
+         flat8 = contiguous_view(1, n1000, 8);
     view flat16 = contiguous_view(1, n1000, 16),
          flat3 = contiguous_view(1, n1000, 3);
     ptrdiff_t base[2] = {64, 256}, start[2] = {0, 64}, stop[2] = {64, 192},
@@ -1041,9 +1037,9 @@ test_fills(void)
     /* ... complete on return: memsets return early. */
     CHECK_EQ(calls_of("cuStreamSynchronize"), 1);
     CHECK_EQ(one_fill(&flat4, &zero, 4, 1), 0);
-    CHECK_TRUE(done.moved_calls == 1 && calls_of("cuMemsetD8Async") +
-                                          calls_of("cuMemsetD32Async") ==
-                                      1);
+    CHECK_TRUE(done.moved_calls == 1 &&
+               calls_of("cuMemsetD8Async") + calls_of("cuMemsetD32Async") ==
+                   1);
     /* int32 7 into the 2-D slice: one strided memset. */
     CHECK_EQ(one_fill(&slice, &seven, 4, 0), 0);
     CHECK_TRUE(done.moved_calls == 1 && calls_of("cuMemsetD2D32") == 1 &&
@@ -1158,10 +1154,16 @@ test_overlap(void)
     {
         ptrdiff_t shape[1] = {1000}, rstrides[1] = {-4}, strides[1] = {4};
 
-        ds = (cm_side){.on_device = 1, .ptr = D.mem->ptr + 3996, .ndim = 1,
-                       .shape = shape, .strides = rstrides};
-        ss = (cm_side){.on_device = 1, .ptr = D.mem->ptr, .ndim = 1,
-                       .shape = shape, .strides = strides};
+        ds = (cm_side){.on_device = 1,
+                       .ptr = D.mem->ptr + 3996,
+                       .ndim = 1,
+                       .shape = shape,
+                       .strides = rstrides};
+        ss = (cm_side){.on_device = 1,
+                       .ptr = D.mem->ptr,
+                       .ndim = 1,
+                       .shape = shape,
+                       .strides = strides};
         CHECK_EQ(cm_copy_array(dev, &ds, &ss, 4, NULL, 0, &err), 0);
         got = buf_read(&D);
         expect = malloc(4000);
@@ -1225,9 +1227,9 @@ test_faults(void)
         const char *entry;
         int kind; /* 0: 2-D copy, 1: overlap via temp, 2: fill */
     } cases[] = {
-        {"cuMemcpy2D", 0},          {"cuMemcpy2DAsync", 0},
-        {"cuMemAlloc", 1},          {"cuMemcpyDtoD", 1},
-        {"cuMemsetD2D32", 2},       {"cuStreamSynchronize", 2},
+        {"cuMemcpy2D", 0},         {"cuMemcpy2DAsync", 0},
+        {"cuMemAlloc", 1},         {"cuMemcpyDtoD", 1},
+        {"cuMemsetD2D32", 2},      {"cuStreamSynchronize", 2},
         {"cuMemsetD2D32Async", 2},
     };
     cusim_stats before, after;
@@ -1249,8 +1251,8 @@ test_faults(void)
         if (cases[i].kind == 0) {
             ds = side_of(&D, &slice);
             ss = side_of(&S, &packed);
-            rc = cm_copy_array(dev, &ds, &ss, 4, async ? stream : NULL,
-                               async, &err);
+            rc = cm_copy_array(dev, &ds, &ss, 4, async ? stream : NULL, async,
+                               &err);
         }
         else if (cases[i].kind == 1) {
             ds = side_of(&D, &dst);
@@ -1262,16 +1264,15 @@ test_faults(void)
             view v = contiguous_view(1, n, 8);
 
             ds = side_of(&D, &v);
-            rc = cm_fill(dev, &ds, &d1, 8, async ? stream : NULL, async,
-                         &err);
+            rc = cm_fill(dev, &ds, &d1, 8, async ? stream : NULL, async, &err);
         }
         CHECK_TRUE(rc == -1 && err.kind == CM_ERR_DRIVER &&
                    err.code == CUDA_ERROR_INVALID_VALUE &&
                    strcmp(err.call, cases[i].entry) == 0);
         if (rc == 0 || err.call == NULL ||
             strcmp(err.call, cases[i].entry) != 0) {
-            fprintf(stderr, "  fault in %s: rc %d call %s\n",
-                    cases[i].entry, rc, err.call ? err.call : "-");
+            fprintf(stderr, "  fault in %s: rc %d call %s\n", cases[i].entry,
+                    rc, err.call ? err.call : "-");
         }
         sim.clear_faults();
         CHECK_TRUE(finish(async));
@@ -1290,7 +1291,10 @@ test_bad_input(void)
     ptrdiff_t shape[2] = {4, 5}, other[2] = {4, 6}, zero[2] = {0, 4},
               strides[2] = {20, 4};
     char host[80];
-    cm_side h = {.on_device = 0, .host = host, .ndim = 2, .shape = shape,
+    cm_side h = {.on_device = 0,
+                 .host = host,
+                 .ndim = 2,
+                 .shape = shape,
                  .strides = strides};
     cm_side d = h;
     cm_error err;
@@ -1405,8 +1409,7 @@ load(void)
              "libcusim.so");
     setenv("CUDAMEM_SIMULATOR", "1", 1);
     if (cm_driver_load(path, &err) < 0) {
-        fprintf(stderr, "cannot load %s: %s\n", path,
-                cm_error_msg(&err));
+        fprintf(stderr, "cannot load %s: %s\n", path, cm_error_msg(&err));
         return -1;
     }
     lib = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
@@ -1476,7 +1479,7 @@ setup(void)
     CHECK_EQ(cm_device_get(0, &dev, &err), 0);
     CHECK_EQ(cm_device_select(dev, &err), 0);
     /* Blocking: ordered against the legacy stream of the sync calls. */
-    CHECK_EQ(cm_drv.cuStreamCreate(&stream, CU_STREAM_DEFAULT), 0);
+    CHECK_EQ(cm__drv.cuStreamCreate(&stream, CU_STREAM_DEFAULT), 0);
     CHECK_EQ(cm_queues_flush(dev, &err), 0);
     sim.get_stats(&start);
 }
@@ -1491,7 +1494,7 @@ teardown(void)
     sim.get_stats(&end);
     CHECK_EQ(end.device_allocations, start.device_allocations);
     CHECK_EQ(sim.hazard_count(), 0);
-    CHECK_EQ(cm_drv.cuStreamDestroy(stream), 0);
+    CHECK_EQ(cm__drv.cuStreamDestroy(stream), 0);
     CHECK_EQ(cm_devices_close(1, &err), 0);
 }
 

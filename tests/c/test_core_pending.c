@@ -41,7 +41,7 @@ log_free(void *arg, cm_free_kind kind, uint64_t handle, size_t nbytes,
     log->calls++;
     /* Would deadlock if the queue's lock were held during a free. */
     if (log->q != NULL) {
-        log->queued_during = cm_pending_count(log->q);
+        log->queued_during = cm__pending_count(log->q);
     }
     if (handle == log->fail) {
         err->kind = CM_ERR_DRIVER;
@@ -58,7 +58,7 @@ log_free(void *arg, cm_free_kind kind, uint64_t handle, size_t nbytes,
         log->n++;
     }
     if (log->q != NULL && handle == log->chain_from) {
-        return cm_pending_add(log->q, CM_FREE_DEVICE, log->chain_to, 0, err);
+        return cm__pending_add(log->q, CM_FREE_DEVICE, log->chain_to, 0, err);
     }
     return 0;
 }
@@ -70,7 +70,7 @@ new_queue(size_t device_memory, freelog *log)
     cm_pending *q;
 
     memset(log, 0, sizeof(*log));
-    q = cm_pending_new(device_memory, log_free, log, &err);
+    q = cm__pending_new(device_memory, log_free, log, &err);
     CHECK_NE(q, NULL);
     log->q = q;
     return q;
@@ -169,7 +169,8 @@ set_var(const char *name, const char *value)
 {
     if (value != NULL) {
         setenv(name, value, 1);
-    } else {
+    }
+    else {
         unsetenv(name);
     }
 }
@@ -188,20 +189,20 @@ thresholds_hold(size_t max_count, double ratio)
     if (max_count <= 100) {
         q = new_queue(1000, &log);
         for (i = 0; i < max_count; i++) {
-            bad |= cm_pending_add(q, CM_FREE_DEVICE, i + 1, 0, &err) != 0;
+            bad |= cm__pending_add(q, CM_FREE_DEVICE, i + 1, 0, &err) != 0;
         }
-        bad |= log.n != 0 || cm_pending_count(q) != max_count;
-        bad |= cm_pending_add(q, CM_FREE_DEVICE, 999, 0, &err) != 0;
-        bad |= log.n != max_count + 1 || cm_pending_count(q) != 0;
-        cm_pending_delete(q);
+        bad |= log.n != 0 || cm__pending_count(q) != max_count;
+        bad |= cm__pending_add(q, CM_FREE_DEVICE, 999, 0, &err) != 0;
+        bad |= log.n != max_count + 1 || cm__pending_count(q) != 0;
+        cm__pending_delete(q);
     }
     if (max_count >= 2) {
         q = new_queue(1000, &log);
-        bad |= cm_pending_add(q, CM_FREE_DEVICE, 1, max_bytes, &err) != 0;
+        bad |= cm__pending_add(q, CM_FREE_DEVICE, 1, max_bytes, &err) != 0;
         bad |= log.n != 0;
-        bad |= cm_pending_add(q, CM_FREE_DEVICE, 2, 1, &err) != 0;
+        bad |= cm__pending_add(q, CM_FREE_DEVICE, 2, 1, &err) != 0;
         bad |= log.n != 2;
-        cm_pending_delete(q);
+        cm__pending_delete(q);
     }
     return bad;
 }
@@ -224,10 +225,11 @@ env_child(size_t index, const env_case *c)
     for (i = 0; i < 2; i++) {
         memset(&err, 0, sizeof(err));
         if (c->want_msg == NULL) {
-            bad |= cm_pending_limits(&count, &ratio, &err) != 0;
+            bad |= cm__pending_limits(&count, &ratio, &err) != 0;
             bad |= count != c->want_count || ratio != c->want_ratio;
-        } else {
-            bad |= cm_pending_limits(&count, &ratio, &err) != -1;
+        }
+        else {
+            bad |= cm__pending_limits(&count, &ratio, &err) != -1;
             bad |= err.kind != CM_ERR_VALUE || err.msg == NULL;
             bad |= err.msg != NULL && strcmp(err.msg, c->want_msg) != 0;
             if (err.msg != NULL && strcmp(err.msg, c->want_msg) != 0) {
@@ -238,9 +240,10 @@ env_child(size_t index, const env_case *c)
     }
     if (c->want_msg == NULL) {
         bad |= thresholds_hold(count, ratio);
-    } else {
+    }
+    else {
         memset(&err, 0, sizeof(err));
-        bad |= cm_pending_new(1000, log_free, &log, &err) != NULL;
+        bad |= cm__pending_new(1000, log_free, &log, &err) != NULL;
         bad |= err.kind != CM_ERR_VALUE || err.msg == NULL;
         bad |= err.msg != NULL && strcmp(err.msg, c->want_msg) != 0;
     }
@@ -280,13 +283,13 @@ test_defaults(void)
     cm_error err;
     freelog log;
 
-    CHECK_EQ(cm_pending_limits(&count, &ratio, &err), 0);
+    CHECK_EQ(cm__pending_limits(&count, &ratio, &err), 0);
     CHECK_TRUE(count == 10 && ratio == 0.2);
 
     memset(&err, 0, sizeof(err));
-    CHECK_EQ(cm_pending_new(1000, NULL, &log, &err), NULL);
+    CHECK_EQ(cm__pending_new(1000, NULL, &log, &err), NULL);
     CHECK_TRUE(err.kind == CM_ERR_VALUE && err.msg != NULL);
-    cm_pending_delete(NULL);
+    cm__pending_delete(NULL);
 }
 
 static void
@@ -298,18 +301,18 @@ test_count_threshold(void)
     uint64_t h;
 
     for (h = 1; h <= 10; h++) {
-        CHECK_EQ(cm_pending_add(q, CM_FREE_DEVICE, h, 100, &err), 0);
+        CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, h, 100, &err), 0);
     }
     CHECK_EQ(log.calls, 0);
-    CHECK_TRUE(cm_pending_count(q) == 10 && cm_pending_bytes(q) == 1000);
-    CHECK_EQ(cm_pending_add(q, CM_FREE_HOST, 11, 7, &err), 0);
+    CHECK_TRUE(cm__pending_count(q) == 10 && cm__pending_bytes(q) == 1000);
+    CHECK_EQ(cm__pending_add(q, CM_FREE_HOST, 11, 7, &err), 0);
     CHECK_TRUE(freed_in_order(&log, 1, 11));
     CHECK_TRUE(log.kinds[0] == CM_FREE_DEVICE && log.nbytes[0] == 100);
     CHECK_TRUE(log.kinds[10] == CM_FREE_HOST && log.nbytes[10] == 7);
-    CHECK_TRUE(cm_pending_count(q) == 0 && cm_pending_bytes(q) == 0);
+    CHECK_TRUE(cm__pending_count(q) == 0 && cm__pending_bytes(q) == 0);
     /* each item leaves the queue before its free runs */
     CHECK_EQ(log.queued_during, 0);
-    cm_pending_delete(q);
+    cm__pending_delete(q);
 }
 
 static void
@@ -320,35 +323,35 @@ test_byte_threshold(void)
     /* 0.2 * 1000: at most 200 bytes pending */
     cm_pending *q = new_queue(1000, &log);
 
-    CHECK_EQ(cm_pending_add(q, CM_FREE_DEVICE, 1, 100, &err), 0);
-    CHECK_EQ(cm_pending_add(q, CM_FREE_DEVICE, 2, 100, &err), 0);
-    CHECK_TRUE(cm_pending_bytes(q) == 200 && log.calls == 0);
-    CHECK_EQ(cm_pending_add(q, CM_FREE_DEVICE, 3, 0, &err), 0);
+    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 1, 100, &err), 0);
+    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 2, 100, &err), 0);
+    CHECK_TRUE(cm__pending_bytes(q) == 200 && log.calls == 0);
+    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 3, 0, &err), 0);
     CHECK_EQ(log.calls, 0);
-    CHECK_EQ(cm_pending_add(q, CM_FREE_DEVICE, 4, 1, &err), 0);
+    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 4, 1, &err), 0);
     CHECK_TRUE(freed_in_order(&log, 1, 4));
-    CHECK_TRUE(cm_pending_bytes(q) == 0 && cm_pending_count(q) == 0);
+    CHECK_TRUE(cm__pending_bytes(q) == 0 && cm__pending_count(q) == 0);
 
     /* one item larger than the limit on its own */
-    CHECK_EQ(cm_pending_add(q, CM_FREE_DEVICE, 5, 201, &err), 0);
+    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 5, 201, &err), 0);
     CHECK_TRUE(freed_in_order(&log, 1, 5));
-    cm_pending_delete(q);
+    cm__pending_delete(q);
 
     /* no device memory: only empty items may wait */
     q = new_queue(0, &log);
-    CHECK_EQ(cm_pending_add(q, CM_FREE_STREAM, 1, 0, &err), 0);
-    CHECK_TRUE(log.calls == 0 && cm_pending_count(q) == 1);
-    CHECK_EQ(cm_pending_add(q, CM_FREE_DEVICE, 2, 1, &err), 0);
+    CHECK_EQ(cm__pending_add(q, CM_FREE_STREAM, 1, 0, &err), 0);
+    CHECK_TRUE(log.calls == 0 && cm__pending_count(q) == 1);
+    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 2, 1, &err), 0);
     CHECK_TRUE(freed_in_order(&log, 1, 2));
-    cm_pending_delete(q);
+    cm__pending_delete(q);
 
     /* the largest device cannot overflow the limit */
     q = new_queue(SIZE_MAX, &log);
-    CHECK_EQ(cm_pending_add(q, CM_FREE_DEVICE, 1, SIZE_MAX / 8, &err), 0);
+    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 1, SIZE_MAX / 8, &err), 0);
     CHECK_EQ(log.calls, 0);
-    CHECK_EQ(cm_pending_add(q, CM_FREE_DEVICE, 2, SIZE_MAX / 8, &err), 0);
+    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 2, SIZE_MAX / 8, &err), 0);
     CHECK_TRUE(freed_in_order(&log, 1, 2));
-    cm_pending_delete(q);
+    cm__pending_delete(q);
 }
 
 static void
@@ -360,38 +363,38 @@ test_fifo_growth(void)
     uint64_t h;
 
     /* Many items behind a deferral: the queue grows past many chunks. */
-    cm_pending_defer(q);
+    cm__pending_defer(q);
     for (h = 1; h <= 10000; h++) {
-        CHECK_EQ(cm_pending_add(q, CM_FREE_DEVICE, h, 1, &err), 0);
+        CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, h, 1, &err), 0);
     }
-    cm_pending_undefer(q);
-    CHECK_TRUE(log.calls == 0 && cm_pending_count(q) == 10000);
-    CHECK_EQ(cm_pending_flush(q, &err), 0);
+    cm__pending_undefer(q);
+    CHECK_TRUE(log.calls == 0 && cm__pending_count(q) == 10000);
+    CHECK_EQ(cm__pending_flush(q, &err), 0);
     CHECK_TRUE(freed_in_order(&log, 1, 10000));
-    cm_pending_delete(q);
+    cm__pending_delete(q);
 
     /* A failed free leaves a partly drained ring whose items wrap around
      * when more are queued and then grow it: order must survive. */
     q = new_queue((size_t)1 << 40, &log);
-    cm_pending_defer(q);
+    cm__pending_defer(q);
     for (h = 1; h <= 10; h++) {
-        CHECK_EQ(cm_pending_add(q, CM_FREE_DEVICE, h, 1, &err), 0);
+        CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, h, 1, &err), 0);
     }
-    cm_pending_undefer(q);
+    cm__pending_undefer(q);
     log.fail = 5;
-    CHECK_EQ(cm_pending_flush(q, &err), -1);
-    CHECK_TRUE(freed_in_order(&log, 1, 4) && cm_pending_count(q) == 5);
+    CHECK_EQ(cm__pending_flush(q, &err), -1);
+    CHECK_TRUE(freed_in_order(&log, 1, 4) && cm__pending_count(q) == 5);
     log.fail = 0;
     log.n = 0;
-    cm_pending_defer(q);
+    cm__pending_defer(q);
     for (h = 11; h <= 40; h++) {
-        CHECK_EQ(cm_pending_add(q, CM_FREE_DEVICE, h, 1, &err), 0);
+        CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, h, 1, &err), 0);
     }
-    cm_pending_undefer(q);
-    CHECK_TRUE(cm_pending_count(q) == 35 && cm_pending_bytes(q) == 35);
-    CHECK_EQ(cm_pending_flush(q, &err), 0);
+    cm__pending_undefer(q);
+    CHECK_TRUE(cm__pending_count(q) == 35 && cm__pending_bytes(q) == 35);
+    CHECK_EQ(cm__pending_flush(q, &err), 0);
     CHECK_TRUE(freed_in_order(&log, 6, 40));
-    cm_pending_delete(q);
+    cm__pending_delete(q);
 }
 
 static void
@@ -402,40 +405,40 @@ test_failed_free(void)
     cm_pending *q = new_queue((size_t)1 << 40, &log);
     uint64_t h;
 
-    cm_pending_defer(q);
+    cm__pending_defer(q);
     for (h = 1; h <= 5; h++) {
-        CHECK_EQ(cm_pending_add(q, CM_FREE_DEVICE, h, h, &err), 0);
+        CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, h, h, &err), 0);
     }
-    cm_pending_undefer(q);
+    cm__pending_undefer(q);
     log.fail = 3;
     memset(&err, 0, sizeof(err));
-    CHECK_EQ(cm_pending_flush(q, &err), -1);
+    CHECK_EQ(cm__pending_flush(q, &err), -1);
     CHECK_TRUE(err.kind == CM_ERR_DRIVER &&
                err.code == CUDA_ERROR_INVALID_VALUE);
     CHECK_TRUE(err.call != NULL && strcmp(err.call, "cuMemFree") == 0);
     /* 1 and 2 freed, 3 tried once and dropped, 4 and 5 still queued */
     CHECK_TRUE(freed_in_order(&log, 1, 2) && log.calls == 3);
-    CHECK_TRUE(cm_pending_count(q) == 2 && cm_pending_bytes(q) == 4 + 5);
-    CHECK_EQ(cm_pending_flush(q, &err), 0);
+    CHECK_TRUE(cm__pending_count(q) == 2 && cm__pending_bytes(q) == 4 + 5);
+    CHECK_EQ(cm__pending_flush(q, &err), 0);
     CHECK_TRUE(log.calls == 5 && log.n == 4);
     CHECK_TRUE(log.handles[2] == 4 && log.handles[3] == 5);
-    CHECK_TRUE(cm_pending_count(q) == 0 && cm_pending_bytes(q) == 0);
-    CHECK_TRUE(cm_pending_flush(q, &err) == 0 && log.calls == 5);
-    cm_pending_delete(q);
+    CHECK_TRUE(cm__pending_count(q) == 0 && cm__pending_bytes(q) == 0);
+    CHECK_TRUE(cm__pending_flush(q, &err) == 0 && log.calls == 5);
+    cm__pending_delete(q);
 
     /* The add whose flush fails still queues its item. */
     q = new_queue((size_t)1 << 40, &log);
     log.fail = 1;
     for (h = 1; h <= 10; h++) {
-        CHECK_EQ(cm_pending_add(q, CM_FREE_DEVICE, h, 1, &err), 0);
+        CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, h, 1, &err), 0);
     }
-    CHECK_EQ(cm_pending_add(q, CM_FREE_DEVICE, 11, 1, &err), -1);
+    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 11, 1, &err), -1);
     CHECK_TRUE(err.kind == CM_ERR_DRIVER && log.calls == 1 && log.n == 0);
-    CHECK_TRUE(cm_pending_count(q) == 10 && cm_pending_bytes(q) == 10);
+    CHECK_TRUE(cm__pending_count(q) == 10 && cm__pending_bytes(q) == 10);
     log.fail = 0;
-    CHECK_EQ(cm_pending_flush(q, &err), 0);
+    CHECK_EQ(cm__pending_flush(q, &err), 0);
     CHECK_TRUE(freed_in_order(&log, 2, 11));
-    cm_pending_delete(q);
+    cm__pending_delete(q);
 }
 
 static void
@@ -446,36 +449,36 @@ test_nested_defer(void)
     cm_pending *q = new_queue(1000, &log);
     uint64_t h;
 
-    CHECK_TRUE(!cm_pending_deferred(q));
-    cm_pending_defer(q);
-    cm_pending_defer(q);
-    CHECK_TRUE(cm_pending_deferred(q));
+    CHECK_TRUE(!cm__pending_deferred(q));
+    cm__pending_defer(q);
+    cm__pending_defer(q);
+    CHECK_TRUE(cm__pending_deferred(q));
     for (h = 1; h <= 20; h++) {
-        CHECK_EQ(cm_pending_add(q, CM_FREE_DEVICE, h, 100, &err), 0);
+        CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, h, 100, &err), 0);
     }
-    CHECK_EQ(cm_pending_flush(q, &err), 0);
-    CHECK_TRUE(log.calls == 0 && cm_pending_count(q) == 20);
+    CHECK_EQ(cm__pending_flush(q, &err), 0);
+    CHECK_TRUE(log.calls == 0 && cm__pending_count(q) == 20);
 
-    cm_pending_undefer(q);
-    CHECK_TRUE(cm_pending_deferred(q) && log.calls == 0);
-    CHECK_EQ(cm_pending_add(q, CM_FREE_DEVICE, 21, 100, &err), 0);
+    cm__pending_undefer(q);
+    CHECK_TRUE(cm__pending_deferred(q) && log.calls == 0);
+    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 21, 100, &err), 0);
     CHECK_EQ(log.calls, 0);
 
     /* leaving the outermost block does not flush either */
-    cm_pending_undefer(q);
-    CHECK_TRUE(!cm_pending_deferred(q));
-    CHECK_TRUE(log.calls == 0 && cm_pending_count(q) == 21);
-    CHECK_EQ(cm_pending_add(q, CM_FREE_DEVICE, 22, 0, &err), 0);
+    cm__pending_undefer(q);
+    CHECK_TRUE(!cm__pending_deferred(q));
+    CHECK_TRUE(log.calls == 0 && cm__pending_count(q) == 21);
+    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 22, 0, &err), 0);
     CHECK_TRUE(freed_in_order(&log, 1, 22));
 
     /* an unbalanced undefer clamps at zero rather than going negative */
-    cm_pending_undefer(q);
-    CHECK_TRUE(!cm_pending_deferred(q));
-    cm_pending_defer(q);
-    CHECK_TRUE(cm_pending_deferred(q));
-    cm_pending_undefer(q);
-    CHECK_TRUE(!cm_pending_deferred(q));
-    cm_pending_delete(q);
+    cm__pending_undefer(q);
+    CHECK_TRUE(!cm__pending_deferred(q));
+    cm__pending_defer(q);
+    CHECK_TRUE(cm__pending_deferred(q));
+    cm__pending_undefer(q);
+    CHECK_TRUE(!cm__pending_deferred(q));
+    cm__pending_delete(q);
 }
 
 /* `with defer_cleanup(): ...` whose body raises after queueing some frees:
@@ -487,9 +490,9 @@ deferred_block_that_fails(cm_pending *q, uint64_t first, int fail_after)
     uint64_t h;
     int rc = -1;
 
-    cm_pending_defer(q);
+    cm__pending_defer(q);
     for (h = first; h < first + 15; h++) {
-        if (cm_pending_add(q, CM_FREE_DEVICE, h, 1, &err) < 0) {
+        if (cm__pending_add(q, CM_FREE_DEVICE, h, 1, &err) < 0) {
             goto done;
         }
         if ((int)(h - first) == fail_after) {
@@ -499,7 +502,7 @@ deferred_block_that_fails(cm_pending *q, uint64_t first, int fail_after)
     rc = 0;
 
 done:
-    cm_pending_undefer(q);
+    cm__pending_undefer(q);
     return rc;
 }
 
@@ -511,22 +514,22 @@ test_early_exit(void)
     cm_pending *q = new_queue((size_t)1 << 40, &log);
 
     CHECK_EQ(deferred_block_that_fails(q, 1, 11), -1);
-    CHECK_TRUE(!cm_pending_deferred(q));
-    CHECK_TRUE(log.calls == 0 && cm_pending_count(q) == 12);
-    CHECK_EQ(cm_pending_add(q, CM_FREE_DEVICE, 13, 1, &err), 0);
+    CHECK_TRUE(!cm__pending_deferred(q));
+    CHECK_TRUE(log.calls == 0 && cm__pending_count(q) == 12);
+    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 13, 1, &err), 0);
     CHECK_TRUE(freed_in_order(&log, 1, 13));
 
     /* a block nested in another that fails leaves the outer deferral */
-    cm_pending_defer(q);
+    cm__pending_defer(q);
     CHECK_EQ(deferred_block_that_fails(q, 14, 2), -1);
-    CHECK_TRUE(cm_pending_deferred(q));
-    CHECK_EQ(cm_pending_add(q, CM_FREE_DEVICE, 17, 1, &err), 0);
-    CHECK_TRUE(cm_pending_count(q) == 4 && log.n == 13);
-    cm_pending_undefer(q);
-    CHECK_TRUE(!cm_pending_deferred(q));
-    CHECK_EQ(cm_pending_flush(q, &err), 0);
+    CHECK_TRUE(cm__pending_deferred(q));
+    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 17, 1, &err), 0);
+    CHECK_TRUE(cm__pending_count(q) == 4 && log.n == 13);
+    cm__pending_undefer(q);
+    CHECK_TRUE(!cm__pending_deferred(q));
+    CHECK_EQ(cm__pending_flush(q, &err), 0);
     CHECK_TRUE(freed_in_order(&log, 1, 17));
-    cm_pending_delete(q);
+    cm__pending_delete(q);
 }
 
 static void
@@ -537,22 +540,22 @@ test_drop(void)
     cm_pending *q = new_queue((size_t)1 << 40, &log);
     uint64_t h;
 
-    cm_pending_defer(q);
+    cm__pending_defer(q);
     for (h = 1; h <= 2000; h++) {
-        CHECK_EQ(cm_pending_add(q, CM_FREE_IPC, h, 3, &err), 0);
+        CHECK_EQ(cm__pending_add(q, CM_FREE_IPC, h, 3, &err), 0);
     }
-    cm_pending_drop(q);
-    CHECK_TRUE(cm_pending_count(q) == 0 && cm_pending_bytes(q) == 0);
+    cm__pending_drop(q);
+    CHECK_TRUE(cm__pending_count(q) == 0 && cm__pending_bytes(q) == 0);
     CHECK_EQ(log.calls, 0);
-    cm_pending_undefer(q);
-    CHECK_TRUE(cm_pending_flush(q, &err) == 0 && log.calls == 0);
+    cm__pending_undefer(q);
+    CHECK_TRUE(cm__pending_flush(q, &err) == 0 && log.calls == 0);
 
     /* the queue is still usable afterwards */
     for (h = 1; h <= 11; h++) {
-        CHECK_EQ(cm_pending_add(q, CM_FREE_EVENT, h, 0, &err), 0);
+        CHECK_EQ(cm__pending_add(q, CM_FREE_EVENT, h, 0, &err), 0);
     }
     CHECK_TRUE(freed_in_order(&log, 1, 11));
-    cm_pending_delete(q);
+    cm__pending_delete(q);
 }
 
 /* Salvage hands every item over in order, deferred or not, reports the
@@ -566,29 +569,30 @@ test_salvage(void)
     uint64_t h;
 
     memset(&salvaged, 0, sizeof(salvaged));
-    cm_pending_defer(q);
+    cm__pending_defer(q);
     for (h = 1; h <= 40; h++) {
-        CHECK_EQ(cm_pending_add(q, h % 2 ? CM_FREE_MANAGED : CM_FREE_DEVICE, h,
-                                2, &err), 0);
+        CHECK_EQ(cm__pending_add(q, h % 2 ? CM_FREE_MANAGED : CM_FREE_DEVICE,
+                                 h, 2, &err),
+                 0);
     }
     salvaged.fail = 7;
     memset(&err, 0, sizeof(err));
-    CHECK_EQ(cm_pending_salvage(q, log_free, &salvaged, &err), -1);
+    CHECK_EQ(cm__pending_salvage(q, log_free, &salvaged, &err), -1);
     CHECK_EQ(err.kind, CM_ERR_DRIVER);
     CHECK_TRUE(salvaged.calls == 40 && salvaged.n == 39);
     CHECK_TRUE(salvaged.handles[5] == 6 && salvaged.handles[6] == 8);
     CHECK_TRUE(salvaged.kinds[0] == CM_FREE_MANAGED &&
                salvaged.kinds[1] == CM_FREE_DEVICE);
-    CHECK_TRUE(cm_pending_count(q) == 0 && cm_pending_bytes(q) == 0);
+    CHECK_TRUE(cm__pending_count(q) == 0 && cm__pending_bytes(q) == 0);
     CHECK_EQ(log.calls, 0);
-    CHECK_EQ(cm_pending_salvage(q, log_free, &salvaged, &err), 0);
+    CHECK_EQ(cm__pending_salvage(q, log_free, &salvaged, &err), 0);
     CHECK_EQ(salvaged.calls, 40);
-    cm_pending_undefer(q);
+    cm__pending_undefer(q);
     for (h = 1; h <= 11; h++) {
-        CHECK_EQ(cm_pending_add(q, CM_FREE_EVENT, h, 0, &err), 0);
+        CHECK_EQ(cm__pending_add(q, CM_FREE_EVENT, h, 0, &err), 0);
     }
     CHECK_TRUE(freed_in_order(&log, 1, 11));
-    cm_pending_delete(q);
+    cm__pending_delete(q);
 }
 
 static void
@@ -600,42 +604,42 @@ test_shutdown(void)
     uint64_t h;
 
     /* flushed once even though deferred */
-    cm_pending_defer(q);
+    cm__pending_defer(q);
     for (h = 1; h <= 3; h++) {
-        CHECK_EQ(cm_pending_add(q, CM_FREE_DEVICE, h, 1, &err), 0);
+        CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, h, 1, &err), 0);
     }
-    CHECK_EQ(cm_pending_shutdown(q, &err), 0);
-    CHECK_TRUE(freed_in_order(&log, 1, 3) && cm_pending_count(q) == 0);
+    CHECK_EQ(cm__pending_shutdown(q, &err), 0);
+    CHECK_TRUE(freed_in_order(&log, 1, 3) && cm__pending_count(q) == 0);
 
     /* later releases leak silently */
     for (h = 4; h <= 30; h++) {
-        CHECK_EQ(cm_pending_add(q, CM_FREE_DEVICE, h, 1000, &err), 0);
+        CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, h, 1000, &err), 0);
     }
-    cm_pending_undefer(q);
-    CHECK_TRUE(cm_pending_count(q) == 0 && cm_pending_bytes(q) == 0);
-    CHECK_EQ(cm_pending_flush(q, &err), 0);
-    CHECK_EQ(cm_pending_shutdown(q, &err), 0);
+    cm__pending_undefer(q);
+    CHECK_TRUE(cm__pending_count(q) == 0 && cm__pending_bytes(q) == 0);
+    CHECK_EQ(cm__pending_flush(q, &err), 0);
+    CHECK_EQ(cm__pending_shutdown(q, &err), 0);
     CHECK_EQ(log.calls, 3);
-    cm_pending_delete(q);
+    cm__pending_delete(q);
 
     /* a failed free at shutdown is reported; what follows it is not freed */
     q = new_queue((size_t)1 << 40, &log);
     for (h = 1; h <= 3; h++) {
-        CHECK_EQ(cm_pending_add(q, CM_FREE_DEVICE, h, 1, &err), 0);
+        CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, h, 1, &err), 0);
     }
     log.fail = 2;
     memset(&err, 0, sizeof(err));
-    CHECK_EQ(cm_pending_shutdown(q, &err), -1);
+    CHECK_EQ(cm__pending_shutdown(q, &err), -1);
     CHECK_EQ(err.kind, CM_ERR_DRIVER);
     CHECK_TRUE(freed_in_order(&log, 1, 1) && log.calls == 2);
-    CHECK_EQ(cm_pending_count(q), 1);
-    CHECK_EQ(cm_pending_add(q, CM_FREE_DEVICE, 4, 1, &err), 0);
-    CHECK_EQ(cm_pending_flush(q, &err), 0);
-    CHECK_EQ(cm_pending_shutdown(q, &err), 0);
-    CHECK_TRUE(log.calls == 2 && cm_pending_count(q) == 1);
-    cm_pending_drop(q);
-    CHECK_EQ(cm_pending_count(q), 0);
-    cm_pending_delete(q);
+    CHECK_EQ(cm__pending_count(q), 1);
+    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 4, 1, &err), 0);
+    CHECK_EQ(cm__pending_flush(q, &err), 0);
+    CHECK_EQ(cm__pending_shutdown(q, &err), 0);
+    CHECK_TRUE(log.calls == 2 && cm__pending_count(q) == 1);
+    cm__pending_drop(q);
+    CHECK_EQ(cm__pending_count(q), 0);
+    cm__pending_delete(q);
 }
 
 static void
@@ -650,12 +654,12 @@ test_reentrant_free(void)
     log.chain_from = 5;
     log.chain_to = 100;
     for (h = 1; h <= 10; h++) {
-        CHECK_EQ(cm_pending_add(q, CM_FREE_EXTERNAL, h, 1, &err), 0);
+        CHECK_EQ(cm__pending_add(q, CM_FREE_EXTERNAL, h, 1, &err), 0);
     }
-    CHECK_EQ(cm_pending_flush(q, &err), 0);
+    CHECK_EQ(cm__pending_flush(q, &err), 0);
     CHECK_TRUE(log.n == 11 && log.handles[10] == 100);
-    CHECK_EQ(cm_pending_count(q), 0);
-    cm_pending_delete(q);
+    CHECK_EQ(cm__pending_count(q), 0);
+    cm__pending_delete(q);
 }
 
 /* ---- many threads ------------------------------------------------------ */
@@ -699,20 +703,20 @@ stress_thread(void *p)
 
         /* thread 2 queues in deferred blocks of 50 */
         if (a->id == 2 && i % 50 == 0) {
-            cm_pending_defer(a->q);
+            cm__pending_defer(a->q);
         }
-        if (cm_pending_add(a->q, CM_FREE_DEVICE, h, h % 97, &err) != 0) {
+        if (cm__pending_add(a->q, CM_FREE_DEVICE, h, h % 97, &err) != 0) {
             atomic_fetch_add(&stress_bad, 1);
         }
         if (a->id == 2 && i % 50 == 49) {
-            cm_pending_undefer(a->q);
+            cm__pending_undefer(a->q);
         }
-        if (a->id < 2 && i % 100 == 0 && cm_pending_flush(a->q, &err)) {
+        if (a->id < 2 && i % 100 == 0 && cm__pending_flush(a->q, &err)) {
             atomic_fetch_add(&stress_bad, 1);
         }
         if (a->id == 3 && i % 10 == 0) {
-            (void)cm_pending_count(a->q);
-            (void)cm_pending_bytes(a->q);
+            (void)cm__pending_count(a->q);
+            (void)cm__pending_bytes(a->q);
         }
     }
     return NULL;
@@ -728,7 +732,7 @@ test_stress(void)
     int i, once = 1;
 
     /* 0.2 * 20000 bytes: both thresholds trip during the run */
-    q = cm_pending_new(20000, stress_free, NULL, &err);
+    q = cm__pending_new(20000, stress_free, NULL, &err);
     CHECK_NE(q, NULL);
     if (q == NULL) {
         return;
@@ -742,9 +746,9 @@ test_stress(void)
     for (i = 0; i < THREADS; i++) {
         pthread_join(threads[i], NULL);
     }
-    CHECK_TRUE(!cm_pending_deferred(q));
-    CHECK_EQ(cm_pending_flush(q, &err), 0);
-    CHECK_TRUE(cm_pending_count(q) == 0 && cm_pending_bytes(q) == 0);
+    CHECK_TRUE(!cm__pending_deferred(q));
+    CHECK_EQ(cm__pending_flush(q, &err), 0);
+    CHECK_TRUE(cm__pending_count(q) == 0 && cm__pending_bytes(q) == 0);
     for (i = 0; i < THREADS * PER_THREAD; i++) {
         if (atomic_load(&stress_freed[i]) != 1) {
             once = 0;
@@ -752,7 +756,7 @@ test_stress(void)
     }
     CHECK_TRUE(once);
     CHECK_EQ(atomic_load(&stress_bad), 0);
-    cm_pending_delete(q);
+    cm__pending_delete(q);
 }
 
 /* The limits must be the defaults whatever the caller set. */

@@ -6,7 +6,11 @@ the built objects:
 - core/ calls the driver only through the gate: a ``cu...(`` call appears
   in core/driver.c alone, every other file goes through ``CM_CALL``;
 - ``cm__`` symbols are core's own: no other layer's source names one, and
-  no object outside core/ defines or needs one (``nm``);
+  no object outside core/ defines or needs one (``nm``); a ``cm_`` symbol
+  of core is one that py/ needs;
+- core/'s files keep to the floors of docs/architecture.rst: a file calls
+  only its floor and those below, and no call cycle spans more than three
+  files (tools/core_graph.py reads the graph from the objects);
 - every type with ``Py_TPFLAGS_HAVE_GC`` whose ``Py_tp_dealloc`` is its
   own calls ``PyObject_GC_UnTrack`` in it.
 
@@ -16,7 +20,7 @@ That every builtin has a text signature is tests/rules/test_docs.py's
 Each check is a function of the source root that returns the offenders,
 so that it can be run on a deliberately broken copy.
 """
-import glob
+import importlib.util
 import os
 import re
 import shutil
@@ -27,6 +31,19 @@ import pytest
 from tests.helpers.run import ROOT
 
 SRC = os.path.join("cudamem", "_src")
+ARCHITECTURE = os.path.join(ROOT, "docs", "architecture.rst")
+
+
+def _load_core_graph():
+    spec = importlib.util.spec_from_file_location(
+        "core_graph", os.path.join(ROOT, "tools", "core_graph.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+core_graph = _load_core_graph()
+objects = core_graph.layer_objects
 
 PYTHON_HEADER = re.compile(
     r"^(Python\.h|[Pp]y\w*\.h|structmember\.h|frameobject\.h|"
@@ -140,19 +157,11 @@ def gc_deallocs_without_untrack(root):
     return bad
 
 
-def objects(build_temp, layer):
-    return sorted(glob.glob(os.path.join(build_temp, SRC, layer, "*.o")))
-
-
 def build_temp_dir(root):
     """The build directory of the in-place build the Makefile made last
     (build/flavor-X names it), or None."""
-    stamps = glob.glob(os.path.join(root, "build", "flavor-*"))
-    if not stamps:
-        return None
-    flavor = os.path.basename(stamps[0])[len("flavor-"):]
-    temp = os.path.join(root, "build", "tmp-" + flavor)
-    return temp if objects(temp, "py") else None
+    temp = core_graph.build_temp_dir(root)
+    return temp if temp is not None and objects(temp, "py") else None
 
 
 def nm_symbols(path, undefined):
@@ -220,3 +229,68 @@ def test_gc_types_are_found():
         count += len(re.findall(r"\.flags\s*=[^.]*Py_TPFLAGS_HAVE_GC",
                                 read(path)))
     assert count >= 10
+
+
+needs_objects = pytest.mark.skipif(shutil.which("nm") is None,
+                                   reason="needs binutils' nm")
+
+
+def core_objects_or_skip():
+    temp = build_temp_dir(ROOT)
+    if temp is None:
+        pytest.skip("no objects of a Makefile build (build/tmp-*)")
+    return temp
+
+
+@needs_objects
+def test_every_cm_symbol_of_core_is_used_by_py():
+    temp = core_objects_or_skip()
+    core = core_graph.symbol_tables(temp, "core")
+    assert core_graph.public_unused(
+        core, core_graph.symbol_tables(temp, "py")) == []
+
+
+@needs_objects
+def test_the_cm_rule_finds_an_unused_name():
+    # The rule on a py/ that needs nothing: every cm_ function is unused.
+    temp = core_objects_or_skip()
+    core = core_graph.symbol_tables(temp, "core")
+    unused = core_graph.public_unused(core, {})
+    assert "memory.c: cm_mem_alloc" in unused
+    assert not any(": cm__" in line for line in unused)
+
+
+@needs_objects
+def test_core_keeps_to_the_floors_of_the_architecture_page():
+    temp = core_objects_or_skip()
+    edges = core_graph.graph(core_graph.symbol_tables(temp, "core"))
+    floors = core_graph.read_floors(ARCHITECTURE)
+    assert core_graph.floor_violations(edges, floors) == []
+
+
+def test_the_architecture_page_lists_floors():
+    # The page's list is what the check above reads: every core file once.
+    floors = core_graph.read_floors(ARCHITECTURE)
+    files = {os.path.basename(p)[:-2] for p in sources(ROOT, "core", (".c",))}
+    assert set(floors) == files
+    assert floors["errors"] == 1 and floors["oom"] == max(floors.values())
+
+
+def test_the_floor_check_finds_a_call_upward():
+    edges = {"stats": {"pool": ["cm_pool_trim"]}, "pool": {"stats": ["x"]}}
+    floors = {"stats": 1, "pool": 6}
+    assert core_graph.floor_violations(edges, floors) == [
+        "stats.c (floor 1) -> pool.c (floor 6): cm_pool_trim"]
+
+
+@needs_objects
+def test_no_call_cycle_in_core_spans_more_than_three_files():
+    temp = core_objects_or_skip()
+    edges = core_graph.graph(core_graph.symbol_tables(temp, "core"))
+    assert len(edges) >= 20
+    assert [c for c in core_graph.cycles(edges) if len(c) > 3] == []
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    edges = {"a": {"b": []}, "b": {"c": []}, "c": {"a": []}, "d": {"a": []}}
+    assert core_graph.cycles(edges) == [["a", "b", "c"]]

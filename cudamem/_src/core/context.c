@@ -22,9 +22,6 @@
 #include <stdlib.h>
 
 #include "driver.h"
-#include "hostpool.h"
-#include "pool.h"
-#include "release.h"
 
 static struct {
     pthread_mutex_t lock;
@@ -55,6 +52,58 @@ static _Thread_local struct {
     uint64_t generation;
 } tls_pins[PINS];
 static _Thread_local int tls_pin_next;
+
+/* The subsystems' teardown, by slot (cm__subsystem_register). */
+static const cm_subsystem_ops *subsystems[CM_SUBSYSTEMS];
+
+void
+cm__subsystem_register(cm_subsystem slot, const cm_subsystem_ops *ops)
+{
+    __atomic_store_n(&subsystems[slot], ops, __ATOMIC_RELEASE);
+}
+
+static const cm_subsystem_ops *
+subsystem(int slot)
+{
+    return __atomic_load_n(&subsystems[slot], __ATOMIC_ACQUIRE);
+}
+
+/* Every subsystem's before_release: -1 when one failed (the first
+ * failure in err), after all ran. */
+static int
+before_release(cm_error *err)
+{
+    cm_error later;
+    int rc = 0;
+
+    for (int i = 0; i < CM_SUBSYSTEMS; i++) {
+        const cm_subsystem_ops *ops = subsystem(i);
+
+        if (ops != NULL && ops->before_release != NULL &&
+            ops->before_release(rc < 0 ? &later : err) < 0) {
+            rc = -1;
+        }
+    }
+    return rc;
+}
+
+/* Every subsystem's drop, as before_release. */
+static int
+drop_subsystems(cm_device *dev, int reset, cm_error *err)
+{
+    cm_error later;
+    int rc = 0;
+
+    for (int i = 0; i < CM_SUBSYSTEMS; i++) {
+        const cm_subsystem_ops *ops = subsystem(i);
+
+        if (ops != NULL && ops->drop != NULL &&
+            ops->drop(dev, reset, rc < 0 ? &later : err) < 0) {
+            rc = -1;
+        }
+    }
+    return rc;
+}
 
 static CUcontext
 load_ctx(CUcontext *slot)
@@ -126,9 +175,10 @@ cm_device_get(int ordinal, cm_device **dev, cm_error *err)
         return -1;
     }
     if (ordinal < 0 || ordinal >= table.count) {
-        return cm_fail_fmt(err, CM_ERR_VALUE,
-                        "device ordinal %d out of range: %d device%s visible",
-                        ordinal, table.count, table.count == 1 ? "" : "s");
+        return cm__fail_fmt(
+            err, CM_ERR_VALUE,
+            "device ordinal %d out of range: %d device%s visible", ordinal,
+            table.count, table.count == 1 ? "" : "s");
     }
     *dev = &table.devices[ordinal];
     return 0;
@@ -240,17 +290,16 @@ hold_take(cm_device *dev, cm_error *err)
             ok = dev->exclusive ? pthread_equal(dev->tearer, pthread_self())
                                 : tls_holding > 0;
         }
-        if (!ok &&
-            __atomic_sub_fetch(&dev->users, 1, __ATOMIC_SEQ_CST) == 0) {
+        if (!ok && __atomic_sub_fetch(&dev->users, 1, __ATOMIC_SEQ_CST) == 0) {
             pthread_cond_broadcast(&dev->hold_cond);
         }
         cm__unlock(&dev->hold_lock);
     }
     if (!ok) {
-        return cm_fail_fmt(err, CM_ERR_STATE,
-                           "device %d cannot be used now: another thread "
-                           "is resetting or closing its context",
-                           dev->ordinal);
+        return cm__fail_fmt(err, CM_ERR_STATE,
+                            "device %d cannot be used now: another thread "
+                            "is resetting or closing its context",
+                            dev->ordinal);
     }
     tls_holding++;
     return 0;
@@ -276,10 +325,10 @@ teardown_begin(cm_device *dev, cm_error *err)
     /* The calls in flight would include this thread's own (a signal
      * handler run by a staged copy's poll for signals). */
     if (tls_holding > 0) {
-        return cm_fail_fmt(err, CM_ERR_STATE,
-                           "device %d cannot be reset or closed from "
-                           "inside an operation on a context",
-                           dev->ordinal);
+        return cm__fail_fmt(err, CM_ERR_STATE,
+                            "device %d cannot be reset or closed from "
+                            "inside an operation on a context",
+                            dev->ordinal);
     }
     cm__lock(&dev->hold_lock, CM_LOCK_HOLD);
     while (dev->tearing) {
@@ -332,8 +381,7 @@ release_locked(cm_device *dev, int reset, cm_error *err)
         }
         /* Queued managed frees still hold the context: they run (or, on
          * a reset, give their retains back) even when one fails. */
-        rc = cm__queues_drop(dev, reset, err) < 0 ? 1 : 0;
-        cm__pool_drop(dev);
+        rc = drop_subsystems(dev, reset, err) < 0 ? 1 : 0;
         __atomic_add_fetch(&dev->generation, 1, __ATOMIC_ACQ_REL);
     }
     cm__unlock(&dev->qlock);
@@ -418,7 +466,7 @@ cm_device_reset(cm_device *dev, cm_error *err)
 }
 
 void
-cm_device_poison(cm_device *dev, cm_error *err)
+cm__device_poison(cm_device *dev, cm_error *err)
 {
     const char *none = NULL;
 
@@ -467,11 +515,11 @@ cm_ctx_enter(cm_device *dev, cm_ctx_guard *guard, cm_error *err)
     }
     if (tls_holding == 1 && pin_moved(dev)) {
         hold_drop(dev);
-        return cm_fail_fmt(err, CM_ERR_STATE,
-                           "device %d's context was reset or closed by "
-                           "another thread as this call began: what it "
-                           "uses is gone",
-                           dev->ordinal);
+        return cm__fail_fmt(err, CM_ERR_STATE,
+                            "device %d's context was reset or closed by "
+                            "another thread as this call began: what it "
+                            "uses is gone",
+                            dev->ordinal);
     }
     if (cm_device_poisoned(dev, err) < 0 ||
         primary_retain(dev, &ctx, err) < 0 ||
@@ -497,12 +545,12 @@ cm_ctx_leave(cm_ctx_guard *guard, int status, cm_error *err)
     CUcontext popped;
 
     if (status < 0) {
-        cm_device_poison(guard->dev, err);
+        cm__device_poison(guard->dev, err);
     }
     if (guard->pushed != NULL) {
         guard->pushed = NULL;
-        if (CM_CALL(status < 0 ? &ignored : err, cuCtxPopCurrent,
-                    &popped) < 0) {
+        if (CM_CALL(status < 0 ? &ignored : err, cuCtxPopCurrent, &popped) <
+            0) {
             status = -1;
         }
     }
@@ -545,7 +593,7 @@ cm_current_poison(cm_error *err)
     }
     dev = known_primary(cur, &stale);
     if (dev != NULL && !stale) {
-        cm_device_poison(dev, err);
+        cm__device_poison(dev, err);
     }
 }
 
@@ -589,20 +637,21 @@ resolve_current(CUcontext cur, cm_device **out, cm_error *err)
     }
     dev = by_cudev(cudev);
     if (dev == NULL) {
-        return cm_fail_fmt(err, CM_ERR_STATE,
-                        "the current CUDA context %p is on a device that "
-                        "is not visible to cudamem",
-                        (void *)cur);
+        return cm__fail_fmt(err, CM_ERR_STATE,
+                            "the current CUDA context %p is on a device that "
+                            "is not visible to cudamem",
+                            (void *)cur);
     }
     /* Another library's primary context is fine (numba's rule). */
     if (primary_retain(dev, &ctx, err) < 0) {
         return -1;
     }
     if (ctx != cur) {
-        return cm_fail_fmt(err, CM_ERR_STATE,
-                        "cudamem cannot operate on non-primary CUDA context "
-                        "%p",
-                        (void *)cur);
+        return cm__fail_fmt(
+            err, CM_ERR_STATE,
+            "cudamem cannot operate on non-primary CUDA context "
+            "%p",
+            (void *)cur);
     }
     *out = dev;
     return 0;
@@ -635,7 +684,7 @@ cm_current_device(cm_device **out, cm_error *err)
 }
 
 int
-cm_context_device(CUcontext ctx, cm_device **out, cm_error *err)
+cm__context_device(CUcontext ctx, cm_device **out, cm_error *err)
 {
     CUcontext primary, popped;
     CUdevice cudev;
@@ -663,17 +712,19 @@ cm_context_device(CUcontext ctx, cm_device **out, cm_error *err)
     }
     dev = by_cudev(cudev);
     if (dev == NULL || primary_retain(dev, &primary, err) < 0) {
-        return dev == NULL ? cm_fail_fmt(err, CM_ERR_VALUE,
-                                      "CUDA context %p is on a device that "
-                                      "is not visible to cudamem",
-                                      (void *)ctx)
-                           : -1;
+        return dev == NULL
+                   ? cm__fail_fmt(err, CM_ERR_VALUE,
+                                  "CUDA context %p is on a device that "
+                                  "is not visible to cudamem",
+                                  (void *)ctx)
+                   : -1;
     }
     if (primary != ctx) {
-        return cm_fail_fmt(err, CM_ERR_VALUE,
-                        "CUDA context %p is not a primary context: cudamem "
-                        "works only with primary contexts",
-                        (void *)ctx);
+        return cm__fail_fmt(
+            err, CM_ERR_VALUE,
+            "CUDA context %p is not a primary context: cudamem "
+            "works only with primary contexts",
+            (void *)ctx);
     }
     *out = dev;
     return 0;
@@ -761,7 +812,7 @@ cm_device_release(cm_device *dev, cm_error *err)
         return -1;
     }
     /* Cached page-locked blocks may retain the context (as in close). */
-    failed = cm_hostpool_trim(err) < 0;
+    failed = before_release(err) < 0;
     rc = release_device(dev, failed ? &ignored : err);
     return failed || rc != 0 ? -1 : 0;
 }
@@ -789,7 +840,7 @@ cm_devices_close(int main_thread, cm_error *err)
     /* Cached page-locked blocks retain the contexts of the devices that
      * registered them: free them, so that close() releases every context.
      * A failure is reported once every device is closed. */
-    failed = cm_hostpool_trim(err) < 0;
+    failed = before_release(err) < 0;
     for (int i = 0; i < table.count; i++) {
         int rc = release_device(&table.devices[i], failed ? &ignored : err);
 
@@ -808,11 +859,11 @@ cm_ctx_check(cm_device *dev, uint64_t generation, cm_error *err)
         return -1;
     }
     if (__atomic_load_n(&dev->generation, __ATOMIC_ACQUIRE) != generation) {
-        return cm_fail_fmt(err, CM_ERR_STATE,
-                        "this Context of device %d cannot be used: the "
-                        "context was reset or closed; get the current one "
-                        "with current_context()",
-                        dev->ordinal);
+        return cm__fail_fmt(err, CM_ERR_STATE,
+                            "this Context of device %d cannot be used: the "
+                            "context was reset or closed; get the current one "
+                            "with current_context()",
+                            dev->ordinal);
     }
     cm__ctx_note_checked(dev, generation);
     return 0;
@@ -828,11 +879,11 @@ int
 cm_ctx_unchanged(cm_device *dev, uint64_t generation, cm_error *err)
 {
     if (cm_device_generation(dev) != generation) {
-        return cm_fail_fmt(err, CM_ERR_STATE,
-                           "device %d's context was reset or closed by "
-                           "another thread during this wait: what it "
-                           "waited for is gone",
-                           dev->ordinal);
+        return cm__fail_fmt(err, CM_ERR_STATE,
+                            "device %d's context was reset or closed by "
+                            "another thread during this wait: what it "
+                            "waited for is gone",
+                            dev->ordinal);
     }
     cm__ctx_note_checked(dev, generation);
     return 0;
@@ -863,10 +914,11 @@ cm_ctx_pop(cm_device *dev, uint64_t generation, cm_error *err)
         return -1;
     }
     if (cur != ctx) {
-        return cm_fail_fmt(err, CM_ERR_STATE,
-                        "cannot pop CUDA context %p of device %d: it is not "
-                        "the current context (%p is)",
-                        (void *)ctx, dev->ordinal, (void *)cur);
+        return cm__fail_fmt(
+            err, CM_ERR_STATE,
+            "cannot pop CUDA context %p of device %d: it is not "
+            "the current context (%p is)",
+            (void *)ctx, dev->ordinal, (void *)cur);
     }
     if (CM_CALL(err, cuCtxPopCurrent, &popped) < 0) {
         return -1;
@@ -892,7 +944,7 @@ cm_ctx_meminfo(cm_device *dev, uint64_t generation, size_t *free_bytes,
 }
 
 int
-cm_ctx_synchronize(cm_device *dev, uint64_t generation, cm_error *err)
+cm__ctx_synchronize(cm_device *dev, uint64_t generation, cm_error *err)
 {
     cm_ctx_guard guard;
 
@@ -906,13 +958,20 @@ cm_ctx_synchronize(cm_device *dev, uint64_t generation, cm_error *err)
 int
 cm_ctx_reset(cm_device *dev, uint64_t generation, cm_error *err)
 {
-    if (cm_ctx_synchronize(dev, generation, err) < 0 ||
-        cm_queues_flush(dev, err) < 0) {
+    if (cm__ctx_synchronize(dev, generation, err) < 0) {
         return -1;
     }
-    /* numba's reset() of the context's memory manager: the pool's is a
-     * trim. */
-    return cm_pool_trim(dev, err);
+    /* The queues flush, then numba's reset() of the context's memory
+     * manager: the pool's is a trim. The first failure stops. */
+    for (int i = 0; i < CM_SUBSYSTEMS; i++) {
+        const cm_subsystem_ops *ops = subsystem(i);
+
+        if (ops != NULL && ops->relieve != NULL &&
+            ops->relieve(dev, err) < 0) {
+            return -1;
+        }
+    }
+    return 0;
 }
 
 int

@@ -26,13 +26,17 @@ typedef struct cm_device {
     uint64_t resets;        /* bumped by reset only: managed memory of an
                                older count is gone, whatever its retains */
     pthread_mutex_t lock;
-    /* release.c's queues for the current generation, made on first use.
-     * qlock (recursive: a free may release more) orders queueing against
-     * the generation bump; taken after lock, never before it. */
-    struct cm_pending *queues[2];
+    /* qlock (recursive: a free may release more) orders queueing against
+     * the generation bump; taken after lock, never before it. The slots
+     * below belong to the files named, which context.c does not call:
+     * they register their teardown (cm__subsystem_register). */
     pthread_mutex_t qlock;
+    /* release.c's queues for the current generation, made on first use
+     * (under qlock). */
+    struct cm_pending *queues[2];
     /* pool.c's pool, made on first enable (under qlock) and never freed;
-     * pool_on is the same pointer while pooled allocation is on. */
+     * pool_on is the same pointer while pooled allocation is on (memory.c
+     * then allocates through pool.c's cm_mem_ops). */
     struct cm_pool *pool;
     struct cm_pool *pool_on;
     cm_counts counts[CM_STAT_KINDS]; /* stats.c's, atomic */
@@ -89,11 +93,11 @@ int cm_device_reset(cm_device *dev, cm_error *err);
  * fails with it, so core fails fast without calling the driver: the
  * device is poisoned for good unless a reset gives a context the driver
  * reports usable (the real driver does not: the process must restart).
- * cm_device_poison records err in dev when its code is sticky and sets
+ * cm__device_poison records err in dev when its code is sticky and sets
  * err->device; cm_device_poisoned is 0, or -1 with that error in err;
  * cm_current_poison records a sticky err that names no device in the
  * device of the calling thread's current context. */
-void cm_device_poison(cm_device *dev, cm_error *err);
+void cm__device_poison(cm_device *dev, cm_error *err);
 int cm_device_poisoned(cm_device *dev, cm_error *err);
 void cm_current_poison(cm_error *err);
 
@@ -118,7 +122,7 @@ int cm_ctx_leave(cm_ctx_guard *guard, int status, cm_error *err);
 int cm_current_device(cm_device **out, cm_error *err);
 /* The device whose primary context is `ctx` (a handle another library
  * got, such as a stream's context); CM_ERR_VALUE naming it otherwise. */
-int cm_context_device(CUcontext ctx, cm_device **out, cm_error *err);
+int cm__context_device(CUcontext ctx, cm_device **out, cm_error *err);
 /* The device of the current context whatever its kind, or NULL when none
  * is current. Changes nothing. */
 int cm_active_device(cm_device **out, cm_error *err);
@@ -157,7 +161,7 @@ int cm_ctx_pop(cm_device *dev, uint64_t generation, cm_error *err);
 int cm_ctx_meminfo(cm_device *dev, uint64_t generation, size_t *free_bytes,
                    size_t *total_bytes, cm_error *err);
 /* Blocks: py/ calls it with the GIL released. */
-int cm_ctx_synchronize(cm_device *dev, uint64_t generation, cm_error *err);
+int cm__ctx_synchronize(cm_device *dev, uint64_t generation, cm_error *err);
 /* numba's Context.reset(): waits for the context's work and releases what
  * cudamem holds in it (pending frees, the pool's free slabs); the context
  * stays usable. Blocks. */
@@ -165,6 +169,36 @@ int cm_ctx_reset(cm_device *dev, uint64_t generation, cm_error *err);
 /* Lets dev's context access peer's memory; already enabled is success. */
 int cm_ctx_enable_peer(cm_device *dev, uint64_t generation, cm_device *peer,
                        unsigned flags, cm_error *err);
+
+/* What a subsystem that keeps state per device (in cm_device's slots, or
+ * anything holding a context) does when a context is torn down or reset.
+ * Each registers its operations when it first makes such state, so that
+ * context.c needs none of them; they run in the order of the slots. */
+typedef enum cm_subsystem {
+    CM_SUB_QUEUES = 0, /* release.c's pending-free queues */
+    CM_SUB_POOL,       /* pool.c's device pool */
+    CM_SUB_HOSTMEM,    /* hostmem.c's records waiting for their work */
+    CM_SUB_HOSTPOOL,   /* hostpool.c's cached page-locked blocks */
+    CM_SUBSYSTEMS
+} cm_subsystem;
+
+typedef struct cm_subsystem_ops {
+    /* close() and release_primary_context(), before any lock is taken:
+     * gives back what holds contexts from outside them (may be NULL). */
+    int (*before_release)(cm_error *err);
+    /* With dev->lock and dev->qlock held, cudamem's retain dropped and
+     * the generation not bumped yet: forgets dev's state of the old
+     * context; `reset` when the context is about to be reset. -1 with err
+     * filled; the teardown goes on (may be NULL). */
+    int (*drop)(cm_device *dev, int reset, cm_error *err);
+    /* Context.reset(), after the context's work is done: gives back what
+     * is held in it; the context stays usable (may be NULL). */
+    int (*relieve)(cm_device *dev, cm_error *err);
+} cm_subsystem_ops;
+
+/* Installs `ops` (static storage) in `slot`; again is harmless. A drop
+ * must be registered under dev->qlock before its state is made. */
+void cm__subsystem_register(cm_subsystem slot, const cm_subsystem_ops *ops);
 
 int cm_profiler_start(cm_error *err);
 int cm_profiler_stop(cm_error *err);

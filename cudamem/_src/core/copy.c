@@ -108,8 +108,8 @@ cm_copy_dtoh(cm_device *dev, void *dst, CUdeviceptr src, size_t n,
 }
 
 int
-cm_copy_dtod(cm_device *dev, CUdeviceptr dst, CUdeviceptr src, size_t n,
-             CUstream stream, int async, cm_error *err)
+cm__copy_dtod(cm_device *dev, CUdeviceptr dst, CUdeviceptr src, size_t n,
+              CUstream stream, int async, cm_error *err)
 {
     return copy_contiguous(dev, 1, dst, NULL, 1, src, NULL, n, stream, async,
                            err);
@@ -138,9 +138,9 @@ cm_copy_peer(cm_device *dst_dev, CUdeviceptr dst, cm_device *src_dev,
         cm_ctx_enter(dst_dev, &guard, err) < 0) {
         return -1;
     }
-    rc = async ? CM_CALL(err, cuMemcpyPeerAsync, dst, dctx, src, sctx, n,
-                         stream)
-               : CM_CALL(err, cuMemcpyPeer, dst, dctx, src, sctx, n);
+    rc = async
+             ? CM_CALL(err, cuMemcpyPeerAsync, dst, dctx, src, sctx, n, stream)
+             : CM_CALL(err, cuMemcpyPeer, dst, dctx, src, sctx, n);
     if (rc == 0 && !async) {
         rc = complete(err);
     }

@@ -17,8 +17,8 @@ int cm_copy_htod(cm_device *dev, CUdeviceptr dst, const void *src, size_t n,
                  CUstream stream, int async, cm_error *err);
 int cm_copy_dtoh(cm_device *dev, void *dst, CUdeviceptr src, size_t n,
                  CUstream stream, int async, cm_error *err);
-int cm_copy_dtod(cm_device *dev, CUdeviceptr dst, CUdeviceptr src, size_t n,
-                 CUstream stream, int async, cm_error *err);
+int cm__copy_dtod(cm_device *dev, CUdeviceptr dst, CUdeviceptr src, size_t n,
+                  CUstream stream, int async, cm_error *err);
 
 /* A contiguous copy from src_dev's memory to dst_dev's (another device)
  * with cuMemcpyPeer, in dst_dev's context; `stream` is dst_dev's. Both
@@ -51,14 +51,14 @@ int cm__copy_noted(cm_device *dev, CUstream stream, const void *host,
  * pointer) and its layout. Strides are in bytes, of any sign; a source may
  * have zero strides (broadcast). */
 typedef struct cm_side {
-    int on_device;           /* 1: `ptr` is device memory; 0: `host` */
+    int on_device; /* 1: `ptr` is device memory; 0: `host` */
     CUdeviceptr ptr;
     /* A host side's memory; a device side's host address, where its
      * memory is host memory the device maps (or managed memory), else
      * NULL: a host side may then alias it. */
     void *host;
     int ndim;
-    const ptrdiff_t *shape;  /* elements per dimension */
+    const ptrdiff_t *shape; /* elements per dimension */
     const ptrdiff_t *strides;
 } cm_side;
 

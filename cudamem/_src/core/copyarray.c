@@ -143,8 +143,8 @@ drain_after(job *j, int rc, cm_error *err)
 }
 
 static int
-copy_bytes(job *j, int ddev, uintptr_t dst, int sdev, uintptr_t src,
-           size_t n, cm_error *err)
+copy_bytes(job *j, int ddev, uintptr_t dst, int sdev, uintptr_t src, size_t n,
+           cm_error *err)
 {
     int rc = cm__memcpy(ddev, (CUdeviceptr)dst, (void *)dst, sdev,
                         (CUdeviceptr)src, (const void *)src, n, j->stream,
@@ -165,15 +165,15 @@ memtype(int on_device)
 
 /* The memory types and first bytes of a CUDA_MEMCPY2D or _3D (the same
  * field names). */
-#define SET_ENDS(m, L, dst, src)                                               \
-    do {                                                                       \
-        memset(&(m), 0, sizeof(m));                                            \
-        (m).srcMemoryType = memtype((L)->sdev);                                \
-        (m).dstMemoryType = memtype((L)->ddev);                                \
-        (m).srcDevice = (L)->sdev ? (CUdeviceptr)(src) : 0;                    \
-        (m).srcHost = (L)->sdev ? NULL : (const void *)(src);                  \
-        (m).dstDevice = (L)->ddev ? (CUdeviceptr)(dst) : 0;                    \
-        (m).dstHost = (L)->ddev ? NULL : (void *)(dst);                        \
+#define SET_ENDS(m, L, dst, src)                                              \
+    do {                                                                      \
+        memset(&(m), 0, sizeof(m));                                           \
+        (m).srcMemoryType = memtype((L)->sdev);                               \
+        (m).dstMemoryType = memtype((L)->ddev);                               \
+        (m).srcDevice = (L)->sdev ? (CUdeviceptr)(src) : 0;                   \
+        (m).srcHost = (L)->sdev ? NULL : (const void *)(src);                 \
+        (m).dstDevice = (L)->ddev ? (CUdeviceptr)(dst) : 0;                   \
+        (m).dstHost = (L)->ddev ? NULL : (void *)(dst);                       \
     } while (0)
 
 /* Whether cuMemcpy2DAsync takes the pitches of rows h between device
@@ -214,8 +214,7 @@ issue(job *j, const cm__layout *L, const cm__plan *p, uintptr_t dst,
     if (h == NULL) {
         return copy_bytes(j, L->ddev, dst, L->sdev, src, p->width, err);
     }
-    if (z == NULL && dtod && j->async &&
-        pitches_safe(j, h, &flat, err) < 0) {
+    if (z == NULL && dtod && j->async && pitches_safe(j, h, &flat, err) < 0) {
         return -1;
     }
     if (z == NULL && flat) {
@@ -271,9 +270,9 @@ move_run(char *dst, const char *src, ptrdiff_t n, ptrdiff_t ds, ptrdiff_t ss,
          size_t size)
 {
     /* Constant sizes let the compiler turn each memcpy into a move. */
-#define MOVE(bytes)                                                            \
-    for (ptrdiff_t i = 0; i < n; i++) {                                        \
-        memcpy(dst + i * ds, src + i * ss, bytes);                             \
+#define MOVE(bytes)                                                           \
+    for (ptrdiff_t i = 0; i < n; i++) {                                       \
+        memcpy(dst + i * ds, src + i * ss, bytes);                            \
     }
     switch (size) {
     case 1:
@@ -518,8 +517,8 @@ static int
 run_host(job *j, const cm__layout *L, cm_error *err)
 {
     ptrdiff_t ts[CM_LAYOUT_MAXDIM], origin;
-    size_t size =
-        cm__layout_packed(L, L->ddev ? 0 : 1, j->itemsize, ts, &origin);
+    size_t size = cm__layout_packed(L, L->ddev ? 0 : 1, j->itemsize, ts,
+                                    &origin);
     cm__layout leg, pass;
     char *buf = malloc(size);
     int rc;
@@ -607,8 +606,7 @@ run_bounce(job *j, const cm__layout *L, cm_error *err)
     if (rc == 0) {
         rc = run(j, &up,
                  best(j, &up,
-                      BIT(HOW_DIRECT) | BIT(HOW_HOST) | BIT(HOW_DOUBLE),
-                      NULL),
+                      BIT(HOW_DIRECT) | BIT(HOW_HOST) | BIT(HOW_DOUBLE), NULL),
                  err);
         rc = drain_after(j, rc, err);
     }
@@ -640,8 +638,8 @@ run(job *j, const cm__layout *L, int how, cm_error *err)
 static double
 set_cost(const cm__setplan *p)
 {
-    return (double)p->calls * COST_SET + rows_cost(p->rows, p->width * p->u,
-                                                   0);
+    return (double)p->calls * COST_SET +
+           rows_cost(p->rows, p->width * p->u, 0);
 }
 
 static int
@@ -674,10 +672,10 @@ set_call(job *j, uintptr_t ptr, unsigned u, uint32_t value, size_t width,
     else {
         switch (u) {
         case 1:
-            rc = j->async ? CM_CALL(err, cuMemsetD2D8Async, d, pitch, v8,
-                                    width, height, s)
-                          : CM_CALL(err, cuMemsetD2D8, d, pitch, v8, width,
-                                    height);
+            rc = j->async
+                     ? CM_CALL(err, cuMemsetD2D8Async, d, pitch, v8, width,
+                               height, s)
+                     : CM_CALL(err, cuMemsetD2D8, d, pitch, v8, width, height);
             break;
         case 2:
             rc = j->async ? CM_CALL(err, cuMemsetD2D16Async, d, pitch, v16,
@@ -838,8 +836,8 @@ fill_layout(job *j, const cm__layout *L, const unsigned char *pattern,
     sub.nd = k_best;
     if (how == SEED_COPY) {
         /* Synchronous only: the pattern is read before this returns. */
-        if (copy_bytes(j, 1, L->dst, 0, (uintptr_t)pattern, j->itemsize,
-                       err) < 0) {
+        if (copy_bytes(j, 1, L->dst, 0, (uintptr_t)pattern, j->itemsize, err) <
+            0) {
             return -1;
         }
     }
@@ -896,8 +894,8 @@ int
 cm_copy_array(cm_device *dev, const cm_side *dst, const cm_side *src,
               size_t itemsize, CUstream stream, int async, cm_error *err)
 {
-    job j = {.dev = dev, .stream = stream, .async = async,
-             .itemsize = itemsize};
+    job j = {
+        .dev = dev, .stream = stream, .async = async, .itemsize = itemsize};
     cm_ctx_guard guard;
     cm__layout L;
     cm__plan p;
@@ -919,14 +917,13 @@ cm_copy_array(cm_device *dev, const cm_side *dst, const cm_side *src,
     if (cm__layout_contiguous(&L, itemsize) && !overlap) {
         n *= itemsize;
         if (L.ddev && L.sdev) {
-            return cm_copy_dtod(dev, L.dst, L.src, n, stream, async, err);
+            return cm__copy_dtod(dev, L.dst, L.src, n, stream, async, err);
         }
         if (L.ddev) {
             return cm_copy_htod(dev, L.dst, (const void *)L.src, n, stream,
                                 async, err);
         }
-        return cm_copy_dtoh(dev, (void *)L.dst, L.src, n, stream, async,
-                            err);
+        return cm_copy_dtoh(dev, (void *)L.dst, L.src, n, stream, async, err);
     }
     if (cm_ctx_enter(dev, &guard, err) < 0) {
         return -1;
@@ -963,8 +960,8 @@ int
 cm_fill(cm_device *dev, const cm_side *dst, const void *pattern,
         size_t itemsize, CUstream stream, int async, cm_error *err)
 {
-    job j = {.dev = dev, .stream = stream, .async = async,
-             .itemsize = itemsize};
+    job j = {
+        .dev = dev, .stream = stream, .async = async, .itemsize = itemsize};
     cm_ctx_guard guard;
     cm__layout L;
     size_t n;

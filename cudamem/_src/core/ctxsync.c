@@ -42,7 +42,7 @@ run_job(cm_ctx_sync *job)
     cm_error ignored;
 
     /* A failure ends the wait too: the caller's synchronize reports it. */
-    cm_ctx_synchronize(job->dev, job->generation, &ignored);
+    cm__ctx_synchronize(job->dev, job->generation, &ignored);
     __atomic_store_n(&job->done, 1, __ATOMIC_RELEASE);
     cm_ctx_sync_release(job);
 }
@@ -143,5 +143,5 @@ cm_ctx_sync_query(cm_device *dev, void *job, int *done, cm_error *err)
 int
 cm_ctx_sync_finish(cm_device *dev, void *job, cm_error *err)
 {
-    return cm_ctx_synchronize(dev, ((cm_ctx_sync *)job)->generation, err);
+    return cm__ctx_synchronize(dev, ((cm_ctx_sync *)job)->generation, err);
 }

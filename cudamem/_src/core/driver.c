@@ -16,8 +16,8 @@
 #define CM_MIN_DRIVER_VERSION 12000
 #define CM_PTDS_VERSION 7000 /* per-thread variants appeared in CUDA 7.0 */
 
-cm_driver_table cm_drv;
-int cm_log_api;
+cm_driver_table cm__drv;
+int cm__log_api;
 
 typedef struct cm_row {
     const char *name;
@@ -27,7 +27,7 @@ typedef struct cm_row {
 } cm_row;
 
 static const cm_row rows[] = {
-#define CM_DRIVER_ROW(name, version, flags)                                    \
+#define CM_DRIVER_ROW(name, version, flags)                                   \
     {#name, version, flags, offsetof(cm_driver_table, name)},
     CM_DRIVER_ROWS(CM_DRIVER_ROW)
 #undef CM_DRIVER_ROW
@@ -56,8 +56,7 @@ env_true(const char *name)
 }
 
 /* Sets a CM_ERR_SUPPORT failure whose message lives in drv.msg. */
-static int
-support_error(cm_error *err, const char *fmt, ...)
+static int support_error(cm_error *err, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 static int
@@ -178,7 +177,7 @@ resolve_rows(PFN_cuGetProcAddress_v12000 getproc, cm_error *err)
                 drv.path, drv.version / 1000, drv.version % 1000 / 10,
                 row->name, version);
         }
-        memcpy((char *)&cm_drv + row->offset, &fn, sizeof(fn));
+        memcpy((char *)&cm__drv + row->offset, &fn, sizeof(fn));
         drv.present[i] = fn != NULL;
     }
     return 0;
@@ -208,8 +207,9 @@ load_locked(const char *sim_path, cm_error *err)
                 CM_MIN_DRIVER_VERSION / 1000,
                 CM_MIN_DRIVER_VERSION % 1000 / 10);
         }
-        return support_error(err, "%s is not a CUDA driver: it has no "
-                                  "cuGetProcAddress_v2",
+        return support_error(err,
+                             "%s is not a CUDA driver: it has no "
+                             "cuGetProcAddress_v2",
                              drv.path);
     }
     rc = getproc("cuDriverGetVersion", (void **)&get_version, 2020,
@@ -229,8 +229,9 @@ load_locked(const char *sim_path, cm_error *err)
     }
     if (drv.version < CM_MIN_DRIVER_VERSION) {
         return support_error(
-            err, "the CUDA driver %s is version %d.%d; cudamem needs %d.%d "
-                 "or newer",
+            err,
+            "the CUDA driver %s is version %d.%d; cudamem needs %d.%d "
+            "or newer",
             drv.path, drv.version / 1000, drv.version % 1000 / 10,
             CM_MIN_DRIVER_VERSION / 1000, CM_MIN_DRIVER_VERSION % 1000 / 10);
     }
@@ -262,14 +263,14 @@ cm_driver_load(const char *sim_path, cm_error *err)
     cm__lock(&drv.lock, CM_LOCK_DRIVER);
     if (drv.state == 0) {
         const char *log = getenv("CUDAMEM_LOG");
-        cm_log_api = log != NULL && strstr(log, "api") != NULL;
+        cm__log_api = log != NULL && strstr(log, "api") != NULL;
         if (load_locked(sim_path, &drv.error) < 0) {
             drv.state = -1;
             if (drv.handle != NULL) {
                 dlclose(drv.handle);
                 drv.handle = NULL;
             }
-            memset(&cm_drv, 0, sizeof(cm_drv));
+            memset(&cm__drv, 0, sizeof(cm__drv));
         }
         else {
             drv.state = 1;
@@ -304,10 +305,9 @@ cm_driver_version(void)
 int
 cm__missing(cm_error *err, const char *call)
 {
-    int rc = cm_fail_fmt(err, CM_ERR_SUPPORT,
-                         "the CUDA driver %s (version %d.%d) has no %s",
-                         drv.path, drv.version / 1000,
-                         drv.version % 1000 / 10, call);
+    int rc = cm__fail_fmt(
+        err, CM_ERR_SUPPORT, "the CUDA driver %s (version %d.%d) has no %s",
+        drv.path, drv.version / 1000, drv.version % 1000 / 10, call);
 
     err->call = call;
     return rc;
@@ -393,11 +393,10 @@ trace(const char *call, CUresult rc, const cm__arg *args, const char *names)
             if (len > 0 && name[0] >= '0' && name[0] <= '9') {
                 len = 0; /* a literal: its value says it all */
             }
-            used += (size_t)snprintf(line + used, sizeof(line) - used,
-                                     v < 65536 ? "%s%.*s%s%llu"
-                                               : "%s%.*s%s%#llx",
-                                     i ? ", " : "", len, name,
-                                     len ? "=" : "", v);
+            used += (size_t)snprintf(
+                line + used, sizeof(line) - used,
+                v < 65536 ? "%s%.*s%s%llu" : "%s%.*s%s%#llx", i ? ", " : "",
+                len, name, len ? "=" : "", v);
         }
         else {
             used += (size_t)snprintf(line + used, sizeof(line) - used,

@@ -20,84 +20,84 @@
 /* X(name, ABI version, flags). The version is the oldest ABI with the
  * semantics core needs (DESIGN rule 2); the field's type is
  * PFN_<name>_v<version>, so the compiler checks every call. */
-#define CM_DRIVER_ROWS(X)                                                      \
-    X(cuInit, 2000, CM_ROW_REQUIRED)                                           \
-    X(cuDriverGetVersion, 2020, CM_ROW_REQUIRED)                               \
-    X(cuDeviceGetCount, 2000, CM_ROW_REQUIRED)                                 \
-    X(cuDeviceGet, 2000, CM_ROW_REQUIRED)                                      \
-    X(cuDeviceGetName, 2000, CM_ROW_REQUIRED)                                  \
-    X(cuDeviceGetAttribute, 2000, CM_ROW_REQUIRED)                             \
-    X(cuDeviceTotalMem, 3020, CM_ROW_REQUIRED)                                 \
-    X(cuDeviceGetUuid, 11040, CM_ROW_REQUIRED)                                 \
-    X(cuDeviceGetPCIBusId, 4010, CM_ROW_REQUIRED)                              \
-    X(cuDevicePrimaryCtxRetain, 7000, CM_ROW_REQUIRED)                         \
-    X(cuDevicePrimaryCtxRelease, 11000, CM_ROW_REQUIRED)                       \
-    X(cuDevicePrimaryCtxReset, 11000, CM_ROW_REQUIRED)                         \
-    X(cuCtxGetCurrent, 4000, CM_ROW_REQUIRED)                                  \
-    X(cuCtxSetCurrent, 4000, CM_ROW_REQUIRED)                                  \
-    X(cuCtxPushCurrent, 4000, CM_ROW_REQUIRED)                                 \
-    X(cuCtxPopCurrent, 4000, CM_ROW_REQUIRED)                                  \
-    X(cuCtxGetDevice, 2000, CM_ROW_REQUIRED)                                   \
-    X(cuCtxSynchronize, 2000, CM_ROW_REQUIRED)                                 \
-    X(cuMemGetInfo, 3020, CM_ROW_REQUIRED)                                     \
-    X(cuDeviceCanAccessPeer, 4000, CM_ROW_REQUIRED)                            \
-    X(cuCtxEnablePeerAccess, 4000, CM_ROW_REQUIRED)                            \
-    X(cuProfilerStart, 4000, CM_ROW_REQUIRED)                                  \
-    X(cuProfilerStop, 4000, CM_ROW_REQUIRED)                                   \
-    X(cuMemAlloc, 3020, CM_ROW_REQUIRED)                                       \
-    X(cuMemFree, 3020, CM_ROW_REQUIRED)                                        \
-    X(cuPointerGetAttributes, 7000, CM_ROW_REQUIRED)                           \
-    X(cuMemcpyHtoD, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                       \
-    X(cuMemcpyDtoH, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                       \
-    X(cuMemcpyDtoD, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                       \
-    X(cuMemcpyHtoDAsync, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                  \
-    X(cuMemcpyDtoHAsync, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                  \
-    X(cuMemcpyDtoDAsync, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                  \
-    X(cuStreamCreate, 2000, CM_ROW_REQUIRED)                                   \
-    X(cuStreamCreateWithPriority, 5050, CM_ROW_REQUIRED)                       \
-    X(cuStreamDestroy, 4000, CM_ROW_REQUIRED)                                  \
-    X(cuStreamSynchronize, 2000, CM_ROW_REQUIRED | CM_ROW_PTDS)                \
-    X(cuStreamQuery, 2000, CM_ROW_REQUIRED | CM_ROW_PTDS)                      \
-    X(cuStreamGetCtx, 9020, CM_ROW_REQUIRED | CM_ROW_PTDS)                     \
-    X(cuCtxGetStreamPriorityRange, 5050, CM_ROW_REQUIRED)                      \
-    X(cuMemcpy2D, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                         \
-    X(cuMemcpy2DUnaligned, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                \
-    X(cuMemcpy2DAsync, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                    \
-    X(cuMemcpy3D, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                         \
-    X(cuMemcpy3DAsync, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                    \
-    X(cuMemsetD8, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                         \
-    X(cuMemsetD16, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                        \
-    X(cuMemsetD32, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                        \
-    X(cuMemsetD8Async, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                    \
-    X(cuMemsetD16Async, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                   \
-    X(cuMemsetD32Async, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                   \
-    X(cuMemsetD2D8, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                       \
-    X(cuMemsetD2D16, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                      \
-    X(cuMemsetD2D32, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                      \
-    X(cuMemsetD2D8Async, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                  \
-    X(cuMemsetD2D16Async, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                 \
-    X(cuMemsetD2D32Async, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                 \
-    X(cuMemcpyPeer, 4000, CM_ROW_REQUIRED | CM_ROW_PTDS)                       \
-    X(cuMemcpyPeerAsync, 4000, CM_ROW_REQUIRED | CM_ROW_PTDS)                  \
-    X(cuEventCreate, 2000, CM_ROW_REQUIRED)                                    \
-    X(cuEventDestroy, 4000, CM_ROW_REQUIRED)                                   \
-    X(cuEventRecord, 2000, CM_ROW_REQUIRED | CM_ROW_PTDS)                      \
-    X(cuEventSynchronize, 2000, CM_ROW_REQUIRED)                               \
-    X(cuEventQuery, 2000, CM_ROW_REQUIRED)                                     \
-    X(cuEventElapsedTime, 2000, CM_ROW_REQUIRED)                               \
-    X(cuStreamWaitEvent, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                  \
-    X(cuStreamAddCallback, 5000, CM_ROW_REQUIRED | CM_ROW_PTDS)                \
-    X(cuMemHostAlloc, 2020, CM_ROW_REQUIRED)                                   \
-    X(cuMemFreeHost, 2000, CM_ROW_REQUIRED)                                    \
-    X(cuMemHostGetDevicePointer, 3020, CM_ROW_REQUIRED)                        \
-    X(cuMemHostRegister, 6050, CM_ROW_REQUIRED)                                \
-    X(cuMemHostUnregister, 4000, CM_ROW_REQUIRED)                              \
-    X(cuMemAllocManaged, 6000, CM_ROW_REQUIRED)                                \
-    X(cuMemPrefetchAsync, 12020, CM_ROW_PTDS)                                  \
-    X(cuMemAdvise, 12020, 0)                                                   \
-    X(cuMemGetAddressRange, 3020, CM_ROW_REQUIRED)                             \
-    X(cuIpcGetMemHandle, 4010, CM_ROW_REQUIRED)                                \
-    X(cuIpcOpenMemHandle, 11000, CM_ROW_REQUIRED)                              \
+#define CM_DRIVER_ROWS(X)                                                     \
+    X(cuInit, 2000, CM_ROW_REQUIRED)                                          \
+    X(cuDriverGetVersion, 2020, CM_ROW_REQUIRED)                              \
+    X(cuDeviceGetCount, 2000, CM_ROW_REQUIRED)                                \
+    X(cuDeviceGet, 2000, CM_ROW_REQUIRED)                                     \
+    X(cuDeviceGetName, 2000, CM_ROW_REQUIRED)                                 \
+    X(cuDeviceGetAttribute, 2000, CM_ROW_REQUIRED)                            \
+    X(cuDeviceTotalMem, 3020, CM_ROW_REQUIRED)                                \
+    X(cuDeviceGetUuid, 11040, CM_ROW_REQUIRED)                                \
+    X(cuDeviceGetPCIBusId, 4010, CM_ROW_REQUIRED)                             \
+    X(cuDevicePrimaryCtxRetain, 7000, CM_ROW_REQUIRED)                        \
+    X(cuDevicePrimaryCtxRelease, 11000, CM_ROW_REQUIRED)                      \
+    X(cuDevicePrimaryCtxReset, 11000, CM_ROW_REQUIRED)                        \
+    X(cuCtxGetCurrent, 4000, CM_ROW_REQUIRED)                                 \
+    X(cuCtxSetCurrent, 4000, CM_ROW_REQUIRED)                                 \
+    X(cuCtxPushCurrent, 4000, CM_ROW_REQUIRED)                                \
+    X(cuCtxPopCurrent, 4000, CM_ROW_REQUIRED)                                 \
+    X(cuCtxGetDevice, 2000, CM_ROW_REQUIRED)                                  \
+    X(cuCtxSynchronize, 2000, CM_ROW_REQUIRED)                                \
+    X(cuMemGetInfo, 3020, CM_ROW_REQUIRED)                                    \
+    X(cuDeviceCanAccessPeer, 4000, CM_ROW_REQUIRED)                           \
+    X(cuCtxEnablePeerAccess, 4000, CM_ROW_REQUIRED)                           \
+    X(cuProfilerStart, 4000, CM_ROW_REQUIRED)                                 \
+    X(cuProfilerStop, 4000, CM_ROW_REQUIRED)                                  \
+    X(cuMemAlloc, 3020, CM_ROW_REQUIRED)                                      \
+    X(cuMemFree, 3020, CM_ROW_REQUIRED)                                       \
+    X(cuPointerGetAttributes, 7000, CM_ROW_REQUIRED)                          \
+    X(cuMemcpyHtoD, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                      \
+    X(cuMemcpyDtoH, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                      \
+    X(cuMemcpyDtoD, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                      \
+    X(cuMemcpyHtoDAsync, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                 \
+    X(cuMemcpyDtoHAsync, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                 \
+    X(cuMemcpyDtoDAsync, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                 \
+    X(cuStreamCreate, 2000, CM_ROW_REQUIRED)                                  \
+    X(cuStreamCreateWithPriority, 5050, CM_ROW_REQUIRED)                      \
+    X(cuStreamDestroy, 4000, CM_ROW_REQUIRED)                                 \
+    X(cuStreamSynchronize, 2000, CM_ROW_REQUIRED | CM_ROW_PTDS)               \
+    X(cuStreamQuery, 2000, CM_ROW_REQUIRED | CM_ROW_PTDS)                     \
+    X(cuStreamGetCtx, 9020, CM_ROW_REQUIRED | CM_ROW_PTDS)                    \
+    X(cuCtxGetStreamPriorityRange, 5050, CM_ROW_REQUIRED)                     \
+    X(cuMemcpy2D, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                        \
+    X(cuMemcpy2DUnaligned, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)               \
+    X(cuMemcpy2DAsync, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                   \
+    X(cuMemcpy3D, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                        \
+    X(cuMemcpy3DAsync, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                   \
+    X(cuMemsetD8, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                        \
+    X(cuMemsetD16, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                       \
+    X(cuMemsetD32, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                       \
+    X(cuMemsetD8Async, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                   \
+    X(cuMemsetD16Async, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                  \
+    X(cuMemsetD32Async, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                  \
+    X(cuMemsetD2D8, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                      \
+    X(cuMemsetD2D16, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                     \
+    X(cuMemsetD2D32, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                     \
+    X(cuMemsetD2D8Async, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                 \
+    X(cuMemsetD2D16Async, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                \
+    X(cuMemsetD2D32Async, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                \
+    X(cuMemcpyPeer, 4000, CM_ROW_REQUIRED | CM_ROW_PTDS)                      \
+    X(cuMemcpyPeerAsync, 4000, CM_ROW_REQUIRED | CM_ROW_PTDS)                 \
+    X(cuEventCreate, 2000, CM_ROW_REQUIRED)                                   \
+    X(cuEventDestroy, 4000, CM_ROW_REQUIRED)                                  \
+    X(cuEventRecord, 2000, CM_ROW_REQUIRED | CM_ROW_PTDS)                     \
+    X(cuEventSynchronize, 2000, CM_ROW_REQUIRED)                              \
+    X(cuEventQuery, 2000, CM_ROW_REQUIRED)                                    \
+    X(cuEventElapsedTime, 2000, CM_ROW_REQUIRED)                              \
+    X(cuStreamWaitEvent, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                 \
+    X(cuStreamAddCallback, 5000, CM_ROW_REQUIRED | CM_ROW_PTDS)               \
+    X(cuMemHostAlloc, 2020, CM_ROW_REQUIRED)                                  \
+    X(cuMemFreeHost, 2000, CM_ROW_REQUIRED)                                   \
+    X(cuMemHostGetDevicePointer, 3020, CM_ROW_REQUIRED)                       \
+    X(cuMemHostRegister, 6050, CM_ROW_REQUIRED)                               \
+    X(cuMemHostUnregister, 4000, CM_ROW_REQUIRED)                             \
+    X(cuMemAllocManaged, 6000, CM_ROW_REQUIRED)                               \
+    X(cuMemPrefetchAsync, 12020, CM_ROW_PTDS)                                 \
+    X(cuMemAdvise, 12020, 0)                                                  \
+    X(cuMemGetAddressRange, 3020, CM_ROW_REQUIRED)                            \
+    X(cuIpcGetMemHandle, 4010, CM_ROW_REQUIRED)                               \
+    X(cuIpcOpenMemHandle, 11000, CM_ROW_REQUIRED)                             \
     X(cuIpcCloseMemHandle, 4010, CM_ROW_REQUIRED)
 
 typedef struct cm_driver_table {
@@ -106,8 +106,8 @@ typedef struct cm_driver_table {
 #undef CM_DRIVER_FIELD
 } cm_driver_table;
 
-extern cm_driver_table cm_drv;
-extern int cm_log_api; /* CUDAMEM_LOG=api */
+extern cm_driver_table cm__drv;
+extern int cm__log_api; /* CUDAMEM_LOG=api */
 
 /* Loads the driver once per process: CUDAMEM_DRIVER, else `sim_path` when
  * CUDAMEM_SIMULATOR=1, else the system's libcuda.so.1; resolves the table
@@ -145,7 +145,7 @@ int cm__done(cm_error *err, const char *call, CUresult rc, const cm__arg *args,
 
 /* `1 ? x : x` decays arrays to pointers and leaves structs whole; a
  * one-element array takes a struct (CUmemLocation) as its initializer. */
-#define CM__ARG(x)                                                             \
+#define CM__ARG(x)                                                            \
     {(__typeof__(1 ? (x) : (x))[1]){x}, sizeof(__typeof__(1 ? (x) : (x)))},
 #define CM__MAP1(m, a) m(a)
 #define CM__MAP2(m, a, ...) m(a) CM__MAP1(m, __VA_ARGS__)
@@ -160,29 +160,28 @@ int cm__done(cm_error *err, const char *call, CUresult rc, const cm__arg *args,
 #define CM__MAP11(m, a, ...) m(a) CM__MAP10(m, __VA_ARGS__)
 #define CM__MAP12(m, a, ...) m(a) CM__MAP11(m, __VA_ARGS__)
 #define CM__PICK(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, N, ...) N
-#define CM__MAP(m, ...)                                                        \
-    CM__PICK(__VA_ARGS__, CM__MAP12, CM__MAP11, CM__MAP10, CM__MAP9,           \
-             CM__MAP8, CM__MAP7, CM__MAP6, CM__MAP5, CM__MAP4, CM__MAP3,       \
-             CM__MAP2, CM__MAP1, )                                             \
+#define CM__MAP(m, ...)                                                       \
+    CM__PICK(__VA_ARGS__, CM__MAP12, CM__MAP11, CM__MAP10, CM__MAP9,          \
+             CM__MAP8, CM__MAP7, CM__MAP6, CM__MAP5, CM__MAP4, CM__MAP3,      \
+             CM__MAP2, CM__MAP1, )                                            \
     (m, __VA_ARGS__)
 
-#define CM_CALL(err, fn, ...)                                                  \
-    cm__done((err), #fn, cm_drv.fn(__VA_ARGS__),                               \
-             cm_log_api ? (const cm__arg[]){CM__MAP(CM__ARG, __VA_ARGS__){    \
-                              NULL, 0}}                                        \
-                        : NULL,                                                \
+#define CM_CALL(err, fn, ...)                                                 \
+    cm__done((err), #fn, cm__drv.fn(__VA_ARGS__),                             \
+             cm__log_api                                                      \
+                 ? (const cm__arg[]){CM__MAP(CM__ARG, __VA_ARGS__){NULL, 0}}  \
+                 : NULL,                                                      \
              #__VA_ARGS__)
 
 /* CM_REQUIRE(err, fn): 0 when the optional row fn was resolved, else -1
  * with CM_ERR_SUPPORT naming the entry point and the driver's version. */
-#define CM_REQUIRE(err, fn)                                                    \
-    (cm_drv.fn != NULL ? 0 : cm__missing((err), #fn))
+#define CM_REQUIRE(err, fn) (cm__drv.fn != NULL ? 0 : cm__missing((err), #fn))
 
 int cm__missing(cm_error *err, const char *call);
 
 /* CM_CALL0(err, fn): the same for entry points without arguments. */
-#define CM_CALL0(err, fn)                                                      \
-    cm__done((err), #fn, cm_drv.fn(),                                          \
-             cm_log_api ? (const cm__arg[]){{NULL, 0}} : NULL, "")
+#define CM_CALL0(err, fn)                                                     \
+    cm__done((err), #fn, cm__drv.fn(),                                        \
+             cm__log_api ? (const cm__arg[]){{NULL, 0}} : NULL, "")
 
 #endif

@@ -1,6 +1,7 @@
-/* errors.c: the one table of CUresult names, the sticky-error rule and
- * the formatting of messages that name a value into the record's own text.
- * py/ owns the exception classes and numba's wording of driver errors. */
+/* errors.c: the one table of CUresult names, the sticky-error rule, the
+ * formatting of messages that name a value into the record's own text and
+ * the way from an out-of-memory error to its recovery (oom.c's). py/ owns
+ * the exception classes and numba's wording of driver errors. */
 #include "status.h"
 
 #include <stdarg.h>
@@ -10,7 +11,7 @@
 #include "cuerrors.h"
 
 int
-cm_fail_fmt(cm_error *err, cm_error_kind kind, const char *fmt, ...)
+cm__fail_fmt(cm_error *err, cm_error_kind kind, const char *fmt, ...)
 {
     char msg[sizeof(err->text)];
     va_list ap;
@@ -37,8 +38,8 @@ const char *
 cm_error_name(CUresult code)
 {
     switch ((int)code) {
-#define CM_ERROR_CASE(name, value)                                             \
-    case value:                                                                \
+#define CM_ERROR_CASE(name, value)                                            \
+    case value:                                                               \
         return #name;
         CM_CUDA_ERRORS(CM_ERROR_CASE)
 #undef CM_ERROR_CASE
@@ -77,4 +78,40 @@ cm_error_table(size_t index, CUresult *code, const char **name)
     *code = table[index].code;
     *name = table[index].name;
     return 0;
+}
+
+static cm_oom_recovery oom_recovery;
+
+void
+cm__oom_set_recovery(cm_oom_recovery recovery)
+{
+    __atomic_store_n(&oom_recovery, recovery, __ATOMIC_RELEASE);
+}
+
+static int
+is_oom(const cm_error *err)
+{
+    return err->kind == CM_ERR_DRIVER && err->code == CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+int
+cm__oom_recover(struct cm_device *dev, const cm_error *err)
+{
+    cm_oom_recovery recovery = __atomic_load_n(&oom_recovery,
+                                               __ATOMIC_ACQUIRE);
+
+    if (!is_oom(err) || recovery == NULL) {
+        return 0;
+    }
+    recovery(dev);
+    return 1;
+}
+
+void
+cm__oom_mark(struct cm_device *dev, size_t nbytes, cm_error *err)
+{
+    if (is_oom(err)) {
+        err->oom_dev = dev;
+        err->oom_bytes = nbytes;
+    }
 }

@@ -20,7 +20,7 @@ cm_event_create(cm_device *dev, unsigned flags, CUevent *out,
 
     /* As for streams: malformed thresholds fail the creation, not the
      * destroy, and the generation is read before the retain. */
-    if (cm_pending_limits(&max_count, &max_ratio, err) < 0 ||
+    if (cm__pending_limits(&max_count, &max_ratio, err) < 0 ||
         cm_device_primary(dev, &ctx, generation, err) < 0 ||
         cm_ctx_enter(dev, &guard, err) < 0) {
         return -1;
@@ -41,8 +41,8 @@ int
 cm_event_release(cm_device *dev, uint64_t generation, CUevent handle,
                  cm_error *err)
 {
-    return cm_release(dev, generation, CM_FREE_EVENT,
-                      (uint64_t)(uintptr_t)handle, 0, err);
+    return cm__release(dev, generation, CM_FREE_EVENT,
+                       (uint64_t)(uintptr_t)handle, 0, err);
 }
 
 int
@@ -53,18 +53,17 @@ cm_event_check(cm_device *dev, uint64_t generation, CUevent handle,
         if (err->kind != CM_ERR_STATE) {
             return -1;
         }
-        return cm_fail_fmt(err, CM_ERR_STATE,
-                           "CUDA event %zu of device %d cannot be used: its "
-                           "context was reset or closed since the event "
-                           "was made",
-                           (size_t)(uintptr_t)handle, dev->ordinal);
+        return cm__fail_fmt(err, CM_ERR_STATE,
+                            "CUDA event %zu of device %d cannot be used: its "
+                            "context was reset or closed since the event "
+                            "was made",
+                            (size_t)(uintptr_t)handle, dev->ordinal);
     }
     return 0;
 }
 
 int
-cm_event_record(cm_device *dev, CUevent handle, CUstream stream,
-                cm_error *err)
+cm_event_record(cm_device *dev, CUevent handle, CUstream stream, cm_error *err)
 {
     cm_ctx_guard guard;
 
@@ -100,8 +99,7 @@ cm_event_synchronize(cm_device *dev, CUevent handle, cm_error *err)
     if (cm_ctx_enter(dev, &guard, err) < 0) {
         return -1;
     }
-    return cm_ctx_leave(&guard, CM_CALL(err, cuEventSynchronize, handle),
-                        err);
+    return cm_ctx_leave(&guard, CM_CALL(err, cuEventSynchronize, handle), err);
 }
 
 int
@@ -114,8 +112,7 @@ cm_event_elapsed(cm_device *dev, CUevent start, CUevent end, float *ms,
         return -1;
     }
     return cm_ctx_leave(&guard,
-                        CM_CALL(err, cuEventElapsedTime, ms, start, end),
-                        err);
+                        CM_CALL(err, cuEventElapsedTime, ms, start, end), err);
 }
 
 int
@@ -140,8 +137,8 @@ cm_event_order_across(cm_device *pdev, CUstream producer, cm_device *cdev,
     CUevent ev;
     int rc;
 
-    if (cm_event_create(pdev, CU_EVENT_DISABLE_TIMING, &ev, &generation,
-                        err) < 0) {
+    if (cm_event_create(pdev, CU_EVENT_DISABLE_TIMING, &ev, &generation, err) <
+        0) {
         return -1;
     }
     rc = cm_event_record(pdev, ev, producer, err) < 0 ||
@@ -149,8 +146,7 @@ cm_event_order_across(cm_device *pdev, CUstream producer, cm_device *cdev,
              ? -1
              : 0;
     /* The driver keeps a waited-for event until the wait is done. */
-    if (cm_event_release(pdev, generation, ev, rc < 0 ? &ignored : err) <
-        0) {
+    if (cm_event_release(pdev, generation, ev, rc < 0 ? &ignored : err) < 0) {
         rc = -1;
     }
     return rc;

@@ -16,7 +16,7 @@
 int cm_event_create(cm_device *dev, unsigned flags, CUevent *out,
                     uint64_t *generation, cm_error *err);
 /* Hands an event made by cm_event_create to dev's object queue
- * (cm_release); a stale generation drops it. */
+ * (cm__release); a stale generation drops it. */
 int cm_event_release(cm_device *dev, uint64_t generation, CUevent handle,
                      cm_error *err);
 /* 0 when an event made at `generation` can still be used; CM_ERR_STATE
@@ -31,8 +31,7 @@ int cm_event_record(cm_device *dev, CUevent handle, CUstream stream,
                     cm_error *err);
 /* cuEventQuery: *done 1 when the recorded work is complete (or nothing
  * was recorded), 0 when CUDA_ERROR_NOT_READY; any other code fails. */
-int cm_event_query(cm_device *dev, CUevent handle, int *done,
-                   cm_error *err);
+int cm_event_query(cm_device *dev, CUevent handle, int *done, cm_error *err);
 /* cuEventSynchronize. Blocks: py/ waits with cm_event_query first so that
  * Ctrl-C can interrupt. */
 int cm_event_synchronize(cm_device *dev, CUevent handle, cm_error *err);
@@ -52,7 +51,7 @@ int cm_event_order(cm_device *dev, CUstream producer, CUstream consumer,
                    cm_error *err);
 /* The same across devices: `producer` of pdev's context, `consumer` of
  * cdev's (a default stream's handle means that device's). */
-int cm_event_order_across(cm_device *pdev, CUstream producer,
-                          cm_device *cdev, CUstream consumer, cm_error *err);
+int cm_event_order_across(cm_device *pdev, CUstream producer, cm_device *cdev,
+                          CUstream consumer, cm_error *err);
 
 #endif

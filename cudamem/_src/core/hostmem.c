@@ -167,8 +167,7 @@ work_pending(const work *w)
 {
     cm_error err;
 
-    if (!work_live(w) ||
-        CM_CALL(&err, cuEventQuery, w->event) == 0) {
+    if (!work_live(w) || CM_CALL(&err, cuEventQuery, w->event) == 0) {
         return 0;
     }
     if (err.kind == CM_ERR_DRIVER && err.code == CUDA_ERROR_NOT_READY) {
@@ -200,14 +199,14 @@ node_note(node *n, cm_device *dev, CUstream stream, cm_error *err)
     }
     if (w == NULL) {
         if (n->nwork == WORK_SLOTS) {
-            if (CM_CALL(err, cuStreamWaitEvent, stream, n->work[0].event,
-                        0) < 0) {
+            if (CM_CALL(err, cuStreamWaitEvent, stream, n->work[0].event, 0) <
+                0) {
                 return -1;
             }
             work_forget(n, 0);
         }
-        if (cm_event_create(dev, CU_EVENT_DISABLE_TIMING, &event,
-                            &generation, err) < 0) {
+        if (cm_event_create(dev, CU_EVENT_DISABLE_TIMING, &event, &generation,
+                            err) < 0) {
             return -1;
         }
         w = &n->work[n->nwork++];
@@ -356,18 +355,17 @@ reg_acquire(uintptr_t lo, uintptr_t hi, unsigned flags, cm_device *dev,
     cm_hostreg *r;
 
     unlink_stale(lo, hi);
-    for (i = first_after(lo); i < table.n && table.nodes[i]->base < hi;
-         i++) {
+    for (i = first_after(lo); i < table.n && table.nodes[i]->base < hi; i++) {
         node *n = table.nodes[i];
 
         if (!(flags & CU_MEMHOSTREGISTER_READ_ONLY) &&
             (n->flags & CU_MEMHOSTREGISTER_READ_ONLY)) {
-            return cm_fail_fmt(err, CM_ERR_VALUE,
-                               "host memory at %#lx (%zu bytes) is "
-                               "registered read-only (by a read-only "
-                               "array): a writable array sharing its "
-                               "pages cannot be registered meanwhile",
-                               (unsigned long)n->base, n->size);
+            return cm__fail_fmt(err, CM_ERR_VALUE,
+                                "host memory at %#lx (%zu bytes) is "
+                                "registered read-only (by a read-only "
+                                "array): a writable array sharing its "
+                                "pages cannot be registered meanwhile",
+                                (unsigned long)n->base, n->size);
         }
         count++;
     }
@@ -391,8 +389,7 @@ reg_acquire(uintptr_t lo, uintptr_t hi, unsigned flags, cm_device *dev,
         uintptr_t end = n != NULL && n->base < hi ? n->base : hi;
         node *made;
 
-        if (register_gap(cur, end, flags, dev, resets, at, &made, err) <
-            0) {
+        if (register_gap(cur, end, flags, dev, resets, at, &made, err) < 0) {
             (void)reg_drop(r, &ignored);
             return -1;
         }
@@ -445,11 +442,11 @@ host_register(cm_device *dev, cm_host *h, int readonly, int mapped,
             return -1;
         }
         if (!supported) {
-            return cm_fail_fmt(err, CM_ERR_SUPPORT,
-                               "device %d cannot page-lock read-only host "
-                               "memory (no READ_ONLY_HOST_REGISTER_"
-                               "SUPPORTED): make the array writable",
-                               dev->ordinal);
+            return cm__fail_fmt(err, CM_ERR_SUPPORT,
+                                "device %d cannot page-lock read-only host "
+                                "memory (no READ_ONLY_HOST_REGISTER_"
+                                "SUPPORTED): make the array writable",
+                                dev->ordinal);
         }
         flags |= CU_MEMHOSTREGISTER_READ_ONLY;
     }
@@ -468,11 +465,11 @@ host_register(cm_device *dev, cm_host *h, int readonly, int mapped,
             rc = device_pointer((char *)h->ptr + h->size - 1, &last, err);
         }
         if (rc == 0 && h->size > 1 && last - h->dptr != h->size - 1) {
-            rc = cm_fail_fmt(err, CM_ERR_VALUE,
-                             "host memory at %p (%zu bytes) spans "
-                             "registrations that are not contiguous on "
-                             "device %d: it cannot be mapped as one array",
-                             h->ptr, h->size, dev->ordinal);
+            rc = cm__fail_fmt(err, CM_ERR_VALUE,
+                              "host memory at %p (%zu bytes) spans "
+                              "registrations that are not contiguous on "
+                              "device %d: it cannot be mapped as one array",
+                              h->ptr, h->size, dev->ordinal);
         }
     }
     /* A failed pop fails a registration made before it as well: the
@@ -525,7 +522,7 @@ wc_node(cm_host *h, cm_error *err)
 
 /* cuMemHostAlloc'd write-combined memory under its own retain of the
  * current device's primary context, so that close() cannot free it (see
- * cm_release_retained). */
+ * cm__release_retained). */
 static int
 alloc_wc(cm_device *dev, cm_host *h, int portable, cm_error *err)
 {
@@ -569,9 +566,8 @@ alloc_wc(cm_device *dev, cm_host *h, int portable, cm_error *err)
     }
     h->ptr = p;
     if (wc_node(h, err) < 0) {
-        (void)cm_release_retained(dev, h->generation, h->resets,
-                                  CM_FREE_HOST, (uint64_t)(uintptr_t)p,
-                                  h->size, &ignored);
+        (void)cm__release_retained(dev, h->generation, h->resets, CM_FREE_HOST,
+                                   (uint64_t)(uintptr_t)p, h->size, &ignored);
         return -1;
     }
     return 0;
@@ -602,8 +598,8 @@ host_alloc(cm_device *dev, cm_host_kind kind, size_t nbytes, int portable,
     }
     if (nbytes > SIZE_MAX - (ps - 1)) {
         free(h);
-        return cm_fail_fmt(err, CM_ERR_NOMEM,
-                           "cannot map %zu bytes of host memory", nbytes);
+        return cm__fail_fmt(err, CM_ERR_NOMEM,
+                            "cannot map %zu bytes of host memory", nbytes);
     }
     if (nbytes > 0) {
         h->maplen = (nbytes + ps - 1) & ~(ps - 1);
@@ -611,9 +607,8 @@ host_alloc(cm_device *dev, cm_host_kind kind, size_t nbytes, int portable,
                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (p == MAP_FAILED) {
             free(h);
-            return cm_fail_fmt(err, CM_ERR_NOMEM,
-                               "cannot map %zu bytes of host memory",
-                               nbytes);
+            return cm__fail_fmt(err, CM_ERR_NOMEM,
+                                "cannot map %zu bytes of host memory", nbytes);
         }
         h->ptr = p;
     }
@@ -754,9 +749,9 @@ host_free_now(cm_host *h, cm_error *err)
     rc = reg_release(h, err);
     if (h->kind == CM_HOST_MAPPED_WC) {
         if (h->ptr != NULL &&
-            cm_release_retained(h->dev, h->generation, h->resets,
-                                CM_FREE_HOST, (uint64_t)(uintptr_t)h->ptr,
-                                h->size, rc < 0 ? &later : err) < 0) {
+            cm__release_retained(h->dev, h->generation, h->resets,
+                                 CM_FREE_HOST, (uint64_t)(uintptr_t)h->ptr,
+                                 h->size, rc < 0 ? &later : err) < 0) {
             rc = -1;
         }
     }
@@ -803,8 +798,8 @@ cm_host_free(cm_host *h, cm_error *err)
 }
 
 int
-cm__host_note(cm_device *dev, CUstream stream, const void *ptr,
-              size_t size, cm_error *err)
+cm__host_note(cm_device *dev, CUstream stream, const void *ptr, size_t size,
+              cm_error *err)
 {
     uintptr_t lo = (uintptr_t)ptr, hi = lo + size;
     int rc = 1;
@@ -881,6 +876,12 @@ cm__host_reap(cm_error *err)
     return run_releases(idle, err);
 }
 
+/* Retiring records may retain a context: close() and
+ * release_primary_context() wait for them first (context.h). */
+static const cm_subsystem_ops retiring_ops = {
+    .before_release = cm_host_drain,
+};
+
 int
 cm__host_retire(cm_host *h, cm_host_fn then, cm_error *err)
 {
@@ -890,6 +891,7 @@ cm__host_retire(cm_host *h, cm_host_fn then, cm_error *err)
     cm__lock(&table.lock, CM_LOCK_HOSTMEM);
     busy = h->reg != NULL && reg_busy(h->reg->nodes, h->reg->n);
     if (busy) {
+        cm__subsystem_register(CM_SUB_HOSTMEM, &retiring_ops);
         h->then = then;
         h->next = table.retiring;
         table.retiring = h;
@@ -938,7 +940,7 @@ cm_host_drain(cm_error *err)
 }
 
 size_t
-cm_host_retiring(void)
+cm__host_retiring(void)
 {
     return __atomic_load_n(&table.nretiring, __ATOMIC_RELAXED);
 }
@@ -953,11 +955,11 @@ cm_host_check(const cm_host *h, cm_error *err)
     }
     gone = __atomic_load_n(&h->dev->resets, __ATOMIC_ACQUIRE) != h->resets;
     if (gone) {
-        return cm_fail_fmt(err, CM_ERR_STATE,
-                           "the mapped host memory at %p cannot be used "
-                           "on device %d: the device was reset since it was "
-                           "mapped",
-                           h->ptr, h->dev->ordinal);
+        return cm__fail_fmt(err, CM_ERR_STATE,
+                            "the mapped host memory at %p cannot be used "
+                            "on device %d: the device was reset since it was "
+                            "mapped",
+                            h->ptr, h->dev->ordinal);
     }
     return 0;
 }

@@ -26,20 +26,20 @@ typedef struct cm_hostreg cm_hostreg;
 /* One host buffer, owned by one Python object. */
 typedef struct cm_host {
     cm_host_kind kind;
-    void *ptr;        /* the first byte the owner sees (NULL: size 0) */
-    size_t size;      /* bytes from ptr */
-    size_t maplen;    /* pinned / mapped: length of the mmap at ptr */
-    int readonly;     /* registered read-only */
-    int external;     /* REGISTERED: page-locked by its owner (an EMM
+    void *ptr;            /* the first byte the owner sees (NULL: size 0) */
+    size_t size;          /* bytes from ptr */
+    size_t maplen;        /* pinned / mapped: length of the mmap at ptr */
+    int readonly;         /* registered read-only */
+    int external;         /* REGISTERED: page-locked by its owner (an EMM
                          plugin), not by cudamem */
-    int mapped;       /* dptr is the device address of ptr */
-    cm_hostreg *reg;  /* NULL: write-combined, size 0 or unregistered */
-    cm_device *dev;   /* the device it was registered or mapped on */
-    uint64_t generation; /* write-combined: dev's when allocated */
-    uint64_t resets;  /* dev's then: a reset ends registrations and
+    int mapped;           /* dptr is the device address of ptr */
+    cm_hostreg *reg;      /* NULL: write-combined, size 0 or unregistered */
+    cm_device *dev;       /* the device it was registered or mapped on */
+    uint64_t generation;  /* write-combined: dev's when allocated */
+    uint64_t resets;      /* dev's then: a reset ends registrations and
                          write-combined memory, close() does not */
-    CUdeviceptr dptr; /* mapped kinds: the device address of ptr */
-    int pooled;       /* hostpool.h's block: give it back there */
+    CUdeviceptr dptr;     /* mapped kinds: the device address of ptr */
+    int pooled;           /* hostpool.h's block: give it back there */
     struct cm_host *next; /* hostpool.c's free list while cached, or the
                              retiring list while its release waits */
     int (*then)(struct cm_host *, cm_error *); /* the release, once the
@@ -57,7 +57,7 @@ typedef int (*cm_host_fn)(cm_host *h, cm_error *err);
  * MAPPED_WC is cuMemHostAlloc'd (PORTABLE when `portable`) under a
  * retain of the device's primary context (so close() leaves it), freed
  * through the device's memory queue or by Device.reset(). nbytes 0 maps
- * nothing. A driver's out-of-memory gets stats.h's recovery and one more
+ * nothing. A driver's out-of-memory gets oom.h's recovery and one more
  * try. Counted in stats.h's PINNED, MAPPED or WRITE_COMBINED until
  * cm_host_free; registrations of the caller's memory are not counted. */
 int cm_host_alloc(cm_device *dev, cm_host_kind kind, size_t nbytes,
@@ -118,7 +118,7 @@ int cm__host_reap(cm_error *err);
  * py/ releases the GIL. */
 int cm_host_drain(cm_error *err);
 /* How many releases wait for queued work. */
-size_t cm_host_retiring(void);
+size_t cm__host_retiring(void);
 
 /* For a mapped kind: fails with CM_ERR_STATE when the mapping is gone
  * (its device was reset). */

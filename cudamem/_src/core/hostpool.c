@@ -104,9 +104,14 @@ shrink_to(size_t keep)
     return chain;
 }
 
+/* Cached blocks retain the contexts of the devices that registered them:
+ * close() and release_primary_context() free them first (context.h). */
+static const cm_subsystem_ops hostpool_ops = {
+    .before_release = cm_hostpool_trim,
+};
+
 int
-cm_hostpool_alloc(cm_device *dev, size_t nbytes, cm_host **out,
-                  cm_error *err)
+cm_hostpool_alloc(cm_device *dev, size_t nbytes, cm_host **out, cm_error *err)
 {
     cm_host *h, *dead = NULL;
     cm_error ignored;
@@ -119,6 +124,7 @@ cm_hostpool_alloc(cm_device *dev, size_t nbytes, cm_host **out,
         return -1;
     }
     c = class_of(nbytes);
+    cm__subsystem_register(CM_SUB_HOSTPOOL, &hostpool_ops);
     cm__lock(&pool.lock, CM_LOCK_HOSTPOOL);
     while ((h = pop(c)) != NULL && stale(h)) {
         h->next = dead;
@@ -130,8 +136,8 @@ cm_hostpool_alloc(cm_device *dev, size_t nbytes, cm_host **out,
     if (h != NULL) {
         cm__stats_add(h->dev, CM_STAT_PINNED, h->maplen);
     }
-    else if (cm_host_alloc(dev, CM_HOST_PINNED, (size_t)1 << c, 0, &h,
-                           err) < 0) {
+    else if (cm_host_alloc(dev, CM_HOST_PINNED, (size_t)1 << c, 0, &h, err) <
+             0) {
         return -1;
     }
     h->pooled = 1;

@@ -25,6 +25,11 @@ typedef struct cache_entry {
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 static cache_entry *cache;
 
+static int ipc_unref(cm_mem *m);
+
+/* An IPC record's count reaches zero under cache_lock (memory.h). */
+static const cm_mem_ops mapping_ops = {.unref = ipc_unref};
+
 /* Caller holds cache_lock. Mappings of an older generation are gone with
  * their context (their records only wait for their last owner). */
 static cache_entry *
@@ -43,8 +48,7 @@ cache_find(cm_device *dev, uint64_t generation, const CUipcMemHandle *handle)
 static int
 export_in(CUdeviceptr ptr, cm_ipc_export *out, cm_error *err)
 {
-    if (CM_CALL(err, cuMemGetAddressRange, &out->base, &out->size, ptr) <
-        0) {
+    if (CM_CALL(err, cuMemGetAddressRange, &out->base, &out->size, ptr) < 0) {
         return -1;
     }
     return CM_CALL(err, cuIpcGetMemHandle, &out->handle, out->base);
@@ -108,12 +112,13 @@ open_locked(cm_device *dev, uint64_t generation, const CUipcMemHandle *handle,
         /* Made, but the pop failed: closed from the queue, as a failed
          * allocation is freed. */
         if (ptr != 0) {
-            (void)cm_release(dev, generation, CM_FREE_IPC, ptr, size,
-                             &ignored);
+            (void)cm__release(dev, generation, CM_FREE_IPC, ptr, size,
+                              &ignored);
         }
         goto done;
     }
     *m = (cm_mem){.refs = 1,
+                  .ops = &mapping_ops,
                   .kind = CM_FREE_IPC,
                   .dev = dev,
                   .generation = generation,
@@ -173,14 +178,17 @@ cm_ipc_open(cm_device *dev, const CUipcMemHandle *handle, cm_mem **out,
     /* This process's own mapping, closed but still queued: flushed
      * without the cache lock (a queued free may need other locks). */
     if (err->kind != CM_ERR_DRIVER || err->code != CUDA_ERROR_ALREADY_MAPPED ||
-        !cm_queue_relieve(dev, CM_QUEUE_MEMORY)) {
+        !cm__queue_relieve(dev, CM_QUEUE_MEMORY)) {
         return -1;
     }
     return open_cached(dev, generation, handle, out, err);
 }
 
-int
-cm__ipc_unref(cm_mem *m)
+/* memory.c's decref of a mapping's record: drops one reference under
+ * cache_lock, so that no open can take the record as it dies. 1 when it
+ * was the last (the record has left the cache), else 0. */
+static int
+ipc_unref(cm_mem *m)
 {
     int last;
 

@@ -35,9 +35,4 @@ int cm_ipc_export_ptr(cm_device *dev, CUdeviceptr ptr, cm_ipc_export *out,
 int cm_ipc_open(cm_device *dev, const CUipcMemHandle *handle, cm_mem **out,
                 cm_error *err);
 
-/* memory.c's decref of a CM_FREE_IPC record: drops one reference under
- * the cache's lock, so that no open can take the record as it dies.
- * 1 when it was the last (the record has left the cache), else 0. */
-int cm__ipc_unref(cm_mem *m);
-
 #endif

@@ -52,7 +52,7 @@ strides_text(const cm_side *side, char *buf, size_t size)
     for (int i = 0; i < side->ndim && used + 1 < size; i++) {
         int w = snprintf(buf + used, size - used, "%s%td%s",
                          i == 0 ? "(" : " ", side->strides[i],
-                         side->ndim == 1 ? ",)"
+                         side->ndim == 1      ? ",)"
                          : i + 1 < side->ndim ? ","
                                               : ")");
 
@@ -94,10 +94,10 @@ check_no_overlap(const cm_side *dst, const cm__layout *L, size_t n,
     }
     if (n > OVERLAP_LIST_MAX ||
         (offsets = malloc(n * sizeof(*offsets))) == NULL) {
-        return cm_fail_fmt(err, CM_ERR_VALUE,
-                           "destination strides %s interleave in a way whose "
-                           "elements cannot be shown not to overlap",
-                           strides_text(dst, text, sizeof(text)));
+        return cm__fail_fmt(err, CM_ERR_VALUE,
+                            "destination strides %s interleave in a way whose "
+                            "elements cannot be shown not to overlap",
+                            strides_text(dst, text, sizeof(text)));
     }
     for (size_t k = 0; k < n; k++) {
         size_t rest = k;
@@ -117,10 +117,10 @@ check_no_overlap(const cm_side *dst, const cm__layout *L, size_t n,
     }
     free(offsets);
     if (clear < 0) {
-        return cm_fail_fmt(err, CM_ERR_VALUE,
-                           "destination elements overlap: strides %s map "
-                           "several elements to the same bytes",
-                           strides_text(dst, text, sizeof(text)));
+        return cm__fail_fmt(err, CM_ERR_VALUE,
+                            "destination elements overlap: strides %s map "
+                            "several elements to the same bytes",
+                            strides_text(dst, text, sizeof(text)));
     }
     return 0;
 }
@@ -133,26 +133,26 @@ cm__layout_build(const cm_side *dst, const cm_side *src, size_t itemsize,
         return cm_fail(err, CM_ERR_VALUE, "copy of a zero itemsize");
     }
     if (dst->ndim < 0 || dst->ndim > CM_LAYOUT_MAXDIM) {
-        return cm_fail_fmt(err, CM_ERR_VALUE,
-                           "%d dimensions: at most %d are supported",
-                           dst->ndim, CM_LAYOUT_MAXDIM);
+        return cm__fail_fmt(err, CM_ERR_VALUE,
+                            "%d dimensions: at most %d are supported",
+                            dst->ndim, CM_LAYOUT_MAXDIM);
     }
     if (src != NULL && src->ndim != dst->ndim) {
-        return cm_fail_fmt(err, CM_ERR_VALUE,
-                           "copy between %d and %d dimensions", src->ndim,
-                           dst->ndim);
+        return cm__fail_fmt(err, CM_ERR_VALUE,
+                            "copy between %d and %d dimensions", src->ndim,
+                            dst->ndim);
     }
     *n = 1;
     for (int i = 0; i < dst->ndim; i++) {
         if (dst->shape[i] < 0) {
-            return cm_fail_fmt(err, CM_ERR_VALUE,
-                               "negative length %td in dimension %d",
-                               dst->shape[i], i);
+            return cm__fail_fmt(err, CM_ERR_VALUE,
+                                "negative length %td in dimension %d",
+                                dst->shape[i], i);
         }
         if (src != NULL && src->shape[i] != dst->shape[i]) {
-            return cm_fail_fmt(err, CM_ERR_VALUE,
-                               "shapes differ in dimension %d: %td and %td",
-                               i, dst->shape[i], src->shape[i]);
+            return cm__fail_fmt(err, CM_ERR_VALUE,
+                                "shapes differ in dimension %d: %td and %td",
+                                i, dst->shape[i], src->shape[i]);
         }
         *n *= (size_t)dst->shape[i];
     }
@@ -174,14 +174,14 @@ cm__layout_build(const cm_side *dst, const cm_side *src, size_t itemsize,
         }
         /* Two elements in one place: the result would depend on order. */
         if (dst->strides[i] == 0) {
-            return cm_fail_fmt(err, CM_ERR_VALUE,
-                               "destination stride 0 in dimension %d of "
-                               "length %td",
-                               i, len);
+            return cm__fail_fmt(err, CM_ERR_VALUE,
+                                "destination stride 0 in dimension %d of "
+                                "length %td",
+                                i, len);
         }
         L->d[L->nd++] = (cm__dim){len, dst->strides[i],
-                              src != NULL ? src->strides[i]
-                                          : dst->strides[i]};
+                                  src != NULL ? src->strides[i]
+                                              : dst->strides[i]};
     }
     return check_no_overlap(dst, L, *n, itemsize, err);
 }
@@ -308,8 +308,8 @@ cm__layout_unique(const cm__layout *L, cm__layout *U)
 }
 
 size_t
-cm__layout_packed(const cm__layout *L, int key, size_t itemsize,
-                  ptrdiff_t *ts, ptrdiff_t *origin)
+cm__layout_packed(const cm__layout *L, int key, size_t itemsize, ptrdiff_t *ts,
+                  ptrdiff_t *origin)
 {
     int order[CM_LAYOUT_MAXDIM];
     ptrdiff_t s = (ptrdiff_t)itemsize;
@@ -318,8 +318,8 @@ cm__layout_packed(const cm__layout *L, int key, size_t itemsize,
         ptrdiff_t k = absd(key ? L->d[i].ss : L->d[i].ds);
         int j = i;
 
-        while (j > 0 && absd(key ? L->d[order[j - 1]].ss
-                                 : L->d[order[j - 1]].ds) > k) {
+        while (j > 0 &&
+               absd(key ? L->d[order[j - 1]].ss : L->d[order[j - 1]].ds) > k) {
             order[j] = order[j - 1];
             j--;
         }

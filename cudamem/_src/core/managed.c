@@ -23,11 +23,11 @@ check_concurrent(cm_device *dev, cm_device *to, const char *what,
         return -1;
     }
     if (!supported) {
-        return cm_fail_fmt(err, CM_ERR_SUPPORT,
-                           "device %d does not support %s: "
-                           "CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS is "
-                           "0",
-                           which->ordinal, what);
+        return cm__fail_fmt(err, CM_ERR_SUPPORT,
+                            "device %d does not support %s: "
+                            "CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS is "
+                            "0",
+                            which->ordinal, what);
     }
     return 0;
 }
@@ -60,10 +60,9 @@ cm_managed_prefetch(cm_device *dev, CUdeviceptr ptr, size_t nbytes,
         cm_ctx_enter(dev, &guard, err) < 0) {
         return -1;
     }
-    return cm_ctx_leave(&guard,
-                        CM_CALL(err, cuMemPrefetchAsync, ptr, nbytes, loc,
-                                0u, stream),
-                        err);
+    return cm_ctx_leave(
+        &guard, CM_CALL(err, cuMemPrefetchAsync, ptr, nbytes, loc, 0u, stream),
+        err);
 }
 
 int
@@ -78,8 +77,7 @@ cm_managed_advise(cm_device *dev, CUdeviceptr ptr, size_t nbytes,
     }
     if (advice != CU_MEM_ADVISE_SET_READ_MOSTLY &&
         advice != CU_MEM_ADVISE_UNSET_READ_MOSTLY &&
-        check_concurrent(dev, to, "managed memory location hints", err) <
-            0) {
+        check_concurrent(dev, to, "managed memory location hints", err) < 0) {
         return -1;
     }
     if (cm_ctx_enter(dev, &guard, err) < 0) {

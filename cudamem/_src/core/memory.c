@@ -1,8 +1,9 @@
 /* memory.c: device and managed allocation records (memory.h): allocation
- * (from the pool when it is on) with out-of-memory recovery and one retry
- * (stats.h), records for borrowed and plugin-owned memory, pointer
- * lookup, reference counts, and the hand-over to release.c, the pool or
- * the release hook at zero. Does not know views, host memory or what a
+ * (through the pool's cm_mem_ops when it is on) with out-of-memory
+ * recovery and one retry (status.h), records for borrowed and
+ * plugin-owned memory, pointer lookup, reference counts, and the
+ * hand-over to release.c, the record's own operations or the release hook
+ * at zero. Does not know views, host memory, pools, IPC or what a
  * plugin's object is. */
 #include "memory.h"
 #include "lockorder.h"
@@ -13,8 +14,6 @@
 #include "device.h"
 #include "driver.h"
 #include "event.h"
-#include "ipc.h"
-#include "pool.h"
 #include "release.h"
 #include "stream.h"
 #include "stats.h"
@@ -22,6 +21,14 @@
 /* py/'s, set once at module init with the GIL held; read with it held. */
 static cm_release_hook release_hook;
 static void *release_hook_arg;
+/* pool.c's, set before any pool is on (cm__mem_set_pool_ops). */
+static const cm_mem_ops *pool_ops;
+
+void
+cm__mem_set_pool_ops(const cm_mem_ops *ops)
+{
+    __atomic_store_n(&pool_ops, ops, __ATOMIC_RELEASE);
+}
 
 /* Pooled blocks are device memory in use; what the pool keeps free is
  * its cached bytes. */
@@ -40,8 +47,8 @@ is_counted(cm_free_kind kind)
 
 /* One allocation of `kind` in the current context. */
 static int
-alloc_once(cm_free_kind kind, unsigned flags, size_t nbytes,
-           CUdeviceptr *ptr, cm_error *err)
+alloc_once(cm_free_kind kind, unsigned flags, size_t nbytes, CUdeviceptr *ptr,
+           cm_error *err)
 {
     if (kind == CM_FREE_MANAGED) {
         return CM_CALL(err, cuMemAllocManaged, ptr, nbytes, flags);
@@ -64,7 +71,7 @@ alloc_in(cm_device *dev, cm_free_kind kind, unsigned flags, size_t nbytes,
                         err);
 }
 
-/* alloc_in, with stats.h's recovery and one more try on out-of-memory
+/* alloc_in, with status.h's recovery and one more try on out-of-memory
  * (outside the context: the recovery frees in contexts of its own). */
 static int
 alloc_retry(cm_device *dev, cm_free_kind kind, unsigned flags, size_t nbytes,
@@ -93,46 +100,46 @@ cm__mem_alloc_device(cm_device *dev, size_t nbytes, CUdeviceptr *ptr,
 /* A pooled block, with the same recovery as alloc_retry around the whole
  * of it: a slab the driver refused and the pool's limit alike. */
 static int
-pool_retry(cm_device *dev, uint64_t generation, CUstream stream,
-           size_t nbytes, cm_pool_block **block, CUdeviceptr *ptr,
-           cm_error *err)
+pool_retry(cm_mem *m, cm_error *err)
 {
-    if (cm__pool_alloc(dev, generation, stream, nbytes, block, ptr, err) ==
-        0) {
+    cm_device *dev = m->dev;
+
+    if (m->ops->alloc(dev, m->generation, m->stream, m->size, &m->block,
+                      &m->ptr, err) == 0) {
         return 0;
     }
     if (!cm__oom_recover(dev, err)) {
         return -1;
     }
-    if (cm__pool_alloc(dev, generation, stream, nbytes, block, ptr, err) ==
-        0) {
+    if (m->ops->alloc(dev, m->generation, m->stream, m->size, &m->block,
+                      &m->ptr, err) == 0) {
         return 0;
     }
-    cm__oom_mark(dev, nbytes, err);
+    cm__oom_mark(dev, m->size, err);
     return -1;
 }
 
-/* Gives back what a failed allocation of `kind` holds: the memory, if
- * the driver (or the pool) made it, and a managed allocation's retain. */
+/* Gives back what a failed allocation of m holds: the memory, if the
+ * driver (or the pool) made it, and a managed allocation's retain. */
 static void
-alloc_undo(cm_device *dev, cm_free_kind kind, uint64_t generation,
-           uint64_t resets, CUdeviceptr ptr, size_t nbytes,
-           cm_pool_block *block, CUstream stream)
+alloc_undo(cm_mem *m)
 {
+    cm_device *dev = m->dev;
     cm_error ignored;
 
-    if (kind == CM_FREE_POOL && block != NULL) {
-        (void)cm__pool_return(dev, generation, block, stream, &ignored);
+    if (m->kind == CM_FREE_POOL && m->block != NULL) {
+        (void)m->ops->release(m, &ignored);
     }
-    else if (kind == CM_FREE_MANAGED && ptr != 0) {
-        (void)cm_release_retained(dev, generation, resets, kind, ptr,
-                                  nbytes, &ignored);
+    else if (m->kind == CM_FREE_MANAGED && m->ptr != 0) {
+        (void)cm__release_retained(dev, m->generation, m->resets, m->kind,
+                                   m->ptr, m->size, &ignored);
     }
-    else if (kind == CM_FREE_MANAGED) {
+    else if (m->kind == CM_FREE_MANAGED) {
         (void)CM_CALL(&ignored, cuDevicePrimaryCtxRelease, dev->cudev);
     }
-    else if (ptr != 0) {
-        (void)cm_release(dev, generation, kind, ptr, nbytes, &ignored);
+    else if (m->ptr != 0) {
+        (void)cm__release(dev, m->generation, m->kind, m->ptr, m->size,
+                          &ignored);
     }
 }
 
@@ -140,9 +147,7 @@ static int
 mem_alloc(cm_device *dev, cm_free_kind kind, unsigned flags, size_t nbytes,
           CUstream stream, cm_mem **out, cm_error *err)
 {
-    cm_pool_block *block = NULL;
     CUcontext ctx;
-    CUdeviceptr ptr = 0;
     uint64_t generation, resets;
     size_t max_count;
     double max_ratio;
@@ -150,7 +155,7 @@ mem_alloc(cm_device *dev, cm_free_kind kind, unsigned flags, size_t nbytes,
     int rc;
 
     /* Malformed thresholds fail the first allocation, not its free. */
-    if (cm_pending_limits(&max_count, &max_ratio, err) < 0 ||
+    if (cm__pending_limits(&max_count, &max_ratio, err) < 0 ||
         cm_device_primary(dev, &ctx, &generation, err) < 0) {
         return -1;
     }
@@ -161,6 +166,16 @@ mem_alloc(cm_device *dev, cm_free_kind kind, unsigned flags, size_t nbytes,
     if (m == NULL) {
         return cm_fail(err, CM_ERR_NOMEM, "out of host memory");
     }
+    *m = (cm_mem){.refs = 1,
+                  .ops = kind == CM_FREE_POOL
+                             ? __atomic_load_n(&pool_ops, __ATOMIC_ACQUIRE)
+                             : NULL,
+                  .kind = kind,
+                  .dev = dev,
+                  .generation = generation,
+                  .resets = resets,
+                  .size = nbytes,
+                  .stream = stream};
     if (nbytes > 0) {
         /* Managed memory keeps its context alive past close(). */
         if (kind == CM_FREE_MANAGED &&
@@ -169,31 +184,20 @@ mem_alloc(cm_device *dev, cm_free_kind kind, unsigned flags, size_t nbytes,
             return -1;
         }
         if (kind == CM_FREE_POOL) {
-            rc = pool_retry(dev, generation, stream, nbytes, &block, &ptr,
-                            err);
+            rc = pool_retry(m, err);
         }
         else {
-            rc = alloc_retry(dev, kind, flags, nbytes, &ptr, err);
+            rc = alloc_retry(dev, kind, flags, nbytes, &m->ptr, err);
         }
         if (rc < 0) {
             /* A failed pop after a good allocation leaves the memory in
              * a context cudamem cannot reach reliably: free it there. */
-            alloc_undo(dev, kind, generation, resets, ptr, nbytes, block,
-                       stream);
+            alloc_undo(m);
             free(m);
             return -1;
         }
         cm__stats_add(dev, stat_kind(kind), nbytes);
     }
-    *m = (cm_mem){.refs = 1,
-                  .kind = kind,
-                  .dev = dev,
-                  .generation = generation,
-                  .resets = resets,
-                  .ptr = ptr,
-                  .size = nbytes,
-                  .block = block,
-                  .stream = stream};
     /* A new record is as good as checked (its first copy follows). */
     cm__ctx_note_checked(dev, generation);
     *out = m;
@@ -204,9 +208,11 @@ int
 cm_mem_alloc(cm_device *dev, size_t nbytes, CUstream stream, cm_mem **out,
              cm_error *err)
 {
+    /* pool.c sets dev->pool_on only after its operations. */
     return mem_alloc(dev,
-                     cm_pool_active(dev) != NULL ? CM_FREE_POOL
-                                                 : CM_FREE_DEVICE,
+                     __atomic_load_n(&dev->pool_on, __ATOMIC_ACQUIRE) != NULL
+                         ? CM_FREE_POOL
+                         : CM_FREE_DEVICE,
                      0, nbytes, stream, out, err);
 }
 
@@ -221,14 +227,13 @@ cm_mem_alloc_managed(cm_device *dev, size_t nbytes, int attach_global,
         return -1;
     }
     if (!supported) {
-        return cm_fail_fmt(err, CM_ERR_SUPPORT,
-                           "device %d does not support managed memory "
-                           "(CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY is 0)",
-                           dev->ordinal);
+        return cm__fail_fmt(err, CM_ERR_SUPPORT,
+                            "device %d does not support managed memory "
+                            "(CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY is 0)",
+                            dev->ordinal);
     }
     return mem_alloc(dev, CM_FREE_MANAGED,
-                     attach_global ? CU_MEM_ATTACH_GLOBAL
-                                   : CU_MEM_ATTACH_HOST,
+                     attach_global ? CU_MEM_ATTACH_GLOBAL : CU_MEM_ATTACH_HOST,
                      nbytes, NULL, out, err);
 }
 
@@ -269,8 +274,8 @@ cm_mem_borrow(cm_device *dev, CUdeviceptr ptr, size_t size, cm_mem **out,
 }
 
 int
-cm_mem_external(cm_device *dev, CUdeviceptr ptr, size_t size,
-                void *external, cm_mem **out, cm_error *err)
+cm_mem_external(cm_device *dev, CUdeviceptr ptr, size_t size, void *external,
+                cm_mem **out, cm_error *err)
 {
     return mem_record(dev, CM_FREE_EXTERNAL, ptr, size, external, out, err);
 }
@@ -297,27 +302,26 @@ cm_pointer_device(CUdeviceptr ptr, cm_device **dev, cm_error *err)
     if (cm_current_device(&cur, err) < 0 ||
         cm_ctx_enter(cur, &guard, err) < 0 ||
         cm_ctx_leave(&guard,
-                     CM_CALL(err, cuPointerGetAttributes, 2, attrs, data,
-                             ptr),
+                     CM_CALL(err, cuPointerGetAttributes, 2, attrs, data, ptr),
                      err) < 0) {
         return -1;
     }
     /* Unknown memory is not an error to the driver: it reports type 0. */
     if (type == 0) {
-        return cm_fail_fmt(err, CM_ERR_VALUE,
-                           "pointer %#llx is not memory the CUDA driver "
-                           "knows",
-                           (unsigned long long)ptr);
+        return cm__fail_fmt(err, CM_ERR_VALUE,
+                            "pointer %#llx is not memory the CUDA driver "
+                            "knows",
+                            (unsigned long long)ptr);
     }
     if (cm_device_get(ordinal, dev, err) < 0) {
         if (err->kind != CM_ERR_VALUE) {
             return -1;
         }
-        return cm_fail_fmt(err, CM_ERR_VALUE,
-                           "pointer %#llx belongs to device %d, which "
-                           "cudamem cannot use: %s",
-                           (unsigned long long)ptr, ordinal,
-                           cm_error_msg(err));
+        return cm__fail_fmt(err, CM_ERR_VALUE,
+                            "pointer %#llx belongs to device %d, which "
+                            "cudamem cannot use: %s",
+                            (unsigned long long)ptr, ordinal,
+                            cm_error_msg(err));
     }
     return 0;
 }
@@ -380,8 +384,8 @@ static int
 stream_is_live(const cm_mem_work *w)
 {
     return cm_stream_is_default(w->stream) ||
-           w->mark == __atomic_load_n(&w->dev->streams_retired,
-                                      __ATOMIC_ACQUIRE);
+           w->mark ==
+               __atomic_load_n(&w->dev->streams_retired, __ATOMIC_ACQUIRE);
 }
 
 /* `into` of m's device waits for the work on w's live stream of another
@@ -403,8 +407,8 @@ order_across(cm_mem *m, const cm_mem_work *w, CUstream into, cm_error *err)
              ? -1
              : 0;
     /* The driver keeps a waited-for event until the wait is done. */
-    if (cm_event_release(w->dev, generation, ev,
-                         rc < 0 ? &ignored : err) < 0) {
+    if (cm_event_release(w->dev, generation, ev, rc < 0 ? &ignored : err) <
+        0) {
         rc = -1;
     }
     return rc;
@@ -420,7 +424,7 @@ order_work(cm_mem *m, const cm_mem_work *w, CUstream into, cm_error *err)
         return cm_event_stream_wait(m->dev, into, w->event, err);
     }
     if (!stream_is_live(w)) {
-        return cm_ctx_synchronize(
+        return cm__ctx_synchronize(
             w->dev, __atomic_load_n(&w->dev->generation, __ATOMIC_ACQUIRE),
             err);
     }
@@ -435,8 +439,7 @@ static int
 forget_work(const cm_mem_work *w, cm_error *err)
 {
     return w->event == NULL ? 0
-                            : cm_event_release(w->dev, w->mark, w->event,
-                                               err);
+                            : cm_event_release(w->dev, w->mark, w->event, err);
 }
 
 /* Adds w to m's set; a full set first orders its oldest work before
@@ -464,8 +467,8 @@ pending_add(cm_mem *m, const cm_mem_work *w, CUstream stream, cm_error *err)
     }
     /* An event recorded before the wait would not cover the oldest. */
     if (order_work(m, &oldest, stream, err) < 0 ||
-        (w->event != NULL && cm_event_record(w->dev, w->event, stream,
-                                             err) < 0)) {
+        (w->event != NULL &&
+         cm_event_record(w->dev, w->event, stream, err) < 0)) {
         return -1;
     }
     pending_lock(m);
@@ -503,17 +506,15 @@ release_memory(cm_mem *m, cm_error *err)
             release_hook(release_hook_arg, m->external);
         }
     }
-    else if (m->ptr != 0 && m->kind == CM_FREE_POOL) {
-        rc = cm__pool_return(m->dev, m->generation, m->block, m->stream,
-                             err);
+    else if (m->ptr != 0 && m->ops != NULL && m->ops->release != NULL) {
+        rc = m->ops->release(m, err);
     }
     else if (m->ptr != 0 && m->kind == CM_FREE_MANAGED) {
-        rc = cm_release_retained(m->dev, m->generation, m->resets, m->kind,
-                                 m->ptr, m->size, err);
+        rc = cm__release_retained(m->dev, m->generation, m->resets, m->kind,
+                                  m->ptr, m->size, err);
     }
     else if (m->ptr != 0 && m->kind != CM_FREE_NONE) {
-        rc = cm_release(m->dev, m->generation, m->kind, m->ptr, m->size,
-                        err);
+        rc = cm__release(m->dev, m->generation, m->kind, m->ptr, m->size, err);
     }
     return rc;
 }
@@ -525,9 +526,9 @@ cm_mem_decref(cm_mem *m, cm_error *err)
     int rc = 0;
 
     /* An IPC mapping's count reaches zero under ipc.c's cache lock. */
-    if (m->kind == CM_FREE_IPC ? !cm__ipc_unref(m)
-                               : __atomic_sub_fetch(&m->refs, 1,
-                                                    __ATOMIC_ACQ_REL) != 0) {
+    if (m->ops != NULL && m->ops->unref != NULL
+            ? !m->ops->unref(m)
+            : __atomic_sub_fetch(&m->refs, 1, __ATOMIC_ACQ_REL) != 0) {
         return 0;
     }
     if (!__atomic_load_n(&m->released, __ATOMIC_ACQUIRE)) {
@@ -558,10 +559,10 @@ int
 cm_mem_check(const cm_mem *m, cm_error *err)
 {
     if (__atomic_load_n(&m->released, __ATOMIC_ACQUIRE)) {
-        return cm_fail_fmt(err, CM_ERR_STATE,
-                           "the memory at %#llx cannot be used: it was "
-                           "freed with free()",
-                           (unsigned long long)m->ptr);
+        return cm__fail_fmt(err, CM_ERR_STATE,
+                            "the memory at %#llx cannot be used: it was "
+                            "freed with free()",
+                            (unsigned long long)m->ptr);
     }
     /* Managed memory lives on after close(): its record holds the
      * context. */
@@ -569,12 +570,11 @@ cm_mem_check(const cm_mem *m, cm_error *err)
         if (cm_fork_check(err) < 0) {
             return -1;
         }
-        if (__atomic_load_n(&m->dev->resets, __ATOMIC_ACQUIRE) !=
-            m->resets) {
-            return cm_fail_fmt(err, CM_ERR_STATE,
-                               "the managed memory at %#llx cannot be used: "
-                               "device %d was reset, which freed it",
-                               (unsigned long long)m->ptr, m->dev->ordinal);
+        if (__atomic_load_n(&m->dev->resets, __ATOMIC_ACQUIRE) != m->resets) {
+            return cm__fail_fmt(err, CM_ERR_STATE,
+                                "the managed memory at %#llx cannot be used: "
+                                "device %d was reset, which freed it",
+                                (unsigned long long)m->ptr, m->dev->ordinal);
         }
         cm__ctx_note_checked(
             m->dev, __atomic_load_n(&m->dev->generation, __ATOMIC_ACQUIRE));
@@ -584,8 +584,7 @@ cm_mem_check(const cm_mem *m, cm_error *err)
 }
 
 int
-cm_mem_note_stream(cm_mem *m, cm_device *dev, CUstream stream,
-                   cm_error *err)
+cm_mem_note_stream(cm_mem *m, cm_device *dev, CUstream stream, cm_error *err)
 {
     cm_mem_work w = {
         .dev = dev,
@@ -598,14 +597,13 @@ cm_mem_note_stream(cm_mem *m, cm_device *dev, CUstream stream,
 }
 
 int
-cm_mem_note_event(cm_mem *m, cm_device *dev, CUstream stream,
-                  cm_error *err)
+cm_mem_note_event(cm_mem *m, cm_device *dev, CUstream stream, cm_error *err)
 {
     cm_mem_work w = {.dev = dev, .stream = NULL};
     cm_error ignored;
 
-    if (cm_event_create(dev, CU_EVENT_DISABLE_TIMING, &w.event, &w.mark,
-                        err) < 0) {
+    if (cm_event_create(dev, CU_EVENT_DISABLE_TIMING, &w.event, &w.mark, err) <
+        0) {
         return -1;
     }
     if (cm_event_record(dev, w.event, stream, err) < 0 ||

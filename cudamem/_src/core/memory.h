@@ -1,9 +1,10 @@
 /* memory.h: device allocations as refcounted records (DESIGN rule 4): the
  * device and generation they belong to, their kind and size. The last
- * decref hands the free to release.c, or a pooled block back to pool.c
- * (borrowed memory is never freed; memory an EMM plugin owns goes to
- * py/'s release hook). Views are the owner's business (py/): a record is
- * the whole allocation. */
+ * decref hands the free to release.c, or to the record's own operations
+ * (cm_mem_ops: a pooled block back to pool.c, an IPC mapping's count under
+ * ipc.c's lock); borrowed memory is never freed; memory an EMM plugin owns
+ * goes to py/'s release hook. Views are the owner's business (py/): a
+ * record is the whole allocation. */
 #ifndef CM_MEMORY_H
 #define CM_MEMORY_H
 
@@ -31,8 +32,30 @@ typedef struct cm_mem_work {
                       generation */
 } cm_mem_work;
 
-typedef struct cm_mem {
-    int refs; /* atomic */
+typedef struct cm_mem cm_mem;
+struct cm_pool_block;
+
+/* What a record does in place of its kind's default (cuMemAlloc, the
+ * release.c queue, an atomic decref), set by the file that made it, so
+ * that memory.c calls none of the files above it. Any member may be
+ * NULL: the default. */
+typedef struct cm_mem_ops {
+    /* pool.c: a block of at least nbytes (> 0) for work on `stream`, made
+     * with dev's primary context at `generation`; out-of-memory as
+     * cuMemAlloc's (cm_mem_alloc recovers and retries). */
+    int (*alloc)(cm_device *dev, uint64_t generation, CUstream stream,
+                 size_t nbytes, struct cm_pool_block **block, CUdeviceptr *ptr,
+                 cm_error *err);
+    /* Gives back m's memory (m->ptr != 0): the last decref,
+     * cm_mem_release_now, or the undo of a failed allocation. */
+    int (*release)(cm_mem *m, cm_error *err);
+    /* Drops one of m's references: 1 when it was the last. */
+    int (*unref)(cm_mem *m);
+} cm_mem_ops;
+
+struct cm_mem {
+    int refs;              /* atomic */
+    const cm_mem_ops *ops; /* NULL: every default */
     cm_free_kind kind;
     cm_device *dev;
     uint64_t generation;
@@ -55,7 +78,7 @@ typedef struct cm_mem {
     cm_mem_work pending[CM_MEM_PENDING];
     int npending;
     char plock;
-} cm_mem;
+};
 
 /* Remembers that asynchronous work is about to be queued on m on
  * `stream` of `dev` (m's device, or another for a copy across devices), a
@@ -91,18 +114,22 @@ typedef void (*cm_release_hook)(void *hook_arg, void *external);
  * with one refcount: from dev's pool while it is enabled (kind
  * CM_FREE_POOL: the last decref returns the block to the pool at once,
  * not through the queue), else cuMemAlloc. On CUDA_ERROR_OUT_OF_MEMORY
- * stats.h's recovery runs (the garbage collector, a flush of the
+ * oom.h's recovery runs (the garbage collector, a flush of the
  * device's memory queue unless deferred, a pool trim) and the allocation
  * is tried once more; a second failure is marked with cm__oom_mark.
  * Counted in stats.h's CM_STAT_DEVICE. nbytes 0 allocates
  * nothing. */
-int cm_mem_alloc(cm_device *dev, size_t nbytes, CUstream stream,
-                 cm_mem **out, cm_error *err);
+int cm_mem_alloc(cm_device *dev, size_t nbytes, CUstream stream, cm_mem **out,
+                 cm_error *err);
 /* pool.c's slabs: one cuMemAlloc in dev's primary context (the recovery
  * on out-of-memory is cm_mem_alloc's, around the whole pool
  * allocation). */
 int cm__mem_alloc_device(cm_device *dev, size_t nbytes, CUdeviceptr *ptr,
                          cm_error *err);
+/* pool.c, when it makes a pool, before it can be turned on: the
+ * operations of pooled records, whose alloc cm_mem_alloc uses while a
+ * device's pool is on. */
+void cm__mem_set_pool_ops(const cm_mem_ops *ops);
 /* cuMemAllocManaged of nbytes (CU_MEM_ATTACH_GLOBAL, or CU_MEM_ATTACH_HOST
  * without `attach_global`) in dev's primary context, with cm_mem_alloc's
  * recovery and retry (CM_STAT_MANAGED). The record (kind CM_FREE_MANAGED)

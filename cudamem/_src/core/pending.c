@@ -39,7 +39,7 @@ struct cm_pending {
     size_t max_count;
     size_t max_bytes;
     unsigned deferred; /* nesting depth of defer_cleanup() */
-    int stopped;       /* after cm_pending_shutdown */
+    int stopped;       /* after cm__pending_shutdown */
     cm_free_fn fn;
     void *arg;
 };
@@ -193,7 +193,8 @@ read_limits(void)
         if (rc == -1) {
             limits_fail(CM_ERR_VALUE, var, value,
                         "is not a number between 0 and 1");
-        } else if (rc == -2) {
+        }
+        else if (rc == -2) {
             limits_fail(CM_ERR_NOMEM, var, value,
                         "could not be read: no memory for the C locale");
         }
@@ -201,7 +202,7 @@ read_limits(void)
 }
 
 int
-cm_pending_limits(size_t *max_count, double *max_ratio, cm_error *err)
+cm__pending_limits(size_t *max_count, double *max_ratio, cm_error *err)
 {
     pthread_once(&limits_once, read_limits);
     if (limits.failed) {
@@ -226,17 +227,17 @@ byte_limit(double ratio, size_t device_memory)
 }
 
 cm_pending *
-cm_pending_new(size_t device_memory, cm_free_fn fn, void *arg, cm_error *err)
+cm__pending_new(size_t device_memory, cm_free_fn fn, void *arg, cm_error *err)
 {
     cm_pending *q = NULL;
     size_t max_count;
     double ratio;
 
-    if (cm_pending_limits(&max_count, &ratio, err) < 0) {
+    if (cm__pending_limits(&max_count, &ratio, err) < 0) {
         return NULL;
     }
     if (fn == NULL) {
-        cm_fail(err, CM_ERR_VALUE, "cm_pending_new: no free function");
+        cm_fail(err, CM_ERR_VALUE, "cm__pending_new: no free function");
         return NULL;
     }
     q = calloc(1, sizeof(*q));
@@ -264,7 +265,7 @@ nomem:
 }
 
 void
-cm_pending_delete(cm_pending *q)
+cm__pending_delete(cm_pending *q)
 {
     if (q == NULL) {
         return;
@@ -362,8 +363,8 @@ flush_items(cm_pending *q, int force, cm_error *err)
 /* On CM_ERR_NOMEM the item is not queued and the caller still owns the
  * handle; on any other -1 it was queued and a flush failed. */
 int
-cm_pending_add(cm_pending *q, cm_free_kind kind, uint64_t handle,
-               size_t nbytes, cm_error *err)
+cm__pending_add(cm_pending *q, cm_free_kind kind, uint64_t handle,
+                size_t nbytes, cm_error *err)
 {
     int over;
 
@@ -384,15 +385,15 @@ cm_pending_add(cm_pending *q, cm_free_kind kind, uint64_t handle,
     return over ? flush_items(q, 0, err) : 0;
 }
 
-/* After cm_pending_shutdown this frees nothing and returns 0. */
+/* After cm__pending_shutdown this frees nothing and returns 0. */
 int
-cm_pending_flush(cm_pending *q, cm_error *err)
+cm__pending_flush(cm_pending *q, cm_error *err)
 {
     return flush_items(q, 0, err);
 }
 
 void
-cm_pending_drop(cm_pending *q)
+cm__pending_drop(cm_pending *q)
 {
     cm__lock(&q->lock, CM_LOCK_PENDING);
     q->len = 0;
@@ -401,8 +402,8 @@ cm_pending_drop(cm_pending *q)
 }
 
 int
-cm_pending_salvage(cm_pending *q, cm_free_fn salvage, void *arg,
-                   cm_error *err)
+cm__pending_salvage(cm_pending *q, cm_free_fn salvage, void *arg,
+                    cm_error *err)
 {
     cm_error later;
     int rc = 0;
@@ -425,7 +426,7 @@ cm_pending_salvage(cm_pending *q, cm_free_fn salvage, void *arg,
 }
 
 void
-cm_pending_defer(cm_pending *q)
+cm__pending_defer(cm_pending *q)
 {
     cm__lock(&q->lock, CM_LOCK_PENDING);
     q->deferred++;
@@ -433,7 +434,7 @@ cm_pending_defer(cm_pending *q)
 }
 
 void
-cm_pending_undefer(cm_pending *q)
+cm__pending_undefer(cm_pending *q)
 {
     cm__lock(&q->lock, CM_LOCK_PENDING);
     /* An unbalanced undefer is a caller's bug; clamping keeps the queue
@@ -447,7 +448,7 @@ cm_pending_undefer(cm_pending *q)
 /* The readers take the lock of a const queue: the mutex is not part of the
  * queue's logical state, and the queue itself was never defined const. */
 int
-cm_pending_deferred(const cm_pending *q)
+cm__pending_deferred(const cm_pending *q)
 {
     cm_pending *mq = (cm_pending *)q;
     int deferred;
@@ -459,7 +460,7 @@ cm_pending_deferred(const cm_pending *q)
 }
 
 size_t
-cm_pending_count(const cm_pending *q)
+cm__pending_count(const cm_pending *q)
 {
     cm_pending *mq = (cm_pending *)q;
     size_t count;
@@ -471,7 +472,7 @@ cm_pending_count(const cm_pending *q)
 }
 
 size_t
-cm_pending_bytes(const cm_pending *q)
+cm__pending_bytes(const cm_pending *q)
 {
     cm_pending *mq = (cm_pending *)q;
     size_t bytes;
@@ -487,9 +488,9 @@ cm_pending_bytes(const cm_pending *q)
  * would flush it later), then stopped: later adds neither free nor queue,
  * leaking on purpose. Stopping first makes adds racing with this flush leak
  * rather than queue behind it. If a free fails, the items after it stay
- * queued and are never freed; cm_pending_drop forgets them. */
+ * queued and are never freed; cm__pending_drop forgets them. */
 int
-cm_pending_shutdown(cm_pending *q, cm_error *err)
+cm__pending_shutdown(cm_pending *q, cm_error *err)
 {
     int first;
 

@@ -33,46 +33,46 @@ typedef struct cm_pending cm_pending;
  * COUNT (default 10) and CUDAMEM_MAX_PENDING_DEALLOCS_RATIO (default 0.2),
  * or numba's NUMBA_CUDA_MAX_PENDING_DEALLOCS_COUNT / _RATIO when cudamem's
  * are unset. A malformed value fails with CM_ERR_VALUE naming it. */
-int cm_pending_limits(size_t *max_count, double *max_ratio, cm_error *err);
+int cm__pending_limits(size_t *max_count, double *max_ratio, cm_error *err);
 
 /* A queue for a device with `device_memory` bytes. NULL on failure. */
-cm_pending *cm_pending_new(size_t device_memory, cm_free_fn fn, void *arg,
-                           cm_error *err);
-/* Frees nothing: call cm_pending_flush or cm_pending_drop first. */
-void cm_pending_delete(cm_pending *q);
+cm_pending *cm__pending_new(size_t device_memory, cm_free_fn fn, void *arg,
+                            cm_error *err);
+/* Frees nothing: call cm__pending_flush or cm__pending_drop first. */
+void cm__pending_delete(cm_pending *q);
 
 /* Queues a free; then flushes when the count or the bytes pending exceed
  * (strictly) the limits, unless deferred. The item is queued even when that
  * flush fails (-1: a failed free was reported in err), except on
  * CM_ERR_NOMEM: then nothing was queued and the caller still owns the
  * handle. After
- * cm_pending_shutdown it frees nothing and returns 0: at interpreter exit
+ * cm__pending_shutdown it frees nothing and returns 0: at interpreter exit
  * later releases leak on purpose. */
-int cm_pending_add(cm_pending *q, cm_free_kind kind, uint64_t handle,
-                   size_t nbytes, cm_error *err);
+int cm__pending_add(cm_pending *q, cm_free_kind kind, uint64_t handle,
+                    size_t nbytes, cm_error *err);
 /* Frees every queued item, unless deferred. A failed free stops the flush:
  * that item is dropped (it cannot be retried safely) and reported, the rest
  * stay queued for the next flush. */
-int cm_pending_flush(cm_pending *q, cm_error *err);
+int cm__pending_flush(cm_pending *q, cm_error *err);
 /* Forgets every queued item without freeing (their context is gone). */
-void cm_pending_drop(cm_pending *q);
-/* Empties the queue as cm_pending_drop does, handing each item in order
+void cm__pending_drop(cm_pending *q);
+/* Empties the queue as cm__pending_drop does, handing each item in order
  * (unlocked, deferral or not) to `salvage`, which frees what outlives the
  * context and ignores the rest. Every item is handed over; the first
  * failure is reported. */
-int cm_pending_salvage(cm_pending *q, cm_free_fn salvage, void *arg,
-                       cm_error *err);
+int cm__pending_salvage(cm_pending *q, cm_free_fn salvage, void *arg,
+                        cm_error *err);
 
 /* defer_cleanup(): nests; while deferred nothing flushes, and leaving does
  * not flush. */
-void cm_pending_defer(cm_pending *q);
-void cm_pending_undefer(cm_pending *q);
-int cm_pending_deferred(const cm_pending *q);
+void cm__pending_defer(cm_pending *q);
+void cm__pending_undefer(cm_pending *q);
+int cm__pending_deferred(const cm_pending *q);
 
-size_t cm_pending_count(const cm_pending *q);
-size_t cm_pending_bytes(const cm_pending *q);
+size_t cm__pending_count(const cm_pending *q);
+size_t cm__pending_bytes(const cm_pending *q);
 
 /* Flushes once (failures reported through err), then stops queueing. */
-int cm_pending_shutdown(cm_pending *q, cm_error *err);
+int cm__pending_shutdown(cm_pending *q, cm_error *err);
 
 #endif

@@ -284,8 +284,7 @@ take(cm_pool *pool, cm_pool_block *b, size_t need)
 static size_t
 slab_size(size_t need)
 {
-    return need <= CM_POOL_SMALL ? CM_POOL_SLAB
-                                 : round_up(need, CM_POOL_SLAB);
+    return need <= CM_POOL_SMALL ? CM_POOL_SLAB : round_up(need, CM_POOL_SLAB);
 }
 
 /* Adds a slab as one ready block; -1 when out of host memory. */
@@ -301,10 +300,8 @@ slab_add(cm_pool *pool, CUdeviceptr ptr, size_t size)
         return -1;
     }
     *b = (cm_pool_block){.slab = s, .ptr = ptr, .size = size};
-    *s = (cm_pool_slab){.next = pool->slab_list,
-                        .ptr = ptr,
-                        .size = size,
-                        .first = b};
+    *s = (cm_pool_slab){
+        .next = pool->slab_list, .ptr = ptr, .size = size, .first = b};
     if (pool->slab_list != NULL) {
         pool->slab_list->prev = s;
     }
@@ -372,6 +369,26 @@ forget_all(cm_pool *pool)
  * The pool's life. */
 
 /* dev's pool, made (disabled, no limit) if there is none. */
+static int pool_alloc(cm_device *dev, uint64_t generation, CUstream stream,
+                      size_t nbytes, cm_pool_block **block, CUdeviceptr *ptr,
+                      cm_error *err);
+static int pool_return(cm_mem *m, cm_error *err);
+static int pool_drop(cm_device *dev, int reset, cm_error *err);
+
+/* What memory.c's pooled records do (memory.h). */
+static const cm_mem_ops pooled_ops = {
+    .alloc = pool_alloc,
+    .release = pool_return,
+};
+
+/* What a teardown of a context does to its pool (context.h): a
+ * Context.reset() is numba's reset() of the memory manager, for the pool
+ * a trim. */
+static const cm_subsystem_ops pool_subsystem = {
+    .drop = pool_drop,
+    .relieve = cm_pool_trim,
+};
+
 static int
 pool_get(cm_device *dev, cm_pool **out, cm_error *err)
 {
@@ -388,10 +405,12 @@ pool_get(cm_device *dev, cm_pool **out, cm_error *err)
             cm__unlock(&dev->qlock);
             return cm_fail(err, CM_ERR_NOMEM, "out of host memory");
         }
+        /* Before the pool exists, so before it can be turned on. */
+        cm__mem_set_pool_ops(&pooled_ops);
+        cm__subsystem_register(CM_SUB_POOL, &pool_subsystem);
         pthread_mutex_init(&pool->lock, NULL);
         pool->limit = SIZE_MAX;
-        pool->generation = __atomic_load_n(&dev->generation,
-                                           __ATOMIC_ACQUIRE);
+        pool->generation = __atomic_load_n(&dev->generation, __ATOMIC_ACQUIRE);
         __atomic_store_n(&dev->pool, pool, __ATOMIC_RELEASE);
     }
     cm__unlock(&dev->qlock);
@@ -428,23 +447,30 @@ cm_pool_set_limit(cm_device *dev, size_t limit, cm_error *err)
     return 0;
 }
 
-void
-cm__pool_drop(cm_device *dev)
+/* context.c's teardown, with dev->lock and dev->qlock held, before the
+ * generation is bumped: forgets every slab, block and event (the driver
+ * frees them with the context) and turns the pool off: it was the
+ * context's memory manager's, and the next context's manager decides. */
+static int
+pool_drop(cm_device *dev, int reset, cm_error *err)
 {
     cm_pool *pool = dev->pool;
 
+    (void)reset;
+    (void)err;
     if (pool == NULL) {
-        return;
+        return 0;
     }
     cm__lock(&pool->lock, CM_LOCK_POOL);
     forget_all(pool);
-    /* Blocks of the old context never come back: see cm__pool_return. */
+    /* Blocks of the old context never come back: see pool_return. */
     pool->generation = dev->generation + 1;
     /* The pool belongs to the context's memory manager: the next
      * context's manager turns it on again if it is a pool. */
     pool->enabled = 0;
     __atomic_store_n(&dev->pool_on, NULL, __ATOMIC_RELEASE);
     cm__unlock(&pool->lock);
+    return 0;
 }
 
 /* ---------------------------------------------------------------------
@@ -474,10 +500,10 @@ static int trim(cm_device *dev, int wait, cm_error *err);
 static int
 stale(cm_error *err, cm_device *dev)
 {
-    return cm_fail_fmt(err, CM_ERR_STATE,
-                       "device %d was reset or its context closed during "
-                       "a pooled allocation",
-                       dev->ordinal);
+    return cm__fail_fmt(err, CM_ERR_STATE,
+                        "device %d was reset or its context closed during "
+                        "a pooled allocation",
+                        dev->ordinal);
 }
 
 /* A new slab of `size` bytes for a request of `need`, within the limit
@@ -516,25 +542,29 @@ grow(cm_device *dev, cm_pool *pool, uint64_t generation, size_t size,
     }
     if (pool->generation != generation) {
         cm__unlock(&pool->lock);
-        (void)cm_release(dev, generation, CM_FREE_DEVICE, ptr, size,
-                         &ignored);
+        (void)cm__release(dev, generation, CM_FREE_DEVICE, ptr, size,
+                          &ignored);
         cm__lock(&pool->lock, CM_LOCK_POOL);
         return stale(err, dev);
     }
     if (slab_add(pool, ptr, size) < 0) {
         cm__unlock(&pool->lock);
-        (void)cm_release(dev, generation, CM_FREE_DEVICE, ptr, size,
-                         &ignored);
+        (void)cm__release(dev, generation, CM_FREE_DEVICE, ptr, size,
+                          &ignored);
         cm__lock(&pool->lock, CM_LOCK_POOL);
         return cm_fail(err, CM_ERR_NOMEM, "out of host memory");
     }
     return 0;
 }
 
-int
-cm__pool_alloc(cm_device *dev, uint64_t generation, CUstream stream,
-               size_t nbytes, cm_pool_block **block, CUdeviceptr *ptr,
-               cm_error *err)
+/* A block of at least nbytes (> 0) for work on `stream`, made with dev's
+ * primary context current (memory.c enters it) at `generation`. Reuses a
+ * free block of `stream`, one that needs no ordering, or one whose
+ * stream's work is complete (event or stream query); otherwise a new slab
+ * (within the limit, with memory.c's out-of-memory recovery). */
+static int
+pool_alloc(cm_device *dev, uint64_t generation, CUstream stream, size_t nbytes,
+           cm_pool_block **block, CUdeviceptr *ptr, cm_error *err)
 {
     cm_pool *pool = dev->pool;
     size_t need = round_up(nbytes, CM_POOL_ALIGN);
@@ -597,8 +627,8 @@ event_get(cm_device *dev, cm_pool *pool)
         }
     }
     cm__unlock(&pool->lock);
-    if (make && cm_event_create(dev, CU_EVENT_DISABLE_TIMING, &ev,
-                                &generation, &ignored) == 0) {
+    if (make && cm_event_create(dev, CU_EVENT_DISABLE_TIMING, &ev, &generation,
+                                &ignored) == 0) {
         cm__lock(&pool->lock, CM_LOCK_POOL);
         pool->nevents++;
         cm__unlock(&pool->lock);
@@ -606,10 +636,18 @@ event_get(cm_device *dev, cm_pool *pool)
     return ev;
 }
 
-int
-cm__pool_return(cm_device *dev, uint64_t generation, cm_pool_block *b,
-                CUstream stream, cm_error *err)
+/* Returns a block made at `generation` for work on `stream`: reusable at
+ * once on that stream; on others once an event recorded on it now has
+ * completed (the legacy default stream needs none: its operations are
+ * synchronous). If the event cannot be made or recorded, the block waits
+ * for the whole stream to be idle instead. A stale generation forgets
+ * the block: its slab went with the context. */
+static int
+pool_return(cm_mem *m, cm_error *err)
 {
+    cm_device *dev = m->dev;
+    cm_pool_block *b = m->block;
+    CUstream stream = m->stream;
     cm_pool *pool = __atomic_load_n(&dev->pool, __ATOMIC_ACQUIRE);
     cm_pool_list *list;
     cm_error ignored;
@@ -622,13 +660,12 @@ cm__pool_return(cm_device *dev, uint64_t generation, cm_pool_block *b,
     cm__lock(&dev->qlock, CM_LOCK_QUEUES);
     /* Only a drop (under qlock) changes the generation of a pool with
      * blocks out. */
-    if (pool->generation != generation) {
+    if (pool->generation != m->generation) {
         goto done;
     }
     if (!is_legacy(stream)) {
         ev = event_get(dev, pool);
-        if (ev != NULL &&
-            cm_event_record(dev, ev, stream, &ignored) < 0) {
+        if (ev != NULL && cm_event_record(dev, ev, stream, &ignored) < 0) {
             /* The block then waits for its whole stream (block_idle). */
             cm__lock(&pool->lock, CM_LOCK_POOL);
             spare_push(pool, ev);
@@ -664,8 +701,7 @@ done:
  * pool, into *slabs and *events (the caller frees them). Caller holds
  * pool->lock. */
 static void
-collect(cm_pool *pool, cm_pool_slab **slabs, CUevent **events,
-        size_t *nevents)
+collect(cm_pool *pool, cm_pool_slab **slabs, CUevent **events, size_t *nevents)
 {
     cm_pool_slab *s, *next;
     cm_pool_list **lp;
@@ -842,7 +878,7 @@ cm_pool_trim(cm_device *dev, cm_error *err)
 }
 
 size_t
-cm_pool_cached_bytes(cm_device *dev)
+cm__pool_cached_bytes(cm_device *dev)
 {
     cm_pool_stats st;
 
@@ -871,8 +907,7 @@ cm_pool_get_stats(cm_device *dev, cm_pool_stats *out)
                            .used_blocks = pool->used_blocks,
                            .used_bytes = pool->used_bytes,
                            .free_blocks = pool->free_blocks,
-                           .cached_bytes = pool->slab_bytes -
-                                           pool->used_bytes,
+                           .cached_bytes = pool->slab_bytes - pool->used_bytes,
                            .pending_blocks = pool->free_blocks - ready};
     cm__unlock(&pool->lock);
 }

@@ -24,13 +24,13 @@ typedef struct cm_pool_block cm_pool_block;
 
 typedef struct cm_pool_stats {
     int enabled;
-    size_t limit;       /* SIZE_MAX: none */
-    size_t slabs;       /* cuMemAlloc allocations held */
-    size_t slab_bytes;  /* their bytes */
-    size_t used_blocks; /* blocks handed out and not returned */
-    size_t used_bytes;  /* their bytes (rounded to CM_POOL_ALIGN) */
-    size_t free_blocks; /* free blocks in the slabs */
-    size_t cached_bytes; /* slab_bytes - used_bytes */
+    size_t limit;          /* SIZE_MAX: none */
+    size_t slabs;          /* cuMemAlloc allocations held */
+    size_t slab_bytes;     /* their bytes */
+    size_t used_blocks;    /* blocks handed out and not returned */
+    size_t used_bytes;     /* their bytes (rounded to CM_POOL_ALIGN) */
+    size_t free_blocks;    /* free blocks in the slabs */
+    size_t cached_bytes;   /* slab_bytes - used_bytes */
     size_t pending_blocks; /* free blocks whose stream may still use them */
 } cm_pool_stats;
 
@@ -39,30 +39,12 @@ typedef struct cm_pool_stats {
  * return to it, trim() frees what is free. */
 int cm_pool_enable(cm_device *dev, int enabled, cm_error *err);
 
-/* dev's pool while enabled, else NULL: the allocation path's one test. */
+/* dev's pool while enabled, else NULL (py/'s pinned allocation asks). */
 static inline cm_pool *
 cm_pool_active(cm_device *dev)
 {
     return __atomic_load_n(&dev->pool_on, __ATOMIC_ACQUIRE);
 }
-
-/* A block of at least nbytes (> 0) for work on `stream`, made with dev's
- * primary context current (memory.c enters it) at `generation`. Reuses a
- * free block of `stream`, one that needs no ordering, or one whose
- * stream's work is complete (event or stream query); otherwise a new slab
- * (within the limit, with memory.c's out-of-memory recovery). */
-int cm__pool_alloc(cm_device *dev, uint64_t generation, CUstream stream,
-                   size_t nbytes, cm_pool_block **block, CUdeviceptr *ptr,
-                   cm_error *err);
-
-/* Returns a block made at `generation` for work on `stream`: reusable at
- * once on that stream; on others once an event recorded on it now has
- * completed (the legacy default stream needs none: its operations are
- * synchronous). If the event cannot be made or recorded, the block waits
- * for the whole stream to be idle instead. A stale generation forgets
- * the block: its slab went with the context. */
-int cm__pool_return(cm_device *dev, uint64_t generation, cm_pool_block *block,
-                    CUstream stream, cm_error *err);
 
 /* Waits for the stream work of every free block still pending on its
  * stream (its event, or the whole stream), then frees every slab that is
@@ -70,21 +52,15 @@ int cm__pool_return(cm_device *dev, uint64_t generation, cm_pool_block *block,
  * wait is reported after what is idle is freed. */
 int cm_pool_trim(cm_device *dev, cm_error *err);
 /* Bytes free in the pool's slabs (0 without a pool). */
-size_t cm_pool_cached_bytes(cm_device *dev);
+size_t cm__pool_cached_bytes(cm_device *dev);
 /* Caps the pool's slab bytes (SIZE_MAX: no cap); a new slab beyond it
  * first frees the idle free slabs (without waiting), then fails with
- * CUDA_ERROR_OUT_OF_MEMORY whose call is cm_pool_limit (memory.c's
- * recovery then waits and trims, and tries once more). Does not shrink
- * what is held. Makes the pool (disabled) if there is none. */
+ * CUDA_ERROR_OUT_OF_MEMORY whose call is cm_pool_limit (out-of-memory
+ * recovery then waits and trims, and memory.c tries once more). Does not
+ * shrink what is held. Makes the pool (disabled) if there is none. */
 int cm_pool_set_limit(cm_device *dev, size_t limit, cm_error *err);
 void cm_pool_get_stats(cm_device *dev, cm_pool_stats *out);
 /* The `call` of a request the limit refused: no driver call failed. */
 extern const char cm_pool_limit[];
-
-/* context.c, with dev->lock and dev->qlock held, before the generation is
- * bumped: forgets every slab, block and event (the driver frees them with
- * the context) and turns the pool off: it was the context's memory
- * manager's, and the next context's manager decides. */
-void cm__pool_drop(cm_device *dev);
 
 #endif

@@ -103,7 +103,7 @@ free_one(void *arg, cm_free_kind kind, uint64_t handle, size_t nbytes,
                    : 0;
     }
     if (rc < 0) {
-        cm_device_poison(dev, err);
+        cm__device_poison(dev, err);
     }
     return rc;
 }
@@ -115,6 +115,14 @@ queue_of(cm_free_kind kind)
                                                            : CM_QUEUE_MEMORY;
 }
 
+static int queues_drop(cm_device *dev, int reset, cm_error *err);
+
+/* What a teardown of a context does to its queues (context.h). */
+static const cm_subsystem_ops queue_ops = {
+    .drop = queues_drop,
+    .relieve = cm_queues_flush,
+};
+
 /* Caller holds dev->qlock. */
 static int
 queues_ready(cm_device *dev, cm_error *err)
@@ -124,14 +132,15 @@ queues_ready(cm_device *dev, cm_error *err)
     if (dev->queues[0] != NULL) {
         return 0;
     }
+    cm__subsystem_register(CM_SUB_QUEUES, &queue_ops);
     if (CM_CALL(err, cuDeviceTotalMem, &total, dev->cudev) < 0) {
         return -1;
     }
     for (int q = 0; q < CM_QUEUE_COUNT; q++) {
-        dev->queues[q] = cm_pending_new(total, free_one, dev, err);
+        dev->queues[q] = cm__pending_new(total, free_one, dev, err);
         if (dev->queues[q] == NULL) {
             for (int i = 0; i < q; i++) {
-                cm_pending_delete(dev->queues[i]);
+                cm__pending_delete(dev->queues[i]);
                 dev->queues[i] = NULL;
             }
             return -1;
@@ -142,16 +151,16 @@ queues_ready(cm_device *dev, cm_error *err)
 
 /* Caller holds dev->qlock and the generation is current. */
 static int
-queue_locked(cm_device *dev, cm_free_kind kind, uint64_t handle,
-             size_t nbytes, cm_error *err)
+queue_locked(cm_device *dev, cm_free_kind kind, uint64_t handle, size_t nbytes,
+             cm_error *err)
 {
     int rc;
 
     if (queues_ready(dev, err) < 0) {
         return -1;
     }
-    rc = cm_pending_add(dev->queues[queue_of(kind)], kind, handle, nbytes,
-                        err);
+    rc = cm__pending_add(dev->queues[queue_of(kind)], kind, handle, nbytes,
+                         err);
     if (rc < 0 && err->kind == CM_ERR_NOMEM) {
         /* Not queued: free it now rather than leak it. */
         rc = free_one(dev, kind, handle, nbytes, err);
@@ -160,8 +169,8 @@ queue_locked(cm_device *dev, cm_free_kind kind, uint64_t handle,
 }
 
 int
-cm_release(cm_device *dev, uint64_t generation, cm_free_kind kind,
-           uint64_t handle, size_t nbytes, cm_error *err)
+cm__release(cm_device *dev, uint64_t generation, cm_free_kind kind,
+            uint64_t handle, size_t nbytes, cm_error *err)
 {
     int rc = 0;
 
@@ -178,9 +187,9 @@ cm_release(cm_device *dev, uint64_t generation, cm_free_kind kind,
 }
 
 int
-cm_release_retained(cm_device *dev, uint64_t generation, uint64_t resets,
-                    cm_free_kind kind, uint64_t handle, size_t nbytes,
-                    cm_error *err)
+cm__release_retained(cm_device *dev, uint64_t generation, uint64_t resets,
+                     cm_free_kind kind, uint64_t handle, size_t nbytes,
+                     cm_error *err)
 {
     int rc;
 
@@ -211,7 +220,7 @@ cm_queue_flush(cm_device *dev, cm_queue_id q, cm_error *err)
     }
     cm__lock(&dev->qlock, CM_LOCK_QUEUES);
     if (dev->queues[q] != NULL) {
-        rc = cm_pending_flush(dev->queues[q], err);
+        rc = cm__pending_flush(dev->queues[q], err);
     }
     cm__unlock(&dev->qlock);
     return rc;
@@ -227,7 +236,7 @@ cm_queues_flush(cm_device *dev, cm_error *err)
 }
 
 int
-cm_queue_relieve(cm_device *dev, cm_queue_id q)
+cm__queue_relieve(cm_device *dev, cm_queue_id q)
 {
     size_t count, bytes;
     cm_error ignored;
@@ -252,7 +261,7 @@ cm_queue_defer(cm_device *dev, cm_queue_id q, cm_error *err)
     cm__lock(&dev->qlock, CM_LOCK_QUEUES);
     rc = queues_ready(dev, err);
     if (rc == 0) {
-        cm_pending_defer(dev->queues[q]);
+        cm__pending_defer(dev->queues[q]);
     }
     cm__unlock(&dev->qlock);
     return rc;
@@ -263,7 +272,7 @@ cm_queue_undefer(cm_device *dev, cm_queue_id q)
 {
     cm__lock(&dev->qlock, CM_LOCK_QUEUES);
     if (dev->queues[q] != NULL) {
-        cm_pending_undefer(dev->queues[q]);
+        cm__pending_undefer(dev->queues[q]);
     }
     cm__unlock(&dev->qlock);
 }
@@ -274,9 +283,9 @@ cm_queue_stats(cm_device *dev, cm_queue_id q, size_t *count, size_t *bytes,
 {
     cm__lock(&dev->qlock, CM_LOCK_QUEUES);
     if (dev->queues[q] != NULL) {
-        *count = cm_pending_count(dev->queues[q]);
-        *bytes = cm_pending_bytes(dev->queues[q]);
-        *deferred = cm_pending_deferred(dev->queues[q]);
+        *count = cm__pending_count(dev->queues[q]);
+        *bytes = cm__pending_bytes(dev->queues[q]);
+        *deferred = cm__pending_deferred(dev->queues[q]);
     }
     else {
         *count = *bytes = 0;
@@ -305,7 +314,7 @@ cm_queues_shutdown(cm_error *err)
         cm__lock(&dev->qlock, CM_LOCK_QUEUES);
         for (int q = 0; q < CM_QUEUE_COUNT; q++) {
             if (dev->queues[q] != NULL &&
-                cm_pending_shutdown(dev->queues[q], &each) < 0 && rc == 0) {
+                cm__pending_shutdown(dev->queues[q], &each) < 0 && rc == 0) {
                 *err = each;
                 rc = -1;
             }
@@ -335,8 +344,14 @@ salvage_one(void *arg, cm_free_kind kind, uint64_t handle, size_t nbytes,
     return free_retained(sa->dev, !sa->reset, kind, handle, err);
 }
 
-int
-cm__queues_drop(cm_device *dev, int reset, cm_error *err)
+/* With dev->lock and qlock held, after releasing cudamem's retain and
+ * before bumping the generation: forgets everything queued (the context
+ * that owned it is going away), except managed memory, which keeps the
+ * context alive: it is freed (`reset`: the reset frees it) and its retain
+ * released. -1: a managed free failed (the first is reported; the rest
+ * still run). */
+static int
+queues_drop(cm_device *dev, int reset, cm_error *err)
 {
     salvage_arg sa = {dev, reset};
     cm_error later;
@@ -344,8 +359,8 @@ cm__queues_drop(cm_device *dev, int reset, cm_error *err)
 
     for (int q = 0; q < CM_QUEUE_COUNT; q++) {
         if (dev->queues[q] != NULL &&
-            cm_pending_salvage(dev->queues[q], salvage_one, &sa,
-                               rc < 0 ? &later : err) < 0) {
+            cm__pending_salvage(dev->queues[q], salvage_one, &sa,
+                                rc < 0 ? &later : err) < 0) {
             rc = -1;
         }
     }

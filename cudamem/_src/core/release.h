@@ -3,7 +3,7 @@
  * context: one for memory, one for streams and events. A generation that is
  * no longer the device's drops the free: the driver freed it with the
  * context (memory holding its own retain excepted: see
- * cm_release_retained). Owns the free
+ * cm__release_retained). Owns the free
  * functions; does not own the records. */
 #ifndef CM_RELEASE_H
 #define CM_RELEASE_H
@@ -25,19 +25,19 @@ typedef enum cm_queue_id {
  * owns the handle afterwards: when the queue cannot grow the handle is
  * freed at once. -1: a free failed (this one or a queued one), reported
  * in err. */
-int cm_release(cm_device *dev, uint64_t generation, cm_free_kind kind,
-               uint64_t handle, size_t nbytes, cm_error *err);
+int cm__release(cm_device *dev, uint64_t generation, cm_free_kind kind,
+                uint64_t handle, size_t nbytes, cm_error *err);
 
-/* cm_release for memory whose record holds a retain of dev's primary
+/* cm__release for memory whose record holds a retain of dev's primary
  * context (managed memory; write-combined host memory, CM_FREE_HOST), so
  * that the memory outlives cudamem's own retain (close()). `resets` is
  * the device's reset count when it was made. While `generation` is the
  * device's, the free is queued (the queue frees, then releases the
  * retain); after a close it runs at once; after a reset the memory is gone
  * and only the retain is released. */
-int cm_release_retained(cm_device *dev, uint64_t generation, uint64_t resets,
-                        cm_free_kind kind, uint64_t handle, size_t nbytes,
-                        cm_error *err);
+int cm__release_retained(cm_device *dev, uint64_t generation, uint64_t resets,
+                         cm_free_kind kind, uint64_t handle, size_t nbytes,
+                         cm_error *err);
 
 /* numba's deallocations.clear(): frees what the queue holds unless it is
  * deferred. The first failed free stops the flush and is reported; the
@@ -49,7 +49,7 @@ int cm_queues_flush(cm_device *dev, cm_error *err);
  * mapping whose close is still queued): 1 when q held something and was
  * not deferred, else 0. A failed flush is not the caller's error (the
  * retry's is): it is dropped. */
-int cm_queue_relieve(cm_device *dev, cm_queue_id q);
+int cm__queue_relieve(cm_device *dev, cm_queue_id q);
 
 /* numba's deallocations.disable() on one queue (nests); defer_cleanup()
  * is both. Leaving does not flush. */
@@ -65,13 +65,5 @@ void cm_queue_stats(cm_device *dev, cm_queue_id q, size_t *count,
  * after that leak on purpose. The first failure is reported in err; the
  * other queues are still flushed. */
 int cm_queues_shutdown(cm_error *err);
-
-/* context.c, with dev->lock and qlock held, after releasing cudamem's
- * retain and before bumping the generation: forgets everything queued (the
- * context that owned it is going away), except managed memory, which keeps
- * the context alive: it is freed (`reset`: the reset frees it) and its
- * retain released. -1: a managed free failed (the first is reported; the
- * rest still run). */
-int cm__queues_drop(cm_device *dev, int reset, cm_error *err);
 
 #endif

@@ -1,7 +1,8 @@
 /* stats.h: what cudamem knows about its memory use per device: current and
- * peak bytes and counts of each kind of allocation, and the out-of-memory
- * recovery that uses them. Does not allocate or free;
- * the records (memory.c, hostmem.c) report to it. */
+ * peak bytes and counts of each kind of allocation. A leaf: does not
+ * allocate, free or call anything; the records (memory.c, hostmem.c,
+ * hostpool.c) report to it, and oom.h's snapshot adds what the queues
+ * and pools hold. */
 #ifndef CM_STATS_H
 #define CM_STATS_H
 
@@ -40,9 +41,8 @@ typedef struct cm_stats {
     size_t pinned_pool_cached_bytes, pinned_pool_cached_count;
 } cm_stats;
 
-/* A snapshot of dev's counters, its memory queue, its pool and the host
- * pool. */
-void cm_stats_get(struct cm_device *dev, cm_stats *out);
+/* dev's counters of every kind, each read atomically. */
+void cm__stats_read(struct cm_device *dev, cm_counts out[CM_STAT_KINDS]);
 /* Every peak of dev back to its current value. */
 void cm_stats_reset_peaks(struct cm_device *dev);
 
@@ -53,30 +53,5 @@ void cm__stats_sub(struct cm_device *dev, cm_stat_kind kind, size_t nbytes);
  * just before cm_host_free counts it out. */
 void cm__stats_recount(struct cm_device *dev, cm_stat_kind kind,
                        size_t nbytes);
-
-/* Out-of-memory recovery, DESIGN section 2's second sanctioned call into
- * Python: py/ installs a hook that runs the garbage collector, taking the
- * GIL itself (core may call it from code running without it); core holds
- * none of its locks and no pushed context when it calls it. */
-typedef void (*cm_oom_hook)(void);
-void cm_oom_set_hook(cm_oom_hook hook);
-
-/* After a failed allocation on dev: when err is CUDA_ERROR_OUT_OF_MEMORY,
- * runs the recovery (the hook, a flush of dev's memory queue unless
- * deferred, a trim of dev's pool, which first waits for its free blocks
- * still pending on streams, and a trim of the host pool) and returns 1:
- * the caller tries once more, then calls cm__oom_mark. 0 for any other
- * error (err untouched). */
-int cm__oom_recover(struct cm_device *dev, const cm_error *err);
-/* Marks err, when it is out of memory, as the failure of an allocation
- * of nbytes on dev that recovery did not help (cm_error's oom fields). */
-void cm__oom_mark(struct cm_device *dev, size_t nbytes, cm_error *err);
-
-/* What an out-of-memory report gives: dev's free and total memory
- * (cuMemGetInfo in its primary context), bytes pending release and bytes
- * cached by the pool. */
-int cm_oom_info(struct cm_device *dev, size_t *free_bytes,
-                size_t *total_bytes, size_t *pending, size_t *pool_cached,
-                cm_error *err);
 
 #endif

@@ -34,14 +34,14 @@ typedef struct cm_error {
      * the process), or NULL when the message is in text. */
     const char *msg;
     /* CUDA_ERROR_OUT_OF_MEMORY of one of cudamem's allocations after its
-     * recovery (stats.h): the device and the bytes asked for; else NULL
+     * recovery (oom.h): the device and the bytes asked for; else NULL
      * and 0. */
     struct cm_device *oom_dev;
     size_t oom_bytes;
     /* A sticky code (cm_error_is_sticky): the ordinal of the device whose
      * context it poisoned, when core knows it; else -1. */
     int device;
-    /* cm_fail_fmt's message. Written only when an error is set, so that
+    /* cm__fail_fmt's message. Written only when an error is set, so that
      * declaring a cm_error costs nothing; copies carry it along. */
     char text[CM_ERROR_TEXT];
 } cm_error;
@@ -54,6 +54,21 @@ const char *cm_error_name(CUresult code);
 int cm_error_table(size_t index, CUresult *code, const char **name);
 /* Nonzero for the codes after which the context is unusable. */
 int cm_error_is_sticky(CUresult code);
+
+/* Out-of-memory recovery as the allocating records (memory.c, hostmem.c)
+ * reach it: oom.c, above them, installs what it does (flushes and trims
+ * of the queues and pools above those records), so that they call
+ * nothing above them. Without it (core linked without oom.c) nothing is
+ * recovered. */
+typedef void (*cm_oom_recovery)(struct cm_device *dev);
+void cm__oom_set_recovery(cm_oom_recovery recovery);
+/* After a failed allocation on dev: when err is CUDA_ERROR_OUT_OF_MEMORY
+ * and a recovery is installed, runs it and returns 1: the caller tries
+ * once more, then calls cm__oom_mark. 0 otherwise (err untouched). */
+int cm__oom_recover(struct cm_device *dev, const cm_error *err);
+/* Marks err, when it is out of memory, as the failure of an allocation
+ * of nbytes on dev that recovery did not help (the oom fields). */
+void cm__oom_mark(struct cm_device *dev, size_t nbytes, cm_error *err);
 
 static inline int
 cm_fail(cm_error *err, cm_error_kind kind, const char *msg)
@@ -78,7 +93,7 @@ cm_error_msg(const cm_error *err)
 
 /* cm_fail with a printf-formatted message, kept in err->text. An argument
  * may be err's own message. */
-int cm_fail_fmt(cm_error *err, cm_error_kind kind, const char *fmt, ...)
+int cm__fail_fmt(cm_error *err, cm_error_kind kind, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 #endif

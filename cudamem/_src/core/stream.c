@@ -23,7 +23,7 @@ cm_stream_create(cm_device *dev, unsigned flags, int has_priority,
     /* Malformed thresholds fail the first stream, not its destroy. The
      * generation is read before the retain (see cm_device_primary): a
      * reset in between makes the new stream stale at once. */
-    if (cm_pending_limits(&max_count, &max_ratio, err) < 0 ||
+    if (cm__pending_limits(&max_count, &max_ratio, err) < 0 ||
         cm_device_primary(dev, &ctx, generation, err) < 0 ||
         cm_ctx_enter(dev, &guard, err) < 0) {
         return -1;
@@ -52,8 +52,8 @@ cm_stream_release(cm_device *dev, uint64_t generation, CUstream handle,
                   cm_error *err)
 {
     __atomic_add_fetch(&dev->streams_retired, 1, __ATOMIC_ACQ_REL);
-    return cm_release(dev, generation, CM_FREE_STREAM,
-                      (uint64_t)(uintptr_t)handle, 0, err);
+    return cm__release(dev, generation, CM_FREE_STREAM,
+                       (uint64_t)(uintptr_t)handle, 0, err);
 }
 
 int
@@ -94,21 +94,21 @@ cm_stream_device(CUstream handle, cm_device **dev, cm_error *err)
         return -1;
     }
     if (cm_stream_is_default(handle)) {
-        return cm_fail_fmt(err, CM_ERR_VALUE,
-                        "CUDA stream %zu is a default stream: it belongs to "
-                        "whichever context is current",
-                        (size_t)(uintptr_t)handle);
+        return cm__fail_fmt(
+            err, CM_ERR_VALUE,
+            "CUDA stream %zu is a default stream: it belongs to "
+            "whichever context is current",
+            (size_t)(uintptr_t)handle);
     }
     /* Needs no current context: the handle names its own. */
     if (CM_CALL(err, cuStreamGetCtx, handle, &ctx) < 0) {
         return -1;
     }
-    if (cm_context_device(ctx, dev, err) < 0) {
+    if (cm__context_device(ctx, dev, err) < 0) {
         if (err->kind == CM_ERR_VALUE) {
-            return cm_fail_fmt(err, CM_ERR_VALUE,
-                               "cudamem cannot use CUDA stream %zu: %s",
-                               (size_t)(uintptr_t)handle,
-                               cm_error_msg(err));
+            return cm__fail_fmt(err, CM_ERR_VALUE,
+                                "cudamem cannot use CUDA stream %zu: %s",
+                                (size_t)(uintptr_t)handle, cm_error_msg(err));
         }
         return -1;
     }

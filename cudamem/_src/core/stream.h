@@ -27,7 +27,7 @@ int cm_stream_create(cm_device *dev, unsigned flags, int has_priority,
                      int priority, CUstream *out, uint64_t *generation,
                      cm_error *err);
 /* Hands a stream made by cm_stream_create to dev's object queue
- * (cm_release); a stale generation drops it. Counted in
+ * (cm__release); a stale generation drops it. Counted in
  * dev->streams_retired: memory records that remember the handle stop
  * trusting it (cm_mem_order_pending). */
 int cm_stream_release(cm_device *dev, uint64_t generation, CUstream handle,
@@ -35,8 +35,7 @@ int cm_stream_release(cm_device *dev, uint64_t generation, CUstream handle,
 
 /* cuStreamQuery in dev's context: *done 1 when all work is complete, 0 when
  * CUDA_ERROR_NOT_READY; any other code fails. */
-int cm_stream_query(cm_device *dev, CUstream handle, int *done,
-                    cm_error *err);
+int cm_stream_query(cm_device *dev, CUstream handle, int *done, cm_error *err);
 /* cuStreamSynchronize in dev's context. Blocks without an end: py/ waits
  * with cm_stream_query so that Ctrl-C can interrupt. */
 int cm_stream_synchronize(cm_device *dev, CUstream handle, cm_error *err);

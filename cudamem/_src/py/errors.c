@@ -5,8 +5,8 @@
 #include <cuda.h>
 
 #include "../core/context.h"
+#include "../core/oom.h"
 #include "../core/pool.h"
-#include "../core/stats.h"
 
 /* CudaOutOfMemoryError for an allocation that recovery did not help,
  * with the numbers of its device as they are now; when the pool's limit

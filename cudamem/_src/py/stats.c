@@ -4,7 +4,7 @@
  * core's; this file only builds the dict and runs the collector. */
 #include "module.h"
 
-#include "../core/stats.h"
+#include "../core/oom.h"
 #include "device.h"
 
 /* Names of cm_stat_kind in the dict's keys. */

@@ -1,0 +1,138 @@
+/* test_core_stats.c: core/stats.c linked alone (the floor plan's leaf:
+ * docs/architecture.rst): the per-device counters of each kind, their
+ * peaks, a recount that leaves the peaks alone, and updates from several
+ * threads at once adding up exactly. */
+#include "check.h"
+#include "context.h"
+#include "stats.h"
+
+#include <pthread.h>
+#include <string.h>
+
+static cm_device dev;
+
+static void
+setup(void)
+{
+    memset(&dev, 0, sizeof(dev));
+}
+
+static cm_counts
+read_kind(cm_stat_kind kind)
+{
+    cm_counts out[CM_STAT_KINDS];
+
+    cm__stats_read(&dev, out);
+    return out[kind];
+}
+
+/* Adds and subtractions move bytes and count; the peaks keep the most. */
+static void
+add_and_sub(void)
+{
+    cm_counts c;
+
+    cm__stats_add(&dev, CM_STAT_DEVICE, 1000);
+    cm__stats_add(&dev, CM_STAT_DEVICE, 24);
+    cm__stats_sub(&dev, CM_STAT_DEVICE, 1000);
+    c = read_kind(CM_STAT_DEVICE);
+    CHECK_UINT_EQ(c.bytes, 24);
+    CHECK_UINT_EQ(c.count, 1);
+    CHECK_UINT_EQ(c.peak_bytes, 1024);
+    CHECK_UINT_EQ(c.peak_count, 2);
+}
+
+/* Each kind counts on its own. */
+static void
+kinds_apart(void)
+{
+    cm_counts out[CM_STAT_KINDS];
+
+    cm__stats_add(&dev, CM_STAT_PINNED, 4096);
+    cm__stats_add(&dev, CM_STAT_MANAGED, 512);
+    cm__stats_read(&dev, out);
+    CHECK_UINT_EQ(out[CM_STAT_PINNED].bytes, 4096);
+    CHECK_UINT_EQ(out[CM_STAT_MANAGED].bytes, 512);
+    CHECK_UINT_EQ(out[CM_STAT_DEVICE].bytes, 0);
+    CHECK_UINT_EQ(out[CM_STAT_MAPPED].count, 0);
+    CHECK_UINT_EQ(out[CM_STAT_WRITE_COMBINED].peak_bytes, 0);
+}
+
+/* A reset brings the peaks down to what is held now. */
+static void
+reset_peaks(void)
+{
+    cm_counts c;
+
+    cm__stats_add(&dev, CM_STAT_MAPPED, 300);
+    cm__stats_add(&dev, CM_STAT_MAPPED, 200);
+    cm__stats_sub(&dev, CM_STAT_MAPPED, 300);
+    cm_stats_reset_peaks(&dev);
+    c = read_kind(CM_STAT_MAPPED);
+    CHECK_UINT_EQ(c.peak_bytes, 200);
+    CHECK_UINT_EQ(c.peak_count, 1);
+    cm__stats_add(&dev, CM_STAT_MAPPED, 50);
+    CHECK_UINT_EQ(read_kind(CM_STAT_MAPPED).peak_bytes, 250);
+}
+
+/* hostpool.c's recount of a cached block: counted in, peaks untouched,
+ * then counted out as cm_host_free does. */
+static void
+recount(void)
+{
+    cm_counts c;
+
+    cm__stats_add(&dev, CM_STAT_PINNED, 4096);
+    cm__stats_sub(&dev, CM_STAT_PINNED, 4096);
+    cm__stats_recount(&dev, CM_STAT_PINNED, 8192);
+    c = read_kind(CM_STAT_PINNED);
+    CHECK_UINT_EQ(c.bytes, 8192);
+    CHECK_UINT_EQ(c.count, 1);
+    CHECK_UINT_EQ(c.peak_bytes, 4096);
+    CHECK_UINT_EQ(c.peak_count, 1);
+    cm__stats_sub(&dev, CM_STAT_PINNED, 8192);
+    CHECK_UINT_EQ(read_kind(CM_STAT_PINNED).bytes, 0);
+}
+
+#define THREADS 4
+#define ROUNDS 10000
+
+static void *
+churn(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < ROUNDS; i++) {
+        cm__stats_add(&dev, CM_STAT_DEVICE, 3);
+        cm__stats_add(&dev, CM_STAT_DEVICE, 5);
+        cm__stats_sub(&dev, CM_STAT_DEVICE, 3);
+    }
+    return NULL;
+}
+
+/* Records update the counters from any thread without a lock. */
+static void
+threads(void)
+{
+    pthread_t t[THREADS];
+    cm_counts c;
+
+    for (int i = 0; i < THREADS; i++) {
+        CHECK_EQ(pthread_create(&t[i], NULL, churn, NULL), 0);
+    }
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(t[i], NULL);
+    }
+    c = read_kind(CM_STAT_DEVICE);
+    CHECK_UINT_EQ(c.bytes, (size_t)THREADS * ROUNDS * 5);
+    CHECK_UINT_EQ(c.count, (size_t)THREADS * ROUNDS);
+    CHECK_LE(c.peak_bytes, (size_t)THREADS * ROUNDS * 8);
+    CHECK_GE(c.peak_bytes, c.bytes);
+}
+
+static const check_test tests[] = {
+    {"add_and_sub", add_and_sub, 0}, {"kinds_apart", kinds_apart, 0},
+    {"reset_peaks", reset_peaks, 0}, {"recount", recount, 0},
+    {"threads", threads, 0},         {NULL, NULL, 0},
+};
+
+CHECK_MAIN(tests, setup, NULL)
