@@ -24,9 +24,9 @@ load_exceptions(cmpy_state *st)
     if (errors == NULL) {
         return -1;
     }
-#define CMPY_LOAD(name)                                                        \
+#define CMPY_LOAD(name)                                                       \
     if ((st->name = PyObject_GetAttrString(errors, #name)) == NULL) {         \
-        goto error;                                                            \
+        goto error;                                                           \
     }
     CMPY_LOAD(CudaSupportError)
     CMPY_LOAD(CudaDriverError)
@@ -102,8 +102,10 @@ cmpy_hook_load(cmpy_state *st, cmpy_hook_id id, PyObject **slots, int n)
         return -1;
     }
     if (!PyTuple_Check(got) || PyTuple_GET_SIZE(got) != n) {
-        PyErr_Format(PyExc_TypeError, "the '%s' hook returned %R, not a "
-                     "tuple of %d", hook_names[id], got, n);
+        PyErr_Format(PyExc_TypeError,
+                     "the '%s' hook returned %R, not a "
+                     "tuple of %d",
+                     hook_names[id], got, n);
         Py_DECREF(got);
         return -1;
     }
@@ -194,6 +196,8 @@ cudamem_exec(PyObject *module)
         PyModule_AddFunctions(module, cmpy_pending_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_managed_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_hostbuf_methods) < 0 ||
+        PyModule_AddFunctions(module, cmpy_hostalloc_methods) < 0 ||
+        PyModule_AddFunctions(module, cmpy_hostregister_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_hostarray_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_memory_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_pool_methods) < 0 ||
@@ -333,14 +337,10 @@ PyDoc_STRVAR(cudamem_doc,
              "module.");
 
 struct PyModuleDef cmpy_module_def = {
-    PyModuleDef_HEAD_INIT,
-    .m_name = "cudamem._cudamem",
-    .m_doc = cudamem_doc,
-    .m_size = sizeof(cmpy_state),
-    .m_slots = cudamem_slots,
-    .m_traverse = cudamem_traverse,
-    .m_clear = cudamem_clear,
-    .m_free = cudamem_free,
+    PyModuleDef_HEAD_INIT,    .m_name = "cudamem._cudamem",
+    .m_doc = cudamem_doc,     .m_size = sizeof(cmpy_state),
+    .m_slots = cudamem_slots, .m_traverse = cudamem_traverse,
+    .m_clear = cudamem_clear, .m_free = cudamem_free,
 };
 
 /* Python finds it by name; declared for -Wmissing-prototypes. */

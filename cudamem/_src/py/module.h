@@ -23,23 +23,23 @@
  * _install(). py/ imports nothing else of its package but cudamem.errors
  * (at module init). The two loaders are called on first use and return
  * the modules' objects, so their imports (threading, ctypes) stay lazy. */
-#define CMPY_HOOKS(X)                                                          \
-    X(MAKE_MEMORY_MANAGER, "make_memory_manager")    /* memory.py */           \
-    X(ASSIGN_MEMORY_MANAGER, "assign_memory_manager") /* memory.py */          \
-    X(PLUGIN_DEFER_CLEANUP, "plugin_defer_cleanup")  /* memory.py */           \
-    X(UNIQUE_DICT, "UniqueDict")                     /* memory.py */           \
-    X(MEMORY_INFO, "MemoryInfo")                     /* devices.py */          \
-    X(MEMORY_STATS, "MemoryStats")                   /* devices.py */          \
-    X(IPC_HANDLE, "IpcHandle")                       /* ipc.py */              \
-    X(ARRAY_HANDLE, "array_handle")                  /* ipc.py */              \
-    X(LOAD_STREAMS, "load_streams")                  /* -> CMPY_GLUE_COUNT */  \
-    X(LOAD_HANDLES, "load_handles")                  /* -> CMPY_HANDLES_COUNT */
+#define CMPY_HOOKS(X)                                                         \
+    X(MAKE_MEMORY_MANAGER, "make_memory_manager")     /* memory.py */         \
+    X(ASSIGN_MEMORY_MANAGER, "assign_memory_manager") /* memory.py */         \
+    X(PLUGIN_DEFER_CLEANUP, "plugin_defer_cleanup")   /* memory.py */         \
+    X(UNIQUE_DICT, "UniqueDict")                      /* memory.py */         \
+    X(MEMORY_INFO, "MemoryInfo")                      /* devices.py */        \
+    X(MEMORY_STATS, "MemoryStats")                    /* devices.py */        \
+    X(IPC_HANDLE, "IpcHandle")                        /* ipc.py */            \
+    X(ARRAY_HANDLE, "array_handle")                   /* ipc.py */            \
+    X(LOAD_STREAMS, "load_streams") /* -> CMPY_GLUE_COUNT */                  \
+    X(LOAD_HANDLES, "load_handles") /* -> CMPY_HANDLES_COUNT */
 
 typedef enum cmpy_hook_id {
 #define CMPY_HOOK_ENUM(id, name) CMPY_HOOK_##id,
     CMPY_HOOKS(CMPY_HOOK_ENUM)
 #undef CMPY_HOOK_ENUM
-    CMPY_HOOK_COUNT
+        CMPY_HOOK_COUNT
 } cmpy_hook_id;
 
 typedef struct cmpy_state {
@@ -49,24 +49,24 @@ typedef struct cmpy_state {
     PyObject *CudaOutOfMemoryError;
     PyObject *CudaStickyError;
     PyObject *CudaWarning;
-    PyObject *DeviceType;  /* py/device.c */
-    PyObject *ContextType; /* py/device.c */
-    PyObject *StreamType;  /* py/stream.c */
-    PyObject *EventType;   /* py/event.c */
-    PyObject *MemoryPointerType; /* py/memory.c */
+    PyObject *DeviceType;            /* py/device.c */
+    PyObject *ContextType;           /* py/device.c */
+    PyObject *StreamType;            /* py/stream.c */
+    PyObject *EventType;             /* py/event.c */
+    PyObject *MemoryPointerType;     /* py/memory.c */
     PyObject *DeviceNDArrayBaseType; /* py/array.c */
     PyObject *DeviceNDArrayType;     /* py/array.c */
     PyObject *DeviceRecordType;      /* py/record.c */
     PyObject *ManagedNDArrayType;    /* py/hostarray.c, made on first use */
     PyObject *MappedNDArrayType;     /* py/hostarray.c, made on first use */
-    PyObject *DeallocationsType; /* py/pending.c */
-    PyObject *DeferGuardType;    /* py/pending.c */
-    PyObject *HostBufferType;    /* py/hostbuf.c */
+    PyObject *DeallocationsType;     /* py/pending.c */
+    PyObject *DeferGuardType;        /* py/pending.c */
+    PyObject *HostBufferType;        /* py/hostbuf.c */
     /* register()'s registrations, (address, nbytes) -> HostBuffer, or
-     * None while being registered; py/hostbuf.c, made on first use. */
+     * None while being registered; py/hostregister.c, made on first use. */
     PyObject *registered;
-    PyObject *devices;     /* tuple of Device, made on first use, or NULL */
-    PyObject *attr_ids;    /* {"WARP_SIZE": 10, ...}: every attribute */
+    PyObject *devices;  /* tuple of Device, made on first use, or NULL */
+    PyObject *attr_ids; /* {"WARP_SIZE": 10, ...}: every attribute */
     PyObject *hooks[CMPY_HOOK_COUNT]; /* by cmpy_hook_id, from _install() */
     /* Set (for good) once a plugin memory manager may be in use: until
      * then allocations skip every memory-manager lookup. */
@@ -110,9 +110,8 @@ cmpy_type_module(PyTypeObject *type)
 {
     PyObject *module = cmpy_own_module(type), *mro = type->tp_mro;
 
-    for (Py_ssize_t i = 1; module == NULL && mro != NULL &&
-                           i < PyTuple_GET_SIZE(mro);
-         i++) {
+    for (Py_ssize_t i = 1;
+         module == NULL && mro != NULL && i < PyTuple_GET_SIZE(mro); i++) {
         module = cmpy_own_module((PyTypeObject *)PyTuple_GET_ITEM(mro, i));
     }
     if (module == NULL) {
@@ -237,8 +236,7 @@ cmpy_final_state(PyObject *self)
 PyObject *cmpy_hook(cmpy_state *st, cmpy_hook_id id);
 /* Fills the `n` empty `slots` (new references) from the tuple the loader
  * hook `id` returns, once; 0, or -1 with an exception set. */
-int cmpy_hook_load(cmpy_state *st, cmpy_hook_id id, PyObject **slots,
-                   int n);
+int cmpy_hook_load(cmpy_state *st, cmpy_hook_id id, PyObject **slots, int n);
 
 /* Sets the Python exception for a core failure; returns NULL. */
 PyObject *cmpy_raise(cmpy_state *st, const cm_error *err);
@@ -267,6 +265,8 @@ extern PyMethodDef cmpy_array_methods[];
 extern PyMethodDef cmpy_pending_methods[];
 extern PyMethodDef cmpy_managed_methods[];
 extern PyMethodDef cmpy_hostbuf_methods[];
+extern PyMethodDef cmpy_hostalloc_methods[];
+extern PyMethodDef cmpy_hostregister_methods[];
 extern PyMethodDef cmpy_hostarray_methods[];
 extern PyMethodDef cmpy_memory_methods[];
 extern PyMethodDef cmpy_pool_methods[];
