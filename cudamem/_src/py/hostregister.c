@@ -69,12 +69,29 @@ PyDoc_STRVAR(host_register_doc,
              "read-only),\nwith a device address when *mapped*: all or "
              "none.");
 
-/* HostBuffers page-locking the arrays of `seq` (a PySequence_Fast): a
- * list, or NULL with an exception and nothing registered. */
+/* The items of the sequence `arg` as a tuple, a list's copied: the GIL is
+ * released while each is registered, and another thread (or a finalizer)
+ * could meanwhile change a caller's list under the loop. New reference,
+ * or NULL with TypeError `msg`. */
 static PyObject *
-register_seq(cmpy_state *st, PyObject *seq, int mapped)
+items_of(PyObject *arg, const char *msg)
 {
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), i;
+    PyObject *seq = PySequence_Fast(arg, msg), *items;
+
+    if (seq == NULL || PyTuple_CheckExact(seq)) {
+        return seq;
+    }
+    items = PyList_AsTuple(seq);
+    Py_DECREF(seq);
+    return items;
+}
+
+/* HostBuffers page-locking the arrays of `items` (a tuple, see items_of):
+ * a list, or NULL with an exception and nothing registered. */
+static PyObject *
+register_seq(cmpy_state *st, PyObject *items, int mapped)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(items), i;
     PyObject *out = NULL;
     cm_device *dev;
 
@@ -83,7 +100,7 @@ register_seq(cmpy_state *st, PyObject *seq, int mapped)
         char *lo;
         size_t size;
 
-        if (array_extent(PySequence_Fast_GET_ITEM(seq, i), &lo, &size) < 0) {
+        if (array_extent(PyTuple_GET_ITEM(items, i), &lo, &size) < 0) {
             return NULL;
         }
     }
@@ -91,15 +108,17 @@ register_seq(cmpy_state *st, PyObject *seq, int mapped)
         return NULL;
     }
     for (i = 0; i < n; i++) {
-        PyObject *obj = PySequence_Fast_GET_ITEM(seq, i), *buf;
+        PyObject *obj = PyTuple_GET_ITEM(items, i), *buf;
         int readonly = !PyArray_ISWRITEABLE((PyArrayObject *)obj), rc;
         cm_host *host;
         cm_error err;
         size_t size;
         char *lo;
 
+        /* Checked above, and a tuple's arrays keep their extents. */
         (void)array_extent(obj, &lo, &size);
         Py_BEGIN_ALLOW_THREADS
+        /* NOLINTNEXTLINE(clang-analyzer-core.CallAndMessage): lo is set */
         rc = cm_host_register(dev, lo, size, readonly, mapped, &host, &err);
         Py_END_ALLOW_THREADS
         if (rc < 0) {
@@ -142,7 +161,7 @@ host_register(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
         (argv[1] != NULL && (mapped = PyObject_IsTrue(argv[1])) < 0)) {
         return NULL;
     }
-    seq = PySequence_Fast(argv[0], "_host_register() needs a sequence");
+    seq = items_of(argv[0], "_host_register() needs a sequence");
     if (seq == NULL) {
         return NULL;
     }
@@ -255,7 +274,7 @@ register_named(PyObject *module, PyObject *arg)
     Py_ssize_t n = 0, i;
 
     if (cmpy_numpy_init() < 0 || registry_ready(st) < 0 ||
-        (seq = PySequence_Fast(arg, "_register() needs a sequence")) == NULL ||
+        (seq = items_of(arg, "_register() needs a sequence")) == NULL ||
         (keys = registry_keys(st, seq, 0)) == NULL) {
         goto done;
     }
@@ -380,8 +399,8 @@ static PyObject *
 host_unregister(PyObject *module, PyObject *arg)
 {
     cmpy_state *st = cmpy_get_state(module);
-    PyObject *seq = PySequence_Fast(arg, "_host_unregister() needs a "
-                                         "sequence of HostBuffers");
+    PyObject *seq = items_of(arg, "_host_unregister() needs a "
+                                  "sequence of HostBuffers");
     int rc;
 
     if (seq == NULL) {
