@@ -111,7 +111,8 @@ cmpy_kept_stream(PyObject *arg, const cmpy_stream_ref *ref)
 
 /* arraylayout.c: shared layout math. */
 /* NumPy's contiguity rules (CMPY_CONTIGUOUS bits): dimensions of length 1
- * do not count, and an empty array is both C and F contiguous. */
+ * do not count, and an empty array is both C and F contiguous. ndim is an
+ * array's, 0 to NPY_MAXDIMS, with as many shape and strides. */
 int cmpy_layout_flags(int ndim, const Py_ssize_t *shape,
                       const Py_ssize_t *strides, Py_ssize_t itemsize);
 /* The extent of a layout: its elements, and the lowest and one past the
