@@ -43,32 +43,6 @@ native_buffer(cmpy_state *st, cm_device *dev, cm_host_kind kind, int portable,
     return buf;
 }
 
-/* What a plugin's memhostalloc() returned: a HostBuffer (PinnedMemory or
- * MappedMemory) of at least nbytes, mapped on dev when `mapped`. */
-static int
-check_plugin_buffer(cmpy_state *st, cm_device *dev, PyObject *plugin,
-                    PyObject *got, size_t nbytes, int mapped)
-{
-    cm_host *host = cmpy_hostbuf_host(st, got);
-
-    if (host == NULL) {
-        PyErr_Format(PyExc_TypeError,
-                     "%R.memhostalloc(%zu) returned %R, which is not a "
-                     "PinnedMemory or MappedMemory",
-                     plugin, nbytes, got);
-        return -1;
-    }
-    if (host->size < nbytes ||
-        (mapped && (!host->mapped || host->dev != dev))) {
-        PyErr_Format(PyExc_ValueError,
-                     "%R.memhostalloc(%zu) returned %R, not %zu bytes%s",
-                     plugin, nbytes, got, nbytes,
-                     mapped ? " mapped on the current device" : "");
-        return -1;
-    }
-    return 0;
-}
-
 /* nbytes of host memory of `kind` for dev: from its context's plugin's
  * memhostalloc() when it has one (numba's arguments: the size alone for
  * pinned memory), else cudamem's. A new HostBuffer. */
@@ -98,7 +72,7 @@ host_buffer(cmpy_state *st, cm_device *dev, cm_host_kind kind, int portable,
     if (rc <= 0) {
         return rc == 0 ? native_buffer(st, dev, kind, portable, nbytes) : NULL;
     }
-    if (check_plugin_buffer(st, dev, plugin, got, nbytes, mapped) < 0) {
+    if (cmpy_emm_check_host_buffer(st, dev, plugin, got, nbytes, mapped) < 0) {
         Py_CLEAR(got);
     }
     Py_DECREF(plugin);

@@ -200,6 +200,7 @@ cudamem_exec(PyObject *module)
         PyModule_AddFunctions(module, cmpy_hostregister_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_hostarray_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_memory_methods) < 0 ||
+        PyModule_AddFunctions(module, cmpy_emm_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_pool_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_ipc_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_stats_methods) < 0 ||
