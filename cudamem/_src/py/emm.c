@@ -1,26 +1,30 @@
 /* emm.c (py/): the EMM plugin dispatch, numba's External Memory
- * Management. A context's memory manager is cudamem's own (native: core
- * allocates, no Python runs) or an EMM plugin (a Python object whose
- * methods allocate); cudamem/memory.py makes the manager and reports the
- * mode through the make_memory_manager hook, and py/context.c keeps it
- * on the Context (memory_manager, _set_memory_manager). Until
- * _enable_plugins() (memory.py, when a plugin may be in use) nothing here
- * calls Python. After it, each allocation asks cmpy_manager_call(), the
+ * Management. A context's memory manager is cudamem's own (mode
+ * CMPY_MANAGER_NATIVE: core allocates, no Python runs) or an EMM plugin
+ * (CMPY_MANAGER_PLUGIN: a Python object whose methods allocate).
+ * cudamem/memory.py makes the manager and says its mode through the
+ * make_memory_manager hook, on a Context's first memory_manager read (or
+ * _set_memory_manager); both are kept on the Context, and read here.
+ * Until _enable_plugins() (memory.py, when a plugin may be in use) no
+ * allocation looks further. After it, each asks cmpy_manager_call(), the
  * one place a plugin's method is called (its context current):
- * memalloc (cmpy_memory_alloc, here), memallocmanaged
- * (cmpy_memory_alloc_managed, here), memhostalloc (hostalloc.c's
- * host_buffer) and get_ipc_handle (ipc.c); a native manager, or a plugin
- * without an optional method, falls through to core. What a plugin
- * returns is checked here, and numba's constructors it uses
- * (MemoryPointer, memory.c's tp_new; ManagedMemory here; PinnedMemory and
- * MappedMemory, hostalloc.c) record its memory with its finalizer, which
- * core's release hook (cmpy_emm_release_external) runs when the last
- * view goes. Context methods that delegate to the manager (memalloc,
- * defer_cleanup, ...) are py/context.c's. */
+ * memalloc (cmpy_memory_alloc), memallocmanaged
+ * (cmpy_memory_alloc_managed), memhostalloc (hostalloc.c's host_buffer)
+ * and get_ipc_handle (ipc.c); a native manager, or a plugin without an
+ * optional method, falls through to core. What a plugin returns is
+ * checked here. numba's constructors a plugin uses (MemoryPointer,
+ * memory.c's tp_new; ManagedMemory here; PinnedMemory and MappedMemory,
+ * hostalloc.c) record its memory with its finalizer, which core's release
+ * hook (cmpy_emm_release_external) runs when the last view goes. The
+ * Context methods that delegate to the manager (memalloc, mempin,
+ * defer_cleanup, ...) are py/context.c's, and memory.py's Python classes
+ * the base classes plugins derive from. */
 #include "memory.h"
 
 #include "device.h"
 #include "hostbuf.h"
+
+/* ---- Plugin memory's finalizers ---- */
 
 void
 cmpy_memory_finalize(cmpy_state *st, PyObject *finalizer)
@@ -58,6 +62,147 @@ cmpy_emm_release_external(void *hook_arg, void *external)
     }
     Py_DECREF(pair);
 }
+
+/* ---- Which manager a context has ---- */
+
+/* Installs (manager, mode); 0, or -1 with ValueError naming a bad mode. */
+static int
+set_manager(cmpy_Context *self, PyObject *manager, PyObject *mode_arg)
+{
+    long mode = PyLong_Check(mode_arg) ? PyLong_AsLong(mode_arg) : -1;
+
+    if (mode != CMPY_MANAGER_NATIVE && mode != CMPY_MANAGER_PLUGIN) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "invalid memory manager mode %R",
+                     mode_arg);
+        return -1;
+    }
+    Py_XSETREF(self->memory_manager, Py_NewRef(manager));
+    self->manager_mode = (cmpy_manager_mode)mode;
+    return 0;
+}
+
+/* Made once per Context by the make_memory_manager hook
+ * (cudamem.memory._make_memory_manager), which returns (manager, mode). */
+PyObject *
+cmpy_context_get_memory_manager(cmpy_Context *self, void *Py_UNUSED(closure))
+{
+    PyObject *make, *made;
+    int rc;
+
+    if (self->memory_manager == NULL) {
+        make = cmpy_hook(cmpy_type_state((PyObject *)self),
+                         CMPY_HOOK_MAKE_MEMORY_MANAGER);
+        if (make == NULL) {
+            return NULL;
+        }
+        made = PyObject_CallOneArg(make, (PyObject *)self);
+        if (made == NULL) {
+            return NULL;
+        }
+        if (!PyTuple_Check(made) || PyTuple_GET_SIZE(made) != 2) {
+            PyErr_Format(PyExc_TypeError,
+                         "_make_memory_manager() returned %R, not "
+                         "(manager, mode)",
+                         made);
+            Py_DECREF(made);
+            return NULL;
+        }
+        /* Another thread may have made one meanwhile: the first stays. */
+        rc = self->memory_manager != NULL
+                 ? 0
+                 : set_manager(self, PyTuple_GET_ITEM(made, 0),
+                               PyTuple_GET_ITEM(made, 1));
+        Py_DECREF(made);
+        if (rc < 0) {
+            return NULL;
+        }
+    }
+    return Py_NewRef(self->memory_manager);
+}
+
+/* numba's Context.memory_manager is a plain attribute its tests assign:
+ * the assign_memory_manager hook (cudamem.memory._assign_memory_manager)
+ * installs the instance. */
+int
+cmpy_context_assign_memory_manager(cmpy_Context *self, PyObject *value,
+                                   void *Py_UNUSED(closure))
+{
+    PyObject *assign, *out;
+
+    if (value == NULL) {
+        PyErr_SetString(PyExc_AttributeError,
+                        "a Context's memory_manager cannot be deleted");
+        return -1;
+    }
+    assign = cmpy_hook(cmpy_type_state((PyObject *)self),
+                       CMPY_HOOK_ASSIGN_MEMORY_MANAGER);
+    if (assign == NULL) {
+        return -1;
+    }
+    out = PyObject_CallFunctionObjArgs(assign, (PyObject *)self, value, NULL);
+    Py_XDECREF(out);
+    return out == NULL ? -1 : 0;
+}
+
+PyObject *
+cmpy_context_manager(cmpy_state *st, cm_device *dev, cmpy_manager_mode *mode)
+{
+    cmpy_Device *device = cmpy_device_of(st, dev);
+    PyObject *ctx, *manager;
+
+    if (device == NULL) {
+        return NULL;
+    }
+    ctx = cmpy_context_of(st, device);
+    if (ctx == NULL) {
+        return NULL;
+    }
+    manager = cmpy_context_get_memory_manager((cmpy_Context *)ctx, NULL);
+    *mode = ((cmpy_Context *)ctx)->manager_mode;
+    Py_DECREF(ctx);
+    return manager;
+}
+
+/* The context's manager when it is a plugin (new reference); NULL without
+ * an exception when cudamem allocates for it, with one on failure. */
+PyObject *
+cmpy_context_plugin(cmpy_Context *self, cmpy_state *st)
+{
+    PyObject *manager;
+
+    if (!st->plugins) {
+        return NULL;
+    }
+    manager = cmpy_context_get_memory_manager(self, NULL);
+    if (manager != NULL && self->manager_mode != CMPY_MANAGER_PLUGIN) {
+        Py_CLEAR(manager);
+    }
+    return manager;
+}
+
+const char cmpy_context_set_memory_manager_doc[] = PyDoc_STR(
+    "_set_memory_manager($self, manager, mode)\n--\n\n"
+    "Makes *manager* this context's memory manager; *mode* is "
+    "MANAGER_NATIVE\nwhen cudamem allocates for it, MANAGER_PLUGIN "
+    "for an EMM plugin\n(cudamem.memory decides).");
+
+PyObject *
+cmpy_context_set_memory_manager(PyObject *self, PyObject *const *args,
+                                Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {"manager", "mode"};
+    PyObject *argv[2];
+
+    if (cmpy_parse_args("_set_memory_manager", names, 2, 2, args, nargs,
+                        kwnames, argv) < 0 ||
+        set_manager((cmpy_Context *)self, argv[0], argv[1]) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* ---- Calling a plugin, and what it returned ---- */
 
 /* What a plugin's memalloc(nbytes) returned, as an array's gpu_data: a
  * cudamem MemoryPointer as it is; any other object with a
@@ -247,6 +392,34 @@ cmpy_memory_alloc_managed(cmpy_state *st, cm_device *dev, size_t nbytes,
     return cmpy_memory_native_managed(st, dev, nbytes, attach_global);
 }
 
+/* What a plugin's memhostalloc() returned: a HostBuffer (PinnedMemory or
+ * MappedMemory) of at least nbytes, mapped on dev when `mapped`. */
+int
+cmpy_emm_check_host_buffer(cmpy_state *st, cm_device *dev, PyObject *plugin,
+                           PyObject *got, size_t nbytes, int mapped)
+{
+    cm_host *host = cmpy_hostbuf_host(st, got);
+
+    if (host == NULL) {
+        PyErr_Format(PyExc_TypeError,
+                     "%R.memhostalloc(%zu) returned %R, which is not a "
+                     "PinnedMemory or MappedMemory",
+                     plugin, nbytes, got);
+        return -1;
+    }
+    if (host->size < nbytes ||
+        (mapped && (!host->mapped || host->dev != dev))) {
+        PyErr_Format(PyExc_ValueError,
+                     "%R.memhostalloc(%zu) returned %R, not %zu bytes%s",
+                     plugin, nbytes, got, nbytes,
+                     mapped ? " mapped on the current device" : "");
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- numba's constructors for plugins' memory ---- */
+
 /* A Context, or a weakref.proxy of one (numba's plugins pass those), as
  * `name`()'s. New reference, or NULL with TypeError naming the value. */
 static cmpy_Context *
@@ -356,32 +529,6 @@ cmpy_emm_external_new(cmpy_state *st, const char *name, PyObject *const *argv,
 static const char *const external_names[] = {"context", "pointer", "size",
                                              "owner", "finalizer"};
 
-/* What a plugin's memhostalloc() returned: a HostBuffer (PinnedMemory or
- * MappedMemory) of at least nbytes, mapped on dev when `mapped`. */
-int
-cmpy_emm_check_host_buffer(cmpy_state *st, cm_device *dev, PyObject *plugin,
-                           PyObject *got, size_t nbytes, int mapped)
-{
-    cm_host *host = cmpy_hostbuf_host(st, got);
-
-    if (host == NULL) {
-        PyErr_Format(PyExc_TypeError,
-                     "%R.memhostalloc(%zu) returned %R, which is not a "
-                     "PinnedMemory or MappedMemory",
-                     plugin, nbytes, got);
-        return -1;
-    }
-    if (host->size < nbytes ||
-        (mapped && (!host->mapped || host->dev != dev))) {
-        PyErr_Format(PyExc_ValueError,
-                     "%R.memhostalloc(%zu) returned %R, not %zu bytes%s",
-                     plugin, nbytes, got, nbytes,
-                     mapped ? " mapped on the current device" : "");
-        return -1;
-    }
-    return 0;
-}
-
 PyDoc_STRVAR(managed_memory_doc,
              "ManagedMemory($module, context, pointer, size, owner=None, "
              "finalizer=None)\n--\n\n"
@@ -406,6 +553,8 @@ managed_memory(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     return cmpy_emm_external_new(cmpy_get_state(module), "ManagedMemory", argv,
                                  1);
 }
+
+/* ---- The switch: whether allocations ask plugins ---- */
 
 PyDoc_STRVAR(plugin_manager_doc,
              "_plugin_manager($module)\n--\n\n"
