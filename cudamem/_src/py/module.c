@@ -1,7 +1,8 @@
-/* module.c: the cudamem._cudamem module: multi-phase init, module state
- * (exception classes, the simulator's path, the Python hooks _install()
- * hands over) and the merged method tables. Importing it touches no
- * driver (DESIGN rule 1). */
+/* module.c: the cudamem._cudamem module: multi-phase init, the life of
+ * its module state (cmpy_state, whose fields module.h describes: filled
+ * at exec, traversed, cleared and freed here), the Python hooks
+ * _install() hands over and the merged method tables. Importing it
+ * touches no driver (DESIGN rule 1). */
 #define CMPY_NPY_IMPORT
 #include "cai.h"
 #include "callback.h"

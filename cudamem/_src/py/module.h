@@ -42,6 +42,16 @@ typedef enum cmpy_hook_id {
         CMPY_HOOK_COUNT
 } cmpy_hook_id;
 
+/* The module state, described here only (docs/design.rst and module.c
+ * point here). One per module object (multi-phase init), reached from a
+ * module function through its module (cmpy_get_state) and from an object
+ * through its type's MRO (cmpy_type_state), so that a Python subclass's
+ * instances work. module.c's exec slot fills the exception classes (from
+ * cudamem.errors), sim_path and the types, each made by the file named
+ * beside it; _install() fills hooks; the fields marked so are made on
+ * first use. module.c's traverse and clear visit every object here; its
+ * free also frees sim_path and uninstalls the process-wide hooks exec
+ * installed (core's release hook, the GC and poll callbacks). */
 typedef struct cmpy_state {
     PyObject *CudaSupportError;
     PyObject *CudaDriverError;
