@@ -54,6 +54,9 @@ static _Thread_local struct {
 } tls_pins[PINS];
 static _Thread_local int tls_pin_next;
 
+/* ------------------------------------------------------------------------
+ * The device table. */
+
 static CUcontext
 load_ctx(CUcontext *slot)
 {
@@ -151,6 +154,9 @@ cm__ctx_note_checked(cm_device *dev, uint64_t generation)
     tls_pins[slot].dev = dev;
     tls_pins[slot].generation = generation;
 }
+
+/* ------------------------------------------------------------------------
+ * Primary contexts: retain, hold, teardown, reset, poison. */
 
 /* Forgets what this thread checked of dev; 1 when its generation moved
  * on since. */
@@ -446,6 +452,9 @@ cm_device_poisoned(cm_device *dev, cm_error *err)
     return -1;
 }
 
+/* ------------------------------------------------------------------------
+ * Entering a context, and the current device. */
+
 int
 cm_ctx_enter(cm_device *dev, cm_ctx_guard *guard, cm_error *err)
 {
@@ -732,6 +741,9 @@ cm_device_select(cm_device *dev, cm_error *err)
     return 0;
 }
 
+/* ------------------------------------------------------------------------
+ * Release and close. */
+
 /* Drops cudamem's retain of dev's primary context once the calls other
  * threads have in flight in it have left: release_locked's result. */
 static int
@@ -798,6 +810,9 @@ cm_devices_close(int main_thread, cm_error *err)
     }
     return failed ? -1 : 0;
 }
+
+/* ------------------------------------------------------------------------
+ * Operations on a context that own nothing in it. */
 
 int
 cm_ctx_check(cm_device *dev, uint64_t generation, cm_error *err)

@@ -22,6 +22,9 @@
 static cm_release_hook release_hook;
 static void *release_hook_arg;
 
+/* ------------------------------------------------------------------------
+ * Allocation, with out-of-memory recovery and one retry. */
+
 /* Pooled blocks are device memory in use; what the pool keeps free is
  * its cached bytes. */
 static cm_stat_kind
@@ -231,6 +234,9 @@ cm_mem_alloc_managed(cm_device *dev, size_t nbytes, int attach_global,
                      nbytes, NULL, out, err);
 }
 
+/* ------------------------------------------------------------------------
+ * Records of memory cudamem did not allocate, and lookup. */
+
 /* A record of memory cudamem did not allocate, in dev's primary context. */
 static int
 mem_record(cm_device *dev, cm_free_kind kind, CUdeviceptr ptr, size_t size,
@@ -333,6 +339,9 @@ cm_pointer_range(cm_device *dev, CUdeviceptr ptr, CUdeviceptr *base,
     return cm_ctx_leave(
         &guard, CM_CALL(err, cuMemGetAddressRange, base, size, ptr), err);
 }
+
+/* ------------------------------------------------------------------------
+ * Stream work noted on a record. */
 
 /* The pending set's spin lock: held for a few loads and stores only,
  * never across a driver call. */
@@ -478,6 +487,9 @@ pending_add(cm_mem *m, const cm_mem_work *w, CUstream stream, cm_error *err)
     }
     return forget_work(&oldest, err);
 }
+
+/* ------------------------------------------------------------------------
+ * Reference counts and release. */
 
 void
 cm_mem_incref(cm_mem *m)

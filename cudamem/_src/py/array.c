@@ -10,6 +10,9 @@
 #include "device.h"
 #include "stream.h"
 
+/* ------------------------------------------------------------------------
+ * Making arrays: over new memory, over given memory, as views. */
+
 /* An array object of `type` over `mem` (a MemoryPointer, reference
  * stolen). */
 static cmpy_DeviceNDArray *
@@ -184,6 +187,9 @@ cmpy_array_view(cmpy_state *st, cmpy_DeviceNDArray *base, int ndim,
                               dtype);
 }
 
+/* ------------------------------------------------------------------------
+ * The slots every array type shares, and empty arrays like another. */
+
 int
 cmpy_array_traverse(PyObject *op, visitproc visit, void *arg)
 {
@@ -234,6 +240,9 @@ cmpy_array_empty(cmpy_state *st, cmpy_DeviceNDArray *like, char order)
         st, st->DeviceNDArrayType, like->gpu_data->mem->dev, CMPY_NDIM(like),
         CMPY_SHAPE(like), strides, like->dtype, like->stream, &ref);
 }
+
+/* ------------------------------------------------------------------------
+ * Methods. */
 
 PyDoc_STRVAR(is_c_contiguous_doc, "is_c_contiguous($self)\n--\n\n"
                                   "Whether the array is C-contiguous "
@@ -400,6 +409,9 @@ static PyMethodDef array_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* ------------------------------------------------------------------------
+ * Attributes. */
+
 static PyObject *
 get_shape(cmpy_DeviceNDArray *self, void *Py_UNUSED(c))
 {
@@ -514,6 +526,9 @@ static PyMemberDef array_members[] = {
      offsetof(cmpy_DeviceNDArray, weakreflist), Py_READONLY, NULL},
     {NULL, 0, 0, 0, NULL},
 };
+
+/* ------------------------------------------------------------------------
+ * The types, and numba's DeviceNDArray(...) constructor. */
 
 static int
 refuse_buffer(PyObject *Py_UNUSED(self), Py_buffer *Py_UNUSED(view),

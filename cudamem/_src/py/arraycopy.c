@@ -16,6 +16,9 @@
 #include "device.h"
 #include "stream.h"
 
+/* ------------------------------------------------------------------------
+ * Checks and streams. */
+
 int
 cmpy_array_check_alive(cmpy_state *st, cmpy_DeviceNDArray *self)
 {
@@ -113,6 +116,9 @@ cmpy_array_rebind(cmpy_state *st, cmpy_DeviceNDArray *arr, PyObject *stream)
     arr->stream_owned = ref.owned;
     return (PyObject *)arr;
 }
+
+/* ------------------------------------------------------------------------
+ * Sides and runs of a copy for core's copy engine. */
 
 /* a as a copy's side, with the host address of its memory where the host
  * sees it (so that core catches a host side sharing its bytes). */
@@ -241,6 +247,9 @@ run_copy(cmpy_state *st, cm_device *dev, const cm_side *dst,
     return 0;
 }
 
+/* ------------------------------------------------------------------------
+ * Between the host and the device. */
+
 /* numba's check for copies between arrays: the same dtype, and the same
  * shape once dimensions of length 1 are dropped. */
 static int
@@ -342,6 +351,9 @@ device_to_host(cmpy_state *st, cmpy_DeviceNDArray *self, PyArrayObject *host,
                      run_copy(st, self->gpu_data->mem->dev, &dst, &src,
                               (size_t)PyDataType_ELSIZE(self->dtype), ref));
 }
+
+/* ------------------------------------------------------------------------
+ * Between devices, and device to device. */
 
 static int device_to_device(cmpy_state *st, cmpy_DeviceNDArray *self,
                             cmpy_DeviceNDArray *src,
@@ -603,6 +615,9 @@ device_to_device(cmpy_state *st, cmpy_DeviceNDArray *self,
     return note_done(st, self, cross ? NULL : src, ref, rc);
 }
 
+/* ------------------------------------------------------------------------
+ * copy_to_host. */
+
 /* A new host array for a copy of self: self's layout when it is
  * contiguous, else C order. */
 static PyArrayObject *
@@ -739,6 +754,9 @@ cmpy_array_copy_to_host(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
     }
     return (PyObject *)host;
 }
+
+/* ------------------------------------------------------------------------
+ * copy_to_device, assignment and fill. */
 
 /* Copies `obj` (a device array, an object with __cuda_array_interface__
  * or anything NumPy takes) into the layout (ndim, shape, strides, ptr) of
@@ -993,6 +1011,9 @@ cmpy_array_fill(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
     Py_RETURN_NONE;
 }
 
+/* ------------------------------------------------------------------------
+ * copy, the copying reshape, and __array__. */
+
 PyObject *
 cmpy_array_copy_as(cmpy_state *st, cmpy_DeviceNDArray *self, char order,
                    int nd, const Py_ssize_t *dims)
@@ -1098,7 +1119,8 @@ cmpy_array_array(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
     return out;
 }
 
-/* ---- Constructors: to_device, device_array ---- */
+/* ------------------------------------------------------------------------
+ * Constructors: to_device, device_array. */
 
 PyDoc_STRVAR(device_array_doc,
              "device_array($module, shape, dtype=None, strides=None, "

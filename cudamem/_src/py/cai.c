@@ -31,6 +31,9 @@ typedef struct cai_desc {
     Py_ssize_t low, high; /* the extent, in bytes from ptr */
 } cai_desc;
 
+/* ------------------------------------------------------------------------
+ * Parsing a producer's dict. */
+
 /* The exception being handled becomes the cause of a new one. */
 static void
 raise_from(PyObject *type, PyObject *msg)
@@ -453,6 +456,9 @@ parse_mask(PyObject *desc)
     return 0;
 }
 
+/* ------------------------------------------------------------------------
+ * The device and the stream. */
+
 /* Whether an import waits for its stream: CUDAMEM_CUDA_ARRAY_INTERFACE_SYNC
  * when set, else numba's variable; only an integer 0 turns it off, as in
  * numba's config. Read at each import, so that it can change at run
@@ -593,6 +599,9 @@ order_streams(cmpy_state *st, const cai_desc *d, cm_device *dev, int sync,
     }
     return rc;
 }
+
+/* ------------------------------------------------------------------------
+ * The import. */
 
 PyObject *
 cmpy_cai_from_desc(cmpy_state *st, PyObject *desc, PyObject *owner, int sync,

@@ -58,6 +58,9 @@ cmpy_context_of(cmpy_state *st, cmpy_Device *device)
     return (PyObject *)ctx;
 }
 
+/* ------------------------------------------------------------------------
+ * Slots and attributes. */
+
 static int
 context_traverse(cmpy_Context *self, visitproc visit, void *arg)
 {
@@ -214,6 +217,9 @@ static PyGetSetDef context_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
+/* ------------------------------------------------------------------------
+ * Memory info, push and pop, synchronize, reset. */
+
 /* Runs a blocking core call on this context with the GIL released. */
 static PyObject *
 blocking(PyObject *self, int (*fn)(cm_device *, uint64_t, cm_error *))
@@ -357,6 +363,9 @@ context_reset(PyObject *self, PyObject *Py_UNUSED(ignored))
     }
     return blocking(self, cm_ctx_reset);
 }
+
+/* ------------------------------------------------------------------------
+ * Peer access, and defer_cleanup. */
 
 PyDoc_STRVAR(context_can_access_peer_doc,
              "can_access_peer($self, peer_device)\n--\n\n"
@@ -837,6 +846,9 @@ context_create_event(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
     }
     return delegate(self, 1, "event", argv, 1);
 }
+
+/* ------------------------------------------------------------------------
+ * _repr_html_ and the type. */
 
 PyDoc_STRVAR(context_repr_html_doc,
              "_repr_html_($self)\n--\n\n"

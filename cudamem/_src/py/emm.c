@@ -24,7 +24,8 @@
 #include "device.h"
 #include "hostbuf.h"
 
-/* ---- Plugin memory's finalizers ---- */
+/* ------------------------------------------------------------------------
+ * Plugin memory's finalizers. */
 
 void
 cmpy_memory_finalize(cmpy_state *st, PyObject *finalizer)
@@ -63,7 +64,8 @@ cmpy_emm_release_external(void *hook_arg, void *external)
     Py_DECREF(pair);
 }
 
-/* ---- Which manager a context has ---- */
+/* ------------------------------------------------------------------------
+ * Which manager a context has. */
 
 /* Installs (manager, mode); 0, or -1 with ValueError naming a bad mode. */
 static int
@@ -202,7 +204,8 @@ cmpy_context_set_memory_manager(PyObject *self, PyObject *const *args,
     Py_RETURN_NONE;
 }
 
-/* ---- Calling a plugin, and what it returned ---- */
+/* ------------------------------------------------------------------------
+ * Calling a plugin, and what it returned. */
 
 /* What a plugin's memalloc(nbytes) returned, as an array's gpu_data: a
  * cudamem MemoryPointer as it is; any other object with a
@@ -418,7 +421,8 @@ cmpy_emm_check_host_buffer(cmpy_state *st, cm_device *dev, PyObject *plugin,
     return 0;
 }
 
-/* ---- numba's constructors for plugins' memory ---- */
+/* ------------------------------------------------------------------------
+ * numba's constructors for plugins' memory. */
 
 /* A Context, or a weakref.proxy of one (numba's plugins pass those), as
  * `name`()'s. New reference, or NULL with TypeError naming the value. */
@@ -554,7 +558,8 @@ managed_memory(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                                  1);
 }
 
-/* ---- The switch: whether allocations ask plugins ---- */
+/* ------------------------------------------------------------------------
+ * The switch: whether allocations ask plugins. */
 
 PyDoc_STRVAR(plugin_manager_doc,
              "_plugin_manager($module)\n--\n\n"

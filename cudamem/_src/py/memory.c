@@ -14,6 +14,9 @@
 #include "device.h"
 #include "stream.h"
 
+/* ------------------------------------------------------------------------
+ * The records a MemoryPointer owns, and their arguments. */
+
 static cmpy_MemoryPointer *
 new_pointer(cmpy_state *st, cm_mem *mem, CUdeviceptr ptr, size_t size,
             PyObject *owner)
@@ -205,6 +208,9 @@ cmpy_memory_borrow(cmpy_state *st, cm_device *dev, CUdeviceptr ptr,
     return (PyObject *)self;
 }
 
+/* ------------------------------------------------------------------------
+ * The slots. */
+
 static PyObject *
 pointer_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
@@ -262,6 +268,9 @@ pointer_repr(cmpy_MemoryPointer *self)
 /* Indexes of cmpy_state.handles, in the LOAD_HANDLES hook's order. */
 enum { HANDLE = 0, DEVICE_POINTER, LAUNCH_VIEW };
 
+/* ------------------------------------------------------------------------
+ * ctypes handles (cudamem/_handles.py). */
+
 /* cudamem._handles.<type>(arg) of owner's module, consuming arg (a new
  * reference, or NULL after a failure); the LOAD_HANDLES hook imports the
  * module (and ctypes) on first use. */
@@ -298,6 +307,9 @@ cmpy_launch_view(PyObject *array, void *Py_UNUSED(closure))
 {
     return handles_call(array, LAUNCH_VIEW, Py_NewRef(array));
 }
+
+/* ------------------------------------------------------------------------
+ * Attributes. */
 
 static PyObject *
 pointer_get_device_pointer(cmpy_MemoryPointer *self, void *Py_UNUSED(c))
@@ -380,6 +392,9 @@ static PyGetSetDef pointer_getset[] = {
      "True: device memory (numba's MemoryPointer).", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
+
+/* ------------------------------------------------------------------------
+ * Views and the buffer protocol. */
 
 PyDoc_STRVAR(pointer_view_doc,
              "view($self, start, stop=None)\n--\n\n"
@@ -495,6 +510,9 @@ cmpy_memory_readonly_why(int readonly)
     return why[readonly];
 }
 
+/* ------------------------------------------------------------------------
+ * Notes of stream work on a record, which arrays share. */
+
 int
 cmpy_memory_note_work(cmpy_state *st, cm_mem *mem, cm_device *dev,
                       const cmpy_stream_ref *ref)
@@ -539,6 +557,9 @@ cmpy_memory_note_done(cmpy_state *st, cm_mem *a, cm_mem *b, cm_device *dev,
     }
     return rc;
 }
+
+/* ------------------------------------------------------------------------
+ * Methods and the type. */
 
 PyDoc_STRVAR(pointer_own_doc,
              "own($self)\n--\n\n"
@@ -728,6 +749,9 @@ static PyType_Spec pointer_spec = {
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .slots = pointer_slots,
 };
+
+/* ------------------------------------------------------------------------
+ * cudamem's own allocations, whatever the manager (memory.py's). */
 
 PyDoc_STRVAR(memalloc_doc,
              "_memalloc($module, context, size)\n--\n\n"
