@@ -239,28 +239,9 @@ static int
 cudamem_traverse(PyObject *module, visitproc visit, void *arg)
 {
     cmpy_state *st = cmpy_get_state(module);
-    Py_VISIT(st->CudaSupportError);
-    Py_VISIT(st->CudaDriverError);
-    Py_VISIT(st->CudaAPIError);
-    Py_VISIT(st->CudaOutOfMemoryError);
-    Py_VISIT(st->CudaStickyError);
-    Py_VISIT(st->CudaWarning);
-    Py_VISIT(st->DeviceType);
-    Py_VISIT(st->ContextType);
-    Py_VISIT(st->StreamType);
-    Py_VISIT(st->EventType);
-    Py_VISIT(st->MemoryPointerType);
-    Py_VISIT(st->DeviceNDArrayBaseType);
-    Py_VISIT(st->DeviceNDArrayType);
-    Py_VISIT(st->DeviceRecordType);
-    Py_VISIT(st->ManagedNDArrayType);
-    Py_VISIT(st->MappedNDArrayType);
-    Py_VISIT(st->DeallocationsType);
-    Py_VISIT(st->DeferGuardType);
-    Py_VISIT(st->HostBufferType);
-    Py_VISIT(st->registered);
-    Py_VISIT(st->devices);
-    Py_VISIT(st->attr_ids);
+#define CMPY_STATE_VISIT(name) Py_VISIT(st->name);
+    CMPY_STATE_OBJECTS(CMPY_STATE_VISIT)
+#undef CMPY_STATE_VISIT
     for (int i = 0; i < CMPY_HOOK_COUNT; i++) {
         Py_VISIT(st->hooks[i]);
     }
@@ -277,28 +258,9 @@ static int
 cudamem_clear(PyObject *module)
 {
     cmpy_state *st = cmpy_get_state(module);
-    Py_CLEAR(st->CudaSupportError);
-    Py_CLEAR(st->CudaDriverError);
-    Py_CLEAR(st->CudaAPIError);
-    Py_CLEAR(st->CudaOutOfMemoryError);
-    Py_CLEAR(st->CudaStickyError);
-    Py_CLEAR(st->CudaWarning);
-    Py_CLEAR(st->devices);
-    Py_CLEAR(st->DeviceType);
-    Py_CLEAR(st->ContextType);
-    Py_CLEAR(st->StreamType);
-    Py_CLEAR(st->EventType);
-    Py_CLEAR(st->MemoryPointerType);
-    Py_CLEAR(st->DeviceNDArrayBaseType);
-    Py_CLEAR(st->DeviceNDArrayType);
-    Py_CLEAR(st->DeviceRecordType);
-    Py_CLEAR(st->ManagedNDArrayType);
-    Py_CLEAR(st->MappedNDArrayType);
-    Py_CLEAR(st->DeallocationsType);
-    Py_CLEAR(st->DeferGuardType);
-    Py_CLEAR(st->HostBufferType);
-    Py_CLEAR(st->registered);
-    Py_CLEAR(st->attr_ids);
+#define CMPY_STATE_CLEAR(name) Py_CLEAR(st->name);
+    CMPY_STATE_OBJECTS(CMPY_STATE_CLEAR)
+#undef CMPY_STATE_CLEAR
     for (int i = 0; i < CMPY_HOOK_COUNT; i++) {
         Py_CLEAR(st->hooks[i]);
     }

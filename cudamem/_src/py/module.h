@@ -49,34 +49,41 @@ typedef enum cmpy_hook_id {
  * instances work. module.c's exec slot fills the exception classes (from
  * cudamem.errors), sim_path and the types, each made by the file named
  * beside it; _install() fills hooks; the fields marked so are made on
- * first use. module.c's traverse and clear visit every object here; its
- * free also frees sim_path and uninstalls the process-wide hooks exec
- * installed (core's release hook, the GC and poll callbacks). */
+ * first use (`registered` is register()'s registry, (address, nbytes) ->
+ * HostBuffer, or None while one is being registered). Its objects are
+ * listed once, in CMPY_STATE_OBJECTS, in the order module.c's clear drops
+ * them (the devices before their types): the list declares them here and
+ * module.c's traverse and clear walk it. Its free also frees sim_path and
+ * uninstalls the process-wide hooks exec installed (core's release hook,
+ * the GC and poll callbacks). */
+#define CMPY_STATE_OBJECTS(X)                                                 \
+    X(CudaSupportError)                                                       \
+    X(CudaDriverError)                                                        \
+    X(CudaAPIError)                                                           \
+    X(CudaOutOfMemoryError)                                                   \
+    X(CudaStickyError)                                                        \
+    X(CudaWarning)                                                            \
+    X(devices)               /* tuple of Device, on first use, or NULL */     \
+    X(DeviceType)            /* py/device.c */                                \
+    X(ContextType)           /* py/device.c */                                \
+    X(StreamType)            /* py/stream.c */                                \
+    X(EventType)             /* py/event.c */                                 \
+    X(MemoryPointerType)     /* py/memory.c */                                \
+    X(DeviceNDArrayBaseType) /* py/array.c */                                 \
+    X(DeviceNDArrayType)     /* py/array.c */                                 \
+    X(DeviceRecordType)      /* py/record.c */                                \
+    X(ManagedNDArrayType)    /* py/hostarray.c, made on first use */          \
+    X(MappedNDArrayType)     /* py/hostarray.c, made on first use */          \
+    X(DeallocationsType)     /* py/pending.c */                               \
+    X(DeferGuardType)        /* py/pending.c */                               \
+    X(HostBufferType)        /* py/hostbuf.c */                               \
+    X(registered)            /* py/hostregister.c, made on first use */       \
+    X(attr_ids)              /* {"WARP_SIZE": 10, ...}: every attribute */
+
 typedef struct cmpy_state {
-    PyObject *CudaSupportError;
-    PyObject *CudaDriverError;
-    PyObject *CudaAPIError;
-    PyObject *CudaOutOfMemoryError;
-    PyObject *CudaStickyError;
-    PyObject *CudaWarning;
-    PyObject *DeviceType;            /* py/device.c */
-    PyObject *ContextType;           /* py/device.c */
-    PyObject *StreamType;            /* py/stream.c */
-    PyObject *EventType;             /* py/event.c */
-    PyObject *MemoryPointerType;     /* py/memory.c */
-    PyObject *DeviceNDArrayBaseType; /* py/array.c */
-    PyObject *DeviceNDArrayType;     /* py/array.c */
-    PyObject *DeviceRecordType;      /* py/record.c */
-    PyObject *ManagedNDArrayType;    /* py/hostarray.c, made on first use */
-    PyObject *MappedNDArrayType;     /* py/hostarray.c, made on first use */
-    PyObject *DeallocationsType;     /* py/pending.c */
-    PyObject *DeferGuardType;        /* py/pending.c */
-    PyObject *HostBufferType;        /* py/hostbuf.c */
-    /* register()'s registrations, (address, nbytes) -> HostBuffer, or
-     * None while being registered; py/hostregister.c, made on first use. */
-    PyObject *registered;
-    PyObject *devices;  /* tuple of Device, made on first use, or NULL */
-    PyObject *attr_ids; /* {"WARP_SIZE": 10, ...}: every attribute */
+#define CMPY_STATE_FIELD(name) PyObject *name;
+    CMPY_STATE_OBJECTS(CMPY_STATE_FIELD)
+#undef CMPY_STATE_FIELD
     PyObject *hooks[CMPY_HOOK_COUNT]; /* by cmpy_hook_id, from _install() */
     /* Set (for good) once a plugin memory manager may be in use: until
      * then allocations skip every memory-manager lookup. */
