@@ -13,8 +13,9 @@
 typedef struct cmpy_HostBuffer {
     PyObject_HEAD
     cm_host *host;
-    PyObject *owner;     /* registered: the array whose memory it is;
-                        external: the plugin's owner */
+    /* registered: the array whose memory it is; external: the plugin's
+     * owner */
+    PyObject *owner;
     PyObject *finalizer; /* external: the plugin's, or NULL */
     PyObject *weakreflist;
 } cmpy_HostBuffer;
