@@ -5,7 +5,9 @@ registrations, bad input and injected failures (nothing stays registered).
 
 The reference is the simulator: its live registrations, its call counters
 and its own cuMemHostGetFlags."""
+import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -334,3 +336,49 @@ def test_a_block_ends_only_its_own_registrations(sim):
     assert registrations(sim) == 1
     cudamem.deregister(a)
     assert registrations(sim) == 0
+
+
+def test_host_register_keeps_the_arrays_a_list_held(sim):
+    """_host_register() of a list registers the arrays the list held when
+    called, though another thread replaces them while the GIL is released
+    around each registration (it read the list again after checking it:
+    clang-tidy's uninitialized argument). Tried until the thread ran during
+    a call."""
+    arrays = [page_buffer(1) for _ in range(64)]
+    ran_inside = 0
+    for attempt in range(20):
+        items = list(arrays)
+        go, mutated = threading.Event(), threading.Event()
+
+        def replace(items=items, go=go, mutated=mutated):
+            go.wait()
+            items[:] = ["not an array"] * len(items)
+            mutated.set()
+
+        thread = threading.Thread(target=replace)
+        thread.start()
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(60)  # the thread runs when the GIL is let go
+        try:
+            go.set()
+            # Holding the GIL until the thread waits for it.
+            end = time.perf_counter() + 0.01 * (attempt + 1)
+            while time.perf_counter() < end:
+                pass
+            buffers = _cudamem._host_register(items)
+            inside = mutated.is_set()
+        finally:
+            sys.setswitchinterval(interval)
+            thread.join()
+        try:
+            assert [b.host_pointer for b in buffers] == [
+                a.__array_interface__["data"][0] for a in arrays
+            ]
+            assert registrations(sim) == len(arrays)
+        finally:
+            _cudamem._host_unregister(buffers)
+        assert registrations(sim) == 0
+        ran_inside += inside
+        if inside:
+            break
+    assert ran_inside, "the other thread never ran during _host_register()"

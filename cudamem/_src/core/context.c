@@ -105,6 +105,9 @@ drop_subsystems(cm_device *dev, int reset, cm_error *err)
     return rc;
 }
 
+/* ------------------------------------------------------------------------
+ * The device table. */
+
 static CUcontext
 load_ctx(CUcontext *slot)
 {
@@ -203,6 +206,9 @@ cm__ctx_note_checked(cm_device *dev, uint64_t generation)
     tls_pins[slot].dev = dev;
     tls_pins[slot].generation = generation;
 }
+
+/* ------------------------------------------------------------------------
+ * Primary contexts: retain, hold, teardown, reset, poison. */
 
 /* Forgets what this thread checked of dev; 1 when its generation moved
  * on since. */
@@ -496,6 +502,9 @@ cm_device_poisoned(cm_device *dev, cm_error *err)
     return -1;
 }
 
+/* ------------------------------------------------------------------------
+ * Entering a context, and the current device. */
+
 int
 cm_ctx_enter(cm_device *dev, cm_ctx_guard *guard, cm_error *err)
 {
@@ -785,6 +794,9 @@ cm_device_select(cm_device *dev, cm_error *err)
     return 0;
 }
 
+/* ------------------------------------------------------------------------
+ * Release and close. */
+
 /* Drops cudamem's retain of dev's primary context once the calls other
  * threads have in flight in it have left: release_locked's result. */
 static int
@@ -851,6 +863,9 @@ cm_devices_close(int main_thread, cm_error *err)
     }
     return failed ? -1 : 0;
 }
+
+/* ------------------------------------------------------------------------
+ * Operations on a context that own nothing in it. */
 
 int
 cm_ctx_check(cm_device *dev, uint64_t generation, cm_error *err)

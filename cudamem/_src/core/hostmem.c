@@ -66,6 +66,9 @@ static struct {
     size_t nretiring;
 } table = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
+/* ------------------------------------------------------------------------
+ * The registry: page-rounded nodes and the work noted on them. */
+
 static size_t
 page_size(void)
 {
@@ -214,6 +217,9 @@ node_note(node *n, cm_device *dev, CUstream stream, cm_error *err)
     }
     return CM_CALL(err, cuEventRecord, w->event, stream);
 }
+
+/* ------------------------------------------------------------------------
+ * Registrations. */
 
 /* Whether any page of r has queued work. Lock held. */
 static int
@@ -485,6 +491,9 @@ host_register(cm_device *dev, cm_host *h, int readonly, int mapped,
     return rc;
 }
 
+/* ------------------------------------------------------------------------
+ * Host buffers: allocation, registration, external memory. */
+
 /* A node of the table for h's write-combined pages (the driver's, fresh
  * and page-aligned), so that work on them is noted like any other's. */
 static int
@@ -719,6 +728,9 @@ cm_host_external(cm_device *dev, void *ptr, size_t size, int mapped,
     *out = h;
     return 0;
 }
+
+/* ------------------------------------------------------------------------
+ * Release, and the retiring of buffers with work queued. */
 
 /* Drops h's registration now. */
 static int

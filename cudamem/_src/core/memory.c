@@ -30,6 +30,9 @@ cm__mem_set_pool_ops(const cm_mem_ops *ops)
     __atomic_store_n(&pool_ops, ops, __ATOMIC_RELEASE);
 }
 
+/* ------------------------------------------------------------------------
+ * Allocation, with out-of-memory recovery and one retry. */
+
 /* Pooled blocks are device memory in use; what the pool keeps free is
  * its cached bytes. */
 static cm_stat_kind
@@ -237,6 +240,9 @@ cm_mem_alloc_managed(cm_device *dev, size_t nbytes, int attach_global,
                      nbytes, NULL, out, err);
 }
 
+/* ------------------------------------------------------------------------
+ * Records of memory cudamem did not allocate, and lookup. */
+
 /* A record of memory cudamem did not allocate, in dev's primary context. */
 static int
 mem_record(cm_device *dev, cm_free_kind kind, CUdeviceptr ptr, size_t size,
@@ -338,6 +344,9 @@ cm_pointer_range(cm_device *dev, CUdeviceptr ptr, CUdeviceptr *base,
     return cm_ctx_leave(
         &guard, CM_CALL(err, cuMemGetAddressRange, base, size, ptr), err);
 }
+
+/* ------------------------------------------------------------------------
+ * Stream work noted on a record. */
 
 /* The pending set's spin lock: held for a few loads and stores only,
  * never across a driver call. */
@@ -484,6 +493,9 @@ pending_add(cm_mem *m, const cm_mem_work *w, CUstream stream, cm_error *err)
     }
     return forget_work(&oldest, err);
 }
+
+/* ------------------------------------------------------------------------
+ * Reference counts and release. */
 
 void
 cm_mem_incref(cm_mem *m)

@@ -1,7 +1,9 @@
 /* arraycopy.c (py/): every DeviceNDArray operation that moves elements:
  * copy_to_host, copy_to_device, assignment, fill, copy, the copying
- * reshape and __array__. It checks shapes, dtypes and streams and hands
- * layouts to core's copy engine (core/copy.h), which decides how. */
+ * reshape and __array__, and the module's constructors that fill a new
+ * array (to_device, and device_array beside it). It checks shapes, dtypes
+ * and streams and hands layouts to core's copy engine (core/copy.h), which
+ * decides how. */
 #include "array.h"
 #include "hostarray.h"
 #include "hostbuf.h"
@@ -11,7 +13,11 @@
 #include "../core/hostpool.h"
 #include "../core/stream.h"
 #include "cai.h"
+#include "device.h"
 #include "stream.h"
+
+/* ------------------------------------------------------------------------
+ * Checks and streams. */
 
 int
 cmpy_array_check_alive(cmpy_state *st, cmpy_DeviceNDArray *self)
@@ -29,17 +35,15 @@ cmpy_array_check_alive(cmpy_state *st, cmpy_DeviceNDArray *self)
             return -1;
         }
         /* Name the array: the context's words would not say which. */
-        PyErr_Format(st->CudaDriverError,
-                     "this device %s of shape %R and dtype %S on device %d "
-                     "cannot be used: the context was reset or closed since "
-                     "it was made, and its memory is gone",
-                     PyObject_TypeCheck(self, (PyTypeObject *)
-                                                  st->DeviceRecordType)
-                         ? "record"
-                         : "array",
-                     shape,
-                     (PyObject *)self->dtype,
-                     self->gpu_data->mem->dev->ordinal);
+        PyErr_Format(
+            st->CudaDriverError,
+            "this device %s of shape %R and dtype %S on device %d "
+            "cannot be used: the context was reset or closed since "
+            "it was made, and its memory is gone",
+            PyObject_TypeCheck(self, (PyTypeObject *)st->DeviceRecordType)
+                ? "record"
+                : "array",
+            shape, (PyObject *)self->dtype, self->gpu_data->mem->dev->ordinal);
         Py_DECREF(shape);
         return -1;
     }
@@ -105,13 +109,16 @@ cmpy_array_rebind(cmpy_state *st, cmpy_DeviceNDArray *arr, PyObject *stream)
         Py_DECREF(arr);
         return NULL;
     }
-    Py_SETREF(arr->stream, ref.obj != NULL ? Py_NewRef(stream)
-                                           : PyLong_FromLong(0));
+    Py_SETREF(arr->stream,
+              ref.obj != NULL ? Py_NewRef(stream) : PyLong_FromLong(0));
     arr->stream_handle = ref.handle;
     arr->stream_async = ref.async;
     arr->stream_owned = ref.owned;
     return (PyObject *)arr;
 }
+
+/* ------------------------------------------------------------------------
+ * Sides and runs of a copy for core's copy engine. */
 
 /* a as a copy's side, with the host address of its memory where the host
  * sees it (so that core catches a host side sharing its bytes). */
@@ -174,7 +181,7 @@ broadcast_strides(int nd, const Py_ssize_t *shape,
         }
     }
     return 0;
-fail : {
+fail: {
     PyObject *a, *b;
 
     if (nd > dnd) {
@@ -231,8 +238,7 @@ run_copy(cmpy_state *st, cm_device *dev, const cm_side *dst,
 
     /* Even async copies can wait: a temporary waits for its stream. */
     Py_BEGIN_ALLOW_THREADS
-    rc = cm_copy_array(dev, dst, src, itemsize, ref->handle, ref->async,
-                       &err);
+    rc = cm_copy_array(dev, dst, src, itemsize, ref->handle, ref->async, &err);
     Py_END_ALLOW_THREADS
     if (rc < 0) {
         cmpy_raise(st, &err);
@@ -240,6 +246,9 @@ run_copy(cmpy_state *st, cm_device *dev, const cm_side *dst,
     }
     return 0;
 }
+
+/* ------------------------------------------------------------------------
+ * Between the host and the device. */
 
 /* numba's check for copies between arrays: the same dtype, and the same
  * shape once dimensions of length 1 are dropped. */
@@ -292,14 +301,13 @@ host_side(cmpy_state *st, cm_device *dev, PyArrayObject *host, int ndim,
 {
     int managed = cmpy_host_is_managed_on(st, host, dev);
 
-    return (cm_side){.on_device = managed,
-                     .ptr = managed ? (CUdeviceptr)(uintptr_t)PyArray_DATA(
-                                          host)
-                                    : 0,
-                     .host = PyArray_DATA(host),
-                     .ndim = ndim,
-                     .shape = shape,
-                     .strides = strides};
+    return (cm_side){
+        .on_device = managed,
+        .ptr = managed ? (CUdeviceptr)(uintptr_t)PyArray_DATA(host) : 0,
+        .host = PyArray_DATA(host),
+        .ndim = ndim,
+        .shape = shape,
+        .strides = strides};
 }
 
 /* Host array -> device layout (same dtype, squeezed-equal or broadcast
@@ -319,8 +327,7 @@ host_to_device(cmpy_state *st, int ndim, const Py_ssize_t *shape,
                    .strides = dstrides};
     cm_side src = host_side(st, dev, host, ndim, shape, hstrides);
 
-    return run_copy(st, dev, &dst, &src,
-                    (size_t)PyArray_ITEMSIZE(host), ref);
+    return run_copy(st, dev, &dst, &src, (size_t)PyArray_ITEMSIZE(host), ref);
 }
 
 /* Device array -> host array (compatible, checked). */
@@ -344,6 +351,9 @@ device_to_host(cmpy_state *st, cmpy_DeviceNDArray *self, PyArrayObject *host,
                      run_copy(st, self->gpu_data->mem->dev, &dst, &src,
                               (size_t)PyDataType_ELSIZE(self->dtype), ref));
 }
+
+/* ------------------------------------------------------------------------
+ * Between devices, and device to device. */
 
 static int device_to_device(cmpy_state *st, cmpy_DeviceNDArray *self,
                             cmpy_DeviceNDArray *src,
@@ -430,9 +440,8 @@ staged_through_host(cmpy_state *st, cm_device *dev, CUdeviceptr to,
  * else staged through page-locked host memory. The source side is
  * synchronous, so that the transfer follows it whatever the streams. */
 static int
-cross_device(cmpy_state *st, cmpy_DeviceNDArray *self,
-             cmpy_DeviceNDArray *src, const Py_ssize_t *sstrides,
-             const cmpy_stream_ref *ref, int peer)
+cross_device(cmpy_state *st, cmpy_DeviceNDArray *self, cmpy_DeviceNDArray *src,
+             const Py_ssize_t *sstrides, const cmpy_stream_ref *ref, int peer)
 {
     cmpy_stream_ref sync = {NULL, 0, NULL, 1};
     size_t itemsize = (size_t)PyDataType_ELSIZE(self->dtype);
@@ -513,15 +522,13 @@ static int
 is_transient(cmpy_state *st, cmpy_DeviceNDArray *self, PyObject *obj,
              PyArrayObject *host, int assignment)
 {
-    if ((PyObject *)host != obj &&
-        PyArray_CHKFLAGS(host, NPY_ARRAY_OWNDATA)) {
+    if ((PyObject *)host != obj && PyArray_CHKFLAGS(host, NPY_ARRAY_OWNDATA)) {
         return 1;
     }
     return assignment &&
            !cmpy_host_is_managed_on(st, host, self->gpu_data->mem->dev) &&
            !((PyArray_ISCARRAY_RO(host) || PyArray_ISFARRAY_RO(host)) &&
-             cm_host_locked(PyArray_DATA(host),
-                            (size_t)PyArray_NBYTES(host)));
+             cm_host_locked(PyArray_DATA(host), (size_t)PyArray_NBYTES(host)));
 }
 
 /* Orders `into` (a stream of m's device) after the work remembered on m
@@ -608,6 +615,9 @@ device_to_device(cmpy_state *st, cmpy_DeviceNDArray *self,
     return note_done(st, self, cross ? NULL : src, ref, rc);
 }
 
+/* ------------------------------------------------------------------------
+ * copy_to_host. */
+
 /* A new host array for a copy of self: self's layout when it is
  * contiguous, else C order. */
 static PyArrayObject *
@@ -627,14 +637,14 @@ new_host_like(cmpy_DeviceNDArray *self)
 }
 
 const char cmpy_array_copy_to_host_doc[] = PyDoc_STR(
-             "copy_to_host($self, ary=None, stream=0)\n--\n\n"
-             "Copies the array to the host: into a new array (this array's "
-             "layout\nwhen it is contiguous, else C order), or into *ary*, a "
-             "writeable\nndarray of the same dtype and of any layout whose "
-             "shape is equal\nafter dropping dimensions of length 1; only "
-             "its elements are\nwritten. With stream 0 (and no stream bound "
-             "to the array) the copy\nis complete on return; with a stream "
-             "it is queued there.");
+    "copy_to_host($self, ary=None, stream=0)\n--\n\n"
+    "Copies the array to the host: into a new array (this array's "
+    "layout\nwhen it is contiguous, else C order), or into *ary*, a "
+    "writeable\nndarray of the same dtype and of any layout whose "
+    "shape is equal\nafter dropping dimensions of length 1; only "
+    "its elements are\nwritten. With stream 0 (and no stream bound "
+    "to the array) the copy\nis complete on return; with a stream "
+    "it is queued there.");
 
 /* A new host array with self's elements, copied on `ref` and complete on
  * return. */
@@ -698,8 +708,8 @@ copy_to_void(cmpy_state *st, cmpy_DeviceNDArray *self, PyObject *ary,
 }
 
 PyObject *
-cmpy_array_copy_to_host(PyObject *op, PyObject *const *args,
-                        Py_ssize_t nargs, PyObject *kwnames)
+cmpy_array_copy_to_host(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
+                        PyObject *kwnames)
 {
     static const char *const names[] = {"ary", "stream"};
     cmpy_DeviceNDArray *self = (cmpy_DeviceNDArray *)op;
@@ -745,6 +755,9 @@ cmpy_array_copy_to_host(PyObject *op, PyObject *const *args,
     return (PyObject *)host;
 }
 
+/* ------------------------------------------------------------------------
+ * copy_to_device, assignment and fill. */
+
 /* Copies `obj` (a device array, an object with __cuda_array_interface__
  * or anything NumPy takes) into the layout (ndim, shape, strides, ptr) of
  * `self`'s memory. `broadcast`: NumPy's assignment rules (broadcasting,
@@ -783,11 +796,11 @@ copy_into(cmpy_state *st, cmpy_DeviceNDArray *self, int ndim,
                          (PyObject *)src->dtype, (PyObject *)self->dtype);
             return -1;
         }
-        if (broadcast ? broadcast_strides(CMPY_NDIM(src), CMPY_SHAPE(src),
-                                          CMPY_STRIDES(src), ndim, shape,
-                                          sstrides)
-                      : check_compatible(self->dtype, ndim, shape, src->dtype,
-                                         CMPY_NDIM(src), CMPY_SHAPE(src))) {
+        if (broadcast
+                ? broadcast_strides(CMPY_NDIM(src), CMPY_SHAPE(src),
+                                    CMPY_STRIDES(src), ndim, shape, sstrides)
+                : check_compatible(self->dtype, ndim, shape, src->dtype,
+                                   CMPY_NDIM(src), CMPY_SHAPE(src))) {
             return -1;
         }
         if (!broadcast) {
@@ -815,17 +828,15 @@ copy_into(cmpy_state *st, cmpy_DeviceNDArray *self, int ndim,
         return -1;
     }
     if (ref->async && is_transient(st, self, obj, host, broadcast) &&
-        cmpy_hostbuf_pin_temporary(st, self->gpu_data->mem->dev, &host) <
-            0) {
+        cmpy_hostbuf_pin_temporary(st, self->gpu_data->mem->dev, &host) < 0) {
         Py_DECREF(host);
         return -1;
     }
-    rc = broadcast ? broadcast_strides(PyArray_NDIM(host), PyArray_DIMS(host),
-                                       PyArray_STRIDES(host), ndim, shape,
-                                       sstrides)
-                   : check_compatible(self->dtype, ndim, shape,
-                                      PyArray_DESCR(host), PyArray_NDIM(host),
-                                      PyArray_DIMS(host));
+    rc = broadcast
+             ? broadcast_strides(PyArray_NDIM(host), PyArray_DIMS(host),
+                                 PyArray_STRIDES(host), ndim, shape, sstrides)
+             : check_compatible(self->dtype, ndim, shape, PyArray_DESCR(host),
+                                PyArray_NDIM(host), PyArray_DIMS(host));
     if (rc == 0 && !broadcast) {
         squeezed_strides(PyArray_NDIM(host), PyArray_DIMS(host),
                          PyArray_STRIDES(host), ndim, shape, sstrides);
@@ -843,11 +854,11 @@ copy_into(cmpy_state *st, cmpy_DeviceNDArray *self, int ndim,
 }
 
 const char cmpy_array_copy_to_device_doc[] = PyDoc_STR(
-             "copy_to_device($self, ary, stream=0)\n--\n\n"
-             "Copies *ary* (a host array of any layout, a device array, or "
-             "array-like)\ninto this array. The dtype must be the same and "
-             "the shape equal after\ndropping dimensions of length 1. "
-             "Synchronous on stream 0, queued on\na stream.");
+    "copy_to_device($self, ary, stream=0)\n--\n\n"
+    "Copies *ary* (a host array of any layout, a device array, or "
+    "array-like)\ninto this array. The dtype must be the same and "
+    "the shape equal after\ndropping dimensions of length 1. "
+    "Synchronous on stream 0, queued on\na stream.");
 
 PyObject *
 cmpy_array_copy_to_device(PyObject *op, PyObject *const *args,
@@ -874,8 +885,7 @@ cmpy_array_copy_to_device(PyObject *op, PyObject *const *args,
 static int
 fill_layout(cmpy_state *st, cmpy_DeviceNDArray *self, int ndim,
             const Py_ssize_t *shape, const Py_ssize_t *strides,
-            CUdeviceptr ptr, PyArrayObject *value,
-            const cmpy_stream_ref *ref)
+            CUdeviceptr ptr, PyArrayObject *value, const cmpy_stream_ref *ref)
 {
     cm_side dst = {.on_device = 1,
                    .ptr = ptr,
@@ -915,10 +925,9 @@ as_scalar(cmpy_DeviceNDArray *self, PyObject *obj)
         return NULL;
     }
     Py_INCREF(self->dtype);
-    value = (PyArrayObject *)PyArray_FromAny(obj, self->dtype, 0, 0,
-                                             NPY_ARRAY_FORCECAST |
-                                                 NPY_ARRAY_C_CONTIGUOUS,
-                                             NULL);
+    value = (PyArrayObject *)PyArray_FromAny(
+        obj, self->dtype, 0, 0, NPY_ARRAY_FORCECAST | NPY_ARRAY_C_CONTIGUOUS,
+        NULL);
     return value;
 }
 
@@ -964,9 +973,9 @@ cmpy_array_setitem(PyObject *op, PyObject *key, PyObject *value)
 }
 
 const char cmpy_array_fill_doc[] = PyDoc_STR(
-             "fill($self, value, stream=0)\n--\n\n"
-             "Sets every element to *value*, cast to the array's dtype "
-             "(beyond\nnumba). A memset where the bytes allow.");
+    "fill($self, value, stream=0)\n--\n\n"
+    "Sets every element to *value*, cast to the array's dtype "
+    "(beyond\nnumba). A memset where the bytes allow.");
 
 PyObject *
 cmpy_array_fill(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
@@ -980,8 +989,7 @@ cmpy_array_fill(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
     cmpy_stream_ref ref;
     int rc;
 
-    if (cmpy_parse_args("fill", names, 2, 1, args, nargs, kwnames, argv) <
-            0 ||
+    if (cmpy_parse_args("fill", names, 2, 1, args, nargs, kwnames, argv) < 0 ||
         operation_stream(st, self, argv[1], &ref) < 0 ||
         cmpy_array_check_alive(st, self) < 0) {
         return NULL;
@@ -1002,6 +1010,9 @@ cmpy_array_fill(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
     }
     Py_RETURN_NONE;
 }
+
+/* ------------------------------------------------------------------------
+ * copy, the copying reshape, and __array__. */
 
 PyObject *
 cmpy_array_copy_as(cmpy_state *st, cmpy_DeviceNDArray *self, char order,
@@ -1033,10 +1044,10 @@ cmpy_array_copy_as(cmpy_state *st, cmpy_DeviceNDArray *self, char order,
 }
 
 const char cmpy_array_copy_doc[] = PyDoc_STR(
-             "copy($self, order='C')\n--\n\n"
-             "A new device array with the same elements, contiguous in "
-             "*order*\n('C', 'F', 'A' or 'K'; beyond numba), on this array's "
-             "stream.");
+    "copy($self, order='C')\n--\n\n"
+    "A new device array with the same elements, contiguous in "
+    "*order*\n('C', 'F', 'A' or 'K'; beyond numba), on this array's "
+    "stream.");
 
 PyObject *
 cmpy_array_copy(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
@@ -1047,8 +1058,7 @@ cmpy_array_copy(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
     PyObject *argv[1];
     const char *s = "C";
 
-    if (cmpy_parse_args("copy", names, 1, 0, args, nargs, kwnames, argv) <
-        0) {
+    if (cmpy_parse_args("copy", names, 1, 0, args, nargs, kwnames, argv) < 0) {
         return NULL;
     }
     if (argv[0] != NULL && argv[0] != Py_None) {
@@ -1072,9 +1082,9 @@ cmpy_array_copy(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
 }
 
 const char cmpy_array_array_doc[] = PyDoc_STR(
-             "__array__($self, dtype=None, copy=None)\n--\n\n"
-             "A host copy, for numpy.asarray(). copy=False raises "
-             "ValueError: the\nelements live on the device.");
+    "__array__($self, dtype=None, copy=None)\n--\n\n"
+    "A host copy, for numpy.asarray(). copy=False raises "
+    "ValueError: the\nelements live on the device.");
 
 PyObject *
 cmpy_array_array(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
@@ -1084,8 +1094,8 @@ cmpy_array_array(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
     PyArray_Descr *dtype = NULL;
     PyObject *argv[2], *host, *out;
 
-    if (cmpy_parse_args("__array__", names, 2, 0, args, nargs, kwnames,
-                        argv) < 0) {
+    if (cmpy_parse_args("__array__", names, 2, 0, args, nargs, kwnames, argv) <
+        0) {
         return NULL;
     }
     if (argv[1] == Py_False) {
@@ -1108,3 +1118,189 @@ cmpy_array_array(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
     Py_DECREF(host);
     return out;
 }
+
+/* ------------------------------------------------------------------------
+ * Constructors: to_device, device_array. */
+
+PyDoc_STRVAR(device_array_doc,
+             "device_array($module, shape, dtype=None, strides=None, "
+             "order='C', stream=0)\n--\n\n"
+             "An uninitialized array on the current device, as "
+             "numpy.empty. *strides*\n(bytes, any sign) overrides *order*; "
+             "a zero-size array allocates\nnothing.");
+
+static PyObject *
+device_array(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+             PyObject *kwnames)
+{
+    static const char *const names[] = {"shape", "dtype", "strides", "order",
+                                        "stream"};
+    cmpy_state *st = cmpy_get_state(module);
+    Py_ssize_t shape[NPY_MAXDIMS], strides[NPY_MAXDIMS];
+    PyArray_Descr *dtype = NULL;
+    PyObject *argv[5], *result = NULL;
+    cmpy_stream_ref ref;
+    cm_device *dev;
+    int ndim;
+
+    if (cmpy_numpy_init() < 0 ||
+        cmpy_parse_args("device_array", names, 5, 1, args, nargs, kwnames,
+                        argv) < 0 ||
+        cmpy_parse_layout(argv[0], argv[1], argv[2], argv[3], &ndim, shape,
+                          strides, &dtype) < 0) {
+        return NULL;
+    }
+    if (cmpy_current_device(st, &dev) < 0 ||
+        cmpy_stream_arg(st, argv[4] != NULL ? argv[4] : Py_None, dev, &ref) <
+            0) {
+        goto done;
+    }
+    result = (PyObject *)cmpy_array_alloc(
+        st, st->DeviceNDArrayType, dev, ndim, shape, strides, dtype,
+        cmpy_kept_stream(argv[4], &ref), &ref);
+done:
+    Py_XDECREF(dtype);
+    return result;
+}
+
+PyDoc_STRVAR(to_device_doc,
+             "to_device($module, obj, stream=0, copy=True, to=None)\n--\n\n"
+             "Copies *obj* (anything numpy.asarray takes) to a new array on "
+             "the\ncurrent device, keeping its layout when it is C- or "
+             "F-contiguous and\nC order otherwise; a numpy.void becomes a "
+             "DeviceRecord. A device array\n(or an object with "
+             "__cuda_array_interface__, wrapped without a copy)\nis returned "
+             "as it is when it lives on the current device, else copied\n"
+             "here (peer to peer where the devices can). With *to*, copies "
+             "into\nthat array and returns it; with copy=False, only "
+             "allocates.\nSynchronous on stream 0, queued on a stream.");
+
+static PyObject *
+to_device(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+          PyObject *kwnames)
+{
+    static const char *const names[] = {"obj", "stream", "copy", "to"};
+    cmpy_state *st = cmpy_get_state(module);
+    PyObject *argv[4], *stream_arg, *type, *result = NULL;
+    const Py_ssize_t *shape, *layout;
+    Py_ssize_t strides[NPY_MAXDIMS];
+    cmpy_DeviceNDArray *arr, *src = NULL;
+    PyArrayObject *host = NULL;
+    PyArray_Descr *dtype;
+    int ndim, cai;
+    cmpy_stream_ref ref;
+    cm_device *dev;
+    int copy = 1;
+
+    if (cmpy_numpy_init() < 0 ||
+        cmpy_parse_args("to_device", names, 4, 1, args, nargs, kwnames, argv) <
+            0) {
+        return NULL;
+    }
+    stream_arg = argv[1] != NULL ? argv[1] : Py_None;
+    if (argv[2] != NULL && (copy = PyObject_IsTrue(argv[2])) < 0) {
+        return NULL;
+    }
+    if (argv[3] != NULL && argv[3] != Py_None) {
+        PyObject *kw[] = {argv[0], stream_arg};
+
+        if (!cmpy_is_array(st, argv[3])) {
+            PyErr_Format(PyExc_TypeError,
+                         "to_device(): to= must be a device array, not "
+                         "%.200s",
+                         Py_TYPE(argv[3])->tp_name);
+            return NULL;
+        }
+        result = cmpy_array_copy_to_device(argv[3], kw, 2, NULL);
+        if (result == NULL) {
+            return NULL;
+        }
+        Py_DECREF(result);
+        return Py_NewRef(argv[3]);
+    }
+    if (cmpy_is_array(st, argv[0])) {
+        src = (cmpy_DeviceNDArray *)Py_NewRef(argv[0]);
+    }
+    else if ((cai = cmpy_cai_check(st, argv[0])) != 0) {
+        /* Wrapped without a copy (numba's as_cuda_array). */
+        if (cai < 0 || (src = (cmpy_DeviceNDArray *)cmpy_cai_import(
+                            st, argv[0], 1, NULL)) == NULL) {
+            goto done;
+        }
+    }
+    else if ((host = (PyArrayObject *)PyArray_FROM_O(argv[0])) == NULL ||
+             cmpy_check_dtype(PyArray_DESCR(host)) < 0) {
+        goto done;
+    }
+    if (cmpy_current_device(st, &dev) < 0) {
+        goto done;
+    }
+    /* A device array on this device is returned as it is (numba); one on
+     * another device is copied here. */
+    if (src != NULL && src->gpu_data->mem->dev == dev) {
+        result = Py_NewRef(src);
+        goto done;
+    }
+    if (cmpy_stream_arg(st, stream_arg, dev, &ref) < 0) {
+        goto done;
+    }
+    if (src != NULL) {
+        type = (PyObject *)Py_TYPE(src);
+        ndim = CMPY_NDIM(src);
+        shape = CMPY_SHAPE(src);
+        layout = src->flags & CMPY_CONTIGUOUS ? CMPY_STRIDES(src) : NULL;
+        dtype = src->dtype;
+    }
+    else {
+        /* numba: a numpy.void becomes a DeviceRecord. */
+        type = PyArray_IsScalar(argv[0], Void) &&
+                       PyDataType_HASFIELDS(PyArray_DESCR(host))
+                   ? st->DeviceRecordType
+                   : st->DeviceNDArrayType;
+        ndim = PyArray_NDIM(host);
+        shape = PyArray_DIMS(host);
+        layout = PyArray_FLAGS(host) & CMPY_CONTIGUOUS ? PyArray_STRIDES(host)
+                                                       : NULL;
+        dtype = PyArray_DESCR(host);
+    }
+    /* The source's layout when contiguous; otherwise C order, and the copy
+     * moves exactly the elements (numba copies the extent). A loop: NumPy's
+     * 0-d arrays have NULL strides. */
+    for (int i = 0; layout != NULL && i < ndim; i++) {
+        strides[i] = layout[i];
+    }
+    if (layout == NULL) {
+        cmpy_contiguous_strides(ndim, shape, PyDataType_ELSIZE(dtype), 'C',
+                                strides);
+    }
+    arr = cmpy_array_alloc(st, type, dev, ndim, shape, strides, dtype,
+                           cmpy_kept_stream(stream_arg, &ref), &ref);
+    if (arr == NULL) {
+        goto done;
+    }
+    /* A list or scalar converted here must outlive a queued copy. */
+    if (copy && host != NULL && (PyObject *)host != argv[0] && ref.async &&
+        cmpy_hostbuf_pin_temporary(st, dev, &host) < 0) {
+        Py_DECREF(arr);
+        goto done;
+    }
+    if (copy && cmpy_array_copy_from(
+                    st, arr, src != NULL ? (PyObject *)src : (PyObject *)host,
+                    &ref) < 0) {
+        Py_DECREF(arr);
+        goto done;
+    }
+    result = (PyObject *)arr;
+done:
+    Py_XDECREF(host);
+    Py_XDECREF(src);
+    return result;
+}
+
+PyMethodDef cmpy_array_methods[] = {
+    {"to_device", (PyCFunction)(void (*)(void))to_device,
+     METH_FASTCALL | METH_KEYWORDS, to_device_doc},
+    {"device_array", (PyCFunction)(void (*)(void))device_array,
+     METH_FASTCALL | METH_KEYWORDS, device_array_doc},
+    {NULL, NULL, 0, NULL},
+};

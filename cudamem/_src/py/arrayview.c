@@ -9,6 +9,9 @@
 #include "cai.h"
 #include "stream.h"
 
+/* ------------------------------------------------------------------------
+ * Indexing: getitem, item, iteration, the layout of a key. */
+
 /* An index that NumPy would take but a device array cannot. */
 static int
 refuse_fancy(PyObject *item)
@@ -345,6 +348,9 @@ cmpy_array_index_layout(cmpy_DeviceNDArray *self, PyObject *key, int *ndim,
     return apply_index(self, key, ndim, shape, strides, ptr, &scalar);
 }
 
+/* ------------------------------------------------------------------------
+ * reshape and ravel. */
+
 /* NumPy's no-copy reshape (_attempt_nocopy_reshape): the strides that give
  * `self` the new shape without moving data, or 0 when there are none. */
 static int
@@ -581,6 +587,9 @@ cmpy_array_ravel(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
     return out;
 }
 
+/* ------------------------------------------------------------------------
+ * squeeze and transpose. */
+
 /* An axis argument in [-ndim, ndim), normalized; AxisError's wording. */
 static int
 parse_axis(PyObject *arg, int ndim, int *axis)
@@ -741,6 +750,9 @@ cmpy_array_get_T(PyObject *op, void *Py_UNUSED(closure))
 {
     return transpose_axes(op, NULL, 0);
 }
+
+/* ------------------------------------------------------------------------
+ * view, split and bind. */
 
 PyObject *
 cmpy_array_view_dtype(PyObject *op, PyObject *const *args, Py_ssize_t nargs,

@@ -1,7 +1,7 @@
 /* cai.c (py/): importing the CUDA Array Interface (v3), numba's
  * as_cuda_array / from_cuda_array_interface / is_cuda_array: validating a
  * producer's dict, finding the device from the pointer, binding and
- * waiting for its stream. The export is array.c's; the borrowed memory
+ * waiting for its stream. The export is arraycai.c's; the borrowed memory
  * record is core/memory.c's. */
 #include "cai.h"
 
@@ -30,6 +30,9 @@ typedef struct cai_desc {
     Py_ssize_t size;      /* elements */
     Py_ssize_t low, high; /* the extent, in bytes from ptr */
 } cai_desc;
+
+/* ------------------------------------------------------------------------
+ * Parsing a producer's dict. */
 
 /* The exception being handled becomes the cause of a new one. */
 static void
@@ -182,8 +185,8 @@ parse_shape(PyObject *desc, cai_desc *out)
 {
     PyObject *value = required(desc, "shape");
 
-    if (value == NULL || parse_ints(value, "shape", out->shape, &out->ndim) <
-                             0) {
+    if (value == NULL ||
+        parse_ints(value, "shape", out->shape, &out->ndim) < 0) {
         return -1;
     }
     for (int i = 0; i < out->ndim; i++) {
@@ -269,9 +272,8 @@ parse_dtype(PyObject *desc, cai_desc *out)
     if (failed) {
         return -1;
     }
-    if (out->dtype->type_num != NPY_VOID ||
-        PyDataType_HASFIELDS(out->dtype) || descr == NULL ||
-        descr == Py_None) {
+    if (out->dtype->type_num != NPY_VOID || PyDataType_HASFIELDS(out->dtype) ||
+        descr == NULL || descr == Py_None) {
         return 0;
     }
     fields = descr_dtype(descr);
@@ -454,6 +456,9 @@ parse_mask(PyObject *desc)
     return 0;
 }
 
+/* ------------------------------------------------------------------------
+ * The device and the stream. */
+
 /* Whether an import waits for its stream: CUDAMEM_CUDA_ARRAY_INTERFACE_SYNC
  * when set, else numba's variable; only an integer 0 turns it off, as in
  * numba's config. Read at each import, so that it can change at run
@@ -595,6 +600,9 @@ order_streams(cmpy_state *st, const cai_desc *d, cm_device *dev, int sync,
     return rc;
 }
 
+/* ------------------------------------------------------------------------
+ * The import. */
+
 PyObject *
 cmpy_cai_from_desc(cmpy_state *st, PyObject *desc, PyObject *owner, int sync,
                    PyObject *consumer)
@@ -647,10 +655,9 @@ cmpy_cai_from_desc(cmpy_state *st, PyObject *desc, PyObject *owner, int sync,
     else if (d.has_stream &&
              ((stream = cmpy_stream_wrap(
                    st, dev,
-                   d.stream == CU_STREAM_LEGACY ? CMPY_STREAM_LEGACY
-                   : d.stream == CU_STREAM_PER_THREAD
-                       ? CMPY_STREAM_PER_THREAD
-                       : CMPY_STREAM_EXTERNAL,
+                   d.stream == CU_STREAM_LEGACY       ? CMPY_STREAM_LEGACY
+                   : d.stream == CU_STREAM_PER_THREAD ? CMPY_STREAM_PER_THREAD
+                                                      : CMPY_STREAM_EXTERNAL,
                    d.stream)) == NULL ||
               cmpy_stream_arg(st, stream, dev, &ref) < 0)) {
         goto done;
@@ -659,8 +666,8 @@ cmpy_cai_from_desc(cmpy_state *st, PyObject *desc, PyObject *owner, int sync,
                                            (size_t)(d.high - d.low), owner)
                       : cmpy_memory_borrow(st, dev, 0, 0, owner);
     if (mem != NULL) {
-        ((cmpy_MemoryPointer *)mem)->mem->readonly =
-            d.readonly ? CMPY_RO_CAI : 0;
+        ((cmpy_MemoryPointer *)mem)->mem->readonly = d.readonly ? CMPY_RO_CAI
+                                                                : 0;
         result = (PyObject *)cmpy_array_wrap(st->DeviceNDArrayType, mem, d.ptr,
                                              d.ndim, d.shape, d.strides,
                                              d.dtype, stream, &ref);
@@ -749,8 +756,8 @@ from_cuda_array_interface(PyObject *module, PyObject *const *args,
     PyObject *argv[4];
     int sync;
 
-    if (cmpy_parse_args("from_cuda_array_interface", names, 4, 1, args,
-                        nargs, kwnames, argv) < 0 ||
+    if (cmpy_parse_args("from_cuda_array_interface", names, 4, 1, args, nargs,
+                        kwnames, argv) < 0 ||
         (sync = sync_arg(argv[2])) < 0) {
         return NULL;
     }

@@ -1,6 +1,6 @@
 /* cai.h (py/): the import side of the CUDA Array Interface (v3), numba's
  * as_cuda_array, from_cuda_array_interface and is_cuda_array. The export
- * (__cuda_array_interface__) is array.c's; borrowed memory records are
+ * (__cuda_array_interface__) is arraycai.c's; borrowed memory records are
  * core/memory.c's. */
 #ifndef CMPY_CAI_H
 #define CMPY_CAI_H

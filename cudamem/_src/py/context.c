@@ -1,10 +1,11 @@
 /* context.c (py/): the Context type, a device's primary context as numba's
- * Context: memory info, push/pop, synchronize, reset, peer access, its
- * memory manager (delegated to when it is an EMM plugin) and numba's
- * methods that make memory, streams and events in it. It records its
+ * Context: memory info, push/pop, synchronize, reset, peer access, and
+ * numba's methods that make memory, streams and events in it (delegated
+ * to its memory manager when that is an EMM plugin). It records its
  * device's generation; core refuses it after a reset or close. Devices and
  * the current-context rules are py/device.c and core/; which manager a
- * context gets is cudamem/memory.py's. */
+ * context gets is cudamem/memory.py's, the memory_manager attribute and
+ * its mode py/emm.c's. */
 #include "device.h"
 #include "stream.h"
 
@@ -56,6 +57,9 @@ cmpy_context_of(cmpy_state *st, cmpy_Device *device)
     Py_XSETREF(device->context, Py_NewRef(ctx));
     return (PyObject *)ctx;
 }
+
+/* ------------------------------------------------------------------------
+ * Slots and attributes. */
 
 static int
 context_traverse(cmpy_Context *self, visitproc visit, void *arg)
@@ -188,123 +192,6 @@ context_set_allocations(cmpy_Context *self, PyObject *value,
     return 0;
 }
 
-/* Installs (manager, mode); 0, or -1 with ValueError naming a bad mode. */
-static int
-set_manager(cmpy_Context *self, PyObject *manager, PyObject *mode_arg)
-{
-    long mode = PyLong_Check(mode_arg) ? PyLong_AsLong(mode_arg) : -1;
-
-    if (mode != CMPY_MANAGER_NATIVE && mode != CMPY_MANAGER_PLUGIN) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_ValueError, "invalid memory manager mode %R",
-                     mode_arg);
-        return -1;
-    }
-    Py_XSETREF(self->memory_manager, Py_NewRef(manager));
-    self->manager_mode = (cmpy_manager_mode)mode;
-    return 0;
-}
-
-/* Made once per Context by the make_memory_manager hook
- * (cudamem.memory._make_memory_manager), which returns (manager, mode). */
-static PyObject *
-context_get_memory_manager(cmpy_Context *self, void *Py_UNUSED(closure))
-{
-    PyObject *make, *made;
-    int rc;
-
-    if (self->memory_manager == NULL) {
-        make = cmpy_hook(cmpy_type_state((PyObject *)self),
-                         CMPY_HOOK_MAKE_MEMORY_MANAGER);
-        if (make == NULL) {
-            return NULL;
-        }
-        made = PyObject_CallOneArg(make, (PyObject *)self);
-        if (made == NULL) {
-            return NULL;
-        }
-        if (!PyTuple_Check(made) || PyTuple_GET_SIZE(made) != 2) {
-            PyErr_Format(PyExc_TypeError,
-                         "_make_memory_manager() returned %R, not "
-                         "(manager, mode)",
-                         made);
-            Py_DECREF(made);
-            return NULL;
-        }
-        /* Another thread may have made one meanwhile: the first stays. */
-        rc = self->memory_manager != NULL
-                 ? 0
-                 : set_manager(self, PyTuple_GET_ITEM(made, 0),
-                               PyTuple_GET_ITEM(made, 1));
-        Py_DECREF(made);
-        if (rc < 0) {
-            return NULL;
-        }
-    }
-    return Py_NewRef(self->memory_manager);
-}
-
-/* numba's Context.memory_manager is a plain attribute its tests assign:
- * the assign_memory_manager hook (cudamem.memory._assign_memory_manager)
- * installs the instance. */
-static int
-context_assign_memory_manager(cmpy_Context *self, PyObject *value,
-                              void *Py_UNUSED(closure))
-{
-    PyObject *assign, *out;
-
-    if (value == NULL) {
-        PyErr_SetString(PyExc_AttributeError,
-                        "a Context's memory_manager cannot be deleted");
-        return -1;
-    }
-    assign = cmpy_hook(cmpy_type_state((PyObject *)self),
-                       CMPY_HOOK_ASSIGN_MEMORY_MANAGER);
-    if (assign == NULL) {
-        return -1;
-    }
-    out = PyObject_CallFunctionObjArgs(assign, (PyObject *)self, value,
-                                       NULL);
-    Py_XDECREF(out);
-    return out == NULL ? -1 : 0;
-}
-
-PyObject *
-cmpy_context_manager(cmpy_state *st, cm_device *dev, cmpy_manager_mode *mode)
-{
-    cmpy_Device *device = cmpy_device_of(st, dev);
-    PyObject *ctx, *manager;
-
-    if (device == NULL) {
-        return NULL;
-    }
-    ctx = cmpy_context_of(st, device);
-    if (ctx == NULL) {
-        return NULL;
-    }
-    manager = context_get_memory_manager((cmpy_Context *)ctx, NULL);
-    *mode = ((cmpy_Context *)ctx)->manager_mode;
-    Py_DECREF(ctx);
-    return manager;
-}
-
-/* The context's manager when it is a plugin (new reference); NULL without
- * an exception when cudamem allocates for it, with one on failure. */
-static PyObject *
-plugin_of(cmpy_Context *self, cmpy_state *st)
-{
-    PyObject *manager;
-
-    if (!st->plugins) {
-        return NULL;
-    }
-    manager = context_get_memory_manager(self, NULL);
-    if (manager != NULL && self->manager_mode != CMPY_MANAGER_PLUGIN) {
-        Py_CLEAR(manager);
-    }
-    return manager;
-}
-
 static PyGetSetDef context_getset[] = {
     {"deallocations", (getter)context_get_deallocations,
      (setter)context_set_deallocations,
@@ -318,17 +205,20 @@ static PyGetSetDef context_getset[] = {
      NULL},
     {"_memory_deallocations", (getter)context_get_deallocations, NULL,
      "Pending frees of memory: memory_manager.deallocations.", (void *)1},
-    {"memory_manager", (getter)context_get_memory_manager,
-     (setter)context_assign_memory_manager,
+    {"memory_manager", (getter)cmpy_context_get_memory_manager,
+     (setter)cmpy_context_assign_memory_manager,
      "The context's memory manager (numba's Context.memory_manager);\n"
      "assigning an instance made for this context installs it.",
      NULL},
     {"device", (getter)context_get_device, NULL, "The context's Device.",
      NULL},
-    {"handle", (getter)context_get_handle, NULL,
-     "The CUcontext, as an int.", NULL},
+    {"handle", (getter)context_get_handle, NULL, "The CUcontext, as an int.",
+     NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
+
+/* ------------------------------------------------------------------------
+ * Memory info, push and pop, synchronize, reset. */
 
 /* Runs a blocking core call on this context with the GIL released. */
 static PyObject *
@@ -393,8 +283,8 @@ PyDoc_STRVAR(context_get_memory_info_doc,
 static PyObject *
 context_get_memory_info(PyObject *self, PyObject *Py_UNUSED(ignored))
 {
-    PyObject *plugin = plugin_of((cmpy_Context *)self,
-                                 cmpy_type_state(self));
+    PyObject *plugin = cmpy_context_plugin((cmpy_Context *)self,
+                                           cmpy_type_state(self));
     PyObject *info;
 
     if (plugin == NULL) {
@@ -456,8 +346,8 @@ PyDoc_STRVAR(context_reset_doc,
 static PyObject *
 context_reset(PyObject *self, PyObject *Py_UNUSED(ignored))
 {
-    PyObject *plugin = plugin_of((cmpy_Context *)self,
-                                 cmpy_type_state(self));
+    PyObject *plugin = cmpy_context_plugin((cmpy_Context *)self,
+                                           cmpy_type_state(self));
     PyObject *res;
 
     if (plugin != NULL) {
@@ -473,6 +363,9 @@ context_reset(PyObject *self, PyObject *Py_UNUSED(ignored))
     }
     return blocking(self, cm_ctx_reset);
 }
+
+/* ------------------------------------------------------------------------
+ * Peer access, and defer_cleanup. */
 
 PyDoc_STRVAR(context_can_access_peer_doc,
              "can_access_peer($self, peer_device)\n--\n\n"
@@ -585,7 +478,8 @@ static PyObject *
 context_defer_cleanup(PyObject *self, PyObject *Py_UNUSED(ignored))
 {
     cmpy_state *st = cmpy_type_state(self);
-    PyObject *plugin = plugin_of((cmpy_Context *)self, st), *defer, *guard;
+    PyObject *plugin = cmpy_context_plugin((cmpy_Context *)self, st), *defer,
+             *guard;
 
     if (plugin == NULL) {
         return PyErr_Occurred()
@@ -600,27 +494,6 @@ context_defer_cleanup(PyObject *self, PyObject *Py_UNUSED(ignored))
                 : NULL;
     Py_DECREF(plugin);
     return guard;
-}
-
-PyDoc_STRVAR(context_set_memory_manager_doc,
-             "_set_memory_manager($self, manager, mode)\n--\n\n"
-             "Makes *manager* this context's memory manager; *mode* is "
-             "MANAGER_NATIVE\nwhen cudamem allocates for it, MANAGER_PLUGIN "
-             "for an EMM plugin\n(cudamem.memory decides).");
-
-static PyObject *
-context_set_memory_manager(PyObject *self, PyObject *const *args,
-                           Py_ssize_t nargs, PyObject *kwnames)
-{
-    static const char *const names[] = {"manager", "mode"};
-    PyObject *argv[2];
-
-    if (cmpy_parse_args("_set_memory_manager", names, 2, 2, args, nargs,
-                        kwnames, argv) < 0 ||
-        set_manager((cmpy_Context *)self, argv[0], argv[1]) < 0) {
-        return NULL;
-    }
-    Py_RETURN_NONE;
 }
 
 /* ------------------------------------------------------------------------
@@ -653,8 +526,7 @@ call_in(PyObject *self, PyObject *callable, PyObject *const *args,
     }
     res = PyObject_Vectorcall(callable, args, (size_t)nargs, NULL);
     if (pushed &&
-        cm_ctx_pop(dev, ctx->generation, res != NULL ? &err : &ignored) <
-            0 &&
+        cm_ctx_pop(dev, ctx->generation, res != NULL ? &err : &ignored) < 0 &&
         res != NULL) {
         Py_DECREF(res);
         return cmpy_raise(st, &err);
@@ -665,8 +537,8 @@ call_in(PyObject *self, PyObject *callable, PyObject *const *args,
 /* The memory manager's method `name` (or the module's function when
  * `module` is set) called with args in this context. */
 static PyObject *
-delegate(PyObject *self, int module, const char *name,
-         PyObject *const *args, Py_ssize_t nargs)
+delegate(PyObject *self, int module, const char *name, PyObject *const *args,
+         Py_ssize_t nargs)
 {
     PyObject *owner, *fn, *res;
 
@@ -674,7 +546,7 @@ delegate(PyObject *self, int module, const char *name,
         owner = Py_XNewRef(cmpy_type_module(Py_TYPE(self)));
     }
     else {
-        owner = context_get_memory_manager((cmpy_Context *)self, NULL);
+        owner = cmpy_context_get_memory_manager((cmpy_Context *)self, NULL);
     }
     if (owner == NULL) {
         return NULL;
@@ -694,11 +566,11 @@ delegate(PyObject *self, int module, const char *name,
 static int
 parse_with_defaults(const char *fname, const char *const *names, int nnames,
                     int required, PyObject *const *defaults,
-                    PyObject *const *args, Py_ssize_t nargs,
-                    PyObject *kwnames, PyObject **out)
+                    PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                    PyObject **out)
 {
-    if (cmpy_parse_args(fname, names, nnames, required, args, nargs,
-                        kwnames, out) < 0) {
+    if (cmpy_parse_args(fname, names, nnames, required, args, nargs, kwnames,
+                        out) < 0) {
         return -1;
     }
     for (int i = required; i < nnames; i++) {
@@ -722,8 +594,8 @@ context_memalloc(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
     static const char *const names[] = {"bytesize"};
     PyObject *argv[1];
 
-    if (cmpy_parse_args("memalloc", names, 1, 1, args, nargs, kwnames,
-                        argv) < 0) {
+    if (cmpy_parse_args("memalloc", names, 1, 1, args, nargs, kwnames, argv) <
+        0) {
         return NULL;
     }
     return delegate(self, 0, "memalloc", argv, 1);
@@ -750,7 +622,7 @@ context_memallocmanaged(PyObject *self, PyObject *const *args,
                             nargs, kwnames, argv + 1) < 0) {
         return NULL;
     }
-    manager = context_get_memory_manager((cmpy_Context *)self, NULL);
+    manager = cmpy_context_get_memory_manager((cmpy_Context *)self, NULL);
     if (manager == NULL) {
         return NULL;
     }
@@ -785,8 +657,8 @@ context_memhostalloc(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
     PyObject *const defaults[] = {Py_False, Py_False, Py_False};
     PyObject *argv[4];
 
-    if (parse_with_defaults("memhostalloc", names, 4, 1, defaults, args,
-                            nargs, kwnames, argv) < 0) {
+    if (parse_with_defaults("memhostalloc", names, 4, 1, defaults, args, nargs,
+                            kwnames, argv) < 0) {
         return NULL;
     }
     return delegate(self, 0, "memhostalloc", argv, 4);
@@ -803,8 +675,7 @@ static PyObject *
 context_mempin(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                PyObject *kwnames)
 {
-    static const char *const names[] = {"owner", "pointer", "size",
-                                        "mapped"};
+    static const char *const names[] = {"owner", "pointer", "size", "mapped"};
     PyObject *const defaults[] = {Py_False};
     cmpy_Device *device = ((cmpy_Context *)self)->device;
     cmpy_state *st = cmpy_type_state(self);
@@ -841,8 +712,8 @@ PyDoc_STRVAR(context_get_ipc_handle_doc,
              "memory_manager.get_ipc_handle(memory)).");
 
 static PyObject *
-context_get_ipc_handle(PyObject *self, PyObject *const *args,
-                       Py_ssize_t nargs, PyObject *kwnames)
+context_get_ipc_handle(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                       PyObject *kwnames)
 {
     static const char *const names[] = {"memory"};
     PyObject *argv[1];
@@ -869,8 +740,8 @@ context_open_ipc_handle(PyObject *self, PyObject *const *args,
     static const char *const names[] = {"handle", "size"};
     PyObject *argv[3], *cls, *handle, *res;
 
-    if (cmpy_parse_args("open_ipc_handle", names, 2, 2, args, nargs,
-                        kwnames, argv + 1) < 0 ||
+    if (cmpy_parse_args("open_ipc_handle", names, 2, 2, args, nargs, kwnames,
+                        argv + 1) < 0 ||
         (cls = cmpy_hook(cmpy_type_state(self), CMPY_HOOK_IPC_HANDLE)) ==
             NULL) {
         return NULL;
@@ -903,8 +774,7 @@ PyDoc_STRVAR(context_get_legacy_default_stream_doc,
              "legacy_default_stream().");
 
 static PyObject *
-context_get_legacy_default_stream(PyObject *self,
-                                  PyObject *Py_UNUSED(ignored))
+context_get_legacy_default_stream(PyObject *self, PyObject *Py_UNUSED(ignored))
 {
     return delegate(self, 1, "legacy_default_stream", NULL, 0);
 }
@@ -970,12 +840,15 @@ context_create_event(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
     PyObject *const defaults[] = {Py_True};
     PyObject *argv[1];
 
-    if (parse_with_defaults("create_event", names, 1, 0, defaults, args,
-                            nargs, kwnames, argv) < 0) {
+    if (parse_with_defaults("create_event", names, 1, 0, defaults, args, nargs,
+                            kwnames, argv) < 0) {
         return NULL;
     }
     return delegate(self, 1, "event", argv, 1);
 }
+
+/* ------------------------------------------------------------------------
+ * _repr_html_ and the type. */
 
 PyDoc_STRVAR(context_repr_html_doc,
              "_repr_html_($self)\n--\n\n"
@@ -1038,17 +911,14 @@ static PyMethodDef context_methods[] = {
      context_device_memory_info_doc},
     {"_repr_html_", context_repr_html, METH_NOARGS, context_repr_html_doc},
     {"_set_memory_manager",
-     (PyCFunction)(void (*)(void))context_set_memory_manager,
-     METH_FASTCALL | METH_KEYWORDS, context_set_memory_manager_doc},
+     (PyCFunction)(void (*)(void))cmpy_context_set_memory_manager,
+     METH_FASTCALL | METH_KEYWORDS, cmpy_context_set_memory_manager_doc},
     {"push", context_push, METH_NOARGS, context_push_doc},
     {"pop", context_pop, METH_NOARGS, context_pop_doc},
-    {"synchronize", context_synchronize, METH_NOARGS,
-     context_synchronize_doc},
+    {"synchronize", context_synchronize, METH_NOARGS, context_synchronize_doc},
     {"reset", context_reset, METH_NOARGS, context_reset_doc},
-    {"can_access_peer",
-     (PyCFunction)(void (*)(void))context_can_access_peer,
-     METH_FASTCALL | METH_KEYWORDS,
-     context_can_access_peer_doc},
+    {"can_access_peer", (PyCFunction)(void (*)(void))context_can_access_peer,
+     METH_FASTCALL | METH_KEYWORDS, context_can_access_peer_doc},
     {"enable_peer_access",
      (PyCFunction)(void (*)(void))context_enable_peer_access,
      METH_FASTCALL | METH_KEYWORDS, context_enable_peer_access_doc},
@@ -1063,8 +933,8 @@ PyDoc_STRVAR(context_doc,
              "cudamem, not\nby user code.");
 
 static PyMemberDef context_members[] = {
-    {"__weaklistoffset__", Py_T_PYSSIZET,
-     offsetof(cmpy_Context, weakreflist), Py_READONLY, NULL},
+    {"__weaklistoffset__", Py_T_PYSSIZET, offsetof(cmpy_Context, weakreflist),
+     Py_READONLY, NULL},
     {NULL, 0, 0, 0, NULL},
 };
 

@@ -22,19 +22,19 @@ typedef struct cmpy_Device {
 /* Who allocates a context's memory: exported as _cudamem.MANAGER_NATIVE
  * and MANAGER_PLUGIN, which cudamem.memory._manager_mode returns. */
 typedef enum cmpy_manager_mode {
-    CMPY_MANAGER_NATIVE = 0,  /* cudamem's allocator, no Python call */
-    CMPY_MANAGER_PLUGIN = 1   /* an EMM plugin: its methods are called */
+    CMPY_MANAGER_NATIVE = 0, /* cudamem's allocator, no Python call */
+    CMPY_MANAGER_PLUGIN = 1  /* an EMM plugin: its methods are called */
 } cmpy_manager_mode;
 
 typedef struct cmpy_Context {
     PyObject_HEAD
     cmpy_Device *device;
     CUcontext handle;
-    uint64_t generation; /* the device's when this object was made */
+    uint64_t generation;      /* the device's when this object was made */
     PyObject *memory_manager; /* made on first use, or NULL */
     cmpy_manager_mode manager_mode; /* of memory_manager */
-    PyObject *weakreflist; /* plugins hold weakref.proxy(context) */
-    PyObject *allocations;   /* numba's Context.allocations, or NULL */
+    PyObject *weakreflist;          /* plugins hold weakref.proxy(context) */
+    PyObject *allocations;          /* numba's Context.allocations, or NULL */
     PyObject *deallocations; /* assigned to ctx.deallocations, or NULL */
 } cmpy_Context;
 
@@ -62,6 +62,18 @@ PyObject *cmpy_context_of(cmpy_state *st, cmpy_Device *device);
  * and its mode. New reference, or NULL with an exception set. */
 PyObject *cmpy_context_manager(cmpy_state *st, cm_device *dev,
                                cmpy_manager_mode *mode);
+/* emm.c: Context.memory_manager (get and assign), the context's manager
+ * when it is an EMM plugin (new reference; NULL without an exception
+ * when cudamem allocates for it, with one on failure), and
+ * Context._set_memory_manager(manager, mode). */
+PyObject *cmpy_context_get_memory_manager(cmpy_Context *self, void *closure);
+int cmpy_context_assign_memory_manager(cmpy_Context *self, PyObject *value,
+                                       void *closure);
+PyObject *cmpy_context_plugin(cmpy_Context *self, cmpy_state *st);
+PyObject *cmpy_context_set_memory_manager(PyObject *self,
+                                          PyObject *const *args,
+                                          Py_ssize_t nargs, PyObject *kwnames);
+extern const char cmpy_context_set_memory_manager_doc[];
 /* 0 while ctx is still its device's context, else -1 with the
  * CudaDriverError saying it was reset or closed. */
 int cmpy_context_check(cmpy_state *st, cmpy_Context *ctx);

@@ -1,7 +1,7 @@
 /* hostarray.h (py/): NumPy arrays over host-accessible memory cudamem
  * allocated, with a device side: ManagedNDArray (managed memory) and
  * MappedNDArray (mapped page-locked host memory). Allocating each kind of
- * memory is its own file's (managed.c, hostbuf.c). */
+ * memory is its own file's (managed.c, hostalloc.c). */
 #ifndef CMPY_HOSTARRAY_H
 #define CMPY_HOSTARRAY_H
 
@@ -60,13 +60,12 @@ PyObject *cmpy_managed_empty(PyObject *module, cm_device *dev,
                              const Py_ssize_t *strides, int attach_global,
                              const cmpy_stream_ref *ref);
 
-/* hostbuf.c: a new MappedNDArray over new mapped memory of dev
+/* hostalloc.c: a new MappedNDArray over new mapped memory of dev
  * (write-combined when `wc`), as mapped_array() makes it (dtype
  * borrowed). */
 PyObject *cmpy_mapped_empty(PyObject *module, cm_device *dev, int wc,
                             int portable, PyArray_Descr *dtype, int ndim,
-                            const Py_ssize_t *shape,
-                            const Py_ssize_t *strides,
+                            const Py_ssize_t *shape, const Py_ssize_t *strides,
                             const cmpy_stream_ref *ref);
 
 #endif

@@ -1,6 +1,7 @@
-/* hostbuf.h (py/): what other py/ files use of HostBuffer (hostbuf.c):
- * the host memory one holds, and the one translation of mapped host
- * addresses to device addresses. The type itself stays hostbuf.c's. */
+/* hostbuf.h (py/): HostBuffer (hostbuf.c), the files that make them
+ * (hostalloc.c, hostregister.c) and what other py/ files use: the host
+ * memory one holds, and the one translation of mapped host addresses to
+ * device addresses. */
 #ifndef CMPY_HOSTBUF_H
 #define CMPY_HOSTBUF_H
 
@@ -8,6 +9,27 @@
 
 #include "../core/hostmem.h"
 #include "array.h"
+
+typedef struct cmpy_HostBuffer {
+    PyObject_HEAD
+    cm_host *host;
+    /* registered: the array whose memory it is; external: the plugin's
+     * owner */
+    PyObject *owner;
+    PyObject *finalizer; /* external: the plugin's, or NULL */
+    PyObject *weakreflist;
+} cmpy_HostBuffer;
+
+/* A new HostBuffer owning `host` (kept alive with `owner`, may be NULL).
+ * NULL with an exception, host still the caller's. */
+PyObject *cmpy_hostbuf_new(cmpy_state *st, cm_host *host, PyObject *owner);
+
+/* Frees a host buffer no Python object owns yet; a failure is a
+ * CudaWarning. */
+void cmpy_hostbuf_discard(cmpy_state *st, cm_host *host);
+
+/* Where host's bytes start for NumPy (which allocates for NULL data). */
+void *cmpy_hostbuf_data(const cm_host *h);
 
 /* The host memory obj holds when it is a HostBuffer, else NULL (no
  * exception). */

@@ -1,13 +1,11 @@
 /* memory.c (py/): the MemoryPointer type (numba's MemoryPointer as an
  * array's gpu_data): device pointer, size, owner, views, own(), free(),
- * memset(), the buffer protocol for host-accessible (managed) memory, the
- * ctypes handle objects (cudamem/_handles.py), the notes of stream work
- * on a record that arrays share, numba's MemoryPointer and
- * ManagedMemory constructors for EMM plugins, and the calls of a context's
- * plugin (device and managed allocations here; host ones hostbuf.c's).
- * Allocation and release are core/memory.c's (plugin memory: the release
- * hook here), IPC mappings core/ipc.c's; which manager a context has is
- * py/context.c's. */
+ * memset(), the buffer protocol for host-accessible (managed) memory; the
+ * records it owns (cudamem's own allocations, IPC mappings, borrowed and
+ * external memory); the ctypes handle objects (cudamem/_handles.py); and
+ * the notes of stream work on a record that arrays share. Asking a
+ * context's EMM plugin first is emm.c's. Allocation and release are
+ * core/memory.c's, IPC mappings core/ipc.c's. */
 #include "memory.h"
 
 #include "../core/copy.h"
@@ -15,6 +13,9 @@
 #include "../core/stream.h"
 #include "device.h"
 #include "stream.h"
+
+/* ------------------------------------------------------------------------
+ * The records a MemoryPointer owns, and their arguments. */
 
 static cmpy_MemoryPointer *
 new_pointer(cmpy_state *st, cm_mem *mem, CUdeviceptr ptr, size_t size,
@@ -53,9 +54,9 @@ own_record(cmpy_state *st, int made, cm_mem *mem, const cm_error *made_err)
     return (PyObject *)self;
 }
 
-static PyObject *
-native_alloc(cmpy_state *st, cm_device *dev, size_t nbytes,
-             CUstream stream)
+PyObject *
+cmpy_memory_native_alloc(cmpy_state *st, cm_device *dev, size_t nbytes,
+                         CUstream stream)
 {
     cm_error err;
     cm_mem *mem = NULL;
@@ -71,8 +72,8 @@ native_alloc(cmpy_state *st, cm_device *dev, size_t nbytes,
 /* An address given as an int or as an object with an int `.value` (a
  * ctypes pointer; None for NULL, as c_void_p(0).value). 0, or -1 with
  * TypeError / ValueError naming `what` and the value. */
-static int
-address_arg(PyObject *arg, const char *what, CUdeviceptr *out)
+int
+cmpy_address_arg(PyObject *arg, const char *what, CUdeviceptr *out)
 {
     PyObject *value = NULL, *index;
     unsigned long long addr;
@@ -112,21 +113,19 @@ address_arg(PyObject *arg, const char *what, CUdeviceptr *out)
 }
 
 /* A byte count: an int >= 0. */
-static int
-size_arg(PyObject *arg, const char *what, size_t *out)
+int
+cmpy_size_arg(PyObject *arg, const char *what, size_t *out)
 {
     Py_ssize_t n;
 
     if (!PyIndex_Check(arg) || PyBool_Check(arg)) {
-        PyErr_Format(PyExc_TypeError, "%s must be an int, not %R", what,
-                     arg);
+        PyErr_Format(PyExc_TypeError, "%s must be an int, not %R", what, arg);
         return -1;
     }
     n = PyNumber_AsSsize_t(arg, NULL);
     if (n < 0) {
         PyErr_Clear();
-        PyErr_Format(PyExc_ValueError, "%s %R is not a byte count", what,
-                     arg);
+        PyErr_Format(PyExc_ValueError, "%s %R is not a byte count", what, arg);
         return -1;
     }
     *out = (size_t)n;
@@ -136,10 +135,10 @@ size_arg(PyObject *arg, const char *what, size_t *out)
 /* A MemoryPointer owning an external record for `size` bytes at ptr on
  * dev (host-accessible when `managed`), whose release hook calls
  * `finalizer` (or None) and drops `keep` (or None). */
-static PyObject *
-external_pointer(cmpy_state *st, cm_device *dev, CUdeviceptr ptr,
-                 size_t size, int managed, PyObject *finalizer,
-                 PyObject *keep, PyObject *owner)
+PyObject *
+cmpy_memory_external(cmpy_state *st, cm_device *dev, CUdeviceptr ptr,
+                     size_t size, int managed, PyObject *finalizer,
+                     PyObject *keep, PyObject *owner)
 {
     PyObject *pair = PyTuple_Pack(2, finalizer, keep);
     cmpy_MemoryPointer *self;
@@ -163,205 +162,9 @@ external_pointer(cmpy_state *st, cm_device *dev, CUdeviceptr ptr,
     return (PyObject *)self;
 }
 
-void
-cmpy_memory_finalize(cmpy_state *st, PyObject *finalizer)
-{
-    PyObject *saved = cmpy_exc_take(), *res, *exc;
-
-    res = PyObject_CallNoArgs(finalizer);
-    if (res == NULL) {
-        /* An unraisable error when warnings are errors or the module is
-         * gone. */
-        exc = cmpy_exc_take();
-        if (st == NULL || st->CudaWarning == NULL ||
-            PyErr_WarnFormat(st->CudaWarning, 1,
-                             "the finalizer %R of an EMM plugin's memory "
-                             "raised %R",
-                             finalizer, exc) < 0) {
-            PyErr_WriteUnraisable(exc);
-        }
-        Py_XDECREF(exc);
-    }
-    Py_XDECREF(res);
-    cmpy_exc_put(saved);
-}
-
-/* The release hook of external records (core/memory.h): `external` is
- * (finalizer or None, the plugin's object or None). Runs with the GIL
- * held, in a deallocator. */
-static void
-release_external(void *hook_arg, void *external)
-{
-    PyObject *pair = external, *finalizer;
-
-    CMPY_ASSERT_HANDED(pair, PyTuple_CheckExact);
-    finalizer = PyTuple_GET_ITEM(pair, 0);
-    if (finalizer != Py_None) {
-        cmpy_memory_finalize(hook_arg, finalizer);
-    }
-    Py_DECREF(pair);
-}
-
-/* What a plugin's memalloc(nbytes) returned, as an array's gpu_data: a
- * cudamem MemoryPointer as it is; any other object with a
- * `device_pointer` (an int, or with `.value`) and a `size` wrapped in an
- * external record that keeps it alive. TypeError / ValueError naming the
- * plugin and the object otherwise. */
-static PyObject *
-adopt(cmpy_state *st, cm_device *dev, PyObject *plugin, PyObject *got,
-      size_t nbytes)
-{
-    PyObject *ptr_obj = NULL, *size_obj = NULL, *out = NULL;
-    CUdeviceptr ptr;
-    size_t size;
-
-    if (PyObject_TypeCheck(got, (PyTypeObject *)st->MemoryPointerType)) {
-        cmpy_MemoryPointer *mp = (cmpy_MemoryPointer *)got;
-
-        if (mp->mem->dev != dev || mp->size < nbytes) {
-            PyErr_Format(PyExc_ValueError,
-                         "%R.memalloc(%zu) returned %R, not %zu bytes on "
-                         "device %d",
-                         plugin, nbytes, got, nbytes, dev->ordinal);
-            return NULL;
-        }
-        return Py_NewRef(got);
-    }
-    if (cmpy_optional_attr(got, "device_pointer", &ptr_obj) < 0 ||
-        (ptr_obj != NULL &&
-         cmpy_optional_attr(got, "size", &size_obj) < 0)) {
-        goto done;
-    }
-    if (ptr_obj == NULL || size_obj == NULL) {
-        PyErr_Format(PyExc_TypeError,
-                     "%R.memalloc(%zu) returned %R, which is not a "
-                     "MemoryPointer (it needs device_pointer and size)",
-                     plugin, nbytes, got);
-        goto done;
-    }
-    if (address_arg(ptr_obj, "memalloc()'s device_pointer", &ptr) < 0 ||
-        size_arg(size_obj, "memalloc()'s size", &size) < 0) {
-        goto done;
-    }
-    if (size < nbytes || (ptr == 0 && size != 0)) {
-        PyErr_Format(PyExc_ValueError,
-                     "%R.memalloc(%zu) returned %R, which is not %zu bytes "
-                     "of memory",
-                     plugin, nbytes, got, nbytes);
-        goto done;
-    }
-    out = external_pointer(st, dev, ptr, size, 0, Py_None, got, NULL);
-done:
-    Py_XDECREF(ptr_obj);
-    Py_XDECREF(size_obj);
-    return out;
-}
-
-int
-cmpy_manager_call(cmpy_state *st, cm_device *dev, const char *method,
-                  int optional, PyObject *args, PyObject *kwargs,
-                  PyObject **plugin, PyObject **got)
-{
-    cmpy_manager_mode mode;
-    PyObject *manager, *fn = NULL;
-    cm_ctx_guard guard;
-    cm_error err;
-    int rc = -1;
-
-    *got = NULL;
-    if (!st->plugins) {
-        return 0;
-    }
-    manager = cmpy_context_manager(st, dev, &mode);
-    if (manager == NULL) {
-        return -1;
-    }
-    if (mode != CMPY_MANAGER_PLUGIN) {
-        rc = 0;
-        goto done;
-    }
-    if (optional ? cmpy_optional_attr(manager, method, &fn) < 0
-                 : (fn = PyObject_GetAttrString(manager, method)) == NULL) {
-        goto done;
-    }
-    if (fn == NULL) {
-        rc = 0;
-        goto done;
-    }
-    if (cm_ctx_enter(dev, &guard, &err) < 0) {
-        cmpy_raise(st, &err);
-        goto done;
-    }
-    *got = PyObject_Call(fn, args, kwargs);
-    if (cm_ctx_leave(&guard, 0, &err) < 0 && *got != NULL) {
-        Py_CLEAR(*got);
-        cmpy_raise(st, &err);
-    }
-    if (*got != NULL) {
-        *plugin = Py_NewRef(manager);
-        rc = 1;
-    }
-done:
-    Py_XDECREF(fn);
-    Py_DECREF(manager);
-    return rc;
-}
-
 PyObject *
-cmpy_memory_alloc(cmpy_state *st, cm_device *dev, size_t nbytes,
-                  CUstream stream)
-{
-    PyObject *args, *plugin, *got, *out;
-    int rc;
-
-    /* numba asks no plugin for zero bytes: the pointer is NULL. */
-    if (!st->plugins || nbytes == 0) {
-        return native_alloc(st, dev, nbytes, stream);
-    }
-    if ((args = Py_BuildValue("(n)", (Py_ssize_t)nbytes)) == NULL) {
-        return NULL;
-    }
-    rc = cmpy_manager_call(st, dev, "memalloc", 0, args, NULL, &plugin,
-                           &got);
-    Py_DECREF(args);
-    if (rc <= 0) {
-        return rc == 0 ? native_alloc(st, dev, nbytes, stream) : NULL;
-    }
-    out = adopt(st, dev, plugin, got, nbytes);
-    Py_DECREF(plugin);
-    Py_DECREF(got);
-    return out;
-}
-
-/* What a plugin's memallocmanaged(nbytes, attach_global) returned: a
- * ManagedMemory (a managed MemoryPointer) of at least nbytes on dev. */
-static PyObject *
-adopt_managed(cmpy_state *st, cm_device *dev, PyObject *plugin,
-              PyObject *got, size_t nbytes)
-{
-    cmpy_MemoryPointer *mp = (cmpy_MemoryPointer *)got;
-
-    if (!PyObject_TypeCheck(got, (PyTypeObject *)st->MemoryPointerType) ||
-        !mp->managed) {
-        PyErr_Format(PyExc_TypeError,
-                     "%R.memallocmanaged(%zu) returned %R, which is not a "
-                     "ManagedMemory",
-                     plugin, nbytes, got);
-        return NULL;
-    }
-    if (mp->mem->dev != dev || mp->size < nbytes) {
-        PyErr_Format(PyExc_ValueError,
-                     "%R.memallocmanaged(%zu) returned %R, not %zu bytes "
-                     "on device %d",
-                     plugin, nbytes, got, nbytes, dev->ordinal);
-        return NULL;
-    }
-    return Py_NewRef(got);
-}
-
-static PyObject *
-native_managed(cmpy_state *st, cm_device *dev, size_t nbytes,
-               int attach_global)
+cmpy_memory_native_managed(cmpy_state *st, cm_device *dev, size_t nbytes,
+                           int attach_global)
 {
     cm_error err;
     cm_mem *mem = NULL;
@@ -371,38 +174,6 @@ native_managed(cmpy_state *st, cm_device *dev, size_t nbytes,
     made = cm_mem_alloc_managed(dev, nbytes, attach_global, &mem, &err);
     Py_END_ALLOW_THREADS
     return own_record(st, made, mem, &err);
-}
-
-PyObject *
-cmpy_memory_alloc_managed(cmpy_state *st, cm_device *dev, size_t nbytes,
-                          int attach_global)
-{
-    PyObject *args, *kwargs, *plugin, *got, *out;
-    int made;
-
-    /* A plugin's memallocmanaged() when it has one (beyond numba's
-     * interface); never for zero bytes, as memalloc(). */
-    if (st->plugins && nbytes > 0) {
-        args = Py_BuildValue("(n)", (Py_ssize_t)nbytes);
-        kwargs = Py_BuildValue("{s:O}", "attach_global",
-                               attach_global ? Py_True : Py_False);
-        made = args != NULL && kwargs != NULL
-                   ? cmpy_manager_call(st, dev, "memallocmanaged", 1, args,
-                                       kwargs, &plugin, &got)
-                   : -1;
-        Py_XDECREF(args);
-        Py_XDECREF(kwargs);
-        if (made < 0) {
-            return NULL;
-        }
-        if (made > 0) {
-            out = adopt_managed(st, dev, plugin, got, nbytes);
-            Py_DECREF(plugin);
-            Py_DECREF(got);
-            return out;
-        }
-    }
-    return native_managed(st, dev, nbytes, attach_global);
 }
 
 PyObject *
@@ -437,130 +208,23 @@ cmpy_memory_borrow(cmpy_state *st, cm_device *dev, CUdeviceptr ptr,
     return (PyObject *)self;
 }
 
-/* A Context, or a weakref.proxy of one (numba's plugins pass those), as
- * `name`()'s. New reference, or NULL with TypeError naming the value. */
-static cmpy_Context *
-context_arg(cmpy_state *st, const char *name, PyObject *arg)
-{
-    PyObject *obj = arg;
-
-    if (PyWeakref_CheckProxy(arg)) {
-#if PY_VERSION_HEX >= 0x030D0000
-        if (PyWeakref_GetRef(arg, &obj) < 0) {
-            return NULL;
-        }
-#else
-        obj = Py_NewRef(PyWeakref_GetObject(arg));
-#endif
-    }
-    else {
-        Py_INCREF(obj);
-    }
-    if (obj == NULL || !Py_IS_TYPE(obj, (PyTypeObject *)st->ContextType)) {
-        PyErr_Format(PyExc_TypeError,
-                     "%s() needs a cudamem Context, not %R", name, arg);
-        Py_XDECREF(obj);
-        return NULL;
-    }
-    return (cmpy_Context *)obj;
-}
-
-int
-cmpy_memory_parse_sized(cmpy_state *st, const char *name, PyObject *context,
-                        PyObject *size_obj, cm_device **dev, size_t *size)
-{
-    cmpy_Context *ctx = context_arg(st, name, context);
-    char what[64];
-    int rc;
-
-    if (ctx == NULL) {
-        return -1;
-    }
-    snprintf(what, sizeof(what), "%s()'s size", name);
-    rc = size_arg(size_obj, what, size);
-    if (rc == 0) {
-        rc = cmpy_context_check(st, ctx);
-    }
-    *dev = ctx->device->dev;
-    Py_DECREF(ctx);
-    return rc;
-}
-
-int
-cmpy_memory_parse_external(cmpy_state *st, const char *name,
-                           PyObject *const *argv, cm_device **dev,
-                           CUdeviceptr *ptr, size_t *size)
-{
-    cmpy_Context *ctx = context_arg(st, name, argv[0]);
-    char what[64];
-    int rc = -1;
-
-    if (ctx == NULL) {
-        return -1;
-    }
-    snprintf(what, sizeof(what), "%s()'s pointer", name);
-    if (address_arg(argv[1], what, ptr) < 0) {
-        goto done;
-    }
-    snprintf(what, sizeof(what), "%s()'s size", name);
-    if (size_arg(argv[2], what, size) < 0) {
-        goto done;
-    }
-    if (argv[4] != NULL && argv[4] != Py_None &&
-        !PyCallable_Check(argv[4])) {
-        PyErr_Format(PyExc_TypeError,
-                     "%s()'s finalizer must be callable or None, not %R",
-                     name, argv[4]);
-        goto done;
-    }
-    if (cmpy_context_check(st, ctx) < 0) {
-        goto done;
-    }
-    *dev = ctx->device->dev;
-    rc = 0;
-done:
-    Py_DECREF(ctx);
-    return rc;
-}
-
-/* numba's MemoryPointer(context, pointer, size, owner=None,
- * finalizer=None) and ManagedMemory(...) as `name`(): an external record
- * whose release hook calls the finalizer once the pointer and every view
- * of it are gone. */
-static PyObject *
-external_new(cmpy_state *st, const char *name, PyObject *const *argv,
-             int managed)
-{
-    PyObject *owner = argv[3] != NULL && argv[3] != Py_None ? argv[3] : NULL;
-    cm_device *dev;
-    CUdeviceptr ptr;
-    size_t size;
-
-    if (cmpy_memory_parse_external(st, name, argv, &dev, &ptr, &size) < 0) {
-        return NULL;
-    }
-    return external_pointer(st, dev, ptr, size, managed,
-                            argv[4] != NULL ? argv[4] : Py_None, Py_None,
-                            owner);
-}
-
-static const char *const external_names[] = {"context", "pointer", "size",
-                                             "owner", "finalizer"};
+/* ------------------------------------------------------------------------
+ * The slots. */
 
 static PyObject *
 pointer_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *names[] = {"context", "pointer", "size", "owner",
-                            "finalizer", NULL};
+    static char *names[] = {"context", "pointer",   "size",
+                            "owner",   "finalizer", NULL};
     cmpy_state *st = cmpy_state_of(type);
     PyObject *argv[5] = {NULL, NULL, NULL, NULL, NULL};
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO|OO:MemoryPointer",
-                                     names, &argv[0], &argv[1], &argv[2],
-                                     &argv[3], &argv[4])) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO|OO:MemoryPointer", names,
+                                     &argv[0], &argv[1], &argv[2], &argv[3],
+                                     &argv[4])) {
         return NULL;
     }
-    return external_new(st, "MemoryPointer", argv, 0);
+    return cmpy_emm_external_new(st, "MemoryPointer", argv, 0);
 }
 
 static int
@@ -604,6 +268,9 @@ pointer_repr(cmpy_MemoryPointer *self)
 /* Indexes of cmpy_state.handles, in the LOAD_HANDLES hook's order. */
 enum { HANDLE = 0, DEVICE_POINTER, LAUNCH_VIEW };
 
+/* ------------------------------------------------------------------------
+ * ctypes handles (cudamem/_handles.py). */
+
 /* cudamem._handles.<type>(arg) of owner's module, consuming arg (a new
  * reference, or NULL after a failure); the LOAD_HANDLES hook imports the
  * module (and ctypes) on first use. */
@@ -613,10 +280,9 @@ handles_call(PyObject *owner, int type, PyObject *arg)
     cmpy_state *st = arg != NULL ? cmpy_type_state(owner) : NULL;
     PyObject *out = NULL;
 
-    if (st != NULL &&
-        (st->handles[type] != NULL ||
-         cmpy_hook_load(st, CMPY_HOOK_LOAD_HANDLES, st->handles,
-                        CMPY_HANDLES_COUNT) == 0)) {
+    if (st != NULL && (st->handles[type] != NULL ||
+                       cmpy_hook_load(st, CMPY_HOOK_LOAD_HANDLES, st->handles,
+                                      CMPY_HANDLES_COUNT) == 0)) {
         out = PyObject_CallOneArg(st->handles[type], arg);
     }
     Py_XDECREF(arg);
@@ -641,6 +307,9 @@ cmpy_launch_view(PyObject *array, void *Py_UNUSED(closure))
 {
     return handles_call(array, LAUNCH_VIEW, Py_NewRef(array));
 }
+
+/* ------------------------------------------------------------------------
+ * Attributes. */
 
 static PyObject *
 pointer_get_device_pointer(cmpy_MemoryPointer *self, void *Py_UNUSED(c))
@@ -724,6 +393,9 @@ static PyGetSetDef pointer_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
+/* ------------------------------------------------------------------------
+ * Views and the buffer protocol. */
+
 PyDoc_STRVAR(pointer_view_doc,
              "view($self, start, stop=None)\n--\n\n"
              "The bytes [start, stop) of this memory, sharing its "
@@ -739,8 +411,7 @@ pointer_view(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
     Py_ssize_t start, stop = (Py_ssize_t)self->size;
     PyObject *argv[2], *stop_arg;
 
-    if (cmpy_parse_args("view", names, 2, 1, args, nargs, kwnames, argv) <
-        0) {
+    if (cmpy_parse_args("view", names, 2, 1, args, nargs, kwnames, argv) < 0) {
         return NULL;
     }
     /* Clipped: a huge bound is outside the memory like any other. */
@@ -818,10 +489,9 @@ pointer_getbuffer(PyObject *op, Py_buffer *view, int flags)
         cmpy_raise(st, &err);
         return -1;
     }
-    return PyBuffer_FillInfo(view, op,
-                             self->ptr != 0 ? (void *)(uintptr_t)self->ptr
-                                            : empty_buffer,
-                             (Py_ssize_t)self->size, 0, flags);
+    return PyBuffer_FillInfo(
+        view, op, self->ptr != 0 ? (void *)(uintptr_t)self->ptr : empty_buffer,
+        (Py_ssize_t)self->size, 0, flags);
 }
 
 const char *
@@ -839,6 +509,9 @@ cmpy_memory_readonly_why(int readonly)
 
     return why[readonly];
 }
+
+/* ------------------------------------------------------------------------
+ * Notes of stream work on a record, which arrays share. */
 
 int
 cmpy_memory_note_work(cmpy_state *st, cm_mem *mem, cm_device *dev,
@@ -884,6 +557,9 @@ cmpy_memory_note_done(cmpy_state *st, cm_mem *a, cm_mem *b, cm_device *dev,
     }
     return rc;
 }
+
+/* ------------------------------------------------------------------------
+ * Methods and the type. */
 
 PyDoc_STRVAR(pointer_own_doc,
              "own($self)\n--\n\n"
@@ -984,7 +660,7 @@ pointer_memset(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
     }
     byte = (unsigned char)value;
     if (argv[1] != NULL && argv[1] != Py_None) {
-        if (size_arg(argv[1], "memset count", &count) < 0) {
+        if (cmpy_size_arg(argv[1], "memset count", &count) < 0) {
             return NULL;
         }
         if (count > self->size) {
@@ -1060,16 +736,11 @@ PyDoc_STRVAR(pointer_doc,
              "are gone. An exception in it becomes a CudaWarning.");
 
 static PyType_Slot pointer_slots[] = {
-    {Py_tp_doc, (void *)pointer_doc},
-    {Py_tp_new, pointer_new},
-    {Py_tp_dealloc, pointer_dealloc},
-    {Py_tp_traverse, pointer_traverse},
-    {Py_tp_repr, pointer_repr},
-    {Py_tp_getset, pointer_getset},
-    {Py_tp_methods, pointer_methods},
-    {Py_tp_members, pointer_members},
-    {Py_bf_getbuffer, pointer_getbuffer},
-    {0, NULL},
+    {Py_tp_doc, (void *)pointer_doc},     {Py_tp_new, pointer_new},
+    {Py_tp_dealloc, pointer_dealloc},     {Py_tp_traverse, pointer_traverse},
+    {Py_tp_repr, pointer_repr},           {Py_tp_getset, pointer_getset},
+    {Py_tp_methods, pointer_methods},     {Py_tp_members, pointer_members},
+    {Py_bf_getbuffer, pointer_getbuffer}, {0, NULL},
 };
 
 static PyType_Spec pointer_spec = {
@@ -1078,6 +749,9 @@ static PyType_Spec pointer_spec = {
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .slots = pointer_slots,
 };
+
+/* ------------------------------------------------------------------------
+ * cudamem's own allocations, whatever the manager (memory.py's). */
 
 PyDoc_STRVAR(memalloc_doc,
              "_memalloc($module, context, size)\n--\n\n"
@@ -1094,14 +768,14 @@ memalloc(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     cm_device *dev;
     size_t size;
 
-    if (cmpy_parse_args("_memalloc", names, 2, 2, args, nargs, kwnames,
-                        argv) < 0 ||
+    if (cmpy_parse_args("_memalloc", names, 2, 2, args, nargs, kwnames, argv) <
+            0 ||
         cmpy_memory_parse_sized(st, "memalloc", argv[0], argv[1], &dev,
                                 &size) < 0) {
         return NULL;
     }
     /* A plugin's memalloc() serves the legacy default stream. */
-    return native_alloc(st, dev, size, NULL);
+    return cmpy_memory_native_alloc(st, dev, size, NULL);
 }
 
 PyDoc_STRVAR(memallocmanaged_doc,
@@ -1122,101 +796,35 @@ memallocmanaged(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     cm_device *dev;
     size_t size;
 
-    if (cmpy_parse_args("_memallocmanaged", names, 3, 2, args, nargs,
-                        kwnames, argv) < 0 ||
-        cmpy_memory_parse_sized(st, "memallocmanaged", argv[0], argv[1],
-                                &dev, &size) < 0 ||
+    if (cmpy_parse_args("_memallocmanaged", names, 3, 2, args, nargs, kwnames,
+                        argv) < 0 ||
+        cmpy_memory_parse_sized(st, "memallocmanaged", argv[0], argv[1], &dev,
+                                &size) < 0 ||
         (argv[2] != NULL && (attach_global = PyObject_IsTrue(argv[2])) < 0)) {
         return NULL;
     }
-    return native_managed(st, dev, size, attach_global);
-}
-
-PyDoc_STRVAR(managed_memory_doc,
-             "ManagedMemory($module, context, pointer, size, owner=None, "
-             "finalizer=None)\n--\n\n"
-             "numba's ManagedMemory, for EMM plugins' memallocmanaged(): "
-             "the *size*\nbytes of managed memory at *pointer* (an int, "
-             "or a ctypes pointer) in\n*context*, as a host-accessible "
-             "MemoryPointer (buffer protocol,\nManagedNDArray's memory) "
-             "kept alive with *owner*. *finalizer* (no\narguments) frees "
-             "them when the pointer and all its views are gone; an\n"
-             "exception in it becomes a CudaWarning.");
-
-static PyObject *
-managed_memory(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
-               PyObject *kwnames)
-{
-    PyObject *argv[5];
-
-    if (cmpy_parse_args("ManagedMemory", external_names, 5, 3, args, nargs,
-                        kwnames, argv) < 0) {
-        return NULL;
-    }
-    return external_new(cmpy_get_state(module), "ManagedMemory", argv, 1);
-}
-
-PyDoc_STRVAR(plugin_manager_doc,
-             "_plugin_manager($module)\n--\n\n"
-             "The current context's memory manager when it is an EMM "
-             "plugin (cudamem's\nown managers: None).");
-
-static PyObject *
-plugin_manager(PyObject *module, PyObject *Py_UNUSED(ignored))
-{
-    cmpy_state *st = cmpy_get_state(module);
-    cmpy_manager_mode mode;
-    PyObject *manager;
-    cm_device *dev;
-
-    if (!st->plugins) {
-        Py_RETURN_NONE;
-    }
-    if (cmpy_current_device(st, &dev) < 0 ||
-        (manager = cmpy_context_manager(st, dev, &mode)) == NULL) {
-        return NULL;
-    }
-    if (mode != CMPY_MANAGER_PLUGIN) {
-        Py_SETREF(manager, Py_NewRef(Py_None));
-    }
-    return manager;
-}
-
-PyDoc_STRVAR(enable_plugins_doc,
-             "_enable_plugins($module)\n--\n\n"
-             "From now on allocations ask their context's memory manager "
-             "(set when\nan EMM plugin may be in use; never unset).");
-
-static PyObject *
-enable_plugins(PyObject *module, PyObject *Py_UNUSED(ignored))
-{
-    cmpy_get_state(module)->plugins = 1;
-    Py_RETURN_NONE;
+    return cmpy_memory_native_managed(st, dev, size, attach_global);
 }
 
 PyMethodDef cmpy_memory_methods[] = {
     {"_memalloc", (PyCFunction)(void (*)(void))memalloc,
      METH_FASTCALL | METH_KEYWORDS, memalloc_doc},
-    {"_enable_plugins", enable_plugins, METH_NOARGS, enable_plugins_doc},
     {"_memallocmanaged", (PyCFunction)(void (*)(void))memallocmanaged,
      METH_FASTCALL | METH_KEYWORDS, memallocmanaged_doc},
-    {"ManagedMemory", (PyCFunction)(void (*)(void))managed_memory,
-     METH_FASTCALL | METH_KEYWORDS, managed_memory_doc},
-    {"_plugin_manager", plugin_manager, METH_NOARGS, plugin_manager_doc},
     {NULL, NULL, 0, NULL},
 };
 
 int
 cmpy_memory_type_init(PyObject *module, cmpy_state *st)
 {
-    st->MemoryPointerType =
-        PyType_FromModuleAndSpec(module, &pointer_spec, NULL);
+    st->MemoryPointerType = PyType_FromModuleAndSpec(module, &pointer_spec,
+                                                     NULL);
     if (st->MemoryPointerType == NULL) {
         return -1;
     }
     /* The state lives as long as the module; module.c uninstalls the
      * hook when it goes. */
-    cm_mem_set_release_hook(release_external, st);
+    cm_mem_set_release_hook(cmpy_emm_release_external, st);
     return PyModule_AddObjectRef(module, "MemoryPointer",
                                  st->MemoryPointerType);
 }

@@ -1,9 +1,10 @@
 /* memory.h (py/): MemoryPointer, the Python owner of a core allocation
  * record (an array's gpu_data). Views share the record and point into it;
  * the record is released when the last MemoryPointer goes. Host-accessible
- * memory (managed) exports the buffer protocol. Also what other py/ files
- * share of EMM plugins: the call into a context's manager, the parsing of
- * plugins' pointers and the finalizers they hand over. */
+ * memory (managed) exports the buffer protocol (memory.c). Also what other
+ * py/ files share of EMM plugins (emm.c): the allocations that ask a
+ * context's manager first, the call into it, the parsing of plugins'
+ * pointers and the finalizers they hand over. */
 #ifndef CMPY_MEMORY_H
 #define CMPY_MEMORY_H
 
@@ -13,12 +14,12 @@
 
 typedef struct cmpy_MemoryPointer {
     PyObject_HEAD
-    cm_mem *mem;      /* shared by views */
-    CUdeviceptr ptr;  /* mem->ptr plus this view's offset */
-    size_t size;      /* bytes from ptr */
-    PyObject *owner;  /* the MemoryPointer that made mem, the object whose
+    cm_mem *mem;     /* shared by views */
+    CUdeviceptr ptr; /* mem->ptr plus this view's offset */
+    size_t size;     /* bytes from ptr */
+    PyObject *owner; /* the MemoryPointer that made mem, the object whose
                          memory mem borrows, or NULL: self */
-    int managed;      /* managed memory, host-accessible at ptr */
+    int managed;     /* managed memory, host-accessible at ptr */
     PyObject *weakreflist;
 } cmpy_MemoryPointer;
 
@@ -35,7 +36,8 @@ enum {
  * "that a CUDA Array Interface exported read-only" and the like. */
 const char *cmpy_memory_readonly_why(int readonly);
 
-/* Allocates nbytes on dev for work on `stream` (from dev's pool while it
+/* emm.c: allocates nbytes on dev for work on `stream`: from the context's
+ * EMM plugin when it has one, else core's (from dev's pool while it
  * is enabled), with the GIL released (core's out-of-memory recovery runs
  * the garbage collector, flushes pending frees and trims the pool before
  * its one retry; CudaOutOfMemoryError with the numbers after). New
@@ -77,10 +79,31 @@ int cmpy_memory_note_work(cmpy_state *st, cm_mem *mem, cm_device *dev,
  * (or NULL): an event after it on each, since the stream may be destroyed
  * before an export orders it. If that fails the stream is waited for, so
  * that no work is left unordered. Returns `status`, or -1. */
-int cmpy_memory_note_done(cmpy_state *st, cm_mem *a, cm_mem *b,
-                          cm_device *dev, const struct cmpy_stream_ref *ref,
-                          int status);
+int cmpy_memory_note_done(cmpy_state *st, cm_mem *a, cm_mem *b, cm_device *dev,
+                          const struct cmpy_stream_ref *ref, int status);
 
+/* memory.c: the records a MemoryPointer owns, and its arguments. */
+/* nbytes from core's allocator on dev (its pool while that is on) for
+ * work on `stream`: a new MemoryPointer, whatever the context's manager. */
+PyObject *cmpy_memory_native_alloc(cmpy_state *st, cm_device *dev,
+                                   size_t nbytes, CUstream stream);
+/* The same for managed memory (core's cm_mem_alloc_managed). */
+PyObject *cmpy_memory_native_managed(cmpy_state *st, cm_device *dev,
+                                     size_t nbytes, int attach_global);
+/* A MemoryPointer owning an external record for `size` bytes at ptr on
+ * dev (host-accessible when `managed`), whose release hook calls
+ * `finalizer` (or None) and drops `keep` (or None). */
+PyObject *cmpy_memory_external(cmpy_state *st, cm_device *dev, CUdeviceptr ptr,
+                               size_t size, int managed, PyObject *finalizer,
+                               PyObject *keep, PyObject *owner);
+/* An address given as an int or as an object with an int `.value` (a
+ * ctypes pointer; None for NULL, as c_void_p(0).value). 0, or -1 with
+ * TypeError / ValueError naming `what` and the value. */
+int cmpy_address_arg(PyObject *arg, const char *what, CUdeviceptr *out);
+/* A byte count: an int >= 0. 0, or -1 with TypeError / ValueError. */
+int cmpy_size_arg(PyObject *arg, const char *what, size_t *out);
+
+/* emm.c: the EMM plugin dispatch (its opening comment tells the whole). */
 /* Calls `method` of dev's context's memory manager with args (a tuple)
  * and kwargs (or NULL), dev's context current, when allocations ask
  * plugins and the manager is one (with `optional`: one that has the
@@ -109,5 +132,20 @@ int cmpy_memory_parse_sized(cmpy_state *st, const char *name,
 int cmpy_memory_parse_external(cmpy_state *st, const char *name,
                                PyObject *const *argv, cm_device **dev,
                                CUdeviceptr *ptr, size_t *size);
+
+/* numba's MemoryPointer(context, pointer, size, owner=None,
+ * finalizer=None) and ManagedMemory(...) (`managed`) as `name`(), argv
+ * the five arguments (the last two may be NULL): an external record
+ * whose release hook calls the finalizer. */
+PyObject *cmpy_emm_external_new(cmpy_state *st, const char *name,
+                                PyObject *const *argv, int managed);
+/* core's release hook of external records (cm_mem_set_release_hook). */
+void cmpy_emm_release_external(void *hook_arg, void *external);
+/* What a plugin's memhostalloc() returned: a HostBuffer (PinnedMemory or
+ * MappedMemory) of at least nbytes, mapped on dev when `mapped`. 0, or -1
+ * with TypeError / ValueError naming the plugin and the object. */
+int cmpy_emm_check_host_buffer(cmpy_state *st, cm_device *dev,
+                               PyObject *plugin, PyObject *got, size_t nbytes,
+                               int mapped);
 
 #endif

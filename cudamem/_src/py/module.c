@@ -1,7 +1,8 @@
-/* module.c: the cudamem._cudamem module: multi-phase init, module state
- * (exception classes, the simulator's path, the Python hooks _install()
- * hands over) and the merged method tables. Importing it touches no
- * driver (DESIGN rule 1). */
+/* module.c: the cudamem._cudamem module: multi-phase init, the life of
+ * its module state (cmpy_state, whose fields module.h describes: filled
+ * at exec, traversed, cleared and freed here), the Python hooks
+ * _install() hands over and the merged method tables. Importing it
+ * touches no driver (DESIGN rule 1). */
 #define CMPY_NPY_IMPORT
 #include "cai.h"
 #include "callback.h"
@@ -24,9 +25,9 @@ load_exceptions(cmpy_state *st)
     if (errors == NULL) {
         return -1;
     }
-#define CMPY_LOAD(name)                                                        \
+#define CMPY_LOAD(name)                                                       \
     if ((st->name = PyObject_GetAttrString(errors, #name)) == NULL) {         \
-        goto error;                                                            \
+        goto error;                                                           \
     }
     CMPY_LOAD(CudaSupportError)
     CMPY_LOAD(CudaDriverError)
@@ -102,8 +103,10 @@ cmpy_hook_load(cmpy_state *st, cmpy_hook_id id, PyObject **slots, int n)
         return -1;
     }
     if (!PyTuple_Check(got) || PyTuple_GET_SIZE(got) != n) {
-        PyErr_Format(PyExc_TypeError, "the '%s' hook returned %R, not a "
-                     "tuple of %d", hook_names[id], got, n);
+        PyErr_Format(PyExc_TypeError,
+                     "the '%s' hook returned %R, not a "
+                     "tuple of %d",
+                     hook_names[id], got, n);
         Py_DECREF(got);
         return -1;
     }
@@ -194,8 +197,11 @@ cudamem_exec(PyObject *module)
         PyModule_AddFunctions(module, cmpy_pending_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_managed_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_hostbuf_methods) < 0 ||
+        PyModule_AddFunctions(module, cmpy_hostalloc_methods) < 0 ||
+        PyModule_AddFunctions(module, cmpy_hostregister_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_hostarray_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_memory_methods) < 0 ||
+        PyModule_AddFunctions(module, cmpy_emm_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_pool_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_ipc_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_stats_methods) < 0 ||
@@ -233,28 +239,9 @@ static int
 cudamem_traverse(PyObject *module, visitproc visit, void *arg)
 {
     cmpy_state *st = cmpy_get_state(module);
-    Py_VISIT(st->CudaSupportError);
-    Py_VISIT(st->CudaDriverError);
-    Py_VISIT(st->CudaAPIError);
-    Py_VISIT(st->CudaOutOfMemoryError);
-    Py_VISIT(st->CudaStickyError);
-    Py_VISIT(st->CudaWarning);
-    Py_VISIT(st->DeviceType);
-    Py_VISIT(st->ContextType);
-    Py_VISIT(st->StreamType);
-    Py_VISIT(st->EventType);
-    Py_VISIT(st->MemoryPointerType);
-    Py_VISIT(st->DeviceNDArrayBaseType);
-    Py_VISIT(st->DeviceNDArrayType);
-    Py_VISIT(st->DeviceRecordType);
-    Py_VISIT(st->ManagedNDArrayType);
-    Py_VISIT(st->MappedNDArrayType);
-    Py_VISIT(st->DeallocationsType);
-    Py_VISIT(st->DeferGuardType);
-    Py_VISIT(st->HostBufferType);
-    Py_VISIT(st->registered);
-    Py_VISIT(st->devices);
-    Py_VISIT(st->attr_ids);
+#define CMPY_STATE_VISIT(name) Py_VISIT(st->name);
+    CMPY_STATE_OBJECTS(CMPY_STATE_VISIT)
+#undef CMPY_STATE_VISIT
     for (int i = 0; i < CMPY_HOOK_COUNT; i++) {
         Py_VISIT(st->hooks[i]);
     }
@@ -271,28 +258,9 @@ static int
 cudamem_clear(PyObject *module)
 {
     cmpy_state *st = cmpy_get_state(module);
-    Py_CLEAR(st->CudaSupportError);
-    Py_CLEAR(st->CudaDriverError);
-    Py_CLEAR(st->CudaAPIError);
-    Py_CLEAR(st->CudaOutOfMemoryError);
-    Py_CLEAR(st->CudaStickyError);
-    Py_CLEAR(st->CudaWarning);
-    Py_CLEAR(st->devices);
-    Py_CLEAR(st->DeviceType);
-    Py_CLEAR(st->ContextType);
-    Py_CLEAR(st->StreamType);
-    Py_CLEAR(st->EventType);
-    Py_CLEAR(st->MemoryPointerType);
-    Py_CLEAR(st->DeviceNDArrayBaseType);
-    Py_CLEAR(st->DeviceNDArrayType);
-    Py_CLEAR(st->DeviceRecordType);
-    Py_CLEAR(st->ManagedNDArrayType);
-    Py_CLEAR(st->MappedNDArrayType);
-    Py_CLEAR(st->DeallocationsType);
-    Py_CLEAR(st->DeferGuardType);
-    Py_CLEAR(st->HostBufferType);
-    Py_CLEAR(st->registered);
-    Py_CLEAR(st->attr_ids);
+#define CMPY_STATE_CLEAR(name) Py_CLEAR(st->name);
+    CMPY_STATE_OBJECTS(CMPY_STATE_CLEAR)
+#undef CMPY_STATE_CLEAR
     for (int i = 0; i < CMPY_HOOK_COUNT; i++) {
         Py_CLEAR(st->hooks[i]);
     }
@@ -333,14 +301,10 @@ PyDoc_STRVAR(cudamem_doc,
              "module.");
 
 struct PyModuleDef cmpy_module_def = {
-    PyModuleDef_HEAD_INIT,
-    .m_name = "cudamem._cudamem",
-    .m_doc = cudamem_doc,
-    .m_size = sizeof(cmpy_state),
-    .m_slots = cudamem_slots,
-    .m_traverse = cudamem_traverse,
-    .m_clear = cudamem_clear,
-    .m_free = cudamem_free,
+    PyModuleDef_HEAD_INIT,    .m_name = "cudamem._cudamem",
+    .m_doc = cudamem_doc,     .m_size = sizeof(cmpy_state),
+    .m_slots = cudamem_slots, .m_traverse = cudamem_traverse,
+    .m_clear = cudamem_clear, .m_free = cudamem_free,
 };
 
 /* Python finds it by name; declared for -Wmissing-prototypes. */

@@ -34,50 +34,67 @@
  * _install(). py/ imports nothing else of its package but cudamem.errors
  * (at module init). The two loaders are called on first use and return
  * the modules' objects, so their imports (threading, ctypes) stay lazy. */
-#define CMPY_HOOKS(X)                                                          \
-    X(MAKE_MEMORY_MANAGER, "make_memory_manager")    /* memory.py */           \
-    X(ASSIGN_MEMORY_MANAGER, "assign_memory_manager") /* memory.py */          \
-    X(PLUGIN_DEFER_CLEANUP, "plugin_defer_cleanup")  /* memory.py */           \
-    X(UNIQUE_DICT, "UniqueDict")                     /* memory.py */           \
-    X(MEMORY_INFO, "MemoryInfo")                     /* devices.py */          \
-    X(MEMORY_STATS, "MemoryStats")                   /* devices.py */          \
-    X(IPC_HANDLE, "IpcHandle")                       /* ipc.py */              \
-    X(ARRAY_HANDLE, "array_handle")                  /* ipc.py */              \
-    X(LOAD_STREAMS, "load_streams")                  /* -> CMPY_GLUE_COUNT */  \
-    X(LOAD_HANDLES, "load_handles")                  /* -> CMPY_HANDLES_COUNT */
+#define CMPY_HOOKS(X)                                                         \
+    X(MAKE_MEMORY_MANAGER, "make_memory_manager")     /* memory.py */         \
+    X(ASSIGN_MEMORY_MANAGER, "assign_memory_manager") /* memory.py */         \
+    X(PLUGIN_DEFER_CLEANUP, "plugin_defer_cleanup")   /* memory.py */         \
+    X(UNIQUE_DICT, "UniqueDict")                      /* memory.py */         \
+    X(MEMORY_INFO, "MemoryInfo")                      /* devices.py */        \
+    X(MEMORY_STATS, "MemoryStats")                    /* devices.py */        \
+    X(IPC_HANDLE, "IpcHandle")                        /* ipc.py */            \
+    X(ARRAY_HANDLE, "array_handle")                   /* ipc.py */            \
+    X(LOAD_STREAMS, "load_streams") /* -> CMPY_GLUE_COUNT */                  \
+    X(LOAD_HANDLES, "load_handles") /* -> CMPY_HANDLES_COUNT */
 
 typedef enum cmpy_hook_id {
 #define CMPY_HOOK_ENUM(id, name) CMPY_HOOK_##id,
     CMPY_HOOKS(CMPY_HOOK_ENUM)
 #undef CMPY_HOOK_ENUM
-    CMPY_HOOK_COUNT
+        CMPY_HOOK_COUNT
 } cmpy_hook_id;
 
+/* The module state, described here only (docs/design.rst and module.c
+ * point here). One per module object (multi-phase init), reached from a
+ * module function through its module (cmpy_get_state) and from an object
+ * through its type's MRO (cmpy_type_state), so that a Python subclass's
+ * instances work. module.c's exec slot fills the exception classes (from
+ * cudamem.errors), sim_path and the types, each made by the file named
+ * beside it; _install() fills hooks; the fields marked so are made on
+ * first use (`registered` is register()'s registry, (address, nbytes) ->
+ * HostBuffer, or None while one is being registered). Its objects are
+ * listed once, in CMPY_STATE_OBJECTS, in the order module.c's clear drops
+ * them (the devices before their types): the list declares them here and
+ * module.c's traverse and clear walk it. Its free also frees sim_path and
+ * uninstalls the process-wide hooks exec installed (core's release hook,
+ * the GC and poll callbacks). */
+#define CMPY_STATE_OBJECTS(X)                                                 \
+    X(CudaSupportError)                                                       \
+    X(CudaDriverError)                                                        \
+    X(CudaAPIError)                                                           \
+    X(CudaOutOfMemoryError)                                                   \
+    X(CudaStickyError)                                                        \
+    X(CudaWarning)                                                            \
+    X(devices)               /* tuple of Device, on first use, or NULL */     \
+    X(DeviceType)            /* py/device.c */                                \
+    X(ContextType)           /* py/device.c */                                \
+    X(StreamType)            /* py/stream.c */                                \
+    X(EventType)             /* py/event.c */                                 \
+    X(MemoryPointerType)     /* py/memory.c */                                \
+    X(DeviceNDArrayBaseType) /* py/array.c */                                 \
+    X(DeviceNDArrayType)     /* py/array.c */                                 \
+    X(DeviceRecordType)      /* py/record.c */                                \
+    X(ManagedNDArrayType)    /* py/hostarray.c, made on first use */          \
+    X(MappedNDArrayType)     /* py/hostarray.c, made on first use */          \
+    X(DeallocationsType)     /* py/pending.c */                               \
+    X(DeferGuardType)        /* py/pending.c */                               \
+    X(HostBufferType)        /* py/hostbuf.c */                               \
+    X(registered)            /* py/hostregister.c, made on first use */       \
+    X(attr_ids)              /* {"WARP_SIZE": 10, ...}: every attribute */
+
 typedef struct cmpy_state {
-    PyObject *CudaSupportError;
-    PyObject *CudaDriverError;
-    PyObject *CudaAPIError;
-    PyObject *CudaOutOfMemoryError;
-    PyObject *CudaStickyError;
-    PyObject *CudaWarning;
-    PyObject *DeviceType;  /* py/device.c */
-    PyObject *ContextType; /* py/device.c */
-    PyObject *StreamType;  /* py/stream.c */
-    PyObject *EventType;   /* py/event.c */
-    PyObject *MemoryPointerType; /* py/memory.c */
-    PyObject *DeviceNDArrayBaseType; /* py/array.c */
-    PyObject *DeviceNDArrayType;     /* py/array.c */
-    PyObject *DeviceRecordType;      /* py/record.c */
-    PyObject *ManagedNDArrayType;    /* py/hostarray.c, made on first use */
-    PyObject *MappedNDArrayType;     /* py/hostarray.c, made on first use */
-    PyObject *DeallocationsType; /* py/pending.c */
-    PyObject *DeferGuardType;    /* py/pending.c */
-    PyObject *HostBufferType;    /* py/hostbuf.c */
-    /* register()'s registrations, (address, nbytes) -> HostBuffer, or
-     * None while being registered; py/hostbuf.c, made on first use. */
-    PyObject *registered;
-    PyObject *devices;     /* tuple of Device, made on first use, or NULL */
-    PyObject *attr_ids;    /* {"WARP_SIZE": 10, ...}: every attribute */
+#define CMPY_STATE_FIELD(name) PyObject *name;
+    CMPY_STATE_OBJECTS(CMPY_STATE_FIELD)
+#undef CMPY_STATE_FIELD
     PyObject *hooks[CMPY_HOOK_COUNT]; /* by cmpy_hook_id, from _install() */
     /* Set (for good) once a plugin memory manager may be in use: until
      * then allocations skip every memory-manager lookup. */
@@ -121,9 +138,8 @@ cmpy_type_module(PyTypeObject *type)
 {
     PyObject *module = cmpy_own_module(type), *mro = type->tp_mro;
 
-    for (Py_ssize_t i = 1; module == NULL && mro != NULL &&
-                           i < PyTuple_GET_SIZE(mro);
-         i++) {
+    for (Py_ssize_t i = 1;
+         module == NULL && mro != NULL && i < PyTuple_GET_SIZE(mro); i++) {
         module = cmpy_own_module((PyTypeObject *)PyTuple_GET_ITEM(mro, i));
     }
     if (module == NULL) {
@@ -248,8 +264,7 @@ cmpy_final_state(PyObject *self)
 PyObject *cmpy_hook(cmpy_state *st, cmpy_hook_id id);
 /* Fills the `n` empty `slots` (new references) from the tuple the loader
  * hook `id` returns, once; 0, or -1 with an exception set. */
-int cmpy_hook_load(cmpy_state *st, cmpy_hook_id id, PyObject **slots,
-                   int n);
+int cmpy_hook_load(cmpy_state *st, cmpy_hook_id id, PyObject **slots, int n);
 
 /* Sets the Python exception for a core failure; returns NULL. */
 PyObject *cmpy_raise(cmpy_state *st, const cm_error *err);
@@ -278,8 +293,11 @@ extern PyMethodDef cmpy_array_methods[];
 extern PyMethodDef cmpy_pending_methods[];
 extern PyMethodDef cmpy_managed_methods[];
 extern PyMethodDef cmpy_hostbuf_methods[];
+extern PyMethodDef cmpy_hostalloc_methods[];
+extern PyMethodDef cmpy_hostregister_methods[];
 extern PyMethodDef cmpy_hostarray_methods[];
 extern PyMethodDef cmpy_memory_methods[];
+extern PyMethodDef cmpy_emm_methods[];
 extern PyMethodDef cmpy_pool_methods[];
 extern PyMethodDef cmpy_ipc_methods[];
 extern PyMethodDef cmpy_stats_methods[];

@@ -59,6 +59,9 @@ typedef struct record_op {
     uint64_t ticket; /* interprocess events: published when run */
 } record_op;
 
+/* ---------------------------------------------------------------------------
+ * Completion and references. */
+
 static uint64_t
 ipc_published(const ipc_state *st)
 {
@@ -240,6 +243,9 @@ sim__event_pending(CUevent ev, sim_dep *dep, const sim_vclock **vc)
     }
     return CUDA_SUCCESS;
 }
+
+/* ---------------------------------------------------------------------------
+ * The driver entry points. */
 
 SIM_EXPORT CUresult
 cuEventCreate(CUevent *phEvent, unsigned int Flags)
