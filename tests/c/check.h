@@ -79,46 +79,47 @@ check_show_str_(const char *text, const char *v)
 
 /* Shows a value of any scalar type: integers as such, pointers as
  * addresses. */
-#define CHECK_SHOW_(text, v)                                                   \
-    _Generic((v),                                                              \
-        _Bool: check_show_ll_,                                                 \
-        char: check_show_ll_,                                                  \
-        signed char: check_show_ll_,                                           \
-        short: check_show_ll_,                                                 \
-        int: check_show_ll_,                                                   \
-        long: check_show_ll_,                                                  \
-        long long: check_show_ll_,                                             \
-        unsigned char: check_show_ull_,                                        \
-        unsigned short: check_show_ull_,                                       \
-        unsigned: check_show_ull_,                                             \
-        unsigned long: check_show_ull_,                                        \
-        unsigned long long: check_show_ull_,                                   \
-        float: check_show_ld_,                                                 \
-        double: check_show_ld_,                                                \
-        long double: check_show_ld_,                                           \
+#define CHECK_SHOW_(text, v)                                                  \
+    _Generic((v),                                                             \
+        _Bool: check_show_ll_,                                                \
+        char: check_show_ll_,                                                 \
+        signed char: check_show_ll_,                                          \
+        short: check_show_ll_,                                                \
+        int: check_show_ll_,                                                  \
+        long: check_show_ll_,                                                 \
+        long long: check_show_ll_,                                            \
+        unsigned char: check_show_ull_,                                       \
+        unsigned short: check_show_ull_,                                      \
+        unsigned: check_show_ull_,                                            \
+        unsigned long: check_show_ull_,                                       \
+        unsigned long long: check_show_ull_,                                  \
+        float: check_show_ld_,                                                \
+        double: check_show_ld_,                                               \
+        long double: check_show_ld_,                                          \
         default: check_show_ptr_)(text, v)
 
 /* A condition, printed as written. */
-#define CHECK_TRUE(cond)                                                       \
-    ((void)check_note_((cond) ? 1 : 0, __FILE__, __LINE__,                     \
+#define CHECK_TRUE(cond)                                                      \
+    ((void)check_note_((cond) ? 1 : 0, __FILE__, __LINE__,                    \
                        "CHECK_TRUE(" #cond ")"))
 
 /* a OP b, each operand evaluated once and compared as C compares them
  * (so without -Wsign-compare: a constant operand is now a variable); on
  * failure both values are shown in their types' formats. */
-#define CHECK_CMP_(a, op, b, name, ta, tb)                                     \
-    do {                                                                       \
-        __auto_type check_a_ = (a);                                            \
-        __auto_type check_b_ = (b);                                            \
-        _Pragma("GCC diagnostic push")                                         \
-        _Pragma("GCC diagnostic ignored \"-Wsign-compare\"")                   \
-        int check_ok_ = check_a_ op check_b_;                                  \
-        _Pragma("GCC diagnostic pop")                                          \
-        if (!check_note_(check_ok_, __FILE__, __LINE__,                        \
-                         name "(" ta ", " tb ")")) {                           \
-            CHECK_SHOW_(ta, check_a_);                                         \
-            CHECK_SHOW_(tb, check_b_);                                         \
-        }                                                                      \
+#define CHECK_CMP_(a, op, b, name, ta, tb)                                    \
+    do {                                                                      \
+        __auto_type check_a_ = (a);                                           \
+        __auto_type check_b_ = (b);                                           \
+        _Pragma("GCC diagnostic push")                                        \
+            _Pragma("GCC diagnostic ignored \"-Wsign-compare\"") int          \
+                check_ok_ = check_a_ op check_b_;                             \
+        _Pragma("GCC diagnostic pop") if (!check_note_(                       \
+                                              check_ok_, __FILE__, __LINE__,  \
+                                              name "(" ta ", " tb ")"))       \
+        {                                                                     \
+            CHECK_SHOW_(ta, check_a_);                                        \
+            CHECK_SHOW_(tb, check_b_);                                        \
+        }                                                                     \
     } while (0)
 
 #define CHECK_EQ(a, b) CHECK_CMP_(a, ==, b, "CHECK_EQ", #a, #b)
@@ -129,26 +130,26 @@ check_show_str_(const char *text, const char *v)
 #define CHECK_GE(a, b) CHECK_CMP_(a, >=, b, "CHECK_GE", #a, #b)
 
 /* Equality after conversion to one type: signed, unsigned, pointer. */
-#define CHECK_INT_EQ(a, b)                                                     \
+#define CHECK_INT_EQ(a, b)                                                    \
     CHECK_CMP_((long long)(a), ==, (long long)(b), "CHECK_INT_EQ", #a, #b)
-#define CHECK_UINT_EQ(a, b)                                                    \
-    CHECK_CMP_((unsigned long long)(a), ==, (unsigned long long)(b),           \
+#define CHECK_UINT_EQ(a, b)                                                   \
+    CHECK_CMP_((unsigned long long)(a), ==, (unsigned long long)(b),          \
                "CHECK_UINT_EQ", #a, #b)
-#define CHECK_PTR_EQ(a, b)                                                     \
-    CHECK_CMP_((const void *)(a), ==, (const void *)(b), "CHECK_PTR_EQ", #a,   \
+#define CHECK_PTR_EQ(a, b)                                                    \
+    CHECK_CMP_((const void *)(a), ==, (const void *)(b), "CHECK_PTR_EQ", #a,  \
                #b)
 
 /* Two strings (NULL equals only NULL). */
-#define CHECK_STR_EQ(a, b)                                                     \
-    do {                                                                       \
-        const char *a_ = (a), *b_ = (b);                                       \
-        int ok_ = a_ == b_ || (a_ != NULL && b_ != NULL &&                     \
-                               strcmp(a_, b_) == 0);                           \
-        if (!check_note_(ok_, __FILE__, __LINE__,                              \
-                         "CHECK_STR_EQ(" #a ", " #b ")")) {                    \
-            check_show_str_(#a, a_);                                           \
-            check_show_str_(#b, b_);                                           \
-        }                                                                      \
+#define CHECK_STR_EQ(a, b)                                                    \
+    do {                                                                      \
+        const char *a_ = (a), *b_ = (b);                                      \
+        int ok_ = a_ == b_ ||                                                 \
+                  (a_ != NULL && b_ != NULL && strcmp(a_, b_) == 0);          \
+        if (!check_note_(ok_, __FILE__, __LINE__,                             \
+                         "CHECK_STR_EQ(" #a ", " #b ")")) {                   \
+            check_show_str_(#a, a_);                                          \
+            check_show_str_(#b, b_);                                          \
+        }                                                                     \
     } while (0)
 
 /* n bytes at a and at b; on failure the first differing offset and its
@@ -170,19 +171,19 @@ check_mem_eq_(const void *a, const void *b, size_t n, const char *file,
     }
 }
 
-#define CHECK_MEM_EQ(a, b, n)                                                  \
-    check_mem_eq_((a), (b), (n), __FILE__, __LINE__,                           \
+#define CHECK_MEM_EQ(a, b, n)                                                 \
+    check_mem_eq_((a), (b), (n), __FILE__, __LINE__,                          \
                   "CHECK_MEM_EQ(" #a ", " #b ", " #n ")")
 
 /* A driver call expected to return `want` (a CUresult). */
-#define CHECK_CU(want, call)                                                   \
-    do {                                                                       \
-        int got_ = (int)(call);                                                \
-        if (!check_note_(got_ == (int)(want), __FILE__, __LINE__,              \
-                         "CHECK_CU(" #want ", " #call ")")) {                  \
-            fprintf(stderr, "    returned %d, expected %d\n", got_,            \
-                    (int)(want));                                              \
-        }                                                                      \
+#define CHECK_CU(want, call)                                                  \
+    do {                                                                      \
+        int got_ = (int)(call);                                               \
+        if (!check_note_(got_ == (int)(want), __FILE__, __LINE__,             \
+                         "CHECK_CU(" #want ", " #call ")")) {                 \
+            fprintf(stderr, "    returned %d, expected %d\n", got_,           \
+                    (int)(want));                                             \
+        }                                                                     \
     } while (0)
 
 #define CHECK_OK(call) CHECK_CU(0, call)
@@ -219,8 +220,7 @@ check_run_here_(const check_test *t, void (*setup)(void),
     else {
         fprintf(stderr, "%s: set-up failed, test not run\n", t->name);
     }
-    printf("%s: %d passed, %d failed\n", t->name, check_passed,
-           check_failed);
+    printf("%s: %d passed, %d failed\n", t->name, check_passed, check_failed);
     fflush(NULL);
     return check_failed ? 1 : 0;
 }

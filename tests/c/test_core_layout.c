@@ -346,8 +346,7 @@ test_build_refuses(void)
     s.ndim = 2;
     s.shape = (const ptrdiff_t[]){3, 3};
     CHECK_EQ(cm__layout_build(&d, &s, 4, &L, &n, &err), -1);
-    CHECK_STR_EQ(cm_error_msg(&err),
-                 "shapes differ in dimension 1: 2 and 3");
+    CHECK_STR_EQ(cm_error_msg(&err), "shapes differ in dimension 1: 2 and 3");
     for (int i = 0; i < 65; i++) {
         shape[i] = 1;
         strides[i] = 4;
@@ -369,8 +368,8 @@ static void
 test_plans(void)
 {
     ref rows = {2, {16, 10}, {64, 4}, {40, 4}, 4, 0x10000, 0x20000};
-    ref slices = {3, {5, 16, 10}, {64 * 20, 64, 4}, {40 * 16, 40, 4}, 4,
-                  0x10000, 0x20000};
+    ref slices = {3, {5, 16, 10}, {64 * 20, 64, 4}, {40 * 16, 40, 4},
+                  4, 0x10000,     0x20000};
     cm__layout L;
     cm__plan p;
     cm_error err;
@@ -405,12 +404,9 @@ test_set_unit(void)
     cm__layout L = {1, 1, 1, 0x10000, 0x10000, {{8, 8, 8}}};
 
     CHECK_EQ(cm__layout_set_unit(&L, 8, NULL), 4);
-    CHECK_EQ(cm__layout_set_unit(&L, 8, (const unsigned char *)"abcdabcd"),
-             4);
-    CHECK_EQ(cm__layout_set_unit(&L, 8, (const unsigned char *)"ababcdcd"),
-             0);
-    CHECK_EQ(cm__layout_set_unit(&L, 8, (const unsigned char *)"aaaaaaaa"),
-             4);
+    CHECK_EQ(cm__layout_set_unit(&L, 8, (const unsigned char *)"abcdabcd"), 4);
+    CHECK_EQ(cm__layout_set_unit(&L, 8, (const unsigned char *)"ababcdcd"), 0);
+    CHECK_EQ(cm__layout_set_unit(&L, 8, (const unsigned char *)"aaaaaaaa"), 4);
     L.dst = 0x10002;
     CHECK_EQ(cm__layout_set_unit(&L, 8, NULL), 2);
     L.dst = 0x10000;
@@ -615,8 +611,8 @@ repeated(const cm__layout *L, size_t k)
  * temporary at `base` with strides ts; a destination temporary only at
  * index 0 along the dims it holds once (ts 0). */
 static size_t
-temp_pairs(const cm__layout *L, int side, uintptr_t base,
-           const ptrdiff_t *ts, pair *out)
+temp_pairs(const cm__layout *L, int side, uintptr_t base, const ptrdiff_t *ts,
+           pair *out)
 {
     size_t n = layout_pairs(L, out), k = 0;
     ptrdiff_t idx[CM_LAYOUT_MAXDIM] = {0};
@@ -632,10 +628,10 @@ temp_pairs(const cm__layout *L, int side, uintptr_t base,
             keep &= !(side == 0 && ts[i] == 0 && idx[i] != 0);
         }
         if (keep) {
-            out[k++] = side ? (pair){L->dst + (uintptr_t)d,
-                                     base + (uintptr_t)t}
-                            : (pair){base + (uintptr_t)t,
-                                     L->src + (uintptr_t)s};
+            out[k++] = side
+                           ? (pair){L->dst + (uintptr_t)d, base + (uintptr_t)t}
+                           : (pair){base + (uintptr_t)t,
+                                    L->src + (uintptr_t)s};
         }
         for (i = 0; i < L->nd && ++idx[i] == L->d[i].n; i++) {
             idx[i] = 0;
@@ -845,8 +841,7 @@ check_set_plan(const ref *r, const cm__layout *L, long long max_pitch)
                 }
                 calls++;
                 for (ptrdiff_t h = 0; h < height; h++) {
-                    ptrdiff_t row =
-                        first + (p.h >= 0 ? h * F.d[p.h].ds : 0);
+                    ptrdiff_t row = first + (p.h >= 0 ? h * F.d[p.h].ds : 0);
 
                     for (size_t b = 0; b < p.width * u; b++) {
                         ptrdiff_t o = row + (ptrdiff_t)b;
@@ -999,11 +994,10 @@ test_random(void)
             check_double(&L);
         }
         if (check_failed != fails) {
-            fprintf(stderr, "layout %d: nd %d itemsize %zu shape", iter,
-                    r.nd, r.itemsize);
+            fprintf(stderr, "layout %d: nd %d itemsize %zu shape", iter, r.nd,
+                    r.itemsize);
             for (int i = 0; i < r.nd; i++) {
-                fprintf(stderr, " %td(%td,%td)", r.shape[i], r.ds[i],
-                        r.ss[i]);
+                fprintf(stderr, " %td(%td,%td)", r.shape[i], r.ds[i], r.ss[i]);
             }
             fprintf(stderr, "\n");
             return;

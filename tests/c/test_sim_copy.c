@@ -87,14 +87,11 @@ test_linear(void)
     /* Ranges must lie inside one live allocation. */
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuMemcpyHtoD(a + 1, src, N));
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuMemcpyDtoH(dst, a, N + 1));
-    CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuMemcpyHtoD((CUdeviceptr)dst, src,
-                                                    N));
-    CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuMemcpyDtoH(dst, (CUdeviceptr)src,
-                                                    N));
+    CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuMemcpyHtoD((CUdeviceptr)dst, src, N));
+    CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuMemcpyDtoH(dst, (CUdeviceptr)src, N));
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuMemcpyDtoH((void *)b, a, 16));
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuMemcpyDtoD(0, a, 16));
-    CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuMemcpyHtoDAsync(a, NULL, 16,
-                                                         stream));
+    CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuMemcpyHtoDAsync(a, NULL, 16, stream));
 
     /* Overlap (same allocation, shared bytes) is undefined on the driver,
      * not an error: the simulator copies as memmove does. */
@@ -176,8 +173,7 @@ test_peer(void)
     for (int z = 0; z < 2; z++)
         for (int y = 0; y < 5; y++)
             for (int x = 0; x < 20; x++) {
-                unsigned char want =
-                    x < 10 ? src[z * 500 + y * 50 + x] : 0;
+                unsigned char want = x < 10 ? src[z * 500 + y * 50 + x] : 0;
                 ok &= dst[z * 100 + y * 20 + x] == want;
             }
     CHECK_TRUE(ok);
@@ -197,10 +193,14 @@ ref3d(unsigned char *dst, const unsigned char *src, const CUDA_MEMCPY3D *p)
 {
     for (size_t z = 0; z < p->Depth; z++)
         for (size_t y = 0; y < p->Height; y++)
-            memcpy(dst + ((z + p->dstZ) * p->dstHeight + y + p->dstY) *
-                             p->dstPitch + p->dstXInBytes,
-                   src + ((z + p->srcZ) * p->srcHeight + y + p->srcY) *
-                             p->srcPitch + p->srcXInBytes,
+            memcpy(dst +
+                       ((z + p->dstZ) * p->dstHeight + y + p->dstY) *
+                           p->dstPitch +
+                       p->dstXInBytes,
+                   src +
+                       ((z + p->srcZ) * p->srcHeight + y + p->srcY) *
+                           p->srcPitch +
+                       p->srcXInBytes,
                    p->WidthInBytes);
 }
 
@@ -508,8 +508,8 @@ test_3d(void)
 
 /* Host reference of a 2-D memset of `elsize`-byte values. */
 static void
-ref_set(unsigned char *p, size_t pitch, unsigned v, unsigned elsize,
-        size_t w, size_t h)
+ref_set(unsigned char *p, size_t pitch, unsigned v, unsigned elsize, size_t w,
+        size_t h)
 {
     for (size_t y = 0; y < h; y++)
         for (size_t x = 0; x < w; x++)
@@ -723,8 +723,8 @@ test_ptds(void)
     CHECK_OK(cuGetProcAddress("cuMemsetD8Async", &fn, 12000, ptds, &q));
     PFN_cuMemsetD8Async_v7000_ptsz set = (PFN_cuMemsetD8Async_v7000_ptsz)fn;
     CHECK_OK(cuGetProcAddress("cuMemcpyDtoHAsync", &fn, 12000, ptds, &q));
-    PFN_cuMemcpyDtoHAsync_v7000_ptsz dtoh =
-        (PFN_cuMemcpyDtoHAsync_v7000_ptsz)fn;
+    PFN_cuMemcpyDtoHAsync_v7000_ptsz dtoh = (PFN_cuMemcpyDtoHAsync_v7000_ptsz)
+        fn;
     CHECK_OK(cuGetProcAddress("cuStreamSynchronize", &fn, 12000, ptds, &q));
     PFN_cuStreamSynchronize_v7000_ptsz sync =
         (PFN_cuStreamSynchronize_v7000_ptsz)fn;
@@ -735,7 +735,8 @@ test_ptds(void)
         CHECK_OK(dtoh(dst, d, N, NULL));
         CHECK_OK(sync(NULL));
         CHECK_MEM_EQ(dst, src, N);
-    } else {
+    }
+    else {
         CHECK_TRUE(!"per-thread rows missing");
     }
     CHECK_OK(cuMemFree(d));

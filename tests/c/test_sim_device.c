@@ -32,7 +32,7 @@ static const sim_proc *const all_tables[] = {
 static size_t
 table_len(int t)
 {
-    const size_t *n[] = {&sim_nprocs_entry, &sim_nprocs_device,
+    const size_t *n[] = {&sim_nprocs_entry,  &sim_nprocs_device,
                          &sim_nprocs_memory, &sim_nprocs_copy,
                          &sim_nprocs_stream, &sim_nprocs_ipc};
     return *n[t];
@@ -254,8 +254,7 @@ child_no_peer(void)
     CHECK_OK(cuDevicePrimaryCtxRetain(&c0, 0));
     CHECK_OK(cuDevicePrimaryCtxRetain(&c1, 1));
     CHECK_OK(cuCtxPushCurrent(c0));
-    CHECK_CU(CUDA_ERROR_PEER_ACCESS_UNSUPPORTED,
-             cuCtxEnablePeerAccess(c1, 0));
+    CHECK_CU(CUDA_ERROR_PEER_ACCESS_UNSUPPORTED, cuCtxEnablePeerAccess(c1, 0));
     CHECK_OK(cuCtxPopCurrent(NULL));
     CHECK_OK(cuDevicePrimaryCtxRelease(0));
     CHECK_OK(cuDevicePrimaryCtxRelease(1));
@@ -318,8 +317,7 @@ child_of_initialized(void)
     CHECK_CU(CUDA_ERROR_NOT_INITIALIZED, cuInit(0));
     CHECK_CU(CUDA_ERROR_NOT_INITIALIZED, cuDeviceGetCount(&n));
     CHECK_CU(CUDA_ERROR_NOT_INITIALIZED, cuDriverGetVersion(&v));
-    CHECK_CU(CUDA_ERROR_NOT_INITIALIZED,
-             cuGetErrorName(CUDA_SUCCESS, &s));
+    CHECK_CU(CUDA_ERROR_NOT_INITIALIZED, cuGetErrorName(CUDA_SUCCESS, &s));
 }
 
 static void
@@ -443,7 +441,8 @@ test_proc_address(void)
         fn = proc(ptds->name, 13000,
                   CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st, &r);
         CHECK_TRUE(r == CUDA_SUCCESS && fn != legacy && fn != NULL);
-    } else {
+    }
+    else {
         fprintf(stderr, "note: no per-thread rows linked yet\n");
     }
     fn = proc("cuInit", 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
@@ -552,10 +551,10 @@ test_devices(void)
 
         CHECK_OK(cuDeviceGetPCIBusId(bus, sizeof(bus), d));
         CHECK_EQ(strlen(bus), 12);
-        CHECK_OK(cuDeviceGetAttribute(&dom, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID,
-                                      d));
-        CHECK_OK(cuDeviceGetAttribute(&bus_id, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID,
-                                      d));
+        CHECK_OK(
+            cuDeviceGetAttribute(&dom, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, d));
+        CHECK_OK(
+            cuDeviceGetAttribute(&bus_id, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, d));
         CHECK_OK(cuDeviceGetAttribute(&dev_id,
                                       CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, d));
         snprintf(bus2, sizeof(bus2), "%04X:%02X:%02X.0", dom, bus_id, dev_id);
@@ -606,7 +605,7 @@ test_devices(void)
     do {                                                                      \
         v = -12345;                                                           \
         CHECK_OK(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_##attr, 1));    \
-        CHECK_EQ(v, (want));                                                   \
+        CHECK_EQ(v, (want));                                                  \
     } while (0)
     ATTR_IS(COMPUTE_CAPABILITY_MAJOR, 9);
     ATTR_IS(COMPUTE_CAPABILITY_MINOR, 0);
@@ -701,9 +700,9 @@ test_counters_and_faults(void)
     rel1 = (PFN_cuDevicePrimaryCtxRelease_v11000)proc(
         "cuDevicePrimaryCtxRelease", 7000, 0, &st, &r);
     CHECK_TRUE(r == CUDA_SUCCESS && rel1 != NULL);
-    CHECK_EQ(cusim_inject("cuDevicePrimaryCtxRelease", CUDA_ERROR_UNKNOWN,
-                          0, 2),
-             0);
+    CHECK_EQ(
+        cusim_inject("cuDevicePrimaryCtxRelease", CUDA_ERROR_UNKNOWN, 0, 2),
+        0);
     CHECK_CU(CUDA_ERROR_UNKNOWN, rel1(0));
     CHECK_CU(CUDA_ERROR_UNKNOWN, cuDevicePrimaryCtxRelease(0));
     CHECK_CU(CUDA_ERROR_INVALID_CONTEXT, cuDevicePrimaryCtxRelease(0));

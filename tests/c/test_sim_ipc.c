@@ -50,8 +50,8 @@ child(int in, int out)
     for (size_t i = 0; i < N; i++)
         ok &= buf[i] == (unsigned char)(i * 13);
     CHECK_TRUE(ok);
-    CHECK_OK(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-                                   d + 5));
+    CHECK_OK(
+        cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, d + 5));
     CHECK_EQ(type, CU_MEMORYTYPE_DEVICE);
     CHECK_OK(cuPointerGetAttribute(
         &ipc, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, d));

@@ -88,8 +88,8 @@ prot_none(uintptr_t addr)
     unsigned long lo, hi;
     int found = 0;
     while (f && fgets(line, sizeof(line), f))
-        if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3 &&
-            addr >= lo && addr < hi)
+        if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3 && addr >= lo &&
+            addr < hi)
             found = strncmp(perms, "---", 3) == 0;
     if (f)
         fclose(f);
@@ -241,9 +241,9 @@ test_managed(void)
 
     CHECK_OK(cuMemGetInfo(&f0, &t));
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuMemAllocManaged(&m, 100, 0));
-    CHECK_CU(CUDA_ERROR_INVALID_VALUE,
-             cuMemAllocManaged(&m, 100,
-                               CU_MEM_ATTACH_GLOBAL | CU_MEM_ATTACH_HOST));
+    CHECK_CU(
+        CUDA_ERROR_INVALID_VALUE,
+        cuMemAllocManaged(&m, 100, CU_MEM_ATTACH_GLOBAL | CU_MEM_ATTACH_HOST));
     CHECK_CU(CUDA_ERROR_INVALID_VALUE,
              cuMemAllocManaged(&m, 0, CU_MEM_ATTACH_GLOBAL));
     CHECK_CU(CUDA_ERROR_OUT_OF_MEMORY,
@@ -257,17 +257,16 @@ test_managed(void)
 
     CHECK_OK(cuMemPrefetchAsync(m, 5000, loc, 0, NULL));
     CHECK_OK(cuMemPrefetchAsync(m + 100, 100, host, 0, NULL));
-    CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuMemPrefetchAsync(m, 5001, loc, 0,
-                                                          NULL));
-    CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuMemPrefetchAsync(m, 10, loc, 1,
-                                                          NULL));
-    CHECK_CU(CUDA_ERROR_INVALID_DEVICE, cuMemPrefetchAsync(m, 10, bad, 0,
-                                                           NULL));
+    CHECK_CU(CUDA_ERROR_INVALID_VALUE,
+             cuMemPrefetchAsync(m, 5001, loc, 0, NULL));
+    CHECK_CU(CUDA_ERROR_INVALID_VALUE,
+             cuMemPrefetchAsync(m, 10, loc, 1, NULL));
+    CHECK_CU(CUDA_ERROR_INVALID_DEVICE,
+             cuMemPrefetchAsync(m, 10, bad, 0, NULL));
     CHECK_OK(cuCtxSynchronize());
 
     CHECK_OK(cuMemAdvise(m, 5000, CU_MEM_ADVISE_SET_READ_MOSTLY, bad));
-    CHECK_OK(cuMemAdvise(m, 5000, CU_MEM_ADVISE_SET_PREFERRED_LOCATION,
-                         loc));
+    CHECK_OK(cuMemAdvise(m, 5000, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, loc));
     CHECK_OK(cuMemAdvise(m, 10, CU_MEM_ADVISE_SET_ACCESSED_BY, host));
     CHECK_CU(CUDA_ERROR_INVALID_DEVICE,
              cuMemAdvise(m, 10, CU_MEM_ADVISE_SET_ACCESSED_BY, bad));
@@ -281,8 +280,8 @@ test_managed(void)
 
     /* Only managed memory is prefetched or advised. */
     CHECK_OK(cuMemAlloc(&d, 4096));
-    CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuMemPrefetchAsync(d, 16, loc, 0,
-                                                          NULL));
+    CHECK_CU(CUDA_ERROR_INVALID_VALUE,
+             cuMemPrefetchAsync(d, 16, loc, 0, NULL));
     CHECK_CU(CUDA_ERROR_INVALID_VALUE,
              cuMemAdvise(d, 16, CU_MEM_ADVISE_SET_READ_MOSTLY, loc));
     CHECK_OK(cuMemFree(d));
@@ -305,8 +304,8 @@ test_managed(void)
     CHECK_NE(fn, NULL);
     if (fn) {
         PFN_cuMemAdvise_v8000 adv = (PFN_cuMemAdvise_v8000)fn;
-        CHECK_OK(adv(m, 10, CU_MEM_ADVISE_SET_PREFERRED_LOCATION,
-                     CU_DEVICE_CPU));
+        CHECK_OK(
+            adv(m, 10, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, CU_DEVICE_CPU));
         CHECK_CU(CUDA_ERROR_INVALID_DEVICE,
                  adv(m, 10, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, 5));
     }
@@ -354,9 +353,9 @@ get_all(CUdeviceptr p, attrs *a)
         CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE,
         CU_POINTER_ATTRIBUTE_SYNC_MEMOPS,
     };
-    void *data[] = {&a->ctx,   &a->type,    &a->dptr,  &a->hptr, &a->id,
-                    &a->managed, &a->ordinal, &a->ipc,  &a->start,
-                    &a->size,  &a->mapped,  &a->pool,  &a->sync};
+    void *data[] = {&a->ctx,     &a->type,    &a->dptr, &a->hptr,  &a->id,
+                    &a->managed, &a->ordinal, &a->ipc,  &a->start, &a->size,
+                    &a->mapped,  &a->pool,    &a->sync};
     memset(a, 0x5a, sizeof(*a));
     return cuPointerGetAttributes(13, which, data, p);
 }

@@ -94,8 +94,7 @@ test_errors(void)
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuStreamCreate(NULL, 0));
     CHECK_CU(CUDA_ERROR_INVALID_HANDLE, cuStreamDestroy(NULL));
     CHECK_CU(CUDA_ERROR_INVALID_HANDLE, cuStreamDestroy(CU_STREAM_LEGACY));
-    CHECK_CU(CUDA_ERROR_INVALID_HANDLE,
-             cuStreamDestroy(CU_STREAM_PER_THREAD));
+    CHECK_CU(CUDA_ERROR_INVALID_HANDLE, cuStreamDestroy(CU_STREAM_PER_THREAD));
     CHECK_OK(cuCtxGetStreamPriorityRange(&least, &greatest));
     CHECK_TRUE(least == 0 && greatest == -5);
     CHECK_OK(cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, -100));
@@ -120,8 +119,8 @@ test_errors(void)
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuEventCreate(&e, 8));
     CHECK_CU(CUDA_ERROR_INVALID_VALUE,
              cuEventCreate(&e, CU_EVENT_INTERPROCESS));
-    CHECK_OK(cuEventCreate(&e, CU_EVENT_INTERPROCESS |
-                                   CU_EVENT_DISABLE_TIMING));
+    CHECK_OK(
+        cuEventCreate(&e, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING));
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuStreamWaitEvent(NULL, e, 1));
     CHECK_OK(cuStreamWaitEvent(NULL, e, 0)); /* never recorded: no wait */
     CHECK_OK(cuEventDestroy(e));
@@ -178,12 +177,12 @@ test_legacy_rules(void)
 
     CHECK_OK(cuStreamCreate(&b, CU_STREAM_DEFAULT));
     CHECK_OK(cuStreamCreate(&nb, CU_STREAM_NON_BLOCKING));
-    order_case(b, NULL, "12");                /* blocking, then legacy */
-    order_case(nb, NULL, "21");               /* non-blocking: no wait */
-    order_case(NULL, b, "12");                /* legacy, then blocking */
+    order_case(b, NULL, "12");  /* blocking, then legacy */
+    order_case(nb, NULL, "21"); /* non-blocking: no wait */
+    order_case(NULL, b, "12");  /* legacy, then blocking */
     order_case(NULL, nb, "21");
     order_case(CU_STREAM_LEGACY, b, "12");
-    order_case(b, nb, "21");                  /* unrelated streams */
+    order_case(b, nb, "21"); /* unrelated streams */
     CHECK_OK(cuStreamDestroy(b));
     CHECK_OK(cuStreamDestroy(nb));
 }
@@ -287,8 +286,7 @@ test_events(void)
     CHECK_OK(cuEventElapsedTime(&ms, e0, e1));
     CHECK_GE(ms, 20.0f);
     CHECK_OK(cuEventSynchronize(notime));
-    CHECK_CU(CUDA_ERROR_INVALID_HANDLE,
-             cuEventElapsedTime(&ms, e0, notime));
+    CHECK_CU(CUDA_ERROR_INVALID_HANDLE, cuEventElapsedTime(&ms, e0, notime));
     CHECK_CU(CUDA_ERROR_INVALID_VALUE, cuEventElapsedTime(NULL, e0, e1));
 
     /* An event destroyed while its record is queued. */

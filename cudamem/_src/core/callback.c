@@ -83,8 +83,7 @@ trampoline(CUstream stream, CUresult status, void *user)
 }
 
 int
-cm_callback_add(cm_device *dev, CUstream stream, void *payload,
-                cm_error *err)
+cm_callback_add(cm_device *dev, CUstream stream, void *payload, cm_error *err)
 {
     cm_ctx_guard guard;
     cm_cb_node *node;

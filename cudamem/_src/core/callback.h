@@ -43,8 +43,7 @@ typedef enum cm_callback_state {
  * first. Under the queue's lock: `visit` must neither block nor add
  * callbacks (nor run code that might). */
 void cm_callback_unfinished(void (*visit)(void *payload,
-                                          cm_callback_state state,
-                                          void *ctx),
+                                          cm_callback_state state, void *ctx),
                             void *ctx);
 
 /* Makes cm_callback_next return -1 once the queue is empty, and wakes it.

@@ -16,7 +16,6 @@ typedef struct cm_device_info {
 int cm_device_count(int *count, cm_error *err);
 int cm_device_info_get(int ordinal, cm_device_info *info, cm_error *err);
 /* One CU_DEVICE_ATTRIBUTE_* value. */
-int cm_device_attribute(int ordinal, int attribute, int *value,
-                        cm_error *err);
+int cm_device_attribute(int ordinal, int attribute, int *value, cm_error *err);
 
 #endif

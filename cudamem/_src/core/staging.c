@@ -88,8 +88,7 @@ load(void)
 {
     size_t ps = page_size();
     size_t chunk = env_size("CUDAMEM_STAGING_CHUNK", CM_STAGING_CHUNK);
-    size_t threads = env_size("CUDAMEM_STAGING_THREADS",
-                              CM_STAGING_THREADS);
+    size_t threads = env_size("CUDAMEM_STAGING_THREADS", CM_STAGING_THREADS);
 
     if (chunk == 0) {
         chunk = CM_STAGING_CHUNK;
@@ -293,9 +292,10 @@ reads_pageable(cm_device *dev, int *out, cm_error *err)
         *out = cached == 2;
         return 0;
     }
-    if (CM_CALL(err, cuDeviceGetAttribute, &value,
-                CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES,
-                dev->cudev) < 0) {
+    if (CM_CALL(
+            err, cuDeviceGetAttribute, &value,
+            CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES,
+            dev->cudev) < 0) {
         return -1;
     }
     *out = value != 0;
@@ -332,8 +332,7 @@ wanted(cm_device *dev, const char *host, size_t n,
     int direct, first, last;
 
     *out = 0;
-    if (cfg->threshold == 0 || n < cfg->threshold ||
-        cm_host_locked(host, n)) {
+    if (cfg->threshold == 0 || n < cfg->threshold || cm_host_locked(host, n)) {
         return 0;
     }
     if (reads_pageable(dev, &direct, err) < 0) {
@@ -392,8 +391,8 @@ stager_open(cm_device *dev, stager *p, size_t chunk, cm_error *err)
 {
     for (int i = 0; i < 2; i++) {
         if (cm_hostpool_alloc(dev, chunk, &p->buf[i], err) < 0 ||
-            CM_CALL(err, cuEventCreate, &p->ev[i],
-                    CU_EVENT_DISABLE_TIMING) < 0) {
+            CM_CALL(err, cuEventCreate, &p->ev[i], CU_EVENT_DISABLE_TIMING) <
+                0) {
             return -1;
         }
     }
@@ -438,10 +437,10 @@ stager_close(stager *p, int rc, cm_error *err)
 static int
 dma(stager *p, int b, int to_dev, CUdeviceptr d, size_t len, cm_error *err)
 {
-    int rc = to_dev ? CM_CALL(err, cuMemcpyHtoDAsync, d, p->buf[b]->ptr,
-                              len, p->stream)
-                    : CM_CALL(err, cuMemcpyDtoHAsync, p->buf[b]->ptr, d,
-                              len, p->stream);
+    int rc = to_dev ? CM_CALL(err, cuMemcpyHtoDAsync, d, p->buf[b]->ptr, len,
+                              p->stream)
+                    : CM_CALL(err, cuMemcpyDtoHAsync, p->buf[b]->ptr, d, len,
+                              p->stream);
 
     if (rc == 0) {
         p->queued = 1;

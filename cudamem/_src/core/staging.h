@@ -50,8 +50,7 @@ void cm_staging_set_poll(cm_staging_poll_fn poll);
  * copy is complete on return (as the driver's own copies of pageable
  * memory are with respect to the host). On failure or interruption every
  * queued chunk is waited for before its buffer goes back to the pool. */
-int cm__staging_copy(cm_device *dev, int to_dev, CUdeviceptr dptr,
-                     void *host, size_t n, CUstream stream, int *staged,
-                     cm_error *err);
+int cm__staging_copy(cm_device *dev, int to_dev, CUdeviceptr dptr, void *host,
+                     size_t n, CUstream stream, int *staged, cm_error *err);
 
 #endif

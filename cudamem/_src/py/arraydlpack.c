@@ -29,8 +29,7 @@ cmpy_array_dlpack_device(PyObject *op, PyObject *Py_UNUSED(ignored))
 
 /* A capsule over `owner`'s elements: a DeviceNDArray's, or a host copy's
  * (a NumPy array) as kDLCPU. */
-static PyObject *
-export(cmpy_state *st, PyObject *owner, int versioned)
+static PyObject *export(cmpy_state *st, PyObject *owner, int versioned)
 {
     cmpy_dlpack_desc desc = {.readonly = 0};
 
@@ -107,9 +106,8 @@ cmpy_array_dlpack(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
         return NULL;
     }
     /* Copies are the consumer's to write; the memory itself may not be. */
-    if (!a.copy &&
-        cmpy_dlpack_check_readonly(self->gpu_data->mem->readonly,
-                                   a.versioned) < 0) {
+    if (!a.copy && cmpy_dlpack_check_readonly(self->gpu_data->mem->readonly,
+                                              a.versioned) < 0) {
         return NULL;
     }
     if (a.to_cpu) {

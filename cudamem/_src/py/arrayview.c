@@ -198,15 +198,15 @@ cmpy_array_read_scalar(cmpy_state *st, cmpy_DeviceNDArray *self,
         return NULL;
     }
     Py_INCREF(dtype);
-    host = (PyArrayObject *)PyArray_NewFromDescr(&PyArray_Type, dtype, 0,
-                                                 NULL, NULL, NULL, 0, NULL);
+    host = (PyArrayObject *)PyArray_NewFromDescr(&PyArray_Type, dtype, 0, NULL,
+                                                 NULL, NULL, 0, NULL);
     if (host == NULL) {
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
     rc = cm_copy_dtoh(dev, PyArray_DATA(host), ptr,
-                      (size_t)PyDataType_ELSIZE(dtype),
-                      self->stream_handle, self->stream_async, &err);
+                      (size_t)PyDataType_ELSIZE(dtype), self->stream_handle,
+                      self->stream_async, &err);
     Py_END_ALLOW_THREADS
     if (rc < 0) {
         cmpy_raise(st, &err);
@@ -234,8 +234,7 @@ cmpy_array_getitem(PyObject *op, PyObject *key)
     }
     if (scalar && PyDataType_HASFIELDS(self->dtype)) {
         return (PyObject *)cmpy_array_view_as(st, st->DeviceRecordType, self,
-                                              0, NULL, NULL, ptr,
-                                              self->dtype);
+                                              0, NULL, NULL, ptr, self->dtype);
     }
     if (scalar) {
         return cmpy_array_read_scalar(st, self, ptr, self->dtype);
@@ -383,8 +382,9 @@ nocopy_strides(cmpy_DeviceNDArray *self, int nd, const Py_ssize_t *newdims,
             }
         }
         for (int k = oi; k < oj - 1; k++) {
-            if (fortran ? oldstrides[k + 1] != olddims[k] * oldstrides[k]
-                        : oldstrides[k] != olddims[k + 1] * oldstrides[k + 1]) {
+            if (fortran
+                    ? oldstrides[k + 1] != olddims[k] * oldstrides[k]
+                    : oldstrides[k] != olddims[k + 1] * oldstrides[k + 1]) {
                 return 0;
             }
         }
@@ -405,9 +405,10 @@ nocopy_strides(cmpy_DeviceNDArray *self, int nd, const Py_ssize_t *newdims,
     }
     /* Trailing dimensions of length 1 take the last stride. */
     for (int k = ni; k < nd; k++) {
-        newstrides[k] = ni > 0 ? (fortran ? newstrides[ni - 1] * newdims[ni - 1]
-                                          : newstrides[ni - 1])
-                               : PyDataType_ELSIZE(self->dtype);
+        newstrides[k] = ni > 0
+                            ? (fortran ? newstrides[ni - 1] * newdims[ni - 1]
+                                       : newstrides[ni - 1])
+                            : PyDataType_ELSIZE(self->dtype);
     }
     return 1;
 }
@@ -440,8 +441,8 @@ parse_order(cmpy_DeviceNDArray *self, PyObject *arg, char *order)
 }
 
 static PyObject *
-reshape_to(cmpy_state *st, cmpy_DeviceNDArray *self, int nd,
-           Py_ssize_t *dims, char order, PyObject *shape_arg)
+reshape_to(cmpy_state *st, cmpy_DeviceNDArray *self, int nd, Py_ssize_t *dims,
+           char order, PyObject *shape_arg)
 {
     Py_ssize_t strides[NPY_MAXDIMS], total = 1;
     int unknown = -1;
@@ -475,8 +476,8 @@ reshape_to(cmpy_state *st, cmpy_DeviceNDArray *self, int nd,
                      self->size, shape_arg);
         return NULL;
     }
-    if (self->size == 0 || nocopy_strides(self, nd, dims, order == 'F',
-                                          strides)) {
+    if (self->size == 0 ||
+        nocopy_strides(self, nd, dims, order == 'F', strides)) {
         if (self->size == 0) {
             cmpy_contiguous_strides(nd, dims, PyDataType_ELSIZE(self->dtype),
                                     order, strides);
@@ -607,8 +608,8 @@ parse_axis(PyObject *arg, int ndim, int *axis)
     }
     if (a < -ndim || a >= ndim) {
         PyErr_Format(PyExc_ValueError,
-                     "axis %S is out of bounds for array of dimension %d",
-                     arg, ndim);
+                     "axis %S is out of bounds for array of dimension %d", arg,
+                     ndim);
         return -1;
     }
     *axis = (int)(a < 0 ? a + ndim : a);
@@ -665,11 +666,11 @@ cmpy_array_squeeze(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
             strides[nd++] = CMPY_STRIDES(self)[i];
         }
     }
-    return cmpy_array_rebind(
-        cmpy_type_state(op),
-        cmpy_array_view(cmpy_type_state(op), self, nd, shape, strides, self->ptr,
-                        self->dtype),
-        argv[1]);
+    return cmpy_array_rebind(cmpy_type_state(op),
+                             cmpy_array_view(cmpy_type_state(op), self, nd,
+                                             shape, strides, self->ptr,
+                                             self->dtype),
+                             argv[1]);
 }
 
 /* transpose(*axes) or transpose(axes=...), NumPy's forms. */
@@ -718,8 +719,10 @@ transpose_axes(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
     }
     if (axes != NULL) {
         if (PyTuple_GET_SIZE(axes) != ndim) {
-            PyErr_Format(PyExc_ValueError, "axes %R don't match array of %d "
-                         "dimensions", axes, ndim);
+            PyErr_Format(PyExc_ValueError,
+                         "axes %R don't match array of %d "
+                         "dimensions",
+                         axes, ndim);
             Py_DECREF(axes);
             return NULL;
         }
@@ -761,8 +764,7 @@ cmpy_array_view_dtype(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
     static const char *const names[] = {"dtype"};
     PyObject *argv[1];
 
-    if (cmpy_parse_args("view", names, 1, 1, args, nargs, kwnames, argv) <
-        0) {
+    if (cmpy_parse_args("view", names, 1, 1, args, nargs, kwnames, argv) < 0) {
         return NULL;
     }
     return view_dtype(op, argv[0]);

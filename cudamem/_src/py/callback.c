@@ -20,8 +20,8 @@ static PyObject *
 glue(cmpy_state *st, cmpy_glue_fn fn)
 {
     if (st->glue[fn] == NULL &&
-        cmpy_hook_load(st, CMPY_HOOK_LOAD_STREAMS, st->glue,
-                       CMPY_GLUE_COUNT) < 0) {
+        cmpy_hook_load(st, CMPY_HOOK_LOAD_STREAMS, st->glue, CMPY_GLUE_COUNT) <
+            0) {
         return NULL;
     }
     return st->glue[fn];
@@ -43,8 +43,7 @@ cmpy_callback_add(cmpy_state *st, PyObject *stream, cm_device *dev,
     cm_error err;
 
     if (!PyCallable_Check(callback)) {
-        PyErr_Format(PyExc_TypeError,
-                     "callback must be callable, not %.200s",
+        PyErr_Format(PyExc_TypeError, "callback must be callable, not %.200s",
                      Py_TYPE(callback)->tp_name);
         return -1;
     }
@@ -88,8 +87,8 @@ run_payload(cmpy_state *st, PyObject *payload, CUresult status)
         return;
     }
     exc = cmpy_exc_take();
-    if (PyErr_WarnFormat(st->CudaWarning, 1,
-                         "stream callback %R raised %R", callback, exc) < 0) {
+    if (PyErr_WarnFormat(st->CudaWarning, 1, "stream callback %R raised %R",
+                         callback, exc) < 0) {
         PyErr_Clear();
         cmpy_exc_put(Py_NewRef(exc));
         PyErr_WriteUnraisable(callback);

@@ -208,8 +208,8 @@ device_setattro(PyObject *self, PyObject *name, PyObject *value)
                 PyDict_Contains(st->attr_ids, name) == 1;
 
     if (known) {
-        PyErr_Format(PyExc_AttributeError,
-                     "device attribute %R is read-only", name);
+        PyErr_Format(PyExc_AttributeError, "device attribute %R is read-only",
+                     name);
         return -1;
     }
     return PyObject_GenericSetAttr(self, name, value);
@@ -279,9 +279,9 @@ device_get_cc(cmpy_Device *self, void *Py_UNUSED(closure))
 static PyObject *
 cc_at_least(cmpy_Device *self, int major, int minor)
 {
-    return PyBool_FromLong(self->cc_major > major ||
-                           (self->cc_major == major &&
-                            self->cc_minor >= minor));
+    return PyBool_FromLong(
+        self->cc_major > major ||
+        (self->cc_major == major && self->cc_minor >= minor));
 }
 
 static PyObject *
@@ -304,8 +304,7 @@ device_get_fp8(cmpy_Device *self, void *Py_UNUSED(closure))
 
 static PyGetSetDef device_getset[] = {
     {"id", (getter)device_get_id, NULL, "The device's ordinal (int).", NULL},
-    {"name", (getter)device_get_name, NULL, "The device's name (str).",
-     NULL},
+    {"name", (getter)device_get_name, NULL, "The device's name (str).", NULL},
     {"uuid", (getter)device_get_uuid, NULL,
      "The device's UUID as nvidia-smi prints it: 'GPU-xxxxxxxx-...'.", NULL},
     {"compute_capability", (getter)device_get_cc, NULL,
@@ -427,13 +426,12 @@ device_get_identity(PyObject *self, PyObject *Py_UNUSED(ignored))
     cm_error err;
 
     for (int i = 0; i < 3; i++) {
-        if (cm_device_attribute(ordinal, keys[i].attr, &values[i], &err) <
-            0) {
+        if (cm_device_attribute(ordinal, keys[i].attr, &values[i], &err) < 0) {
             return cmpy_raise(cmpy_type_state(self), &err);
         }
     }
-    return Py_BuildValue("{s:i,s:i,s:i}", keys[0].key, values[0],
-                         keys[1].key, values[1], keys[2].key, values[2]);
+    return Py_BuildValue("{s:i,s:i,s:i}", keys[0].key, values[0], keys[1].key,
+                         values[1], keys[2].key, values[2]);
 }
 
 PyDoc_STRVAR(device_from_identity_doc,
@@ -488,7 +486,7 @@ static PyObject *
 device_repr_html(PyObject *op, PyObject *Py_UNUSED(ignored))
 {
     static const char *const labels[] = {
-        "id", "name", "compute capability", "memory", "multiprocessors",
+        "id",   "name",      "compute capability", "memory", "multiprocessors",
         "UUID", "PCI bus id"};
     cmpy_Device *self = (cmpy_Device *)op;
     PyObject *values[7] = {NULL};
@@ -504,8 +502,7 @@ device_repr_html(PyObject *op, PyObject *Py_UNUSED(ignored))
     }
     values[0] = PyLong_FromLong(self->dev->ordinal);
     values[1] = Py_NewRef(self->name);
-    values[2] = PyUnicode_FromFormat("%d.%d", self->cc_major,
-                                     self->cc_minor);
+    values[2] = PyUnicode_FromFormat("%d.%d", self->cc_major, self->cc_minor);
     values[3] = cmpy_html_size(info.total_memory);
     values[4] = PyLong_FromLong(sms);
     values[5] = Py_NewRef(self->uuid);
@@ -755,9 +752,8 @@ get_current_device(PyObject *module, PyObject *Py_UNUSED(ignored))
     return device != NULL ? Py_NewRef(device) : NULL;
 }
 
-PyDoc_STRVAR(list_devices_doc,
-             "list_devices($module)\n--\n\n"
-             "Every visible device. Loads the driver.");
+PyDoc_STRVAR(list_devices_doc, "list_devices($module)\n--\n\n"
+                               "Every visible device. Loads the driver.");
 
 static PyObject *
 list_devices(PyObject *module, PyObject *Py_UNUSED(ignored))
@@ -947,8 +943,8 @@ can_access_peer(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     cm_error err;
     int can;
 
-    if (cmpy_parse_args("can_access_peer", names, 2, 2, args, nargs,
-                        kwnames, argv) < 0 ||
+    if (cmpy_parse_args("can_access_peer", names, 2, 2, args, nargs, kwnames,
+                        argv) < 0 ||
         cmpy_device_parse(st, argv[0], &a) < 0 ||
         cmpy_device_parse(st, argv[1], &b) < 0) {
         return NULL;
@@ -968,8 +964,8 @@ PyDoc_STRVAR(context_is_poisoned_doc,
              "driver, until the process\nrestarts. Loads the driver.");
 
 static PyObject *
-context_is_poisoned(PyObject *module, PyObject *const *args,
-                    Py_ssize_t nargs, PyObject *kwnames)
+context_is_poisoned(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+                    PyObject *kwnames)
 {
     static const char *const names[] = {"device"};
     cmpy_state *st = cmpy_get_state(module);

@@ -206,11 +206,11 @@ parse_target(PyObject *arg, int type, int id, int *to_cpu)
 }
 
 int
-cmpy_dlpack_parse(PyObject *const *args, Py_ssize_t nargs,
-                  PyObject *kwnames, int type, int id, cmpy_dlpack_args *out)
+cmpy_dlpack_parse(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                  int type, int id, cmpy_dlpack_args *out)
 {
-    static const char *const names[] = {"stream", "max_version",
-                                        "dl_device", "copy"};
+    static const char *const names[] = {"stream", "max_version", "dl_device",
+                                        "copy"};
     PyObject *argv[4];
 
     if (nargs > 0) {
@@ -277,8 +277,8 @@ capsule_destructor(PyObject *capsule)
         t->deleter(t);
     }
     else if (PyCapsule_IsValid(capsule, NAME_VERSIONED)) {
-        cmpy_DLManagedTensorVersioned *t =
-            PyCapsule_GetPointer(capsule, NAME_VERSIONED);
+        cmpy_DLManagedTensorVersioned *t = PyCapsule_GetPointer(
+            capsule, NAME_VERSIONED);
         t->deleter(t);
     }
     cmpy_exc_put(exc);
@@ -395,8 +395,9 @@ int_arg(PyObject *arg, const char *what, int *out)
     return 0;
 }
 
-PyDoc_STRVAR(dlpack_export_doc,
-"_dlpack_export($module, array, device_type, device_id, max_version=None)\n\
+PyDoc_STRVAR(
+    dlpack_export_doc,
+    "_dlpack_export($module, array, device_type, device_id, max_version=None)\n\
 --\n\
 \n\
 A DLPack capsule over a NumPy array's memory, described as device\n\

@@ -99,11 +99,11 @@ int cmpy_dlpack_wants_versioned(PyObject *max_version, int *versioned);
 /* __dlpack__'s keyword arguments (stream, max_version, dl_device, copy)
  * for memory on DLPack device (type, id). */
 typedef struct cmpy_dlpack_args {
-    int versioned; /* max_version allows a versioned capsule */
-    int wait;      /* the consumer's stream must see the data */
+    int versioned;   /* max_version allows a versioned capsule */
+    int wait;        /* the consumer's stream must see the data */
     CUstream stream; /* ... that stream: None is the legacy default, 1 */
-    int to_cpu;    /* dl_device is (kDLCPU, 0), not the memory's own */
-    int copy;      /* copy is true */
+    int to_cpu;      /* dl_device is (kDLCPU, 0), not the memory's own */
+    int copy;        /* copy is true */
 } cmpy_dlpack_args;
 
 /* Parses them, the array API standard's way: stream None, 1 (legacy

@@ -17,16 +17,15 @@ static const char NAME_OWNER[] = "cudamem.dlpack_owner";
  * names for them. */
 #define CMPY_DL_FLOAT8_FIRST 7
 static const char *const FLOAT8_NAMES[] = {
-    "float8_e3m4",   "float8_e4m3",      "float8_e4m3b11fnuz",
-    "float8_e4m3fn", "float8_e4m3fnuz",  "float8_e5m2",
-    "float8_e5m2fnuz", "float8_e8m0fnu",
+    "float8_e3m4",     "float8_e4m3", "float8_e4m3b11fnuz", "float8_e4m3fn",
+    "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz",    "float8_e8m0fnu",
 };
-#define CMPY_DL_FLOAT8_COUNT \
+#define CMPY_DL_FLOAT8_COUNT                                                  \
     ((int)(sizeof(FLOAT8_NAMES) / sizeof(FLOAT8_NAMES[0])))
 
 /* A tensor taken from a capsule. */
 typedef struct taken {
-    PyObject *owner;      /* calls the deleter when it goes */
+    PyObject *owner; /* calls the deleter when it goes */
     cmpy_DLTensor *tensor;
     int readonly;
 } taken;
@@ -89,9 +88,8 @@ take(PyObject *capsule, taken *out)
     if (t == NULL) {
         return -1;
     }
-    if (versioned &&
-        ((cmpy_DLManagedTensorVersioned *)t)->version.major >
-            CMPY_DLPACK_MAJOR) {
+    if (versioned && ((cmpy_DLManagedTensorVersioned *)t)->version.major >
+                         CMPY_DLPACK_MAJOR) {
         /* The layout after the version is unknown: not taken. */
         PyErr_Format(PyExc_BufferError,
                      "DLPack version %u.%u is newer than cudamem's %d.%d",
@@ -160,16 +158,24 @@ to_dtype(cmpy_DLDataType t)
         num = bits == 8 ? NPY_BOOL : -1;
         break;
     case CMPY_DL_INT:
-        num = bits == 8 ? NPY_INT8 : bits == 16 ? NPY_INT16
-            : bits == 32 ? NPY_INT32 : bits == 64 ? NPY_INT64 : -1;
+        num = bits == 8    ? NPY_INT8
+              : bits == 16 ? NPY_INT16
+              : bits == 32 ? NPY_INT32
+              : bits == 64 ? NPY_INT64
+                           : -1;
         break;
     case CMPY_DL_UINT:
-        num = bits == 8 ? NPY_UINT8 : bits == 16 ? NPY_UINT16
-            : bits == 32 ? NPY_UINT32 : bits == 64 ? NPY_UINT64 : -1;
+        num = bits == 8    ? NPY_UINT8
+              : bits == 16 ? NPY_UINT16
+              : bits == 32 ? NPY_UINT32
+              : bits == 64 ? NPY_UINT64
+                           : -1;
         break;
     case CMPY_DL_FLOAT:
-        num = bits == 16 ? NPY_FLOAT16 : bits == 32 ? NPY_FLOAT32
-            : bits == 64 ? NPY_FLOAT64 : -1;
+        num = bits == 16   ? NPY_FLOAT16
+              : bits == 32 ? NPY_FLOAT32
+              : bits == 64 ? NPY_FLOAT64
+                           : -1;
         break;
     case CMPY_DL_COMPLEX:
         num = bits == 64 ? NPY_COMPLEX64 : bits == 128 ? NPY_COMPLEX128 : -1;
@@ -220,8 +226,7 @@ read_layout(const cmpy_DLTensor *t, layout *l)
         return -1;
     }
     if (t->ndim > 0 && t->shape == NULL) {
-        PyErr_SetString(PyExc_BufferError,
-                        "DLPack tensor with a NULL shape");
+        PyErr_SetString(PyExc_BufferError, "DLPack tensor with a NULL shape");
         return -1;
     }
     if ((l->dtype = to_dtype(t->dtype)) == NULL) {
@@ -238,8 +243,7 @@ read_layout(const cmpy_DLTensor *t, layout *l)
                          "DLPack tensor axis %d has shape %lld and stride "
                          "%lld: out of range",
                          i, (long long)t->shape[i],
-                         t->strides != NULL ? (long long)t->strides[i]
-                                            : 0LL);
+                         t->strides != NULL ? (long long)t->strides[i] : 0LL);
             return -1;
         }
         l->shape[i] = (Py_ssize_t)t->shape[i];
@@ -289,18 +293,16 @@ device_view(cmpy_state *st, cm_device *dev, const layout *l, PyObject *owner,
     CUdeviceptr ptr = (CUdeviceptr)l->ptr;
     PyObject *mem;
 
-    mem = l->size != 0
-              ? cmpy_memory_borrow(st, dev, ptr + (CUdeviceptr)l->low,
-                                   (size_t)(l->high - l->low), owner)
-              : cmpy_memory_borrow(st, dev, 0, 0, owner);
+    mem = l->size != 0 ? cmpy_memory_borrow(st, dev, ptr + (CUdeviceptr)l->low,
+                                            (size_t)(l->high - l->low), owner)
+                       : cmpy_memory_borrow(st, dev, 0, 0, owner);
     if (mem == NULL) {
         return NULL;
     }
-    ((cmpy_MemoryPointer *)mem)->mem->readonly =
-        readonly ? CMPY_RO_DLPACK : 0;
+    ((cmpy_MemoryPointer *)mem)->mem->readonly = readonly ? CMPY_RO_DLPACK : 0;
     return (PyObject *)cmpy_array_wrap(st->DeviceNDArrayType, mem, ptr,
-                                       l->ndim, l->shape, l->strides,
-                                       l->dtype, stream, ref);
+                                       l->ndim, l->shape, l->strides, l->dtype,
+                                       stream, ref);
 }
 
 /* A C-contiguous copy of src (a NumPy or device array) on dev, queued on
@@ -400,10 +402,9 @@ get_capsule(PyObject *obj, cm_device *dev, CUstream handle)
     if (type == CMPY_DL_CUDA && dev != NULL && id != dev->ordinal) {
         handle = CU_STREAM_LEGACY;
     }
-    stream = type == CMPY_DL_CPU
-                 ? Py_NewRef(Py_None)
-                 : PyLong_FromUnsignedLongLong(
-                       (unsigned long long)(uintptr_t)handle);
+    stream = type == CMPY_DL_CPU ? Py_NewRef(Py_None)
+                                 : PyLong_FromUnsignedLongLong(
+                                       (unsigned long long)(uintptr_t)handle);
     kwargs = stream == NULL ? NULL
                             : Py_BuildValue("{s:O,s:(ii)}", "stream", stream,
                                             "max_version", CMPY_DLPACK_MAJOR,
@@ -474,8 +475,9 @@ target(cmpy_state *st, const cmpy_DLTensor *t, PyObject *device_arg,
     return 0;
 }
 
-PyDoc_STRVAR(from_dlpack_doc,
-"from_dlpack($module, obj, *, device=None, copy=None, stream=None)\n\
+PyDoc_STRVAR(
+    from_dlpack_doc,
+    "from_dlpack($module, obj, *, device=None, copy=None, stream=None)\n\
 --\n\
 \n\
 A DeviceNDArray from *obj*, an object with __dlpack__ (CuPy, PyTorch,\n\
@@ -544,8 +546,8 @@ from_dlpack(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     /* From here the owner's destructor calls the deleter on failure. */
     if (read_layout(tk.tensor, &l) < 0 ||
         target(st, tk.tensor, argv[1], &dev, &src_dev, &must_copy) < 0 ||
-        cmpy_stream_arg(st, argv[3] != NULL ? argv[3] : Py_None, dev,
-                        &ref) < 0) {
+        cmpy_stream_arg(st, argv[3] != NULL ? argv[3] : Py_None, dev, &ref) <
+            0) {
         goto done;
     }
     if (must_copy && copy == 0) {
@@ -571,8 +573,7 @@ from_dlpack(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     else if (src_dev != dev) {
         /* Read on its own device, unbound: the copy is queued on ref. */
         cmpy_stream_ref none = {NULL, 0, NULL, 1};
-        src = device_view(st, src_dev, &l, tk.owner, tk.readonly, NULL,
-                          &none);
+        src = device_view(st, src_dev, &l, tk.owner, tk.readonly, NULL, &none);
     }
     else {
         src = device_view(st, dev, &l, tk.owner, tk.readonly, stream, &ref);

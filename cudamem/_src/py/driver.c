@@ -115,11 +115,10 @@ device_info(PyObject *module, PyObject *arg)
     if (cm_device_info_get(ordinal, &info, &err) < 0) {
         return cmpy_raise(st, &err);
     }
-    return Py_BuildValue("{s:i,s:s,s:(ii),s:K,s:s,s:s}", "id", ordinal,
-                         "name", info.name, "compute_capability",
-                         info.cc_major, info.cc_minor, "total_memory",
-                         info.total_memory, "uuid", info.uuid, "pci_bus_id",
-                         info.pci_bus_id);
+    return Py_BuildValue("{s:i,s:s,s:(ii),s:K,s:s,s:s}", "id", ordinal, "name",
+                         info.name, "compute_capability", info.cc_major,
+                         info.cc_minor, "total_memory", info.total_memory,
+                         "uuid", info.uuid, "pci_bus_id", info.pci_bus_id);
 }
 
 PyDoc_STRVAR(device_attribute_doc,

@@ -26,13 +26,12 @@ oom_error(PyObject *cls, const cm_error *err, const char *name)
         return PyObject_CallFunction(cls, "iszn", (int)err->code, err->call,
                                      name, (Py_ssize_t)err->oom_bytes);
     }
-    args = Py_BuildValue("(izzKKKKK)", (int)err->code,
-                         err->call == cm_pool_limit ? NULL : err->call, name,
-                         (unsigned long long)err->oom_bytes,
-                         (unsigned long long)free_bytes,
-                         (unsigned long long)total,
-                         (unsigned long long)pending,
-                         (unsigned long long)cached);
+    args = Py_BuildValue(
+        "(izzKKKKK)", (int)err->code,
+        err->call == cm_pool_limit ? NULL : err->call, name,
+        (unsigned long long)err->oom_bytes, (unsigned long long)free_bytes,
+        (unsigned long long)total, (unsigned long long)pending,
+        (unsigned long long)cached);
     if (args == NULL || err->call != cm_pool_limit) {
         exc = args == NULL ? NULL : PyObject_Call(cls, args, NULL);
         Py_XDECREF(args);
@@ -64,8 +63,8 @@ sticky_error(cmpy_state *st, const cm_error *err, const char *name)
                                     noted.device);
     }
     else {
-        exc = PyObject_CallFunction(st->CudaStickyError, "isz",
-                                    (int)err->code, err->call, name);
+        exc = PyObject_CallFunction(st->CudaStickyError, "isz", (int)err->code,
+                                    err->call, name);
     }
     if (exc != NULL) {
         PyErr_SetObject(st->CudaStickyError, exc);
@@ -104,12 +103,12 @@ cmpy_raise_hint(cmpy_state *st, const cm_error *err, const char *hint)
             exc = oom_error(cls, err, name);
         }
         else if (hint != NULL && cls == st->CudaAPIError) {
-            exc = PyObject_CallFunction(cls, "iszs", (int)err->code,
-                                        err->call, name, hint);
+            exc = PyObject_CallFunction(cls, "iszs", (int)err->code, err->call,
+                                        name, hint);
         }
         else {
-            exc = PyObject_CallFunction(cls, "isz", (int)err->code,
-                                        err->call, name);
+            exc = PyObject_CallFunction(cls, "isz", (int)err->code, err->call,
+                                        name);
         }
         if (exc != NULL) {
             PyErr_SetObject(cls, exc);

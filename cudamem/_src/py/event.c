@@ -251,9 +251,8 @@ event_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
     if (cmpy_parse_args("record", names, 1, 0, args, nargs, kwnames, vals) <
             0 ||
         event_check(st, ev) < 0 ||
-        event_stream_arg(st, ev, "record",
-                         vals[0] != NULL ? vals[0] : Py_None, NULL,
-                         &ref) < 0) {
+        event_stream_arg(st, ev, "record", vals[0] != NULL ? vals[0] : Py_None,
+                         NULL, &ref) < 0) {
         return NULL;
     }
     if (cm_event_record(ev->dev, ev->handle, ref.handle, &err) < 0) {
@@ -318,8 +317,7 @@ event_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
     static const char *const names[] = {"stream"};
     PyObject *vals[1];
 
-    if (cmpy_parse_args("wait", names, 1, 0, args, nargs, kwnames, vals) <
-            0 ||
+    if (cmpy_parse_args("wait", names, 1, 0, args, nargs, kwnames, vals) < 0 ||
         cmpy_event_stream_wait(cmpy_type_state(self), self,
                                vals[0] != NULL ? vals[0] : Py_None) < 0) {
         return NULL;
@@ -445,8 +443,8 @@ event_fn(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     self->timing = timing;
     self->recorded = 0;
     self->weakreflist = NULL;
-    if (cm_event_create(dev, timing ? CU_EVENT_DEFAULT
-                                    : CU_EVENT_DISABLE_TIMING,
+    if (cm_event_create(dev,
+                        timing ? CU_EVENT_DEFAULT : CU_EVENT_DISABLE_TIMING,
                         &self->handle, &self->generation, &err) < 0) {
         Py_DECREF(self);
         return cmpy_raise(st, &err);

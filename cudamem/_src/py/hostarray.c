@@ -68,11 +68,10 @@ static const struct {
     const char *qualname; /* ... with its module */
     const char *memory;   /* what messages call the memory */
     const char *doc;
-    int dl_device;        /* its DLPack device type */
+    int dl_device; /* its DLPack device type */
 } kinds[] = {
     [CMPY_HOSTARRAY_MANAGED] = {"ManagedNDArray", "cudamem.ManagedNDArray",
-                                "managed", managed_doc,
-                                CMPY_DL_CUDA_MANAGED},
+                                "managed", managed_doc, CMPY_DL_CUDA_MANAGED},
     [CMPY_HOSTARRAY_MAPPED] = {"MappedNDArray", "cudamem.MappedNDArray",
                                "mapped", mapped_doc, CMPY_DL_CUDA_HOST},
 };
@@ -178,8 +177,8 @@ owner_of(cmpy_state *st, PyObject *self, cm_device **dev)
                      "this %s is not in %s memory: NumPy made it with "
                      "memory of its own (a copy or the result of an "
                      "operation); use %s_array_like() for a %s array",
-                     kinds[kind].name, kinds[kind].memory,
-                     kinds[kind].memory, kinds[kind].memory);
+                     kinds[kind].name, kinds[kind].memory, kinds[kind].memory,
+                     kinds[kind].memory);
     }
     else {
         PyErr_Format(PyExc_ValueError,
@@ -203,9 +202,8 @@ cmpy_hostarray_owner(cmpy_state *st, PyObject *self, cm_device **dev)
         return NULL;
     }
     host = cmpy_hostbuf_host(st, owner);
-    rc = host != NULL
-             ? cm_host_check(host, &err)
-             : cm_mem_check(((cmpy_MemoryPointer *)owner)->mem, &err);
+    rc = host != NULL ? cm_host_check(host, &err)
+                      : cm_mem_check(((cmpy_MemoryPointer *)owner)->mem, &err);
     return rc < 0 ? cmpy_raise(st, &err) : owner;
 }
 
@@ -293,8 +291,7 @@ get_device_ctypes_pointer(PyObject *self, void *Py_UNUSED(c))
 {
     cmpy_DeviceNDArray *d = device_side(cmpy_type_state(self), self);
 
-    return d != NULL ? cmpy_c_void_p(self, (unsigned long long)d->ptr)
-                     : NULL;
+    return d != NULL ? cmpy_c_void_p(self, (unsigned long long)d->ptr) : NULL;
 }
 
 static PyObject *
@@ -323,8 +320,7 @@ static PyGetSetDef host_getset[] = {
      "owned by the\nHostBuffer.",
      NULL},
     {"device_ctypes_pointer", get_device_ctypes_pointer, NULL,
-     "The device address of the first element as a ctypes.c_void_p.",
-     NULL},
+     "The device address of the first element as a ctypes.c_void_p.", NULL},
     {"stream", get_stream, NULL,
      "The stream given at creation (0: synchronous operations).", NULL},
     {"__cuda_array_interface__", get_cai, NULL,
@@ -372,9 +368,9 @@ host_copy_to_host(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
 {
     cmpy_DeviceNDArray *d = device_side(cmpy_type_state(self), self);
 
-    return d != NULL ? cmpy_array_copy_to_host((PyObject *)d, args, nargs,
-                                               kwnames)
-                     : NULL;
+    return d != NULL
+               ? cmpy_array_copy_to_host((PyObject *)d, args, nargs, kwnames)
+               : NULL;
 }
 
 PyDoc_STRVAR(copy_to_device_doc,
@@ -389,9 +385,9 @@ host_copy_to_device(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
 {
     cmpy_DeviceNDArray *d = device_side(cmpy_type_state(self), self);
 
-    return d != NULL ? cmpy_array_copy_to_device((PyObject *)d, args, nargs,
-                                                 kwnames)
-                     : NULL;
+    return d != NULL
+               ? cmpy_array_copy_to_device((PyObject *)d, args, nargs, kwnames)
+               : NULL;
 }
 
 PyDoc_STRVAR(device_array_doc,
@@ -402,8 +398,7 @@ PyDoc_STRVAR(device_array_doc,
 static PyObject *
 host_device_array(PyObject *self, PyObject *Py_UNUSED(ignored))
 {
-    return Py_XNewRef(
-        (PyObject *)device_side(cmpy_type_state(self), self));
+    return Py_XNewRef((PyObject *)device_side(cmpy_type_state(self), self));
 }
 
 PyDoc_STRVAR(dlpack_device_doc,
@@ -427,8 +422,7 @@ host_dlpack_device(PyObject *self, PyObject *Py_UNUSED(ignored))
 
 /* A capsule over `array`'s elements described as (type, id), keeping
  * `array` alive. */
-static PyObject *
-export(PyObject *array, int type, int id, int versioned)
+static PyObject *export(PyObject *array, int type, int id, int versioned)
 {
     PyArrayObject *a = (PyArrayObject *)array;
     cmpy_dlpack_desc desc = {
@@ -449,34 +443,31 @@ export(PyObject *array, int type, int id, int versioned)
  * array of self's kind on dev; self's layout order when it is contiguous,
  * else C order. New reference. */
 static PyObject *
-copy_of(PyObject *self, cmpy_hostarray_kind kind, cm_device *dev,
-        int to_cpu)
+copy_of(PyObject *self, cmpy_hostarray_kind kind, cm_device *dev, int to_cpu)
 {
     static const cmpy_stream_ref stream0 = {0, 0, NULL, 1};
     PyArrayObject *arr = (PyArrayObject *)self;
     PyObject *module = cmpy_type_module(Py_TYPE(self)), *out;
     Py_ssize_t strides[NPY_MAXDIMS];
-    char order = PyArray_IS_F_CONTIGUOUS(arr) &&
-                         !PyArray_IS_C_CONTIGUOUS(arr)
+    char order = PyArray_IS_F_CONTIGUOUS(arr) && !PyArray_IS_C_CONTIGUOUS(arr)
                      ? 'F'
                      : 'C';
 
     cmpy_contiguous_strides(PyArray_NDIM(arr), PyArray_DIMS(arr),
                             PyArray_ITEMSIZE(arr), order, strides);
     if (to_cpu) {
-        out = PyArray_NewLikeArray(arr, order == 'F' ? NPY_FORTRANORDER
-                                                     : NPY_CORDER,
-                                   NULL, 0);
+        out = PyArray_NewLikeArray(
+            arr, order == 'F' ? NPY_FORTRANORDER : NPY_CORDER, NULL, 0);
     }
     else if (kind == CMPY_HOSTARRAY_MAPPED) {
         out = cmpy_mapped_empty(module, dev, 0, 0, PyArray_DESCR(arr),
-                                PyArray_NDIM(arr), PyArray_DIMS(arr),
-                                strides, &stream0);
+                                PyArray_NDIM(arr), PyArray_DIMS(arr), strides,
+                                &stream0);
     }
     else {
         out = cmpy_managed_empty(module, dev, PyArray_DESCR(arr),
-                                 PyArray_NDIM(arr), PyArray_DIMS(arr),
-                                 strides, 1, &stream0);
+                                 PyArray_NDIM(arr), PyArray_DIMS(arr), strides,
+                                 1, &stream0);
     }
     if (out != NULL && PyArray_CopyInto((PyArrayObject *)out, arr) < 0) {
         Py_CLEAR(out);
@@ -519,9 +510,9 @@ host_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
         return NULL;
     }
     /* Copies are the consumer's to write; the array itself may not be. */
-    if (!a.copy && cmpy_dlpack_check_readonly(
-                       !PyArray_ISWRITEABLE((PyArrayObject *)self),
-                       a.versioned) < 0) {
+    if (!a.copy &&
+        cmpy_dlpack_check_readonly(!PyArray_ISWRITEABLE((PyArrayObject *)self),
+                                   a.versioned) < 0) {
         return NULL;
     }
     /* Work queued on the array's stream may still be writing it. */
@@ -540,7 +531,7 @@ host_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
     return out;
 }
 
-#define FASTKW(fn) \
+#define FASTKW(fn)                                                            \
     (PyCFunction)(void (*)(void))(fn), METH_FASTCALL | METH_KEYWORDS
 
 static PyMethodDef host_methods[] = {
@@ -549,8 +540,7 @@ static PyMethodDef host_methods[] = {
     {"copy_to_device", FASTKW(host_copy_to_device), copy_to_device_doc},
     {"device_array", host_device_array, METH_NOARGS, device_array_doc},
     {"__dlpack__", FASTKW(host_dlpack), dlpack_doc},
-    {"__dlpack_device__", host_dlpack_device, METH_NOARGS,
-     dlpack_device_doc},
+    {"__dlpack_device__", host_dlpack_device, METH_NOARGS, dlpack_device_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -784,8 +774,8 @@ host_ndarray_type(PyObject *module, PyObject *name)
                 cmpy_hostarray_type(module, (cmpy_hostarray_kind)i));
         }
     }
-    return PyErr_Format(PyExc_ValueError,
-                        "no host array type is called %R", name);
+    return PyErr_Format(PyExc_ValueError, "no host array type is called %R",
+                        name);
 }
 
 PyMethodDef cmpy_hostarray_methods[] = {

@@ -67,8 +67,7 @@ cmpy_html_table(const char *title, int n, const char *const *labels,
     for (int i = 0; i < n; i++) {
         PyObject *label = PyUnicode_FromString(labels[i]), *row = NULL;
         PyObject *elabel = label != NULL ? cmpy_html_escape(label) : NULL;
-        PyObject *evalue = elabel != NULL ? cmpy_html_escape(values[i])
-                                          : NULL;
+        PyObject *evalue = elabel != NULL ? cmpy_html_escape(values[i]) : NULL;
 
         if (evalue != NULL) {
             row = PyUnicode_FromFormat(

@@ -15,9 +15,8 @@ PyObject *cmpy_html_escape(PyObject *obj);
  * escaped. Takes the n references in `values`, which the callers fill
  * unchecked: a NULL one (its exception set) makes the result NULL. New
  * reference. */
-PyObject *cmpy_html_table(const char *title, int n,
-                          const char *const *labels, PyObject **values,
-                          PyObject *pre);
+PyObject *cmpy_html_table(const char *title, int n, const char *const *labels,
+                          PyObject **values, PyObject *pre);
 
 /* A byte count as "16 GiB" (four significant digits, binary units), as
  * `python -m cudamem info` prints it. New reference. */

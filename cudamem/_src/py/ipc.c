@@ -35,8 +35,7 @@ parse_handle(PyObject *arg, CUipcMemHandle *out)
 /* core's export of the memory at ptr on dev, with the GIL released; 0,
  * or -1 with the exception set. */
 static int
-export_ptr(cmpy_state *st, cm_device *dev, CUdeviceptr ptr,
-           cm_ipc_export *ex)
+export_ptr(cmpy_state *st, cm_device *dev, CUdeviceptr ptr, cm_ipc_export *ex)
 {
     cm_error err;
     int rc;
@@ -53,8 +52,7 @@ export_ptr(cmpy_state *st, cm_device *dev, CUdeviceptr ptr,
 static PyObject *
 handle_bytes(const cm_ipc_export *ex)
 {
-    return PyBytes_FromStringAndSize(ex->handle.reserved,
-                                     CU_IPC_HANDLE_SIZE);
+    return PyBytes_FromStringAndSize(ex->handle.reserved, CU_IPC_HANDLE_SIZE);
 }
 
 const char cmpy_array_get_ipc_handle_doc[] =
@@ -85,8 +83,7 @@ ipc_handle_of(cmpy_state *st, cmpy_DeviceNDArray *self, CUdeviceptr lowest,
 
     if (size != 0 && st->plugins) {
         view = cmpy_memory_view(st, self->gpu_data,
-                                (size_t)(lowest - self->gpu_data->ptr),
-                                size);
+                                (size_t)(lowest - self->gpu_data->ptr), size);
         args = view != NULL ? PyTuple_Pack(1, view) : NULL;
         Py_XDECREF(view);
         rc = args != NULL ? cmpy_manager_call(st, dev, "get_ipc_handle", 0,
@@ -172,8 +169,8 @@ ipc_get(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     cm_ipc_export ex;
     PyObject *argv[2];
 
-    if (cmpy_parse_args("_ipc_get", names, 2, 2, args, nargs, kwnames,
-                        argv) < 0) {
+    if (cmpy_parse_args("_ipc_get", names, 2, 2, args, nargs, kwnames, argv) <
+        0) {
         return NULL;
     }
     if (!PyLong_Check(argv[0]) || PyBool_Check(argv[0])) {
@@ -219,8 +216,8 @@ ipc_open(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     cmpy_Device *device;
     PyObject *argv[2];
 
-    if (cmpy_parse_args("_ipc_open", names, 2, 2, args, nargs, kwnames,
-                        argv) < 0 ||
+    if (cmpy_parse_args("_ipc_open", names, 2, 2, args, nargs, kwnames, argv) <
+            0 ||
         (argv[0] != Py_None && parse_handle(argv[0], &handle) < 0) ||
         cmpy_device_parse(st, argv[1], &device) < 0) {
         return NULL;
@@ -283,14 +280,14 @@ ipc_array(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     }
     if (cmpy_stream_arg(st, Py_None, mp->mem->dev, &ref) == 0) {
         result = (PyObject *)cmpy_array_over(
-            st, mp, mp->ptr + (CUdeviceptr)offset, ndim, shape, strides,
-            dtype, NULL, &ref);
+            st, mp, mp->ptr + (CUdeviceptr)offset, ndim, shape, strides, dtype,
+            NULL, &ref);
     }
     Py_DECREF(dtype);
     return result;
 }
 
-#define FASTKW(fn) \
+#define FASTKW(fn)                                                            \
     (PyCFunction)(void (*)(void))(fn), METH_FASTCALL | METH_KEYWORDS
 
 PyMethodDef cmpy_ipc_methods[] = {

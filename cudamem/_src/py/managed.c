@@ -15,8 +15,7 @@ static char empty_data[1];
 /* A location argument: None (the memory's device), 'host' (*to* NULL),
  * an int ordinal or a Device. */
 static int
-parse_location(cmpy_state *st, PyObject *arg, cm_device *home,
-               cm_device **to)
+parse_location(cmpy_state *st, PyObject *arg, cm_device *home, cm_device **to)
 {
     cmpy_Device *device;
 
@@ -83,14 +82,14 @@ managed_prefetch(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
     cm_error err;
     int rc;
 
-    if (cmpy_parse_args("prefetch", names, 2, 0, args, nargs, kwnames,
-                        argv) < 0 ||
+    if (cmpy_parse_args("prefetch", names, 2, 0, args, nargs, kwnames, argv) <
+            0 ||
         cmpy_hostarray_owner(st, self, &home) == NULL) {
         return NULL;
     }
     if (parse_location(st, argv[0], home, &to) < 0 ||
-        cmpy_stream_arg(st, argv[1] != NULL ? argv[1] : Py_None, home,
-                        &ref) < 0 ||
+        cmpy_stream_arg(st, argv[1] != NULL ? argv[1] : Py_None, home, &ref) <
+            0 ||
         span_of(self, &ptr, &nbytes) < 0) {
         return NULL;
     }
@@ -128,8 +127,7 @@ parse_advice(PyObject *arg, int *index)
 {
     if (PyUnicode_Check(arg)) {
         for (int i = 0; i < N_ADVICES; i++) {
-            if (PyUnicode_CompareWithASCIIString(arg, advices[i].name) ==
-                0) {
+            if (PyUnicode_CompareWithASCIIString(arg, advices[i].name) == 0) {
                 *index = i;
                 return 0;
             }
@@ -222,7 +220,7 @@ managed_advise(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
     Py_RETURN_NONE;
 }
 
-#define FASTKW(fn) \
+#define FASTKW(fn)                                                            \
     (PyCFunction)(void (*)(void))(fn), METH_FASTCALL | METH_KEYWORDS
 
 PyMethodDef cmpy_managed_ndarray_methods[] = {
@@ -274,8 +272,8 @@ static PyObject *
 managed_array(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
               PyObject *kwnames)
 {
-    static const char *const names[] = {"shape",  "dtype",  "strides",
-                                        "order",  "stream", "attach_global"};
+    static const char *const names[] = {"shape", "dtype",  "strides",
+                                        "order", "stream", "attach_global"};
     cmpy_state *st = cmpy_get_state(module);
     Py_ssize_t shape[NPY_MAXDIMS], strides[NPY_MAXDIMS];
     PyArray_Descr *dtype = NULL;

@@ -18,7 +18,7 @@
  * builds, asserts that py/ still owns a reference to it and that it is of
  * the type stored, which a dangling or twice-released pointer is not. */
 #ifdef CUDAMEM_DEBUG
-#define CMPY_ASSERT_HANDED(op, type_check) \
+#define CMPY_ASSERT_HANDED(op, type_check)                                    \
     assert(Py_REFCNT(op) >= 1 && type_check(op))
 #else
 #define CMPY_ASSERT_HANDED(op, type_check) ((void)0)

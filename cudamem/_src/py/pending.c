@@ -77,8 +77,7 @@ deallocations_len(PyObject *op)
     if (cmpy_context_check(cmpy_type_state(op), self->ctx) < 0) {
         return -1;
     }
-    cm_queue_stats(self->ctx->device->dev, self->q, &count, &bytes,
-                   &deferred);
+    cm_queue_stats(self->ctx->device->dev, self->q, &count, &bytes, &deferred);
     return (Py_ssize_t)count;
 }
 
@@ -89,8 +88,7 @@ deallocations_repr(PyObject *op)
     size_t count, bytes;
     int deferred;
 
-    cm_queue_stats(self->ctx->device->dev, self->q, &count, &bytes,
-                   &deferred);
+    cm_queue_stats(self->ctx->device->dev, self->q, &count, &bytes, &deferred);
     return PyUnicode_FromFormat(
         "<cudamem deallocations of %s on device %d: %zu pending, %zu bytes%s>",
         queue_names[self->q], self->ctx->device->dev->ordinal, count, bytes,
@@ -138,8 +136,7 @@ deallocations_stat(PyObject *op, void *closure)
     size_t count, bytes;
     int deferred;
 
-    cm_queue_stats(self->ctx->device->dev, self->q, &count, &bytes,
-                   &deferred);
+    cm_queue_stats(self->ctx->device->dev, self->q, &count, &bytes, &deferred);
     if (closure != NULL) {
         return PyBool_FromLong(deferred);
     }
@@ -148,8 +145,7 @@ deallocations_stat(PyObject *op, void *closure)
 
 static PyMethodDef deallocations_methods[] = {
     {"clear", deallocations_clear, METH_NOARGS, deallocations_clear_doc},
-    {"disable", deallocations_disable, METH_NOARGS,
-     deallocations_disable_doc},
+    {"disable", deallocations_disable, METH_NOARGS, deallocations_disable_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -198,7 +194,8 @@ cmpy_defer_guard_new(cmpy_state *st, cmpy_Context *ctx, unsigned mask)
     if (cmpy_context_check(st, ctx) < 0) {
         return NULL;
     }
-    self = PyObject_GC_New(cmpy_DeferGuard, (PyTypeObject *)st->DeferGuardType);
+    self = PyObject_GC_New(cmpy_DeferGuard,
+                           (PyTypeObject *)st->DeferGuardType);
     if (self == NULL) {
         return NULL;
     }
@@ -248,8 +245,7 @@ guard_enter(PyObject *op, PyObject *Py_UNUSED(ignored))
     }
     for (unsigned q = 0; q < CM_QUEUE_COUNT; q++) {
         if ((self->mask & (1u << q)) &&
-            cm_queue_defer(self->ctx->device->dev, (cm_queue_id)q, &err) <
-                0) {
+            cm_queue_defer(self->ctx->device->dev, (cm_queue_id)q, &err) < 0) {
             guard_undefer(self, q);
             return cmpy_raise(st, &err);
         }
@@ -273,8 +269,7 @@ guard_exit(PyObject *op, PyObject *const *Py_UNUSED(args),
 
 static PyMethodDef guard_methods[] = {
     {"__enter__", guard_enter, METH_NOARGS, NULL},
-    {"__exit__", (PyCFunction)(void (*)(void))guard_exit, METH_FASTCALL,
-     NULL},
+    {"__exit__", (PyCFunction)(void (*)(void))guard_exit, METH_FASTCALL, NULL},
     {NULL, NULL, 0, NULL},
 };
 
@@ -324,11 +319,12 @@ shutdown(PyObject *module, PyObject *Py_UNUSED(ignored))
     Py_RETURN_NONE;
 }
 
-PyDoc_STRVAR(flush_pending_doc,
-             "_flush_pending($module)\n--\n\n"
-             "Waits for host memory whose release waits for copies and frees it,\n"
-             "then frees what every device's queues hold (unless deferred); "
-             "for\ntests that compare live allocations.");
+PyDoc_STRVAR(
+    flush_pending_doc,
+    "_flush_pending($module)\n--\n\n"
+    "Waits for host memory whose release waits for copies and frees it,\n"
+    "then frees what every device's queues hold (unless deferred); "
+    "for\ntests that compare live allocations.");
 
 static PyObject *
 flush_pending(PyObject *module, PyObject *Py_UNUSED(ignored))
@@ -351,7 +347,8 @@ flush_pending(PyObject *module, PyObject *Py_UNUSED(ignored))
         return cmpy_raise(st, &err);
     }
     for (int i = 0; i < count; i++) {
-        if (cm_device_get(i, &dev, &err) < 0 || cm_queues_flush(dev, &err) < 0) {
+        if (cm_device_get(i, &dev, &err) < 0 ||
+            cm_queues_flush(dev, &err) < 0) {
             return cmpy_raise(st, &err);
         }
     }
@@ -369,11 +366,11 @@ cmpy_pending_type_init(PyObject *module, cmpy_state *st)
 {
     PyObject *atexit, *func, *res;
 
-    st->DeallocationsType =
-        PyType_FromModuleAndSpec(module, &deallocations_spec, NULL);
+    st->DeallocationsType = PyType_FromModuleAndSpec(
+        module, &deallocations_spec, NULL);
     if (st->DeallocationsType == NULL ||
-        PyModule_AddObjectRef(module, "Deallocations",
-                              st->DeallocationsType) < 0) {
+        PyModule_AddObjectRef(module, "Deallocations", st->DeallocationsType) <
+            0) {
         return -1;
     }
     st->DeferGuardType = PyType_FromModuleAndSpec(module, &guard_spec, NULL);

@@ -122,8 +122,8 @@ pool_set_limit(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     cm_error err;
     size_t limit;
 
-    if (cmpy_parse_args("_pool_set_limit", names, 2, 2, args, nargs,
-                        kwnames, argv) < 0 ||
+    if (cmpy_parse_args("_pool_set_limit", names, 2, 2, args, nargs, kwnames,
+                        argv) < 0 ||
         limit_arg(argv[1], &limit) < 0 ||
         cmpy_device_arg(st, argv[0], 0, &dev) < 0) {
         return NULL;
@@ -163,15 +163,14 @@ pool_stats(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     if (limit == NULL) {
         return NULL;
     }
-    return Py_BuildValue("{s:O,s:N,s:n,s:n,s:n,s:n,s:n,s:n,s:n}", "enabled",
-                         s.enabled ? Py_True : Py_False, "limit", limit,
-                         "slabs", (Py_ssize_t)s.slabs, "slab_bytes",
-                         (Py_ssize_t)s.slab_bytes, "used_blocks",
-                         (Py_ssize_t)s.used_blocks, "used_bytes",
-                         (Py_ssize_t)s.used_bytes, "free_blocks",
-                         (Py_ssize_t)s.free_blocks, "cached_bytes",
-                         (Py_ssize_t)s.cached_bytes, "pending_blocks",
-                         (Py_ssize_t)s.pending_blocks);
+    return Py_BuildValue(
+        "{s:O,s:N,s:n,s:n,s:n,s:n,s:n,s:n,s:n}", "enabled",
+        s.enabled ? Py_True : Py_False, "limit", limit, "slabs",
+        (Py_ssize_t)s.slabs, "slab_bytes", (Py_ssize_t)s.slab_bytes,
+        "used_blocks", (Py_ssize_t)s.used_blocks, "used_bytes",
+        (Py_ssize_t)s.used_bytes, "free_blocks", (Py_ssize_t)s.free_blocks,
+        "cached_bytes", (Py_ssize_t)s.cached_bytes, "pending_blocks",
+        (Py_ssize_t)s.pending_blocks);
 }
 
 PyDoc_STRVAR(hostpool_trim_doc,
@@ -202,8 +201,8 @@ PyDoc_STRVAR(hostpool_set_limit_doc,
              "to it; a block\ngiven back beyond it is freed.");
 
 static PyObject *
-hostpool_set_limit(PyObject *module, PyObject *const *args,
-                   Py_ssize_t nargs, PyObject *kwnames)
+hostpool_set_limit(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+                   PyObject *kwnames)
 {
     static const char *const names[] = {"nbytes"};
     PyObject *argv[1];

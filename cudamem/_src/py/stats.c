@@ -172,8 +172,8 @@ reset_peak_stats(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     PyObject *argv[1];
     cm_device *dev;
 
-    if (cmpy_parse_args("reset_peak_stats", names, 1, 0, args, nargs,
-                        kwnames, argv) < 0 ||
+    if (cmpy_parse_args("reset_peak_stats", names, 1, 0, args, nargs, kwnames,
+                        argv) < 0 ||
         cmpy_device_arg(st, argv[0], 1, &dev) < 0) {
         return NULL;
     }

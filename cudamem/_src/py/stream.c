@@ -74,8 +74,8 @@ static cmpy_Stream *
 stream_alloc(cmpy_state *st, cm_device *dev, cmpy_stream_kind kind,
              CUstream handle)
 {
-    cmpy_Stream *self =
-        PyObject_New(cmpy_Stream, (PyTypeObject *)st->StreamType);
+    cmpy_Stream *self = PyObject_New(cmpy_Stream,
+                                     (PyTypeObject *)st->StreamType);
 
     if (self == NULL) {
         return NULL;
@@ -181,8 +181,7 @@ cmpy_ctx_wait(cmpy_state *st, cm_device *dev, uint64_t generation)
         cmpy_raise(st, &err);
         return -1;
     }
-    rc = cmpy_wait_polled(st, dev, job, cm_ctx_sync_query,
-                          cm_ctx_sync_finish);
+    rc = cmpy_wait_polled(st, dev, job, cm_ctx_sync_query, cm_ctx_sync_finish);
     cm_ctx_sync_release(job);
     return rc;
 }
@@ -272,8 +271,8 @@ stream_obj_arg(cmpy_state *st, cmpy_Stream *s, cm_device **devp, int any,
 
 /* What __cuda_stream__ gave: (0, handle); `any` as for stream_obj_arg. */
 static int
-foreign_arg(cmpy_state *st, PyObject *arg, PyObject *proto,
-            cm_device **devp, int any, cmpy_stream_ref *out)
+foreign_arg(cmpy_state *st, PyObject *arg, PyObject *proto, cm_device **devp,
+            int any, cmpy_stream_ref *out)
 {
     cm_device *dev = *devp;
     PyObject *version, *value;
@@ -313,8 +312,7 @@ foreign_arg(cmpy_state *st, PyObject *arg, PyObject *proto,
         return -1;
     }
     h = PyLong_AsUnsignedLongLong(value);
-    if ((h == (unsigned long long)-1 && PyErr_Occurred()) ||
-        h > UINTPTR_MAX) {
+    if ((h == (unsigned long long)-1 && PyErr_Occurred()) || h > UINTPTR_MAX) {
         PyErr_Clear();
         PyErr_Format(PyExc_ValueError,
                      "__cuda_stream__() of %.200s returned an invalid "
@@ -781,14 +779,10 @@ PyDoc_STRVAR(stream_doc,
              "reference goes. Made by\ncudamem, not by user code.");
 
 static PyType_Slot stream_slots[] = {
-    {Py_tp_doc, (void *)stream_doc},
-    {Py_tp_dealloc, stream_dealloc},
-    {Py_tp_repr, stream_repr},
-    {Py_nb_int, stream_int},
-    {Py_tp_getset, stream_getset},
-    {Py_tp_methods, stream_methods},
-    {Py_tp_members, stream_members},
-    {0, NULL},
+    {Py_tp_doc, (void *)stream_doc}, {Py_tp_dealloc, stream_dealloc},
+    {Py_tp_repr, stream_repr},       {Py_nb_int, stream_int},
+    {Py_tp_getset, stream_getset},   {Py_tp_methods, stream_methods},
+    {Py_tp_members, stream_members}, {0, NULL},
 };
 
 static PyType_Spec stream_spec = {
@@ -963,8 +957,8 @@ external_stream_one(PyObject *module, PyObject *arg)
     }
     h = PyLong_AsUnsignedLongLong(index);
     Py_DECREF(index);
-    if ((h == (unsigned long long)-1 && PyErr_Occurred()) ||
-        h > UINTPTR_MAX || h == 0) {
+    if ((h == (unsigned long long)-1 && PyErr_Occurred()) || h > UINTPTR_MAX ||
+        h == 0) {
         PyErr_Clear();
         PyErr_Format(PyExc_ValueError,
                      "invalid stream handle %R for external_stream()%s", arg,

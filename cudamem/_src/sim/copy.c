@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 /* One side of a copy, in the terms of CUDA_MEMCPY3D_PEER. */
 typedef struct side {
     CUmemorytype type;
@@ -88,14 +87,13 @@ resolve_side(const side *s, size_t w, size_t h, size_t d, int write,
         return CUDA_ERROR_INVALID_VALUE;
     }
     size_t off, rows, len;
-    if (s->pitch > SIM_MAX_PITCH || s->x > s->pitch ||
-        w > s->pitch - s->x || s->y > s->height || h > s->height - s->y)
+    if (s->pitch > SIM_MAX_PITCH || s->x > s->pitch || w > s->pitch - s->x ||
+        s->y > s->height || h > s->height - s->y)
         return CUDA_ERROR_INVALID_VALUE;
     if (mul_add(s->z, s->height, s->y, &rows) ||
         mul_add(rows, s->pitch, s->x, &off) ||
         mul_add(d - 1, s->height, h - 1, &rows) ||
-        mul_add(rows, s->pitch, w, &len) ||
-        s->addr + off < s->addr)
+        mul_add(rows, s->pitch, w, &len) || s->addr + off < s->addr)
         return CUDA_ERROR_INVALID_VALUE;
     CUresult r = sim_mem_resolve(s->addr + off, len, want, ref);
     if (r != CUDA_SUCCESS)
@@ -161,10 +159,10 @@ rows_overlap(const copy_op *c, size_t dspan, size_t sspan)
         return 0;
     size_t n = c->h * c->d, i = 0, j = 0;
     while (i < n && j < n) {
-        const unsigned char *a =
-            c->dst + row_offset(i, c->h, c->dpitch, c->dslice);
-        const unsigned char *b =
-            c->src + row_offset(j, c->h, c->spitch, c->sslice);
+        const unsigned char *a = c->dst +
+                                 row_offset(i, c->h, c->dpitch, c->dslice);
+        const unsigned char *b = c->src +
+                                 row_offset(j, c->h, c->spitch, c->sslice);
         if (a < b + c->w && b < a + c->w)
             return 1;
         if (a < b)
@@ -239,9 +237,8 @@ copy_mode(const sim_alloc *dst, const sim_alloc *src, int async)
     if (src && !(src->kind == SIM_MEM_DEVICE || src->kind == SIM_MEM_IPC))
         return SIM_BLOCK;
     if (!src)
-        return __atomic_load_n(&sim.strict_htod, __ATOMIC_RELAXED)
-                   ? SIM_STAGED
-                   : SIM_BLOCK;
+        return __atomic_load_n(&sim.strict_htod, __ATOMIC_RELAXED) ? SIM_STAGED
+                                                                   : SIM_BLOCK;
     return SIM_RETURN_EARLY;
 }
 
@@ -300,10 +297,10 @@ do_copy(sim_entry id, const side *dst, const side *src, size_t w, size_t h,
      * the device may stage the source when the stream runs ("the driver
      * may synchronize with the stream and stage the copy"), so it reads
      * the source then; the synchronous forms stage before returning. */
-    int pageable_src =
-        sref.alloc == NULL &&
-        !(async && device_side(dref.alloc) &&
-          __atomic_load_n(&sim.strict_staging, __ATOMIC_RELAXED));
+    int pageable_src = sref.alloc == NULL &&
+                       !(async && device_side(dref.alloc) &&
+                         __atomic_load_n(&sim.strict_staging,
+                                         __ATOMIC_RELAXED));
     unsigned long long did = buffer_of(&dref), sid = buffer_of(&sref);
     sim_unlock();
 
@@ -324,7 +321,8 @@ do_copy(sim_entry id, const side *dst, const side *src, size_t w, size_t h,
         c->src = c->snapshot;
         c->spitch = w;
         c->sslice = w * h;
-    } else {
+    }
+    else {
         c->op.ranges[1] = (sim_range){saddr, sspan, 0, sid};
         c->op.nranges = 2;
     }
@@ -391,8 +389,8 @@ copy2d(sim_entry id, const CUDA_MEMCPY2D *p, CUstream hStream, int ptds,
                .y = p->srcY,
                .pitch = p->srcPitch,
                .height = p->srcY + p->Height};
-    return do_copy(id, &ds, &ss, p->WidthInBytes, p->Height, 1, hStream,
-                   ptds, async);
+    return do_copy(id, &ds, &ss, p->WidthInBytes, p->Height, 1, hStream, ptds,
+                   async);
 }
 
 static CUresult
@@ -419,8 +417,8 @@ copy3d(sim_entry id, const CUDA_MEMCPY3D *p, CUstream hStream, int ptds,
                .z = p->srcZ,
                .pitch = p->srcPitch,
                .height = p->srcHeight};
-    return do_copy(id, &ds, &ss, p->WidthInBytes, p->Height, p->Depth,
-                   hStream, ptds, async);
+    return do_copy(id, &ds, &ss, p->WidthInBytes, p->Height, p->Depth, hStream,
+                   ptds, async);
 }
 
 static CUresult
@@ -451,8 +449,8 @@ copy3d_peer(sim_entry id, const CUDA_MEMCPY3D_PEER *p, CUstream hStream,
                .height = p->srcHeight,
                .ctx = p->srcContext,
                .peer = 1};
-    return do_copy(id, &ds, &ss, p->WidthInBytes, p->Height, p->Depth,
-                   hStream, ptds, async);
+    return do_copy(id, &ds, &ss, p->WidthInBytes, p->Height, p->Depth, hStream,
+                   ptds, async);
 }
 
 /* ---------------------------------------------------------------------------
@@ -466,11 +464,13 @@ set_run(sim_op *op)
         unsigned char *row = s->dst + y * s->pitch;
         if (s->elsize == 1) {
             memset(row, (int)s->value, s->width);
-        } else if (s->elsize == 2) {
+        }
+        else if (s->elsize == 2) {
             uint16_t v = (uint16_t)s->value;
             for (size_t i = 0; i < s->width; i++)
                 memcpy(row + 2 * i, &v, 2);
-        } else {
+        }
+        else {
             uint32_t v = s->value;
             for (size_t i = 0; i < s->width; i++)
                 memcpy(row + 4 * i, &v, 4);
@@ -505,7 +505,8 @@ do_set(sim_entry id, CUdeviceptr dst, size_t pitch, unsigned value,
             r = CUDA_ERROR_INVALID_VALUE;
             goto done;
         }
-    } else {
+    }
+    else {
         span = wbytes;
     }
     r = sim_mem_resolve(dst, span, SIM_WANT_DEVICE, &ref);
@@ -572,8 +573,7 @@ cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount,
               CUstream hStream)
 {
     SIM_ENTER(cuMemcpyAsync);
-    return copy1d(SIM_cuMemcpyAsync, U, dst, U, src, ByteCount, hStream, 0,
-                  1);
+    return copy1d(SIM_cuMemcpyAsync, U, dst, U, src, ByteCount, hStream, 0, 1);
 }
 
 SIM_EXPORT CUresult CUDAAPI
@@ -581,8 +581,7 @@ cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount,
                    CUstream hStream)
 {
     SIM_ENTER(cuMemcpyAsync);
-    return copy1d(SIM_cuMemcpyAsync, U, dst, U, src, ByteCount, hStream, 1,
-                  1);
+    return copy1d(SIM_cuMemcpyAsync, U, dst, U, src, ByteCount, hStream, 1, 1);
 }
 
 SIM_EXPORT CUresult CUDAAPI
@@ -603,8 +602,8 @@ cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost,
 }
 
 SIM_EXPORT CUresult CUDAAPI
-cuMemcpyHtoDAsync(CUdeviceptr dstDevice, const void *srcHost,
-                  size_t ByteCount, CUstream hStream)
+cuMemcpyHtoDAsync(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount,
+                  CUstream hStream)
 {
     SIM_ENTER(cuMemcpyHtoDAsync);
     return copy1d(SIM_cuMemcpyHtoDAsync, D, dstDevice, H, (uintptr_t)srcHost,
@@ -676,8 +675,8 @@ cuMemcpyDtoDAsync(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
                   size_t ByteCount, CUstream hStream)
 {
     SIM_ENTER(cuMemcpyDtoDAsync);
-    return copy1d(SIM_cuMemcpyDtoDAsync, D, dstDevice, D, srcDevice,
-                  ByteCount, hStream, 0, 1);
+    return copy1d(SIM_cuMemcpyDtoDAsync, D, dstDevice, D, srcDevice, ByteCount,
+                  hStream, 0, 1);
 }
 
 SIM_EXPORT CUresult CUDAAPI
@@ -685,8 +684,8 @@ cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
                           size_t ByteCount, CUstream hStream)
 {
     SIM_ENTER(cuMemcpyDtoDAsync);
-    return copy1d(SIM_cuMemcpyDtoDAsync, D, dstDevice, D, srcDevice,
-                  ByteCount, hStream, 1, 1);
+    return copy1d(SIM_cuMemcpyDtoDAsync, D, dstDevice, D, srcDevice, ByteCount,
+                  hStream, 1, 1);
 }
 
 SIM_EXPORT CUresult CUDAAPI
@@ -923,27 +922,26 @@ cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N,
 }
 
 SIM_EXPORT CUresult CUDAAPI
-cuMemsetD2D8(CUdeviceptr dstDevice, size_t dstPitch,
-             unsigned char uc, size_t Width, size_t Height)
+cuMemsetD2D8(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc,
+             size_t Width, size_t Height)
 {
     SIM_ENTER(cuMemsetD2D8);
-    return do_set(SIM_cuMemsetD2D8, dstDevice, dstPitch, uc, 1, Width,
-                  Height, NULL, 0, 0);
+    return do_set(SIM_cuMemsetD2D8, dstDevice, dstPitch, uc, 1, Width, Height,
+                  NULL, 0, 0);
 }
 
 SIM_EXPORT CUresult CUDAAPI
-cuMemsetD2D8_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch,
-                     unsigned char uc, size_t Width, size_t Height)
+cuMemsetD2D8_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc,
+                     size_t Width, size_t Height)
 {
     SIM_ENTER(cuMemsetD2D8);
-    return do_set(SIM_cuMemsetD2D8, dstDevice, dstPitch, uc, 1, Width,
-                  Height, NULL, 1, 0);
+    return do_set(SIM_cuMemsetD2D8, dstDevice, dstPitch, uc, 1, Width, Height,
+                  NULL, 1, 0);
 }
 
 SIM_EXPORT CUresult CUDAAPI
-cuMemsetD2D8Async(CUdeviceptr dstDevice, size_t dstPitch,
-                  unsigned char uc, size_t Width, size_t Height,
-                  CUstream hStream)
+cuMemsetD2D8Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc,
+                  size_t Width, size_t Height, CUstream hStream)
 {
     SIM_ENTER(cuMemsetD2D8Async);
     return do_set(SIM_cuMemsetD2D8Async, dstDevice, dstPitch, uc, 1, Width,
@@ -961,12 +959,12 @@ cuMemsetD2D8Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch,
 }
 
 SIM_EXPORT CUresult CUDAAPI
-cuMemsetD2D16(CUdeviceptr dstDevice, size_t dstPitch,
-              unsigned short us, size_t Width, size_t Height)
+cuMemsetD2D16(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us,
+              size_t Width, size_t Height)
 {
     SIM_ENTER(cuMemsetD2D16);
-    return do_set(SIM_cuMemsetD2D16, dstDevice, dstPitch, us, 2, Width,
-                  Height, NULL, 0, 0);
+    return do_set(SIM_cuMemsetD2D16, dstDevice, dstPitch, us, 2, Width, Height,
+                  NULL, 0, 0);
 }
 
 SIM_EXPORT CUresult CUDAAPI
@@ -974,14 +972,13 @@ cuMemsetD2D16_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch,
                       unsigned short us, size_t Width, size_t Height)
 {
     SIM_ENTER(cuMemsetD2D16);
-    return do_set(SIM_cuMemsetD2D16, dstDevice, dstPitch, us, 2, Width,
-                  Height, NULL, 1, 0);
+    return do_set(SIM_cuMemsetD2D16, dstDevice, dstPitch, us, 2, Width, Height,
+                  NULL, 1, 0);
 }
 
 SIM_EXPORT CUresult CUDAAPI
-cuMemsetD2D16Async(CUdeviceptr dstDevice, size_t dstPitch,
-                   unsigned short us, size_t Width, size_t Height,
-                   CUstream hStream)
+cuMemsetD2D16Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us,
+                   size_t Width, size_t Height, CUstream hStream)
 {
     SIM_ENTER(cuMemsetD2D16Async);
     return do_set(SIM_cuMemsetD2D16Async, dstDevice, dstPitch, us, 2, Width,
@@ -999,27 +996,26 @@ cuMemsetD2D16Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch,
 }
 
 SIM_EXPORT CUresult CUDAAPI
-cuMemsetD2D32(CUdeviceptr dstDevice, size_t dstPitch,
-              unsigned int ui, size_t Width, size_t Height)
+cuMemsetD2D32(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui,
+              size_t Width, size_t Height)
 {
     SIM_ENTER(cuMemsetD2D32);
-    return do_set(SIM_cuMemsetD2D32, dstDevice, dstPitch, ui, 4, Width,
-                  Height, NULL, 0, 0);
+    return do_set(SIM_cuMemsetD2D32, dstDevice, dstPitch, ui, 4, Width, Height,
+                  NULL, 0, 0);
 }
 
 SIM_EXPORT CUresult CUDAAPI
-cuMemsetD2D32_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch,
-                      unsigned int ui, size_t Width, size_t Height)
+cuMemsetD2D32_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui,
+                      size_t Width, size_t Height)
 {
     SIM_ENTER(cuMemsetD2D32);
-    return do_set(SIM_cuMemsetD2D32, dstDevice, dstPitch, ui, 4, Width,
-                  Height, NULL, 1, 0);
+    return do_set(SIM_cuMemsetD2D32, dstDevice, dstPitch, ui, 4, Width, Height,
+                  NULL, 1, 0);
 }
 
 SIM_EXPORT CUresult CUDAAPI
-cuMemsetD2D32Async(CUdeviceptr dstDevice, size_t dstPitch,
-                   unsigned int ui, size_t Width, size_t Height,
-                   CUstream hStream)
+cuMemsetD2D32Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui,
+                   size_t Width, size_t Height, CUstream hStream)
 {
     SIM_ENTER(cuMemsetD2D32Async);
     return do_set(SIM_cuMemsetD2D32Async, dstDevice, dstPitch, ui, 4, Width,
@@ -1063,7 +1059,8 @@ batch_copy(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count,
             attrsIdxs[k] >= count ||
             attrs[k].srcAccessOrder < CU_MEMCPY_SRC_ACCESS_ORDER_STREAM ||
             attrs[k].srcAccessOrder > CU_MEMCPY_SRC_ACCESS_ORDER_ANY ||
-            (attrs[k].flags & ~(unsigned)CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE))
+            (attrs[k].flags &
+             ~(unsigned)CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE))
             return CUDA_ERROR_INVALID_VALUE;
     }
     sim_lock();
@@ -1084,8 +1081,8 @@ batch_copy(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count,
             k++;
         linear(&ds, CU_MEMORYTYPE_UNIFIED, dsts[i], sizes[i]);
         linear(&ss, CU_MEMORYTYPE_UNIFIED, srcs[i], sizes[i]);
-        r = do_copy(SIM_cuMemcpyBatchAsync, &ds, &ss, sizes[i], 1, 1,
-                    hStream, ptds,
+        r = do_copy(SIM_cuMemcpyBatchAsync, &ds, &ss, sizes[i], 1, 1, hStream,
+                    ptds,
                     attrs[k].srcAccessOrder ==
                             CU_MEMCPY_SRC_ACCESS_ORDER_DURING_API_CALL
                         ? COPY_SRC_AT_CALL
@@ -1105,10 +1102,10 @@ cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes,
 }
 
 SIM_EXPORT CUresult CUDAAPI
-cuMemcpyBatchAsync_v2_ptsz(CUdeviceptr *dsts, CUdeviceptr *srcs,
-                           size_t *sizes, size_t count,
-                           CUmemcpyAttributes *attrs, size_t *attrsIdxs,
-                           size_t numAttrs, CUstream hStream)
+cuMemcpyBatchAsync_v2_ptsz(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes,
+                           size_t count, CUmemcpyAttributes *attrs,
+                           size_t *attrsIdxs, size_t numAttrs,
+                           CUstream hStream)
 {
     SIM_ENTER(cuMemcpyBatchAsync);
     return batch_copy(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs,
@@ -1152,8 +1149,7 @@ const sim_proc sim_procs_copy[] = {
     SIM_PROC(cuMemcpy3DPeerAsync, 4000, cuMemcpy3DPeerAsync),
     SIM_PROC_PTDS(cuMemcpy3DPeerAsync, 7000, ptsz, cuMemcpy3DPeerAsync_ptsz),
     SIM_PROC(cuMemcpyBatchAsync, 13000, cuMemcpyBatchAsync_v2),
-    SIM_PROC_PTDS(cuMemcpyBatchAsync, 13000, ptsz,
-                  cuMemcpyBatchAsync_v2_ptsz),
+    SIM_PROC_PTDS(cuMemcpyBatchAsync, 13000, ptsz, cuMemcpyBatchAsync_v2_ptsz),
     SIM_PROC(cuMemsetD8, 3020, cuMemsetD8_v2),
     SIM_PROC_PTDS(cuMemsetD8, 7000, ptds, cuMemsetD8_v2_ptds),
     SIM_PROC(cuMemsetD16, 3020, cuMemsetD16_v2),
@@ -1179,5 +1175,5 @@ const sim_proc sim_procs_copy[] = {
     SIM_PROC(cuMemsetD2D32Async, 3020, cuMemsetD2D32Async),
     SIM_PROC_PTDS(cuMemsetD2D32Async, 7000, ptsz, cuMemsetD2D32Async_ptsz),
 };
-const size_t sim_nprocs_copy =
-    sizeof(sim_procs_copy) / sizeof(sim_procs_copy[0]);
+const size_t sim_nprocs_copy = sizeof(sim_procs_copy) /
+                               sizeof(sim_procs_copy[0]);

@@ -13,14 +13,13 @@
 
 /* cudaTypedefs.h declares the first ABIs of these only for the driver's own
  * build; they are what cuGetProcAddress hands out below the _v2 versions. */
-typedef CUresult (CUDAAPI *PFN_cuCtxDestroy_v2000)(CUcontext ctx);
-typedef CUresult (CUDAAPI *PFN_cuCtxPopCurrent_v2000)(CUcontext *pctx);
-typedef CUresult (CUDAAPI *PFN_cuCtxPushCurrent_v2000)(CUcontext ctx);
-typedef CUresult (CUDAAPI *PFN_cuDevicePrimaryCtxRelease_v7000)(
+typedef CUresult(CUDAAPI *PFN_cuCtxDestroy_v2000)(CUcontext ctx);
+typedef CUresult(CUDAAPI *PFN_cuCtxPopCurrent_v2000)(CUcontext *pctx);
+typedef CUresult(CUDAAPI *PFN_cuCtxPushCurrent_v2000)(CUcontext ctx);
+typedef CUresult(CUDAAPI *PFN_cuDevicePrimaryCtxRelease_v7000)(
     CUdevice_v1 dev);
-typedef CUresult (CUDAAPI *PFN_cuDevicePrimaryCtxReset_v7000)(
-    CUdevice_v1 dev);
-typedef CUresult (CUDAAPI *PFN_cuDevicePrimaryCtxSetFlags_v7000)(
+typedef CUresult(CUDAAPI *PFN_cuDevicePrimaryCtxReset_v7000)(CUdevice_v1 dev);
+typedef CUresult(CUDAAPI *PFN_cuDevicePrimaryCtxSetFlags_v7000)(
     CUdevice_v1 dev, unsigned int flags);
 
 /* The unversioned (first ABI) symbols are exported too, as libcuda does. */
@@ -40,8 +39,8 @@ SIM_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev);
 SIM_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxSetFlags(CUdevice dev,
                                                        unsigned int flags);
 SIM_EXPORT CUresult CUDAAPI cuDeviceGetUuid(CUuuid *uuid, CUdevice dev);
-SIM_EXPORT CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx,
-                                           unsigned int flags, CUdevice dev);
+SIM_EXPORT CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags,
+                                           CUdevice dev);
 
 #define SIM_CTX_STACK 64
 /* Context registry: append-only chunks, so that a handle can be checked
@@ -160,8 +159,8 @@ sim_ctx_poison(CUcontext ctx, CUresult code)
 {
     CUresult none = CUDA_SUCCESS;
 
-    __atomic_compare_exchange_n(&ctx->sticky, &none, code, 0,
-                                __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    __atomic_compare_exchange_n(&ctx->sticky, &none, code, 0, __ATOMIC_ACQ_REL,
+                                __ATOMIC_ACQUIRE);
     if (ctx->dev->sticky == CUDA_SUCCESS)
         ctx->dev->sticky = code;
 }
@@ -263,8 +262,8 @@ format_uuid(const CUuuid *uuid, char out[41])
     snprintf(out, 41,
              "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-"
              "%02x%02x%02x%02x%02x%02x",
-             u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9],
-             u[10], u[11], u[12], u[13], u[14], u[15]);
+             u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10],
+             u[11], u[12], u[13], u[14], u[15]);
 }
 
 /* ASCII classes for the environment's bytes: the locale plays no part,
@@ -547,13 +546,13 @@ parse_bus_id(const char *s, unsigned v[4])
         return 0;
     end = -1;
     v[0] = v[3] = 0;
-    if (sscanf(s, "%x:%x:%x%n", &v[0], &v[1], &v[2], &end) == 3 &&
-        end >= 0 && s[end] == '\0')
+    if (sscanf(s, "%x:%x:%x%n", &v[0], &v[1], &v[2], &end) == 3 && end >= 0 &&
+        s[end] == '\0')
         return 0;
     end = -1;
     v[0] = v[3] = 0;
-    if (sscanf(s, "%x:%x.%x%n", &v[1], &v[2], &v[3], &end) == 3 &&
-        end >= 0 && s[end] == '\0')
+    if (sscanf(s, "%x:%x.%x%n", &v[1], &v[2], &v[3], &end) == 3 && end >= 0 &&
+        s[end] == '\0')
         return 0;
     return -1;
 }
@@ -602,54 +601,144 @@ sim_device_attribute(const sim_device *d, CUdevice_attribute attrib, int *out)
     int v = INT_MIN; /* values outside the enum match no case */
 
     switch (attrib) {
-    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: v = 1024; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: v = 1024; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y: v = 1024; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z: v = 64; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: v = 2147483647; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y: v = 65535; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: v = 65535; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: v = 49152; break;
-    case CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY: v = 65536; break;
-    case CU_DEVICE_ATTRIBUTE_WARP_SIZE: v = 32; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_PITCH: v = 2147483647; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK: v = 65536; break;
-    case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: v = 1980000; break;
-    case CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT: v = 512; break;
-    case CU_DEVICE_ATTRIBUTE_GPU_OVERLAP: v = 1; break;
-    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: v = 132; break;
-    case CU_DEVICE_ATTRIBUTE_KERNEL_EXEC_TIMEOUT: v = 0; break;
-    case CU_DEVICE_ATTRIBUTE_INTEGRATED: v = 0; break;
-    case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY: v = 1; break;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE: v = CU_COMPUTEMODE_DEFAULT; break;
-    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_WIDTH: v = 131072; break;
-    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_WIDTH: v = 131072; break;
-    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_HEIGHT: v = 65536; break;
-    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_WIDTH: v = 16384; break;
-    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_HEIGHT: v = 16384; break;
-    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_DEPTH: v = 16384; break;
-    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LAYERED_WIDTH: v = 32768; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
+        v = 1024;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X:
+        v = 1024;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y:
+        v = 1024;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z:
+        v = 64;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X:
+        v = 2147483647;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y:
+        v = 65535;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z:
+        v = 65535;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK:
+        v = 49152;
+        break;
+    case CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY:
+        v = 65536;
+        break;
+    case CU_DEVICE_ATTRIBUTE_WARP_SIZE:
+        v = 32;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAX_PITCH:
+        v = 2147483647;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK:
+        v = 65536;
+        break;
+    case CU_DEVICE_ATTRIBUTE_CLOCK_RATE:
+        v = 1980000;
+        break;
+    case CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT:
+        v = 512;
+        break;
+    case CU_DEVICE_ATTRIBUTE_GPU_OVERLAP:
+        v = 1;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
+        v = 132;
+        break;
+    case CU_DEVICE_ATTRIBUTE_KERNEL_EXEC_TIMEOUT:
+        v = 0;
+        break;
+    case CU_DEVICE_ATTRIBUTE_INTEGRATED:
+        v = 0;
+        break;
+    case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY:
+        v = 1;
+        break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE:
+        v = CU_COMPUTEMODE_DEFAULT;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_WIDTH:
+        v = 131072;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_WIDTH:
+        v = 131072;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_HEIGHT:
+        v = 65536;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_WIDTH:
+        v = 16384;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_HEIGHT:
+        v = 16384;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_DEPTH:
+        v = 16384;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LAYERED_WIDTH:
+        v = 32768;
+        break;
     case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LAYERED_HEIGHT:
         v = 32768;
         break;
-    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LAYERED_LAYERS: v = 2048; break;
-    case CU_DEVICE_ATTRIBUTE_SURFACE_ALIGNMENT: v = 512; break;
-    case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS: v = 1; break;
-    case CU_DEVICE_ATTRIBUTE_ECC_ENABLED: v = 1; break;
-    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: v = d->pci_bus; break;
-    case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: v = d->pci_dev; break;
-    case CU_DEVICE_ATTRIBUTE_TCC_DRIVER: v = 0; break;
-    case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE: v = 2619000; break;
-    case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: v = 5120; break;
-    case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: v = 52428800; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: v = 2048; break;
-    case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT: v = 3; break;
-    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: v = 1; break;
-    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_LAYERED_WIDTH: v = 32768; break;
-    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_LAYERED_LAYERS: v = 2048; break;
-    case CU_DEVICE_ATTRIBUTE_CAN_TEX2D_GATHER: v = 1; break;
-    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_GATHER_WIDTH: v = 32768; break;
-    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_GATHER_HEIGHT: v = 32768; break;
+    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LAYERED_LAYERS:
+        v = 2048;
+        break;
+    case CU_DEVICE_ATTRIBUTE_SURFACE_ALIGNMENT:
+        v = 512;
+        break;
+    case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS:
+        v = 1;
+        break;
+    case CU_DEVICE_ATTRIBUTE_ECC_ENABLED:
+        v = 1;
+        break;
+    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID:
+        v = d->pci_bus;
+        break;
+    case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID:
+        v = d->pci_dev;
+        break;
+    case CU_DEVICE_ATTRIBUTE_TCC_DRIVER:
+        v = 0;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE:
+        v = 2619000;
+        break;
+    case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH:
+        v = 5120;
+        break;
+    case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE:
+        v = 52428800;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR:
+        v = 2048;
+        break;
+    case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT:
+        v = 3;
+        break;
+    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
+        v = 1;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_LAYERED_WIDTH:
+        v = 32768;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_LAYERED_LAYERS:
+        v = 2048;
+        break;
+    case CU_DEVICE_ATTRIBUTE_CAN_TEX2D_GATHER:
+        v = 1;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_GATHER_WIDTH:
+        v = 32768;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_GATHER_HEIGHT:
+        v = 32768;
+        break;
     case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_WIDTH_ALTERNATE:
         v = 8192;
         break;
@@ -659,29 +748,57 @@ sim_device_attribute(const sim_device *d, CUdevice_attribute attrib, int *out)
     case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_DEPTH_ALTERNATE:
         v = 32768;
         break;
-    case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID: v = d->pci_domain; break;
-    case CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT: v = 32; break;
-    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURECUBEMAP_WIDTH: v = 32768; break;
+    case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID:
+        v = d->pci_domain;
+        break;
+    case CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT:
+        v = 32;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURECUBEMAP_WIDTH:
+        v = 32768;
+        break;
     case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURECUBEMAP_LAYERED_WIDTH:
         v = 32768;
         break;
     case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURECUBEMAP_LAYERED_LAYERS:
         v = 2046;
         break;
-    case CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE1D_WIDTH: v = 32768; break;
-    case CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE2D_WIDTH: v = 131072; break;
-    case CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE2D_HEIGHT: v = 65536; break;
-    case CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE3D_WIDTH: v = 16384; break;
-    case CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE3D_HEIGHT: v = 16384; break;
-    case CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE3D_DEPTH: v = 16384; break;
-    case CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE1D_LAYERED_WIDTH: v = 32768; break;
-    case CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE1D_LAYERED_LAYERS: v = 2048; break;
-    case CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE2D_LAYERED_WIDTH: v = 32768; break;
+    case CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE1D_WIDTH:
+        v = 32768;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE2D_WIDTH:
+        v = 131072;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE2D_HEIGHT:
+        v = 65536;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE3D_WIDTH:
+        v = 16384;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE3D_HEIGHT:
+        v = 16384;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE3D_DEPTH:
+        v = 16384;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE1D_LAYERED_WIDTH:
+        v = 32768;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE1D_LAYERED_LAYERS:
+        v = 2048;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE2D_LAYERED_WIDTH:
+        v = 32768;
+        break;
     case CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE2D_LAYERED_HEIGHT:
         v = 32768;
         break;
-    case CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE2D_LAYERED_LAYERS: v = 2048; break;
-    case CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACECUBEMAP_WIDTH: v = 32768; break;
+    case CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE2D_LAYERED_LAYERS:
+        v = 2048;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACECUBEMAP_WIDTH:
+        v = 32768;
+        break;
     case CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACECUBEMAP_LAYERED_WIDTH:
         v = 32768;
         break;
@@ -691,8 +808,12 @@ sim_device_attribute(const sim_device *d, CUdevice_attribute attrib, int *out)
     case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_LINEAR_WIDTH:
         v = 268435456;
         break;
-    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LINEAR_WIDTH: v = 131072; break;
-    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LINEAR_HEIGHT: v = 65000; break;
+    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LINEAR_WIDTH:
+        v = 131072;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LINEAR_HEIGHT:
+        v = 65000;
+        break;
     case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LINEAR_PITCH:
         v = 2097120;
         break;
@@ -702,115 +823,223 @@ sim_device_attribute(const sim_device *d, CUdevice_attribute attrib, int *out)
     case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_MIPMAPPED_HEIGHT:
         v = 32768;
         break;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: v = d->cc_major; break;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: v = d->cc_minor; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR:
+        v = d->cc_major;
+        break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR:
+        v = d->cc_minor;
+        break;
     case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_MIPMAPPED_WIDTH:
         v = 32768;
         break;
-    case CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED: v = 1; break;
-    case CU_DEVICE_ATTRIBUTE_GLOBAL_L1_CACHE_SUPPORTED: v = 1; break;
-    case CU_DEVICE_ATTRIBUTE_LOCAL_L1_CACHE_SUPPORTED: v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED:
+        v = 1;
+        break;
+    case CU_DEVICE_ATTRIBUTE_GLOBAL_L1_CACHE_SUPPORTED:
+        v = 1;
+        break;
+    case CU_DEVICE_ATTRIBUTE_LOCAL_L1_CACHE_SUPPORTED:
+        v = 1;
+        break;
     case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR:
         v = 233472;
         break;
     case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR:
         v = 65536;
         break;
-    case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY: v = 1; break;
-    case CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD: v = 0; break;
-    case CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD_GROUP_ID: v = d->physical; break;
-    case CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED: v = 0; break;
+    case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY:
+        v = 1;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD:
+        v = 0;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD_GROUP_ID:
+        v = d->physical;
+        break;
+    case CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED:
+        v = 0;
+        break;
     case CU_DEVICE_ATTRIBUTE_SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO:
         v = 2;
         break;
-    case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS: v = 0; break;
-    case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS: v = 1; break;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_PREEMPTION_SUPPORTED: v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS:
+        v = 0;
+        break;
+    case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS:
+        v = 1;
+        break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_PREEMPTION_SUPPORTED:
+        v = 1;
+        break;
     case CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM:
         v = 1;
         break;
-    case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1: v = 0; break;
-    case CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS_V1: v = 0; break;
-    case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR_V1: v = 0; break;
-    case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH: v = 1; break;
-    case CU_DEVICE_ATTRIBUTE_COOPERATIVE_MULTI_DEVICE_LAUNCH: v = 0; break;
+    case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1:
+        v = 0;
+        break;
+    case CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS_V1:
+        v = 0;
+        break;
+    case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR_V1:
+        v = 0;
+        break;
+    case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH:
+        v = 1;
+        break;
+    case CU_DEVICE_ATTRIBUTE_COOPERATIVE_MULTI_DEVICE_LAUNCH:
+        v = 0;
+        break;
     case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN:
         v = 232448;
         break;
-    case CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES: v = 0; break;
-    case CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED: v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES:
+        v = 0;
+        break;
+    case CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED:
+        v = 1;
+        break;
     case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES:
         v = 0;
         break;
-    case CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST: v = 0; break;
-    case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: v = 0; break;
+    case CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST:
+        v = 0;
+        break;
+    case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
+        v = 0;
+        break;
     case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED:
         v = 0;
         break;
-    case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_HANDLE_SUPPORTED: v = 0; break;
+    case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_HANDLE_SUPPORTED:
+        v = 0;
+        break;
     case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_KMT_HANDLE_SUPPORTED:
         v = 0;
         break;
-    case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR: v = 32; break;
-    case CU_DEVICE_ATTRIBUTE_GENERIC_COMPRESSION_SUPPORTED: v = 0; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE: v = 32505856; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR:
+        v = 32;
+        break;
+    case CU_DEVICE_ATTRIBUTE_GENERIC_COMPRESSION_SUPPORTED:
+        v = 0;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE:
+        v = 32505856;
+        break;
     case CU_DEVICE_ATTRIBUTE_MAX_ACCESS_POLICY_WINDOW_SIZE:
         v = 134213632;
         break;
     case CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED:
         v = 0;
         break;
-    case CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK: v = 1024; break;
-    case CU_DEVICE_ATTRIBUTE_SPARSE_CUDA_ARRAY_SUPPORTED: v = 1; break;
-    case CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED: v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK:
+        v = 1024;
+        break;
+    case CU_DEVICE_ATTRIBUTE_SPARSE_CUDA_ARRAY_SUPPORTED:
+        v = 1;
+        break;
+    case CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED:
+        v = 1;
+        break;
     case CU_DEVICE_ATTRIBUTE_TIMELINE_SEMAPHORE_INTEROP_SUPPORTED:
         v = 1;
         break;
-    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: v = 1; break;
-    case CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED: v = 0; break;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED:
+        v = 1;
+        break;
+    case CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED:
+        v = 0;
+        break;
     case CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS:
         v = 0;
         break;
-    case CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING: v = 0; break;
+    case CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING:
+        v = 0;
+        break;
     case CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES:
         v = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
         break;
-    case CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH: v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH:
+        v = 1;
+        break;
     case CU_DEVICE_ATTRIBUTE_DEFERRED_MAPPING_CUDA_ARRAY_SUPPORTED:
         v = 1;
         break;
-    case CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS: v = 0; break;
-    case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR: v = 0; break;
-    case CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED: v = 0; break;
-    case CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED: v = 1; break;
-    case CU_DEVICE_ATTRIBUTE_MEM_SYNC_DOMAIN_COUNT: v = 4; break;
-    case CU_DEVICE_ATTRIBUTE_TENSOR_MAP_ACCESS_SUPPORTED: v = 1; break;
-    case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED: v = 0; break;
-    case CU_DEVICE_ATTRIBUTE_UNIFIED_FUNCTION_POINTERS: v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS:
+        v = 0;
+        break;
+    case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR:
+        v = 0;
+        break;
+    case CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED:
+        v = 0;
+        break;
+    case CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED:
+        v = 1;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MEM_SYNC_DOMAIN_COUNT:
+        v = 4;
+        break;
+    case CU_DEVICE_ATTRIBUTE_TENSOR_MAP_ACCESS_SUPPORTED:
+        v = 1;
+        break;
+    case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED:
+        v = 0;
+        break;
+    case CU_DEVICE_ATTRIBUTE_UNIFIED_FUNCTION_POINTERS:
+        v = 1;
+        break;
     case CU_DEVICE_ATTRIBUTE_NUMA_CONFIG:
         v = CU_DEVICE_NUMA_CONFIG_NONE;
         break;
-    case CU_DEVICE_ATTRIBUTE_NUMA_ID: v = -1; break;
-    case CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED: v = 0; break;
-    case CU_DEVICE_ATTRIBUTE_MPS_ENABLED: v = 0; break;
-    case CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID: v = 0; break;
-    case CU_DEVICE_ATTRIBUTE_D3D12_CIG_SUPPORTED: v = 0; break;
-    case CU_DEVICE_ATTRIBUTE_MEM_DECOMPRESS_ALGORITHM_MASK: v = 0; break;
-    case CU_DEVICE_ATTRIBUTE_MEM_DECOMPRESS_MAXIMUM_LENGTH: v = 0; break;
-    case CU_DEVICE_ATTRIBUTE_VULKAN_CIG_SUPPORTED: v = 0; break;
+    case CU_DEVICE_ATTRIBUTE_NUMA_ID:
+        v = -1;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED:
+        v = 0;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MPS_ENABLED:
+        v = 0;
+        break;
+    case CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID:
+        v = 0;
+        break;
+    case CU_DEVICE_ATTRIBUTE_D3D12_CIG_SUPPORTED:
+        v = 0;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MEM_DECOMPRESS_ALGORITHM_MASK:
+        v = 0;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MEM_DECOMPRESS_MAXIMUM_LENGTH:
+        v = 0;
+        break;
+    case CU_DEVICE_ATTRIBUTE_VULKAN_CIG_SUPPORTED:
+        v = 0;
+        break;
     /* 0x2330 (H100 SXM5) << 16 | NVIDIA's vendor id 0x10de. */
-    case CU_DEVICE_ATTRIBUTE_GPU_PCI_DEVICE_ID: v = 0x233010de; break;
-    case CU_DEVICE_ATTRIBUTE_GPU_PCI_SUBSYSTEM_ID: v = 0x16c110de; break;
+    case CU_DEVICE_ATTRIBUTE_GPU_PCI_DEVICE_ID:
+        v = 0x233010de;
+        break;
+    case CU_DEVICE_ATTRIBUTE_GPU_PCI_SUBSYSTEM_ID:
+        v = 0x16c110de;
+        break;
     case CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
         v = 0;
         break;
-    case CU_DEVICE_ATTRIBUTE_HOST_NUMA_MEMORY_POOLS_SUPPORTED: v = 0; break;
-    case CU_DEVICE_ATTRIBUTE_HOST_NUMA_MULTINODE_IPC_SUPPORTED: v = 0; break;
-    case CU_DEVICE_ATTRIBUTE_HOST_MEMORY_POOLS_SUPPORTED: v = 0; break;
+    case CU_DEVICE_ATTRIBUTE_HOST_NUMA_MEMORY_POOLS_SUPPORTED:
+        v = 0;
+        break;
+    case CU_DEVICE_ATTRIBUTE_HOST_NUMA_MULTINODE_IPC_SUPPORTED:
+        v = 0;
+        break;
+    case CU_DEVICE_ATTRIBUTE_HOST_MEMORY_POOLS_SUPPORTED:
+        v = 0;
+        break;
     case CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
         v = 0;
         break;
-    case CU_DEVICE_ATTRIBUTE_HOST_ALLOC_DMA_BUF_SUPPORTED: v = 0; break;
+    case CU_DEVICE_ATTRIBUTE_HOST_ALLOC_DMA_BUF_SUPPORTED:
+        v = 0;
+        break;
     case CU_DEVICE_ATTRIBUTE_ONLY_PARTIAL_HOST_NATIVE_ATOMIC_SUPPORTED:
         v = 0;
         break;
@@ -1008,7 +1237,8 @@ primary_set_flags(CUdevice dev, unsigned flags, int refuse_active)
     sim_lock();
     if (refuse_active && d->primary->active) {
         r = CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE;
-    } else {
+    }
+    else {
         d->primary_flags = flags;
         d->primary->flags = flags;
     }
@@ -1216,7 +1446,8 @@ cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
         r = sim_ctx_get(&ctx);
         if (r != CUDA_SUCCESS)
             return r;
-    } else if (!sim_ctx_valid(ctx)) {
+    }
+    else if (!sim_ctx_valid(ctx)) {
         return CUDA_ERROR_INVALID_CONTEXT;
     }
     *device = ctx->dev->ordinal;
@@ -1502,8 +1733,7 @@ const sim_proc sim_procs_device[] = {
     SIM_PROC(cuDevicePrimaryCtxReset, 11000, cuDevicePrimaryCtxReset_v2),
     SIM_PROC(cuDevicePrimaryCtxGetState, 7000, cuDevicePrimaryCtxGetState),
     SIM_PROC(cuDevicePrimaryCtxSetFlags, 7000, cuDevicePrimaryCtxSetFlags),
-    SIM_PROC(cuDevicePrimaryCtxSetFlags, 11000,
-             cuDevicePrimaryCtxSetFlags_v2),
+    SIM_PROC(cuDevicePrimaryCtxSetFlags, 11000, cuDevicePrimaryCtxSetFlags_v2),
     SIM_PROC(cuCtxCreate, 3020, cuCtxCreate_v2),
     SIM_PROC(cuCtxCreate, 12050, cuCtxCreate_v4),
     SIM_PROC(cuCtxDestroy, 2000, cuCtxDestroy),

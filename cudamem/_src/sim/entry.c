@@ -81,11 +81,28 @@ sim_env_ull(const char *name, unsigned long long dflt)
     if (errno != 0 || end == s || *s == '-')
         return dflt;
     switch (*end) {
-    case 'k': case 'K': mult = 1ULL << 10; end++; break;
-    case 'm': case 'M': mult = 1ULL << 20; end++; break;
-    case 'g': case 'G': mult = 1ULL << 30; end++; break;
-    case 't': case 'T': mult = 1ULL << 40; end++; break;
-    default: break;
+    case 'k':
+    case 'K':
+        mult = 1ULL << 10;
+        end++;
+        break;
+    case 'm':
+    case 'M':
+        mult = 1ULL << 20;
+        end++;
+        break;
+    case 'g':
+    case 'G':
+        mult = 1ULL << 30;
+        end++;
+        break;
+    case 't':
+    case 'T':
+        mult = 1ULL << 40;
+        end++;
+        break;
+    default:
+        break;
     }
     if (*end != '\0' || (mult > 1 && v > ~0ULL / mult))
         return dflt;
@@ -637,8 +654,7 @@ log_missing(const char *symbol, int cudaVersion, int known)
         memcpy(m->name, symbol, len + 1);
         m->next = missing_logged;
         missing_logged = m;
-        fprintf(stderr,
-                "cusim: cuGetProcAddress(\"%s\", %d): %s\n", symbol,
+        fprintf(stderr, "cusim: cuGetProcAddress(\"%s\", %d): %s\n", symbol,
                 cudaVersion,
                 known ? "not at this version" : "not in the simulator");
     }
@@ -646,8 +662,8 @@ log_missing(const char *symbol, int cudaVersion, int known)
 }
 
 static CUresult
-proc_address(const char *symbol, void **pfn, int cudaVersion,
-             cuuint64_t flags, CUdriverProcAddressQueryResult *status)
+proc_address(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+             CUdriverProcAddressQueryResult *status)
 {
     const sim_proc *row = NULL;
     int known = 0;
@@ -673,8 +689,7 @@ proc_address(const char *symbol, void **pfn, int cudaVersion,
         if (status != NULL)
             *status = known ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
                             : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-        return sim.driver_version >= 12000 ? CUDA_SUCCESS
-                                           : SIM_PROC_NOT_FOUND;
+        return sim.driver_version >= 12000 ? CUDA_SUCCESS : SIM_PROC_NOT_FOUND;
     }
     *pfn = row->fn;
     if (status != NULL)

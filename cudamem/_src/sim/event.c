@@ -18,10 +18,10 @@ struct CUevent_st {
     uint32_t magic;
     CUcontext ctx;
     unsigned flags;
-    int refs;      /* the handle, plus each record op in flight */
-    int destroyed; /* handle given back */
-    sim_dep rec;   /* the last record op; uid 0: never recorded */
-    int stamped;   /* t_ns belongs to `rec` */
+    int refs;            /* the handle, plus each record op in flight */
+    int destroyed;       /* handle given back */
+    sim_dep rec;         /* the last record op; uid 0: never recorded */
+    int stamped;         /* t_ns belongs to `rec` */
     uint64_t capture_id; /* last recorded into this capture, 0: not */
     uint64_t t_ns;
     sim_vclock vc; /* what the recorded work follows */
@@ -531,8 +531,8 @@ cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 static ipc_state *
 ipc_map(int fd)
 {
-    void *p = mmap(NULL, sizeof(ipc_state), PROT_READ | PROT_WRITE,
-                   MAP_SHARED, fd, 0);
+    void *p = mmap(NULL, sizeof(ipc_state), PROT_READ | PROT_WRITE, MAP_SHARED,
+                   fd, 0);
 
     return p == MAP_FAILED ? NULL : p;
 }

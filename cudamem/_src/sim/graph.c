@@ -28,20 +28,18 @@ SIM_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo(
 SIM_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo_ptsz(
     CUstream hStream, CUstreamCaptureStatus *captureStatus_out,
     cuuint64_t *id_out);
-SIM_EXPORT CUresult CUDAAPI cuStreamUpdateCaptureDependencies(
-    CUstream hStream, CUgraphNode *dependencies, size_t numDependencies,
-    unsigned int flags);
+SIM_EXPORT CUresult CUDAAPI
+cuStreamUpdateCaptureDependencies(CUstream hStream, CUgraphNode *dependencies,
+                                  size_t numDependencies, unsigned int flags);
 SIM_EXPORT CUresult CUDAAPI cuStreamUpdateCaptureDependencies_ptsz(
     CUstream hStream, CUgraphNode *dependencies, size_t numDependencies,
     unsigned int flags);
 SIM_EXPORT CUresult CUDAAPI cuGraphGetEdges(CUgraph hGraph, CUgraphNode *from,
-                                            CUgraphNode *to,
-                                            size_t *numEdges);
+                                            CUgraphNode *to, size_t *numEdges);
 SIM_EXPORT CUresult CUDAAPI cuGraphNodeGetDependencies(
     CUgraphNode hNode, CUgraphNode *dependencies, size_t *numDependencies);
 SIM_EXPORT CUresult CUDAAPI cuGraphNodeGetDependentNodes(
-    CUgraphNode hNode, CUgraphNode *dependentNodes,
-    size_t *numDependentNodes);
+    CUgraphNode hNode, CUgraphNode *dependentNodes, size_t *numDependentNodes);
 
 #define SIM_MAGIC_GRAPH 0x47524631u
 #define SIM_MAGIC_GRAPH_EXEC 0x47455831u
@@ -110,7 +108,7 @@ struct sim_capture {
     CUstreamCaptureMode mode;
     pthread_t thread; /* the thread that began it */
     int invalidated;
-    CUgraph g;          /* captured into; handed over at the end */
+    CUgraph g;           /* captured into; handed over at the end */
     cap_stream *streams; /* [0]: the origin stream */
     size_t nstreams;
     cap_event *events;
@@ -778,8 +776,7 @@ cuStreamIsCapturing_ptsz(CUstream hStream,
 
 /* Lock held: the capture s belongs to, or an error for asking. */
 static CUresult
-capture_of(CUstream h, int ptds, CUcontext ctx, CUstream *ps,
-           sim_capture **pc)
+capture_of(CUstream h, int ptds, CUcontext ctx, CUstream *ps, sim_capture **pc)
 {
     CUresult r = sim__stream_resolve(h, ptds, ctx, SIM_RESOLVE_SAME_CTX, ps);
 
@@ -851,8 +848,8 @@ cuStreamGetCaptureInfo(CUstream hStream,
                        cuuint64_t *id_out)
 {
     SIM_ENTER(cuStreamGetCaptureInfo);
-    return get_capture_info(hStream, 0, captureStatus_out, id_out, NULL,
-                            NULL, NULL, NULL);
+    return get_capture_info(hStream, 0, captureStatus_out, id_out, NULL, NULL,
+                            NULL, NULL);
 }
 
 SIM_EXPORT CUresult CUDAAPI
@@ -861,8 +858,8 @@ cuStreamGetCaptureInfo_ptsz(CUstream hStream,
                             cuuint64_t *id_out)
 {
     SIM_ENTER(cuStreamGetCaptureInfo);
-    return get_capture_info(hStream, 1, captureStatus_out, id_out, NULL,
-                            NULL, NULL, NULL);
+    return get_capture_info(hStream, 1, captureStatus_out, id_out, NULL, NULL,
+                            NULL, NULL);
 }
 
 SIM_EXPORT CUresult CUDAAPI
@@ -991,8 +988,7 @@ cuStreamUpdateCaptureDependencies(CUstream hStream, CUgraphNode *dependencies,
                                   size_t numDependencies, unsigned int flags)
 {
     SIM_ENTER(cuStreamUpdateCaptureDependencies);
-    return update_deps(hStream, 0, dependencies, NULL, numDependencies,
-                       flags);
+    return update_deps(hStream, 0, dependencies, NULL, numDependencies, flags);
 }
 
 SIM_EXPORT CUresult CUDAAPI
@@ -1002,8 +998,7 @@ cuStreamUpdateCaptureDependencies_ptsz(CUstream hStream,
                                        unsigned int flags)
 {
     SIM_ENTER(cuStreamUpdateCaptureDependencies);
-    return update_deps(hStream, 1, dependencies, NULL, numDependencies,
-                       flags);
+    return update_deps(hStream, 1, dependencies, NULL, numDependencies, flags);
 }
 
 SIM_EXPORT CUresult CUDAAPI
@@ -1068,8 +1063,7 @@ cuGraphDestroy(CUgraph hGraph)
 }
 
 static CUresult
-instantiate(CUgraphExec *phGraphExec, CUgraph hGraph,
-            unsigned long long flags)
+instantiate(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
 {
     const unsigned long long known =
         CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH |
@@ -1173,8 +1167,7 @@ cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph,
                              CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
     SIM_ENTER(cuGraphInstantiateWithParams);
-    return instantiate_with_params(phGraphExec, hGraph, instantiateParams,
-                                   0);
+    return instantiate_with_params(phGraphExec, hGraph, instantiateParams, 0);
 }
 
 SIM_EXPORT CUresult CUDAAPI
@@ -1183,8 +1176,7 @@ cuGraphInstantiateWithParams_ptsz(
     CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
     SIM_ENTER(cuGraphInstantiateWithParams);
-    return instantiate_with_params(phGraphExec, hGraph, instantiateParams,
-                                   1);
+    return instantiate_with_params(phGraphExec, hGraph, instantiateParams, 1);
 }
 
 static CUresult
@@ -1559,8 +1551,7 @@ cuGraphNodeGetDependentNodes(CUgraphNode hNode, CUgraphNode *dependentNodes,
 }
 
 SIM_EXPORT CUresult CUDAAPI
-cuGraphNodeGetDependentNodes_v2(CUgraphNode hNode,
-                                CUgraphNode *dependentNodes,
+cuGraphNodeGetDependentNodes_v2(CUgraphNode hNode, CUgraphNode *dependentNodes,
                                 CUgraphEdgeData *edgeData,
                                 size_t *numDependentNodes)
 {
@@ -1651,8 +1642,8 @@ uref_find(body *b, CUuserObject o)
 }
 
 SIM_EXPORT CUresult CUDAAPI
-cuGraphRetainUserObject(CUgraph graph, CUuserObject object,
-                        unsigned int count, unsigned int flags)
+cuGraphRetainUserObject(CUgraph graph, CUuserObject object, unsigned int count,
+                        unsigned int flags)
 {
     CUresult r = CUDA_SUCCESS;
     uref *u;
@@ -1671,8 +1662,7 @@ cuGraphRetainUserObject(CUgraph graph, CUuserObject object,
     }
     u = uref_find(graph->b, object);
     if (u == NULL) {
-        uref *p = realloc(graph->b->urefs,
-                          (graph->b->nurefs + 1) * sizeof *p);
+        uref *p = realloc(graph->b->urefs, (graph->b->nurefs + 1) * sizeof *p);
 
         if (p == NULL) {
             r = CUDA_ERROR_OUT_OF_MEMORY;
@@ -1725,8 +1715,7 @@ const sim_proc sim_procs_graph[] = {
     SIM_PROC(cuStreamEndCapture, 10000, cuStreamEndCapture),
     SIM_PROC_PTDS(cuStreamEndCapture, 10000, ptsz, cuStreamEndCapture_ptsz),
     SIM_PROC(cuStreamIsCapturing, 10000, cuStreamIsCapturing),
-    SIM_PROC_PTDS(cuStreamIsCapturing, 10000, ptsz,
-                  cuStreamIsCapturing_ptsz),
+    SIM_PROC_PTDS(cuStreamIsCapturing, 10000, ptsz, cuStreamIsCapturing_ptsz),
     SIM_PROC(cuStreamGetCaptureInfo, 10010, cuStreamGetCaptureInfo),
     SIM_PROC_PTDS(cuStreamGetCaptureInfo, 10010, ptsz,
                   cuStreamGetCaptureInfo_ptsz),
@@ -1766,8 +1755,7 @@ const sim_proc sim_procs_graph[] = {
     SIM_PROC(cuGraphGetEdges, 12030, cuGraphGetEdges_v2),
     SIM_PROC(cuGraphNodeGetType, 10000, cuGraphNodeGetType),
     SIM_PROC(cuGraphNodeGetDependencies, 10000, cuGraphNodeGetDependencies),
-    SIM_PROC(cuGraphNodeGetDependencies, 12030,
-             cuGraphNodeGetDependencies_v2),
+    SIM_PROC(cuGraphNodeGetDependencies, 12030, cuGraphNodeGetDependencies_v2),
     SIM_PROC(cuGraphNodeGetDependentNodes, 10000,
              cuGraphNodeGetDependentNodes),
     SIM_PROC(cuGraphNodeGetDependentNodes, 12030,
@@ -1778,5 +1766,5 @@ const sim_proc sim_procs_graph[] = {
     SIM_PROC(cuGraphRetainUserObject, 11030, cuGraphRetainUserObject),
     SIM_PROC(cuGraphReleaseUserObject, 11030, cuGraphReleaseUserObject),
 };
-const size_t sim_nprocs_graph =
-    sizeof sim_procs_graph / sizeof sim_procs_graph[0];
+const size_t sim_nprocs_graph = sizeof sim_procs_graph /
+                                sizeof sim_procs_graph[0];

@@ -255,7 +255,8 @@ ipc_open(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
     if (a) {
         if (sim.ipc_reopen_error) {
             r = CUDA_ERROR_ALREADY_MAPPED;
-        } else {
+        }
+        else {
             a->ipc_refs++;
             *pdptr = a->base;
         }

@@ -32,10 +32,10 @@ in_context(void *out, size_t size)
     return r;
 }
 
-#define NEED(ptr)                                                              \
-    do {                                                                       \
-        if ((ptr) == NULL)                                                     \
-            return CUDA_ERROR_INVALID_VALUE;                                   \
+#define NEED(ptr)                                                             \
+    do {                                                                      \
+        if ((ptr) == NULL)                                                    \
+            return CUDA_ERROR_INVALID_VALUE;                                  \
     } while (0)
 
 /* Loads in the current context: CUDA_ERROR_JIT_COMPILER_NOT_FOUND. */
@@ -230,9 +230,9 @@ cuLinkCreate(unsigned int numOptions, CUjit_option *options,
 }
 
 SIM_EXPORT CUresult CUDAAPI
-cuLinkAddData(CUlinkState state, CUjitInputType type, void *data,
-              size_t size, const char *name, unsigned int numOptions,
-              CUjit_option *options, void **optionValues)
+cuLinkAddData(CUlinkState state, CUjitInputType type, void *data, size_t size,
+              const char *name, unsigned int numOptions, CUjit_option *options,
+              void **optionValues)
 {
     SIM_ENTER(cuLinkAddData);
     (void)state, (void)type, (void)data, (void)size, (void)name;
@@ -295,11 +295,11 @@ cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
 }
 
 SIM_EXPORT CUresult CUDAAPI
-cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX,
-                    unsigned int gridDimY, unsigned int gridDimZ,
-                    unsigned int blockDimX, unsigned int blockDimY,
-                    unsigned int blockDimZ, unsigned int sharedMemBytes,
-                    CUstream hStream, void **kernelParams, void **extra)
+cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                    unsigned int gridDimZ, unsigned int blockDimX,
+                    unsigned int blockDimY, unsigned int blockDimZ,
+                    unsigned int sharedMemBytes, CUstream hStream,
+                    void **kernelParams, void **extra)
 {
     SIM_ENTER(cuLaunchKernel);
     (void)gridDimX, (void)gridDimY, (void)gridDimZ, (void)blockDimX;

@@ -134,12 +134,15 @@ heap_free(struct sim_heap *h, size_t off, size_t len)
         memmove(&h->spans[i], &h->spans[i + 1],
                 (h->n - i - 1) * sizeof(sim_span));
         h->n--;
-    } else if (join_prev) {
+    }
+    else if (join_prev) {
         h->spans[i - 1].len += len;
-    } else if (join_next) {
+    }
+    else if (join_next) {
         h->spans[i].off = off;
         h->spans[i].len += len;
-    } else {
+    }
+    else {
         if (h->n == h->cap) {
             /* heap_new starts at 8; the fallback spells it out for the
              * analyzer, which cannot see that cap is never 0. */
@@ -150,8 +153,7 @@ heap_free(struct sim_heap *h, size_t off, size_t len)
             h->spans = s;
             h->cap = cap;
         }
-        memmove(&h->spans[i + 1], &h->spans[i],
-                (h->n - i) * sizeof(sim_span));
+        memmove(&h->spans[i + 1], &h->spans[i], (h->n - i) * sizeof(sim_span));
         h->spans[i].off = off;
         h->spans[i].len = len;
         h->n++;
@@ -162,8 +164,8 @@ heap_free(struct sim_heap *h, size_t off, size_t len)
 static int
 heap_empty(const struct sim_heap *h)
 {
-    return !h || (h->n == 1 && h->spans[0].off == 0 &&
-                  h->spans[0].len == h->size);
+    return !h ||
+           (h->n == 1 && h->spans[0].off == 0 && h->spans[0].len == h->size);
 }
 
 /* ---------------------------------------------------------------------------
@@ -270,7 +272,8 @@ sim_mem_resolve(uintptr_t addr, size_t len, int want, sim_ref *out)
         if (device_kind(a->kind) || a->kind == SIM_MEM_MANAGED) {
             if (!fits || (device_kind(a->kind) && !(want & SIM_WANT_DEVICE)))
                 return CUDA_ERROR_INVALID_VALUE;
-        } else if (!fits) {
+        }
+        else if (!fits) {
             /* Host memory only partly page-locked is pageable to the
              * driver. */
             a = NULL;
@@ -385,7 +388,8 @@ record_free(sim_alloc *a)
             sim_ipc_forget(a);
         if (a->pool) {
             sim_pool_block_freed(a);
-        } else {
+        }
+        else {
             munmap(a->backing, a->backing_size);
             release_device(dev, a->base, a->size);
         }
@@ -511,7 +515,8 @@ sim_mem_block_new(sim_device *dev, size_t len, int fd, off_t off,
         return r;
     if (fd < 0) {
         *backing = map_anon(len, backing_size);
-    } else {
+    }
+    else {
         *backing_size = round_up(len, page_size());
         void *p = *backing_size == 0
                       ? MAP_FAILED
@@ -745,7 +750,8 @@ cuMemGetAddressRange(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
         sim_alloc *a = sim_mem_find(dptr);
         if (!a) {
             r = CUDA_ERROR_NOT_FOUND;
-        } else {
+        }
+        else {
             if (pbase)
                 *pbase = a->base;
             if (psize)
@@ -769,9 +775,9 @@ host_alloc(void **pp, size_t bytesize, unsigned flags)
     if (r != CUDA_SUCCESS)
         goto done;
     if (!pp || bytesize == 0 ||
-        (flags & ~(unsigned)(CU_MEMHOSTALLOC_PORTABLE |
-                             CU_MEMHOSTALLOC_DEVICEMAP |
-                             CU_MEMHOSTALLOC_WRITECOMBINED))) {
+        (flags &
+         ~(unsigned)(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP |
+                     CU_MEMHOSTALLOC_WRITECOMBINED))) {
         r = CUDA_ERROR_INVALID_VALUE;
         goto done;
     }
@@ -1009,7 +1015,8 @@ location_of(CUdevice dev)
     memset(&loc, 0, sizeof(loc));
     if (dev == CU_DEVICE_CPU) {
         loc.type = CU_MEM_LOCATION_TYPE_HOST;
-    } else {
+    }
+    else {
         loc.type = CU_MEM_LOCATION_TYPE_DEVICE;
         loc.id = dev;
     }
@@ -1023,8 +1030,8 @@ run_nothing(sim_op *op)
 }
 
 static CUresult
-prefetch(CUdeviceptr devPtr, size_t count, CUmemLocation loc,
-         unsigned flags, CUstream hStream, int ptds)
+prefetch(CUdeviceptr devPtr, size_t count, CUmemLocation loc, unsigned flags,
+         CUstream hStream, int ptds)
 {
     CUcontext ctx;
     sim_lock();
@@ -1096,9 +1103,8 @@ advise(CUdeviceptr devPtr, size_t count, CUmem_advise advice,
             goto done;
     }
     sim_record *rec = (sim_record *)a;
-    unsigned bit = loc.type == CU_MEM_LOCATION_TYPE_DEVICE
-                       ? 1u << loc.id
-                       : ACCESSED_BY_HOST;
+    unsigned bit = loc.type == CU_MEM_LOCATION_TYPE_DEVICE ? 1u << loc.id
+                                                           : ACCESSED_BY_HOST;
     switch (advice) {
     case CU_MEM_ADVISE_SET_READ_MOSTLY:
         rec->read_mostly = 1;
@@ -1181,7 +1187,7 @@ get_attribute(void *data, CUpointer_attribute attr, CUdeviceptr ptr,
         *(unsigned int *)data = a && a->kind == SIM_MEM_MANAGED;
         return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
-        *(int *)data = !a       ? -2
+        *(int *)data = !a        ? -2
                        : a->pool ? sim_pool_device(a->pool)->ordinal
                                  : a->ctx->dev->ordinal;
         return CUDA_SUCCESS;
@@ -1202,12 +1208,12 @@ get_attribute(void *data, CUpointer_attribute attr, CUdeviceptr ptr,
         *(unsigned int *)data = a != NULL;
         return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS:
-        *(unsigned int *)data =
-            !a ? CU_POINTER_ATTRIBUTE_ACCESS_FLAG_NONE
-            : (a->kind == SIM_MEM_REGISTERED &&
-               (a->flags & CU_MEMHOSTREGISTER_READ_ONLY))
-                ? CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READ
-                : CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE;
+        *(unsigned int *)
+            data = !a ? CU_POINTER_ATTRIBUTE_ACCESS_FLAG_NONE
+                   : (a->kind == SIM_MEM_REGISTERED &&
+                      (a->flags & CU_MEMHOSTREGISTER_READ_ONLY))
+                       ? CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READ
+                       : CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE;
         return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
         *(CUmemoryPool *)data = a ? a->pool : NULL;
@@ -1279,7 +1285,8 @@ cuPointerSetAttribute(const void *value, CUpointer_attribute attribute,
             a->sync_memops = 1;
         else
             r = CUDA_ERROR_INVALID_VALUE;
-    } else {
+    }
+    else {
         a->sync_memops = 0;
     }
     sim_unlock();
@@ -1394,8 +1401,7 @@ cuMemRangeGetAttribute(void *data, size_t dataSize,
 SIM_EXPORT CUresult CUDAAPI
 cuMemRangeGetAttributes(void **data, size_t *dataSizes,
                         CUmem_range_attribute *attributes,
-                        size_t numAttributes, CUdeviceptr devPtr,
-                        size_t count)
+                        size_t numAttributes, CUdeviceptr devPtr, size_t count)
 {
     SIM_ENTER(cuMemRangeGetAttributes);
     if (!data || !dataSizes || !attributes || numAttributes == 0)
@@ -1458,8 +1464,8 @@ cuMemAdvise(CUdeviceptr devPtr, size_t count, CUmem_advise advice,
 {
     SIM_ENTER(cuMemAdvise);
     if (advice != CU_MEM_ADVISE_SET_READ_MOSTLY &&
-        advice != CU_MEM_ADVISE_UNSET_READ_MOSTLY &&
-        device != CU_DEVICE_CPU && !sim_device_get(device))
+        advice != CU_MEM_ADVISE_UNSET_READ_MOSTLY && device != CU_DEVICE_CPU &&
+        !sim_device_get(device))
         return CUDA_ERROR_INVALID_DEVICE;
     return advise(devPtr, count, advice, location_of(device));
 }
@@ -1482,8 +1488,7 @@ const sim_proc sim_procs_memory[] = {
     SIM_PROC(cuMemPrefetchAsync, 8000, cuMemPrefetchAsync),
     SIM_PROC_PTDS(cuMemPrefetchAsync, 8000, ptsz, cuMemPrefetchAsync_ptsz),
     SIM_PROC(cuMemPrefetchAsync, 12020, cuMemPrefetchAsync_v2),
-    SIM_PROC_PTDS(cuMemPrefetchAsync, 12020, ptsz,
-                  cuMemPrefetchAsync_v2_ptsz),
+    SIM_PROC_PTDS(cuMemPrefetchAsync, 12020, ptsz, cuMemPrefetchAsync_v2_ptsz),
     SIM_PROC(cuMemAdvise, 8000, cuMemAdvise),
     SIM_PROC(cuMemAdvise, 12020, cuMemAdvise_v2),
     SIM_PROC(cuPointerGetAttribute, 4000, cuPointerGetAttribute),
@@ -1492,5 +1497,5 @@ const sim_proc sim_procs_memory[] = {
     SIM_PROC(cuMemRangeGetAttribute, 8000, cuMemRangeGetAttribute),
     SIM_PROC(cuMemRangeGetAttributes, 8000, cuMemRangeGetAttributes),
 };
-const size_t sim_nprocs_memory =
-    sizeof(sim_procs_memory) / sizeof(sim_procs_memory[0]);
+const size_t sim_nprocs_memory = sizeof(sim_procs_memory) /
+                                 sizeof(sim_procs_memory[0]);

@@ -166,7 +166,8 @@ sim_pool_block_freed(sim_alloc *a)
         /* The exporter's memory: only this process's mapping goes. */
         sim_mem_block_delete(p->dev, a->base, len, a->backing,
                              a->backing_size);
-    } else {
+    }
+    else {
         p->used -= len;
         b = calloc(1, sizeof(*b));
     }
@@ -179,7 +180,8 @@ sim_pool_block_freed(sim_alloc *a)
         b->off = a->pool_off;
         b->next = p->cache;
         p->cache = b;
-    } else if (!p->imported) {
+    }
+    else if (!p->imported) {
         /* Cannot keep it: give it back at once. */
         sim_mem_block_delete(p->dev, a->base, len, a->backing,
                              a->backing_size);
@@ -227,8 +229,8 @@ take_cached(CUmemoryPool p, size_t len, uint64_t stream_uid)
         pool_block *b = *bp;
         if (b->len != len)
             continue;
-        if (!p->reuse[REUSE_OPPORTUNISTIC] &&
-            b->stream_uid != 0 && b->stream_uid != stream_uid)
+        if (!p->reuse[REUSE_OPPORTUNISTIC] && b->stream_uid != 0 &&
+            b->stream_uid != stream_uid)
             continue;
         *bp = b->next;
         return b;
@@ -300,8 +302,9 @@ alloc_async(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
     if (r != CUDA_SUCCESS)
         goto done;
     /* Imported pools only map the exporter's allocations. */
-    if (!dptr || bytesize == 0 || (entry == SIM_cuMemAllocFromPoolAsync &&
-                                   (!pool_live(pool) || pool->imported))) {
+    if (!dptr || bytesize == 0 ||
+        (entry == SIM_cuMemAllocFromPoolAsync &&
+         (!pool_live(pool) || pool->imported))) {
         r = CUDA_ERROR_INVALID_VALUE;
         goto done;
     }
@@ -352,7 +355,8 @@ alloc_async(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
     sim_lock();
     if (r == CUDA_SUCCESS) {
         *dptr = base;
-    } else {
+    }
+    else {
         a = sim_mem_find(base);
         if (a && a->base == base && a->buffer_id == id)
             sim_mem_free(a);
@@ -432,8 +436,8 @@ cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 }
 
 SIM_EXPORT CUresult CUDAAPI
-cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize,
-                        CUmemoryPool pool, CUstream hStream)
+cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                        CUstream hStream)
 {
     SIM_ENTER(cuMemAllocFromPoolAsync);
     return alloc_async(dptr, bytesize, pool, hStream, 0,
@@ -501,7 +505,8 @@ cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
     if (r == CUDA_SUCCESS) {
         (*pool)->handle_types = props->handleTypes;
         (*pool)->fd = fd;
-    } else if (fd >= 0) {
+    }
+    else if (fd >= 0) {
         close(fd);
     }
     sim_unlock();
@@ -516,7 +521,8 @@ cuMemPoolDestroy(CUmemoryPool pool)
     sim_lock();
     if (!pool_live(pool) || pool->is_default) {
         r = CUDA_ERROR_INVALID_VALUE;
-    } else {
+    }
+    else {
         if (current_pool[pool->dev->ordinal] == pool)
             current_pool[pool->dev->ordinal] = NULL;
         /* Outstanding allocations keep it until they are freed. */
@@ -531,8 +537,7 @@ cuMemPoolDestroy(CUmemoryPool pool)
 }
 
 SIM_EXPORT CUresult CUDAAPI
-cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr,
-                      void *value)
+cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
     SIM_ENTER(cuMemPoolSetAttribute);
     CUresult r = CUDA_SUCCESS;
@@ -569,8 +574,7 @@ done:
 }
 
 SIM_EXPORT CUresult CUDAAPI
-cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr,
-                      void *value)
+cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
     SIM_ENTER(cuMemPoolGetAttribute);
     CUresult r = CUDA_SUCCESS;
@@ -632,8 +636,7 @@ access_device(const CUmemLocation *loc)
 }
 
 SIM_EXPORT CUresult CUDAAPI
-cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map,
-                   size_t count)
+cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count)
 {
     SIM_ENTER(cuMemPoolSetAccess);
     CUresult r = CUDA_SUCCESS;
@@ -750,8 +753,7 @@ done:
 }
 
 SIM_EXPORT CUresult CUDAAPI
-cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_out,
-                       CUdeviceptr ptr)
+cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_out, CUdeviceptr ptr)
 {
     SIM_ENTER(cuMemPoolExportPointer);
     CUresult r = CUDA_SUCCESS;
@@ -760,7 +762,8 @@ cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_out,
     if (!shareData_out || !a || a->base != ptr || !a->pool ||
         a->pool->fd < 0 || a->pool->imported) {
         r = CUDA_ERROR_INVALID_VALUE;
-    } else {
+    }
+    else {
         pool_ptr_wire w = {POOL_PTR_MAGIC, (uint32_t)getpid(),
                            (uint64_t)a->pool_off, a->size};
         memset(shareData_out, 0, sizeof(*shareData_out));
@@ -972,5 +975,5 @@ const sim_proc sim_procs_mempool[] = {
     SIM_PROC(cuMemGetMemPool, 13000, cuMemGetMemPool),
     SIM_PROC(cuMemSetMemPool, 13000, cuMemSetMemPool),
 };
-const size_t sim_nprocs_mempool =
-    sizeof(sim_procs_mempool) / sizeof(sim_procs_mempool[0]);
+const size_t sim_nprocs_mempool = sizeof(sim_procs_mempool) /
+                                  sizeof(sim_procs_mempool[0]);

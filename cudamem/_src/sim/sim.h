@@ -21,195 +21,195 @@
 
 /* Every entry point the simulator implements, by plain name. The order is
  * the order of cusim_entry_stats(). */
-#define SIM_ENTRIES(X)                                                         \
-    X(cuGetProcAddress)                                                        \
-    X(cuInit)                                                                  \
-    X(cuDriverGetVersion)                                                      \
-    X(cuGetErrorName)                                                          \
-    X(cuGetErrorString)                                                        \
-    X(cuDeviceGetCount)                                                        \
-    X(cuDeviceGet)                                                             \
-    X(cuDeviceGetName)                                                         \
-    X(cuDeviceGetAttribute)                                                    \
-    X(cuDeviceTotalMem)                                                        \
-    X(cuDeviceGetUuid)                                                         \
-    X(cuDeviceGetPCIBusId)                                                     \
-    X(cuDeviceGetByPCIBusId)                                                   \
-    X(cuDeviceCanAccessPeer)                                                   \
-    X(cuDevicePrimaryCtxRetain)                                                \
-    X(cuDevicePrimaryCtxRelease)                                               \
-    X(cuDevicePrimaryCtxReset)                                                 \
-    X(cuDevicePrimaryCtxGetState)                                              \
-    X(cuDevicePrimaryCtxSetFlags)                                              \
-    X(cuCtxCreate)                                                             \
-    X(cuCtxDestroy)                                                            \
-    X(cuCtxGetCurrent)                                                         \
-    X(cuCtxSetCurrent)                                                         \
-    X(cuCtxPushCurrent)                                                        \
-    X(cuCtxPopCurrent)                                                         \
-    X(cuCtxGetDevice)                                                          \
-    X(cuCtxGetFlags)                                                           \
-    X(cuCtxSynchronize)                                                        \
-    X(cuCtxGetStreamPriorityRange)                                             \
-    X(cuCtxEnablePeerAccess)                                                   \
-    X(cuCtxDisablePeerAccess)                                                  \
-    X(cuCtxGetId)                                                              \
-    X(cuCtxGetLimit)                                                           \
-    X(cuCtxSetLimit)                                                           \
-    X(cuCtxGetApiVersion)                                                      \
-    X(cuDeviceGetP2PAttribute)                                                 \
-    X(cuProfilerStart)                                                         \
-    X(cuProfilerStop)                                                          \
-    X(cuMemGetInfo)                                                            \
-    X(cuMemAlloc)                                                              \
-    X(cuMemAllocPitch)                                                         \
-    X(cuMemFree)                                                               \
-    X(cuMemGetAddressRange)                                                    \
-    X(cuMemAllocHost)                                                          \
-    X(cuMemHostAlloc)                                                          \
-    X(cuMemFreeHost)                                                           \
-    X(cuMemHostGetDevicePointer)                                               \
-    X(cuMemHostGetFlags)                                                       \
-    X(cuMemHostRegister)                                                       \
-    X(cuMemHostUnregister)                                                     \
-    X(cuMemAllocManaged)                                                       \
-    X(cuMemPrefetchAsync)                                                      \
-    X(cuMemAdvise)                                                             \
-    X(cuPointerGetAttribute)                                                   \
-    X(cuPointerGetAttributes)                                                  \
-    X(cuPointerSetAttribute)                                                   \
-    X(cuMemRangeGetAttribute)                                                  \
-    X(cuMemRangeGetAttributes)                                                 \
-    X(cuMemcpy)                                                                \
-    X(cuMemcpyAsync)                                                           \
-    X(cuMemcpyHtoD)                                                            \
-    X(cuMemcpyHtoDAsync)                                                       \
-    X(cuMemcpyDtoH)                                                            \
-    X(cuMemcpyDtoHAsync)                                                       \
-    X(cuMemcpyDtoD)                                                            \
-    X(cuMemcpyDtoDAsync)                                                       \
-    X(cuMemcpyPeer)                                                            \
-    X(cuMemcpyPeerAsync)                                                       \
-    X(cuMemcpy2D)                                                              \
-    X(cuMemcpy2DAsync)                                                         \
-    X(cuMemcpy2DUnaligned)                                                     \
-    X(cuMemcpy3D)                                                              \
-    X(cuMemcpy3DAsync)                                                         \
-    X(cuMemcpy3DPeer)                                                          \
-    X(cuMemcpy3DPeerAsync)                                                     \
-    X(cuMemcpyBatchAsync)                                                      \
-    X(cuMemsetD8)                                                              \
-    X(cuMemsetD8Async)                                                         \
-    X(cuMemsetD16)                                                             \
-    X(cuMemsetD16Async)                                                        \
-    X(cuMemsetD32)                                                             \
-    X(cuMemsetD32Async)                                                        \
-    X(cuMemsetD2D8)                                                            \
-    X(cuMemsetD2D8Async)                                                       \
-    X(cuMemsetD2D16)                                                           \
-    X(cuMemsetD2D16Async)                                                      \
-    X(cuMemsetD2D32)                                                           \
-    X(cuMemsetD2D32Async)                                                      \
-    X(cuStreamCreate)                                                          \
-    X(cuStreamCreateWithPriority)                                              \
-    X(cuStreamDestroy)                                                         \
-    X(cuStreamSynchronize)                                                     \
-    X(cuStreamQuery)                                                           \
-    X(cuStreamWaitEvent)                                                       \
-    X(cuStreamAddCallback)                                                     \
-    X(cuLaunchHostFunc)                                                        \
-    X(cuStreamGetPriority)                                                     \
-    X(cuStreamGetFlags)                                                        \
-    X(cuStreamGetCtx)                                                          \
-    X(cuStreamAttachMemAsync)                                                  \
-    X(cuStreamGetId)                                                           \
-    X(cuStreamGetAttribute)                                                    \
-    X(cuStreamSetAttribute)                                                    \
-    X(cuEventCreate)                                                           \
-    X(cuEventDestroy)                                                          \
-    X(cuEventRecord)                                                           \
-    X(cuEventRecordWithFlags)                                                  \
-    X(cuEventSynchronize)                                                      \
-    X(cuEventQuery)                                                            \
-    X(cuEventElapsedTime)                                                      \
-    X(cuIpcGetMemHandle)                                                       \
-    X(cuIpcOpenMemHandle)                                                      \
-    X(cuIpcCloseMemHandle)                                                     \
-    X(cuIpcGetEventHandle)                                                     \
-    X(cuIpcOpenEventHandle)                                                    \
-    X(cuModuleLoad)                                                            \
-    X(cuModuleLoadData)                                                        \
-    X(cuModuleLoadDataEx)                                                      \
-    X(cuModuleLoadFatBinary)                                                   \
-    X(cuModuleUnload)                                                          \
-    X(cuModuleGetFunction)                                                     \
-    X(cuModuleGetGlobal)                                                       \
-    X(cuLibraryLoadData)                                                       \
-    X(cuLibraryLoadFromFile)                                                   \
-    X(cuLibraryUnload)                                                         \
-    X(cuLibraryGetKernel)                                                      \
-    X(cuLibraryGetModule)                                                      \
-    X(cuKernelGetFunction)                                                     \
-    X(cuKernelGetAttribute)                                                    \
-    X(cuLinkCreate)                                                            \
-    X(cuLinkAddData)                                                           \
-    X(cuLinkAddFile)                                                           \
-    X(cuLinkComplete)                                                          \
-    X(cuLinkDestroy)                                                           \
-    X(cuLaunchKernel)                                                          \
-    X(cuLaunchKernelEx)                                                        \
-    X(cuLaunchCooperativeKernel)                                               \
-    X(cuOccupancyMaxActiveBlocksPerMultiprocessor)                             \
-    X(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags)                    \
-    X(cuOccupancyMaxPotentialBlockSize)                                        \
-    X(cuOccupancyMaxPotentialBlockSizeWithFlags)                               \
-    X(cuOccupancyAvailableDynamicSMemPerBlock)                                 \
-    X(cuFuncGetAttribute)                                                      \
-    X(cuFuncSetAttribute)                                                      \
-    X(cuFuncSetCacheConfig)                                                    \
-    X(cuFuncGetModule)                                                         \
-    X(cuMemAllocAsync)                                                         \
-    X(cuMemAllocFromPoolAsync)                                                 \
-    X(cuMemFreeAsync)                                                          \
-    X(cuMemPoolCreate)                                                         \
-    X(cuMemPoolDestroy)                                                        \
-    X(cuMemPoolSetAttribute)                                                   \
-    X(cuMemPoolGetAttribute)                                                   \
-    X(cuMemPoolTrimTo)                                                         \
-    X(cuMemPoolSetAccess)                                                      \
-    X(cuMemPoolGetAccess)                                                      \
-    X(cuMemPoolExportToShareableHandle)                                        \
-    X(cuMemPoolImportFromShareableHandle)                                      \
-    X(cuMemPoolExportPointer)                                                  \
-    X(cuMemPoolImportPointer)                                                  \
-    X(cuDeviceGetDefaultMemPool)                                               \
-    X(cuDeviceGetMemPool)                                                      \
-    X(cuDeviceSetMemPool)                                                      \
-    X(cuMemGetDefaultMemPool)                                                  \
-    X(cuMemGetMemPool)                                                         \
-    X(cuMemSetMemPool)                                                         \
-    X(cuStreamBeginCapture)                                                    \
-    X(cuStreamEndCapture)                                                      \
-    X(cuStreamIsCapturing)                                                     \
-    X(cuStreamGetCaptureInfo)                                                  \
-    X(cuStreamUpdateCaptureDependencies)                                       \
-    X(cuGraphCreate)                                                           \
-    X(cuGraphDestroy)                                                          \
-    X(cuGraphInstantiate)                                                      \
-    X(cuGraphInstantiateWithParams)                                            \
-    X(cuGraphUpload)                                                           \
-    X(cuGraphExecDestroy)                                                      \
-    X(cuGraphLaunch)                                                           \
-    X(cuGraphGetNodes)                                                         \
-    X(cuGraphGetRootNodes)                                                     \
-    X(cuGraphGetEdges)                                                         \
-    X(cuGraphNodeGetType)                                                      \
-    X(cuGraphNodeGetDependencies)                                              \
-    X(cuGraphNodeGetDependentNodes)                                            \
-    X(cuUserObjectCreate)                                                      \
-    X(cuUserObjectRetain)                                                      \
-    X(cuUserObjectRelease)                                                     \
-    X(cuGraphRetainUserObject)                                                 \
+#define SIM_ENTRIES(X)                                                        \
+    X(cuGetProcAddress)                                                       \
+    X(cuInit)                                                                 \
+    X(cuDriverGetVersion)                                                     \
+    X(cuGetErrorName)                                                         \
+    X(cuGetErrorString)                                                       \
+    X(cuDeviceGetCount)                                                       \
+    X(cuDeviceGet)                                                            \
+    X(cuDeviceGetName)                                                        \
+    X(cuDeviceGetAttribute)                                                   \
+    X(cuDeviceTotalMem)                                                       \
+    X(cuDeviceGetUuid)                                                        \
+    X(cuDeviceGetPCIBusId)                                                    \
+    X(cuDeviceGetByPCIBusId)                                                  \
+    X(cuDeviceCanAccessPeer)                                                  \
+    X(cuDevicePrimaryCtxRetain)                                               \
+    X(cuDevicePrimaryCtxRelease)                                              \
+    X(cuDevicePrimaryCtxReset)                                                \
+    X(cuDevicePrimaryCtxGetState)                                             \
+    X(cuDevicePrimaryCtxSetFlags)                                             \
+    X(cuCtxCreate)                                                            \
+    X(cuCtxDestroy)                                                           \
+    X(cuCtxGetCurrent)                                                        \
+    X(cuCtxSetCurrent)                                                        \
+    X(cuCtxPushCurrent)                                                       \
+    X(cuCtxPopCurrent)                                                        \
+    X(cuCtxGetDevice)                                                         \
+    X(cuCtxGetFlags)                                                          \
+    X(cuCtxSynchronize)                                                       \
+    X(cuCtxGetStreamPriorityRange)                                            \
+    X(cuCtxEnablePeerAccess)                                                  \
+    X(cuCtxDisablePeerAccess)                                                 \
+    X(cuCtxGetId)                                                             \
+    X(cuCtxGetLimit)                                                          \
+    X(cuCtxSetLimit)                                                          \
+    X(cuCtxGetApiVersion)                                                     \
+    X(cuDeviceGetP2PAttribute)                                                \
+    X(cuProfilerStart)                                                        \
+    X(cuProfilerStop)                                                         \
+    X(cuMemGetInfo)                                                           \
+    X(cuMemAlloc)                                                             \
+    X(cuMemAllocPitch)                                                        \
+    X(cuMemFree)                                                              \
+    X(cuMemGetAddressRange)                                                   \
+    X(cuMemAllocHost)                                                         \
+    X(cuMemHostAlloc)                                                         \
+    X(cuMemFreeHost)                                                          \
+    X(cuMemHostGetDevicePointer)                                              \
+    X(cuMemHostGetFlags)                                                      \
+    X(cuMemHostRegister)                                                      \
+    X(cuMemHostUnregister)                                                    \
+    X(cuMemAllocManaged)                                                      \
+    X(cuMemPrefetchAsync)                                                     \
+    X(cuMemAdvise)                                                            \
+    X(cuPointerGetAttribute)                                                  \
+    X(cuPointerGetAttributes)                                                 \
+    X(cuPointerSetAttribute)                                                  \
+    X(cuMemRangeGetAttribute)                                                 \
+    X(cuMemRangeGetAttributes)                                                \
+    X(cuMemcpy)                                                               \
+    X(cuMemcpyAsync)                                                          \
+    X(cuMemcpyHtoD)                                                           \
+    X(cuMemcpyHtoDAsync)                                                      \
+    X(cuMemcpyDtoH)                                                           \
+    X(cuMemcpyDtoHAsync)                                                      \
+    X(cuMemcpyDtoD)                                                           \
+    X(cuMemcpyDtoDAsync)                                                      \
+    X(cuMemcpyPeer)                                                           \
+    X(cuMemcpyPeerAsync)                                                      \
+    X(cuMemcpy2D)                                                             \
+    X(cuMemcpy2DAsync)                                                        \
+    X(cuMemcpy2DUnaligned)                                                    \
+    X(cuMemcpy3D)                                                             \
+    X(cuMemcpy3DAsync)                                                        \
+    X(cuMemcpy3DPeer)                                                         \
+    X(cuMemcpy3DPeerAsync)                                                    \
+    X(cuMemcpyBatchAsync)                                                     \
+    X(cuMemsetD8)                                                             \
+    X(cuMemsetD8Async)                                                        \
+    X(cuMemsetD16)                                                            \
+    X(cuMemsetD16Async)                                                       \
+    X(cuMemsetD32)                                                            \
+    X(cuMemsetD32Async)                                                       \
+    X(cuMemsetD2D8)                                                           \
+    X(cuMemsetD2D8Async)                                                      \
+    X(cuMemsetD2D16)                                                          \
+    X(cuMemsetD2D16Async)                                                     \
+    X(cuMemsetD2D32)                                                          \
+    X(cuMemsetD2D32Async)                                                     \
+    X(cuStreamCreate)                                                         \
+    X(cuStreamCreateWithPriority)                                             \
+    X(cuStreamDestroy)                                                        \
+    X(cuStreamSynchronize)                                                    \
+    X(cuStreamQuery)                                                          \
+    X(cuStreamWaitEvent)                                                      \
+    X(cuStreamAddCallback)                                                    \
+    X(cuLaunchHostFunc)                                                       \
+    X(cuStreamGetPriority)                                                    \
+    X(cuStreamGetFlags)                                                       \
+    X(cuStreamGetCtx)                                                         \
+    X(cuStreamAttachMemAsync)                                                 \
+    X(cuStreamGetId)                                                          \
+    X(cuStreamGetAttribute)                                                   \
+    X(cuStreamSetAttribute)                                                   \
+    X(cuEventCreate)                                                          \
+    X(cuEventDestroy)                                                         \
+    X(cuEventRecord)                                                          \
+    X(cuEventRecordWithFlags)                                                 \
+    X(cuEventSynchronize)                                                     \
+    X(cuEventQuery)                                                           \
+    X(cuEventElapsedTime)                                                     \
+    X(cuIpcGetMemHandle)                                                      \
+    X(cuIpcOpenMemHandle)                                                     \
+    X(cuIpcCloseMemHandle)                                                    \
+    X(cuIpcGetEventHandle)                                                    \
+    X(cuIpcOpenEventHandle)                                                   \
+    X(cuModuleLoad)                                                           \
+    X(cuModuleLoadData)                                                       \
+    X(cuModuleLoadDataEx)                                                     \
+    X(cuModuleLoadFatBinary)                                                  \
+    X(cuModuleUnload)                                                         \
+    X(cuModuleGetFunction)                                                    \
+    X(cuModuleGetGlobal)                                                      \
+    X(cuLibraryLoadData)                                                      \
+    X(cuLibraryLoadFromFile)                                                  \
+    X(cuLibraryUnload)                                                        \
+    X(cuLibraryGetKernel)                                                     \
+    X(cuLibraryGetModule)                                                     \
+    X(cuKernelGetFunction)                                                    \
+    X(cuKernelGetAttribute)                                                   \
+    X(cuLinkCreate)                                                           \
+    X(cuLinkAddData)                                                          \
+    X(cuLinkAddFile)                                                          \
+    X(cuLinkComplete)                                                         \
+    X(cuLinkDestroy)                                                          \
+    X(cuLaunchKernel)                                                         \
+    X(cuLaunchKernelEx)                                                       \
+    X(cuLaunchCooperativeKernel)                                              \
+    X(cuOccupancyMaxActiveBlocksPerMultiprocessor)                            \
+    X(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags)                   \
+    X(cuOccupancyMaxPotentialBlockSize)                                       \
+    X(cuOccupancyMaxPotentialBlockSizeWithFlags)                              \
+    X(cuOccupancyAvailableDynamicSMemPerBlock)                                \
+    X(cuFuncGetAttribute)                                                     \
+    X(cuFuncSetAttribute)                                                     \
+    X(cuFuncSetCacheConfig)                                                   \
+    X(cuFuncGetModule)                                                        \
+    X(cuMemAllocAsync)                                                        \
+    X(cuMemAllocFromPoolAsync)                                                \
+    X(cuMemFreeAsync)                                                         \
+    X(cuMemPoolCreate)                                                        \
+    X(cuMemPoolDestroy)                                                       \
+    X(cuMemPoolSetAttribute)                                                  \
+    X(cuMemPoolGetAttribute)                                                  \
+    X(cuMemPoolTrimTo)                                                        \
+    X(cuMemPoolSetAccess)                                                     \
+    X(cuMemPoolGetAccess)                                                     \
+    X(cuMemPoolExportToShareableHandle)                                       \
+    X(cuMemPoolImportFromShareableHandle)                                     \
+    X(cuMemPoolExportPointer)                                                 \
+    X(cuMemPoolImportPointer)                                                 \
+    X(cuDeviceGetDefaultMemPool)                                              \
+    X(cuDeviceGetMemPool)                                                     \
+    X(cuDeviceSetMemPool)                                                     \
+    X(cuMemGetDefaultMemPool)                                                 \
+    X(cuMemGetMemPool)                                                        \
+    X(cuMemSetMemPool)                                                        \
+    X(cuStreamBeginCapture)                                                   \
+    X(cuStreamEndCapture)                                                     \
+    X(cuStreamIsCapturing)                                                    \
+    X(cuStreamGetCaptureInfo)                                                 \
+    X(cuStreamUpdateCaptureDependencies)                                      \
+    X(cuGraphCreate)                                                          \
+    X(cuGraphDestroy)                                                         \
+    X(cuGraphInstantiate)                                                     \
+    X(cuGraphInstantiateWithParams)                                           \
+    X(cuGraphUpload)                                                          \
+    X(cuGraphExecDestroy)                                                     \
+    X(cuGraphLaunch)                                                          \
+    X(cuGraphGetNodes)                                                        \
+    X(cuGraphGetRootNodes)                                                    \
+    X(cuGraphGetEdges)                                                        \
+    X(cuGraphNodeGetType)                                                     \
+    X(cuGraphNodeGetDependencies)                                             \
+    X(cuGraphNodeGetDependentNodes)                                           \
+    X(cuUserObjectCreate)                                                     \
+    X(cuUserObjectRetain)                                                     \
+    X(cuUserObjectRelease)                                                    \
+    X(cuGraphRetainUserObject)                                                \
     X(cuGraphReleaseUserObject)
 
 typedef enum sim_entry {
@@ -230,22 +230,30 @@ typedef struct sim_global {
     int driver_version;      /* CUDAMEM_SIM_DRIVER_VERSION, default 13000 */
     int ndevices;            /* visible devices */
     struct sim_device *devices[SIM_MAX_DEVICES];
-    unsigned delay_us;       /* CUDAMEM_SIM_DELAY_US */
-    int hazards;             /* CUDAMEM_SIM_HAZARDS */
-    int strict_pitch;        /* CUDAMEM_SIM_STRICT_PITCH */
-    int strict_staging;      /* CUDAMEM_SIM_STRICT_STAGING */
-    int strict_dtoh;         /* CUDAMEM_SIM_STRICT_DTOH */
-    int strict_htod;         /* CUDAMEM_SIM_STRICT_HTOD */
-    int ipc_reopen_error;    /* CUDAMEM_SIM_IPC_REOPEN=error */
-    int log_missing;         /* CUDAMEM_SIM_LOG_MISSING */
+    unsigned delay_us;    /* CUDAMEM_SIM_DELAY_US */
+    int hazards;          /* CUDAMEM_SIM_HAZARDS */
+    int strict_pitch;     /* CUDAMEM_SIM_STRICT_PITCH */
+    int strict_staging;   /* CUDAMEM_SIM_STRICT_STAGING */
+    int strict_dtoh;      /* CUDAMEM_SIM_STRICT_DTOH */
+    int strict_htod;      /* CUDAMEM_SIM_STRICT_HTOD */
+    int ipc_reopen_error; /* CUDAMEM_SIM_IPC_REOPEN=error */
+    int log_missing;      /* CUDAMEM_SIM_LOG_MISSING */
     int profiling;
-    cusim_stats live;        /* maintained by the owners of each kind */
+    cusim_stats live; /* maintained by the owners of each kind */
 } sim_global;
 
 extern sim_global sim;
 
-static inline void sim_lock(void) { pthread_mutex_lock(&sim.lock); }
-static inline void sim_unlock(void) { pthread_mutex_unlock(&sim.lock); }
+static inline void
+sim_lock(void)
+{
+    pthread_mutex_lock(&sim.lock);
+}
+static inline void
+sim_unlock(void)
+{
+    pthread_mutex_unlock(&sim.lock);
+}
 
 /* Every entry point starts with SIM_ENTER(name) (or SIM_ENTER_NOINIT for the
  * few the driver answers before cuInit). It counts the call, returns an
@@ -254,17 +262,17 @@ static inline void sim_unlock(void) { pthread_mutex_unlock(&sim.lock); }
  * (NOT_INITIALIZED), and fails with the sticky code of a poisoned current
  * context. Takes and releases the lock itself. */
 CUresult sim_enter(sim_entry id, int need_init);
-#define SIM_ENTER(name)                                                        \
-    do {                                                                       \
-        CUresult sim_r_ = sim_enter(SIM_##name, 1);                            \
-        if (sim_r_ != CUDA_SUCCESS)                                            \
-            return sim_r_;                                                     \
+#define SIM_ENTER(name)                                                       \
+    do {                                                                      \
+        CUresult sim_r_ = sim_enter(SIM_##name, 1);                           \
+        if (sim_r_ != CUDA_SUCCESS)                                           \
+            return sim_r_;                                                    \
     } while (0)
-#define SIM_ENTER_NOINIT(name)                                                 \
-    do {                                                                       \
-        CUresult sim_r_ = sim_enter(SIM_##name, 0);                            \
-        if (sim_r_ != CUDA_SUCCESS)                                            \
-            return sim_r_;                                                     \
+#define SIM_ENTER_NOINIT(name)                                                \
+    do {                                                                      \
+        CUresult sim_r_ = sim_enter(SIM_##name, 0);                           \
+        if (sim_r_ != CUDA_SUCCESS)                                           \
+            return sim_r_;                                                    \
     } while (0)
 /* Adds to the bytes-moved counter of an entry point (any thread). */
 void sim_count_bytes(sim_entry id, size_t nbytes);
@@ -285,9 +293,9 @@ typedef struct sim_proc {
     int ptds;         /* 1: the per-thread default stream variant */
     void *fn;
 } sim_proc;
-#define SIM_PROC(name, ver, fn)                                                \
+#define SIM_PROC(name, ver, fn)                                               \
     {#name, ver, 0, (void *)(1 ? (fn) : (PFN_##name##_v##ver)0)}
-#define SIM_PROC_PTDS(name, ver, suffix, fn)                                   \
+#define SIM_PROC_PTDS(name, ver, suffix, fn)                                  \
     {#name, ver, 1, (void *)(1 ? (fn) : (PFN_##name##_v##ver##_##suffix)0)}
 
 extern const sim_proc sim_procs_entry[], sim_procs_device[],
@@ -304,14 +312,14 @@ typedef struct sim_device {
     int physical; /* index among CUDAMEM_SIM_DEVICES */
     char name[64];
     int cc_major, cc_minor;
-    size_t total_mem;              /* CUDAMEM_SIM_MEMORY, cusim_set_memory */
-    size_t used_mem;               /* device + IPC-opened bytes (memory.c) */
-    uintptr_t va_base;             /* PROT_NONE reserve for device pointers */
-    size_t va_size;                /* == total_mem rounded, at least 1 GiB */
-    struct sim_heap *heap;         /* address allocator (memory.c) */
-    CUuuid uuid;                   /* deterministic from `physical` */
+    size_t total_mem;      /* CUDAMEM_SIM_MEMORY, cusim_set_memory */
+    size_t used_mem;       /* device + IPC-opened bytes (memory.c) */
+    uintptr_t va_base;     /* PROT_NONE reserve for device pointers */
+    size_t va_size;        /* == total_mem rounded, at least 1 GiB */
+    struct sim_heap *heap; /* address allocator (memory.c) */
+    CUuuid uuid;           /* deterministic from `physical` */
     int pci_domain, pci_bus, pci_dev;
-    struct CUctx_st *primary;      /* always allocated, active or not */
+    struct CUctx_st *primary; /* always allocated, active or not */
     unsigned primary_flags;
     /* The first sticky error of any of its contexts, injected or raised
      * by the simulator (work on freed memory): a driver keeps it until
@@ -328,8 +336,8 @@ struct CUctx_st {
     uint32_t magic;
     sim_device *dev;
     int is_primary;
-    int active;     /* primary: retained since the last reset / release */
-    int retain;     /* primary retain count */
+    int active; /* primary: retained since the last reset / release */
+    int retain; /* primary retain count */
     unsigned flags;
     CUresult sticky; /* CUDA_SUCCESS, or the code that poisoned it */
     struct CUstream_st *legacy;  /* the legacy default stream */
@@ -380,15 +388,15 @@ typedef struct sim_alloc {
     size_t size;            /* bytes requested */
     unsigned char *backing; /* where the bytes are, host-accessible */
     size_t backing_size;
-    CUcontext ctx;          /* the context it was made in */
-    unsigned flags;         /* host alloc / register / attach flags */
+    CUcontext ctx;  /* the context it was made in */
+    unsigned flags; /* host alloc / register / attach flags */
     unsigned long long buffer_id;
-    int ipc_fd;             /* exporter: shared memory fd once exported */
-    char ipc_name[40];      /* shared memory object name once exported */
-    int ipc_refs;           /* importer: opens of this mapping */
-    CUmemoryPool pool;      /* SIM_MEM_DEVICE from a memory pool, or NULL */
-    off_t pool_off;         /* its offset in an IPC-capable pool's file */
-    int sync_memops;        /* cuPointerSetAttribute(SYNC_MEMOPS) */
+    int ipc_fd;        /* exporter: shared memory fd once exported */
+    char ipc_name[40]; /* shared memory object name once exported */
+    int ipc_refs;      /* importer: opens of this mapping */
+    CUmemoryPool pool; /* SIM_MEM_DEVICE from a memory pool, or NULL */
+    off_t pool_off;    /* its offset in an IPC-capable pool's file */
+    int sync_memops;   /* cuPointerSetAttribute(SYNC_MEMOPS) */
 } sim_alloc;
 
 /* Caller holds the lock. The allocation containing `addr` (any kind). */
@@ -433,10 +441,9 @@ void sim_mem_block_delete(sim_device *dev, uintptr_t base, size_t len,
                           unsigned char *backing, size_t backing_size);
 /* Enters a pool allocation of `size` bytes over a block as a device
  * record of ctx. Lock held. */
-CUresult sim_mem_pool_record(CUcontext ctx, CUmemoryPool pool,
-                             uintptr_t base, size_t size,
-                             unsigned char *backing, size_t backing_size,
-                             sim_alloc **out);
+CUresult sim_mem_pool_record(CUcontext ctx, CUmemoryPool pool, uintptr_t base,
+                             size_t size, unsigned char *backing,
+                             size_t backing_size, sim_alloc **out);
 /* Frees a record as cuMemFree would once nothing uses it (a pool's goes
  * back to its pool). Lock held. */
 void sim_mem_free(sim_alloc *a);

@@ -25,11 +25,11 @@ struct CUstream_st {
     uint64_t uid;   /* slot index and generation, outlives the struct */
     uint64_t owner; /* KIND_PTDS: the owning thread's id */
     struct CUstream_st *next; /* ctx->streams */
-    int linked;     /* on ctx's lists */
-    int destroyed;  /* closing: freed once its queue is empty */
-    int has_worker; /* once closed, the worker frees the struct */
+    int linked;               /* on ctx's lists */
+    int destroyed;            /* closing: freed once its queue is empty */
+    int has_worker;           /* once closed, the worker frees the struct */
     pthread_cond_t wake;
-    sim_op *head, *tail; /* queued ops; head may be running */
+    sim_op *head, *tail;   /* queued ops; head may be running */
     const sim_op *running; /* head while its worker runs it, else NULL */
     uint64_t submitted, completed;
     sim_vclock vc; /* what the stream's next op is known to follow */
@@ -354,8 +354,7 @@ typedef struct worker_info {
 
 static pthread_key_t worker_key;
 static pthread_once_t crash_once = PTHREAD_ONCE_INIT;
-static const int crash_signals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE,
-                                    SIGABRT};
+static const int crash_signals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
 #define NCRASH (sizeof crash_signals / sizeof crash_signals[0])
 static struct sigaction crash_prev[NCRASH];
 static volatile sig_atomic_t crash_ready;
@@ -688,8 +687,7 @@ ptds_get(CUcontext ctx, int create)
     if (tls_thread_id == 0)
         tls_thread_id = ++next_thread_id;
     for (s = ctx->streams; s != NULL; s = s->next) {
-        if (s->kind == KIND_PTDS && s->owner == tls_thread_id &&
-            !s->destroyed)
+        if (s->kind == KIND_PTDS && s->owner == tls_thread_id && !s->destroyed)
             break;
     }
     if (s == NULL && create) {
@@ -976,8 +974,7 @@ stream_targets(CUstream s, sim_dep **deps, size_t *n)
 
     *deps = NULL;
     *n = 0;
-    if (stream_busy(s) &&
-        deps_add(deps, n, &cap, s->uid, s->submitted) < 0)
+    if (stream_busy(s) && deps_add(deps, n, &cap, s->uid, s->submitted) < 0)
         return -1;
     if (s->kind != KIND_LEGACY)
         return 0;
@@ -1557,18 +1554,16 @@ stream_attr(CUstream s, int special, CUstreamAttrID attr,
             return CUDA_ERROR_INVALID_VALUE;
         s->priority = set->priority < SIM_PRIORITY_GREATEST
                           ? SIM_PRIORITY_GREATEST
-                      : set->priority > SIM_PRIORITY_LEAST
-                          ? SIM_PRIORITY_LEAST
-                          : set->priority;
+                      : set->priority > SIM_PRIORITY_LEAST ? SIM_PRIORITY_LEAST
+                                                           : set->priority;
         return CUDA_SUCCESS;
     case CU_STREAM_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP:
         if (get != NULL) {
             get->memSyncDomainMap = s->domain_map;
             return CUDA_SUCCESS;
         }
-        sim_device_attribute(s->ctx->dev,
-                             CU_DEVICE_ATTRIBUTE_MEM_SYNC_DOMAIN_COUNT,
-                             &domains);
+        sim_device_attribute(
+            s->ctx->dev, CU_DEVICE_ATTRIBUTE_MEM_SYNC_DOMAIN_COUNT, &domains);
         if (set->memSyncDomainMap.default_ >= domains ||
             set->memSyncDomainMap.remote >= domains)
             return CUDA_ERROR_INVALID_VALUE;
@@ -1651,8 +1646,7 @@ stream_attach(CUstream h, int ptds, CUdeviceptr dptr, size_t length,
         flags != CU_MEM_ATTACH_SINGLE)
         return CUDA_ERROR_INVALID_VALUE;
     /* A single-stream attachment needs a specific stream. */
-    if (flags == CU_MEM_ATTACH_SINGLE &&
-        (h == NULL || h == CU_STREAM_LEGACY))
+    if (flags == CU_MEM_ATTACH_SINGLE && (h == NULL || h == CU_STREAM_LEGACY))
         return CUDA_ERROR_INVALID_VALUE;
     sim_lock();
     m = sim_mem_find((uintptr_t)dptr);
@@ -1680,8 +1674,8 @@ cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, size_t length,
 }
 
 SIM_EXPORT CUresult
-cuStreamAttachMemAsync_ptsz(CUstream hStream, CUdeviceptr dptr,
-                            size_t length, unsigned int flags)
+cuStreamAttachMemAsync_ptsz(CUstream hStream, CUdeviceptr dptr, size_t length,
+                            unsigned int flags)
 {
     SIM_ENTER(cuStreamAttachMemAsync);
     return stream_attach(hStream, 1, dptr, length, flags);
@@ -1913,5 +1907,5 @@ const sim_proc sim_procs_stream[] = {
     SIM_PROC(cuEventElapsedTime, 2000, cuEventElapsedTime),
     SIM_PROC(cuEventElapsedTime, 12080, cuEventElapsedTime),
 };
-const size_t sim_nprocs_stream =
-    sizeof sim_procs_stream / sizeof sim_procs_stream[0];
+const size_t sim_nprocs_stream = sizeof sim_procs_stream /
+                                 sizeof sim_procs_stream[0];
