@@ -196,6 +196,22 @@ def test_reshape_is_a_view_when_numpy_views():
     _same(copied, host[:, :3].reshape(12))
 
 
+@pytest.mark.parametrize("shape", [(2**62, 4), (-1, 2**62, 4),
+                                   (4, 2**62, 2**62)])
+def test_reshape_to_more_elements_than_fit(shape):
+    # The product of the dimensions overflows: NumPy says the size cannot
+    # match (checked by the overflow, not by a wrapped product).
+    host = np.zeros(0)
+    with pytest.raises(ValueError) as want:
+        host.reshape(shape)
+    with pytest.raises(ValueError) as got:
+        cudamem.device_array(0).reshape(shape)
+    # NumPy names the shape with -1 filled in; cudamem names it as given.
+    prefix = "cannot reshape array of size 0 into shape "
+    assert str(want.value).startswith(prefix)
+    assert str(got.value) == prefix + str(shape)
+
+
 def test_view_dtype():
     host = np.arange(12, dtype=np.int32).reshape(3, 4)
     dev = cudamem.to_device(host)

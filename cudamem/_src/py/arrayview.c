@@ -456,11 +456,13 @@ reshape_to(cmpy_state *st, cmpy_DeviceNDArray *self, int nd, Py_ssize_t *dims,
                          shape_arg);
             return NULL;
         }
-        else {
-            total *= dims[i];
+        else if (total >= 0 &&
+                 __builtin_mul_overflow(total, dims[i], &total)) {
+            /* More elements than an array can have: never this size. */
+            total = -1;
         }
     }
-    if (unknown >= 0) {
+    if (total >= 0 && unknown >= 0) {
         if (total == 0 || self->size % total != 0) {
             PyErr_Format(PyExc_ValueError,
                          "cannot reshape array of size %zd into shape %R",
