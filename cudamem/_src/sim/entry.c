@@ -598,6 +598,7 @@ static const proc_table proc_tables[] = {
     {sim_procs_memory, &sim_nprocs_memory},
     {sim_procs_copy, &sim_nprocs_copy},
     {sim_procs_stream, &sim_nprocs_stream},
+    {sim_procs_event, &sim_nprocs_event},
     {sim_procs_ipc, &sim_nprocs_ipc},
     {sim_procs_kernel, &sim_nprocs_kernel},
     {sim_procs_mempool, &sim_nprocs_mempool},

@@ -665,3 +665,24 @@ cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)
     *phEvent = ev;
     return CUDA_SUCCESS;
 }
+
+/* ---------------------------------------------------------------------------
+ * cuGetProcAddress rows. */
+
+const sim_proc sim_procs_event[] = {
+    SIM_PROC(cuEventCreate, 2000, cuEventCreate),
+    SIM_PROC(cuEventDestroy, 4000, cuEventDestroy),
+    SIM_PROC(cuEventRecord, 2000, cuEventRecord),
+    SIM_PROC_PTDS(cuEventRecord, 7000, ptsz, cuEventRecord_ptsz),
+    SIM_PROC(cuEventRecordWithFlags, 11010, cuEventRecordWithFlags),
+    SIM_PROC_PTDS(cuEventRecordWithFlags, 11010, ptsz,
+                  cuEventRecordWithFlags_ptsz),
+    SIM_PROC(cuEventSynchronize, 2000, cuEventSynchronize),
+    SIM_PROC(cuIpcGetEventHandle, 4010, cuIpcGetEventHandle),
+    SIM_PROC(cuIpcOpenEventHandle, 4010, cuIpcOpenEventHandle),
+    SIM_PROC(cuEventQuery, 2000, cuEventQuery),
+    SIM_PROC(cuEventElapsedTime, 2000, cuEventElapsedTime),
+    SIM_PROC(cuEventElapsedTime, 12080, cuEventElapsedTime),
+};
+const size_t sim_nprocs_event = sizeof sim_procs_event /
+                                sizeof sim_procs_event[0];

@@ -299,11 +299,12 @@ typedef struct sim_proc {
     {#name, ver, 1, (void *)(1 ? (fn) : (PFN_##name##_v##ver##_##suffix)0)}
 
 extern const sim_proc sim_procs_entry[], sim_procs_device[],
-    sim_procs_memory[], sim_procs_copy[], sim_procs_stream[], sim_procs_ipc[],
-    sim_procs_kernel[], sim_procs_mempool[], sim_procs_graph[];
+    sim_procs_memory[], sim_procs_copy[], sim_procs_stream[],
+    sim_procs_event[], sim_procs_ipc[], sim_procs_kernel[],
+    sim_procs_mempool[], sim_procs_graph[];
 extern const size_t sim_nprocs_entry, sim_nprocs_device, sim_nprocs_memory,
-    sim_nprocs_copy, sim_nprocs_stream, sim_nprocs_ipc, sim_nprocs_kernel,
-    sim_nprocs_mempool, sim_nprocs_graph;
+    sim_nprocs_copy, sim_nprocs_stream, sim_nprocs_event, sim_nprocs_ipc,
+    sim_nprocs_kernel, sim_nprocs_mempool, sim_nprocs_graph;
 
 /* ---------------------------------------------------------------------------
  * Devices and contexts (device.c). */

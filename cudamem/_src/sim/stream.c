@@ -1858,7 +1858,7 @@ sim__stream_label(CUstream s, char *buf, size_t size)
 }
 
 /* ------------------------------------------------------------------------
- * cuGetProcAddress rows for stream.c and event.c. */
+ * cuGetProcAddress rows. */
 
 const sim_proc sim_procs_stream[] = {
     SIM_PROC(cuStreamCreate, 2000, cuStreamCreate),
@@ -1893,19 +1893,6 @@ const sim_proc sim_procs_stream[] = {
                   cuStreamSetAttribute_ptsz),
     SIM_PROC(cuCtxSynchronize, 2000, cuCtxSynchronize),
     SIM_PROC(cuCtxGetStreamPriorityRange, 5050, cuCtxGetStreamPriorityRange),
-    SIM_PROC(cuEventCreate, 2000, cuEventCreate),
-    SIM_PROC(cuEventDestroy, 4000, cuEventDestroy),
-    SIM_PROC(cuEventRecord, 2000, cuEventRecord),
-    SIM_PROC_PTDS(cuEventRecord, 7000, ptsz, cuEventRecord_ptsz),
-    SIM_PROC(cuEventRecordWithFlags, 11010, cuEventRecordWithFlags),
-    SIM_PROC_PTDS(cuEventRecordWithFlags, 11010, ptsz,
-                  cuEventRecordWithFlags_ptsz),
-    SIM_PROC(cuEventSynchronize, 2000, cuEventSynchronize),
-    SIM_PROC(cuIpcGetEventHandle, 4010, cuIpcGetEventHandle),
-    SIM_PROC(cuIpcOpenEventHandle, 4010, cuIpcOpenEventHandle),
-    SIM_PROC(cuEventQuery, 2000, cuEventQuery),
-    SIM_PROC(cuEventElapsedTime, 2000, cuEventElapsedTime),
-    SIM_PROC(cuEventElapsedTime, 12080, cuEventElapsedTime),
 };
 const size_t sim_nprocs_stream = sizeof sim_procs_stream /
                                  sizeof sim_procs_stream[0];
