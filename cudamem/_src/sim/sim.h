@@ -298,6 +298,33 @@ typedef struct sim_proc {
 #define SIM_PROC_PTDS(name, ver, suffix, fn)                                  \
     {#name, ver, 1, (void *)(1 ? (fn) : (PFN_##name##_v##ver##_##suffix)0)}
 
+/* Alias tables. Most exported entry points only enter and forward, once per
+ * ABI alias (plain, _v2, _ptds, ...). Each file lists its aliases in one
+ * X-macro table, NAME_ALIASES(W, R), a row per alias:
+ *   W(symbol, entry, version, pt, impl, (params), (args)): the exported
+ *     `symbol params` enters `entry` (its counters and fault injection) and
+ *     returns `impl args`;
+ *   R(symbol, entry, version, pt): a hand-written symbol, for its
+ *     cuGetProcAddress row alone.
+ * `entry` is the plain name cuGetProcAddress answers for, `version` the
+ * cudaTypedefs.h ABI version and `pt` empty, or _ptds or _ptsz for the
+ * per-thread default stream variants. The file expands the table once with
+ * (SIM_ALIAS_WRAPPER, SIM_ALIAS_SKIP) for its wrappers and once with
+ * (SIM_ALIAS_ROW, SIM_ALIAS_ROW) for its rows. `entry` is only pasted, so
+ * cuda.h's _v2 macros do not rename it. */
+#define SIM_ALIAS_WRAPPER(sym, entry, ver, pt, impl, params, args)            \
+    SIM_EXPORT CUresult CUDAAPI sym params                                    \
+    {                                                                         \
+        CUresult sim_r_ = sim_enter(SIM_##entry, 1);                          \
+        if (sim_r_ != CUDA_SUCCESS)                                           \
+            return sim_r_;                                                    \
+        return impl args;                                                     \
+    }
+#define SIM_ALIAS_SKIP(sym, entry, ver, pt)
+#define SIM_ALIAS_ROW(sym, entry, ver, pt, ...)                               \
+    {#entry, ver, sizeof(#pt) > 1,                                            \
+     (void *)(1 ? (sym) : (PFN_##entry##_v##ver##pt)0)},
+
 extern const sim_proc sim_procs_entry[], sim_procs_device[],
     sim_procs_memory[], sim_procs_copy[], sim_procs_stream[],
     sim_procs_event[], sim_procs_ipc[], sim_procs_kernel[],
