@@ -1578,25 +1578,6 @@ GRAPH_ALIASES(SIM_ALIAS_WRAPPER, SIM_ALIAS_SKIP)
 
 const sim_proc sim_procs_graph[] = {
     GRAPH_ALIASES(SIM_ALIAS_ROW, SIM_ALIAS_ROW)
-    
-    
-    
-    
-    
-    
-    
-    
-    
-    
-    
-    
-    
-    
-    
-    
-    
-    
-    
     /* From 12.0 cuGraphInstantiate is cuGraphInstantiateWithFlags. */
     {"cuGraphInstantiate", 12000, 0,
      (void *)(1 ? cuGraphInstantiateWithFlags
