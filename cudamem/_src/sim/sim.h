@@ -286,17 +286,14 @@ unsigned long long sim_env_ull(const char *name, unsigned long long dflt);
 uint64_t sim_now_ns(void); /* CLOCK_MONOTONIC */
 
 /* cuGetProcAddress rows. Each file lists its own; entry.c searches them.
- * SIM_PROC checks the function against the driver's PFN type. */
+ * SIM_ALIAS_ROW (below) makes them, checking each function against the
+ * driver's PFN type. */
 typedef struct sim_proc {
     const char *name; /* plain name, as passed to cuGetProcAddress */
     int version;      /* the CUDA version that introduced this ABI */
     int ptds;         /* 1: the per-thread default stream variant */
     void *fn;
 } sim_proc;
-#define SIM_PROC(name, ver, fn)                                               \
-    {#name, ver, 0, (void *)(1 ? (fn) : (PFN_##name##_v##ver)0)}
-#define SIM_PROC_PTDS(name, ver, suffix, fn)                                  \
-    {#name, ver, 1, (void *)(1 ? (fn) : (PFN_##name##_v##ver##_##suffix)0)}
 
 /* Alias tables. Most exported entry points only enter and forward, once per
  * ABI alias (plain, _v2, _ptds, ...). Each file lists its aliases in one
