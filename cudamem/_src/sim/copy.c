@@ -554,484 +554,6 @@ enum {
     U = CU_MEMORYTYPE_UNIFIED
 };
 
-SIM_EXPORT CUresult CUDAAPI
-cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
-{
-    SIM_ENTER(cuMemcpy);
-    return copy1d(SIM_cuMemcpy, U, dst, U, src, ByteCount, NULL, 0, 0);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
-{
-    SIM_ENTER(cuMemcpy);
-    return copy1d(SIM_cuMemcpy, U, dst, U, src, ByteCount, NULL, 1, 0);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount,
-              CUstream hStream)
-{
-    SIM_ENTER(cuMemcpyAsync);
-    return copy1d(SIM_cuMemcpyAsync, U, dst, U, src, ByteCount, hStream, 0, 1);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount,
-                   CUstream hStream)
-{
-    SIM_ENTER(cuMemcpyAsync);
-    return copy1d(SIM_cuMemcpyAsync, U, dst, U, src, ByteCount, hStream, 1, 1);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemcpyHtoD(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
-{
-    SIM_ENTER(cuMemcpyHtoD);
-    return copy1d(SIM_cuMemcpyHtoD, D, dstDevice, H, (uintptr_t)srcHost,
-                  ByteCount, NULL, 0, 0);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost,
-                     size_t ByteCount)
-{
-    SIM_ENTER(cuMemcpyHtoD);
-    return copy1d(SIM_cuMemcpyHtoD, D, dstDevice, H, (uintptr_t)srcHost,
-                  ByteCount, NULL, 1, 0);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemcpyHtoDAsync(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount,
-                  CUstream hStream)
-{
-    SIM_ENTER(cuMemcpyHtoDAsync);
-    return copy1d(SIM_cuMemcpyHtoDAsync, D, dstDevice, H, (uintptr_t)srcHost,
-                  ByteCount, hStream, 0, 1);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void *srcHost,
-                          size_t ByteCount, CUstream hStream)
-{
-    SIM_ENTER(cuMemcpyHtoDAsync);
-    return copy1d(SIM_cuMemcpyHtoDAsync, D, dstDevice, H, (uintptr_t)srcHost,
-                  ByteCount, hStream, 1, 1);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemcpyDtoH(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
-{
-    SIM_ENTER(cuMemcpyDtoH);
-    return copy1d(SIM_cuMemcpyDtoH, H, (uintptr_t)dstHost, D, srcDevice,
-                  ByteCount, NULL, 0, 0);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
-{
-    SIM_ENTER(cuMemcpyDtoH);
-    return copy1d(SIM_cuMemcpyDtoH, H, (uintptr_t)dstHost, D, srcDevice,
-                  ByteCount, NULL, 1, 0);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemcpyDtoHAsync(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
-                  CUstream hStream)
-{
-    SIM_ENTER(cuMemcpyDtoHAsync);
-    return copy1d(SIM_cuMemcpyDtoHAsync, H, (uintptr_t)dstHost, D, srcDevice,
-                  ByteCount, hStream, 0, 1);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevice,
-                          size_t ByteCount, CUstream hStream)
-{
-    SIM_ENTER(cuMemcpyDtoHAsync);
-    return copy1d(SIM_cuMemcpyDtoHAsync, H, (uintptr_t)dstHost, D, srcDevice,
-                  ByteCount, hStream, 1, 1);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemcpyDtoD(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
-{
-    SIM_ENTER(cuMemcpyDtoD);
-    return copy1d(SIM_cuMemcpyDtoD, D, dstDevice, D, srcDevice, ByteCount,
-                  NULL, 0, 0);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
-                     size_t ByteCount)
-{
-    SIM_ENTER(cuMemcpyDtoD);
-    return copy1d(SIM_cuMemcpyDtoD, D, dstDevice, D, srcDevice, ByteCount,
-                  NULL, 1, 0);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemcpyDtoDAsync(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
-                  size_t ByteCount, CUstream hStream)
-{
-    SIM_ENTER(cuMemcpyDtoDAsync);
-    return copy1d(SIM_cuMemcpyDtoDAsync, D, dstDevice, D, srcDevice, ByteCount,
-                  hStream, 0, 1);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
-                          size_t ByteCount, CUstream hStream)
-{
-    SIM_ENTER(cuMemcpyDtoDAsync);
-    return copy1d(SIM_cuMemcpyDtoDAsync, D, dstDevice, D, srcDevice, ByteCount,
-                  hStream, 1, 1);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext,
-             CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
-{
-    SIM_ENTER(cuMemcpyPeer);
-    return copy_peer(SIM_cuMemcpyPeer, dstDevice, dstContext, srcDevice,
-                     srcContext, ByteCount, NULL, 0, 0);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemcpyPeer_ptds(CUdeviceptr dstDevice, CUcontext dstContext,
-                  CUdeviceptr srcDevice, CUcontext srcContext,
-                  size_t ByteCount)
-{
-    SIM_ENTER(cuMemcpyPeer);
-    return copy_peer(SIM_cuMemcpyPeer, dstDevice, dstContext, srcDevice,
-                     srcContext, ByteCount, NULL, 1, 0);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext,
-                  CUdeviceptr srcDevice, CUcontext srcContext,
-                  size_t ByteCount, CUstream hStream)
-{
-    SIM_ENTER(cuMemcpyPeerAsync);
-    return copy_peer(SIM_cuMemcpyPeerAsync, dstDevice, dstContext, srcDevice,
-                     srcContext, ByteCount, hStream, 0, 1);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemcpyPeerAsync_ptsz(CUdeviceptr dstDevice, CUcontext dstContext,
-                       CUdeviceptr srcDevice, CUcontext srcContext,
-                       size_t ByteCount, CUstream hStream)
-{
-    SIM_ENTER(cuMemcpyPeerAsync);
-    return copy_peer(SIM_cuMemcpyPeerAsync, dstDevice, dstContext, srcDevice,
-                     srcContext, ByteCount, hStream, 1, 1);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemcpy2D(const CUDA_MEMCPY2D *pCopy)
-{
-    SIM_ENTER(cuMemcpy2D);
-    return copy2d(SIM_cuMemcpy2D, pCopy, NULL, 0, 0);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D *pCopy)
-{
-    SIM_ENTER(cuMemcpy2D);
-    return copy2d(SIM_cuMemcpy2D, pCopy, NULL, 1, 0);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemcpy2DUnaligned(const CUDA_MEMCPY2D *pCopy)
-{
-    SIM_ENTER(cuMemcpy2DUnaligned);
-    return copy2d(SIM_cuMemcpy2DUnaligned, pCopy, NULL, 0, 0);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D *pCopy)
-{
-    SIM_ENTER(cuMemcpy2DUnaligned);
-    return copy2d(SIM_cuMemcpy2DUnaligned, pCopy, NULL, 1, 0);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemcpy2DAsync(const CUDA_MEMCPY2D *pCopy, CUstream hStream)
-{
-    SIM_ENTER(cuMemcpy2DAsync);
-    return copy2d(SIM_cuMemcpy2DAsync, pCopy, hStream, 0, 1);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *pCopy, CUstream hStream)
-{
-    SIM_ENTER(cuMemcpy2DAsync);
-    return copy2d(SIM_cuMemcpy2DAsync, pCopy, hStream, 1, 1);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemcpy3D(const CUDA_MEMCPY3D *pCopy)
-{
-    SIM_ENTER(cuMemcpy3D);
-    return copy3d(SIM_cuMemcpy3D, pCopy, NULL, 0, 0);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D *pCopy)
-{
-    SIM_ENTER(cuMemcpy3D);
-    return copy3d(SIM_cuMemcpy3D, pCopy, NULL, 1, 0);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemcpy3DAsync(const CUDA_MEMCPY3D *pCopy, CUstream hStream)
-{
-    SIM_ENTER(cuMemcpy3DAsync);
-    return copy3d(SIM_cuMemcpy3DAsync, pCopy, hStream, 0, 1);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D *pCopy, CUstream hStream)
-{
-    SIM_ENTER(cuMemcpy3DAsync);
-    return copy3d(SIM_cuMemcpy3DAsync, pCopy, hStream, 1, 1);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER *pCopy)
-{
-    SIM_ENTER(cuMemcpy3DPeer);
-    return copy3d_peer(SIM_cuMemcpy3DPeer, pCopy, NULL, 0, 0);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemcpy3DPeer_ptds(const CUDA_MEMCPY3D_PEER *pCopy)
-{
-    SIM_ENTER(cuMemcpy3DPeer);
-    return copy3d_peer(SIM_cuMemcpy3DPeer, pCopy, NULL, 1, 0);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream)
-{
-    SIM_ENTER(cuMemcpy3DPeerAsync);
-    return copy3d_peer(SIM_cuMemcpy3DPeerAsync, pCopy, hStream, 0, 1);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemcpy3DPeerAsync_ptsz(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream)
-{
-    SIM_ENTER(cuMemcpy3DPeerAsync);
-    return copy3d_peer(SIM_cuMemcpy3DPeerAsync, pCopy, hStream, 1, 1);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemsetD8(CUdeviceptr dstDevice, unsigned char uc, size_t N)
-{
-    SIM_ENTER(cuMemsetD8);
-    return do_set(SIM_cuMemsetD8, dstDevice, 0, uc, 1, N, 1, NULL, 0, 0);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N)
-{
-    SIM_ENTER(cuMemsetD8);
-    return do_set(SIM_cuMemsetD8, dstDevice, 0, uc, 1, N, 1, NULL, 1, 0);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N,
-                CUstream hStream)
-{
-    SIM_ENTER(cuMemsetD8Async);
-    return do_set(SIM_cuMemsetD8Async, dstDevice, 0, uc, 1, N, 1, hStream, 0,
-                  1);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned char uc, size_t N,
-                     CUstream hStream)
-{
-    SIM_ENTER(cuMemsetD8Async);
-    return do_set(SIM_cuMemsetD8Async, dstDevice, 0, uc, 1, N, 1, hStream, 1,
-                  1);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemsetD16(CUdeviceptr dstDevice, unsigned short us, size_t N)
-{
-    SIM_ENTER(cuMemsetD16);
-    return do_set(SIM_cuMemsetD16, dstDevice, 0, us, 2, N, 1, NULL, 0, 0);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemsetD16_v2_ptds(CUdeviceptr dstDevice, unsigned short us, size_t N)
-{
-    SIM_ENTER(cuMemsetD16);
-    return do_set(SIM_cuMemsetD16, dstDevice, 0, us, 2, N, 1, NULL, 1, 0);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N,
-                 CUstream hStream)
-{
-    SIM_ENTER(cuMemsetD16Async);
-    return do_set(SIM_cuMemsetD16Async, dstDevice, 0, us, 2, N, 1, hStream, 0,
-                  1);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemsetD16Async_ptsz(CUdeviceptr dstDevice, unsigned short us, size_t N,
-                      CUstream hStream)
-{
-    SIM_ENTER(cuMemsetD16Async);
-    return do_set(SIM_cuMemsetD16Async, dstDevice, 0, us, 2, N, 1, hStream, 1,
-                  1);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemsetD32(CUdeviceptr dstDevice, unsigned int ui, size_t N)
-{
-    SIM_ENTER(cuMemsetD32);
-    return do_set(SIM_cuMemsetD32, dstDevice, 0, ui, 4, N, 1, NULL, 0, 0);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N)
-{
-    SIM_ENTER(cuMemsetD32);
-    return do_set(SIM_cuMemsetD32, dstDevice, 0, ui, 4, N, 1, NULL, 1, 0);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N,
-                 CUstream hStream)
-{
-    SIM_ENTER(cuMemsetD32Async);
-    return do_set(SIM_cuMemsetD32Async, dstDevice, 0, ui, 4, N, 1, hStream, 0,
-                  1);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N,
-                      CUstream hStream)
-{
-    SIM_ENTER(cuMemsetD32Async);
-    return do_set(SIM_cuMemsetD32Async, dstDevice, 0, ui, 4, N, 1, hStream, 1,
-                  1);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemsetD2D8(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc,
-             size_t Width, size_t Height)
-{
-    SIM_ENTER(cuMemsetD2D8);
-    return do_set(SIM_cuMemsetD2D8, dstDevice, dstPitch, uc, 1, Width, Height,
-                  NULL, 0, 0);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemsetD2D8_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc,
-                     size_t Width, size_t Height)
-{
-    SIM_ENTER(cuMemsetD2D8);
-    return do_set(SIM_cuMemsetD2D8, dstDevice, dstPitch, uc, 1, Width, Height,
-                  NULL, 1, 0);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemsetD2D8Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc,
-                  size_t Width, size_t Height, CUstream hStream)
-{
-    SIM_ENTER(cuMemsetD2D8Async);
-    return do_set(SIM_cuMemsetD2D8Async, dstDevice, dstPitch, uc, 1, Width,
-                  Height, hStream, 0, 1);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemsetD2D8Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch,
-                       unsigned char uc, size_t Width, size_t Height,
-                       CUstream hStream)
-{
-    SIM_ENTER(cuMemsetD2D8Async);
-    return do_set(SIM_cuMemsetD2D8Async, dstDevice, dstPitch, uc, 1, Width,
-                  Height, hStream, 1, 1);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemsetD2D16(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us,
-              size_t Width, size_t Height)
-{
-    SIM_ENTER(cuMemsetD2D16);
-    return do_set(SIM_cuMemsetD2D16, dstDevice, dstPitch, us, 2, Width, Height,
-                  NULL, 0, 0);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemsetD2D16_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch,
-                      unsigned short us, size_t Width, size_t Height)
-{
-    SIM_ENTER(cuMemsetD2D16);
-    return do_set(SIM_cuMemsetD2D16, dstDevice, dstPitch, us, 2, Width, Height,
-                  NULL, 1, 0);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemsetD2D16Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us,
-                   size_t Width, size_t Height, CUstream hStream)
-{
-    SIM_ENTER(cuMemsetD2D16Async);
-    return do_set(SIM_cuMemsetD2D16Async, dstDevice, dstPitch, us, 2, Width,
-                  Height, hStream, 0, 1);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemsetD2D16Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch,
-                        unsigned short us, size_t Width, size_t Height,
-                        CUstream hStream)
-{
-    SIM_ENTER(cuMemsetD2D16Async);
-    return do_set(SIM_cuMemsetD2D16Async, dstDevice, dstPitch, us, 2, Width,
-                  Height, hStream, 1, 1);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemsetD2D32(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui,
-              size_t Width, size_t Height)
-{
-    SIM_ENTER(cuMemsetD2D32);
-    return do_set(SIM_cuMemsetD2D32, dstDevice, dstPitch, ui, 4, Width, Height,
-                  NULL, 0, 0);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemsetD2D32_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui,
-                      size_t Width, size_t Height)
-{
-    SIM_ENTER(cuMemsetD2D32);
-    return do_set(SIM_cuMemsetD2D32, dstDevice, dstPitch, ui, 4, Width, Height,
-                  NULL, 1, 0);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemsetD2D32Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui,
-                   size_t Width, size_t Height, CUstream hStream)
-{
-    SIM_ENTER(cuMemsetD2D32Async);
-    return do_set(SIM_cuMemsetD2D32Async, dstDevice, dstPitch, ui, 4, Width,
-                  Height, hStream, 0, 1);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemsetD2D32Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch,
-                        unsigned int ui, size_t Width, size_t Height,
-                        CUstream hStream)
-{
-    SIM_ENTER(cuMemsetD2D32Async);
-    return do_set(SIM_cuMemsetD2D32Async, dstDevice, dstPitch, ui, 4, Width,
-                  Height, hStream, 1, 1);
-}
-
 /* ---------------------------------------------------------------------------
  * cuMemcpyBatchAsync (the CUDA 13 ABI). Every copy is checked before any is
  * queued; each is then queued in order on the stream, which the batch's
@@ -1091,89 +613,228 @@ batch_copy(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count,
     return r;
 }
 
-SIM_EXPORT CUresult CUDAAPI
-cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes,
-                      size_t count, CUmemcpyAttributes *attrs,
-                      size_t *attrsIdxs, size_t numAttrs, CUstream hStream)
-{
-    SIM_ENTER(cuMemcpyBatchAsync);
-    return batch_copy(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs,
-                      hStream, 0);
-}
+/* ---------------------------------------------------------------------------
+ * Entry points: one row per exported ABI alias (see SIM_ALIAS_WRAPPER in
+ * sim.h); the wrappers of the W rows, then the cuGetProcAddress rows. */
 
-SIM_EXPORT CUresult CUDAAPI
-cuMemcpyBatchAsync_v2_ptsz(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes,
-                           size_t count, CUmemcpyAttributes *attrs,
-                           size_t *attrsIdxs, size_t numAttrs,
-                           CUstream hStream)
-{
-    SIM_ENTER(cuMemcpyBatchAsync);
-    return batch_copy(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs,
-                      hStream, 1);
-}
+/* clang-format off */
+#define COPY_ALIASES(W, R)                                                    \
+    W(cuMemcpy, cuMemcpy, 4000, , copy1d,                                     \
+      (CUdeviceptr dst, CUdeviceptr src, size_t ByteCount),                   \
+      (SIM_cuMemcpy, U, dst, U, src, ByteCount, NULL, 0, 0))                  \
+    W(cuMemcpy_ptds, cuMemcpy, 7000, _ptds, copy1d,                           \
+      (CUdeviceptr dst, CUdeviceptr src, size_t ByteCount),                   \
+      (SIM_cuMemcpy, U, dst, U, src, ByteCount, NULL, 1, 0))                  \
+    W(cuMemcpyAsync, cuMemcpyAsync, 4000, , copy1d,                           \
+      (CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream), \
+      (SIM_cuMemcpyAsync, U, dst, U, src, ByteCount, hStream, 0, 1))          \
+    W(cuMemcpyAsync_ptsz, cuMemcpyAsync, 7000, _ptsz, copy1d,                 \
+      (CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream), \
+      (SIM_cuMemcpyAsync, U, dst, U, src, ByteCount, hStream, 1, 1))          \
+    W(cuMemcpyHtoD_v2, cuMemcpyHtoD, 3020, , copy1d,                          \
+      (CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount),         \
+      (SIM_cuMemcpyHtoD, D, dstDevice, H, (uintptr_t)srcHost, ByteCount,      \
+      NULL, 0, 0))                                                            \
+    W(cuMemcpyHtoD_v2_ptds, cuMemcpyHtoD, 7000, _ptds, copy1d,                \
+      (CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount),         \
+      (SIM_cuMemcpyHtoD, D, dstDevice, H, (uintptr_t)srcHost, ByteCount,      \
+      NULL, 1, 0))                                                            \
+    W(cuMemcpyHtoDAsync_v2, cuMemcpyHtoDAsync, 3020, , copy1d,                \
+      (CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount,          \
+      CUstream hStream), (SIM_cuMemcpyHtoDAsync, D, dstDevice, H,             \
+      (uintptr_t)srcHost, ByteCount, hStream, 0, 1))                          \
+    W(cuMemcpyHtoDAsync_v2_ptsz, cuMemcpyHtoDAsync, 7000, _ptsz, copy1d,      \
+      (CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount,          \
+      CUstream hStream), (SIM_cuMemcpyHtoDAsync, D, dstDevice, H,             \
+      (uintptr_t)srcHost, ByteCount, hStream, 1, 1))                          \
+    W(cuMemcpyDtoH_v2, cuMemcpyDtoH, 3020, , copy1d,                          \
+      (void *dstHost, CUdeviceptr srcDevice, size_t ByteCount),               \
+      (SIM_cuMemcpyDtoH, H, (uintptr_t)dstHost, D, srcDevice, ByteCount,      \
+      NULL, 0, 0))                                                            \
+    W(cuMemcpyDtoH_v2_ptds, cuMemcpyDtoH, 7000, _ptds, copy1d,                \
+      (void *dstHost, CUdeviceptr srcDevice, size_t ByteCount),               \
+      (SIM_cuMemcpyDtoH, H, (uintptr_t)dstHost, D, srcDevice, ByteCount,      \
+      NULL, 1, 0))                                                            \
+    W(cuMemcpyDtoHAsync_v2, cuMemcpyDtoHAsync, 3020, , copy1d,                \
+      (void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,                \
+      CUstream hStream), (SIM_cuMemcpyDtoHAsync, H, (uintptr_t)dstHost, D,    \
+      srcDevice, ByteCount, hStream, 0, 1))                                   \
+    W(cuMemcpyDtoHAsync_v2_ptsz, cuMemcpyDtoHAsync, 7000, _ptsz, copy1d,      \
+      (void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,                \
+      CUstream hStream), (SIM_cuMemcpyDtoHAsync, H, (uintptr_t)dstHost, D,    \
+      srcDevice, ByteCount, hStream, 1, 1))                                   \
+    W(cuMemcpyDtoD_v2, cuMemcpyDtoD, 3020, , copy1d,                          \
+      (CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount),       \
+      (SIM_cuMemcpyDtoD, D, dstDevice, D, srcDevice, ByteCount, NULL, 0, 0))  \
+    W(cuMemcpyDtoD_v2_ptds, cuMemcpyDtoD, 7000, _ptds, copy1d,                \
+      (CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount),       \
+      (SIM_cuMemcpyDtoD, D, dstDevice, D, srcDevice, ByteCount, NULL, 1, 0))  \
+    W(cuMemcpyDtoDAsync_v2, cuMemcpyDtoDAsync, 3020, , copy1d,                \
+      (CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount,        \
+      CUstream hStream), (SIM_cuMemcpyDtoDAsync, D, dstDevice, D, srcDevice,  \
+      ByteCount, hStream, 0, 1))                                              \
+    W(cuMemcpyDtoDAsync_v2_ptsz, cuMemcpyDtoDAsync, 7000, _ptsz, copy1d,      \
+      (CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount,        \
+      CUstream hStream), (SIM_cuMemcpyDtoDAsync, D, dstDevice, D, srcDevice,  \
+      ByteCount, hStream, 1, 1))                                              \
+    W(cuMemcpyPeer, cuMemcpyPeer, 4000, , copy_peer, (CUdeviceptr dstDevice,  \
+      CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext,      \
+      size_t ByteCount), (SIM_cuMemcpyPeer, dstDevice, dstContext, srcDevice, \
+      srcContext, ByteCount, NULL, 0, 0))                                     \
+    W(cuMemcpyPeer_ptds, cuMemcpyPeer, 7000, _ptds, copy_peer,                \
+      (CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice,    \
+      CUcontext srcContext, size_t ByteCount), (SIM_cuMemcpyPeer, dstDevice,  \
+      dstContext, srcDevice, srcContext, ByteCount, NULL, 1, 0))              \
+    W(cuMemcpyPeerAsync, cuMemcpyPeerAsync, 4000, , copy_peer,                \
+      (CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice,    \
+      CUcontext srcContext, size_t ByteCount, CUstream hStream),              \
+      (SIM_cuMemcpyPeerAsync, dstDevice, dstContext, srcDevice, srcContext,   \
+      ByteCount, hStream, 0, 1))                                              \
+    W(cuMemcpyPeerAsync_ptsz, cuMemcpyPeerAsync, 7000, _ptsz, copy_peer,      \
+      (CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice,    \
+      CUcontext srcContext, size_t ByteCount, CUstream hStream),              \
+      (SIM_cuMemcpyPeerAsync, dstDevice, dstContext, srcDevice, srcContext,   \
+      ByteCount, hStream, 1, 1))                                              \
+    W(cuMemcpy2D_v2, cuMemcpy2D, 3020, , copy2d,                              \
+      (const CUDA_MEMCPY2D *pCopy), (SIM_cuMemcpy2D, pCopy, NULL, 0, 0))      \
+    W(cuMemcpy2D_v2_ptds, cuMemcpy2D, 7000, _ptds, copy2d,                    \
+      (const CUDA_MEMCPY2D *pCopy), (SIM_cuMemcpy2D, pCopy, NULL, 1, 0))      \
+    W(cuMemcpy2DUnaligned_v2, cuMemcpy2DUnaligned, 3020, , copy2d,            \
+      (const CUDA_MEMCPY2D *pCopy),                                           \
+      (SIM_cuMemcpy2DUnaligned, pCopy, NULL, 0, 0))                           \
+    W(cuMemcpy2DUnaligned_v2_ptds, cuMemcpy2DUnaligned, 7000, _ptds, copy2d,  \
+      (const CUDA_MEMCPY2D *pCopy),                                           \
+      (SIM_cuMemcpy2DUnaligned, pCopy, NULL, 1, 0))                           \
+    W(cuMemcpy2DAsync_v2, cuMemcpy2DAsync, 3020, , copy2d,                    \
+      (const CUDA_MEMCPY2D *pCopy, CUstream hStream),                         \
+      (SIM_cuMemcpy2DAsync, pCopy, hStream, 0, 1))                            \
+    W(cuMemcpy2DAsync_v2_ptsz, cuMemcpy2DAsync, 7000, _ptsz, copy2d,          \
+      (const CUDA_MEMCPY2D *pCopy, CUstream hStream),                         \
+      (SIM_cuMemcpy2DAsync, pCopy, hStream, 1, 1))                            \
+    W(cuMemcpy3D_v2, cuMemcpy3D, 3020, , copy3d,                              \
+      (const CUDA_MEMCPY3D *pCopy), (SIM_cuMemcpy3D, pCopy, NULL, 0, 0))      \
+    W(cuMemcpy3D_v2_ptds, cuMemcpy3D, 7000, _ptds, copy3d,                    \
+      (const CUDA_MEMCPY3D *pCopy), (SIM_cuMemcpy3D, pCopy, NULL, 1, 0))      \
+    W(cuMemcpy3DAsync_v2, cuMemcpy3DAsync, 3020, , copy3d,                    \
+      (const CUDA_MEMCPY3D *pCopy, CUstream hStream),                         \
+      (SIM_cuMemcpy3DAsync, pCopy, hStream, 0, 1))                            \
+    W(cuMemcpy3DAsync_v2_ptsz, cuMemcpy3DAsync, 7000, _ptsz, copy3d,          \
+      (const CUDA_MEMCPY3D *pCopy, CUstream hStream),                         \
+      (SIM_cuMemcpy3DAsync, pCopy, hStream, 1, 1))                            \
+    W(cuMemcpy3DPeer, cuMemcpy3DPeer, 4000, , copy3d_peer,                    \
+      (const CUDA_MEMCPY3D_PEER *pCopy),                                      \
+      (SIM_cuMemcpy3DPeer, pCopy, NULL, 0, 0))                                \
+    W(cuMemcpy3DPeer_ptds, cuMemcpy3DPeer, 7000, _ptds, copy3d_peer,          \
+      (const CUDA_MEMCPY3D_PEER *pCopy),                                      \
+      (SIM_cuMemcpy3DPeer, pCopy, NULL, 1, 0))                                \
+    W(cuMemcpy3DPeerAsync, cuMemcpy3DPeerAsync, 4000, , copy3d_peer,          \
+      (const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream),                    \
+      (SIM_cuMemcpy3DPeerAsync, pCopy, hStream, 0, 1))                        \
+    W(cuMemcpy3DPeerAsync_ptsz, cuMemcpy3DPeerAsync, 7000, _ptsz,             \
+      copy3d_peer, (const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream),       \
+      (SIM_cuMemcpy3DPeerAsync, pCopy, hStream, 1, 1))                        \
+    W(cuMemcpyBatchAsync_v2, cuMemcpyBatchAsync, 13000, , batch_copy,         \
+      (CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count,     \
+      CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs,          \
+      CUstream hStream),                                                      \
+      (dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream, 0))     \
+    W(cuMemcpyBatchAsync_v2_ptsz, cuMemcpyBatchAsync, 13000, _ptsz,           \
+      batch_copy, (CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes,       \
+      size_t count, CUmemcpyAttributes *attrs, size_t *attrsIdxs,             \
+      size_t numAttrs, CUstream hStream),                                     \
+      (dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream, 1))     \
+    W(cuMemsetD8_v2, cuMemsetD8, 3020, , do_set,                              \
+      (CUdeviceptr dstDevice, unsigned char uc, size_t N),                    \
+      (SIM_cuMemsetD8, dstDevice, 0, uc, 1, N, 1, NULL, 0, 0))                \
+    W(cuMemsetD8_v2_ptds, cuMemsetD8, 7000, _ptds, do_set,                    \
+      (CUdeviceptr dstDevice, unsigned char uc, size_t N),                    \
+      (SIM_cuMemsetD8, dstDevice, 0, uc, 1, N, 1, NULL, 1, 0))                \
+    W(cuMemsetD16_v2, cuMemsetD16, 3020, , do_set,                            \
+      (CUdeviceptr dstDevice, unsigned short us, size_t N),                   \
+      (SIM_cuMemsetD16, dstDevice, 0, us, 2, N, 1, NULL, 0, 0))               \
+    W(cuMemsetD16_v2_ptds, cuMemsetD16, 7000, _ptds, do_set,                  \
+      (CUdeviceptr dstDevice, unsigned short us, size_t N),                   \
+      (SIM_cuMemsetD16, dstDevice, 0, us, 2, N, 1, NULL, 1, 0))               \
+    W(cuMemsetD32_v2, cuMemsetD32, 3020, , do_set,                            \
+      (CUdeviceptr dstDevice, unsigned int ui, size_t N),                     \
+      (SIM_cuMemsetD32, dstDevice, 0, ui, 4, N, 1, NULL, 0, 0))               \
+    W(cuMemsetD32_v2_ptds, cuMemsetD32, 7000, _ptds, do_set,                  \
+      (CUdeviceptr dstDevice, unsigned int ui, size_t N),                     \
+      (SIM_cuMemsetD32, dstDevice, 0, ui, 4, N, 1, NULL, 1, 0))               \
+    W(cuMemsetD8Async, cuMemsetD8Async, 3020, , do_set,                       \
+      (CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream),  \
+      (SIM_cuMemsetD8Async, dstDevice, 0, uc, 1, N, 1, hStream, 0, 1))        \
+    W(cuMemsetD8Async_ptsz, cuMemsetD8Async, 7000, _ptsz, do_set,             \
+      (CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream),  \
+      (SIM_cuMemsetD8Async, dstDevice, 0, uc, 1, N, 1, hStream, 1, 1))        \
+    W(cuMemsetD16Async, cuMemsetD16Async, 3020, , do_set,                     \
+      (CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream), \
+      (SIM_cuMemsetD16Async, dstDevice, 0, us, 2, N, 1, hStream, 0, 1))       \
+    W(cuMemsetD16Async_ptsz, cuMemsetD16Async, 7000, _ptsz, do_set,           \
+      (CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream), \
+      (SIM_cuMemsetD16Async, dstDevice, 0, us, 2, N, 1, hStream, 1, 1))       \
+    W(cuMemsetD32Async, cuMemsetD32Async, 3020, , do_set,                     \
+      (CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream),   \
+      (SIM_cuMemsetD32Async, dstDevice, 0, ui, 4, N, 1, hStream, 0, 1))       \
+    W(cuMemsetD32Async_ptsz, cuMemsetD32Async, 7000, _ptsz, do_set,           \
+      (CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream),   \
+      (SIM_cuMemsetD32Async, dstDevice, 0, ui, 4, N, 1, hStream, 1, 1))       \
+    W(cuMemsetD2D8_v2, cuMemsetD2D8, 3020, , do_set, (CUdeviceptr dstDevice,  \
+      size_t dstPitch, unsigned char uc, size_t Width, size_t Height),        \
+      (SIM_cuMemsetD2D8, dstDevice, dstPitch, uc, 1, Width, Height, NULL, 0,  \
+      0))                                                                     \
+    W(cuMemsetD2D8_v2_ptds, cuMemsetD2D8, 7000, _ptds, do_set,                \
+      (CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc,              \
+      size_t Width, size_t Height), (SIM_cuMemsetD2D8, dstDevice, dstPitch,   \
+      uc, 1, Width, Height, NULL, 1, 0))                                      \
+    W(cuMemsetD2D16_v2, cuMemsetD2D16, 3020, , do_set,                        \
+      (CUdeviceptr dstDevice, size_t dstPitch, unsigned short us,             \
+      size_t Width, size_t Height), (SIM_cuMemsetD2D16, dstDevice, dstPitch,  \
+      us, 2, Width, Height, NULL, 0, 0))                                      \
+    W(cuMemsetD2D16_v2_ptds, cuMemsetD2D16, 7000, _ptds, do_set,              \
+      (CUdeviceptr dstDevice, size_t dstPitch, unsigned short us,             \
+      size_t Width, size_t Height), (SIM_cuMemsetD2D16, dstDevice, dstPitch,  \
+      us, 2, Width, Height, NULL, 1, 0))                                      \
+    W(cuMemsetD2D32_v2, cuMemsetD2D32, 3020, , do_set,                        \
+      (CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, \
+      size_t Height), (SIM_cuMemsetD2D32, dstDevice, dstPitch, ui, 4, Width,  \
+      Height, NULL, 0, 0))                                                    \
+    W(cuMemsetD2D32_v2_ptds, cuMemsetD2D32, 7000, _ptds, do_set,              \
+      (CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, \
+      size_t Height), (SIM_cuMemsetD2D32, dstDevice, dstPitch, ui, 4, Width,  \
+      Height, NULL, 1, 0))                                                    \
+    W(cuMemsetD2D8Async, cuMemsetD2D8Async, 3020, , do_set,                   \
+      (CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc,              \
+      size_t Width, size_t Height, CUstream hStream), (SIM_cuMemsetD2D8Async, \
+      dstDevice, dstPitch, uc, 1, Width, Height, hStream, 0, 1))              \
+    W(cuMemsetD2D8Async_ptsz, cuMemsetD2D8Async, 7000, _ptsz, do_set,         \
+      (CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc,              \
+      size_t Width, size_t Height, CUstream hStream), (SIM_cuMemsetD2D8Async, \
+      dstDevice, dstPitch, uc, 1, Width, Height, hStream, 1, 1))              \
+    W(cuMemsetD2D16Async, cuMemsetD2D16Async, 3020, , do_set,                 \
+      (CUdeviceptr dstDevice, size_t dstPitch, unsigned short us,             \
+      size_t Width, size_t Height, CUstream hStream),                         \
+      (SIM_cuMemsetD2D16Async, dstDevice, dstPitch, us, 2, Width, Height,     \
+      hStream, 0, 1))                                                         \
+    W(cuMemsetD2D16Async_ptsz, cuMemsetD2D16Async, 7000, _ptsz, do_set,       \
+      (CUdeviceptr dstDevice, size_t dstPitch, unsigned short us,             \
+      size_t Width, size_t Height, CUstream hStream),                         \
+      (SIM_cuMemsetD2D16Async, dstDevice, dstPitch, us, 2, Width, Height,     \
+      hStream, 1, 1))                                                         \
+    W(cuMemsetD2D32Async, cuMemsetD2D32Async, 3020, , do_set,                 \
+      (CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, \
+      size_t Height, CUstream hStream), (SIM_cuMemsetD2D32Async, dstDevice,   \
+      dstPitch, ui, 4, Width, Height, hStream, 0, 1))                         \
+    W(cuMemsetD2D32Async_ptsz, cuMemsetD2D32Async, 7000, _ptsz, do_set,       \
+      (CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, \
+      size_t Height, CUstream hStream), (SIM_cuMemsetD2D32Async, dstDevice,   \
+      dstPitch, ui, 4, Width, Height, hStream, 1, 1))
+
+COPY_ALIASES(SIM_ALIAS_WRAPPER, SIM_ALIAS_SKIP)
 
 const sim_proc sim_procs_copy[] = {
-    SIM_PROC(cuMemcpy, 4000, cuMemcpy),
-    SIM_PROC_PTDS(cuMemcpy, 7000, ptds, cuMemcpy_ptds),
-    SIM_PROC(cuMemcpyAsync, 4000, cuMemcpyAsync),
-    SIM_PROC_PTDS(cuMemcpyAsync, 7000, ptsz, cuMemcpyAsync_ptsz),
-    SIM_PROC(cuMemcpyHtoD, 3020, cuMemcpyHtoD_v2),
-    SIM_PROC_PTDS(cuMemcpyHtoD, 7000, ptds, cuMemcpyHtoD_v2_ptds),
-    SIM_PROC(cuMemcpyHtoDAsync, 3020, cuMemcpyHtoDAsync_v2),
-    SIM_PROC_PTDS(cuMemcpyHtoDAsync, 7000, ptsz, cuMemcpyHtoDAsync_v2_ptsz),
-    SIM_PROC(cuMemcpyDtoH, 3020, cuMemcpyDtoH_v2),
-    SIM_PROC_PTDS(cuMemcpyDtoH, 7000, ptds, cuMemcpyDtoH_v2_ptds),
-    SIM_PROC(cuMemcpyDtoHAsync, 3020, cuMemcpyDtoHAsync_v2),
-    SIM_PROC_PTDS(cuMemcpyDtoHAsync, 7000, ptsz, cuMemcpyDtoHAsync_v2_ptsz),
-    SIM_PROC(cuMemcpyDtoD, 3020, cuMemcpyDtoD_v2),
-    SIM_PROC_PTDS(cuMemcpyDtoD, 7000, ptds, cuMemcpyDtoD_v2_ptds),
-    SIM_PROC(cuMemcpyDtoDAsync, 3020, cuMemcpyDtoDAsync_v2),
-    SIM_PROC_PTDS(cuMemcpyDtoDAsync, 7000, ptsz, cuMemcpyDtoDAsync_v2_ptsz),
-    SIM_PROC(cuMemcpyPeer, 4000, cuMemcpyPeer),
-    SIM_PROC_PTDS(cuMemcpyPeer, 7000, ptds, cuMemcpyPeer_ptds),
-    SIM_PROC(cuMemcpyPeerAsync, 4000, cuMemcpyPeerAsync),
-    SIM_PROC_PTDS(cuMemcpyPeerAsync, 7000, ptsz, cuMemcpyPeerAsync_ptsz),
-    SIM_PROC(cuMemcpy2D, 3020, cuMemcpy2D_v2),
-    SIM_PROC_PTDS(cuMemcpy2D, 7000, ptds, cuMemcpy2D_v2_ptds),
-    SIM_PROC(cuMemcpy2DUnaligned, 3020, cuMemcpy2DUnaligned_v2),
-    SIM_PROC_PTDS(cuMemcpy2DUnaligned, 7000, ptds,
-                  cuMemcpy2DUnaligned_v2_ptds),
-    SIM_PROC(cuMemcpy2DAsync, 3020, cuMemcpy2DAsync_v2),
-    SIM_PROC_PTDS(cuMemcpy2DAsync, 7000, ptsz, cuMemcpy2DAsync_v2_ptsz),
-    SIM_PROC(cuMemcpy3D, 3020, cuMemcpy3D_v2),
-    SIM_PROC_PTDS(cuMemcpy3D, 7000, ptds, cuMemcpy3D_v2_ptds),
-    SIM_PROC(cuMemcpy3DAsync, 3020, cuMemcpy3DAsync_v2),
-    SIM_PROC_PTDS(cuMemcpy3DAsync, 7000, ptsz, cuMemcpy3DAsync_v2_ptsz),
-    SIM_PROC(cuMemcpy3DPeer, 4000, cuMemcpy3DPeer),
-    SIM_PROC_PTDS(cuMemcpy3DPeer, 7000, ptds, cuMemcpy3DPeer_ptds),
-    SIM_PROC(cuMemcpy3DPeerAsync, 4000, cuMemcpy3DPeerAsync),
-    SIM_PROC_PTDS(cuMemcpy3DPeerAsync, 7000, ptsz, cuMemcpy3DPeerAsync_ptsz),
-    SIM_PROC(cuMemcpyBatchAsync, 13000, cuMemcpyBatchAsync_v2),
-    SIM_PROC_PTDS(cuMemcpyBatchAsync, 13000, ptsz, cuMemcpyBatchAsync_v2_ptsz),
-    SIM_PROC(cuMemsetD8, 3020, cuMemsetD8_v2),
-    SIM_PROC_PTDS(cuMemsetD8, 7000, ptds, cuMemsetD8_v2_ptds),
-    SIM_PROC(cuMemsetD16, 3020, cuMemsetD16_v2),
-    SIM_PROC_PTDS(cuMemsetD16, 7000, ptds, cuMemsetD16_v2_ptds),
-    SIM_PROC(cuMemsetD32, 3020, cuMemsetD32_v2),
-    SIM_PROC_PTDS(cuMemsetD32, 7000, ptds, cuMemsetD32_v2_ptds),
-    SIM_PROC(cuMemsetD8Async, 3020, cuMemsetD8Async),
-    SIM_PROC_PTDS(cuMemsetD8Async, 7000, ptsz, cuMemsetD8Async_ptsz),
-    SIM_PROC(cuMemsetD16Async, 3020, cuMemsetD16Async),
-    SIM_PROC_PTDS(cuMemsetD16Async, 7000, ptsz, cuMemsetD16Async_ptsz),
-    SIM_PROC(cuMemsetD32Async, 3020, cuMemsetD32Async),
-    SIM_PROC_PTDS(cuMemsetD32Async, 7000, ptsz, cuMemsetD32Async_ptsz),
-    SIM_PROC(cuMemsetD2D8, 3020, cuMemsetD2D8_v2),
-    SIM_PROC_PTDS(cuMemsetD2D8, 7000, ptds, cuMemsetD2D8_v2_ptds),
-    SIM_PROC(cuMemsetD2D16, 3020, cuMemsetD2D16_v2),
-    SIM_PROC_PTDS(cuMemsetD2D16, 7000, ptds, cuMemsetD2D16_v2_ptds),
-    SIM_PROC(cuMemsetD2D32, 3020, cuMemsetD2D32_v2),
-    SIM_PROC_PTDS(cuMemsetD2D32, 7000, ptds, cuMemsetD2D32_v2_ptds),
-    SIM_PROC(cuMemsetD2D8Async, 3020, cuMemsetD2D8Async),
-    SIM_PROC_PTDS(cuMemsetD2D8Async, 7000, ptsz, cuMemsetD2D8Async_ptsz),
-    SIM_PROC(cuMemsetD2D16Async, 3020, cuMemsetD2D16Async),
-    SIM_PROC_PTDS(cuMemsetD2D16Async, 7000, ptsz, cuMemsetD2D16Async_ptsz),
-    SIM_PROC(cuMemsetD2D32Async, 3020, cuMemsetD2D32Async),
-    SIM_PROC_PTDS(cuMemsetD2D32Async, 7000, ptsz, cuMemsetD2D32Async_ptsz),
+    COPY_ALIASES(SIM_ALIAS_ROW, SIM_ALIAS_ROW)
 };
+/* clang-format on */
 const size_t sim_nprocs_copy = sizeof(sim_procs_copy) /
                                sizeof(sim_procs_copy[0]);

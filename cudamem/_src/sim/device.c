@@ -504,20 +504,6 @@ device_uuid(CUuuid *uuid, CUdevice dev)
 }
 
 SIM_EXPORT CUresult CUDAAPI
-cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
-{
-    SIM_ENTER(cuDeviceGetUuid);
-    return device_uuid(uuid, dev);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
-{
-    SIM_ENTER(cuDeviceGetUuid);
-    return device_uuid(uuid, dev);
-}
-
-SIM_EXPORT CUresult CUDAAPI
 cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
 {
     sim_device *d;
@@ -1160,20 +1146,6 @@ primary_release(CUdevice dev)
     return CUDA_SUCCESS;
 }
 
-SIM_EXPORT CUresult CUDAAPI
-cuDevicePrimaryCtxRelease(CUdevice dev)
-{
-    SIM_ENTER(cuDevicePrimaryCtxRelease);
-    return primary_release(dev);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuDevicePrimaryCtxRelease_v2(CUdevice dev)
-{
-    SIM_ENTER(cuDevicePrimaryCtxRelease);
-    return primary_release(dev);
-}
-
 /* Resetting keeps the retain count: a later retain brings it back. */
 static CUresult
 primary_reset(CUdevice dev)
@@ -1189,20 +1161,6 @@ primary_reset(CUdevice dev)
     if (active)
         ctx_shutdown(d->primary, always);
     return CUDA_SUCCESS;
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuDevicePrimaryCtxReset(CUdevice dev)
-{
-    SIM_ENTER(cuDevicePrimaryCtxReset);
-    return primary_reset(dev);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuDevicePrimaryCtxReset_v2(CUdevice dev)
-{
-    SIM_ENTER(cuDevicePrimaryCtxReset);
-    return primary_reset(dev);
 }
 
 SIM_EXPORT CUresult CUDAAPI
@@ -1246,20 +1204,6 @@ primary_set_flags(CUdevice dev, unsigned flags, int refuse_active)
     return r;
 }
 
-SIM_EXPORT CUresult CUDAAPI
-cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags)
-{
-    SIM_ENTER(cuDevicePrimaryCtxSetFlags);
-    return primary_set_flags(dev, flags, 1);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
-{
-    SIM_ENTER(cuDevicePrimaryCtxSetFlags);
-    return primary_set_flags(dev, flags, 0);
-}
-
 /* ---------------------------------------------------------------------------
  * Created contexts and the context stack. */
 
@@ -1292,13 +1236,6 @@ ctx_create(CUcontext *pctx, unsigned flags, CUdevice dev)
 }
 
 SIM_EXPORT CUresult CUDAAPI
-cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
-{
-    SIM_ENTER(cuCtxCreate);
-    return ctx_create(pctx, flags, dev);
-}
-
-SIM_EXPORT CUresult CUDAAPI
 cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams,
                unsigned int flags, CUdevice dev)
 {
@@ -1328,20 +1265,6 @@ ctx_destroy(CUcontext ctx)
         tls_depth--;
     ctx_shutdown(ctx, always);
     return CUDA_SUCCESS;
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuCtxDestroy(CUcontext ctx)
-{
-    SIM_ENTER(cuCtxDestroy);
-    return ctx_destroy(ctx);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuCtxDestroy_v2(CUcontext ctx)
-{
-    SIM_ENTER(cuCtxDestroy);
-    return ctx_destroy(ctx);
 }
 
 SIM_EXPORT CUresult CUDAAPI
@@ -1379,20 +1302,6 @@ ctx_push(CUcontext ctx)
     return stack_push(ctx);
 }
 
-SIM_EXPORT CUresult CUDAAPI
-cuCtxPushCurrent(CUcontext ctx)
-{
-    SIM_ENTER(cuCtxPushCurrent);
-    return ctx_push(ctx);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuCtxPushCurrent_v2(CUcontext ctx)
-{
-    SIM_ENTER(cuCtxPushCurrent);
-    return ctx_push(ctx);
-}
-
 static CUresult
 ctx_pop(CUcontext *pctx)
 {
@@ -1402,20 +1311,6 @@ ctx_pop(CUcontext *pctx)
     if (pctx != NULL)
         *pctx = tls_stack[tls_depth];
     return CUDA_SUCCESS;
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuCtxPopCurrent(CUcontext *pctx)
-{
-    SIM_ENTER(cuCtxPopCurrent);
-    return ctx_pop(pctx);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuCtxPopCurrent_v2(CUcontext *pctx)
-{
-    SIM_ENTER(cuCtxPopCurrent);
-    return ctx_pop(pctx);
 }
 
 SIM_EXPORT CUresult CUDAAPI
@@ -1715,46 +1610,73 @@ cuProfilerStop(void)
     return r;
 }
 
+/* ---------------------------------------------------------------------------
+ * Entry points: one row per exported ABI alias (see SIM_ALIAS_WRAPPER in
+ * sim.h); the wrappers of the W rows, then the cuGetProcAddress rows. */
+
+/* clang-format off */
+#define DEVICE_ALIASES(W, R)                                                  \
+    R(cuDeviceGetCount, cuDeviceGetCount, 2000, )                             \
+    R(cuDeviceGet, cuDeviceGet, 2000, )                                       \
+    R(cuDeviceGetName, cuDeviceGetName, 2000, )                               \
+    R(cuDeviceGetAttribute, cuDeviceGetAttribute, 2000, )                     \
+    R(cuDeviceTotalMem_v2, cuDeviceTotalMem, 3020, )                          \
+    W(cuDeviceGetUuid, cuDeviceGetUuid, 9020, , device_uuid,                  \
+      (CUuuid *uuid, CUdevice dev), (uuid, dev))                              \
+    W(cuDeviceGetUuid_v2, cuDeviceGetUuid, 11040, , device_uuid,              \
+      (CUuuid *uuid, CUdevice dev), (uuid, dev))                              \
+    R(cuDeviceGetPCIBusId, cuDeviceGetPCIBusId, 4010, )                       \
+    R(cuDeviceGetByPCIBusId, cuDeviceGetByPCIBusId, 4010, )                   \
+    R(cuDeviceCanAccessPeer, cuDeviceCanAccessPeer, 4000, )                   \
+    R(cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain, 7000, )             \
+    W(cuDevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease, 7000, ,           \
+      primary_release, (CUdevice dev), (dev))                                 \
+    W(cuDevicePrimaryCtxRelease_v2, cuDevicePrimaryCtxRelease, 11000, ,       \
+      primary_release, (CUdevice dev), (dev))                                 \
+    W(cuDevicePrimaryCtxReset, cuDevicePrimaryCtxReset, 7000, ,               \
+      primary_reset, (CUdevice dev), (dev))                                   \
+    W(cuDevicePrimaryCtxReset_v2, cuDevicePrimaryCtxReset, 11000, ,           \
+      primary_reset, (CUdevice dev), (dev))                                   \
+    R(cuDevicePrimaryCtxGetState, cuDevicePrimaryCtxGetState, 7000, )         \
+    W(cuDevicePrimaryCtxSetFlags, cuDevicePrimaryCtxSetFlags, 7000, ,         \
+      primary_set_flags, (CUdevice dev, unsigned int flags), (dev, flags, 1)) \
+    W(cuDevicePrimaryCtxSetFlags_v2, cuDevicePrimaryCtxSetFlags, 11000, ,     \
+      primary_set_flags, (CUdevice dev, unsigned int flags), (dev, flags, 0)) \
+    W(cuCtxCreate_v2, cuCtxCreate, 3020, , ctx_create,                        \
+      (CUcontext *pctx, unsigned int flags, CUdevice dev),                    \
+      (pctx, flags, dev))                                                     \
+    R(cuCtxCreate_v4, cuCtxCreate, 12050, )                                   \
+    W(cuCtxDestroy, cuCtxDestroy, 2000, , ctx_destroy, (CUcontext ctx),       \
+      (ctx))                                                                  \
+    W(cuCtxDestroy_v2, cuCtxDestroy, 4000, , ctx_destroy, (CUcontext ctx),    \
+      (ctx))                                                                  \
+    R(cuCtxGetCurrent, cuCtxGetCurrent, 4000, )                               \
+    R(cuCtxSetCurrent, cuCtxSetCurrent, 4000, )                               \
+    W(cuCtxPushCurrent, cuCtxPushCurrent, 2000, , ctx_push, (CUcontext ctx),  \
+      (ctx))                                                                  \
+    W(cuCtxPushCurrent_v2, cuCtxPushCurrent, 4000, , ctx_push,                \
+      (CUcontext ctx), (ctx))                                                 \
+    W(cuCtxPopCurrent, cuCtxPopCurrent, 2000, , ctx_pop, (CUcontext *pctx),   \
+      (pctx))                                                                 \
+    W(cuCtxPopCurrent_v2, cuCtxPopCurrent, 4000, , ctx_pop,                   \
+      (CUcontext *pctx), (pctx))                                              \
+    R(cuCtxGetDevice, cuCtxGetDevice, 2000, )                                 \
+    R(cuCtxGetDevice_v2, cuCtxGetDevice, 13000, )                             \
+    R(cuCtxGetFlags, cuCtxGetFlags, 7000, )                                   \
+    R(cuCtxEnablePeerAccess, cuCtxEnablePeerAccess, 4000, )                   \
+    R(cuCtxDisablePeerAccess, cuCtxDisablePeerAccess, 4000, )                 \
+    R(cuCtxGetId, cuCtxGetId, 12000, )                                        \
+    R(cuCtxGetApiVersion, cuCtxGetApiVersion, 3020, )                         \
+    R(cuCtxGetLimit, cuCtxGetLimit, 3010, )                                   \
+    R(cuCtxSetLimit, cuCtxSetLimit, 3010, )                                   \
+    R(cuDeviceGetP2PAttribute, cuDeviceGetP2PAttribute, 8000, )               \
+    R(cuProfilerStart, cuProfilerStart, 4000, )                               \
+    R(cuProfilerStop, cuProfilerStop, 4000, )
+
+DEVICE_ALIASES(SIM_ALIAS_WRAPPER, SIM_ALIAS_SKIP)
+
 const sim_proc sim_procs_device[] = {
-    SIM_PROC(cuDeviceGetCount, 2000, cuDeviceGetCount),
-    SIM_PROC(cuDeviceGet, 2000, cuDeviceGet),
-    SIM_PROC(cuDeviceGetName, 2000, cuDeviceGetName),
-    SIM_PROC(cuDeviceGetAttribute, 2000, cuDeviceGetAttribute),
-    SIM_PROC(cuDeviceTotalMem, 3020, cuDeviceTotalMem_v2),
-    SIM_PROC(cuDeviceGetUuid, 9020, cuDeviceGetUuid),
-    SIM_PROC(cuDeviceGetUuid, 11040, cuDeviceGetUuid_v2),
-    SIM_PROC(cuDeviceGetPCIBusId, 4010, cuDeviceGetPCIBusId),
-    SIM_PROC(cuDeviceGetByPCIBusId, 4010, cuDeviceGetByPCIBusId),
-    SIM_PROC(cuDeviceCanAccessPeer, 4000, cuDeviceCanAccessPeer),
-    SIM_PROC(cuDevicePrimaryCtxRetain, 7000, cuDevicePrimaryCtxRetain),
-    SIM_PROC(cuDevicePrimaryCtxRelease, 7000, cuDevicePrimaryCtxRelease),
-    SIM_PROC(cuDevicePrimaryCtxRelease, 11000, cuDevicePrimaryCtxRelease_v2),
-    SIM_PROC(cuDevicePrimaryCtxReset, 7000, cuDevicePrimaryCtxReset),
-    SIM_PROC(cuDevicePrimaryCtxReset, 11000, cuDevicePrimaryCtxReset_v2),
-    SIM_PROC(cuDevicePrimaryCtxGetState, 7000, cuDevicePrimaryCtxGetState),
-    SIM_PROC(cuDevicePrimaryCtxSetFlags, 7000, cuDevicePrimaryCtxSetFlags),
-    SIM_PROC(cuDevicePrimaryCtxSetFlags, 11000, cuDevicePrimaryCtxSetFlags_v2),
-    SIM_PROC(cuCtxCreate, 3020, cuCtxCreate_v2),
-    SIM_PROC(cuCtxCreate, 12050, cuCtxCreate_v4),
-    SIM_PROC(cuCtxDestroy, 2000, cuCtxDestroy),
-    SIM_PROC(cuCtxDestroy, 4000, cuCtxDestroy_v2),
-    SIM_PROC(cuCtxGetCurrent, 4000, cuCtxGetCurrent),
-    SIM_PROC(cuCtxSetCurrent, 4000, cuCtxSetCurrent),
-    SIM_PROC(cuCtxPushCurrent, 2000, cuCtxPushCurrent),
-    SIM_PROC(cuCtxPushCurrent, 4000, cuCtxPushCurrent_v2),
-    SIM_PROC(cuCtxPopCurrent, 2000, cuCtxPopCurrent),
-    SIM_PROC(cuCtxPopCurrent, 4000, cuCtxPopCurrent_v2),
-    SIM_PROC(cuCtxGetDevice, 2000, cuCtxGetDevice),
-    SIM_PROC(cuCtxGetDevice, 13000, cuCtxGetDevice_v2),
-    SIM_PROC(cuCtxGetFlags, 7000, cuCtxGetFlags),
-    SIM_PROC(cuCtxEnablePeerAccess, 4000, cuCtxEnablePeerAccess),
-    SIM_PROC(cuCtxDisablePeerAccess, 4000, cuCtxDisablePeerAccess),
-    SIM_PROC(cuCtxGetId, 12000, cuCtxGetId),
-    SIM_PROC(cuCtxGetApiVersion, 3020, cuCtxGetApiVersion),
-    SIM_PROC(cuCtxGetLimit, 3010, cuCtxGetLimit),
-    SIM_PROC(cuCtxSetLimit, 3010, cuCtxSetLimit),
-    SIM_PROC(cuDeviceGetP2PAttribute, 8000, cuDeviceGetP2PAttribute),
-    SIM_PROC(cuProfilerStart, 4000, cuProfilerStart),
-    SIM_PROC(cuProfilerStop, 4000, cuProfilerStop),
+    DEVICE_ALIASES(SIM_ALIAS_ROW, SIM_ALIAS_ROW)
 };
+/* clang-format on */
 const size_t sim_nprocs_device = sizeof(sim_procs_device) / sizeof(sim_proc);

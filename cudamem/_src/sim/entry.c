@@ -598,6 +598,7 @@ static const proc_table proc_tables[] = {
     {sim_procs_memory, &sim_nprocs_memory},
     {sim_procs_copy, &sim_nprocs_copy},
     {sim_procs_stream, &sim_nprocs_stream},
+    {sim_procs_event, &sim_nprocs_event},
     {sim_procs_ipc, &sim_nprocs_ipc},
     {sim_procs_kernel, &sim_nprocs_kernel},
     {sim_procs_mempool, &sim_nprocs_mempool},
@@ -713,14 +714,23 @@ cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion,
     return proc_address(symbol, pfn, cudaVersion, flags, NULL);
 }
 
+/* ---------------------------------------------------------------------------
+ * cuGetProcAddress rows, one per exported ABI alias (see SIM_ALIAS_WRAPPER
+ * in sim.h). The wrappers here are hand-written: they run before cuInit. */
+
+/* clang-format off */
+#define ENTRY_ALIASES(W, R)                                                   \
+    R(cuGetProcAddress, cuGetProcAddress, 11030, )                            \
+    R(cuGetProcAddress_v2, cuGetProcAddress, 12000, )                         \
+    R(cuInit, cuInit, 2000, )                                                 \
+    R(cuDriverGetVersion, cuDriverGetVersion, 2020, )                         \
+    R(cuGetErrorName, cuGetErrorName, 6000, )                                 \
+    R(cuGetErrorString, cuGetErrorString, 6000, )
+
 const sim_proc sim_procs_entry[] = {
-    SIM_PROC(cuGetProcAddress, 11030, cuGetProcAddress),
-    SIM_PROC(cuGetProcAddress, 12000, cuGetProcAddress_v2),
-    SIM_PROC(cuInit, 2000, cuInit),
-    SIM_PROC(cuDriverGetVersion, 2020, cuDriverGetVersion),
-    SIM_PROC(cuGetErrorName, 6000, cuGetErrorName),
-    SIM_PROC(cuGetErrorString, 6000, cuGetErrorString),
+    ENTRY_ALIASES(SIM_ALIAS_ROW, SIM_ALIAS_ROW)
 };
+/* clang-format on */
 const size_t sim_nprocs_entry = sizeof(sim_procs_entry) / sizeof(sim_proc);
 
 /* ---------------------------------------------------------------------------

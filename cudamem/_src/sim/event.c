@@ -414,35 +414,6 @@ sim__event_capture_wait(CUevent ev, CUstream s, int legacy)
 }
 
 SIM_EXPORT CUresult
-cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
-{
-    SIM_ENTER(cuEventRecordWithFlags);
-    return event_record(hEvent, hStream, 0, flags);
-}
-
-SIM_EXPORT CUresult
-cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream,
-                            unsigned int flags)
-{
-    SIM_ENTER(cuEventRecordWithFlags);
-    return event_record(hEvent, hStream, 1, flags);
-}
-
-SIM_EXPORT CUresult
-cuEventRecord(CUevent hEvent, CUstream hStream)
-{
-    SIM_ENTER(cuEventRecord);
-    return event_record(hEvent, hStream, 0, CU_EVENT_RECORD_DEFAULT);
-}
-
-SIM_EXPORT CUresult
-cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
-{
-    SIM_ENTER(cuEventRecord);
-    return event_record(hEvent, hStream, 1, CU_EVENT_RECORD_DEFAULT);
-}
-
-SIM_EXPORT CUresult
 cuEventQuery(CUevent hEvent)
 {
     CUresult r;
@@ -665,3 +636,39 @@ cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)
     *phEvent = ev;
     return CUDA_SUCCESS;
 }
+
+/* ---------------------------------------------------------------------------
+ * Entry points: one row per exported ABI alias (see SIM_ALIAS_WRAPPER in
+ * sim.h); the wrappers of the W rows, then the cuGetProcAddress rows. */
+
+/* clang-format off */
+#define EVENT_ALIASES(W, R)                                                   \
+    R(cuEventCreate, cuEventCreate, 2000, )                                   \
+    R(cuEventDestroy_v2, cuEventDestroy, 4000, )                              \
+    W(cuEventRecord, cuEventRecord, 2000, , event_record,                     \
+      (CUevent hEvent, CUstream hStream),                                     \
+      (hEvent, hStream, 0, CU_EVENT_RECORD_DEFAULT))                          \
+    W(cuEventRecord_ptsz, cuEventRecord, 7000, _ptsz, event_record,           \
+      (CUevent hEvent, CUstream hStream),                                     \
+      (hEvent, hStream, 1, CU_EVENT_RECORD_DEFAULT))                          \
+    W(cuEventRecordWithFlags, cuEventRecordWithFlags, 11010, , event_record,  \
+      (CUevent hEvent, CUstream hStream, unsigned int flags),                 \
+      (hEvent, hStream, 0, flags))                                            \
+    W(cuEventRecordWithFlags_ptsz, cuEventRecordWithFlags, 11010, _ptsz,      \
+      event_record, (CUevent hEvent, CUstream hStream, unsigned int flags),   \
+      (hEvent, hStream, 1, flags))                                            \
+    R(cuEventSynchronize, cuEventSynchronize, 2000, )                         \
+    R(cuIpcGetEventHandle, cuIpcGetEventHandle, 4010, )                       \
+    R(cuIpcOpenEventHandle, cuIpcOpenEventHandle, 4010, )                     \
+    R(cuEventQuery, cuEventQuery, 2000, )                                     \
+    R(cuEventElapsedTime_v2, cuEventElapsedTime, 2000, )                      \
+    R(cuEventElapsedTime_v2, cuEventElapsedTime, 12080, )
+
+EVENT_ALIASES(SIM_ALIAS_WRAPPER, SIM_ALIAS_SKIP)
+
+const sim_proc sim_procs_event[] = {
+    EVENT_ALIASES(SIM_ALIAS_ROW, SIM_ALIAS_ROW)
+};
+/* clang-format on */
+const size_t sim_nprocs_event = sizeof sim_procs_event /
+                                sizeof sim_procs_event[0];

@@ -615,20 +615,6 @@ done:
     return r;
 }
 
-SIM_EXPORT CUresult CUDAAPI
-cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
-{
-    SIM_ENTER(cuStreamBeginCapture);
-    return begin_capture(hStream, 0, mode);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode)
-{
-    SIM_ENTER(cuStreamBeginCapture);
-    return begin_capture(hStream, 1, mode);
-}
-
 /* Lock held. Whether every node s's capture left on the forked streams
  * is one the origin stream depends on (directly or through others). */
 static int
@@ -720,20 +706,6 @@ done:
     return r;
 }
 
-SIM_EXPORT CUresult CUDAAPI
-cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
-{
-    SIM_ENTER(cuStreamEndCapture);
-    return end_capture(hStream, 0, phGraph);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph)
-{
-    SIM_ENTER(cuStreamEndCapture);
-    return end_capture(hStream, 1, phGraph);
-}
-
 static CUresult
 is_capturing(CUstream h, int ptds, CUstreamCaptureStatus *status)
 {
@@ -757,21 +729,6 @@ is_capturing(CUstream h, int ptds, CUstreamCaptureStatus *status)
             s != NULL ? sim__stream_capture(s) : NULL);
     sim_unlock();
     return r;
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
-{
-    SIM_ENTER(cuStreamIsCapturing);
-    return is_capturing(hStream, 0, captureStatus);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuStreamIsCapturing_ptsz(CUstream hStream,
-                         CUstreamCaptureStatus *captureStatus)
-{
-    SIM_ENTER(cuStreamIsCapturing);
-    return is_capturing(hStream, 1, captureStatus);
 }
 
 /* Lock held: the capture s belongs to, or an error for asking. */
@@ -842,78 +799,6 @@ done:
     return r;
 }
 
-SIM_EXPORT CUresult CUDAAPI
-cuStreamGetCaptureInfo(CUstream hStream,
-                       CUstreamCaptureStatus *captureStatus_out,
-                       cuuint64_t *id_out)
-{
-    SIM_ENTER(cuStreamGetCaptureInfo);
-    return get_capture_info(hStream, 0, captureStatus_out, id_out, NULL, NULL,
-                            NULL, NULL);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuStreamGetCaptureInfo_ptsz(CUstream hStream,
-                            CUstreamCaptureStatus *captureStatus_out,
-                            cuuint64_t *id_out)
-{
-    SIM_ENTER(cuStreamGetCaptureInfo);
-    return get_capture_info(hStream, 1, captureStatus_out, id_out, NULL, NULL,
-                            NULL, NULL);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuStreamGetCaptureInfo_v2(CUstream hStream,
-                          CUstreamCaptureStatus *captureStatus_out,
-                          cuuint64_t *id_out, CUgraph *graph_out,
-                          const CUgraphNode **dependencies_out,
-                          size_t *numDependencies_out)
-{
-    SIM_ENTER(cuStreamGetCaptureInfo);
-    return get_capture_info(hStream, 0, captureStatus_out, id_out, graph_out,
-                            dependencies_out, NULL, numDependencies_out);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuStreamGetCaptureInfo_v2_ptsz(CUstream hStream,
-                               CUstreamCaptureStatus *captureStatus_out,
-                               cuuint64_t *id_out, CUgraph *graph_out,
-                               const CUgraphNode **dependencies_out,
-                               size_t *numDependencies_out)
-{
-    SIM_ENTER(cuStreamGetCaptureInfo);
-    return get_capture_info(hStream, 1, captureStatus_out, id_out, graph_out,
-                            dependencies_out, NULL, numDependencies_out);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuStreamGetCaptureInfo_v3(CUstream hStream,
-                          CUstreamCaptureStatus *captureStatus_out,
-                          cuuint64_t *id_out, CUgraph *graph_out,
-                          const CUgraphNode **dependencies_out,
-                          const CUgraphEdgeData **edgeData_out,
-                          size_t *numDependencies_out)
-{
-    SIM_ENTER(cuStreamGetCaptureInfo);
-    return get_capture_info(hStream, 0, captureStatus_out, id_out, graph_out,
-                            dependencies_out, edgeData_out,
-                            numDependencies_out);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuStreamGetCaptureInfo_v3_ptsz(CUstream hStream,
-                               CUstreamCaptureStatus *captureStatus_out,
-                               cuuint64_t *id_out, CUgraph *graph_out,
-                               const CUgraphNode **dependencies_out,
-                               const CUgraphEdgeData **edgeData_out,
-                               size_t *numDependencies_out)
-{
-    SIM_ENTER(cuStreamGetCaptureInfo);
-    return get_capture_info(hStream, 1, captureStatus_out, id_out, graph_out,
-                            dependencies_out, edgeData_out,
-                            numDependencies_out);
-}
-
 static int
 edge_data_plain(const CUgraphEdgeData *e)
 {
@@ -981,47 +866,6 @@ update_deps(CUstream h, int ptds, CUgraphNode *nodes,
 done:
     sim_unlock();
     return r;
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuStreamUpdateCaptureDependencies(CUstream hStream, CUgraphNode *dependencies,
-                                  size_t numDependencies, unsigned int flags)
-{
-    SIM_ENTER(cuStreamUpdateCaptureDependencies);
-    return update_deps(hStream, 0, dependencies, NULL, numDependencies, flags);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuStreamUpdateCaptureDependencies_ptsz(CUstream hStream,
-                                       CUgraphNode *dependencies,
-                                       size_t numDependencies,
-                                       unsigned int flags)
-{
-    SIM_ENTER(cuStreamUpdateCaptureDependencies);
-    return update_deps(hStream, 1, dependencies, NULL, numDependencies, flags);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuStreamUpdateCaptureDependencies_v2(CUstream hStream,
-                                     CUgraphNode *dependencies,
-                                     const CUgraphEdgeData *dependencyData,
-                                     size_t numDependencies,
-                                     unsigned int flags)
-{
-    SIM_ENTER(cuStreamUpdateCaptureDependencies);
-    return update_deps(hStream, 0, dependencies, dependencyData,
-                       numDependencies, flags);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuStreamUpdateCaptureDependencies_v2_ptsz(
-    CUstream hStream, CUgraphNode *dependencies,
-    const CUgraphEdgeData *dependencyData, size_t numDependencies,
-    unsigned int flags)
-{
-    SIM_ENTER(cuStreamUpdateCaptureDependencies);
-    return update_deps(hStream, 1, dependencies, dependencyData,
-                       numDependencies, flags);
 }
 
 /* ------------------------------------------------------------------------
@@ -1162,23 +1006,6 @@ instantiate_with_params(CUgraphExec *phGraphExec, CUgraph hGraph,
     return r;
 }
 
-SIM_EXPORT CUresult CUDAAPI
-cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph,
-                             CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
-{
-    SIM_ENTER(cuGraphInstantiateWithParams);
-    return instantiate_with_params(phGraphExec, hGraph, instantiateParams, 0);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuGraphInstantiateWithParams_ptsz(
-    CUgraphExec *phGraphExec, CUgraph hGraph,
-    CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
-{
-    SIM_ENTER(cuGraphInstantiateWithParams);
-    return instantiate_with_params(phGraphExec, hGraph, instantiateParams, 1);
-}
-
 static CUresult
 graph_upload(CUgraphExec e, CUstream h, int ptds)
 {
@@ -1188,20 +1015,6 @@ graph_upload(CUgraphExec e, CUstream h, int ptds)
     live = sim__handle_live(e, SIM_MAGIC_GRAPH_EXEC);
     sim_unlock();
     return live ? upload_stream(h, ptds) : CUDA_ERROR_INVALID_VALUE;
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
-{
-    SIM_ENTER(cuGraphUpload);
-    return graph_upload(hGraphExec, hStream, 0);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream)
-{
-    SIM_ENTER(cuGraphUpload);
-    return graph_upload(hGraphExec, hStream, 1);
 }
 
 SIM_EXPORT CUresult CUDAAPI
@@ -1320,20 +1133,6 @@ done:
     return r;
 }
 
-SIM_EXPORT CUresult CUDAAPI
-cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
-{
-    SIM_ENTER(cuGraphLaunch);
-    return graph_launch(hGraphExec, hStream, 0);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
-{
-    SIM_ENTER(cuGraphLaunch);
-    return graph_launch(hGraphExec, hStream, 1);
-}
-
 /* ------------------------------------------------------------------------
  * Nodes and edges. Each list call answers the count when given no array,
  * and otherwise fills up to *count entries, clears the ones it has no
@@ -1406,21 +1205,6 @@ done:
     return r;
 }
 
-SIM_EXPORT CUresult CUDAAPI
-cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)
-{
-    SIM_ENTER(cuGraphGetNodes);
-    return graph_nodes(hGraph, nodes, numNodes, 0);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuGraphGetRootNodes(CUgraph hGraph, CUgraphNode *rootNodes,
-                    size_t *numRootNodes)
-{
-    SIM_ENTER(cuGraphGetRootNodes);
-    return graph_nodes(hGraph, rootNodes, numRootNodes, 1);
-}
-
 static CUresult
 graph_edges(CUgraph g, CUgraphNode *from, CUgraphNode *to,
             CUgraphEdgeData *data, size_t *count)
@@ -1449,22 +1233,6 @@ graph_edges(CUgraph g, CUgraphNode *from, CUgraphNode *to,
 done:
     sim_unlock();
     return r;
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuGraphGetEdges(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to,
-                size_t *numEdges)
-{
-    SIM_ENTER(cuGraphGetEdges);
-    return graph_edges(hGraph, from, to, NULL, numEdges);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuGraphGetEdges_v2(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to,
-                   CUgraphEdgeData *edgeData, size_t *numEdges)
-{
-    SIM_ENTER(cuGraphGetEdges);
-    return graph_edges(hGraph, from, to, edgeData, numEdges);
 }
 
 SIM_EXPORT CUresult CUDAAPI
@@ -1523,40 +1291,6 @@ node_edges(CUgraphNode nd, CUgraphNode *out, CUgraphEdgeData *data,
 done:
     sim_unlock();
     return r;
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuGraphNodeGetDependencies(CUgraphNode hNode, CUgraphNode *dependencies,
-                           size_t *numDependencies)
-{
-    SIM_ENTER(cuGraphNodeGetDependencies);
-    return node_edges(hNode, dependencies, NULL, numDependencies, 0);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuGraphNodeGetDependencies_v2(CUgraphNode hNode, CUgraphNode *dependencies,
-                              CUgraphEdgeData *edgeData,
-                              size_t *numDependencies)
-{
-    SIM_ENTER(cuGraphNodeGetDependencies);
-    return node_edges(hNode, dependencies, edgeData, numDependencies, 0);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuGraphNodeGetDependentNodes(CUgraphNode hNode, CUgraphNode *dependentNodes,
-                             size_t *numDependentNodes)
-{
-    SIM_ENTER(cuGraphNodeGetDependentNodes);
-    return node_edges(hNode, dependentNodes, NULL, numDependentNodes, 1);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuGraphNodeGetDependentNodes_v2(CUgraphNode hNode, CUgraphNode *dependentNodes,
-                                CUgraphEdgeData *edgeData,
-                                size_t *numDependentNodes)
-{
-    SIM_ENTER(cuGraphNodeGetDependentNodes);
-    return node_edges(hNode, dependentNodes, edgeData, numDependentNodes, 1);
 }
 
 /* ------------------------------------------------------------------------
@@ -1708,63 +1442,147 @@ cuGraphReleaseUserObject(CUgraph graph, CUuserObject object,
     return r;
 }
 
+/* ---------------------------------------------------------------------------
+ * Entry points: one row per exported ABI alias (see SIM_ALIAS_WRAPPER in
+ * sim.h); the wrappers of the W rows, then the cuGetProcAddress rows. */
+
+/* clang-format off */
+#define GRAPH_ALIASES(W, R)                                                   \
+    W(cuStreamBeginCapture_v2, cuStreamBeginCapture, 10010, , begin_capture,  \
+      (CUstream hStream, CUstreamCaptureMode mode), (hStream, 0, mode))       \
+    W(cuStreamBeginCapture_v2_ptsz, cuStreamBeginCapture, 10010, _ptsz,       \
+      begin_capture, (CUstream hStream, CUstreamCaptureMode mode),            \
+      (hStream, 1, mode))                                                     \
+    W(cuStreamEndCapture, cuStreamEndCapture, 10000, , end_capture,           \
+      (CUstream hStream, CUgraph *phGraph), (hStream, 0, phGraph))            \
+    W(cuStreamEndCapture_ptsz, cuStreamEndCapture, 10000, _ptsz, end_capture, \
+      (CUstream hStream, CUgraph *phGraph), (hStream, 1, phGraph))            \
+    W(cuStreamIsCapturing, cuStreamIsCapturing, 10000, , is_capturing,        \
+      (CUstream hStream, CUstreamCaptureStatus *captureStatus),               \
+      (hStream, 0, captureStatus))                                            \
+    W(cuStreamIsCapturing_ptsz, cuStreamIsCapturing, 10000, _ptsz,            \
+      is_capturing, (CUstream hStream, CUstreamCaptureStatus *captureStatus), \
+      (hStream, 1, captureStatus))                                            \
+    W(cuStreamGetCaptureInfo, cuStreamGetCaptureInfo, 10010, ,                \
+      get_capture_info, (CUstream hStream,                                    \
+      CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out),          \
+      (hStream, 0, captureStatus_out, id_out, NULL, NULL, NULL, NULL))        \
+    W(cuStreamGetCaptureInfo_ptsz, cuStreamGetCaptureInfo, 10010, _ptsz,      \
+      get_capture_info, (CUstream hStream,                                    \
+      CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out),          \
+      (hStream, 1, captureStatus_out, id_out, NULL, NULL, NULL, NULL))        \
+    W(cuStreamGetCaptureInfo_v2, cuStreamGetCaptureInfo, 11030, ,             \
+      get_capture_info, (CUstream hStream,                                    \
+      CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out,           \
+      CUgraph *graph_out, const CUgraphNode **dependencies_out,               \
+      size_t *numDependencies_out), (hStream, 0, captureStatus_out, id_out,   \
+      graph_out, dependencies_out, NULL, numDependencies_out))                \
+    W(cuStreamGetCaptureInfo_v2_ptsz, cuStreamGetCaptureInfo, 11030, _ptsz,   \
+      get_capture_info, (CUstream hStream,                                    \
+      CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out,           \
+      CUgraph *graph_out, const CUgraphNode **dependencies_out,               \
+      size_t *numDependencies_out), (hStream, 1, captureStatus_out, id_out,   \
+      graph_out, dependencies_out, NULL, numDependencies_out))                \
+    W(cuStreamGetCaptureInfo_v3, cuStreamGetCaptureInfo, 12030, ,             \
+      get_capture_info, (CUstream hStream,                                    \
+      CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out,           \
+      CUgraph *graph_out, const CUgraphNode **dependencies_out,               \
+      const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out),     \
+      (hStream, 0, captureStatus_out, id_out, graph_out, dependencies_out,    \
+      edgeData_out, numDependencies_out))                                     \
+    W(cuStreamGetCaptureInfo_v3_ptsz, cuStreamGetCaptureInfo, 12030, _ptsz,   \
+      get_capture_info, (CUstream hStream,                                    \
+      CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out,           \
+      CUgraph *graph_out, const CUgraphNode **dependencies_out,               \
+      const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out),     \
+      (hStream, 1, captureStatus_out, id_out, graph_out, dependencies_out,    \
+      edgeData_out, numDependencies_out))                                     \
+    W(cuStreamUpdateCaptureDependencies, cuStreamUpdateCaptureDependencies,   \
+      11030, , update_deps, (CUstream hStream, CUgraphNode *dependencies,     \
+      size_t numDependencies, unsigned int flags),                            \
+      (hStream, 0, dependencies, NULL, numDependencies, flags))               \
+    W(cuStreamUpdateCaptureDependencies_ptsz,                                 \
+      cuStreamUpdateCaptureDependencies, 11030, _ptsz, update_deps,           \
+      (CUstream hStream, CUgraphNode *dependencies, size_t numDependencies,   \
+      unsigned int flags),                                                    \
+      (hStream, 1, dependencies, NULL, numDependencies, flags))               \
+    W(cuStreamUpdateCaptureDependencies_v2,                                   \
+      cuStreamUpdateCaptureDependencies, 12030, , update_deps,                \
+      (CUstream hStream, CUgraphNode *dependencies,                           \
+      const CUgraphEdgeData *dependencyData, size_t numDependencies,          \
+      unsigned int flags),                                                    \
+      (hStream, 0, dependencies, dependencyData, numDependencies, flags))     \
+    W(cuStreamUpdateCaptureDependencies_v2_ptsz,                              \
+      cuStreamUpdateCaptureDependencies, 12030, _ptsz, update_deps,           \
+      (CUstream hStream, CUgraphNode *dependencies,                           \
+      const CUgraphEdgeData *dependencyData, size_t numDependencies,          \
+      unsigned int flags),                                                    \
+      (hStream, 1, dependencies, dependencyData, numDependencies, flags))     \
+    R(cuGraphCreate, cuGraphCreate, 10000, )                                  \
+    R(cuGraphDestroy, cuGraphDestroy, 10000, )                                \
+    R(cuGraphInstantiateWithFlags, cuGraphInstantiateWithFlags, 11040, )      \
+    W(cuGraphInstantiateWithParams, cuGraphInstantiateWithParams, 12000, ,    \
+      instantiate_with_params, (CUgraphExec *phGraphExec, CUgraph hGraph,     \
+      CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams),                      \
+      (phGraphExec, hGraph, instantiateParams, 0))                            \
+    W(cuGraphInstantiateWithParams_ptsz, cuGraphInstantiateWithParams, 12000, \
+      _ptsz, instantiate_with_params, (CUgraphExec *phGraphExec,              \
+      CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams),      \
+      (phGraphExec, hGraph, instantiateParams, 1))                            \
+    W(cuGraphUpload, cuGraphUpload, 11010, , graph_upload,                    \
+      (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream, 0))   \
+    W(cuGraphUpload_ptsz, cuGraphUpload, 11010, _ptsz, graph_upload,          \
+      (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream, 1))   \
+    R(cuGraphExecDestroy, cuGraphExecDestroy, 10000, )                        \
+    W(cuGraphLaunch, cuGraphLaunch, 10000, , graph_launch,                    \
+      (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream, 0))   \
+    W(cuGraphLaunch_ptsz, cuGraphLaunch, 10000, _ptsz, graph_launch,          \
+      (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream, 1))   \
+    W(cuGraphGetNodes, cuGraphGetNodes, 10000, , graph_nodes,                 \
+      (CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes),                 \
+      (hGraph, nodes, numNodes, 0))                                           \
+    W(cuGraphGetRootNodes, cuGraphGetRootNodes, 10000, , graph_nodes,         \
+      (CUgraph hGraph, CUgraphNode *rootNodes, size_t *numRootNodes),         \
+      (hGraph, rootNodes, numRootNodes, 1))                                   \
+    W(cuGraphGetEdges, cuGraphGetEdges, 10000, , graph_edges,                 \
+      (CUgraph hGraph, CUgraphNode *from, CUgraphNode *to, size_t *numEdges), \
+      (hGraph, from, to, NULL, numEdges))                                     \
+    W(cuGraphGetEdges_v2, cuGraphGetEdges, 12030, , graph_edges,              \
+      (CUgraph hGraph, CUgraphNode *from, CUgraphNode *to,                    \
+      CUgraphEdgeData *edgeData, size_t *numEdges),                           \
+      (hGraph, from, to, edgeData, numEdges))                                 \
+    R(cuGraphNodeGetType, cuGraphNodeGetType, 10000, )                        \
+    W(cuGraphNodeGetDependencies, cuGraphNodeGetDependencies, 10000, ,        \
+      node_edges, (CUgraphNode hNode, CUgraphNode *dependencies,              \
+      size_t *numDependencies),                                               \
+      (hNode, dependencies, NULL, numDependencies, 0))                        \
+    W(cuGraphNodeGetDependencies_v2, cuGraphNodeGetDependencies, 12030, ,     \
+      node_edges, (CUgraphNode hNode, CUgraphNode *dependencies,              \
+      CUgraphEdgeData *edgeData, size_t *numDependencies),                    \
+      (hNode, dependencies, edgeData, numDependencies, 0))                    \
+    W(cuGraphNodeGetDependentNodes, cuGraphNodeGetDependentNodes, 10000, ,    \
+      node_edges, (CUgraphNode hNode, CUgraphNode *dependentNodes,            \
+      size_t *numDependentNodes),                                             \
+      (hNode, dependentNodes, NULL, numDependentNodes, 1))                    \
+    W(cuGraphNodeGetDependentNodes_v2, cuGraphNodeGetDependentNodes, 12030, , \
+      node_edges, (CUgraphNode hNode, CUgraphNode *dependentNodes,            \
+      CUgraphEdgeData *edgeData, size_t *numDependentNodes),                  \
+      (hNode, dependentNodes, edgeData, numDependentNodes, 1))                \
+    R(cuUserObjectCreate, cuUserObjectCreate, 11030, )                        \
+    R(cuUserObjectRetain, cuUserObjectRetain, 11030, )                        \
+    R(cuUserObjectRelease, cuUserObjectRelease, 11030, )                      \
+    R(cuGraphRetainUserObject, cuGraphRetainUserObject, 11030, )              \
+    R(cuGraphReleaseUserObject, cuGraphReleaseUserObject, 11030, )
+
+GRAPH_ALIASES(SIM_ALIAS_WRAPPER, SIM_ALIAS_SKIP)
+
 const sim_proc sim_procs_graph[] = {
-    SIM_PROC(cuStreamBeginCapture, 10010, cuStreamBeginCapture_v2),
-    SIM_PROC_PTDS(cuStreamBeginCapture, 10010, ptsz,
-                  cuStreamBeginCapture_v2_ptsz),
-    SIM_PROC(cuStreamEndCapture, 10000, cuStreamEndCapture),
-    SIM_PROC_PTDS(cuStreamEndCapture, 10000, ptsz, cuStreamEndCapture_ptsz),
-    SIM_PROC(cuStreamIsCapturing, 10000, cuStreamIsCapturing),
-    SIM_PROC_PTDS(cuStreamIsCapturing, 10000, ptsz, cuStreamIsCapturing_ptsz),
-    SIM_PROC(cuStreamGetCaptureInfo, 10010, cuStreamGetCaptureInfo),
-    SIM_PROC_PTDS(cuStreamGetCaptureInfo, 10010, ptsz,
-                  cuStreamGetCaptureInfo_ptsz),
-    SIM_PROC(cuStreamGetCaptureInfo, 11030, cuStreamGetCaptureInfo_v2),
-    SIM_PROC_PTDS(cuStreamGetCaptureInfo, 11030, ptsz,
-                  cuStreamGetCaptureInfo_v2_ptsz),
-    SIM_PROC(cuStreamGetCaptureInfo, 12030, cuStreamGetCaptureInfo_v3),
-    SIM_PROC_PTDS(cuStreamGetCaptureInfo, 12030, ptsz,
-                  cuStreamGetCaptureInfo_v3_ptsz),
-    SIM_PROC(cuStreamUpdateCaptureDependencies, 11030,
-             cuStreamUpdateCaptureDependencies),
-    SIM_PROC_PTDS(cuStreamUpdateCaptureDependencies, 11030, ptsz,
-                  cuStreamUpdateCaptureDependencies_ptsz),
-    SIM_PROC(cuStreamUpdateCaptureDependencies, 12030,
-             cuStreamUpdateCaptureDependencies_v2),
-    SIM_PROC_PTDS(cuStreamUpdateCaptureDependencies, 12030, ptsz,
-                  cuStreamUpdateCaptureDependencies_v2_ptsz),
-    SIM_PROC(cuGraphCreate, 10000, cuGraphCreate),
-    SIM_PROC(cuGraphDestroy, 10000, cuGraphDestroy),
-    SIM_PROC(cuGraphInstantiateWithFlags, 11040, cuGraphInstantiateWithFlags),
+    GRAPH_ALIASES(SIM_ALIAS_ROW, SIM_ALIAS_ROW)
     /* From 12.0 cuGraphInstantiate is cuGraphInstantiateWithFlags. */
     {"cuGraphInstantiate", 12000, 0,
      (void *)(1 ? cuGraphInstantiateWithFlags
                 : (PFN_cuGraphInstantiateWithFlags_v11040)0)},
-    SIM_PROC(cuGraphInstantiateWithParams, 12000,
-             cuGraphInstantiateWithParams),
-    SIM_PROC_PTDS(cuGraphInstantiateWithParams, 12000, ptsz,
-                  cuGraphInstantiateWithParams_ptsz),
-    SIM_PROC(cuGraphUpload, 11010, cuGraphUpload),
-    SIM_PROC_PTDS(cuGraphUpload, 11010, ptsz, cuGraphUpload_ptsz),
-    SIM_PROC(cuGraphExecDestroy, 10000, cuGraphExecDestroy),
-    SIM_PROC(cuGraphLaunch, 10000, cuGraphLaunch),
-    SIM_PROC_PTDS(cuGraphLaunch, 10000, ptsz, cuGraphLaunch_ptsz),
-    SIM_PROC(cuGraphGetNodes, 10000, cuGraphGetNodes),
-    SIM_PROC(cuGraphGetRootNodes, 10000, cuGraphGetRootNodes),
-    SIM_PROC(cuGraphGetEdges, 10000, cuGraphGetEdges),
-    SIM_PROC(cuGraphGetEdges, 12030, cuGraphGetEdges_v2),
-    SIM_PROC(cuGraphNodeGetType, 10000, cuGraphNodeGetType),
-    SIM_PROC(cuGraphNodeGetDependencies, 10000, cuGraphNodeGetDependencies),
-    SIM_PROC(cuGraphNodeGetDependencies, 12030, cuGraphNodeGetDependencies_v2),
-    SIM_PROC(cuGraphNodeGetDependentNodes, 10000,
-             cuGraphNodeGetDependentNodes),
-    SIM_PROC(cuGraphNodeGetDependentNodes, 12030,
-             cuGraphNodeGetDependentNodes_v2),
-    SIM_PROC(cuUserObjectCreate, 11030, cuUserObjectCreate),
-    SIM_PROC(cuUserObjectRetain, 11030, cuUserObjectRetain),
-    SIM_PROC(cuUserObjectRelease, 11030, cuUserObjectRelease),
-    SIM_PROC(cuGraphRetainUserObject, 11030, cuGraphRetainUserObject),
-    SIM_PROC(cuGraphReleaseUserObject, 11030, cuGraphReleaseUserObject),
 };
+/* clang-format on */
 const size_t sim_nprocs_graph = sizeof sim_procs_graph /
                                 sizeof sim_procs_graph[0];

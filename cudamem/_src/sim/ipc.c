@@ -302,14 +302,6 @@ done:
 }
 
 SIM_EXPORT CUresult CUDAAPI
-cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle,
-                   unsigned int Flags)
-{
-    SIM_ENTER(cuIpcOpenMemHandle);
-    return ipc_open(pdptr, handle, Flags);
-}
-
-SIM_EXPORT CUresult CUDAAPI
 cuIpcCloseMemHandle(CUdeviceptr dptr)
 {
     SIM_ENTER(cuIpcCloseMemHandle);
@@ -356,21 +348,28 @@ done:
     return r;
 }
 
-/* The older ABI, exported under the plain name the header redirects. */
+/* The older ABI, exported below under the plain name the header redirects. */
 #undef cuIpcOpenMemHandle
 
-SIM_EXPORT CUresult CUDAAPI
-cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle,
-                   unsigned int Flags)
-{
-    SIM_ENTER(cuIpcOpenMemHandle);
-    return ipc_open(pdptr, handle, Flags);
-}
+/* ---------------------------------------------------------------------------
+ * Entry points: one row per exported ABI alias (see SIM_ALIAS_WRAPPER in
+ * sim.h); the wrappers of the W rows, then the cuGetProcAddress rows. */
+
+/* clang-format off */
+#define IPC_ALIASES(W, R)                                                     \
+    R(cuIpcGetMemHandle, cuIpcGetMemHandle, 4010, )                           \
+    W(cuIpcOpenMemHandle, cuIpcOpenMemHandle, 4010, , ipc_open,               \
+      (CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags),        \
+      (pdptr, handle, Flags))                                                 \
+    W(cuIpcOpenMemHandle_v2, cuIpcOpenMemHandle, 11000, , ipc_open,           \
+      (CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags),        \
+      (pdptr, handle, Flags))                                                 \
+    R(cuIpcCloseMemHandle, cuIpcCloseMemHandle, 4010, )
+
+IPC_ALIASES(SIM_ALIAS_WRAPPER, SIM_ALIAS_SKIP)
 
 const sim_proc sim_procs_ipc[] = {
-    SIM_PROC(cuIpcGetMemHandle, 4010, cuIpcGetMemHandle),
-    SIM_PROC(cuIpcOpenMemHandle, 4010, cuIpcOpenMemHandle),
-    SIM_PROC(cuIpcOpenMemHandle, 11000, cuIpcOpenMemHandle_v2),
-    SIM_PROC(cuIpcCloseMemHandle, 4010, cuIpcCloseMemHandle),
+    IPC_ALIASES(SIM_ALIAS_ROW, SIM_ALIAS_ROW)
 };
+/* clang-format on */
 const size_t sim_nprocs_ipc = sizeof(sim_procs_ipc) / sizeof(sim_procs_ipc[0]);

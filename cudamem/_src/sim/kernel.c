@@ -54,20 +54,6 @@ no_load(void *out, size_t size, const void *image)
  * Modules. */
 
 SIM_EXPORT CUresult CUDAAPI
-cuModuleLoad(CUmodule *module, const char *fname)
-{
-    SIM_ENTER(cuModuleLoad);
-    return no_load(module, sizeof(*module), fname);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuModuleLoadData(CUmodule *module, const void *image)
-{
-    SIM_ENTER(cuModuleLoadData);
-    return no_load(module, sizeof(*module), image);
-}
-
-SIM_EXPORT CUresult CUDAAPI
 cuModuleLoadDataEx(CUmodule *module, const void *image,
                    unsigned int numOptions, CUjit_option *options,
                    void **optionValues)
@@ -76,13 +62,6 @@ cuModuleLoadDataEx(CUmodule *module, const void *image,
     if (numOptions > 0 && (options == NULL || optionValues == NULL))
         return CUDA_ERROR_INVALID_VALUE;
     return no_load(module, sizeof(*module), image);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin)
-{
-    SIM_ENTER(cuModuleLoadFatBinary);
-    return no_load(module, sizeof(*module), fatCubin);
 }
 
 /* No module, function, kernel, library or link state is ever made; what
@@ -135,32 +114,6 @@ library_load(CUlibrary *library, const void *code, unsigned numJitOptions,
         (numLibraryOptions > 0 && (!libraryOptions || !libraryOptionValues)))
         return CUDA_ERROR_INVALID_VALUE;
     return SIM_NO_KERNELS;
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuLibraryLoadData(CUlibrary *library, const void *code,
-                  CUjit_option *jitOptions, void **jitOptionsValues,
-                  unsigned int numJitOptions, CUlibraryOption *libraryOptions,
-                  void **libraryOptionValues, unsigned int numLibraryOptions)
-{
-    SIM_ENTER(cuLibraryLoadData);
-    return library_load(library, code, numJitOptions, jitOptions,
-                        jitOptionsValues, numLibraryOptions, libraryOptions,
-                        libraryOptionValues);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuLibraryLoadFromFile(CUlibrary *library, const char *fileName,
-                      CUjit_option *jitOptions, void **jitOptionsValues,
-                      unsigned int numJitOptions,
-                      CUlibraryOption *libraryOptions,
-                      void **libraryOptionValues,
-                      unsigned int numLibraryOptions)
-{
-    SIM_ENTER(cuLibraryLoadFromFile);
-    return library_load(library, fileName, numJitOptions, jitOptions,
-                        jitOptionsValues, numLibraryOptions, libraryOptions,
-                        libraryOptionValues);
 }
 
 SIM_EXPORT CUresult CUDAAPI
@@ -458,48 +411,73 @@ cuFuncGetModule(CUmodule *hmod, CUfunction hfunc)
 }
 
 /* ---------------------------------------------------------------------------
- * cuGetProcAddress rows. */
+ * Entry points: one row per exported ABI alias (see SIM_ALIAS_WRAPPER in
+ * sim.h); the wrappers of the W rows, then the cuGetProcAddress rows. */
+
+/* clang-format off */
+#define KERNEL_ALIASES(W, R)                                                  \
+    W(cuModuleLoad, cuModuleLoad, 2000, , no_load,                            \
+      (CUmodule *module, const char *fname),                                  \
+      (module, sizeof(*module), fname))                                       \
+    W(cuModuleLoadData, cuModuleLoadData, 2000, , no_load,                    \
+      (CUmodule *module, const void *image),                                  \
+      (module, sizeof(*module), image))                                       \
+    R(cuModuleLoadDataEx, cuModuleLoadDataEx, 2010, )                         \
+    W(cuModuleLoadFatBinary, cuModuleLoadFatBinary, 2000, , no_load,          \
+      (CUmodule *module, const void *fatCubin),                               \
+      (module, sizeof(*module), fatCubin))                                    \
+    R(cuModuleUnload, cuModuleUnload, 2000, )                                 \
+    R(cuModuleGetFunction, cuModuleGetFunction, 2000, )                       \
+    R(cuModuleGetGlobal_v2, cuModuleGetGlobal, 3020, )                        \
+    W(cuLibraryLoadData, cuLibraryLoadData, 12000, , library_load,            \
+      (CUlibrary *library, const void *code, CUjit_option *jitOptions,        \
+      void **jitOptionsValues, unsigned int numJitOptions,                    \
+      CUlibraryOption *libraryOptions, void **libraryOptionValues,            \
+      unsigned int numLibraryOptions), (library, code, numJitOptions,         \
+      jitOptions, jitOptionsValues, numLibraryOptions, libraryOptions,        \
+      libraryOptionValues))                                                   \
+    W(cuLibraryLoadFromFile, cuLibraryLoadFromFile, 12000, , library_load,    \
+      (CUlibrary *library, const char *fileName, CUjit_option *jitOptions,    \
+      void **jitOptionsValues, unsigned int numJitOptions,                    \
+      CUlibraryOption *libraryOptions, void **libraryOptionValues,            \
+      unsigned int numLibraryOptions), (library, fileName, numJitOptions,     \
+      jitOptions, jitOptionsValues, numLibraryOptions, libraryOptions,        \
+      libraryOptionValues))                                                   \
+    R(cuLibraryUnload, cuLibraryUnload, 12000, )                              \
+    R(cuLibraryGetKernel, cuLibraryGetKernel, 12000, )                        \
+    R(cuLibraryGetModule, cuLibraryGetModule, 12000, )                        \
+    R(cuKernelGetFunction, cuKernelGetFunction, 12000, )                      \
+    R(cuKernelGetAttribute, cuKernelGetAttribute, 12000, )                    \
+    R(cuLinkCreate_v2, cuLinkCreate, 6050, )                                  \
+    R(cuLinkAddData_v2, cuLinkAddData, 6050, )                                \
+    R(cuLinkAddFile_v2, cuLinkAddFile, 6050, )                                \
+    R(cuLinkComplete, cuLinkComplete, 5050, )                                 \
+    R(cuLinkDestroy, cuLinkDestroy, 5050, )                                   \
+    R(cuLaunchKernel, cuLaunchKernel, 4000, )                                 \
+    R(cuLaunchKernel_ptsz, cuLaunchKernel, 7000, _ptsz)                       \
+    R(cuLaunchKernelEx, cuLaunchKernelEx, 11060, )                            \
+    R(cuLaunchKernelEx_ptsz, cuLaunchKernelEx, 11060, _ptsz)                  \
+    R(cuLaunchCooperativeKernel, cuLaunchCooperativeKernel, 9000, )           \
+    R(cuLaunchCooperativeKernel_ptsz, cuLaunchCooperativeKernel, 9000, _ptsz) \
+    R(cuOccupancyMaxActiveBlocksPerMultiprocessor,                            \
+      cuOccupancyMaxActiveBlocksPerMultiprocessor, 6050, )                    \
+    R(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags,                   \
+      cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, 7000, )           \
+    R(cuOccupancyMaxPotentialBlockSize, cuOccupancyMaxPotentialBlockSize,     \
+      6050, )                                                                 \
+    R(cuOccupancyMaxPotentialBlockSizeWithFlags,                              \
+      cuOccupancyMaxPotentialBlockSizeWithFlags, 7000, )                      \
+    R(cuOccupancyAvailableDynamicSMemPerBlock,                                \
+      cuOccupancyAvailableDynamicSMemPerBlock, 10020, )                       \
+    R(cuFuncGetAttribute, cuFuncGetAttribute, 2020, )                         \
+    R(cuFuncSetAttribute, cuFuncSetAttribute, 9000, )                         \
+    R(cuFuncSetCacheConfig, cuFuncSetCacheConfig, 3000, )                     \
+    R(cuFuncGetModule, cuFuncGetModule, 11000, )
+
+KERNEL_ALIASES(SIM_ALIAS_WRAPPER, SIM_ALIAS_SKIP)
 
 const sim_proc sim_procs_kernel[] = {
-    SIM_PROC(cuModuleLoad, 2000, cuModuleLoad),
-    SIM_PROC(cuModuleLoadData, 2000, cuModuleLoadData),
-    SIM_PROC(cuModuleLoadDataEx, 2010, cuModuleLoadDataEx),
-    SIM_PROC(cuModuleLoadFatBinary, 2000, cuModuleLoadFatBinary),
-    SIM_PROC(cuModuleUnload, 2000, cuModuleUnload),
-    SIM_PROC(cuModuleGetFunction, 2000, cuModuleGetFunction),
-    SIM_PROC(cuModuleGetGlobal, 3020, cuModuleGetGlobal),
-    SIM_PROC(cuLibraryLoadData, 12000, cuLibraryLoadData),
-    SIM_PROC(cuLibraryLoadFromFile, 12000, cuLibraryLoadFromFile),
-    SIM_PROC(cuLibraryUnload, 12000, cuLibraryUnload),
-    SIM_PROC(cuLibraryGetKernel, 12000, cuLibraryGetKernel),
-    SIM_PROC(cuLibraryGetModule, 12000, cuLibraryGetModule),
-    SIM_PROC(cuKernelGetFunction, 12000, cuKernelGetFunction),
-    SIM_PROC(cuKernelGetAttribute, 12000, cuKernelGetAttribute),
-    SIM_PROC(cuLinkCreate, 6050, cuLinkCreate),
-    SIM_PROC(cuLinkAddData, 6050, cuLinkAddData),
-    SIM_PROC(cuLinkAddFile, 6050, cuLinkAddFile),
-    SIM_PROC(cuLinkComplete, 5050, cuLinkComplete),
-    SIM_PROC(cuLinkDestroy, 5050, cuLinkDestroy),
-    SIM_PROC(cuLaunchKernel, 4000, cuLaunchKernel),
-    SIM_PROC_PTDS(cuLaunchKernel, 7000, ptsz, cuLaunchKernel_ptsz),
-    SIM_PROC(cuLaunchKernelEx, 11060, cuLaunchKernelEx),
-    SIM_PROC_PTDS(cuLaunchKernelEx, 11060, ptsz, cuLaunchKernelEx_ptsz),
-    SIM_PROC(cuLaunchCooperativeKernel, 9000, cuLaunchCooperativeKernel),
-    SIM_PROC_PTDS(cuLaunchCooperativeKernel, 9000, ptsz,
-                  cuLaunchCooperativeKernel_ptsz),
-    SIM_PROC(cuOccupancyMaxActiveBlocksPerMultiprocessor, 6050,
-             cuOccupancyMaxActiveBlocksPerMultiprocessor),
-    SIM_PROC(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, 7000,
-             cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags),
-    SIM_PROC(cuOccupancyMaxPotentialBlockSize, 6050,
-             cuOccupancyMaxPotentialBlockSize),
-    SIM_PROC(cuOccupancyMaxPotentialBlockSizeWithFlags, 7000,
-             cuOccupancyMaxPotentialBlockSizeWithFlags),
-    SIM_PROC(cuOccupancyAvailableDynamicSMemPerBlock, 10020,
-             cuOccupancyAvailableDynamicSMemPerBlock),
-    SIM_PROC(cuFuncGetAttribute, 2020, cuFuncGetAttribute),
-    SIM_PROC(cuFuncSetAttribute, 9000, cuFuncSetAttribute),
-    SIM_PROC(cuFuncSetCacheConfig, 3000, cuFuncSetCacheConfig),
-    SIM_PROC(cuFuncGetModule, 11000, cuFuncGetModule),
+    KERNEL_ALIASES(SIM_ALIAS_ROW, SIM_ALIAS_ROW)
 };
+/* clang-format on */
 const size_t sim_nprocs_kernel = sizeof(sim_procs_kernel) / sizeof(sim_proc);

@@ -651,13 +651,6 @@ done:
     return r;
 }
 
-SIM_EXPORT CUresult CUDAAPI
-cuMemAlloc(CUdeviceptr *dptr, size_t bytesize)
-{
-    SIM_ENTER(cuMemAlloc);
-    return device_alloc(dptr, bytesize);
-}
-
 /* Pitches are multiples of 512 bytes, as a GPU's are; that is a multiple of
  * CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT, so strict pitches accept
  * them. */
@@ -797,20 +790,6 @@ done:
 }
 
 SIM_EXPORT CUresult CUDAAPI
-cuMemAllocHost(void **pp, size_t bytesize)
-{
-    SIM_ENTER(cuMemAllocHost);
-    return host_alloc(pp, bytesize, 0);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
-{
-    SIM_ENTER(cuMemHostAlloc);
-    return host_alloc(pp, bytesize, Flags);
-}
-
-SIM_EXPORT CUresult CUDAAPI
 cuMemFreeHost(void *p)
 {
     SIM_ENTER(cuMemFreeHost);
@@ -912,13 +891,6 @@ host_register(void *p, size_t bytesize, unsigned flags)
 done:
     sim_unlock();
     return r;
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemHostRegister(void *p, size_t bytesize, unsigned int Flags)
-{
-    SIM_ENTER(cuMemHostRegister);
-    return host_register(p, bytesize, Flags);
 }
 
 SIM_EXPORT CUresult CUDAAPI
@@ -1063,23 +1035,6 @@ prefetch(CUdeviceptr devPtr, size_t count, CUmemLocation loc, unsigned flags,
     return CUDA_SUCCESS;
 }
 
-SIM_EXPORT CUresult CUDAAPI
-cuMemPrefetchAsync(CUdeviceptr devPtr, size_t count, CUmemLocation location,
-                   unsigned int flags, CUstream hStream)
-{
-    SIM_ENTER(cuMemPrefetchAsync);
-    return prefetch(devPtr, count, location, flags, hStream, 0);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemPrefetchAsync_v2_ptsz(CUdeviceptr devPtr, size_t count,
-                           CUmemLocation location, unsigned int flags,
-                           CUstream hStream)
-{
-    SIM_ENTER(cuMemPrefetchAsync);
-    return prefetch(devPtr, count, location, flags, hStream, 1);
-}
-
 static CUresult
 advise(CUdeviceptr devPtr, size_t count, CUmem_advise advice,
        CUmemLocation loc)
@@ -1128,14 +1083,6 @@ advise(CUdeviceptr devPtr, size_t count, CUmem_advise advice,
 done:
     sim_unlock();
     return r;
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemAdvise(CUdeviceptr devPtr, size_t count, CUmem_advise advice,
-            CUmemLocation location)
-{
-    SIM_ENTER(cuMemAdvise);
-    return advise(devPtr, count, advice, location);
 }
 
 /* ---------------------------------------------------------------------------
@@ -1426,13 +1373,6 @@ cuMemRangeGetAttributes(void **data, size_t *dataSizes,
 #undef cuMemPrefetchAsync
 #undef cuMemAdvise
 
-SIM_EXPORT CUresult CUDAAPI
-cuMemHostRegister(void *p, size_t bytesize, unsigned int Flags)
-{
-    SIM_ENTER(cuMemHostRegister);
-    return host_register(p, bytesize, Flags);
-}
-
 static CUresult
 prefetch_v8000(CUdeviceptr devPtr, size_t count, CUdevice dstDevice,
                CUstream hStream, int ptds)
@@ -1440,22 +1380,6 @@ prefetch_v8000(CUdeviceptr devPtr, size_t count, CUdevice dstDevice,
     if (dstDevice != CU_DEVICE_CPU && !sim_device_get(dstDevice))
         return CUDA_ERROR_INVALID_DEVICE;
     return prefetch(devPtr, count, location_of(dstDevice), 0, hStream, ptds);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemPrefetchAsync(CUdeviceptr devPtr, size_t count, CUdevice dstDevice,
-                   CUstream hStream)
-{
-    SIM_ENTER(cuMemPrefetchAsync);
-    return prefetch_v8000(devPtr, count, dstDevice, hStream, 0);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemPrefetchAsync_ptsz(CUdeviceptr devPtr, size_t count, CUdevice dstDevice,
-                        CUstream hStream)
-{
-    SIM_ENTER(cuMemPrefetchAsync);
-    return prefetch_v8000(devPtr, count, dstDevice, hStream, 1);
 }
 
 SIM_EXPORT CUresult CUDAAPI
@@ -1470,32 +1394,61 @@ cuMemAdvise(CUdeviceptr devPtr, size_t count, CUmem_advise advice,
     return advise(devPtr, count, advice, location_of(device));
 }
 
+/* ---------------------------------------------------------------------------
+ * Entry points: one row per exported ABI alias (see SIM_ALIAS_WRAPPER in
+ * sim.h); the wrappers of the W rows, then the cuGetProcAddress rows. */
+
+/* clang-format off */
+#define MEMORY_ALIASES(W, R)                                                  \
+    R(cuMemGetInfo_v2, cuMemGetInfo, 3020, )                                  \
+    W(cuMemAlloc_v2, cuMemAlloc, 3020, , device_alloc,                        \
+      (CUdeviceptr *dptr, size_t bytesize), (dptr, bytesize))                 \
+    R(cuMemAllocPitch_v2, cuMemAllocPitch, 3020, )                            \
+    R(cuMemFree_v2, cuMemFree, 3020, )                                        \
+    R(cuMemGetAddressRange_v2, cuMemGetAddressRange, 3020, )                  \
+    W(cuMemAllocHost_v2, cuMemAllocHost, 3020, , host_alloc,                  \
+      (void **pp, size_t bytesize), (pp, bytesize, 0))                        \
+    W(cuMemHostAlloc, cuMemHostAlloc, 2020, , host_alloc,                     \
+      (void **pp, size_t bytesize, unsigned int Flags),                       \
+      (pp, bytesize, Flags))                                                  \
+    R(cuMemFreeHost, cuMemFreeHost, 2000, )                                   \
+    R(cuMemHostGetDevicePointer_v2, cuMemHostGetDevicePointer, 3020, )        \
+    R(cuMemHostGetFlags, cuMemHostGetFlags, 2030, )                           \
+    W(cuMemHostRegister, cuMemHostRegister, 4000, , host_register,            \
+      (void *p, size_t bytesize, unsigned int Flags), (p, bytesize, Flags))   \
+    W(cuMemHostRegister_v2, cuMemHostRegister, 6050, , host_register,         \
+      (void *p, size_t bytesize, unsigned int Flags), (p, bytesize, Flags))   \
+    R(cuMemHostUnregister, cuMemHostUnregister, 4000, )                       \
+    R(cuMemAllocManaged, cuMemAllocManaged, 6000, )                           \
+    W(cuMemPrefetchAsync, cuMemPrefetchAsync, 8000, , prefetch_v8000,         \
+      (CUdeviceptr devPtr, size_t count, CUdevice dstDevice,                  \
+      CUstream hStream), (devPtr, count, dstDevice, hStream, 0))              \
+    W(cuMemPrefetchAsync_ptsz, cuMemPrefetchAsync, 8000, _ptsz,               \
+      prefetch_v8000, (CUdeviceptr devPtr, size_t count, CUdevice dstDevice,  \
+      CUstream hStream), (devPtr, count, dstDevice, hStream, 1))              \
+    W(cuMemPrefetchAsync_v2, cuMemPrefetchAsync, 12020, , prefetch,           \
+      (CUdeviceptr devPtr, size_t count, CUmemLocation location,              \
+      unsigned int flags, CUstream hStream),                                  \
+      (devPtr, count, location, flags, hStream, 0))                           \
+    W(cuMemPrefetchAsync_v2_ptsz, cuMemPrefetchAsync, 12020, _ptsz, prefetch, \
+      (CUdeviceptr devPtr, size_t count, CUmemLocation location,              \
+      unsigned int flags, CUstream hStream),                                  \
+      (devPtr, count, location, flags, hStream, 1))                           \
+    R(cuMemAdvise, cuMemAdvise, 8000, )                                       \
+    W(cuMemAdvise_v2, cuMemAdvise, 12020, , advise, (CUdeviceptr devPtr,      \
+      size_t count, CUmem_advise advice, CUmemLocation location),             \
+      (devPtr, count, advice, location))                                      \
+    R(cuPointerGetAttribute, cuPointerGetAttribute, 4000, )                   \
+    R(cuPointerGetAttributes, cuPointerGetAttributes, 7000, )                 \
+    R(cuPointerSetAttribute, cuPointerSetAttribute, 6000, )                   \
+    R(cuMemRangeGetAttribute, cuMemRangeGetAttribute, 8000, )                 \
+    R(cuMemRangeGetAttributes, cuMemRangeGetAttributes, 8000, )
+
+MEMORY_ALIASES(SIM_ALIAS_WRAPPER, SIM_ALIAS_SKIP)
+
 const sim_proc sim_procs_memory[] = {
-    SIM_PROC(cuMemGetInfo, 3020, cuMemGetInfo_v2),
-    SIM_PROC(cuMemAlloc, 3020, cuMemAlloc_v2),
-    SIM_PROC(cuMemAllocPitch, 3020, cuMemAllocPitch_v2),
-    SIM_PROC(cuMemFree, 3020, cuMemFree_v2),
-    SIM_PROC(cuMemGetAddressRange, 3020, cuMemGetAddressRange_v2),
-    SIM_PROC(cuMemAllocHost, 3020, cuMemAllocHost_v2),
-    SIM_PROC(cuMemHostAlloc, 2020, cuMemHostAlloc),
-    SIM_PROC(cuMemFreeHost, 2000, cuMemFreeHost),
-    SIM_PROC(cuMemHostGetDevicePointer, 3020, cuMemHostGetDevicePointer_v2),
-    SIM_PROC(cuMemHostGetFlags, 2030, cuMemHostGetFlags),
-    SIM_PROC(cuMemHostRegister, 4000, cuMemHostRegister),
-    SIM_PROC(cuMemHostRegister, 6050, cuMemHostRegister_v2),
-    SIM_PROC(cuMemHostUnregister, 4000, cuMemHostUnregister),
-    SIM_PROC(cuMemAllocManaged, 6000, cuMemAllocManaged),
-    SIM_PROC(cuMemPrefetchAsync, 8000, cuMemPrefetchAsync),
-    SIM_PROC_PTDS(cuMemPrefetchAsync, 8000, ptsz, cuMemPrefetchAsync_ptsz),
-    SIM_PROC(cuMemPrefetchAsync, 12020, cuMemPrefetchAsync_v2),
-    SIM_PROC_PTDS(cuMemPrefetchAsync, 12020, ptsz, cuMemPrefetchAsync_v2_ptsz),
-    SIM_PROC(cuMemAdvise, 8000, cuMemAdvise),
-    SIM_PROC(cuMemAdvise, 12020, cuMemAdvise_v2),
-    SIM_PROC(cuPointerGetAttribute, 4000, cuPointerGetAttribute),
-    SIM_PROC(cuPointerGetAttributes, 7000, cuPointerGetAttributes),
-    SIM_PROC(cuPointerSetAttribute, 6000, cuPointerSetAttribute),
-    SIM_PROC(cuMemRangeGetAttribute, 8000, cuMemRangeGetAttribute),
-    SIM_PROC(cuMemRangeGetAttributes, 8000, cuMemRangeGetAttributes),
+    MEMORY_ALIASES(SIM_ALIAS_ROW, SIM_ALIAS_ROW)
 };
+/* clang-format on */
 const size_t sim_nprocs_memory = sizeof(sim_procs_memory) /
                                  sizeof(sim_procs_memory[0]);

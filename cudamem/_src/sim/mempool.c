@@ -421,52 +421,6 @@ free_async(CUdeviceptr dptr, CUstream hStream, int ptds)
     return sim_stream_submit(hStream, ptds, &f->op, SIM_ASYNC);
 }
 
-SIM_EXPORT CUresult CUDAAPI
-cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
-{
-    SIM_ENTER(cuMemAllocAsync);
-    return alloc_async(dptr, bytesize, NULL, hStream, 0, SIM_cuMemAllocAsync);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
-{
-    SIM_ENTER(cuMemAllocAsync);
-    return alloc_async(dptr, bytesize, NULL, hStream, 1, SIM_cuMemAllocAsync);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
-                        CUstream hStream)
-{
-    SIM_ENTER(cuMemAllocFromPoolAsync);
-    return alloc_async(dptr, bytesize, pool, hStream, 0,
-                       SIM_cuMemAllocFromPoolAsync);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize,
-                             CUmemoryPool pool, CUstream hStream)
-{
-    SIM_ENTER(cuMemAllocFromPoolAsync);
-    return alloc_async(dptr, bytesize, pool, hStream, 1,
-                       SIM_cuMemAllocFromPoolAsync);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
-{
-    SIM_ENTER(cuMemFreeAsync);
-    return free_async(dptr, hStream, 0);
-}
-
-SIM_EXPORT CUresult CUDAAPI
-cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
-{
-    SIM_ENTER(cuMemFreeAsync);
-    return free_async(dptr, hStream, 1);
-}
-
 /* ---------------------------------------------------------------------------
  * Pools. */
 
@@ -945,35 +899,54 @@ cuMemSetMemPool(CUmemLocation *location, CUmemAllocationType type,
 }
 
 /* ---------------------------------------------------------------------------
- * cuGetProcAddress rows. */
+ * Entry points: one row per exported ABI alias (see SIM_ALIAS_WRAPPER in
+ * sim.h); the wrappers of the W rows, then the cuGetProcAddress rows. */
+
+/* clang-format off */
+#define MEMPOOL_ALIASES(W, R)                                                 \
+    W(cuMemAllocAsync, cuMemAllocAsync, 11020, , alloc_async,                 \
+      (CUdeviceptr *dptr, size_t bytesize, CUstream hStream),                 \
+      (dptr, bytesize, NULL, hStream, 0, SIM_cuMemAllocAsync))                \
+    W(cuMemAllocAsync_ptsz, cuMemAllocAsync, 11020, _ptsz, alloc_async,       \
+      (CUdeviceptr *dptr, size_t bytesize, CUstream hStream),                 \
+      (dptr, bytesize, NULL, hStream, 1, SIM_cuMemAllocAsync))                \
+    W(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync, 11020, , alloc_async, \
+      (CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,                 \
+      CUstream hStream),                                                      \
+      (dptr, bytesize, pool, hStream, 0, SIM_cuMemAllocFromPoolAsync))        \
+    W(cuMemAllocFromPoolAsync_ptsz, cuMemAllocFromPoolAsync, 11020, _ptsz,    \
+      alloc_async, (CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,    \
+      CUstream hStream),                                                      \
+      (dptr, bytesize, pool, hStream, 1, SIM_cuMemAllocFromPoolAsync))        \
+    W(cuMemFreeAsync, cuMemFreeAsync, 11020, , free_async,                    \
+      (CUdeviceptr dptr, CUstream hStream), (dptr, hStream, 0))               \
+    W(cuMemFreeAsync_ptsz, cuMemFreeAsync, 11020, _ptsz, free_async,          \
+      (CUdeviceptr dptr, CUstream hStream), (dptr, hStream, 1))               \
+    R(cuMemPoolCreate, cuMemPoolCreate, 11020, )                              \
+    R(cuMemPoolDestroy, cuMemPoolDestroy, 11020, )                            \
+    R(cuMemPoolSetAttribute, cuMemPoolSetAttribute, 11020, )                  \
+    R(cuMemPoolGetAttribute, cuMemPoolGetAttribute, 11020, )                  \
+    R(cuMemPoolTrimTo, cuMemPoolTrimTo, 11020, )                              \
+    R(cuMemPoolSetAccess, cuMemPoolSetAccess, 11020, )                        \
+    R(cuMemPoolGetAccess, cuMemPoolGetAccess, 11020, )                        \
+    R(cuDeviceGetDefaultMemPool, cuDeviceGetDefaultMemPool, 11020, )          \
+    R(cuDeviceGetMemPool, cuDeviceGetMemPool, 11020, )                        \
+    R(cuDeviceSetMemPool, cuDeviceSetMemPool, 11020, )                        \
+    R(cuMemPoolExportToShareableHandle, cuMemPoolExportToShareableHandle,     \
+      11020, )                                                                \
+    R(cuMemPoolImportFromShareableHandle, cuMemPoolImportFromShareableHandle, \
+      11020, )                                                                \
+    R(cuMemPoolExportPointer, cuMemPoolExportPointer, 11020, )                \
+    R(cuMemPoolImportPointer, cuMemPoolImportPointer, 11020, )                \
+    R(cuMemGetDefaultMemPool, cuMemGetDefaultMemPool, 13000, )                \
+    R(cuMemGetMemPool, cuMemGetMemPool, 13000, )                              \
+    R(cuMemSetMemPool, cuMemSetMemPool, 13000, )
+
+MEMPOOL_ALIASES(SIM_ALIAS_WRAPPER, SIM_ALIAS_SKIP)
 
 const sim_proc sim_procs_mempool[] = {
-    SIM_PROC(cuMemAllocAsync, 11020, cuMemAllocAsync),
-    SIM_PROC_PTDS(cuMemAllocAsync, 11020, ptsz, cuMemAllocAsync_ptsz),
-    SIM_PROC(cuMemAllocFromPoolAsync, 11020, cuMemAllocFromPoolAsync),
-    SIM_PROC_PTDS(cuMemAllocFromPoolAsync, 11020, ptsz,
-                  cuMemAllocFromPoolAsync_ptsz),
-    SIM_PROC(cuMemFreeAsync, 11020, cuMemFreeAsync),
-    SIM_PROC_PTDS(cuMemFreeAsync, 11020, ptsz, cuMemFreeAsync_ptsz),
-    SIM_PROC(cuMemPoolCreate, 11020, cuMemPoolCreate),
-    SIM_PROC(cuMemPoolDestroy, 11020, cuMemPoolDestroy),
-    SIM_PROC(cuMemPoolSetAttribute, 11020, cuMemPoolSetAttribute),
-    SIM_PROC(cuMemPoolGetAttribute, 11020, cuMemPoolGetAttribute),
-    SIM_PROC(cuMemPoolTrimTo, 11020, cuMemPoolTrimTo),
-    SIM_PROC(cuMemPoolSetAccess, 11020, cuMemPoolSetAccess),
-    SIM_PROC(cuMemPoolGetAccess, 11020, cuMemPoolGetAccess),
-    SIM_PROC(cuDeviceGetDefaultMemPool, 11020, cuDeviceGetDefaultMemPool),
-    SIM_PROC(cuDeviceGetMemPool, 11020, cuDeviceGetMemPool),
-    SIM_PROC(cuDeviceSetMemPool, 11020, cuDeviceSetMemPool),
-    SIM_PROC(cuMemPoolExportToShareableHandle, 11020,
-             cuMemPoolExportToShareableHandle),
-    SIM_PROC(cuMemPoolImportFromShareableHandle, 11020,
-             cuMemPoolImportFromShareableHandle),
-    SIM_PROC(cuMemPoolExportPointer, 11020, cuMemPoolExportPointer),
-    SIM_PROC(cuMemPoolImportPointer, 11020, cuMemPoolImportPointer),
-    SIM_PROC(cuMemGetDefaultMemPool, 13000, cuMemGetDefaultMemPool),
-    SIM_PROC(cuMemGetMemPool, 13000, cuMemGetMemPool),
-    SIM_PROC(cuMemSetMemPool, 13000, cuMemSetMemPool),
+    MEMPOOL_ALIASES(SIM_ALIAS_ROW, SIM_ALIAS_ROW)
 };
+/* clang-format on */
 const size_t sim_nprocs_mempool = sizeof(sim_procs_mempool) /
                                   sizeof(sim_procs_mempool[0]);

@@ -286,24 +286,49 @@ unsigned long long sim_env_ull(const char *name, unsigned long long dflt);
 uint64_t sim_now_ns(void); /* CLOCK_MONOTONIC */
 
 /* cuGetProcAddress rows. Each file lists its own; entry.c searches them.
- * SIM_PROC checks the function against the driver's PFN type. */
+ * SIM_ALIAS_ROW (below) makes them, checking each function against the
+ * driver's PFN type. */
 typedef struct sim_proc {
     const char *name; /* plain name, as passed to cuGetProcAddress */
     int version;      /* the CUDA version that introduced this ABI */
     int ptds;         /* 1: the per-thread default stream variant */
     void *fn;
 } sim_proc;
-#define SIM_PROC(name, ver, fn)                                               \
-    {#name, ver, 0, (void *)(1 ? (fn) : (PFN_##name##_v##ver)0)}
-#define SIM_PROC_PTDS(name, ver, suffix, fn)                                  \
-    {#name, ver, 1, (void *)(1 ? (fn) : (PFN_##name##_v##ver##_##suffix)0)}
+
+/* Alias tables. Most exported entry points only enter and forward, once per
+ * ABI alias (plain, _v2, _ptds, ...). Each file lists its aliases in one
+ * X-macro table, NAME_ALIASES(W, R), a row per alias:
+ *   W(symbol, entry, version, pt, impl, (params), (args)): the exported
+ *     `symbol params` enters `entry` (its counters and fault injection) and
+ *     returns `impl args`;
+ *   R(symbol, entry, version, pt): a hand-written symbol, for its
+ *     cuGetProcAddress row alone.
+ * `entry` is the plain name cuGetProcAddress answers for, `version` the
+ * cudaTypedefs.h ABI version and `pt` empty, or _ptds or _ptsz for the
+ * per-thread default stream variants. The file expands the table once with
+ * (SIM_ALIAS_WRAPPER, SIM_ALIAS_SKIP) for its wrappers and once with
+ * (SIM_ALIAS_ROW, SIM_ALIAS_ROW) for its rows. `entry` is only pasted, so
+ * cuda.h's _v2 macros do not rename it. */
+#define SIM_ALIAS_WRAPPER(sym, entry, ver, pt, impl, params, args)            \
+    SIM_EXPORT CUresult CUDAAPI sym params                                    \
+    {                                                                         \
+        CUresult sim_r_ = sim_enter(SIM_##entry, 1);                          \
+        if (sim_r_ != CUDA_SUCCESS)                                           \
+            return sim_r_;                                                    \
+        return impl args;                                                     \
+    }
+#define SIM_ALIAS_SKIP(sym, entry, ver, pt)
+#define SIM_ALIAS_ROW(sym, entry, ver, pt, ...)                               \
+    {#entry, ver, sizeof(#pt) > 1,                                            \
+     (void *)(1 ? (sym) : (PFN_##entry##_v##ver##pt)0)},
 
 extern const sim_proc sim_procs_entry[], sim_procs_device[],
-    sim_procs_memory[], sim_procs_copy[], sim_procs_stream[], sim_procs_ipc[],
-    sim_procs_kernel[], sim_procs_mempool[], sim_procs_graph[];
+    sim_procs_memory[], sim_procs_copy[], sim_procs_stream[],
+    sim_procs_event[], sim_procs_ipc[], sim_procs_kernel[],
+    sim_procs_mempool[], sim_procs_graph[];
 extern const size_t sim_nprocs_entry, sim_nprocs_device, sim_nprocs_memory,
-    sim_nprocs_copy, sim_nprocs_stream, sim_nprocs_ipc, sim_nprocs_kernel,
-    sim_nprocs_mempool, sim_nprocs_graph;
+    sim_nprocs_copy, sim_nprocs_stream, sim_nprocs_event, sim_nprocs_ipc,
+    sim_nprocs_kernel, sim_nprocs_mempool, sim_nprocs_graph;
 
 /* ---------------------------------------------------------------------------
  * Devices and contexts (device.c). */

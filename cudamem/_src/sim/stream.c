@@ -1119,21 +1119,6 @@ stream_create(CUstream *phStream, unsigned flags, int priority)
 }
 
 SIM_EXPORT CUresult
-cuStreamCreate(CUstream *phStream, unsigned int Flags)
-{
-    SIM_ENTER(cuStreamCreate);
-    return stream_create(phStream, Flags, 0);
-}
-
-SIM_EXPORT CUresult
-cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags,
-                           int priority)
-{
-    SIM_ENTER(cuStreamCreateWithPriority);
-    return stream_create(phStream, flags, priority);
-}
-
-SIM_EXPORT CUresult
 cuStreamDestroy(CUstream hStream)
 {
     SIM_ENTER(cuStreamDestroy);
@@ -1205,20 +1190,6 @@ done:
     return r;
 }
 
-SIM_EXPORT CUresult
-cuStreamSynchronize(CUstream hStream)
-{
-    SIM_ENTER(cuStreamSynchronize);
-    return stream_synchronize(hStream, 0);
-}
-
-SIM_EXPORT CUresult
-cuStreamSynchronize_ptsz(CUstream hStream)
-{
-    SIM_ENTER(cuStreamSynchronize);
-    return stream_synchronize(hStream, 1);
-}
-
 static CUresult
 stream_query(CUstream h, int ptds)
 {
@@ -1245,20 +1216,6 @@ stream_query(CUstream h, int ptds)
     free(deps);
     sim_unlock();
     return r;
-}
-
-SIM_EXPORT CUresult
-cuStreamQuery(CUstream hStream)
-{
-    SIM_ENTER(cuStreamQuery);
-    return stream_query(hStream, 0);
-}
-
-SIM_EXPORT CUresult
-cuStreamQuery_ptsz(CUstream hStream)
-{
-    SIM_ENTER(cuStreamQuery);
-    return stream_query(hStream, 1);
 }
 
 static CUresult
@@ -1316,20 +1273,6 @@ stream_wait_event(CUstream h, int ptds, CUevent ev, unsigned flags)
     return r;
 }
 
-SIM_EXPORT CUresult
-cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
-{
-    SIM_ENTER(cuStreamWaitEvent);
-    return stream_wait_event(hStream, 0, hEvent, Flags);
-}
-
-SIM_EXPORT CUresult
-cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags)
-{
-    SIM_ENTER(cuStreamWaitEvent);
-    return stream_wait_event(hStream, 1, hEvent, Flags);
-}
-
 static CUresult
 stream_add_callback(CUstream h, int ptds, CUstreamCallback cb, void *user,
                     unsigned flags)
@@ -1337,22 +1280,6 @@ stream_add_callback(CUstream h, int ptds, CUstreamCallback cb, void *user,
     if (cb == NULL || flags != 0)
         return CUDA_ERROR_INVALID_VALUE;
     return add_host_call(h, ptds, cb, NULL, user);
-}
-
-SIM_EXPORT CUresult
-cuStreamAddCallback(CUstream hStream, CUstreamCallback callback,
-                    void *userData, unsigned int flags)
-{
-    SIM_ENTER(cuStreamAddCallback);
-    return stream_add_callback(hStream, 0, callback, userData, flags);
-}
-
-SIM_EXPORT CUresult
-cuStreamAddCallback_ptsz(CUstream hStream, CUstreamCallback callback,
-                         void *userData, unsigned int flags)
-{
-    SIM_ENTER(cuStreamAddCallback);
-    return stream_add_callback(hStream, 1, callback, userData, flags);
 }
 
 SIM_EXPORT CUresult
@@ -1433,48 +1360,6 @@ stream_get_ctx(CUstream h, int ptds, CUcontext *pctx)
     return stream_props(h, ptds, &priority, &flags, pctx);
 }
 
-SIM_EXPORT CUresult
-cuStreamGetPriority(CUstream hStream, int *priority)
-{
-    SIM_ENTER(cuStreamGetPriority);
-    return stream_get_priority(hStream, 0, priority);
-}
-
-SIM_EXPORT CUresult
-cuStreamGetPriority_ptsz(CUstream hStream, int *priority)
-{
-    SIM_ENTER(cuStreamGetPriority);
-    return stream_get_priority(hStream, 1, priority);
-}
-
-SIM_EXPORT CUresult
-cuStreamGetFlags(CUstream hStream, unsigned int *flags)
-{
-    SIM_ENTER(cuStreamGetFlags);
-    return stream_get_flags(hStream, 0, flags);
-}
-
-SIM_EXPORT CUresult
-cuStreamGetFlags_ptsz(CUstream hStream, unsigned int *flags)
-{
-    SIM_ENTER(cuStreamGetFlags);
-    return stream_get_flags(hStream, 1, flags);
-}
-
-SIM_EXPORT CUresult
-cuStreamGetCtx(CUstream hStream, CUcontext *pctx)
-{
-    SIM_ENTER(cuStreamGetCtx);
-    return stream_get_ctx(hStream, 0, pctx);
-}
-
-SIM_EXPORT CUresult
-cuStreamGetCtx_ptsz(CUstream hStream, CUcontext *pctx)
-{
-    SIM_ENTER(cuStreamGetCtx);
-    return stream_get_ctx(hStream, 1, pctx);
-}
-
 /* ------------------------------------------------------------------------
  * Stream ids and attributes. */
 
@@ -1493,20 +1378,6 @@ stream_get_id(CUstream h, int ptds, unsigned long long *id)
     *id = s->uid;
     sim_unlock();
     return CUDA_SUCCESS;
-}
-
-SIM_EXPORT CUresult
-cuStreamGetId(CUstream hStream, unsigned long long *streamId)
-{
-    SIM_ENTER(cuStreamGetId);
-    return stream_get_id(hStream, 0, streamId);
-}
-
-SIM_EXPORT CUresult
-cuStreamGetId_ptsz(CUstream hStream, unsigned long long *streamId)
-{
-    SIM_ENTER(cuStreamGetId);
-    return stream_get_id(hStream, 1, streamId);
 }
 
 /* The stream attributes a stream has (cuda.h lists five); any other id is
@@ -1602,38 +1473,6 @@ stream_attribute(CUstream h, int ptds, CUstreamAttrID attr,
     return r;
 }
 
-SIM_EXPORT CUresult
-cuStreamGetAttribute(CUstream hStream, CUstreamAttrID attr,
-                     CUstreamAttrValue *value_out)
-{
-    SIM_ENTER(cuStreamGetAttribute);
-    return stream_attribute(hStream, 0, attr, value_out, NULL);
-}
-
-SIM_EXPORT CUresult
-cuStreamGetAttribute_ptsz(CUstream hStream, CUstreamAttrID attr,
-                          CUstreamAttrValue *value_out)
-{
-    SIM_ENTER(cuStreamGetAttribute);
-    return stream_attribute(hStream, 1, attr, value_out, NULL);
-}
-
-SIM_EXPORT CUresult
-cuStreamSetAttribute(CUstream hStream, CUstreamAttrID attr,
-                     const CUstreamAttrValue *value)
-{
-    SIM_ENTER(cuStreamSetAttribute);
-    return stream_attribute(hStream, 0, attr, NULL, value);
-}
-
-SIM_EXPORT CUresult
-cuStreamSetAttribute_ptsz(CUstream hStream, CUstreamAttrID attr,
-                          const CUstreamAttrValue *value)
-{
-    SIM_ENTER(cuStreamSetAttribute);
-    return stream_attribute(hStream, 1, attr, NULL, value);
-}
-
 static CUresult
 stream_attach(CUstream h, int ptds, CUdeviceptr dptr, size_t length,
               unsigned flags)
@@ -1663,22 +1502,6 @@ stream_attach(CUstream h, int ptds, CUdeviceptr dptr, size_t length,
     a->addr = (uintptr_t)dptr;
     a->flags = flags;
     return sim_stream_submit(h, ptds, &a->op, SIM_ASYNC);
-}
-
-SIM_EXPORT CUresult
-cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, size_t length,
-                       unsigned int flags)
-{
-    SIM_ENTER(cuStreamAttachMemAsync);
-    return stream_attach(hStream, 0, dptr, length, flags);
-}
-
-SIM_EXPORT CUresult
-cuStreamAttachMemAsync_ptsz(CUstream hStream, CUdeviceptr dptr, size_t length,
-                            unsigned int flags)
-{
-    SIM_ENTER(cuStreamAttachMemAsync);
-    return stream_attach(hStream, 1, dptr, length, flags);
 }
 
 SIM_EXPORT CUresult
@@ -1857,55 +1680,88 @@ sim__stream_label(CUstream s, char *buf, size_t size)
     }
 }
 
-/* ------------------------------------------------------------------------
- * cuGetProcAddress rows for stream.c and event.c. */
+/* ---------------------------------------------------------------------------
+ * Entry points: one row per exported ABI alias (see SIM_ALIAS_WRAPPER in
+ * sim.h); the wrappers of the W rows, then the cuGetProcAddress rows. */
+
+/* clang-format off */
+#define STREAM_ALIASES(W, R)                                                  \
+    W(cuStreamCreate, cuStreamCreate, 2000, , stream_create,                  \
+      (CUstream *phStream, unsigned int Flags), (phStream, Flags, 0))         \
+    W(cuStreamCreateWithPriority, cuStreamCreateWithPriority, 5050, ,         \
+      stream_create, (CUstream *phStream, unsigned int flags, int priority),  \
+      (phStream, flags, priority))                                            \
+    R(cuStreamDestroy_v2, cuStreamDestroy, 4000, )                            \
+    W(cuStreamSynchronize, cuStreamSynchronize, 2000, , stream_synchronize,   \
+      (CUstream hStream), (hStream, 0))                                       \
+    W(cuStreamSynchronize_ptsz, cuStreamSynchronize, 7000, _ptsz,             \
+      stream_synchronize, (CUstream hStream), (hStream, 1))                   \
+    W(cuStreamQuery, cuStreamQuery, 2000, , stream_query, (CUstream hStream), \
+      (hStream, 0))                                                           \
+    W(cuStreamQuery_ptsz, cuStreamQuery, 7000, _ptsz, stream_query,           \
+      (CUstream hStream), (hStream, 1))                                       \
+    W(cuStreamWaitEvent, cuStreamWaitEvent, 3020, , stream_wait_event,        \
+      (CUstream hStream, CUevent hEvent, unsigned int Flags),                 \
+      (hStream, 0, hEvent, Flags))                                            \
+    W(cuStreamWaitEvent_ptsz, cuStreamWaitEvent, 7000, _ptsz,                 \
+      stream_wait_event,                                                      \
+      (CUstream hStream, CUevent hEvent, unsigned int Flags),                 \
+      (hStream, 1, hEvent, Flags))                                            \
+    W(cuStreamAddCallback, cuStreamAddCallback, 5000, , stream_add_callback,  \
+      (CUstream hStream, CUstreamCallback callback, void *userData,           \
+      unsigned int flags), (hStream, 0, callback, userData, flags))           \
+    W(cuStreamAddCallback_ptsz, cuStreamAddCallback, 7000, _ptsz,             \
+      stream_add_callback, (CUstream hStream, CUstreamCallback callback,      \
+      void *userData, unsigned int flags),                                    \
+      (hStream, 1, callback, userData, flags))                                \
+    R(cuLaunchHostFunc, cuLaunchHostFunc, 10000, )                            \
+    R(cuLaunchHostFunc_ptsz, cuLaunchHostFunc, 10000, _ptsz)                  \
+    W(cuStreamGetPriority, cuStreamGetPriority, 5050, , stream_get_priority,  \
+      (CUstream hStream, int *priority), (hStream, 0, priority))              \
+    W(cuStreamGetPriority_ptsz, cuStreamGetPriority, 7000, _ptsz,             \
+      stream_get_priority, (CUstream hStream, int *priority),                 \
+      (hStream, 1, priority))                                                 \
+    W(cuStreamGetFlags, cuStreamGetFlags, 5050, , stream_get_flags,           \
+      (CUstream hStream, unsigned int *flags), (hStream, 0, flags))           \
+    W(cuStreamGetFlags_ptsz, cuStreamGetFlags, 7000, _ptsz, stream_get_flags, \
+      (CUstream hStream, unsigned int *flags), (hStream, 1, flags))           \
+    W(cuStreamGetCtx, cuStreamGetCtx, 9020, , stream_get_ctx,                 \
+      (CUstream hStream, CUcontext *pctx), (hStream, 0, pctx))                \
+    W(cuStreamGetCtx_ptsz, cuStreamGetCtx, 9020, _ptsz, stream_get_ctx,       \
+      (CUstream hStream, CUcontext *pctx), (hStream, 1, pctx))                \
+    W(cuStreamAttachMemAsync, cuStreamAttachMemAsync, 6000, , stream_attach,  \
+      (CUstream hStream, CUdeviceptr dptr, size_t length,                     \
+      unsigned int flags), (hStream, 0, dptr, length, flags))                 \
+    W(cuStreamAttachMemAsync_ptsz, cuStreamAttachMemAsync, 7000, _ptsz,       \
+      stream_attach, (CUstream hStream, CUdeviceptr dptr, size_t length,      \
+      unsigned int flags), (hStream, 1, dptr, length, flags))                 \
+    W(cuStreamGetId, cuStreamGetId, 12000, , stream_get_id,                   \
+      (CUstream hStream, unsigned long long *streamId),                       \
+      (hStream, 0, streamId))                                                 \
+    W(cuStreamGetId_ptsz, cuStreamGetId, 12000, _ptsz, stream_get_id,         \
+      (CUstream hStream, unsigned long long *streamId),                       \
+      (hStream, 1, streamId))                                                 \
+    W(cuStreamGetAttribute, cuStreamGetAttribute, 11000, , stream_attribute,  \
+      (CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out),  \
+      (hStream, 0, attr, value_out, NULL))                                    \
+    W(cuStreamGetAttribute_ptsz, cuStreamGetAttribute, 11000, _ptsz,          \
+      stream_attribute,                                                       \
+      (CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out),  \
+      (hStream, 1, attr, value_out, NULL))                                    \
+    W(cuStreamSetAttribute, cuStreamSetAttribute, 11000, , stream_attribute,  \
+      (CUstream hStream, CUstreamAttrID attr,                                 \
+      const CUstreamAttrValue *value), (hStream, 0, attr, NULL, value))       \
+    W(cuStreamSetAttribute_ptsz, cuStreamSetAttribute, 11000, _ptsz,          \
+      stream_attribute, (CUstream hStream, CUstreamAttrID attr,               \
+      const CUstreamAttrValue *value), (hStream, 1, attr, NULL, value))       \
+    R(cuCtxSynchronize, cuCtxSynchronize, 2000, )                             \
+    R(cuCtxGetStreamPriorityRange, cuCtxGetStreamPriorityRange, 5050, )
+
+STREAM_ALIASES(SIM_ALIAS_WRAPPER, SIM_ALIAS_SKIP)
 
 const sim_proc sim_procs_stream[] = {
-    SIM_PROC(cuStreamCreate, 2000, cuStreamCreate),
-    SIM_PROC(cuStreamCreateWithPriority, 5050, cuStreamCreateWithPriority),
-    SIM_PROC(cuStreamDestroy, 4000, cuStreamDestroy),
-    SIM_PROC(cuStreamSynchronize, 2000, cuStreamSynchronize),
-    SIM_PROC_PTDS(cuStreamSynchronize, 7000, ptsz, cuStreamSynchronize_ptsz),
-    SIM_PROC(cuStreamQuery, 2000, cuStreamQuery),
-    SIM_PROC_PTDS(cuStreamQuery, 7000, ptsz, cuStreamQuery_ptsz),
-    SIM_PROC(cuStreamWaitEvent, 3020, cuStreamWaitEvent),
-    SIM_PROC_PTDS(cuStreamWaitEvent, 7000, ptsz, cuStreamWaitEvent_ptsz),
-    SIM_PROC(cuStreamAddCallback, 5000, cuStreamAddCallback),
-    SIM_PROC_PTDS(cuStreamAddCallback, 7000, ptsz, cuStreamAddCallback_ptsz),
-    SIM_PROC(cuLaunchHostFunc, 10000, cuLaunchHostFunc),
-    SIM_PROC_PTDS(cuLaunchHostFunc, 10000, ptsz, cuLaunchHostFunc_ptsz),
-    SIM_PROC(cuStreamGetPriority, 5050, cuStreamGetPriority),
-    SIM_PROC_PTDS(cuStreamGetPriority, 7000, ptsz, cuStreamGetPriority_ptsz),
-    SIM_PROC(cuStreamGetFlags, 5050, cuStreamGetFlags),
-    SIM_PROC_PTDS(cuStreamGetFlags, 7000, ptsz, cuStreamGetFlags_ptsz),
-    SIM_PROC(cuStreamGetCtx, 9020, cuStreamGetCtx),
-    SIM_PROC_PTDS(cuStreamGetCtx, 9020, ptsz, cuStreamGetCtx_ptsz),
-    SIM_PROC(cuStreamAttachMemAsync, 6000, cuStreamAttachMemAsync),
-    SIM_PROC_PTDS(cuStreamAttachMemAsync, 7000, ptsz,
-                  cuStreamAttachMemAsync_ptsz),
-    SIM_PROC(cuStreamGetId, 12000, cuStreamGetId),
-    SIM_PROC_PTDS(cuStreamGetId, 12000, ptsz, cuStreamGetId_ptsz),
-    SIM_PROC(cuStreamGetAttribute, 11000, cuStreamGetAttribute),
-    SIM_PROC_PTDS(cuStreamGetAttribute, 11000, ptsz,
-                  cuStreamGetAttribute_ptsz),
-    SIM_PROC(cuStreamSetAttribute, 11000, cuStreamSetAttribute),
-    SIM_PROC_PTDS(cuStreamSetAttribute, 11000, ptsz,
-                  cuStreamSetAttribute_ptsz),
-    SIM_PROC(cuCtxSynchronize, 2000, cuCtxSynchronize),
-    SIM_PROC(cuCtxGetStreamPriorityRange, 5050, cuCtxGetStreamPriorityRange),
-    SIM_PROC(cuEventCreate, 2000, cuEventCreate),
-    SIM_PROC(cuEventDestroy, 4000, cuEventDestroy),
-    SIM_PROC(cuEventRecord, 2000, cuEventRecord),
-    SIM_PROC_PTDS(cuEventRecord, 7000, ptsz, cuEventRecord_ptsz),
-    SIM_PROC(cuEventRecordWithFlags, 11010, cuEventRecordWithFlags),
-    SIM_PROC_PTDS(cuEventRecordWithFlags, 11010, ptsz,
-                  cuEventRecordWithFlags_ptsz),
-    SIM_PROC(cuEventSynchronize, 2000, cuEventSynchronize),
-    SIM_PROC(cuIpcGetEventHandle, 4010, cuIpcGetEventHandle),
-    SIM_PROC(cuIpcOpenEventHandle, 4010, cuIpcOpenEventHandle),
-    SIM_PROC(cuEventQuery, 2000, cuEventQuery),
-    SIM_PROC(cuEventElapsedTime, 2000, cuEventElapsedTime),
-    SIM_PROC(cuEventElapsedTime, 12080, cuEventElapsedTime),
+    STREAM_ALIASES(SIM_ALIAS_ROW, SIM_ALIAS_ROW)
 };
+/* clang-format on */
 const size_t sim_nprocs_stream = sizeof sim_procs_stream /
                                  sizeof sim_procs_stream[0];
