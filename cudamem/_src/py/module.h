@@ -89,7 +89,10 @@ typedef enum cmpy_hook_id {
     X(DeferGuardType)        /* py/pending.c */                               \
     X(HostBufferType)        /* py/hostbuf.c */                               \
     X(registered)            /* py/hostregister.c, made on first use */       \
-    X(attr_ids)              /* {"WARP_SIZE": 10, ...}: every attribute */
+    X(attr_ids)              /* {"WARP_SIZE": 10, ...}: every attribute */    \
+    X(cai_keys)              /* py/arraycai.c, made on first use */           \
+    X(cai_dtype)             /* py/arraycai.c: the last dtype exported */     \
+    X(cai_typestr)           /* py/arraycai.c: cai_dtype's str */
 
 typedef struct cmpy_state {
 #define CMPY_STATE_FIELD(name) PyObject *name;
