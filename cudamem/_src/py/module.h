@@ -92,7 +92,8 @@ typedef enum cmpy_hook_id {
     X(attr_ids)              /* {"WARP_SIZE": 10, ...}: every attribute */    \
     X(cai_keys)              /* py/arraycai.c, made on first use */           \
     X(cai_dtype)             /* py/arraycai.c: the last dtype exported */     \
-    X(cai_typestr)           /* py/arraycai.c: cai_dtype's str */
+    X(cai_typestr)           /* py/arraycai.c: cai_dtype's str */             \
+    X(stats_keys)            /* py/stats.c, made on first use */
 
 typedef struct cmpy_state {
 #define CMPY_STATE_FIELD(name) PyObject *name;
