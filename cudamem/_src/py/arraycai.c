@@ -42,8 +42,10 @@ export_stream(cmpy_state *st, cmpy_DeviceNDArray *self)
     return Py_NewRef(Py_None);
 }
 
-/* The export's keys, by index into st->cai_keys: interned once, so that
- * an export makes no key string. */
+/* The export's keys, by index into st->cai_keys, interned once, and
+ * st->cai_template, a dict of the keys before KEY_DESCR (None but version
+ * 3) that each export copies: a copy clones the template's key table, so
+ * that an export makes no key string and grows no dict. */
 enum {
     KEY_SHAPE,
     KEY_STRIDES,
@@ -56,19 +58,20 @@ enum {
 };
 
 static int
-cai_keys(cmpy_state *st)
+cai_init(cmpy_state *st)
 {
     static const char *const names[NKEYS] = {
         "shape", "strides", "data", "typestr", "stream", "version", "descr"};
-    PyObject *keys;
+    PyObject *keys, *template, *three;
+    int i;
 
-    if (st->cai_keys != NULL) {
+    if (st->cai_template != NULL) {
         return 0;
     }
     if ((keys = PyTuple_New(NKEYS)) == NULL) {
         return -1;
     }
-    for (int i = 0; i < NKEYS; i++) {
+    for (i = 0; i < NKEYS; i++) {
         PyObject *key = PyUnicode_InternFromString(names[i]);
 
         if (key == NULL) {
@@ -77,7 +80,22 @@ cai_keys(cmpy_state *st)
         }
         PyTuple_SET_ITEM(keys, i, key);
     }
+    template = PyDict_New();
+    three = PyLong_FromLong(3);
+    for (i = 0; template != NULL && three != NULL && i < KEY_DESCR; i++) {
+        if (PyDict_SetItem(template, PyTuple_GET_ITEM(keys, i),
+                           i == KEY_VERSION ? three : Py_None) < 0) {
+            break;
+        }
+    }
+    Py_XDECREF(three);
+    if (i < KEY_DESCR) {
+        Py_XDECREF(template);
+        Py_DECREF(keys);
+        return -1;
+    }
     st->cai_keys = keys;
+    st->cai_template = template;
     return 0;
 }
 
@@ -110,10 +128,10 @@ cmpy_array_get_cai(PyObject *op, void *Py_UNUSED(closure))
 {
     cmpy_DeviceNDArray *self = (cmpy_DeviceNDArray *)op;
     cmpy_state *st = cmpy_type_state((PyObject *)self);
-    int n = PyDataType_HASFIELDS(self->dtype) ? NKEYS : KEY_DESCR, i;
     PyObject *v[NKEYS] = {NULL}, *cai = NULL, *ptr;
+    int i;
 
-    if (cmpy_array_check_alive(st, self) < 0 || cai_keys(st) < 0 ||
+    if (cmpy_array_check_alive(st, self) < 0 || cai_init(st) < 0 ||
         (v[KEY_SHAPE] = cmpy_shape_tuple(CMPY_NDIM(self), CMPY_SHAPE(self))) ==
             NULL) {
         return NULL;
@@ -132,14 +150,15 @@ cmpy_array_get_cai(PyObject *op, void *Py_UNUSED(closure))
     if (v[KEY_DATA] == NULL ||
         (v[KEY_TYPESTR] = typestr_of(st, self->dtype)) == NULL ||
         (v[KEY_STREAM] = export_stream(st, self)) == NULL ||
-        (v[KEY_VERSION] = PyLong_FromLong(3)) == NULL ||
-        (n == NKEYS && (v[KEY_DESCR] = PyObject_GetAttrString(
-                            (PyObject *)self->dtype, "descr")) == NULL) ||
-        (cai = PyDict_New()) == NULL) {
+        (PyDataType_HASFIELDS(self->dtype) &&
+         (v[KEY_DESCR] = PyObject_GetAttrString((PyObject *)self->dtype,
+                                                "descr")) == NULL) ||
+        (cai = PyDict_Copy(st->cai_template)) == NULL) {
         goto done;
     }
-    for (i = 0; i < n; i++) {
-        if (PyDict_SetItem(cai, PyTuple_GET_ITEM(st->cai_keys, i), v[i]) < 0) {
+    for (i = 0; i < NKEYS; i++) {
+        if (v[i] != NULL &&
+            PyDict_SetItem(cai, PyTuple_GET_ITEM(st->cai_keys, i), v[i]) < 0) {
             Py_CLEAR(cai);
             break;
         }

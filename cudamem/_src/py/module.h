@@ -91,6 +91,7 @@ typedef enum cmpy_hook_id {
     X(registered)            /* py/hostregister.c, made on first use */       \
     X(attr_ids)              /* {"WARP_SIZE": 10, ...}: every attribute */    \
     X(cai_keys)              /* py/arraycai.c, made on first use */           \
+    X(cai_template)          /* py/arraycai.c, made on first use */           \
     X(cai_dtype)             /* py/arraycai.c: the last dtype exported */     \
     X(cai_typestr)           /* py/arraycai.c: cai_dtype's str */             \
     X(stats_keys)            /* py/stats.c, made on first use */
