@@ -78,23 +78,28 @@ stats_keys(cmpy_state *st)
     if ((keys = PyTuple_New(NSTATS)) == NULL) {
         return -1;
     }
-    for (; i < NSTATS; i++) {
-        int k = i / NSUFFIXES;
-
-        key = i < CM_STAT_KINDS * NSUFFIXES
-                  ? PyUnicode_FromFormat("%s_%s", kind_names[k],
-                                         kind_suffixes[i % NSUFFIXES])
-                  : PyUnicode_FromString(
-                        total_names[i - CM_STAT_KINDS * NSUFFIXES]);
-        if (key == NULL) {
-            Py_DECREF(keys);
-            return -1;
+    for (int k = 0; k < CM_STAT_KINDS; k++) {
+        for (int j = 0; j < NSUFFIXES; j++) {
+            key = PyUnicode_FromFormat("%s_%s", kind_names[k],
+                                       kind_suffixes[j]);
+            if (key == NULL) {
+                goto fail;
+            }
+            PyUnicode_InternInPlace(&key);
+            PyTuple_SET_ITEM(keys, i++, key);
         }
-        PyUnicode_InternInPlace(&key);
-        PyTuple_SET_ITEM(keys, i, key);
+    }
+    for (int j = 0; j < NTOTALS; j++) {
+        if ((key = PyUnicode_InternFromString(total_names[j])) == NULL) {
+            goto fail;
+        }
+        PyTuple_SET_ITEM(keys, i++, key);
     }
     st->stats_keys = keys;
     return 0;
+fail:
+    Py_DECREF(keys);
+    return -1;
 }
 
 PyDoc_STRVAR(memory_stats_doc,
@@ -133,7 +138,7 @@ memory_stats(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     static const char *const names[] = {"device"};
     cmpy_state *st = cmpy_get_state(module);
     PyObject *argv[1], *out;
-    size_t values[NSTATS];
+    size_t values[NSTATS], *v = values;
     cm_device *dev;
     cm_stats stats;
 
@@ -149,26 +154,27 @@ memory_stats(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     for (int k = 0; k < CM_STAT_KINDS; k++) {
         const cm_counts *c = &stats.kinds[k];
 
-        values[k * NSUFFIXES] = c->bytes;
-        values[k * NSUFFIXES + 1] = c->peak_bytes;
-        values[k * NSUFFIXES + 2] = c->count;
-        values[k * NSUFFIXES + 3] = c->peak_count;
+        *v++ = c->bytes;
+        *v++ = c->peak_bytes;
+        *v++ = c->count;
+        *v++ = c->peak_count;
     }
-    values[CM_STAT_KINDS * NSUFFIXES] = stats.pending_bytes;
-    values[CM_STAT_KINDS * NSUFFIXES + 1] = stats.pending_count;
-    values[CM_STAT_KINDS * NSUFFIXES + 2] = stats.pool_cached_bytes;
-    values[CM_STAT_KINDS * NSUFFIXES + 3] = stats.pinned_pool_cached_bytes;
-    values[CM_STAT_KINDS * NSUFFIXES + 4] = stats.pinned_pool_cached_count;
+    *v++ = stats.pending_bytes;
+    *v++ = stats.pending_count;
+    *v++ = stats.pool_cached_bytes;
+    *v++ = stats.pinned_pool_cached_bytes;
+    *v = stats.pinned_pool_cached_count;
     for (int i = 0; i < NSTATS; i++) {
-        PyObject *v = PyLong_FromSize_t(values[i]);
+        PyObject *value = PyLong_FromSize_t(values[i]);
 
-        if (v == NULL ||
-            PyDict_SetItem(out, PyTuple_GET_ITEM(st->stats_keys, i), v) < 0) {
-            Py_XDECREF(v);
+        if (value == NULL ||
+            PyDict_SetItem(out, PyTuple_GET_ITEM(st->stats_keys, i), value) <
+                0) {
+            Py_XDECREF(value);
             Py_DECREF(out);
             return NULL;
         }
-        Py_DECREF(v);
+        Py_DECREF(value);
     }
     return out;
 }
