@@ -508,6 +508,38 @@ def test_fork(run_py):
     assert proc.stdout.strip() == "ok"
 
 
+def test_fork_grandchild_is_refused_and_the_parent_is_not(run_py):
+    # The fork check compares a pid cached at load, refreshed in each fork
+    # child: a grandchild is refused as a child is, and forking leaves the
+    # parent's own pid (and its right to CUDA) as it was.
+    proc = run_py("""
+        import os, numpy as np, cudamem
+        d = cudamem.to_device(np.arange(3))
+        def refused():
+            try:
+                cudamem.to_device(np.arange(3))
+            except cudamem.CudaDriverError as exc:
+                return "fork" in str(exc)
+            return False
+        pid = os.fork()
+        if pid == 0:
+            ok = refused()
+            pid = os.fork()
+            if pid == 0:
+                os._exit(0 if refused() else 3)
+            _, status = os.waitpid(pid, 0)
+            os._exit(0 if ok and os.waitstatus_to_exitcode(status) == 0
+                     else 4)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, status
+        assert list(cudamem.to_device(np.arange(3)).copy_to_host()) == \
+            [0, 1, 2]
+        print("ok")
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "ok"
+
+
 def test_repr_shows_values_of_small_arrays():
     h = np.arange(6.0).reshape(2, 3)
     text = repr(cudamem.to_device(h))

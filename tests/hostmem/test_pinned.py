@@ -208,3 +208,23 @@ def test_copies_to_pageable_memory_land_before_return(run_py):
     """, env={"CUDAMEM_SIM_STRICT_DTOH": "1", "CUDAMEM_SIM_DELAY_US": "20000"})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "ok\n"
+
+
+def test_synchronous_copy_from_pinned_is_complete_without_a_wait(sim):
+    # From page-locked memory the driver's cuMemcpyHtoD is synchronous
+    # (CUDA's "API synchronization behavior"): cudamem adds no
+    # cuStreamSynchronize; from pageable memory it still waits (rule 9).
+    src = np.arange(1 << 12, dtype=np.float64)
+    pinned = cudamem.pinned_array_like(src)
+    pinned[...] = src
+    d = cudamem.device_array_like(src)
+    waits = sim.stats()["calls"]["cuStreamSynchronize"]["calls"]
+    with sim.delay(200000):
+        d.copy_to_device(pinned)
+        assert cudamem.default_stream().query()
+    assert sim.stats()["calls"]["cuStreamSynchronize"]["calls"] == waits
+    np.testing.assert_array_equal(d.copy_to_host(), src)
+    waits = sim.stats()["calls"]["cuStreamSynchronize"]["calls"]
+    d.copy_to_device(src[::-1].copy())
+    assert sim.stats()["calls"]["cuStreamSynchronize"]["calls"] == waits + 1
+    np.testing.assert_array_equal(d.copy_to_host(), src[::-1])

@@ -284,3 +284,39 @@ def test_full_set_failing_to_order_its_oldest(hazards, row):
         stream=own)
     own.synchronize()
     np.testing.assert_array_equal(out, np.repeat(np.arange(5.0), N))
+
+
+def test_each_access_is_a_new_dict_with_numbas_fields():
+    # numba builds the dict on each access, so a consumer may change its
+    # own; the dtypes alternate so that no remembered typestr answers for
+    # another dtype ('>i8' and '<i8' are distinct).
+    base = np.arange(12, dtype=np.int16)
+    cases = [
+        (np.arange(6, dtype=np.float32).reshape(2, 3), None),
+        (np.arange(4, dtype=">i8"), None),
+        (np.arange(4, dtype="<i8"), None),
+        (base, slice(None, None, 3)),
+        (np.zeros(3, dtype=[("a", "<f8"), ("b", "u1")]), None),
+        (np.arange(6, dtype=np.float32), None),
+    ]
+    for h, index in cases * 2:
+        d = cudamem.to_device(h)
+        if index is not None:
+            d, h = d[index], h[index]
+        want = {
+            "shape": h.shape,
+            "strides": None if h.flags.c_contiguous else h.strides,
+            "data": (d.device_ctypes_pointer.value, False),
+            "typestr": h.dtype.str,
+            "stream": None,
+            "version": 3,
+        }
+        if h.dtype.names:
+            want["descr"] = h.dtype.descr
+        first = d.__cuda_array_interface__
+        assert first == want
+        first["shape"] = (0,)
+        first["descr"] = []
+        second = d.__cuda_array_interface__
+        assert second is not first
+        assert second == want

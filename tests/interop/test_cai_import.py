@@ -780,3 +780,22 @@ def test_to_device_copies_a_cai_object_of_another_device(run_py):
     assert proc.returncode == 0, proc.stderr
     live = eval(proc.stdout)
     assert live["device_allocations"] == 0, live
+
+
+def test_copy_from_an_ndarray_subclass_follows_its_interface():
+    # Only an exact ndarray skips the interface lookup: a subclass that
+    # names device memory (as mapped and managed arrays do) is copied from
+    # that memory, not from its own host elements.
+    src = cudamem.to_device(np.arange(4.0))
+
+    class Carrier(np.ndarray):
+        @property
+        def __cuda_array_interface__(self):
+            return src.__cuda_array_interface__
+
+    host = np.full(4, -1.0).view(Carrier)
+    d = cudamem.device_array(4)
+    d.copy_to_device(host)
+    np.testing.assert_array_equal(d.copy_to_host(), np.arange(4.0))
+    d.copy_to_device(np.full(4, 7.0))
+    np.testing.assert_array_equal(d.copy_to_host(), np.full(4, 7.0))

@@ -53,8 +53,9 @@ cm__copy_noted(cm_device *dev, CUstream stream, const void *host,
 }
 
 /* One contiguous copy in dev's context. The synchronous DtoH is complete
- * on return, to pageable and page-locked memory alike; the others may
- * return early when the destination is on the device. */
+ * on return, to pageable and page-locked memory alike, as is the HtoD
+ * from page-locked memory; the others may return early when the
+ * destination is on the device. */
 static int
 copy_contiguous(cm_device *dev, int dst_dev, CUdeviceptr dst, void *hdst,
                 int src_dev, CUdeviceptr src, const void *hsrc, size_t n,
@@ -81,7 +82,11 @@ copy_contiguous(cm_device *dev, int dst_dev, CUdeviceptr dst, void *hdst,
     }
     rc = cm__memcpy(dst_dev, dst, hdst, src_dev, src, hsrc, n, stream, async,
                     err);
-    if (rc == 0 && dst_dev && !async) {
+    /* From page-locked memory the driver's HtoD is complete on return
+     * ("synchronous with respect to the host"): only pageable memory's
+     * and a DtoD may not be. */
+    if (rc == 0 && dst_dev && !async &&
+        (src_dev || !cm_host_locked(hsrc, n))) {
         rc = complete(err);
     }
     if (rc == 0 && async && dst_dev != src_dev) {

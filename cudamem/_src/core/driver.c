@@ -48,6 +48,17 @@ static struct {
     unsigned char present[NROWS];
 } drv = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
+/* This process's pid for the fork check of every entry: getpid() is a
+ * system call (glibc 2.25 dropped its cache), so it is read once at load
+ * and again in a fork child, by the handler registered then. */
+static pid_t self_pid;
+
+static void
+refresh_pid(void)
+{
+    self_pid = getpid();
+}
+
 static int
 env_true(const char *name)
 {
@@ -252,6 +263,11 @@ load_locked(const char *sim_path, cm_error *err)
                              name_or_unknown(err->code), (int)err->code);
     }
     drv.pid = getpid();
+    self_pid = drv.pid;
+    /* Once: a failed load is kept, so this runs at most once. */
+    if (pthread_atfork(NULL, NULL, refresh_pid) != 0) {
+        return support_error(err, "pthread_atfork failed");
+    }
     return 0;
 }
 
@@ -342,7 +358,7 @@ cm_driver_row(size_t index, const char **name, int *version, int *flags,
 int
 cm_fork_check(cm_error *err)
 {
-    if (drv.state == 1 && getpid() != drv.pid) {
+    if (drv.state == 1 && self_pid != drv.pid) {
         return cm_fail(err, CM_ERR_FORK,
                        "CUDA initialized before forking; use the spawn "
                        "start method");

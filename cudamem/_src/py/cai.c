@@ -685,7 +685,10 @@ cmpy_cai_check(cmpy_state *st, PyObject *obj)
     PyObject *attr;
     int found;
 
-    if (cmpy_is_array(st, obj)) {
+    /* A NumPy array, the common source of a copy, has no interface: no
+     * lookup (before NumPy's API is loaded, no array exists). */
+    if (cmpy_is_array(st, obj) ||
+        (PyArray_API != NULL && PyArray_CheckExact(obj))) {
         return 0;
     }
     found = cmpy_optional_attr(obj, "__cuda_array_interface__", &attr);

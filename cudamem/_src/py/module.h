@@ -89,7 +89,12 @@ typedef enum cmpy_hook_id {
     X(DeferGuardType)        /* py/pending.c */                               \
     X(HostBufferType)        /* py/hostbuf.c */                               \
     X(registered)            /* py/hostregister.c, made on first use */       \
-    X(attr_ids)              /* {"WARP_SIZE": 10, ...}: every attribute */
+    X(attr_ids)              /* {"WARP_SIZE": 10, ...}: every attribute */    \
+    X(cai_keys)              /* py/arraycai.c, made on first use */           \
+    X(cai_template)          /* py/arraycai.c, made on first use */           \
+    X(cai_dtype)             /* py/arraycai.c: the last dtype exported */     \
+    X(cai_typestr)           /* py/arraycai.c: cai_dtype's str */             \
+    X(stats_keys)            /* py/stats.c, made on first use */
 
 typedef struct cmpy_state {
 #define CMPY_STATE_FIELD(name) PyObject *name;
@@ -190,22 +195,26 @@ cmpy_get_true(PyObject *Py_UNUSED(self), void *Py_UNUSED(closure))
     Py_RETURN_TRUE;
 }
 
-/* PyObject_GetOptionalAttr before 3.13: 1 found, 0 not, -1 error. */
+/* PyObject_GetOptionalAttrString before 3.13: 1 found, 0 not, -1 error.
+ * Before 3.13 through _PyObject_LookupAttr, 3.13's function under its
+ * 3.7 name: a type with the generic getattr raises no AttributeError
+ * only to have it cleared. */
 static inline int
 cmpy_optional_attr(PyObject *obj, const char *name, PyObject **out)
 {
 #if PY_VERSION_HEX >= 0x030D0000
     return PyObject_GetOptionalAttrString(obj, name, out);
 #else
-    *out = PyObject_GetAttrString(obj, name);
-    if (*out != NULL) {
-        return 1;
+    PyObject *key = PyUnicode_FromString(name);
+    int rc;
+
+    if (key == NULL) {
+        *out = NULL;
+        return -1;
     }
-    if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
-        PyErr_Clear();
-        return 0;
-    }
-    return -1;
+    rc = _PyObject_LookupAttr(obj, key, out);
+    Py_DECREF(key);
+    return rc;
 #endif
 }
 

@@ -54,39 +54,52 @@ cmpy_stats_install(int on)
     cm_oom_set_hook(on ? collect_garbage : NULL);
 }
 
+/* The dict's keys in the order memory_stats() fills them: per kind
+ * (kind_names' order) the four of kind_suffixes, then the totals. */
+static const char *const kind_suffixes[] = {"bytes_in_use", "bytes_peak",
+                                            "count", "count_peak"};
+static const char *const total_names[] = {
+    "pending_free_bytes", "pending_free_count", "pool_cached_bytes",
+    "pinned_pool_cached_bytes", "pinned_pool_cached_count"};
+#define NSUFFIXES ((int)(sizeof(kind_suffixes) / sizeof(kind_suffixes[0])))
+#define NTOTALS ((int)(sizeof(total_names) / sizeof(total_names[0])))
+#define NSTATS (CM_STAT_KINDS * NSUFFIXES + NTOTALS)
+
+/* st->stats_keys: the keys, interned once, so that a call makes none. */
 static int
-set_size(PyObject *dict, const char *key, size_t value)
+stats_keys(cmpy_state *st)
 {
-    PyObject *v = PyLong_FromSize_t(value);
-    int rc;
+    PyObject *keys, *key;
+    int i = 0;
 
-    if (v == NULL) {
+    if (st->stats_keys != NULL) {
+        return 0;
+    }
+    if ((keys = PyTuple_New(NSTATS)) == NULL) {
         return -1;
     }
-    rc = PyDict_SetItemString(dict, key, v);
-    Py_DECREF(v);
-    return rc;
-}
-
-static int
-set_kind(PyObject *dict, const char *kind, const cm_counts *c)
-{
-    char key[64];
-
-    snprintf(key, sizeof(key), "%s_bytes_in_use", kind);
-    if (set_size(dict, key, c->bytes) < 0) {
-        return -1;
+    for (int k = 0; k < CM_STAT_KINDS; k++) {
+        for (int j = 0; j < NSUFFIXES; j++) {
+            key = PyUnicode_FromFormat("%s_%s", kind_names[k],
+                                       kind_suffixes[j]);
+            if (key == NULL) {
+                goto fail;
+            }
+            PyUnicode_InternInPlace(&key);
+            PyTuple_SET_ITEM(keys, i++, key);
+        }
     }
-    snprintf(key, sizeof(key), "%s_bytes_peak", kind);
-    if (set_size(dict, key, c->peak_bytes) < 0) {
-        return -1;
+    for (int j = 0; j < NTOTALS; j++) {
+        if ((key = PyUnicode_InternFromString(total_names[j])) == NULL) {
+            goto fail;
+        }
+        PyTuple_SET_ITEM(keys, i++, key);
     }
-    snprintf(key, sizeof(key), "%s_count", kind);
-    if (set_size(dict, key, c->count) < 0) {
-        return -1;
-    }
-    snprintf(key, sizeof(key), "%s_count_peak", kind);
-    return set_size(dict, key, c->peak_count);
+    st->stats_keys = keys;
+    return 0;
+fail:
+    Py_DECREF(keys);
+    return -1;
 }
 
 PyDoc_STRVAR(memory_stats_doc,
@@ -125,6 +138,7 @@ memory_stats(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     static const char *const names[] = {"device"};
     cmpy_state *st = cmpy_get_state(module);
     PyObject *argv[1], *out;
+    size_t values[NSTATS], *v = values;
     cm_device *dev;
     cm_stats stats;
 
@@ -134,28 +148,35 @@ memory_stats(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
         return NULL;
     }
     cm_stats_get(dev, &stats);
-    out = new_stats(st, dev->ordinal);
-    if (out == NULL) {
+    if (stats_keys(st) < 0 || (out = new_stats(st, dev->ordinal)) == NULL) {
         return NULL;
     }
     for (int k = 0; k < CM_STAT_KINDS; k++) {
-        if (set_kind(out, kind_names[k], &stats.kinds[k]) < 0) {
-            goto fail;
-        }
+        const cm_counts *c = &stats.kinds[k];
+
+        *v++ = c->bytes;
+        *v++ = c->peak_bytes;
+        *v++ = c->count;
+        *v++ = c->peak_count;
     }
-    if (set_size(out, "pending_free_bytes", stats.pending_bytes) < 0 ||
-        set_size(out, "pending_free_count", stats.pending_count) < 0 ||
-        set_size(out, "pool_cached_bytes", stats.pool_cached_bytes) < 0 ||
-        set_size(out, "pinned_pool_cached_bytes",
-                 stats.pinned_pool_cached_bytes) < 0 ||
-        set_size(out, "pinned_pool_cached_count",
-                 stats.pinned_pool_cached_count) < 0) {
-        goto fail;
+    *v++ = stats.pending_bytes;
+    *v++ = stats.pending_count;
+    *v++ = stats.pool_cached_bytes;
+    *v++ = stats.pinned_pool_cached_bytes;
+    *v = stats.pinned_pool_cached_count;
+    for (int i = 0; i < NSTATS; i++) {
+        PyObject *value = PyLong_FromSize_t(values[i]);
+
+        if (value == NULL ||
+            PyDict_SetItem(out, PyTuple_GET_ITEM(st->stats_keys, i), value) <
+                0) {
+            Py_XDECREF(value);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(value);
     }
     return out;
-fail:
-    Py_DECREF(out);
-    return NULL;
 }
 
 PyDoc_STRVAR(reset_peak_stats_doc,
