@@ -40,12 +40,23 @@ struct cm_pool_slab {
     cm_pool_block *first;
 };
 
+/* Size classes of free blocks, by their size in CM_POOL_ALIGN units: the
+ * power of two below it, split in CLASS_SPLIT classes (sizes within a
+ * quarter of each other); units below CLASS_SPLIT have a class each. */
+#define CLASS_BITS 2
+#define CLASS_SPLIT (1 << CLASS_BITS)
+#define CLASS_POWERS 64
+
 /* The free blocks of one stream, or (stream NULL) those that any stream
- * may take at once. */
+ * may take at once, binned by size class, with bitmaps of the classes
+ * that hold any. */
 struct cm_pool_list {
     cm_pool_list *next;
     CUstream stream;
-    cm_pool_block *head;
+    size_t count;
+    uint64_t powers;                    /* bit p: some class of power p */
+    unsigned char splits[CLASS_POWERS]; /* bit k: class (p, k) */
+    cm_pool_block *bins[CLASS_POWERS][CLASS_SPLIT];
 };
 
 struct cm_pool {
@@ -78,33 +89,115 @@ is_legacy(CUstream stream)
 /* ---------------------------------------------------------------------
  * Bookkeeping; callers hold pool->lock. */
 
+/* The size class of a block of `size` bytes (a multiple of
+ * CM_POOL_ALIGN, not 0): the power of two below its units, and which of
+ * its CLASS_SPLIT parts. */
+static void
+size_class(size_t size, unsigned *power, unsigned *split)
+{
+    uint64_t units = size / CM_POOL_ALIGN;
+    unsigned p = 63u - (unsigned)__builtin_clzll(units);
+
+    *power = p;
+    *split = (unsigned)(p >= CLASS_BITS ? units >> (p - CLASS_BITS)
+                                        : units << (CLASS_BITS - p)) &
+             (CLASS_SPLIT - 1);
+}
+
+/* The smallest size of class (p, k). */
+static size_t
+class_floor(unsigned p, unsigned k)
+{
+    uint64_t units = p >= CLASS_BITS
+                         ? ((uint64_t)1 << p) +
+                               ((uint64_t)k << (p - CLASS_BITS))
+                         : ((uint64_t)1 << p) + (k >> (CLASS_BITS - p));
+
+    return (size_t)units * CM_POOL_ALIGN;
+}
+
+/* The first class at or after (p, k) that holds a block; 0 if none. */
+static int
+class_next(const cm_pool_list *l, unsigned *p, unsigned *k)
+{
+    unsigned splits =
+        *k < CLASS_SPLIT ? (unsigned)l->splits[*p] >> *k << *k : 0u;
+    uint64_t powers;
+
+    if (splits == 0) {
+        powers = *p + 1 < CLASS_POWERS ? l->powers >> (*p + 1) << (*p + 1) : 0;
+        if (powers == 0) {
+            return 0;
+        }
+        *p = (unsigned)__builtin_ctzll(powers);
+        splits = l->splits[*p];
+    }
+    *k = (unsigned)__builtin_ctz(splits);
+    return 1;
+}
+
 static void
 list_push(cm_pool *pool, cm_pool_list *list, cm_pool_block *b)
 {
+    unsigned p, k;
+    cm_pool_block **head;
+
+    size_class(b->size, &p, &k);
+    head = &list->bins[p][k];
     b->list = list;
     b->fprev = NULL;
-    b->fnext = list->head;
-    if (list->head != NULL) {
-        list->head->fprev = b;
+    b->fnext = *head;
+    if (*head != NULL) {
+        (*head)->fprev = b;
     }
-    list->head = b;
+    *head = b;
+    list->splits[p] |= (unsigned char)(1u << k);
+    list->powers |= (uint64_t)1 << p;
+    list->count++;
     pool->free_blocks++;
 }
 
 static void
 list_unlink(cm_pool *pool, cm_pool_block *b)
 {
+    cm_pool_list *list = b->list;
+    unsigned p, k;
+
+    size_class(b->size, &p, &k);
     if (b->fprev != NULL) {
         b->fprev->fnext = b->fnext;
     }
     else {
-        b->list->head = b->fnext;
+        list->bins[p][k] = b->fnext;
+        if (b->fnext == NULL) {
+            list->splits[p] &= (unsigned char)~(1u << k);
+            if (list->splits[p] == 0) {
+                list->powers &= ~((uint64_t)1 << p);
+            }
+        }
     }
     if (b->fnext != NULL) {
         b->fnext->fprev = b->fprev;
     }
     b->list = NULL;
+    list->count--;
     pool->free_blocks--;
+}
+
+/* The block after b on l (the first for NULL), class by class. */
+static cm_pool_block *
+list_next(const cm_pool_list *l, const cm_pool_block *b)
+{
+    unsigned p = 0, k = 0;
+
+    if (b != NULL) {
+        if (b->fnext != NULL) {
+            return b->fnext;
+        }
+        size_class(b->size, &p, &k);
+        k++;
+    }
+    return class_next(l, &p, &k) ? l->bins[p][k] : NULL;
 }
 
 /* The free list of `stream`, made on first use; NULL when out of host
@@ -143,12 +236,19 @@ spare_push(cm_pool *pool, CUevent ev)
 static void
 coalesce(cm_pool *pool, cm_pool_block *b)
 {
+    cm_pool_list *list = b->list;
     cm_pool_block *n;
+    int merged = 0;
 
     for (int side = 0; side < 2; side++) {
         n = side == 0 ? b->prev : b->next;
-        if (n == NULL || n->list != b->list) {
+        if (n == NULL || n->list != list) {
             continue;
+        }
+        if (!merged) {
+            /* Its size class changes: binned again below. */
+            list_unlink(pool, b);
+            merged = 1;
         }
         list_unlink(pool, n);
         if (n->seq > b->seq) {
@@ -178,6 +278,9 @@ coalesce(cm_pool *pool, cm_pool_block *b)
         b->size += n->size;
         free(n);
     }
+    if (merged) {
+        list_push(pool, list, b);
+    }
 }
 
 /* Whether no stream can still use free block b; polls without waiting. */
@@ -202,8 +305,8 @@ settle(cm_pool *pool)
     cm_pool_block *b, *next;
 
     for (cm_pool_list *l = pool->streams; l != NULL; l = l->next) {
-        for (b = l->head; b != NULL; b = next) {
-            next = b->fnext;
+        for (b = list_next(l, NULL); b != NULL; b = next) {
+            next = list_next(l, b);
             if (!block_idle(b)) {
                 continue;
             }
@@ -217,16 +320,49 @@ settle(cm_pool *pool)
     }
 }
 
+/* The smallest block of l's class (p, k) of at least `need` bytes
+ * (NULL: none), stopping at one of `enough` bytes: none is smaller. */
 static cm_pool_block *
-best_in(const cm_pool_list *l, size_t need, cm_pool_block *best)
+best_in_class(const cm_pool_list *l, unsigned p, unsigned k, size_t need,
+              size_t enough)
 {
-    for (cm_pool_block *b = l != NULL ? l->head : NULL; b != NULL;
-         b = b->fnext) {
+    cm_pool_block *best = NULL;
+
+    for (cm_pool_block *b = l->bins[p][k]; b != NULL; b = b->fnext) {
         if (b->size >= need && (best == NULL || b->size < best->size)) {
             best = b;
+            if (b->size == enough) {
+                break;
+            }
         }
     }
     return best;
+}
+
+/* The smallest block of l (NULL: none) of at least `need` bytes, or
+ * `best` when that is no larger. Looks at need's class, then at the next
+ * class that holds a block, whose every block fits: two classes at most,
+ * each left at the first block of the smallest size it can hold. */
+static cm_pool_block *
+best_in(const cm_pool_list *l, size_t need, cm_pool_block *best)
+{
+    cm_pool_block *b = NULL;
+    unsigned p, k;
+
+    if (l == NULL) {
+        return best;
+    }
+    size_class(need, &p, &k);
+    if (l->bins[p][k] != NULL) {
+        b = best_in_class(l, p, k, need, need);
+    }
+    if (b == NULL) {
+        k++;
+        if (class_next(l, &p, &k)) {
+            b = best_in_class(l, p, k, need, class_floor(p, k));
+        }
+    }
+    return b != NULL && (best == NULL || b->size < best->size) ? b : best;
 }
 
 /* The smallest free block that `stream` may take at once: its own, or a
@@ -359,7 +495,7 @@ forget_all(cm_pool *pool)
     }
     pool->slab_list = NULL;
     pool->streams = NULL;
-    pool->ready.head = NULL;
+    pool->ready = (cm_pool_list){0};
     pool->slab_bytes = pool->used_bytes = 0;
     pool->slabs = pool->used_blocks = pool->free_blocks = 0;
     pool->nspare = pool->nevents = 0;
@@ -722,7 +858,7 @@ collect(cm_pool *pool, cm_pool_slab **slabs, CUevent **events, size_t *nevents)
     for (lp = &pool->streams; *lp != NULL;) {
         cm_pool_list *l = *lp;
 
-        if (l->head == NULL) {
+        if (l->count == 0) {
             *lp = l->next;
             free(l);
         }
@@ -761,9 +897,7 @@ pending_waits(cm_pool *pool, pool_wait **waits, size_t *n)
     *waits = NULL;
     *n = 0;
     for (cm_pool_list *l = pool->streams; l != NULL; l = l->next) {
-        for (b = l->head; b != NULL; b = b->fnext) {
-            count++;
-        }
+        count += l->count;
     }
     if (count == 0) {
         return 0;
@@ -773,7 +907,7 @@ pending_waits(cm_pool *pool, pool_wait **waits, size_t *n)
         return -1;
     }
     for (cm_pool_list *l = pool->streams; l != NULL; l = l->next) {
-        for (b = l->head; b != NULL; b = b->fnext) {
+        for (b = list_next(l, NULL); b != NULL; b = list_next(l, b)) {
             (*waits)[(*n)++] = (pool_wait){b->event, l->stream};
         }
     }
@@ -890,16 +1024,12 @@ void
 cm_pool_get_stats(cm_device *dev, cm_pool_stats *out)
 {
     cm_pool *pool = __atomic_load_n(&dev->pool, __ATOMIC_ACQUIRE);
-    size_t ready = 0;
 
     *out = (cm_pool_stats){.limit = SIZE_MAX};
     if (pool == NULL) {
         return;
     }
     cm__lock(&pool->lock, CM_LOCK_POOL);
-    for (cm_pool_block *b = pool->ready.head; b != NULL; b = b->fnext) {
-        ready++;
-    }
     *out = (cm_pool_stats){.enabled = pool->enabled,
                            .limit = pool->limit,
                            .slabs = pool->slabs,
@@ -908,6 +1038,7 @@ cm_pool_get_stats(cm_device *dev, cm_pool_stats *out)
                            .used_bytes = pool->used_bytes,
                            .free_blocks = pool->free_blocks,
                            .cached_bytes = pool->slab_bytes - pool->used_bytes,
-                           .pending_blocks = pool->free_blocks - ready};
+                           .pending_blocks = pool->free_blocks -
+                                             pool->ready.count};
     cm__unlock(&pool->lock);
 }
