@@ -52,13 +52,16 @@ def setup(case, n):
             del a
     elif case == "streams":
         _cudamem._pool_enable(0, True)
+        # The live stream's list first: a walk of the lists finds it last.
+        live = cudamem.stream()
+        a = cudamem.device_array(1, stream=live)
+        del a
         streams = [cudamem.stream() for _ in range(n)]
         for s in streams:
             a = cudamem.device_array(1, stream=s)
             del a
         del streams, s
         cudamem.current_context().deallocations.clear()
-        live = cudamem.stream()
         keep.append(live)
 
         def op():
@@ -136,6 +139,7 @@ def callgrind(case, n, iters):
     out = os.path.join(d, "cg.out")
     env = dict(os.environ, CUDAMEM_SIMULATOR="1", PYTHONMALLOC="malloc")
     subprocess.run(["valgrind", "--tool=callgrind", "--collect-atstart=no",
+                    "--max-threads=5000",
                     f"--callgrind-out-file={out}", sys.executable,
                     os.path.abspath(__file__), "--inside", case, str(n),
                     str(iters)],

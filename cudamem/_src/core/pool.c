@@ -48,11 +48,14 @@ struct cm_pool_slab {
 #define CLASS_POWERS 64
 
 /* The free blocks of one stream, or (stream NULL) those that any stream
- * may take at once, binned by size class, with bitmaps of the classes
- * that hold any. */
+ * may take at once, or (`retired`) those of streams released since, each
+ * with an event of its own stream (or none: idle); binned by size class,
+ * with bitmaps of the classes that hold any. */
 struct cm_pool_list {
-    cm_pool_list *next;
+    cm_pool_list *prev, *next; /* the pool's stream lists */
+    cm_pool_list *hnext;       /* in its hash bucket */
     CUstream stream;
+    int retired;
     size_t count;
     uint64_t powers;                    /* bit p: some class of power p */
     unsigned char splits[CLASS_POWERS]; /* bit k: class (p, k) */
@@ -69,7 +72,10 @@ struct cm_pool {
     uint64_t seq;
     cm_pool_slab *slab_list;
     cm_pool_list ready;
-    cm_pool_list *streams;
+    cm_pool_list retired;
+    cm_pool_list *streams; /* and, by handle, in `buckets` */
+    cm_pool_list **buckets;
+    size_t nbuckets, nstreams;
     CUevent *spare; /* events not attached to a block */
     size_t nspare, nevents, cap;
 };
@@ -120,8 +126,8 @@ class_floor(unsigned p, unsigned k)
 static int
 class_next(const cm_pool_list *l, unsigned *p, unsigned *k)
 {
-    unsigned splits =
-        *k < CLASS_SPLIT ? (unsigned)l->splits[*p] >> *k << *k : 0u;
+    unsigned splits = *k < CLASS_SPLIT ? (unsigned)l->splits[*p] >> *k << *k
+                                       : 0u;
     uint64_t powers;
 
     if (splits == 0) {
@@ -200,25 +206,120 @@ list_next(const cm_pool_list *l, const cm_pool_block *b)
     return class_next(l, &p, &k) ? l->bins[p][k] : NULL;
 }
 
+static size_t
+bucket_of(CUstream stream, size_t n)
+{
+    uint64_t h = (uint64_t)(uintptr_t)stream;
+
+    h ^= h >> 29;
+    h *= 0xbf58476d1ce4e5b9ULL;
+    h ^= h >> 32;
+    return (size_t)(h & (n - 1));
+}
+
+/* The free list of `stream`, NULL if it has none. */
+static cm_pool_list *
+list_find(const cm_pool *pool, CUstream stream)
+{
+    cm_pool_list *l = NULL;
+
+    if (pool->nbuckets > 0) {
+        l = pool->buckets[bucket_of(stream, pool->nbuckets)];
+    }
+    while (l != NULL && l->stream != stream) {
+        l = l->hnext;
+    }
+    return l;
+}
+
+/* Adds l to the pool's stream lists and their hash table, doubled when
+ * as many lists as buckets (kept as it is when that fails); -1 when
+ * there is no table at all. */
+static int
+list_add(cm_pool *pool, cm_pool_list *l)
+{
+    if (pool->nstreams >= pool->nbuckets) {
+        size_t n = pool->nbuckets ? 2 * pool->nbuckets : 16;
+        cm_pool_list **grown = calloc(n, sizeof(*grown));
+
+        if (grown != NULL) {
+            for (cm_pool_list *o = pool->streams; o != NULL; o = o->next) {
+                size_t b = bucket_of(o->stream, n);
+
+                o->hnext = grown[b];
+                grown[b] = o;
+            }
+            free(pool->buckets);
+            pool->buckets = grown;
+            pool->nbuckets = n;
+        }
+        else if (pool->nbuckets == 0) {
+            return -1;
+        }
+    }
+    size_t b = bucket_of(l->stream, pool->nbuckets);
+
+    l->hnext = pool->buckets[b];
+    pool->buckets[b] = l;
+    l->prev = NULL;
+    l->next = pool->streams;
+    if (pool->streams != NULL) {
+        pool->streams->prev = l;
+    }
+    pool->streams = l;
+    pool->nstreams++;
+    return 0;
+}
+
+/* Takes l out of the stream lists and the hash table (not freed). */
+static void
+list_remove(cm_pool *pool, cm_pool_list *l)
+{
+    cm_pool_list **p = &pool->buckets[bucket_of(l->stream, pool->nbuckets)];
+
+    while (*p != l) {
+        p = &(*p)->hnext;
+    }
+    *p = l->hnext;
+    if (l->prev != NULL) {
+        l->prev->next = l->next;
+    }
+    else {
+        pool->streams = l->next;
+    }
+    if (l->next != NULL) {
+        l->next->prev = l->prev;
+    }
+    pool->nstreams--;
+}
+
 /* The free list of `stream`, made on first use; NULL when out of host
- * memory. */
+ * memory. O(1): found by handle. */
 static cm_pool_list *
 list_for(cm_pool *pool, CUstream stream)
 {
-    cm_pool_list *l;
+    cm_pool_list *l = list_find(pool, stream);
 
-    for (l = pool->streams; l != NULL; l = l->next) {
-        if (l->stream == stream) {
-            return l;
+    if (l == NULL && (l = calloc(1, sizeof(*l))) != NULL) {
+        l->stream = stream;
+        if (list_add(pool, l) < 0) {
+            free(l);
+            l = NULL;
         }
     }
-    l = calloc(1, sizeof(*l));
-    if (l != NULL) {
-        l->stream = stream;
-        l->next = pool->streams;
-        pool->streams = l;
-    }
     return l;
+}
+
+/* The lists whose blocks may still be in use by a stream: the streams'
+ * (the first for NULL), then the retired one; NULL after it. */
+static cm_pool_list *
+pending_next(cm_pool *pool, const cm_pool_list *l)
+{
+    if (l == &pool->retired) {
+        return NULL;
+    }
+    l = l == NULL ? pool->streams : l->next;
+    return l != NULL ? (cm_pool_list *)l : &pool->retired;
 }
 
 /* Never fails: the array has room for every event the pool made. */
@@ -240,6 +341,10 @@ coalesce(cm_pool *pool, cm_pool_block *b)
     cm_pool_block *n;
     int merged = 0;
 
+    /* Blocks of released streams wait for events of different streams. */
+    if (list->retired) {
+        return;
+    }
     for (int side = 0; side < 2; side++) {
         n = side == 0 ? b->prev : b->next;
         if (n == NULL || n->list != list) {
@@ -289,13 +394,16 @@ block_idle(const cm_pool_block *b)
 {
     cm_error ignored;
 
-    if (b->list->stream == NULL) {
+    if (b->list->stream == NULL && !b->list->retired) {
         return 1;
     }
     if (b->event != NULL) {
         return CM_CALL(&ignored, cuEventQuery, b->event) == 0;
     }
-    return CM_CALL(&ignored, cuStreamQuery, b->list->stream) == 0;
+    /* A released stream's block without an event: its stream was
+     * synchronized, or could not be (the context is then unusable). */
+    return b->list->retired ||
+           CM_CALL(&ignored, cuStreamQuery, b->list->stream) == 0;
 }
 
 /* Moves every idle block of the streams' lists to the ready list. */
@@ -304,7 +412,8 @@ settle(cm_pool *pool)
 {
     cm_pool_block *b, *next;
 
-    for (cm_pool_list *l = pool->streams; l != NULL; l = l->next) {
+    for (cm_pool_list *l = pending_next(pool, NULL); l != NULL;
+         l = pending_next(pool, l)) {
         for (b = list_next(l, NULL); b != NULL; b = next) {
             next = list_next(l, b);
             if (!block_idle(b)) {
@@ -375,11 +484,7 @@ find_fit(cm_pool *pool, CUstream stream, size_t need)
     cm_pool_list *own = NULL;
 
     if (!is_legacy(stream) && stream != CU_STREAM_PER_THREAD) {
-        for (own = pool->streams; own != NULL; own = own->next) {
-            if (own->stream == stream) {
-                break;
-            }
-        }
+        own = list_find(pool, stream);
     }
     return best_in(own, need, best);
 }
@@ -495,7 +600,12 @@ forget_all(cm_pool *pool)
     }
     pool->slab_list = NULL;
     pool->streams = NULL;
+    pool->nstreams = 0;
+    for (size_t i = 0; i < pool->nbuckets; i++) {
+        pool->buckets[i] = NULL;
+    }
     pool->ready = (cm_pool_list){0};
+    pool->retired = (cm_pool_list){.retired = 1};
     pool->slab_bytes = pool->used_bytes = 0;
     pool->slabs = pool->used_blocks = pool->free_blocks = 0;
     pool->nspare = pool->nevents = 0;
@@ -546,6 +656,7 @@ pool_get(cm_device *dev, cm_pool **out, cm_error *err)
         cm__subsystem_register(CM_SUB_POOL, &pool_subsystem);
         pthread_mutex_init(&pool->lock, NULL);
         pool->limit = SIZE_MAX;
+        pool->retired.retired = 1;
         pool->generation = __atomic_load_n(&dev->generation, __ATOMIC_ACQUIRE);
         __atomic_store_n(&dev->pool, pool, __ATOMIC_RELEASE);
     }
@@ -830,6 +941,58 @@ done:
     return rc;
 }
 
+int
+cm__pool_stream_released(cm_device *dev, uint64_t generation, CUstream stream,
+                         cm_error *err)
+{
+    cm_pool *pool = __atomic_load_n(&dev->pool, __ATOMIC_ACQUIRE);
+    cm_pool_block *b, *next;
+    cm_pool_list *l = NULL;
+    int unordered = 0, rc = 0;
+
+    if (pool == NULL) {
+        return 0;
+    }
+    cm__lock(&dev->qlock, CM_LOCK_QUEUES);
+    cm__lock(&pool->lock, CM_LOCK_POOL);
+    /* A drop (under qlock) forgot the lists of an older generation. */
+    if (pool->generation == generation) {
+        l = list_find(pool, stream);
+    }
+    if (l != NULL) {
+        list_remove(pool, l);
+        for (b = list_next(l, NULL); b != NULL; b = list_next(l, b)) {
+            unordered |= b->event == NULL;
+        }
+    }
+    cm__unlock(&pool->lock);
+    if (l == NULL) {
+        goto done;
+    }
+    /* Blocks whose free recorded no event wait for the stream now, while
+     * its handle is still valid (qlock keeps the context). */
+    if (unordered) {
+        rc = cm_stream_synchronize(dev, stream, err);
+    }
+    cm__lock(&pool->lock, CM_LOCK_POOL);
+    for (b = list_next(l, NULL); b != NULL; b = next) {
+        next = list_next(l, b);
+        list_unlink(pool, b);
+        if (b->event == NULL && rc == 0) {
+            list_push(pool, &pool->ready, b);
+            coalesce(pool, b);
+        }
+        else {
+            list_push(pool, &pool->retired, b);
+        }
+    }
+    cm__unlock(&pool->lock);
+    free(l);
+done:
+    cm__unlock(&dev->qlock);
+    return rc;
+}
+
 /* ---------------------------------------------------------------------
  * Trim and statistics. */
 
@@ -840,7 +1003,7 @@ static void
 collect(cm_pool *pool, cm_pool_slab **slabs, CUevent **events, size_t *nevents)
 {
     cm_pool_slab *s, *next;
-    cm_pool_list **lp;
+    cm_pool_list *l, *lnext;
 
     settle(pool);
     *slabs = NULL;
@@ -855,15 +1018,11 @@ collect(cm_pool *pool, cm_pool_slab **slabs, CUevent **events, size_t *nevents)
         *slabs = s;
     }
     /* Lists of streams with nothing free: the streams may be gone. */
-    for (lp = &pool->streams; *lp != NULL;) {
-        cm_pool_list *l = *lp;
-
+    for (l = pool->streams; l != NULL; l = lnext) {
+        lnext = l->next;
         if (l->count == 0) {
-            *lp = l->next;
+            list_remove(pool, l);
             free(l);
-        }
-        else {
-            lp = &l->next;
         }
     }
     *events = malloc(pool->nspare * sizeof(**events) + 1);
@@ -896,7 +1055,8 @@ pending_waits(cm_pool *pool, pool_wait **waits, size_t *n)
 
     *waits = NULL;
     *n = 0;
-    for (cm_pool_list *l = pool->streams; l != NULL; l = l->next) {
+    for (cm_pool_list *l = pending_next(pool, NULL); l != NULL;
+         l = pending_next(pool, l)) {
         count += l->count;
     }
     if (count == 0) {
@@ -906,9 +1066,13 @@ pending_waits(cm_pool *pool, pool_wait **waits, size_t *n)
     if (*waits == NULL) {
         return -1;
     }
-    for (cm_pool_list *l = pool->streams; l != NULL; l = l->next) {
+    for (cm_pool_list *l = pending_next(pool, NULL); l != NULL;
+         l = pending_next(pool, l)) {
         for (b = list_next(l, NULL); b != NULL; b = list_next(l, b)) {
-            (*waits)[(*n)++] = (pool_wait){b->event, l->stream};
+            /* A retired block without an event is idle (block_idle). */
+            if (b->event != NULL || !l->retired) {
+                (*waits)[(*n)++] = (pool_wait){b->event, l->stream};
+            }
         }
     }
     return 0;

@@ -9,6 +9,7 @@
 #include "driver.h"
 #include "event.h"
 #include "lockorder.h"
+#include "pool.h"
 #include "release.h"
 
 struct cm_stream_rec {
@@ -235,8 +236,11 @@ cm_stream_release(cm_device *dev, uint64_t generation, CUstream handle,
                   cm_error *err)
 {
     cm_error ignored;
-    int rc = retire(dev, generation, handle, err);
+    int rc = cm__pool_stream_released(dev, generation, handle, err);
 
+    if (retire(dev, generation, handle, rc < 0 ? &ignored : err) < 0) {
+        rc = -1;
+    }
     if (cm__release(dev, generation, CM_FREE_STREAM,
                     (uint64_t)(uintptr_t)handle, 0,
                     rc < 0 ? &ignored : err) < 0) {
