@@ -236,8 +236,13 @@ cm_stream_release(cm_device *dev, uint64_t generation, CUstream handle,
                   cm_error *err)
 {
     cm_error ignored;
-    int rc = cm__pool_stream_released(dev, generation, handle, err);
+    int rc;
 
+    /* A forked child touches neither table: their locks may be held. */
+    if (cm_fork_check(err) < 0) {
+        return -1;
+    }
+    rc = cm__pool_stream_released(dev, generation, handle, err);
     if (retire(dev, generation, handle, rc < 0 ? &ignored : err) < 0) {
         rc = -1;
     }
