@@ -653,6 +653,7 @@ pool_get(cm_device *dev, cm_pool **out, cm_error *err)
         }
         /* Before the pool exists, so before it can be turned on. */
         cm__mem_set_pool_ops(&pooled_ops);
+        cm__stream_set_release_hook(cm__pool_stream_released);
         cm__subsystem_register(CM_SUB_POOL, &pool_subsystem);
         pthread_mutex_init(&pool->lock, NULL);
         pool->limit = SIZE_MAX;

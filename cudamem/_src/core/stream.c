@@ -9,7 +9,6 @@
 #include "driver.h"
 #include "event.h"
 #include "lockorder.h"
-#include "pool.h"
 #include "release.h"
 
 struct cm_stream_rec {
@@ -231,18 +230,30 @@ cm_stream_create(cm_device *dev, unsigned flags, int has_priority,
     return 0;
 }
 
+static cm_stream_release_hook release_hook;
+
+void
+cm__stream_set_release_hook(cm_stream_release_hook hook)
+{
+    __atomic_store_n(&release_hook, hook, __ATOMIC_RELEASE);
+}
+
 int
 cm_stream_release(cm_device *dev, uint64_t generation, CUstream handle,
                   cm_error *err)
 {
+    cm_stream_release_hook hook = __atomic_load_n(&release_hook,
+                                                  __ATOMIC_ACQUIRE);
     cm_error ignored;
-    int rc;
+    int rc = 0;
 
     /* A forked child touches neither table: their locks may be held. */
     if (cm_fork_check(err) < 0) {
         return -1;
     }
-    rc = cm__pool_stream_released(dev, generation, handle, err);
+    if (hook != NULL) {
+        rc = hook(dev, generation, handle, err);
+    }
     if (retire(dev, generation, handle, rc < 0 ? &ignored : err) < 0) {
         rc = -1;
     }

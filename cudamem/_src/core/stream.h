@@ -34,6 +34,12 @@ int cm_stream_create(cm_device *dev, unsigned flags, int has_priority,
  * released, and its remembered work is ordered by a synchronize. */
 int cm_stream_release(cm_device *dev, uint64_t generation, CUstream handle,
                       cm_error *err);
+/* What a floor above must do first when one of dev's streams is released
+ * (pool.c drops the stream's free list: cm__pool_stream_released), set
+ * once before any such stream exists; NULL: nothing. */
+typedef int (*cm_stream_release_hook)(cm_device *dev, uint64_t generation,
+                                      CUstream stream, cm_error *err);
+void cm__stream_set_release_hook(cm_stream_release_hook hook);
 
 /* The record of one of cudamem's own streams, from cm_stream_create to
  * cm_stream_release, found by handle in a hash table: memory.c holds one
