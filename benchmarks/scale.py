@@ -37,9 +37,9 @@ def _toggles():
 
 
 def setup(case, n):
+
     import cudamem
     from cudamem import _cudamem
-    import numpy as np
     keep = []
     if case == "pool":
         _cudamem._pool_enable(0, True)
@@ -92,6 +92,7 @@ def run(case, n, iters, toggles=None):
 
 def export_calls(n_dead):
     import numpy as np
+
     import cudamem
     import cudamem.simulator as sim
     a, own = cudamem.stream(), cudamem.stream()
@@ -102,7 +103,7 @@ def export_calls(n_dead):
         del s
     cudamem.current_context().deallocations.clear()
     sim.reset()
-    d.__cuda_array_interface__
+    d.__cuda_array_interface__  # noqa: B018 (the export is the operation)
     c = {k: v["calls"] for k, v in sim.stats()["calls"].items() if v["calls"]}
     cudamem.synchronize()
     return c

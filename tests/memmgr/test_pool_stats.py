@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 
 import cudamem
-from cudamem import _cudamem
-from cudamem import driver
+from cudamem import _cudamem, driver
 
 pytestmark = pytest.mark.simulator
 
