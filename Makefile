@@ -15,8 +15,10 @@ endif
 PYTHON ?= python3
 RESULTS ?= results
 
-CUDA_INC ?= $(firstword $(wildcard $(CUDA_HOME)/include/cuda.h $(CUDA_PATH)/include/cuda.h /usr/local/cuda/include/cuda.h))
-CUDA_INC_DIR := $(patsubst %/cuda.h,%,$(CUDA_INC))
+# The CUDA headers the extension builds with (setup.py's find_cuda_include:
+# CUDA_HOME, the nvidia-cuda-runtime wheel, the toolkit), asked once, when
+# first used: the C tests, the floor and clang-tidy compile against them too.
+CUDA_INC_DIR = $(eval CUDA_INC_DIR := $$(shell $(PY) setup.py --cuda-include))$(CUDA_INC_DIR)
 # The warnings every C file passes: the development builds and the C tests
 # make them errors (`pip install .` never does). The simulator adds
 # -Wno-missing-prototypes (setup.py): it defines the driver's exports.
@@ -28,7 +30,7 @@ SIM_SRC := $(wildcard cudamem/_src/sim/*.c)
 SIM_HDR := $(wildcard cudamem/_src/sim/*.h cudamem/_src/core/cuerrors.h)
 EXT_SRC := $(wildcard cudamem/_src/core/*.[ch] cudamem/_src/py/*.[ch]) $(SIM_SRC) $(SIM_HDR) setup.py
 CTEST_SRC := $(wildcard tests/c/test_*.c)
-CTEST_CFLAGS := -std=c11 -D_GNU_SOURCE -DCUDAMEM_DEBUG -g -O1 $(WARN_CFLAGS) \
+CTEST_CFLAGS = -std=c11 -D_GNU_SOURCE -DCUDAMEM_DEBUG -g -O1 $(WARN_CFLAGS) \
 	-Werror -pthread \
 	-fvisibility=hidden -I$(CUDA_INC_DIR) -Icudamem/_src/sim -Icudamem/_src/core -Itests/c
 ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
@@ -109,7 +111,8 @@ $(VENV)/.stamp:
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q "numpy>=2" pytest hypothesis ml_dtypes \
-	  setuptools wheel sphinx nbformat nbclient ipykernel mypy
+	  setuptools wheel sphinx nbformat nbclient ipykernel mypy \
+	  "nvidia-cuda-runtime==13.0.*" "nvidia-cuda-profiler-api==13.0.*"
 	touch $@
 
 # The linters, pinned in requirements-lint.txt; with VENV=none they are
