@@ -95,6 +95,11 @@ PEERS_PKGS ?= numba-cuda==$(NUMBA_CUDA_VERSION) numba==0.68.1 \
 	cuda-core==1.2.2 cuda-bindings==13.3.1 cuda-pathfinder==1.9.1 \
 	numpy==2.4.6 pytest==9.2.0 filecheck==1.0.6 cffi==2.1.1
 BUDGET_PEERS ?= 360
+# make wheel / test-wheel: the build front end and auditwheel in their own
+# venv; the wheels go to DIST.
+WHEEL_VENV ?= build/wheel-venv
+DIST ?= build/dist
+BUDGET_WHEEL ?= 600
 # fuzz: examples per hypothesis test (about 7 minutes for 10000 today).
 FUZZ_EXAMPLES ?= 10000
 
@@ -102,7 +107,7 @@ FUZZ_EXAMPLES ?= 10000
 	build build-asan build-coverage ctest ctest-valgrind ctest-asan pytest \
 	test-tsan build-tsan ctest-tsan build-debug \
 	bench-floor bench venv docs notebook typecheck test-numba test-peers \
-	peers-run
+	peers-run wheel test-wheel
 
 all: build
 
@@ -382,6 +387,31 @@ bench: build build/floor
 GPU_PY ?= python3
 gpu-check:
 	GPU_PY=$(GPU_PY) tests/gpu/check.sh $(RESULTS)
+
+$(WHEEL_VENV)/.stamp: requirements-wheel.txt
+	rm -rf $(WHEEL_VENV)
+	$(PYTHON) -m venv $(WHEEL_VENV)
+	$(WHEEL_VENV)/bin/pip install -q -r requirements-wheel.txt
+	touch $@
+
+# An sdist, then a wheel built from it in isolation (pip brings the build
+# requirements, the CUDA headers among them), retagged manylinux by
+# auditwheel, which fails if the wheel needs more than glibc at run time.
+wheel: $(WHEEL_VENV)/.stamp
+	rm -rf $(DIST)
+	timeout $(BUDGET_WHEEL) $(WHEEL_VENV)/bin/python -m build \
+	  --outdir $(DIST)/raw .
+	$(WHEEL_VENV)/bin/auditwheel show $(DIST)/raw/*.whl
+	PATH=$(abspath $(WHEEL_VENV))/bin:$$PATH $(WHEEL_VENV)/bin/auditwheel \
+	  repair --wheel-dir $(DIST) $(DIST)/raw/*.whl
+	mv $(DIST)/raw/*.tar.gz $(DIST)/
+	rm -rf $(DIST)/raw
+
+# Installs the wheel and the sdist into new venvs, without the toolkit's
+# variables, and runs `cudamem info`, the demo and every import there.
+test-wheel: wheel
+	timeout $(BUDGET_WHEEL) $(PYTHON) tools/wheel_check.py $(DIST) \
+	  build/wheel-check
 
 clean:
 	rm -rf build cudamem/*.so cudamem/__pycache__ tests/__pycache__ tests/*/__pycache__ .pytest_cache .hypothesis
