@@ -1,9 +1,10 @@
 """Build cudamem: the extension (core/ + py/) and the simulated driver.
 
 Only the CUDA headers are needed (cuda.h, cudaTypedefs.h), which the
-nvidia-cuda-runtime wheel provides; nothing links against libcuda. Development builds add flags through the environment:
-CUDAMEM_DEV_CFLAGS (the Makefile passes -Werror there; `pip install .` never
-does), CUDAMEM_SANITIZE=1 (ASan + UBSan), CUDAMEM_SANITIZE=thread (TSan),
+nvidia-cuda-runtime wheel provides; nothing links against libcuda.
+Development builds add flags through the environment: CUDAMEM_DEV_CFLAGS
+(the Makefile passes -Werror there; `pip install .` never does),
+CUDAMEM_SANITIZE=1 (ASan + UBSan), CUDAMEM_SANITIZE=thread (TSan),
 CUDAMEM_COVERAGE=1 (gcov), CUDAMEM_DEBUG=1 (core's lock-order and py/'s
 refcount asserts, see core/lockorder.h).
 """

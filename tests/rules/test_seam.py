@@ -127,7 +127,6 @@ def test_manager_modes_are_named_constants():
 
 def test_the_version_has_one_source():
     import tomllib
-
     from setuptools.config.expand import read_attr
 
     with open(PY_SRC.parents[2] / "pyproject.toml", "rb") as f:
