@@ -95,6 +95,10 @@ PEERS_PKGS ?= numba-cuda==$(NUMBA_CUDA_VERSION) numba==0.68.1 \
 	cuda-core==1.2.2 cuda-bindings==13.3.1 cuda-pathfinder==1.9.1 \
 	numpy==2.4.6 pytest==9.2.0 filecheck==1.0.6 cffi==2.1.1
 BUDGET_PEERS ?= 360
+# test-pythons: cudamem built (-Werror) and tested on each other CPython
+# (tools/test_pythons.py); the main Python runs the whole suite in `make test`.
+PYTHONS ?= 3.10.13,3.12.1,3.13.0
+BUDGET_PYTHONS ?= 1200
 # make wheel / test-wheel: the build front end and auditwheel in their own
 # venv; the wheels go to DIST.
 WHEEL_VENV ?= build/wheel-venv
@@ -107,7 +111,7 @@ FUZZ_EXAMPLES ?= 10000
 	build build-asan build-coverage ctest ctest-valgrind ctest-asan pytest \
 	test-tsan build-tsan ctest-tsan build-debug \
 	bench-floor bench venv docs notebook typecheck test-numba test-peers \
-	peers-run wheel test-wheel
+	peers-run wheel test-wheel test-pythons
 
 all: build
 
@@ -387,6 +391,11 @@ bench: build build/floor
 GPU_PY ?= python3
 gpu-check:
 	GPU_PY=$(GPU_PY) tests/gpu/check.sh $(RESULTS)
+
+test-pythons: $(VENV_STAMP)
+	CUDAMEM_DEV_CFLAGS="$(DEV_CFLAGS)" timeout $(BUDGET_PYTHONS) \
+	  $(PY) tools/test_pythons.py --versions $(PYTHONS) $(PYTEST_ARGS)
+	cat build/pythons/summary.md
 
 $(WHEEL_VENV)/.stamp: requirements-wheel.txt
 	rm -rf $(WHEEL_VENV)
