@@ -55,7 +55,7 @@ OPS = (
     ("alloc+free 8 B", "alloc", (8, False),
      [("cuMemAlloc+cuMemFree", 8)]),
     ("to_device 8 B", "to_device", (8,),
-     [("cuMemAlloc+cuMemFree", 8), ("cuMemcpyHtoD pageable", 8)]),
+     [("cuMemAlloc+cuMemcpyHtoD+cuMemFree", 8)]),
     ("DtoH 8 B", "copy", ("dtoh", "pageable", 8),
      [("cuMemcpyDtoH pageable", 8)]),
     ("pinned HtoD 8 B", "copy", ("htod", "pinned", 8),
@@ -291,29 +291,37 @@ def count_syscalls(cfg):
         _child_cmd(cfg, "strace", loops_path)
     subprocess.run(cmd, check=True, cwd=ROOT)
     with open(loops_path) as f:
-        loops = {(_slug(x["lib"]), _slug(x["op"])): x for x in json.load(f)}
+        loops = json.load(f)
+    with open(trace, errors="replace") as f:
+        return syscalls_per_op(f, loops)
+
+
+def syscalls_per_op(lines, loops):
+    """{(lib, op): system calls per op} from the lines of ``strace -f``:
+    the calls of every thread between a loop's begin and end markers (a
+    call resumed after another thread's counts once), over its calls."""
+    loops = {(_slug(x["lib"]), _slug(x["op"])): x for x in loops}
     out, open_marks = {}, {}
     pat = re.compile(r'^\d+\s+(newfstatat|stat|statx)\(.*"%s/'
                      r'(begin|end)/([^/]+)/([^"]+)"' % re.escape(MARK))
-    with open(trace, errors="replace") as f:
-        for line in f:
-            m = pat.match(line)
-            if m:
-                key = (m.group(3), m.group(4))
-                if m.group(2) == "begin":
-                    open_marks[key] = 0
-                else:
-                    x = loops[key]
-                    out[(x["lib"], x["op"])] = round(
-                        open_marks.pop(key) / x["calls"], 2)
-                continue
-            if not open_marks or "resumed>" in line:
-                continue
-            body = line.split(None, 1)[1] if " " in line else ""
-            if body.startswith(("+++", "---")):
-                continue
-            for k in open_marks:
-                open_marks[k] += 1
+    for line in lines:
+        m = pat.match(line)
+        if m:
+            key = (m.group(3), m.group(4))
+            if m.group(2) == "begin":
+                open_marks[key] = 0
+            else:
+                x = loops[key]
+                out[(x["lib"], x["op"])] = round(
+                    open_marks.pop(key) / x["calls"], 2)
+            continue
+        if not open_marks or "resumed>" in line:
+            continue
+        body = line.split(None, 1)[1] if " " in line else ""
+        if body.startswith(("+++", "---")):
+            continue
+        for k in open_marks:
+            open_marks[k] += 1
     return out
 
 
@@ -360,12 +368,16 @@ def _callgrind_costs(path, driver):
             if skip:
                 skip = False
                 continue
-            if line.startswith("ob="):
-                m = re.match(r"ob=(?:\((\d+)\))?\s*(.*)", line.rstrip("\n"))
+            if line.startswith(("ob=", "cob=")):
+                # Objects share one table of compressed names: the first
+                # mention of (n), as ob= or cob=, gives its name.
+                m = re.match(r"c?ob=(?:\((\d+)\))?\s*(.*)",
+                             line.rstrip("\n"))
                 ident, name = m.group(1), m.group(2)
                 if ident and name:
                     names[ident] = name
-                obj = names.get(ident, name) if ident else name
+                if line.startswith("ob="):
+                    obj = names.get(ident, name) if ident else name
             elif line.startswith("calls="):
                 skip = True
             elif line[:1] in "0123456789+-*":
