@@ -15,6 +15,8 @@ Method (benchmarks/README.md says more):
   library in turn (the starting library rotates), so load drifts on a
   shared machine hit every library alike; median, p10 and p90 over rounds
   of ns per call, minus the cost of an empty call timed in the same rounds;
+  floor.c (a process of its own, ``--quick``) runs every few rounds of the
+  same operation, and the median of its medians is the floor;
 - driver calls: ``cudamem.simulator.stats()["calls"]`` before and after a
   counted loop (the simulator counts every entry point on every thread);
 - system calls: one child process under ``strace -f`` runs every counted
@@ -49,25 +51,25 @@ ROOT = os.path.dirname(HERE)
 NBUF = 16
 LIBS = (adapters.CudamemAdapter, adapters.NumbaAdapter,
         adapters.CudaCoreAdapter, adapters.BindingsAdapter)
-# (op, adapter method, args, floor.c rows whose medians add up to the same
-# driver calls; None: no driver counterpart).
+# (op, adapter method, args, floor.c's row of the same driver calls; None:
+# no driver counterpart).
 OPS = (
     ("alloc+free 8 B", "alloc", (8, False),
-     [("cuMemAlloc+cuMemFree", 8)]),
+     ("cuMemAlloc+cuMemFree", 8)),
     ("to_device 8 B", "to_device", (8,),
-     [("cuMemAlloc+cuMemcpyHtoD+cuMemFree", 8)]),
+     ("cuMemAlloc+cuMemcpyHtoD+cuMemFree", 8)),
     ("DtoH 8 B", "copy", ("dtoh", "pageable", 8),
-     [("cuMemcpyDtoH pageable", 8)]),
+     ("cuMemcpyDtoH pageable", 8)),
     ("pinned HtoD 8 B", "copy", ("htod", "pinned", 8),
-     [("cuMemcpyHtoD pinned", 8)]),
+     ("cuMemcpyHtoD pinned", 8)),
     ("stream create+destroy", "stream_create", (),
-     [("cuStreamCreate+cuStreamDestroy", 0)]),
+     ("cuStreamCreate+cuStreamDestroy", 0)),
     ("event record+query", "event_record_query", (),
-     [("cuEventRecord+cuEventQuery", 0)]),
+     ("cuEventRecord+cuEventQuery", 0)),
     ("CAI export", "cai_export", (), None),
     ("CAI import", "cai_import", (), None),
     ("synchronize() idle", "synchronize", (),
-     [("cuCtxSynchronize idle", 0)]),
+     ("cuCtxSynchronize idle", 0)),
 )
 LOOP = "(empty call)"
 MARK = "/benchmarks-peers-marker"
@@ -145,11 +147,15 @@ def _stats(values):
             "p90_ns": round(v[int(last * 0.9 + 0.5)], 1)}
 
 
-def time_interleaved(libs, cfg):
-    """{op: {lib: {median_ns, p10_ns, p90_ns} | {error}|{unsupported}}}; the
-    empty call's median is subtracted from every row of the same op."""
-    out = {}
+def time_interleaved(libs, cfg, floor_once):
+    """({op: {lib: {median_ns, p10_ns, p90_ns} | {error} | {unsupported}}},
+    {op: floor's {median_ns, p10_ns, p90_ns}}); the empty call's median is
+    subtracted from every row of the same op. floor_once() runs floor.c
+    every cfg.floor_every rounds: its medians over those runs are the
+    floor, sampled through the same stretch of the machine's load."""
+    out, floors = {}, {}
     for op, made in each_op(libs):
+        floor_ns = []
         rows = {}
         ok = []
         for name, _a, fns in made:
@@ -169,6 +175,8 @@ def time_interleaved(libs, cfg):
                 rows[name] = {"error": _error(exc)}
                 ok.remove((name, fns))
         for r in range(cfg.rounds):
+            if op != LOOP and r % cfg.floor_every == 0:
+                floor_ns += [v for k, v in floor_once().items() if k == op]
             order = ok[r % len(ok):] + ok[:r % len(ok)] if ok else []
             samples[LOOP].append(_batch(empty, cfg.passes))
             for name, fns in order:
@@ -180,12 +188,14 @@ def time_interleaved(libs, cfg):
         loop = statistics.median(samples[LOOP])
         for name, _ in ok:
             rows[name] = _stats([max(v - loop, 0.0) for v in samples[name]])
+        if floor_ns:
+            floors[op] = _stats(floor_ns)
         if op != LOOP:
             out[op] = rows
         else:
             out[LOOP] = {"median_ns": round(loop, 1)}
         print("bench-peers: timed %s" % op, file=sys.stderr, flush=True)
-    return out
+    return out, floors
 
 
 def driver_calls(libs, cfg):
@@ -393,29 +403,31 @@ def _callgrind_costs(path, driver):
 # ---------------------------------------------------------------------------
 # Floor and output.
 
-def run_floor(cfg, driver):
+def floor_once(cfg, driver):
+    """{op: ns} from one quick run of floor.c on the same simulator."""
     exe = os.path.join(ROOT, "build", "floor")
     if not os.path.exists(exe):
         raise SystemExit("bench-peers: %s is missing (make build/floor)"
                          % exe)
     path = os.path.join(cfg.out, "floor.json")
-    cmd = [exe, "--json", path, "--max-bytes", "64K"]
-    if cfg.quick:
-        cmd.append("--quick")
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL,
+    subprocess.run([exe, "--quick", "--json", path, "--max-bytes", "64K"],
+                   check=True, stdout=subprocess.DEVNULL,
                    env=dict(os.environ, CUDAMEM_DRIVER=driver))
     with open(path) as f:
-        floor = json.load(f)
-    lat = {(r["op"], r["bytes"]): r["median_ns"] for r in floor["latency"]}
-    out = {}
-    for op, _m, _a, rows in OPS:
-        if rows:
-            out[op] = round(sum(lat[r] for r in rows), 1)
-    return out
+        lat = {(r["op"], r["bytes"]): r["median_ns"]
+               for r in json.load(f)["latency"]}
+    return {op: lat[row] for op, _m, _a, row in OPS if row}
 
 
 def _us(ns):
     return "%.2f" % (ns / 1e3)
+
+
+def _spread(row):
+    if "median_ns" in row:
+        return "%s [%s-%s]" % (_us(row["median_ns"]), _us(row["p10_ns"]),
+                               _us(row["p90_ns"]))
+    return "n/a" if "unsupported" in row else "error"
 
 
 def summarize(result):
@@ -469,17 +481,10 @@ def markdown(result):
         rows = result["time"][op]
         s = result["summary"].get(op, {})
         floor = result["floor"].get(op)
-        cells = []
-        for n in names:
-            r = rows.get(n, {})
-            if "median_ns" in r:
-                cells.append("%s [%s-%s]" % (_us(r["median_ns"]),
-                                             _us(r["p10_ns"]),
-                                             _us(r["p90_ns"])))
-            else:
-                cells.append("n/a" if "unsupported" in r else "error")
+        cells = [_spread(rows.get(n, {})) for n in names]
+        f = result["floor_spread"].get(op)
         out.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
-            op, _us(floor) if floor else "-", " | ".join(cells),
+            op, _spread(f) if f else "-", " | ".join(cells),
             "%.2fx" % s["cudamem_over_floor"]
             if "cudamem_over_floor" in s else "-",
             "%+.2f" % (s["cudamem_minus_floor_ns"] / 1e3)
@@ -488,6 +493,17 @@ def markdown(result):
             "%.2fx" % s["cudamem_over_fastest_peer"]
             if "cudamem_over_fastest_peer" in s else "-",
             {True: "yes", False: "**no**"}.get(s.get("within_bound"), "-")))
+    out += ["", "## Ratio to the C floor (median / floor's median)", "",
+            "| op | " + " | ".join(names) + " |",
+            "|---|" + "---|" * len(names)]
+    for op, _m, _a, _f in OPS:
+        floor = result["floor"].get(op)
+        cells = []
+        for n in names:
+            r = result["time"][op].get(n, {})
+            cells.append("%.2fx" % (r["median_ns"] / floor)
+                         if floor and "median_ns" in r else "-")
+        out.append("| %s | %s |" % (op, " | ".join(cells)))
     for title, key in (("System calls per op (strace -f, all threads)",
                         "syscalls"),
                        ("Driver calls per op (simulator counters)",
@@ -551,6 +567,7 @@ def parse_args(argv):
     cfg.rounds, cfg.passes, cfg.warmup = (11, 1, 2) if cfg.quick else \
         (301, 2, 20)
     cfg.count_passes = 2 if cfg.quick else 10
+    cfg.floor_every = 5 if cfg.quick else 30
     return cfg
 
 
@@ -589,8 +606,10 @@ def main(argv=None):
         "libraries": list(libs),
         "versions": {n: a if isinstance(a, str) else a.ver
                      for n, a in libs.items()}}, "summary": {}}
-    result["floor"] = run_floor(cfg, driver)
-    result["time"] = time_interleaved(libs, cfg)
+    result["time"], floors = time_interleaved(
+        libs, cfg, lambda: floor_once(cfg, driver))
+    result["floor"] = {op: f["median_ns"] for op, f in floors.items()}
+    result["floor_spread"] = floors
     result["time_loop_ns"] = result["time"].pop(LOOP)["median_ns"]
     result["driver_calls"] = driver_calls(libs, cfg)
     for a in libs.values():
