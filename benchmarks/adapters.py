@@ -575,11 +575,9 @@ class BindingsAdapter(Adapter):
                 raise Unsupported("registered copies are not timed here")
             d = self._dev(nbytes)
             if direction == "htod":
-                fns.append(lambda d=d, h=h, k=keep: _ck(
-                    drv.cuMemcpyHtoD(d, h, nbytes), "cuMemcpyHtoD"))
+                fns.append(_checked(drv.cuMemcpyHtoD, d, h, nbytes, keep))
             else:
-                fns.append(lambda d=d, h=h, k=keep: _ck(
-                    drv.cuMemcpyDtoH(h, d, nbytes), "cuMemcpyDtoH"))
+                fns.append(_checked(drv.cuMemcpyDtoH, h, d, nbytes, keep))
         return fns
 
     def to_device(self, nbytes, nbuf):
@@ -632,6 +630,15 @@ class BindingsAdapter(Adapter):
             if sync()[0]:
                 raise RuntimeError("cuCtxSynchronize failed")
         return [one] * nbuf
+
+
+def _checked(entry, dst, src, nbytes, keep):
+    """One copy through entry, checked inline as floor.c's CHECK does;
+    keep holds the host array alive."""
+    def one(keep=keep):
+        if entry(dst, src, nbytes)[0]:
+            raise RuntimeError("%s failed" % entry.__name__)
+    return one
 
 
 def _ck(result, call):
