@@ -111,8 +111,9 @@ def _cleanup(adapter):
 
 
 def each_op(libs):
-    """(op, lib name, fns or exception) for every op and loaded library, the
-    empty call first; each adapter is cleaned up after its op."""
+    """(op, [(lib name, adapter, fns or exception)]) for every op, the
+    empty call first, over the loaded libraries; each adapter is cleaned
+    up after its op."""
     live = [(n, a) for n, a in libs.items() if not isinstance(a, str)]
     for op, method, args, _floor in ((LOOP, None, (), None),) + OPS:
         made = []
