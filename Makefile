@@ -104,6 +104,9 @@ BUDGET_PYTHONS ?= 1200
 WHEEL_VENV ?= build/wheel-venv
 DIST ?= build/dist
 BUDGET_WHEEL ?= 600
+# bench-peers: benchmarks/peers.py in the peers venv on the simulator; the
+# budget covers the venv and a full run (CI's --quick takes under 3 minutes).
+BUDGET_BENCH_PEERS ?= 1500
 # fuzz: examples per hypothesis test (about 7 minutes for 10000 today).
 FUZZ_EXAMPLES ?= 10000
 
@@ -111,7 +114,7 @@ FUZZ_EXAMPLES ?= 10000
 	build build-asan build-coverage ctest ctest-valgrind ctest-asan pytest \
 	test-tsan build-tsan ctest-tsan build-debug \
 	bench-floor bench venv docs notebook typecheck test-numba test-peers \
-	peers-run wheel test-wheel test-pythons
+	peers-run bench-peers bench-peers-run wheel test-wheel test-pythons
 
 all: build
 
@@ -385,6 +388,22 @@ BENCH_ARGS ?=
 bench: build build/floor
 	CUDAMEM_SIMULATOR=$${CUDAMEM_SIMULATOR:-$$( [ -e /dev/nvidiactl ] && echo 0 || echo 1 )} \
 	  $(PY) -m benchmarks --out $(BENCH_OUT) $(BENCH_ARGS)
+
+# cudamem, numba-cuda, cuda.core and raw cuda.bindings in one process on the
+# simulator, interleaved, beside floor.c; system calls (strace), driver calls
+# and instructions outside the driver (callgrind) per op. A full run records
+# benchmarks/results/<date>-simulator.md and .json; BENCH_ARGS=--quick is
+# CI's smoke run. strace and valgrind are required, not optional.
+bench-peers: build build/floor
+	@for t in strace valgrind; do command -v $$t >/dev/null || { \
+	  echo "bench-peers: $$t is not installed (apt-get install $$t)" >&2; \
+	  exit 1; }; done
+	timeout $(BUDGET_BENCH_PEERS) $(MAKE) --no-print-directory bench-peers-run
+
+bench-peers-run: $(PEERS_VENV)/.stamp
+	PYTHONPATH=$(CURDIR) $(PEERS_VENV)/bin/python -m cudamem.simulator run \
+	  -- $(PEERS_VENV)/bin/python -m benchmarks.peers \
+	  --out $(BENCH_OUT)/peers $(BENCH_ARGS)
 
 # On a GPU machine: build in place with the machine's Python, run the suite on
 # the real driver, then the benchmarks; logs and results go to $(RESULTS).
