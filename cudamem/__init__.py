@@ -144,6 +144,7 @@ if TYPE_CHECKING:
     from cudamem.pool import PoolMemoryManager
     from cudamem.runtime import is_supported_version
     from cudamem.smartarray import SmartArray
+del TYPE_CHECKING
 
 
 def _load_streams():
