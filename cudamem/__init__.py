@@ -160,44 +160,44 @@ def _load_handles():
     return _handles.Handle, _handles.DevicePointer, _handles.LaunchView
 
 
+# The extension's hooks from memory.py, devices.py and ipc.py:
+# {keyword of _install(): (module, name)}.
+_HOOKS = {
+    "make_memory_manager": ("memory", "_make_memory_manager"),
+    "assign_memory_manager": ("memory", "_assign_memory_manager"),
+    "plugin_defer_cleanup": ("memory", "_plugin_defer_cleanup"),
+    "UniqueDict": ("memory", "UniqueDict"),
+    "MemoryInfo": ("devices", "MemoryInfo"),
+    "MemoryStats": ("devices", "MemoryStats"),
+    "IpcHandle": ("ipc", "IpcHandle"),
+    "array_handle": ("ipc", "_array_handle"),
+}
+
+
 def _install_hooks():
-    """Hands the extension its hooks from memory.py, devices.py and ipc.py
-    (importing them) and the two loaders; returns them by keyword."""
-    from cudamem import devices, ipc, memory
-    hooks = {
-        "make_memory_manager": memory._make_memory_manager,
-        "assign_memory_manager": memory._assign_memory_manager,
-        "plugin_defer_cleanup": memory._plugin_defer_cleanup,
-        "UniqueDict": memory.UniqueDict,
-        "MemoryInfo": devices.MemoryInfo,
-        "MemoryStats": devices.MemoryStats,
-        "IpcHandle": ipc.IpcHandle,
-        "array_handle": ipc._array_handle,
-        "load_streams": _load_streams,
-        "load_handles": _load_handles,
-    }
-    _cudamem._install(**hooks)
+    """Imports the hooks' modules and hands the extension the real hooks
+    and the two loaders; returns the hooks by keyword."""
+    import importlib
+    hooks = {key: getattr(importlib.import_module("cudamem." + module), name)
+             for key, (module, name) in _HOOKS.items()}
+    _cudamem._install(load_streams=_load_streams, load_handles=_load_handles,
+                      **hooks)
     return hooks
 
 
-def _first_use(name):
-    # A stand-in for hook `name`: its first call imports the hooks' modules
+def _first_use(key):
+    # A stand-in for hook `key`: its first call imports the hooks' modules
     # and installs the real objects, which the extension calls from then on.
     def hook(*args, **kwargs):
-        return _install_hooks()[name](*args, **kwargs)
-    hook.__qualname__ = hook.__name__ = "_first_use_" + name
+        return _install_hooks()[key](*args, **kwargs)
+    hook.__qualname__ = hook.__name__ = "_first_use_" + key
     return hook
 
 
-# The seam (docs/design.rst): every Python object the extension calls,
-# handed over once; until the first call into one, a stand-in that loads it.
-_cudamem._install(
-    load_streams=_load_streams,
-    load_handles=_load_handles,
-    **{name: _first_use(name)
-       for name in ("make_memory_manager", "assign_memory_manager",
-                    "plugin_defer_cleanup", "UniqueDict", "MemoryInfo",
-                    "MemoryStats", "IpcHandle", "array_handle")})
+# The seam (docs/design.rst): every Python object the extension calls;
+# until the first call into one of _HOOKS, a stand-in that loads them.
+_cudamem._install(load_streams=_load_streams, load_handles=_load_handles,
+                  **{key: _first_use(key) for key in _HOOKS})
 
 # The variables that name the memory manager (memory.py reads them). One
 # named there must be on before the first allocation, which memory.py sees
