@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The GPU check in one lease: build, interop, suite, floor, benchmarks.
 #
-#   tests/gpu/check.sh RESULTS_DIR      (make gpu-check RESULTS=DIR)
+#   tests/gpu/check.sh RESULTS_DIR [CHECK_ARGS...]
+#                                       (make gpu-check RESULTS=DIR)
 #
 # A lent GPU comes with a few minutes of device time, so every step has its
 # own time budget: a step that hangs loses its own results, not the others'.
 # steps.txt lists each step's exit status and seconds (124: over budget);
-# tests/gpu/check_results.py then checks that every results file is there
-# and every step passed, and its status is this script's.
+# tests/gpu/check_results.py (given CHECK_ARGS) then checks that every
+# results file is there and every step passed; its status is this script's.
 #
 # GPU_PY: the machine's Python (default python3). GPU_CHECK_DRY=1: the same
 # steps on the simulated driver (tests/gpu/dry_run.sh runs it so, in a copy
@@ -16,7 +17,8 @@
 # simulator as libcuda.so.1, the benchmarks in --quick mode.
 # GPU_CHECK_TESTS: the suite's paths (default: tests, less tests/gpu).
 set -u
-R=${1:?usage: check.sh RESULTS_DIR}
+R=${1:?usage: check.sh RESULTS_DIR [CHECK_ARGS...]}
+shift
 mkdir -p "$R"
 R=$(cd "$R" && pwd)
 # Every path below is the repository's, wherever this is called from.
@@ -77,7 +79,7 @@ else
     FLOOR_MODE=(--max-bytes 256M)
     BENCH_MODE=(--max-bytes 268435456)
 fi
-read -r -a TESTS <<< "${GPU_CHECK_TESTS:-tests}"
+read -r -d "" -a TESTS <<< "${GPU_CHECK_TESTS:-tests}"
 
 step info 20 $PY -m cudamem info
 step interop 60 env CUDAMEM_TEST_DRIVER=$DRIVER $PY -m pytest -q -rs \
@@ -96,4 +98,4 @@ step bench 120 $PY -m benchmarks --out "$R/bench" --floor build/floor \
     --record "${BENCH_MODE[@]}"
 tail -n 3 "$R"/pytest.log "$R"/interop.log
 cat "$R/steps.txt"
-$PY tests/gpu/check_results.py "$R"
+$PY tests/gpu/check_results.py "$R" "$@"

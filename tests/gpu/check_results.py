@@ -69,10 +69,9 @@ def check_junit(path, need_run):
     return problems
 
 
-def check_json(path, test):
-    name = os.path.relpath(path, os.path.dirname(os.path.dirname(path)))
+def check_json(results, name, test):
     try:
-        with open(path) as f:
+        with open(os.path.join(results, name)) as f:
             data = json.load(f)
     except ValueError as exc:
         return ["%s: not JSON (%s)" % (name, exc)]
@@ -127,9 +126,10 @@ def check(results, present=(), absent=()):
         "steps.txt": lambda: check_steps(open(path("steps.txt")).read()),
         "interop.xml": lambda: check_junit(path("interop.xml"), False),
         "pytest.xml": lambda: check_junit(path("pytest.xml"), True),
-        "floor.json": lambda: check_json(path("floor.json"), check_floor),
+        "floor.json": lambda: check_json(results, "floor.json",
+                                         check_floor),
         "bench/results.json": lambda: check_json(
-            path("bench/results.json"), check_bench),
+            results, "bench/results.json", check_bench),
         "machine.txt": lambda: check_packages(
             open(path("machine.txt")).read(), present, absent),
     }
