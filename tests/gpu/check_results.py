@@ -115,6 +115,10 @@ def check(results, present=(), absent=()):
     def path(name):
         return os.path.join(results, name)
 
+    def text(name):
+        with open(path(name)) as f:
+            return f.read()
+
     missing = [f for f in DATA + LOGS if not os.path.isfile(path(f))
                or (f in DATA and os.path.getsize(path(f)) == 0)]
     problems = ["missing%s: %s" % (" or empty" if f in DATA else "", f)
@@ -123,15 +127,15 @@ def check(results, present=(), absent=()):
     if not glob.glob(path("bench/[0-9][0-9][0-9][0-9]-[0-9][0-9]-*.md")):
         problems.append("missing: bench/<date>-<device>.md (--record)")
     readers = {
-        "steps.txt": lambda: check_steps(open(path("steps.txt")).read()),
+        "steps.txt": lambda: check_steps(text("steps.txt")),
         "interop.xml": lambda: check_junit(path("interop.xml"), False),
         "pytest.xml": lambda: check_junit(path("pytest.xml"), True),
         "floor.json": lambda: check_json(results, "floor.json",
                                          check_floor),
         "bench/results.json": lambda: check_json(
             results, "bench/results.json", check_bench),
-        "machine.txt": lambda: check_packages(
-            open(path("machine.txt")).read(), present, absent),
+        "machine.txt": lambda: check_packages(text("machine.txt"), present,
+                                              absent),
     }
     for name, read in readers.items():
         if name not in missing:
