@@ -75,6 +75,7 @@ run_one() {
 TREES=()
 FAILED=()
 trap 'rm -rf "${TREES[@]}"' EXIT
+trap 'exit 143' TERM INT
 [ -d "$ROOT/.git" ] || [ -f "$ROOT/.git" ] ||
     die "$ROOT is not a git checkout: the copy is git's list of files"
 PEERS_PY=${GPU_DRY_PEERS:?set GPU_DRY_PEERS to a Python with the peers}
