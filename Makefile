@@ -384,7 +384,7 @@ gpu-check:
 # Its dry run (CI): the same script on the simulator, in copies of the tree,
 # under the GPU machine's conditions (VENV=none, no index), once with the
 # peers venv's Python and once with a Python without peers (see
-# tests/gpu/dry_run.sh); about 3.5 minutes on CI's 2 cores.
+# tests/gpu/dry_run.sh); 3.5 to 5.3 minutes on a shared 2-core machine.
 BUDGET_GPU_DRY ?= 420
 gpu-check-dry: | $(VENV_STAMP) $(PEERS_VENV)/.stamp
 	GPU_DRY_PEERS=$(abspath $(PEERS_VENV))/bin/python \

@@ -13,10 +13,12 @@
 #   peers: GPU_DRY_PEERS (the peers venv: numba-cuda and cuda.core present,
 #          measured by the benchmarks on the simulator);
 #   bare:  GPU_DRY_BARE (default: a Python 3.12 with NumPy and pytest if
-#          pyenv or PATH has one, else the development venv's): no peers.
+#          pyenv or PATH has one, else GPU_DRY_DEV, the development
+#          venv's): no peers.
 # Each must pass tests/gpu/check_results.py, which also checks that
-# machine.txt lists the peers as present or absent. GPU_CHECK_TESTS: the suite's
-# subset (the whole suite on the simulator does not fit CI's budget).
+# machine.txt lists the peers as present or absent. GPU_CHECK_TESTS: the
+# suite's subset (the whole suite on the simulator does not fit CI's
+# budget).
 set -u
 R=${1:?usage: dry_run.sh RESULTS_DIR}
 mkdir -p "$R"
