@@ -83,10 +83,6 @@ trap 'exit 143' TERM INT
 PEERS_PY=${GPU_DRY_PEERS:?set GPU_DRY_PEERS to a Python with the peers}
 BARE_PY=${GPU_DRY_BARE:-$(python312)}
 BARE_PY=${BARE_PY:-${GPU_DRY_DEV:?set GPU_DRY_BARE or GPU_DRY_DEV}}
-for p in "${PEERS[@]}"; do
-    "$BARE_PY" -c "import importlib.metadata as m, sys; m.version(sys.argv[1])" \
-        "$p" 2>/dev/null && die "bare: $BARE_PY has $p"
-done
 
 run_one peers "$PEERS_PY" "${PEERS[@]/#/--present=}"
 run_one bare "$BARE_PY" "${PEERS[@]/#/--absent=}"
