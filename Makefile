@@ -110,7 +110,8 @@ BUDGET_BENCH_PEERS ?= 1500
 # fuzz: examples per hypothesis test (about 7 minutes for 10000 today).
 FUZZ_EXAMPLES ?= 10000
 
-.PHONY: all lint demo test test-asan test-stress fuzz coverage gpu-check clean \
+.PHONY: all lint demo test test-asan test-stress fuzz coverage gpu-check \
+	gpu-check-dry clean \
 	build build-asan build-coverage ctest ctest-valgrind ctest-asan pytest \
 	test-tsan build-tsan ctest-tsan build-debug \
 	bench-floor bench venv docs notebook typecheck test-numba test-peers \
@@ -440,6 +441,17 @@ wheel: $(WHEEL_VENV)/.stamp
 test-wheel: wheel
 	timeout $(BUDGET_WHEEL) $(PYTHON) tools/wheel_check.py $(DIST) \
 	  build/wheel-check
+
+# Its dry run (CI): the same script on the simulator, in copies of the tree,
+# under the GPU machine's conditions (VENV=none, no index), once with the
+# peers venv's Python and once with a Python without peers (see
+# tests/gpu/dry_run.sh); 3.5 to 5.3 minutes on a shared 2-core machine.
+BUDGET_GPU_DRY ?= 420
+gpu-check-dry: | $(VENV_STAMP) $(PEERS_VENV)/.stamp
+	GPU_DRY_PEERS=$(abspath $(PEERS_VENV))/bin/python \
+	  GPU_DRY_DEV=$(if $(VENV_STAMP),$(abspath $(PY)),$(shell \
+	    command -v $(PY))) \
+	  timeout $(BUDGET_GPU_DRY) tests/gpu/dry_run.sh $(RESULTS)
 
 clean:
 	rm -rf build cudamem/*.so cudamem/__pycache__ tests/__pycache__ tests/*/__pycache__ .pytest_cache .hypothesis
