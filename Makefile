@@ -412,6 +412,17 @@ GPU_PY ?= python3
 gpu-check:
 	GPU_PY=$(GPU_PY) tests/gpu/check.sh $(RESULTS)
 
+# Its dry run (CI): the same script on the simulator, in copies of the tree,
+# under the GPU machine's conditions (VENV=none, no index), once with the
+# peers venv's Python and once with a Python without peers (see
+# tests/gpu/dry_run.sh); 3.5 to 5.3 minutes on a shared 2-core machine.
+BUDGET_GPU_DRY ?= 420
+gpu-check-dry: | $(VENV_STAMP) $(PEERS_VENV)/.stamp
+	GPU_DRY_PEERS=$(abspath $(PEERS_VENV))/bin/python \
+	  GPU_DRY_DEV=$(if $(VENV_STAMP),$(abspath $(PY)),$(shell \
+	    command -v $(PY))) \
+	  timeout $(BUDGET_GPU_DRY) tests/gpu/dry_run.sh $(RESULTS)
+
 test-pythons: $(VENV_STAMP)
 	CUDAMEM_DEV_CFLAGS="$(DEV_CFLAGS)" timeout $(BUDGET_PYTHONS) \
 	  $(PY) tools/test_pythons.py --versions $(PYTHONS) $(PYTEST_ARGS)
@@ -441,17 +452,6 @@ wheel: $(WHEEL_VENV)/.stamp
 test-wheel: wheel
 	timeout $(BUDGET_WHEEL) $(PYTHON) tools/wheel_check.py $(DIST) \
 	  build/wheel-check
-
-# Its dry run (CI): the same script on the simulator, in copies of the tree,
-# under the GPU machine's conditions (VENV=none, no index), once with the
-# peers venv's Python and once with a Python without peers (see
-# tests/gpu/dry_run.sh); 3.5 to 5.3 minutes on a shared 2-core machine.
-BUDGET_GPU_DRY ?= 420
-gpu-check-dry: | $(VENV_STAMP) $(PEERS_VENV)/.stamp
-	GPU_DRY_PEERS=$(abspath $(PEERS_VENV))/bin/python \
-	  GPU_DRY_DEV=$(if $(VENV_STAMP),$(abspath $(PY)),$(shell \
-	    command -v $(PY))) \
-	  timeout $(BUDGET_GPU_DRY) tests/gpu/dry_run.sh $(RESULTS)
 
 clean:
 	rm -rf build cudamem/*.so cudamem/__pycache__ tests/__pycache__ tests/*/__pycache__ .pytest_cache .hypothesis
