@@ -100,9 +100,11 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.fuzz)
             if fuzz:
                 _fuzz_settings(item)
-        if "gpu" in item.keywords and not REAL:
+        # Markers, not keywords: a keyword is also any folder's name, and
+        # tests/gpu and tests/simulator are folders.
+        if item.get_closest_marker("gpu") and not REAL:
             item.add_marker(skip_gpu)
-        if "simulator" in item.keywords and REAL:
+        if item.get_closest_marker("simulator") and REAL:
             item.add_marker(skip_sim)
 
 
