@@ -388,15 +388,18 @@ pending_drop(cm_mem *m, const cm_mem_work *w)
 }
 
 /* 1 when w's stream can be used: a default stream's special handle,
- * which never dies, or one of cudamem's streams not released yet. Else
- * *ev is the event its release recorded after its work, or NULL: only a
- * synchronize of its context orders it. */
+ * which never dies, or one of cudamem's streams not released yet. 0 for a
+ * released one whose release said what orders its work: *ev, the event
+ * it recorded after it, or NULL (nothing: it was complete). -1 when only
+ * a synchronize of its context orders it. */
 static int
-stream_is_live(const cm_mem_work *w, CUevent *ev)
+stream_state(const cm_mem_work *w, CUevent *ev)
 {
     *ev = NULL;
-    return cm_stream_is_default(w->stream) ||
-           (w->rec != NULL && cm__stream_live(w->rec, ev));
+    if (cm_stream_is_default(w->stream)) {
+        return 1;
+    }
+    return w->rec != NULL ? cm__stream_live(w->rec, ev) : -1;
 }
 
 /* w is ordered by nothing but a synchronize of its context. */
@@ -405,7 +408,17 @@ needs_synchronize(const cm_mem_work *w)
 {
     CUevent ev;
 
-    return w->event == NULL && !stream_is_live(w, &ev) && ev == NULL;
+    return w->event == NULL && stream_state(w, &ev) < 0;
+}
+
+/* w needs no wait at all: a released stream's work, complete when it was
+ * released. */
+static int
+needs_nothing(const cm_mem_work *w)
+{
+    CUevent ev;
+
+    return w->event == NULL && stream_state(w, &ev) == 0 && ev == NULL;
 }
 
 /* `into` of m's device waits for the work on w's live stream of another
@@ -435,21 +448,24 @@ order_across(cm_mem *m, const cm_mem_work *w, CUstream into, cm_error *err)
 }
 
 /* Makes `into` wait for w: an event after a live stream's work, the
- * recorded event itself, the event a released stream recorded, or, for a
- * stream that may have been destroyed without one, a synchronize of its
- * whole context (which covers its work). */
+ * recorded event itself, the event a released stream recorded (nothing
+ * when its work was complete), or, for a stream that may have been
+ * destroyed without either, a synchronize of its whole context (which
+ * covers its work). */
 static int
 order_work(cm_mem *m, const cm_mem_work *w, CUstream into, cm_error *err)
 {
     CUevent ev;
+    int state;
 
     if (w->event != NULL) {
         return cm_event_stream_wait(m->dev, into, w->event, err);
     }
-    if (!stream_is_live(w, &ev)) {
-        if (ev != NULL) {
-            return cm_event_stream_wait(m->dev, into, ev, err);
-        }
+    state = stream_state(w, &ev);
+    if (state == 0) {
+        return ev != NULL ? cm_event_stream_wait(m->dev, into, ev, err) : 0;
+    }
+    if (state < 0) {
         return cm__ctx_synchronize(
             w->dev, __atomic_load_n(&w->dev->generation, __ATOMIC_ACQUIRE),
             err);
@@ -671,7 +687,7 @@ cm_mem_order_pending(cm_mem *m, CUstream into, int *ordered, cm_error *err)
         const cm_mem_work *w = &m->pending[i];
 
         if (w->event != NULL || w->stream != into || w->dev != m->dev ||
-            !stream_is_live(w, &ev)) {
+            stream_state(w, &ev) != 1) {
             work[n++] = *w;
         }
     }
@@ -690,7 +706,7 @@ cm_mem_order_pending(cm_mem *m, CUstream into, int *ordered, cm_error *err)
             }
             synced[nsynced++] = work[done].dev;
         }
-        else {
+        else if (!needs_nothing(&work[done])) {
             (*ordered)++;
         }
         if (order_work(m, &work[done], into, err) < 0) {
@@ -711,7 +727,7 @@ cm_mem_order_pending(cm_mem *m, CUstream into, int *ordered, cm_error *err)
         for (int i = 0; i < m->npending; i++) {
             if (m->pending[i].stream == into && m->pending[i].event == NULL &&
                 m->pending[i].dev == m->dev &&
-                stream_is_live(&m->pending[i], &ev)) {
+                stream_state(&m->pending[i], &ev) == 1) {
                 own = m->pending[i];
                 pending_drop(m, &own);
                 break;

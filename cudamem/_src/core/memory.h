@@ -100,7 +100,8 @@ int cm_mem_note_event(cm_mem *m, cm_device *dev, CUstream stream,
  * whichever device queued it, and forgets it: no
  * driver call when `into` is the only stream. A remembered stream released
  * since cannot be touched: `into` waits for the event its release
- * recorded (a synchronize of its context when there is none). *ordered
+ * recorded, for nothing when its work was complete then (a synchronize of
+ * its context when neither is known). *ordered
  * is how many waits were queued on `into`. On failure the work not yet
  * ordered stays remembered. */
 int cm_mem_order_pending(cm_mem *m, CUstream into, int *ordered,

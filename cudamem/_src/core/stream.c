@@ -15,7 +15,8 @@ struct cm_stream_rec {
     CUstream handle;
     cm_device *dev;
     int refs;    /* atomic: the table's, and one per remembered work */
-    int retired; /* atomic: set once `event` is final */
+    int retired; /* atomic: set once `event` and `done` are final */
+    int done;    /* retired with its work complete: nothing to wait */
     CUevent event;
     uint64_t event_generation;
     cm_stream_rec *next; /* in its bucket */
@@ -108,11 +109,12 @@ cm__stream_find(CUstream handle)
 int
 cm__stream_live(const cm_stream_rec *rec, CUevent *ev)
 {
+    *ev = NULL;
     if (!__atomic_load_n(&rec->retired, __ATOMIC_ACQUIRE)) {
         return 1;
     }
     *ev = rec->event;
-    return 0;
+    return rec->event != NULL || rec->done ? 0 : -1;
 }
 
 int
@@ -132,7 +134,8 @@ cm__stream_unref(cm_stream_rec *rec, cm_error *err)
 }
 
 /* Takes handle's record out of the table and retires it: work that
- * memory records remember gets an event after it. */
+ * memory records remember and that is not complete yet gets an event
+ * after it. */
 static int
 retire(cm_device *dev, uint64_t generation, CUstream handle, cm_error *err)
 {
@@ -140,7 +143,7 @@ retire(cm_device *dev, uint64_t generation, CUstream handle, cm_error *err)
     CUevent ev = NULL;
     uint64_t evgen = 0;
     cm_error ignored;
-    int rc = 0;
+    int rc = 0, done = 0;
 
     cm__lock(&table_lock, CM_LOCK_STREAMS);
     slot = table_slot(handle);
@@ -153,9 +156,17 @@ retire(cm_device *dev, uint64_t generation, CUstream handle, cm_error *err)
     if (rec == NULL) {
         return 0;
     }
-    /* No new reference can come now; a stale stream's work is gone. */
-    if (__atomic_load_n(&rec->refs, __ATOMIC_ACQUIRE) > 1 &&
-        __atomic_load_n(&dev->generation, __ATOMIC_ACQUIRE) == generation) {
+    /* No new reference can come now; a stale stream's work is gone, and
+     * so is that of a stream nothing remembers. Work already complete
+     * (the usual case: its user waited for it) needs no event. */
+    if (__atomic_load_n(&rec->refs, __ATOMIC_ACQUIRE) == 1 ||
+        __atomic_load_n(&dev->generation, __ATOMIC_ACQUIRE) != generation) {
+        done = 1;
+    }
+    else if (cm_stream_query(dev, handle, &done, err) < 0) {
+        rc = -1;
+    }
+    else if (!done) {
         if (cm_event_create(dev, CU_EVENT_DISABLE_TIMING, &ev, &evgen, err) <
             0) {
             rc = -1;
@@ -166,6 +177,7 @@ retire(cm_device *dev, uint64_t generation, CUstream handle, cm_error *err)
             rc = -1;
         }
     }
+    rec->done = done;
     rec->event = ev;
     rec->event_generation = evgen;
     __atomic_store_n(&rec->retired, 1, __ATOMIC_RELEASE);

@@ -28,10 +28,11 @@ int cm_stream_create(cm_device *dev, unsigned flags, int has_priority,
                      cm_error *err);
 /* Hands a stream made by cm_stream_create to dev's object queue
  * (cm__release); a stale generation drops it. Its record retires first:
- * when memory records still remember work on it, an event recorded after
- * that work stands in for the handle (cm_mem_order_pending), which
- * may be destroyed and reused. On a failed event the stream is still
- * released, and its remembered work is ordered by a synchronize. */
+ * when memory records still remember work on it, a cuStreamQuery says
+ * whether that work is complete; if not, an event recorded after it
+ * stands in for the handle (cm_mem_order_pending), which may be destroyed
+ * and reused. On a failed query or event the stream is still released,
+ * and its remembered work is ordered by a synchronize. */
 int cm_stream_release(cm_device *dev, uint64_t generation, CUstream handle,
                       cm_error *err);
 /* What a floor above must do first when one of dev's streams is released
@@ -49,8 +50,11 @@ typedef struct cm_stream_rec cm_stream_rec;
 /* The live record of `handle` with a new reference, NULL for a default
  * handle or one cudamem did not make. O(1). */
 cm_stream_rec *cm__stream_find(CUstream handle);
-/* 1 while the stream is not released; else 0 and *ev is the event after
- * its work (NULL: the event failed, or nothing remembered it). */
+/* 1 while the stream is not released. Released: 0 with *ev the event
+ * after its work, or NULL when that work was complete at the release
+ * (or nothing remembered it); -1 (*ev NULL) when neither could be
+ * learned (a failed query or event): only a synchronize of its context
+ * orders it. */
 int cm__stream_live(const cm_stream_rec *rec, CUevent *ev);
 /* Drops a reference from cm__stream_find; the last one gives the event
  * back. */
