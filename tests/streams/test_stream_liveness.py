@@ -98,7 +98,62 @@ def test_a_copy_after_a_release_is_ordered(hazards):
     np.testing.assert_array_equal(out, np.arange(N, dtype=np.float64))
 
 
-@pytest.mark.parametrize("row", ["cuEventCreate", "cuEventRecord"])
+def test_a_release_after_complete_work_records_no_event(hazards):
+    # Its user waited for the work: the release asks the driver once
+    # (cuStreamQuery) and records nothing; the export then waits for
+    # nothing either (the CUDA driver API: a stream whose query returns
+    # CUDA_SUCCESS has completed all its work).
+    sim = hazards
+    own = cudamem.stream()
+    d = cudamem.device_array(N, stream=own)
+    with sim.delay(20_000):
+        temp = cudamem.stream()
+        d.copy_to_device(np.full(N, 4.0), stream=temp)
+        temp.synchronize()
+        sim.reset()
+        del temp
+        made = calls(sim)
+        assert made["cuStreamQuery"] == 1
+        assert made["cuEventCreate"] == 0
+        assert made["cuEventRecord"] == 0
+        cudamem.current_context().deallocations.clear()
+        sim.reset()
+        assert d.__cuda_array_interface__["stream"] == int(own)
+        made = calls(sim)
+        assert made["cuCtxSynchronize"] == 0
+        assert made["cuStreamWaitEvent"] == 0
+        out = cudamem.as_cuda_array(Producer(d), stream=own).copy_to_host(
+            stream=own)
+        own.synchronize()
+    np.testing.assert_array_equal(out, np.full(N, 4.0))
+
+
+def test_a_release_with_queued_work_records_one_event(hazards):
+    sim = hazards
+    own = cudamem.stream()
+    d = cudamem.device_array(N, stream=own)
+    with sim.delay(100_000):
+        temp = cudamem.stream()
+        d.copy_to_device(np.full(N, 5.0), stream=temp)
+        sim.reset()
+        del temp
+        made = calls(sim)
+        assert made["cuStreamQuery"] == 1
+        assert made["cuEventRecord"] == 1
+        cudamem.current_context().deallocations.clear()
+        sim.reset()
+        assert d.__cuda_array_interface__["stream"] == int(own)
+        made = calls(sim)
+        assert made["cuCtxSynchronize"] == 0
+        assert made["cuStreamWaitEvent"] == 1
+        out = cudamem.as_cuda_array(Producer(d), stream=own).copy_to_host(
+            stream=own)
+        own.synchronize()
+    np.testing.assert_array_equal(out, np.full(N, 5.0))
+
+
+@pytest.mark.parametrize("row", ["cuStreamQuery", "cuEventCreate",
+                                 "cuEventRecord"])
 def test_a_failed_release_event_falls_back_to_a_synchronize(hazards, row):
     # The stream is released all the same (the autouse fixture checks
     # that nothing leaks); its work is then ordered by a synchronize.
