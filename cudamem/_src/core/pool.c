@@ -31,6 +31,7 @@ struct cm_pool_block {
     CUevent event;      /* on a stream's list: recorded on that stream when
                            freed; NULL: wait for the whole stream */
     uint64_t seq;       /* when freed: a merge keeps the newer's event */
+    cm_pool_block *qprev, *qnext; /* a stream's list: by seq */
 };
 
 struct cm_pool_slab {
@@ -60,6 +61,7 @@ struct cm_pool_list {
     uint64_t powers;                    /* bit p: some class of power p */
     unsigned char splits[CLASS_POWERS]; /* bit k: class (p, k) */
     cm_pool_block *bins[CLASS_POWERS][CLASS_SPLIT];
+    cm_pool_block *oldest, *newest; /* a stream's list: by seq */
 };
 
 struct cm_pool {
@@ -142,8 +144,70 @@ class_next(const cm_pool_list *l, unsigned *p, unsigned *k)
     return 1;
 }
 
+/* A stream's list keeps its blocks in the order of their events too:
+ * they complete in that order (settle). */
+static int
+in_free_order(const cm_pool_list *l)
+{
+    return l->stream != NULL && !l->retired;
+}
+
+/* Puts b after q (NULL: first) in l's free order. */
 static void
-list_push(cm_pool *pool, cm_pool_list *list, cm_pool_block *b)
+order_insert(cm_pool_list *l, cm_pool_block *b, cm_pool_block *q)
+{
+    b->qprev = q;
+    b->qnext = q != NULL ? q->qnext : l->oldest;
+    if (b->qnext != NULL) {
+        b->qnext->qprev = b;
+    }
+    else {
+        l->newest = b;
+    }
+    if (q != NULL) {
+        q->qnext = b;
+    }
+    else {
+        l->oldest = b;
+    }
+}
+
+/* Puts b in l's free order, from the newest end: a block is pushed on a
+ * stream's list only when freed (the newest) or merged with one freed
+ * then (coalesce), so the walk stops at once; a split (take) puts its
+ * rest in place itself. */
+static void
+order_push(cm_pool_list *l, cm_pool_block *b)
+{
+    cm_pool_block *q = l->newest;
+
+    while (q != NULL && q->seq > b->seq) {
+        q = q->qprev;
+    }
+    order_insert(l, b, q);
+}
+
+static void
+order_unlink(cm_pool_list *l, cm_pool_block *b)
+{
+    if (b->qprev != NULL) {
+        b->qprev->qnext = b->qnext;
+    }
+    else {
+        l->oldest = b->qnext;
+    }
+    if (b->qnext != NULL) {
+        b->qnext->qprev = b->qprev;
+    }
+    else {
+        l->newest = b->qprev;
+    }
+    b->qprev = b->qnext = NULL;
+}
+
+/* Bins b on list; its free order is the caller's. */
+static void
+list_bin(cm_pool *pool, cm_pool_list *list, cm_pool_block *b)
 {
     unsigned p, k;
     cm_pool_block **head;
@@ -161,6 +225,15 @@ list_push(cm_pool *pool, cm_pool_list *list, cm_pool_block *b)
     list->powers |= (uint64_t)1 << p;
     list->count++;
     pool->free_blocks++;
+}
+
+static void
+list_push(cm_pool *pool, cm_pool_list *list, cm_pool_block *b)
+{
+    list_bin(pool, list, b);
+    if (in_free_order(list)) {
+        order_push(list, b);
+    }
 }
 
 static void
@@ -184,6 +257,9 @@ list_unlink(cm_pool *pool, cm_pool_block *b)
     }
     if (b->fnext != NULL) {
         b->fnext->fprev = b->fprev;
+    }
+    if (in_free_order(list)) {
+        order_unlink(list, b);
     }
     b->list = NULL;
     list->count--;
@@ -388,43 +464,60 @@ coalesce(cm_pool *pool, cm_pool_block *b)
     }
 }
 
-/* Whether no stream can still use free block b; polls without waiting. */
+/* Whether free block b of a released stream (pool->retired) can be
+ * used by any stream: its event has completed; polls without waiting.
+ * Without one, its stream was synchronized, or could not be (the context
+ * is then unusable). */
 static int
-block_idle(const cm_pool_block *b)
+retired_idle(const cm_pool_block *b)
 {
     cm_error ignored;
 
-    if (b->list->stream == NULL && !b->list->retired) {
-        return 1;
-    }
-    if (b->event != NULL) {
-        return CM_CALL(&ignored, cuEventQuery, b->event) == 0;
-    }
-    /* A released stream's block without an event: its stream was
-     * synchronized, or could not be (the context is then unusable). */
-    return b->list->retired ||
-           CM_CALL(&ignored, cuStreamQuery, b->list->stream) == 0;
+    return b->event == NULL || CM_CALL(&ignored, cuEventQuery, b->event) == 0;
 }
 
-/* Moves every idle block of the streams' lists to the ready list. */
+/* Moves b, idle, to the ready list. */
+static void
+make_ready(cm_pool *pool, cm_pool_block *b)
+{
+    list_unlink(pool, b);
+    spare_push(pool, b->event);
+    b->event = NULL;
+    list_push(pool, &pool->ready, b);
+    /* Merges only with ready blocks: those of b's list stay. */
+    coalesce(pool, b);
+}
+
+/* Moves every idle block of the streams' lists to the ready list. A
+ * stream's blocks are polled oldest first, and the first still in use
+ * ends its walk: their events complete in that order (returns record them
+ * under qlock), so a miss makes one query per stream beyond the blocks it
+ * frees. A block without an event waits for its whole stream. */
 static void
 settle(cm_pool *pool)
 {
     cm_pool_block *b, *next;
+    cm_error ignored;
 
-    for (cm_pool_list *l = pending_next(pool, NULL); l != NULL;
-         l = pending_next(pool, l)) {
-        for (b = list_next(l, NULL); b != NULL; b = next) {
-            next = list_next(l, b);
-            if (!block_idle(b)) {
-                continue;
+    for (cm_pool_list *l = pool->streams; l != NULL; l = l->next) {
+        int idle = 0; /* the stream is: every block is */
+
+        while ((b = l->oldest) != NULL) {
+            if (!idle && b->event != NULL &&
+                CM_CALL(&ignored, cuEventQuery, b->event) != 0) {
+                break;
             }
-            list_unlink(pool, b);
-            spare_push(pool, b->event);
-            b->event = NULL;
-            list_push(pool, &pool->ready, b);
-            /* Merges only with ready blocks: `next` stays. */
-            coalesce(pool, b);
+            if (!idle && b->event == NULL &&
+                !(idle = CM_CALL(&ignored, cuStreamQuery, l->stream) == 0)) {
+                break;
+            }
+            make_ready(pool, b);
+        }
+    }
+    for (b = list_next(&pool->retired, NULL); b != NULL; b = next) {
+        next = list_next(&pool->retired, b);
+        if (retired_idle(b)) {
+            make_ready(pool, b);
         }
     }
 }
@@ -495,7 +588,7 @@ static void
 take(cm_pool *pool, cm_pool_block *b, size_t need)
 {
     cm_pool_list *list = b->list;
-    cm_pool_block *rest;
+    cm_pool_block *rest, *before = b->qprev;
 
     list_unlink(pool, b);
     if (b->size - need >= CM_POOL_ALIGN &&
@@ -512,7 +605,11 @@ take(cm_pool *pool, cm_pool_block *b, size_t need)
         }
         b->next = rest;
         b->size = need;
-        list_push(pool, list, rest);
+        /* The rest keeps b's event: its place in the free order too. */
+        list_bin(pool, list, rest);
+        if (in_free_order(list)) {
+            order_insert(list, rest, before);
+        }
     }
     else {
         spare_push(pool, b->event);
@@ -1070,7 +1167,7 @@ pending_waits(cm_pool *pool, pool_wait **waits, size_t *n)
     for (cm_pool_list *l = pending_next(pool, NULL); l != NULL;
          l = pending_next(pool, l)) {
         for (b = list_next(l, NULL); b != NULL; b = list_next(l, b)) {
-            /* A retired block without an event is idle (block_idle). */
+            /* A retired block without an event is idle (retired_idle). */
             if (b->event != NULL || !l->retired) {
                 (*waits)[(*n)++] = (pool_wait){b->event, l->stream};
             }
