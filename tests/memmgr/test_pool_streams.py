@@ -125,3 +125,40 @@ def test_temporary_streams_share_one_slab(sim, pool):
     assert calls(sim, "cuMemAlloc") == 1  # one slab for all of them
     assert _cudamem._pool_stats(0)["pending_blocks"] == 0
     del b
+
+
+def polls(sim):
+    return calls(sim, "cuEventQuery") + calls(sim, "cuStreamQuery")
+
+
+def test_a_miss_polls_a_busy_stream_once(hazards, pool):
+    # K blocks freed on a stream still busy with a queued copy: a miss on
+    # another stream (a slab of its own) asks for the oldest free's event
+    # only (the CUDA driver API: work on one stream completes in the order
+    # it was queued, so the newer frees' events are not complete either).
+    sim = hazards
+    K = 16
+    s, t = cudamem.stream(), cudamem.stream()
+    src = cudamem.to_device(np.full(N, 7.0))
+    with sim.delay(100_000):
+        arrays = [cudamem.device_array(N, stream=s) for _ in range(2 * K)]
+        arrays[1].copy_to_device(src, stream=s)
+        freed = {ptr(a) for a in arrays[::2]}
+        del arrays[::2]  # no two of them neighbours: K blocks
+        assert _cudamem._pool_stats(0)["pending_blocks"] == K
+        sim.reset()
+        c = cudamem.device_array(BIG, stream=t)
+        assert polls(sim) == 1
+        assert _cudamem._pool_stats(0)["pending_blocks"] == K
+    s.synchronize()
+    # Complete now: the next miss moves every block, one poll each; then
+    # a block of their size is one of them.
+    sim.reset()
+    d = cudamem.device_array(BIG, stream=t)
+    assert polls(sim) == K
+    assert _cudamem._pool_stats(0)["pending_blocks"] == 0
+    e = cudamem.device_array(N, stream=t)
+    assert ptr(e) in freed
+    np.testing.assert_array_equal(arrays[0].copy_to_host(stream=s),
+                                  np.full(N, 7.0))
+    del arrays, c, d, e
