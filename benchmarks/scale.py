@@ -9,9 +9,13 @@ rest).
 
     python -m benchmarks.scale CASE N [ITERS]      # one point, in-process
     python -m benchmarks.scale --callgrind CASE N [ITERS]
+    python -m benchmarks.scale --curve CASE [MAX]  # N = 1, 10, ... MAX
 
-CASE is pool, streams, register or export (export prints call counts and
-needs no callgrind). Runs on the simulator.
+CASE is arrays (alloc+free 8 B, pool off, N live arrays), pool (alloc+free
+8 B, N free blocks), streams (pooled alloc+free on a live stream after N
+temporary streams, one per batch, each freed pooled memory and died),
+register or export (export prints call counts and needs no callgrind).
+Runs on the simulator.
 """
 import ctypes
 import os
@@ -41,7 +45,13 @@ def setup(case, n):
     import cudamem
     from cudamem import _cudamem
     keep = []
-    if case == "pool":
+    if case == "arrays":
+        keep = [cudamem.device_array(1) for _ in range(n)]
+
+        def op():
+            a = cudamem.device_array(1)
+            del a
+    elif case == "pool":
         _cudamem._pool_enable(0, True)
         arrays = [cudamem.device_array(1) for _ in range(2 * n + 1)]
         keep = arrays[::2]  # the others become n free blocks
@@ -56,11 +66,11 @@ def setup(case, n):
         live = cudamem.stream()
         a = cudamem.device_array(1, stream=live)
         del a
-        streams = [cudamem.stream() for _ in range(n)]
-        for s in streams:
+        # A pipeline's temporary stream per batch.
+        for _ in range(n):
+            s = cudamem.stream()
             a = cudamem.device_array(1, stream=s)
-            del a
-        del streams, s
+            del a, s
         cudamem.current_context().deallocations.clear()
         keep.append(live)
 
@@ -160,6 +170,15 @@ def main(argv):
         per = callgrind(case, n, iters)
         print(f"{case} n={n}: instructions per op: cudamem {per['cudamem']}"
               f", simulator {per['simulator']}, other {per['other']}")
+    elif argv[0] == "--curve":
+        case = argv[1]
+        top = int(argv[2]) if len(argv) > 2 else 100_000
+        n = 1
+        while n <= top:
+            per = callgrind(case, n, 200)
+            print(f"| {case} | {n:,} | {per['cudamem']:,} | "
+                  f"{per['simulator']:,} | {per['other']:,} |", flush=True)
+            n *= 10
     elif argv[0] == "export":
         print(f"export after {argv[1]} dead streams:",
               export_calls(int(argv[1])))
