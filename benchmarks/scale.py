@@ -13,7 +13,8 @@ rest).
 
 CASE is arrays (alloc+free 8 B, pool off, N live arrays), pool (alloc+free
 8 B, N free blocks), streams (pooled alloc+free on a live stream after N
-temporary streams, one per batch, each freed pooled memory and died),
+streams, all made first, each freed pooled memory and died), batches (the
+same with one temporary stream per batch, made and released in turn),
 register or export (export prints call counts and needs no callgrind).
 Runs on the simulator.
 """
@@ -60,17 +61,26 @@ def setup(case, n):
         def op():
             a = cudamem.device_array(1)
             del a
-    elif case == "streams":
+    elif case in ("streams", "batches"):
+        batches = case == "batches"
         _cudamem._pool_enable(0, True)
         # The live stream's list first: a walk of the lists finds it last.
         live = cudamem.stream()
         a = cudamem.device_array(1, stream=live)
         del a
-        # A pipeline's temporary stream per batch.
-        for _ in range(n):
-            s = cudamem.stream()
-            a = cudamem.device_array(1, stream=s)
-            del a, s
+        if batches:
+            # A pipeline's temporary stream per batch.
+            for _ in range(n):
+                s = cudamem.stream()
+                a = cudamem.device_array(1, stream=s)
+                del a, s
+        else:
+            # All alive at once: no handle is reused.
+            streams = [cudamem.stream() for _ in range(n)]
+            for s in streams:
+                a = cudamem.device_array(1, stream=s)
+                del a
+            del streams, s
         cudamem.current_context().deallocations.clear()
         keep.append(live)
 
