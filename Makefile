@@ -15,8 +15,10 @@ endif
 PYTHON ?= python3
 RESULTS ?= results
 
-CUDA_INC ?= $(firstword $(wildcard $(CUDA_HOME)/include/cuda.h $(CUDA_PATH)/include/cuda.h /usr/local/cuda/include/cuda.h))
-CUDA_INC_DIR := $(patsubst %/cuda.h,%,$(CUDA_INC))
+# The CUDA headers the extension builds with (setup.py's find_cuda_include:
+# CUDA_HOME, the nvidia-cuda-runtime wheel, the toolkit), asked once, when
+# first used: the C tests, the floor and clang-tidy compile against them too.
+CUDA_INC_DIR = $(eval CUDA_INC_DIR := $$(shell $(PY) setup.py --cuda-include))$(CUDA_INC_DIR)
 # The warnings every C file passes: the development builds and the C tests
 # make them errors (`pip install .` never does). The simulator adds
 # -Wno-missing-prototypes (setup.py): it defines the driver's exports.
@@ -28,7 +30,7 @@ SIM_SRC := $(wildcard cudamem/_src/sim/*.c)
 SIM_HDR := $(wildcard cudamem/_src/sim/*.h cudamem/_src/core/cuerrors.h)
 EXT_SRC := $(wildcard cudamem/_src/core/*.[ch] cudamem/_src/py/*.[ch]) $(SIM_SRC) $(SIM_HDR) setup.py
 CTEST_SRC := $(wildcard tests/c/test_*.c)
-CTEST_CFLAGS := -std=c11 -D_GNU_SOURCE -DCUDAMEM_DEBUG -g -O1 $(WARN_CFLAGS) \
+CTEST_CFLAGS = -std=c11 -D_GNU_SOURCE -DCUDAMEM_DEBUG -g -O1 $(WARN_CFLAGS) \
 	-Werror -pthread \
 	-fvisibility=hidden -I$(CUDA_INC_DIR) -Icudamem/_src/sim -Icudamem/_src/core -Itests/c
 ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
@@ -93,6 +95,18 @@ PEERS_PKGS ?= numba-cuda==$(NUMBA_CUDA_VERSION) numba==0.68.1 \
 	cuda-core==1.2.2 cuda-bindings==13.3.1 cuda-pathfinder==1.9.1 \
 	numpy==2.4.6 pytest==9.2.0 filecheck==1.0.6 cffi==2.1.1
 BUDGET_PEERS ?= 360
+# test-pythons: cudamem built (-Werror) and tested on each other CPython
+# (tools/test_pythons.py); the main Python runs the whole suite in `make test`.
+PYTHONS ?= 3.10.13,3.12.1,3.13.0
+BUDGET_PYTHONS ?= 1200
+# make wheel / test-wheel: the build front end and auditwheel in their own
+# venv; the wheels go to DIST.
+WHEEL_VENV ?= build/wheel-venv
+DIST ?= build/dist
+BUDGET_WHEEL ?= 600
+# bench-peers: benchmarks/peers.py in the peers venv on the simulator; the
+# budget covers the venv and a full run (CI's --quick takes under 3 minutes).
+BUDGET_BENCH_PEERS ?= 1500
 # fuzz: examples per hypothesis test (about 7 minutes for 10000 today).
 FUZZ_EXAMPLES ?= 10000
 
@@ -100,7 +114,7 @@ FUZZ_EXAMPLES ?= 10000
 	build build-asan build-coverage ctest ctest-valgrind ctest-asan pytest \
 	test-tsan build-tsan ctest-tsan build-debug \
 	bench-floor bench venv docs notebook typecheck test-numba test-peers \
-	peers-run
+	peers-run bench-peers bench-peers-run wheel test-wheel test-pythons
 
 all: build
 
@@ -109,7 +123,8 @@ $(VENV)/.stamp:
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q "numpy>=2" pytest hypothesis ml_dtypes \
-	  setuptools wheel sphinx nbformat nbclient ipykernel mypy
+	  setuptools wheel sphinx nbformat nbclient ipykernel mypy \
+	  "nvidia-cuda-runtime==13.0.*" "nvidia-cuda-profiler-api==13.0.*"
 	touch $@
 
 # The linters, pinned in requirements-lint.txt; with VENV=none they are
@@ -374,11 +389,57 @@ bench: build build/floor
 	CUDAMEM_SIMULATOR=$${CUDAMEM_SIMULATOR:-$$( [ -e /dev/nvidiactl ] && echo 0 || echo 1 )} \
 	  $(PY) -m benchmarks --out $(BENCH_OUT) $(BENCH_ARGS)
 
+# cudamem, numba-cuda, cuda.core and raw cuda.bindings in one process on the
+# simulator, interleaved, beside floor.c; system calls (strace), driver calls
+# and instructions outside the driver (callgrind) per op. A full run records
+# benchmarks/results/<date>-simulator.md and .json; BENCH_ARGS=--quick is
+# CI's smoke run. strace and valgrind are required, not optional.
+bench-peers: build build/floor
+	@for t in strace valgrind; do command -v $$t >/dev/null || { \
+	  echo "bench-peers: $$t is not installed (apt-get install $$t)" >&2; \
+	  exit 1; }; done
+	timeout $(BUDGET_BENCH_PEERS) $(MAKE) --no-print-directory bench-peers-run
+
+bench-peers-run: $(PEERS_VENV)/.stamp
+	PYTHONPATH=$(CURDIR) $(PEERS_VENV)/bin/python -m cudamem.simulator run \
+	  -- $(PEERS_VENV)/bin/python -m benchmarks.peers \
+	  --out $(BENCH_OUT)/peers $(BENCH_ARGS)
+
 # On a GPU machine: build in place with the machine's Python, run the suite on
 # the real driver, then the benchmarks; logs and results go to $(RESULTS).
 GPU_PY ?= python3
 gpu-check:
 	GPU_PY=$(GPU_PY) tests/gpu/check.sh $(RESULTS)
+
+test-pythons: $(VENV_STAMP)
+	CUDAMEM_DEV_CFLAGS="$(DEV_CFLAGS)" timeout $(BUDGET_PYTHONS) \
+	  $(PY) tools/test_pythons.py --versions $(PYTHONS) $(PYTEST_ARGS)
+	cat build/pythons/summary.md
+
+$(WHEEL_VENV)/.stamp: requirements-wheel.txt
+	rm -rf $(WHEEL_VENV)
+	$(PYTHON) -m venv $(WHEEL_VENV)
+	$(WHEEL_VENV)/bin/pip install -q -r requirements-wheel.txt
+	touch $@
+
+# An sdist, then a wheel built from it in isolation (pip brings the build
+# requirements, the CUDA headers among them), retagged manylinux by
+# auditwheel, which fails if the wheel needs more than glibc at run time.
+wheel: $(WHEEL_VENV)/.stamp
+	rm -rf $(DIST)
+	timeout $(BUDGET_WHEEL) $(WHEEL_VENV)/bin/python -m build \
+	  --outdir $(DIST)/raw .
+	$(WHEEL_VENV)/bin/auditwheel show $(DIST)/raw/*.whl
+	PATH=$(abspath $(WHEEL_VENV))/bin:$$PATH $(WHEEL_VENV)/bin/auditwheel \
+	  repair --wheel-dir $(DIST) $(DIST)/raw/*.whl
+	mv $(DIST)/raw/*.tar.gz $(DIST)/
+	rm -rf $(DIST)/raw
+
+# Installs the wheel and the sdist into new venvs, without the toolkit's
+# variables, and runs `cudamem info`, the demo and every import there.
+test-wheel: wheel
+	timeout $(BUDGET_WHEEL) $(PYTHON) tools/wheel_check.py $(DIST) \
+	  build/wheel-check
 
 clean:
 	rm -rf build cudamem/*.so cudamem/__pycache__ tests/__pycache__ tests/*/__pycache__ .pytest_cache .hypothesis

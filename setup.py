@@ -1,12 +1,14 @@
 """Build cudamem: the extension (core/ + py/) and the simulated driver.
 
-Only the CUDA headers are needed (cuda.h, cudaTypedefs.h); nothing links
-against libcuda. Development builds add flags through the environment:
-CUDAMEM_DEV_CFLAGS (the Makefile passes -Werror there; `pip install .` never
-does), CUDAMEM_SANITIZE=1 (ASan + UBSan), CUDAMEM_SANITIZE=thread (TSan),
+Only the CUDA headers are needed (cuda.h, cudaTypedefs.h), which the
+nvidia-cuda-runtime wheel provides; nothing links against libcuda.
+Development builds add flags through the environment: CUDAMEM_DEV_CFLAGS
+(the Makefile passes -Werror there; `pip install .` never does),
+CUDAMEM_SANITIZE=1 (ASan + UBSan), CUDAMEM_SANITIZE=thread (TSan),
 CUDAMEM_COVERAGE=1 (gcov), CUDAMEM_DEBUG=1 (core's lock-order and py/'s
 refcount asserts, see core/lockorder.h).
 """
+import importlib.util
 import os
 import shlex
 import shutil
@@ -16,27 +18,38 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 
+def _wheel_include():
+    """The include directory of the nvidia-cuda-runtime wheel (the build
+    requirement in pyproject.toml), or None where it is not installed."""
+    spec = importlib.util.find_spec("nvidia")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        inc = os.path.join(root, "cu13", "include")
+        if os.path.exists(os.path.join(inc, "cuda.h")):
+            return inc
+    return None
+
+
 def find_cuda_include():
-    """The first of CUDA_HOME, CUDA_PATH, nvcc's toolkit, /usr/local/cuda
-    whose include directory has cuda.h."""
+    """The directory holding cuda.h: CUDA_HOME's or CUDA_PATH's include
+    directory when one is set (an override), else the nvidia-cuda-runtime
+    wheel's, else nvcc's toolkit's or /usr/local/cuda's."""
     places = []
     for var in ("CUDA_HOME", "CUDA_PATH"):
         if os.environ.get(var):
-            places.append((var, os.environ[var]))
+            places.append((var, os.path.join(os.environ[var], "include")))
+    places.append(("nvidia-cuda-runtime", _wheel_include()))
     nvcc = shutil.which("nvcc")
     if nvcc:
-        places.append(("nvcc", os.path.dirname(os.path.dirname(
-            os.path.realpath(nvcc)))))
-    places.append(("default", "/usr/local/cuda"))
-    for _, root in places:
-        inc = os.path.join(root, "include")
-        if os.path.exists(os.path.join(inc, "cuda.h")):
+        places.append(("nvcc", os.path.join(os.path.dirname(
+            os.path.dirname(os.path.realpath(nvcc))), "include")))
+    places.append(("default", "/usr/local/cuda/include"))
+    for _, inc in places:
+        if inc and os.path.exists(os.path.join(inc, "cuda.h")):
             return inc
     tried = ", ".join("%s=%s" % p for p in places)
-    sys.exit("cudamem: cuda.h not found. Looked in the include directory "
-             "of CUDA_HOME, CUDA_PATH, the toolkit of nvcc on PATH and "
-             "/usr/local/cuda (%s). Install the CUDA toolkit headers or set "
-             "CUDA_HOME." % tried)
+    sys.exit("cudamem: cuda.h not found (looked in %s). `pip install "
+             "nvidia-cuda-runtime` provides it, as does the CUDA toolkit; "
+             "CUDA_HOME=DIR names DIR/include." % tried)
 
 
 def numpy_include():
@@ -96,6 +109,10 @@ class BuildExt(build_ext):
 
 
 CUDA_INC = find_cuda_include()
+if sys.argv[1:] == ["--cuda-include"]:
+    # For the Makefile's C tests and linters: the same headers as the build.
+    print(CUDA_INC)
+    sys.exit(0)
 CFLAGS, LDFLAGS = flags()
 SRC = os.path.join("cudamem", "_src")
 

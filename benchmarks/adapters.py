@@ -1,5 +1,6 @@
-"""One adapter per library the runner measures: cudamem and its peers
-(numba-cuda, CuPy, PyTorch, cuda.core), each doing the runner's operations
+"""One adapter per library the runners measure: cudamem and its peers
+(numba-cuda, CuPy, PyTorch, cuda.core, and raw cuda.bindings for
+``benchmarks.peers``), each doing the runner's operations
 with that library's own documented calls. Timing, rotation and output are
 the runner's (runner.py); an adapter only builds the calls to time.
 
@@ -86,6 +87,15 @@ class Adapter:
 
     def stream_create(self, nbuf):
         raise Unsupported("no streams")
+
+    def to_device(self, nbytes, nbuf):
+        """A new device array holding a copy of an existing pageable host
+        array (and its release)."""
+        raise Unsupported("no copy of a host array into a new device array")
+
+    def synchronize(self, nbuf):
+        """Synchronize the current context with nothing pending."""
+        raise Unsupported("no context synchronize")
 
     # Bandwidth: device events on the default stream around the copies.
     def timer(self):
@@ -175,6 +185,14 @@ class CudamemAdapter(Adapter):
     def stream_create(self, nbuf):
         return [self.lib.stream] * nbuf
 
+    def to_device(self, nbytes, nbuf):
+        conv = self.lib.to_device
+        hosts = [np.ones(nbytes, np.uint8) for _ in range(nbuf)]
+        return [lambda h=h: conv(h) for h in hosts]
+
+    def synchronize(self, nbuf):
+        return [self.lib.synchronize] * nbuf
+
     def timer(self):
         cuda = self.lib
         e0, e1 = cuda.event(), cuda.event()
@@ -225,6 +243,8 @@ class NumbaAdapter(Adapter):
     cai_import = CudamemAdapter.cai_import
     event_record_query = CudamemAdapter.event_record_query
     stream_create = CudamemAdapter.stream_create
+    to_device = CudamemAdapter.to_device
+    synchronize = CudamemAdapter.synchronize
     timer = CudamemAdapter.timer
     bandwidth = CudamemAdapter.bandwidth
 
@@ -474,6 +494,9 @@ class CudaCoreAdapter(Adapter):
         dev = self.dev
         return [lambda: dev.create_stream().close()] * nbuf
 
+    def synchronize(self, nbuf):
+        return [self.dev.sync] * nbuf
+
     def timer(self):
         s = self.stream
         e0, e1 = self._event(True), self._event(True)
@@ -498,6 +521,132 @@ class CudaCoreAdapter(Adapter):
             return pairs[n]
         return (lambda n: pair(n)[1].copy_from(pair(n)[0], stream=s),
                 lambda n: pair(n)[1].copy_to(pair(n)[0], stream=s))
+
+
+class BindingsAdapter(Adapter):
+    """Raw cuda.bindings: the driver API one call at a time, the call
+    sequences of floor.c on device 0's primary context, each result checked
+    as floor.c checks it."""
+    name = "cuda.bindings"
+    module = "cuda.bindings.driver"
+
+    def version(self):
+        return str(importlib.import_module("cuda.bindings").__version__)
+
+    def setup(self):
+        drv = self.lib
+        _ck(drv.cuInit(0), "cuInit")
+        dev = _ck(drv.cuDeviceGet(0), "cuDeviceGet")
+        ctx = _ck(drv.cuDevicePrimaryCtxRetain(dev),
+                  "cuDevicePrimaryCtxRetain")
+        _ck(drv.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+        self.stream = _ck(drv.cuStreamCreate(0), "cuStreamCreate")
+
+    def _dev(self, nbytes):
+        drv = self.lib
+        d = _ck(drv.cuMemAlloc(nbytes), "cuMemAlloc")
+        self.defer(lambda: _ck(drv.cuMemFree(d), "cuMemFree"))
+        return d
+
+    def alloc(self, nbytes, pool, nbuf):
+        if pool:
+            raise Unsupported("floor.c's calls have no pool")
+        alloc, free = self.lib.cuMemAlloc, self.lib.cuMemFree
+
+        def one():
+            err, d = alloc(nbytes)
+            if err or free(d)[0]:
+                raise RuntimeError("cuMemAlloc/cuMemFree failed")
+        return [one] * nbuf
+
+    def copy(self, direction, memory, nbytes, nbuf):
+        drv = self.lib
+        fns = []
+        for _ in range(nbuf):
+            if memory == "pageable":
+                keep = np.ones(nbytes, np.uint8)
+                h = keep.ctypes.data
+            elif memory == "pinned":
+                h = keep = _ck(drv.cuMemHostAlloc(nbytes, 0),
+                               "cuMemHostAlloc")
+                self.defer(lambda h=h: _ck(drv.cuMemFreeHost(h),
+                                           "cuMemFreeHost"))
+            else:
+                raise Unsupported("registered copies are not timed here")
+            d = self._dev(nbytes)
+            if direction == "htod":
+                fns.append(_checked(drv.cuMemcpyHtoD, d, h, nbytes, keep))
+            else:
+                fns.append(_checked(drv.cuMemcpyDtoH, h, d, nbytes, keep))
+        return fns
+
+    def to_device(self, nbytes, nbuf):
+        drv = self.lib
+        alloc, copy, free = drv.cuMemAlloc, drv.cuMemcpyHtoD, drv.cuMemFree
+
+        def one(h):
+            err, d = alloc(nbytes)
+            if err or copy(d, h, nbytes)[0] or free(d)[0]:
+                raise RuntimeError("cuMemAlloc/cuMemcpyHtoD/cuMemFree "
+                                   "failed")
+        hosts = [np.ones(nbytes, np.uint8) for _ in range(nbuf)]
+        self.defer(hosts.clear)
+        return [lambda p=h.ctypes.data: one(p) for h in hosts]
+
+    def event_record_query(self, nbuf):
+        drv = self.lib
+        flags = drv.CUevent_flags.CU_EVENT_DISABLE_TIMING
+        record, query = drv.cuEventRecord, drv.cuEventQuery
+        not_ready = drv.CUresult.CUDA_ERROR_NOT_READY
+        s = self.stream
+        fns = []
+        for _ in range(nbuf):
+            e = _ck(drv.cuEventCreate(flags), "cuEventCreate")
+            self.defer(lambda e=e: _ck(drv.cuEventDestroy(e),
+                                       "cuEventDestroy"))
+
+            def one(e=e):
+                if record(e, s)[0]:
+                    raise RuntimeError("cuEventRecord failed")
+                err = query(e)[0]
+                if err and err != not_ready:
+                    raise RuntimeError("cuEventQuery: %s" % (err,))
+            fns.append(one)
+        return fns
+
+    def stream_create(self, nbuf):
+        create, destroy = self.lib.cuStreamCreate, self.lib.cuStreamDestroy
+
+        def one():
+            err, s = create(0)
+            if err or destroy(s)[0]:
+                raise RuntimeError("cuStreamCreate/cuStreamDestroy failed")
+        return [one] * nbuf
+
+    def synchronize(self, nbuf):
+        sync = self.lib.cuCtxSynchronize
+
+        def one():
+            if sync()[0]:
+                raise RuntimeError("cuCtxSynchronize failed")
+        return [one] * nbuf
+
+
+def _checked(entry, dst, src, nbytes, keep):
+    """One copy through entry, checked inline as floor.c's CHECK does;
+    keep holds the host array alive."""
+    def one(keep=keep):
+        if entry(dst, src, nbytes)[0]:
+            raise RuntimeError("%s failed" % entry.__name__)
+    return one
+
+
+def _ck(result, call):
+    """The value of a cuda.bindings call's (CUresult, value...) tuple;
+    RuntimeError naming the call when it failed."""
+    if result[0]:
+        raise RuntimeError("%s failed: %s" % (call, result[0]))
+    return result[1] if len(result) > 1 else None
 
 
 PEERS = (NumbaAdapter, CupyAdapter, TorchAdapter, CudaCoreAdapter)

@@ -345,6 +345,17 @@ op_alloc_free(unsigned i)
     CHECK(cuMemFree, (p));
 }
 
+/* to_device: a new allocation filled from pageable memory, then freed. */
+static void
+op_alloc_htod_free(unsigned i)
+{
+    CUdeviceptr p;
+
+    CHECK(cuMemAlloc, (&p, cur_bytes));
+    CHECK(cuMemcpyHtoD, (p, R.hpool + slot(i), cur_bytes));
+    CHECK(cuMemFree, (p));
+}
+
 static void
 op_htod_pageable(unsigned i)
 {
@@ -448,6 +459,9 @@ run_latency(void)
         cur_bytes = sizes[s];
         time_op("cuMemAlloc+cuMemFree", cur_bytes, op_alloc_free);
     }
+    cur_bytes = 8;
+    time_op("cuMemAlloc+cuMemcpyHtoD+cuMemFree", cur_bytes,
+            op_alloc_htod_free);
     for (c = 0; c < sizeof(copies) / sizeof(copies[0]); c++) {
         for (s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
             cur_bytes = sizes[s];

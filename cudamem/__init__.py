@@ -6,16 +6,9 @@ behaviour. Importing cudamem touches no driver: the CUDA driver (or, with
 ``CUDAMEM_SIMULATOR=1``, cudamem's simulated driver) is loaded by the first
 call that needs it.
 """
-from cudamem import (
-    _cudamem,
-    cudadrv,
-    devicearray,
-    devices,
-    driver,
-    ipc,
-    memory,
-    runtime,
-)
+from os import environ as _environ
+
+from cudamem import _cudamem
 from cudamem._cudamem import (
     Context,
     Deallocations,
@@ -57,16 +50,8 @@ from cudamem._cudamem import (
     synchronize,
     to_device,
 )
-from cudamem.arrays import device_array_like, managed_array_like
-from cudamem.devices import (
-    MemoryInfo,
-    MemoryStats,
-    defer_cleanup,
-    detect,
-    gpus,
-    profiling,
-    require_context,
-)
+
+# The extension imported cudamem.errors already: these cost nothing.
 from cudamem.errors import (
     CudaAPIError,
     CudaDriverError,
@@ -75,32 +60,91 @@ from cudamem.errors import (
     CudaSupportError,
     CudaWarning,
 )
-from cudamem.hostarrays import (
-    deregister,
-    mapped,
-    mapped_array_like,
-    pinned,
-    pinned_array_like,
-    register,
-)
-from cudamem.ipc import (
-    GetIpcHandleMixin,
-    IpcArrayHandle,
-    IpcHandle,
-    open_ipc_array,
-)
-from cudamem.memory import (
-    BaseCUDAMemoryManager,
-    HostOnlyCUDAMemoryManager,
-    ManagedMemory,
-    MappedMemory,
-    PinnedMemory,
-    set_memory_manager,
-    using_memory_manager,
-)
-from cudamem.pool import PoolMemoryManager
-from cudamem.runtime import is_supported_version
-from cudamem.smartarray import SmartArray
+
+# The names of the package's Python modules, each imported on first access
+# (module __getattr__ below), so that `import cudamem` compiles and runs
+# none of them: {name: module}.
+_LAZY = {
+    name: "cudamem." + module
+    for module, names in (
+        ("arrays", ("device_array_like", "managed_array_like")),
+        ("devices", ("MemoryInfo", "MemoryStats", "defer_cleanup", "detect",
+                     "gpus", "profiling", "require_context")),
+        ("hostarrays", ("deregister", "mapped", "mapped_array_like",
+                        "pinned", "pinned_array_like", "register")),
+        ("ipc", ("GetIpcHandleMixin", "IpcArrayHandle", "IpcHandle",
+                 "open_ipc_array")),
+        ("memory", ("BaseCUDAMemoryManager", "HostOnlyCUDAMemoryManager",
+                    "ManagedMemory", "MappedMemory", "PinnedMemory",
+                    "set_memory_manager", "using_memory_manager")),
+        ("pool", ("PoolMemoryManager",)),
+        ("runtime", ("is_supported_version",)),
+        ("smartarray", ("SmartArray",)),
+    )
+    for name in names
+}
+# Submodules that were attributes after `import cudamem` (numba's layout
+# and dask's `cuda.devicearray.DeviceNDArray`), also loaded on access.
+_SUBMODULES = ("arrays", "cudadrv", "devicearray", "devices", "driver",
+               "hostarrays", "ipc", "memory", "pool", "runtime", "simulator",
+               "smartarray")
+# numpy.ndarray subclasses, made with NumPy loaded when first asked for.
+_HOST_NDARRAYS = ("ManagedNDArray", "MappedNDArray")
+
+# What type checkers and IDEs see: the names as plain imports.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from cudamem import (
+        arrays,
+        cudadrv,
+        devicearray,
+        devices,
+        driver,
+        hostarrays,
+        ipc,
+        memory,
+        pool,
+        runtime,
+        simulator,
+        smartarray,
+    )
+    from cudamem.arrays import device_array_like, managed_array_like
+    from cudamem.devices import (
+        MemoryInfo,
+        MemoryStats,
+        defer_cleanup,
+        detect,
+        gpus,
+        profiling,
+        require_context,
+    )
+    from cudamem.hostarrays import (
+        deregister,
+        mapped,
+        mapped_array_like,
+        pinned,
+        pinned_array_like,
+        register,
+    )
+    from cudamem.ipc import (
+        GetIpcHandleMixin,
+        IpcArrayHandle,
+        IpcHandle,
+        open_ipc_array,
+    )
+    from cudamem.memory import (
+        BaseCUDAMemoryManager,
+        HostOnlyCUDAMemoryManager,
+        ManagedMemory,
+        MappedMemory,
+        PinnedMemory,
+        set_memory_manager,
+        using_memory_manager,
+    )
+    from cudamem.pool import PoolMemoryManager
+    from cudamem.runtime import is_supported_version
+    from cudamem.smartarray import SmartArray
+del TYPE_CHECKING
 
 
 def _load_streams():
@@ -116,20 +160,51 @@ def _load_handles():
     return _handles.Handle, _handles.DevicePointer, _handles.LaunchView
 
 
-# The seam (docs/design.rst): every Python object the extension calls,
-# handed over once. It imports nothing else of this package.
-_cudamem._install(
-    make_memory_manager=memory._make_memory_manager,
-    assign_memory_manager=memory._assign_memory_manager,
-    plugin_defer_cleanup=memory._plugin_defer_cleanup,
-    UniqueDict=memory.UniqueDict,
-    MemoryInfo=MemoryInfo,
-    MemoryStats=MemoryStats,
-    IpcHandle=IpcHandle,
-    array_handle=ipc._array_handle,
-    load_streams=_load_streams,
-    load_handles=_load_handles,
-)
+# The extension's hooks from memory.py, devices.py and ipc.py:
+# {keyword of _install(): (module, name)}.
+_HOOKS = {
+    "make_memory_manager": ("memory", "_make_memory_manager"),
+    "assign_memory_manager": ("memory", "_assign_memory_manager"),
+    "plugin_defer_cleanup": ("memory", "_plugin_defer_cleanup"),
+    "UniqueDict": ("memory", "UniqueDict"),
+    "MemoryInfo": ("devices", "MemoryInfo"),
+    "MemoryStats": ("devices", "MemoryStats"),
+    "IpcHandle": ("ipc", "IpcHandle"),
+    "array_handle": ("ipc", "_array_handle"),
+}
+
+
+def _install_hooks():
+    """Imports the hooks' modules and hands the extension the real hooks
+    and the two loaders; returns the hooks by keyword."""
+    import importlib
+    hooks = {key: getattr(importlib.import_module("cudamem." + module), name)
+             for key, (module, name) in _HOOKS.items()}
+    _cudamem._install(load_streams=_load_streams, load_handles=_load_handles,
+                      **hooks)
+    return hooks
+
+
+def _first_use(key):
+    # A stand-in for hook `key`: its first call imports the hooks' modules
+    # and installs the real objects, which the extension calls from then on.
+    def hook(*args, **kwargs):
+        return _install_hooks()[key](*args, **kwargs)
+    hook.__qualname__ = hook.__name__ = "_first_use_" + key
+    return hook
+
+
+# The seam (docs/design.rst): every Python object the extension calls;
+# until the first call into one of _HOOKS, a stand-in that loads them.
+_cudamem._install(load_streams=_load_streams, load_handles=_load_handles,
+                  **{key: _first_use(key) for key in _HOOKS})
+
+# The variables that name the memory manager (memory.py reads them). One
+# named there must be on before the first allocation, which memory.py sees
+# to when imported: with either set, it is imported now.
+_MANAGER_VARIABLES = ("CUDAMEM_MEMORY_MANAGER", "NUMBA_CUDA_MEMORY_MANAGER")
+if not _environ.keys().isdisjoint(_MANAGER_VARIABLES):
+    _install_hooks()
 
 __version__ = "0.1.0"
 
@@ -217,12 +292,21 @@ __all__ = [
 
 
 def __getattr__(name):
-    # numpy.ndarray subclasses: made, with NumPy loaded, when first asked
-    # for.
-    if name in ("ManagedNDArray", "MappedNDArray"):
-        return _cudamem._host_ndarray_type(name)
-    # The simulator's control API needs ctypes: load it only when asked for.
-    if name == "simulator":
+    module = _LAZY.get(name)
+    if module is not None:
         import importlib
-        return importlib.import_module("cudamem.simulator")
-    raise AttributeError("module 'cudamem' has no attribute %r" % name)
+        value = getattr(importlib.import_module(module), name)
+    elif name in _SUBMODULES:
+        # Importing a submodule binds it here too: no __getattr__ next time.
+        import importlib
+        return importlib.import_module("cudamem." + name)
+    elif name in _HOST_NDARRAYS:
+        value = _cudamem._host_ndarray_type(name)
+    else:
+        raise AttributeError("module 'cudamem' has no attribute %r" % name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()).union(_LAZY, _SUBMODULES, _HOST_NDARRAYS))

@@ -15,7 +15,7 @@ import abc
 import contextlib
 import os
 
-from cudamem import _cudamem
+from cudamem import _MANAGER_VARIABLES, _cudamem
 from cudamem._cudamem import (
     ManagedMemory,
     MappedMemory,
@@ -36,10 +36,6 @@ _SUPPORTED_EMM_INTERFACE_VERSION = 1
 # plugin's module: (module, class).
 _NAMED = {"default": ("cudamem.memory", "DefaultMemoryManager"),
           "pool": ("cudamem.pool", "PoolMemoryManager")}
-
-# The variables naming the manager, the first one set winning (as the
-# pending-free thresholds in core/pending.c).
-_ENV_VARS = ("CUDAMEM_MEMORY_MANAGER", "NUMBA_CUDA_MEMORY_MANAGER")
 
 
 class UniqueDict(dict):
@@ -309,8 +305,9 @@ def _check_class(cls):
 
 def _env_manager():
     """(variable, value) naming the manager: cudamem's variable when it is
-    set, else numba's; ("", "default") when neither is."""
-    for var in _ENV_VARS:
+    set, else numba's (the first one set wins, as the pending-free
+    thresholds in core/pending.c); ("", "default") when neither is."""
+    for var in _MANAGER_VARIABLES:
         value = os.environ.get(var)
         if value is not None:
             return var, value or "default"
@@ -440,6 +437,7 @@ def using_memory_manager(cls):
 
 
 # A manager named in the environment is made with the first context's
-# manager; allocations must ask for it from the start.
+# manager; allocations must ask for it from the start (with either
+# variable set, cudamem/__init__.py imports this module at once).
 if _env_manager()[1] != "default":
     _cudamem._enable_plugins()

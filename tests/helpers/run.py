@@ -12,6 +12,15 @@ HELPERS = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HELPERS))
 
 
+# For scripts that fork after cudamem started: Python 3.12 and later warn
+# of fork() in a multi-threaded process, which the driver's threads (a GPU
+# driver's as well as the simulator's) make every CUDA process.
+FORK_WARNING_OFF = (
+    "import warnings\n"
+    "warnings.filterwarnings('ignore', r'This process \\(pid=\\d+\\) is "
+    "multi-threaded', DeprecationWarning)\n")
+
+
 def in_thread(fn, *args):
     """Runs fn in a new thread (which has no current context) and returns
     its result, re-raising its exception."""

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import cudamem
+from tests.helpers.run import FORK_WARNING_OFF
 
 pytestmark = pytest.mark.simulator
 
@@ -166,7 +167,7 @@ def test_exit_with_an_open_ipc_mapping(run_py):
 
 
 def test_fork_child_exits_cleanly_with_the_parents_objects(run_py):
-    proc = run_py(PRELUDE + textwrap.dedent("""
+    proc = run_py(FORK_WARNING_OFF + PRELUDE + textwrap.dedent("""
         import gc, os
         a = cudamem.to_device(np.arange(10))
         s = cudamem.stream()
@@ -244,7 +245,7 @@ FORK_OPS = [
 
 
 def test_fork_child_refuses_every_operation(run_py):
-    proc = run_py(PRELUDE + textwrap.dedent("""
+    proc = run_py(FORK_WARNING_OFF + PRELUDE + textwrap.dedent("""
         import gc, os
 
         class Foreign:

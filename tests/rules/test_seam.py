@@ -1,7 +1,7 @@
 """The seam between the extension and the package's Python
 (docs/design.rst, "The seam to Python"): the extension imports nothing of
 its package but cudamem.errors, cudamem/__init__.py hands it every other
-object with one _cudamem._install() call, and a hook it lacks is a clear
+object by keyword with _cudamem._install(), and a hook it lacks is a clear
 RuntimeError, not a crash."""
 import pathlib
 import re
@@ -127,7 +127,6 @@ def test_manager_modes_are_named_constants():
 
 def test_the_version_has_one_source():
     import tomllib
-
     from setuptools.config.expand import read_attr
 
     with open(PY_SRC.parents[2] / "pyproject.toml", "rb") as f:

@@ -23,6 +23,7 @@ import pytest
 
 import cudamem
 from cudamem.errors import CudaAPIError, CudaDriverError, CudaWarning
+from tests.helpers.run import FORK_WARNING_OFF
 
 pytestmark = pytest.mark.simulator
 
@@ -435,7 +436,7 @@ def test_exit_with_a_busy_dispatcher(run_py):
 
 
 def test_fork_child_does_not_inherit_the_dispatcher(run_py):
-    proc = run_py("""
+    proc = run_py(FORK_WARNING_OFF + textwrap.dedent("""
         import os, threading
         import cudamem
         from cudamem.errors import CudaDriverError
@@ -470,7 +471,7 @@ def test_fork_child_does_not_inherit_the_dispatcher(run_py):
         s.add_callback(lambda *a: again.set())
         assert again.wait(30)
         print("ok")
-    """, timeout=60)
+    """), timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "ok"
     assert proc.stderr == ""

@@ -289,7 +289,10 @@ def test_helpers_outside_pytest(run_py):
 
 
 def test_registered_as_a_pytest11_entry_point():
-    import tomllib
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: its predecessor on the index
+        import tomli as tomllib
     with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
         project = tomllib.load(f)["project"]
     entry = project["entry-points"]["pytest11"]

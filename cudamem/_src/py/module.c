@@ -126,8 +126,10 @@ PyDoc_STRVAR(install_doc,
              "MemoryInfo, MemoryStats, IpcHandle, array_handle, "
              "load_streams, load_handles)\n--\n\n"
              "Hands the extension the Python objects it calls (the seam in "
-             "docs/design.rst).\ncudamem/__init__.py calls it once; every "
-             "keyword is required. A second call\nreplaces them all.");
+             "docs/design.rst).\ncudamem/__init__.py calls it at import "
+             "(stand-ins for the hooks of modules\nnot yet imported) and "
+             "again on the first call into a stand-in; every keyword\nis "
+             "required. A second call replaces them all.");
 
 static PyObject *
 install(PyObject *module, PyObject *const *args, Py_ssize_t nargs,

@@ -1,0 +1,77 @@
+"""benchmarks/peers.py's own arithmetic: the strace and callgrind counts
+and the floor bound of issue 23. The run itself needs the peers venv,
+strace and valgrind (`make bench-peers BENCH_ARGS=--quick`, in CI)."""
+import json
+
+from benchmarks import peers
+
+M = peers.MARK
+
+
+def test_syscalls_between_markers_all_threads_resumed_once():
+    loops = [{"lib": "cudamem", "op": "alloc+free 8 B", "calls": 2},
+             {"lib": "cuda.core", "op": "alloc+free 8 B", "calls": 4}]
+    trace = [
+        '10 openat(AT_FDCWD, "/x", O_RDONLY) = 3',  # before: not counted
+        '10 newfstatat(AT_FDCWD, "%s/begin/cudamem/alloc-free-8-b", '
+        '0x7f, 0) = -1 ENOENT' % M,
+        '10 mmap(NULL, 4096, PROT_READ, MAP_PRIVATE, -1, 0) = 0x7f',
+        '11 futex(0x7f, FUTEX_WAIT, 0, NULL <unfinished ...>',
+        '10 munmap(0x7f, 4096) = 0',
+        '11 <... futex resumed>) = 0',
+        '12 +++ exited with 0 +++',
+        '10 --- SIGCHLD {si_signo=SIGCHLD} ---',
+        '10 newfstatat(AT_FDCWD, "%s/end/cudamem/alloc-free-8-b", '
+        '0x7f, 0) = -1 ENOENT' % M,
+        '10 getpid() = 10',  # between loops: not counted
+        '10 newfstatat(AT_FDCWD, "%s/begin/cuda-core/alloc-free-8-b", '
+        '0x7f, 0) = -1 ENOENT' % M,
+        '10 newfstatat(AT_FDCWD, "%s/end/cuda-core/alloc-free-8-b", '
+        '0x7f, 0) = -1 ENOENT' % M,
+    ]
+    got = peers.syscalls_per_op(trace, loops)
+    # mmap, futex (once), munmap over 2 calls; nothing over 4.
+    assert got == {("cudamem", "alloc+free 8 B"): 1.5,
+                   ("cuda.core", "alloc+free 8 B"): 0.0}
+
+
+def test_callgrind_costs_split_self_cost_by_object(tmp_path):
+    drv = tmp_path / "libcusim.so"
+    drv.write_bytes(b"")
+    other = tmp_path / "python"
+    dump = tmp_path / "callgrind.out.1.1"
+    dump.write_text("\n".join([
+        "version: 1", "creator: callgrind", "events: Ir", "",
+        "ob=(1) %s" % other, "fl=(1) a.c", "fn=(1) f",
+        "0 100", "+2 20",
+        "cob=(2) %s" % drv, "cfi=(2) s.c", "cfn=(2) cuMemAlloc_v2",
+        "calls=1 0", "0 5000",  # inclusive cost of the call: not counted
+        "ob=(2)", "fl=(2)", "fn=(2)", "0 700", "* 7",
+        "ob=(1)", "fn=(3) g", "-1 3",
+        "totals: 830", ""]))
+    total, inside = peers._callgrind_costs(str(dump), str(drv))
+    assert (total, inside) == (100 + 20 + 700 + 7 + 3, 700 + 7)
+
+
+def test_summary_bound_is_the_larger_of_ratio_and_excess():
+    def result(cm_ns, floor_ns, peer_ns):
+        return {"floor": {"DtoH 8 B": floor_ns}, "summary": {},
+                "time": {"DtoH 8 B": {
+                    "cudamem": {"median_ns": cm_ns},
+                    "numba-cuda": {"median_ns": peer_ns},
+                    "cuda.core": {"unsupported": "no"}}}}
+    cases = [
+        # floor 1000 ns: 0.3 us above it is the larger bound (1300).
+        (1300.0, 1000.0, True), (1301.0, 1000.0, False),
+        # floor 4000 ns: 1.2x is the larger bound (4800).
+        (4800.0, 4000.0, True), (4801.0, 4000.0, False),
+    ]
+    for cm, floor, within in cases:
+        r = result(cm, floor, 2 * cm)
+        peers.summarize(r)
+        s = r["summary"]["DtoH 8 B"]
+        assert s["within_bound"] is within, (cm, floor)
+        assert s["fastest_peer"] == "numba-cuda"
+        assert s["cudamem_over_fastest_peer"] == 0.5
+        assert s["cudamem_over_floor"] == round(cm / floor, 3)
+        json.dumps(r)  # what the run writes
