@@ -317,8 +317,8 @@ CORE_UNIT_SRC := cudamem/_src/core/pending.c cudamem/_src/core/errors.c \
 	cudamem/_src/core/lockorder.c
 CORE_LAYOUT_SRC := cudamem/_src/core/layout.c cudamem/_src/core/errors.c
 CORE_COPY_SRC := $(addprefix cudamem/_src/core/,driver.c context.c device.c \
-	release.c pending.c memory.c ipc.c pool.c event.c stats.c copy.c \
-	copyarray.c layout.c errors.c hostmem.c hostpool.c staging.c \
+	release.c pending.c memory.c ipc.c pool.c event.c stream.c stats.c \
+	copy.c copyarray.c layout.c errors.c hostmem.c hostpool.c staging.c \
 	lockorder.c oom.c)
 CTEST_DEPS = $(SIM_SRC) $(SIM_HDR) $(CORE_UNIT_SRC) $(CORE_LAYOUT_SRC) \
 	cudamem/_src/core/stats.c \

@@ -176,21 +176,24 @@ def test_event_failures_raise_and_leak_nothing(sim, row):
 
 def test_a_retired_stream_is_never_touched(hazards):
     # Work on a stream that is gone by the export: its handle may be
-    # destroyed (and reused), so the export synchronizes the context
-    # instead of recording an event on it.
+    # destroyed (and reused), so the export waits for the event its
+    # release recorded after that work instead of touching the handle.
     sim = hazards
     own = cudamem.stream()
     d = cudamem.device_array(2 * N, stream=own)
     with sim.delay(200_000):
         temp = cudamem.stream()
         d[N:].copy_to_device(np.full(N, 5.0), stream=temp)
+        sim.reset()
         del temp
+        assert calls(sim)["cuEventRecord"] == 1
         cudamem.current_context().deallocations.clear()
         sim.reset()
         assert d.__cuda_array_interface__["stream"] == int(own)
         made = calls(sim)
         assert made["cuEventRecord"] == 0
-        assert made["cuCtxSynchronize"] == 1
+        assert made["cuStreamWaitEvent"] == 1
+        assert made["cuCtxSynchronize"] == 0
         out = cudamem.as_cuda_array(Producer(d), stream=own).copy_to_host(
             stream=own)
         own.synchronize()

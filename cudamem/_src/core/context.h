@@ -40,9 +40,6 @@ typedef struct cm_device {
     struct cm_pool *pool;
     struct cm_pool *pool_on;
     cm_counts counts[CM_STAT_KINDS]; /* stats.c's, atomic */
-    /* How many of cudamem's streams were handed to the object queue
-     * (atomic): a handle remembered before may be destroyed. */
-    uint64_t streams_retired;
     /* The first sticky error seen in the primary context, and its call:
      * set once (the call first), atomically; cleared only by a reset
      * after which the driver reports the new context usable. */

@@ -23,6 +23,7 @@ typedef enum cm_lock_level {
     CM_LOCK_PENDING,      /* pending.c: one deferred-free queue */
     CM_LOCK_HOLD,         /* dev->hold_lock: changes to the hold only */
     CM_LOCK_MEM_PENDING,  /* memory.c: a record's pending set (spin) */
+    CM_LOCK_STREAMS,      /* stream.c: the table of live streams */
 } cm_lock_level;
 
 #ifdef CUDAMEM_DEBUG

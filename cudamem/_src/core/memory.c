@@ -369,7 +369,7 @@ static int
 same_work(const cm_mem_work *a, const cm_mem_work *b)
 {
     return a->dev == b->dev && a->stream == b->stream &&
-           a->event == b->event && a->mark == b->mark;
+           a->event == b->event && a->rec == b->rec && a->mark == b->mark;
 }
 
 /* Drops w from m's set (locked), keeping the order; 1 if it was there. */
@@ -387,14 +387,38 @@ pending_drop(cm_mem *m, const cm_mem_work *w)
     return 0;
 }
 
-/* The default streams' special handles never die; a stream's handle
- * may be reused once its device retired one since. */
+/* 1 when w's stream can be used: a default stream's special handle,
+ * which never dies, or one of cudamem's streams not released yet. 0 for a
+ * released one whose release said what orders its work: *ev, the event
+ * it recorded after it, or NULL (nothing: it was complete). -1 when only
+ * a synchronize of its context orders it. */
 static int
-stream_is_live(const cm_mem_work *w)
+stream_state(const cm_mem_work *w, CUevent *ev)
 {
-    return cm_stream_is_default(w->stream) ||
-           w->mark ==
-               __atomic_load_n(&w->dev->streams_retired, __ATOMIC_ACQUIRE);
+    *ev = NULL;
+    if (cm_stream_is_default(w->stream)) {
+        return 1;
+    }
+    return w->rec != NULL ? cm__stream_live(w->rec, ev) : -1;
+}
+
+/* w is ordered by nothing but a synchronize of its context. */
+static int
+needs_synchronize(const cm_mem_work *w)
+{
+    CUevent ev;
+
+    return w->event == NULL && stream_state(w, &ev) < 0;
+}
+
+/* w needs no wait at all: a released stream's work, complete when it was
+ * released. */
+static int
+needs_nothing(const cm_mem_work *w)
+{
+    CUevent ev;
+
+    return w->event == NULL && stream_state(w, &ev) == 0 && ev == NULL;
 }
 
 /* `into` of m's device waits for the work on w's live stream of another
@@ -424,15 +448,24 @@ order_across(cm_mem *m, const cm_mem_work *w, CUstream into, cm_error *err)
 }
 
 /* Makes `into` wait for w: an event after a live stream's work, the
- * recorded event itself, or, for a stream that may have been destroyed, a
- * synchronize of its whole context (which covers its work). */
+ * recorded event itself, the event a released stream recorded (nothing
+ * when its work was complete), or, for a stream that may have been
+ * destroyed without either, a synchronize of its whole context (which
+ * covers its work). */
 static int
 order_work(cm_mem *m, const cm_mem_work *w, CUstream into, cm_error *err)
 {
+    CUevent ev;
+    int state;
+
     if (w->event != NULL) {
         return cm_event_stream_wait(m->dev, into, w->event, err);
     }
-    if (!stream_is_live(w)) {
+    state = stream_state(w, &ev);
+    if (state == 0) {
+        return ev != NULL ? cm_event_stream_wait(m->dev, into, ev, err) : 0;
+    }
+    if (state < 0) {
         return cm__ctx_synchronize(
             w->dev, __atomic_load_n(&w->dev->generation, __ATOMIC_ACQUIRE),
             err);
@@ -447,6 +480,9 @@ order_work(cm_mem *m, const cm_mem_work *w, CUstream into, cm_error *err)
 static int
 forget_work(const cm_mem_work *w, cm_error *err)
 {
+    if (w->rec != NULL) {
+        return cm__stream_unref(w->rec, err);
+    }
     return w->event == NULL ? 0
                             : cm_event_release(w->dev, w->mark, w->event, err);
 }
@@ -457,11 +493,11 @@ static int
 pending_add(cm_mem *m, const cm_mem_work *w, CUstream stream, cm_error *err)
 {
     cm_mem_work oldest;
-    int full;
+    int full, again = 0;
 
     pending_lock(m);
     if (w->stream != NULL) {
-        pending_drop(m, w);
+        again = pending_drop(m, w);
     }
     full = m->npending == CM_MEM_PENDING;
     if (full) {
@@ -471,6 +507,10 @@ pending_add(cm_mem *m, const cm_mem_work *w, CUstream stream, cm_error *err)
         m->pending[m->npending++] = *w;
     }
     pending_unlock(m);
+    if (again && w->rec != NULL) {
+        /* The same work noted again: one reference to its stream. */
+        cm__stream_unref(w->rec, err);
+    }
     if (!full) {
         return 0;
     }
@@ -602,16 +642,23 @@ cm_mem_note_stream(cm_mem *m, cm_device *dev, CUstream stream, cm_error *err)
         .dev = dev,
         .stream = stream,
         .event = NULL,
-        .mark = __atomic_load_n(&dev->streams_retired, __ATOMIC_ACQUIRE),
+        .rec = cm__stream_find(stream),
     };
+    cm_error ignored;
 
-    return pending_add(m, &w, stream, err);
+    if (pending_add(m, &w, stream, err) < 0) {
+        if (w.rec != NULL) {
+            cm__stream_unref(w.rec, &ignored);
+        }
+        return -1;
+    }
+    return 0;
 }
 
 int
 cm_mem_note_event(cm_mem *m, cm_device *dev, CUstream stream, cm_error *err)
 {
-    cm_mem_work w = {.dev = dev, .stream = NULL};
+    cm_mem_work w = {.dev = dev, .stream = NULL, .rec = NULL};
     cm_error ignored;
 
     if (cm_event_create(dev, CU_EVENT_DISABLE_TIMING, &w.event, &w.mark, err) <
@@ -629,17 +676,18 @@ cm_mem_note_event(cm_mem *m, cm_device *dev, CUstream stream, cm_error *err)
 int
 cm_mem_order_pending(cm_mem *m, CUstream into, int *ordered, cm_error *err)
 {
-    cm_mem_work work[CM_MEM_PENDING];
+    cm_mem_work work[CM_MEM_PENDING], own = {.rec = NULL};
     cm_device *synced[CM_MEM_PENDING];
     int n = 0, done = 0, rc = 0, nsynced = 0;
     cm_error ignored;
+    CUevent ev;
 
     pending_lock(m);
     for (int i = 0; i < m->npending; i++) {
         const cm_mem_work *w = &m->pending[i];
 
         if (w->event != NULL || w->stream != into || w->dev != m->dev ||
-            !stream_is_live(w)) {
+            stream_state(w, &ev) != 1) {
             work[n++] = *w;
         }
     }
@@ -647,7 +695,7 @@ cm_mem_order_pending(cm_mem *m, CUstream into, int *ordered, cm_error *err)
     *ordered = 0;
     for (; done < n; done++) {
         /* One synchronize covers every stale stream of its device. */
-        if (work[done].event == NULL && !stream_is_live(&work[done])) {
+        if (needs_synchronize(&work[done])) {
             int seen = 0;
 
             for (int i = 0; i < nsynced; i++) {
@@ -658,7 +706,7 @@ cm_mem_order_pending(cm_mem *m, CUstream into, int *ordered, cm_error *err)
             }
             synced[nsynced++] = work[done].dev;
         }
-        else {
+        else if (!needs_nothing(&work[done])) {
             (*ordered)++;
         }
         if (order_work(m, &work[done], into, err) < 0) {
@@ -670,19 +718,26 @@ cm_mem_order_pending(cm_mem *m, CUstream into, int *ordered, cm_error *err)
     pending_lock(m);
     for (int i = 0; i < done; i++) {
         if (!pending_drop(m, &work[i])) {
-            work[i].event = NULL; /* another export owns it now */
+            /* another export owns it now */
+            work[i].event = NULL;
+            work[i].rec = NULL;
         }
     }
     if (rc == 0) {
         for (int i = 0; i < m->npending; i++) {
             if (m->pending[i].stream == into && m->pending[i].event == NULL &&
-                m->pending[i].dev == m->dev) {
-                pending_drop(m, &m->pending[i]);
+                m->pending[i].dev == m->dev &&
+                stream_state(&m->pending[i], &ev) == 1) {
+                own = m->pending[i];
+                pending_drop(m, &own);
                 break;
             }
         }
     }
     pending_unlock(m);
+    if (own.rec != NULL && cm__stream_unref(own.rec, err) < 0) {
+        rc = -1;
+    }
     for (int i = 0; i < done; i++) {
         if (forget_work(&work[i], rc < 0 ? &ignored : err) < 0) {
             rc = -1;

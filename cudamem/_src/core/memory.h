@@ -18,18 +18,19 @@
 /* How many streams a record remembers work on (cm_mem_note_stream). */
 #define CM_MEM_PENDING 4
 
-/* Work on a record: a stream cudamem knows the lifetime of, with its
- * device's count of retired streams when noted (a later retirement may
- * have destroyed it, and its handle can be reused), or an event recorded
- * after work on a stream that cudamem does not own. `dev` is the
+/* Work on a record: a stream cudamem knows the lifetime of, with a
+ * reference to its record (stream.h; NULL for a default stream's handle,
+ * or one made without a record), which says whether it was released since
+ * (its handle can then be reused) and what orders its work; or an event
+ * recorded after work on a stream that cudamem does not own. `dev` is the
  * stream's device, which a copy across devices makes another than the
  * record's. */
 typedef struct cm_mem_work {
     cm_device *dev;
     CUstream stream; /* NULL for an event */
     CUevent event;
-    uint64_t mark; /* the stream's retirement count; the event's
-                      generation */
+    struct cm_stream_rec *rec;
+    uint64_t mark; /* the event's generation */
 } cm_mem_work;
 
 typedef struct cm_mem cm_mem;
@@ -82,7 +83,7 @@ struct cm_mem {
 
 /* Remembers that asynchronous work is about to be queued on m on
  * `stream` of `dev` (m's device, or another for a copy across devices), a
- * stream whose retirement cm_stream_release counts (cudamem's own, or a
+ * stream whose retirement cm_stream_release marks (cudamem's own, or a
  * default stream's CU_STREAM_LEGACY / CU_STREAM_PER_THREAD; not handle
  * 0). When the set is full the oldest work is ordered before `stream` at
  * once, so that waiting for `stream` covers it. 0, or -1 with err filled
@@ -97,8 +98,10 @@ int cm_mem_note_event(cm_mem *m, cm_device *dev, CUstream stream,
 /* Orders `into` (the exporter's stream on m's device; CU_STREAM_LEGACY
  * for the default one) after all remembered work but `into`'s own,
  * whichever device queued it, and forgets it: no
- * driver call when `into` is the only stream. A remembered stream retired
- * since cannot be touched: the context is synchronized instead. *ordered
+ * driver call when `into` is the only stream. A remembered stream released
+ * since cannot be touched: `into` waits for the event its release
+ * recorded, for nothing when its work was complete then (a synchronize of
+ * its context when neither is known). *ordered
  * is how many waits were queued on `into`. On failure the work not yet
  * ordered stays remembered. */
 int cm_mem_order_pending(cm_mem *m, CUstream into, int *ordered,

@@ -31,6 +31,7 @@ struct cm_pool_block {
     CUevent event;      /* on a stream's list: recorded on that stream when
                            freed; NULL: wait for the whole stream */
     uint64_t seq;       /* when freed: a merge keeps the newer's event */
+    cm_pool_block *qprev, *qnext; /* a stream's list: by seq */
 };
 
 struct cm_pool_slab {
@@ -40,12 +41,27 @@ struct cm_pool_slab {
     cm_pool_block *first;
 };
 
+/* Size classes of free blocks, by their size in CM_POOL_ALIGN units: the
+ * power of two below it, split in CLASS_SPLIT classes (sizes within a
+ * quarter of each other); units below CLASS_SPLIT have a class each. */
+#define CLASS_BITS 2
+#define CLASS_SPLIT (1 << CLASS_BITS)
+#define CLASS_POWERS 64
+
 /* The free blocks of one stream, or (stream NULL) those that any stream
- * may take at once. */
+ * may take at once, or (`retired`) those of streams released since, each
+ * with an event of its own stream (or none: idle); binned by size class,
+ * with bitmaps of the classes that hold any. */
 struct cm_pool_list {
-    cm_pool_list *next;
+    cm_pool_list *prev, *next; /* the pool's stream lists */
+    cm_pool_list *hnext;       /* in its hash bucket */
     CUstream stream;
-    cm_pool_block *head;
+    int retired;
+    size_t count;
+    uint64_t powers;                    /* bit p: some class of power p */
+    unsigned char splits[CLASS_POWERS]; /* bit k: class (p, k) */
+    cm_pool_block *bins[CLASS_POWERS][CLASS_SPLIT];
+    cm_pool_block *oldest, *newest; /* a stream's list: by seq */
 };
 
 struct cm_pool {
@@ -58,7 +74,10 @@ struct cm_pool {
     uint64_t seq;
     cm_pool_slab *slab_list;
     cm_pool_list ready;
-    cm_pool_list *streams;
+    cm_pool_list retired;
+    cm_pool_list *streams; /* and, by handle, in `buckets` */
+    cm_pool_list **buckets;
+    size_t nbuckets, nstreams;
     CUevent *spare; /* events not attached to a block */
     size_t nspare, nevents, cap;
 };
@@ -78,54 +97,305 @@ is_legacy(CUstream stream)
 /* ---------------------------------------------------------------------
  * Bookkeeping; callers hold pool->lock. */
 
+/* The size class of a block of `size` bytes (a multiple of
+ * CM_POOL_ALIGN, not 0): the power of two below its units, and which of
+ * its CLASS_SPLIT parts. */
+static void
+size_class(size_t size, unsigned *power, unsigned *split)
+{
+    uint64_t units = size / CM_POOL_ALIGN;
+    unsigned p = 63u - (unsigned)__builtin_clzll(units);
+
+    *power = p;
+    *split = (unsigned)(p >= CLASS_BITS ? units >> (p - CLASS_BITS)
+                                        : units << (CLASS_BITS - p)) &
+             (CLASS_SPLIT - 1);
+}
+
+/* The smallest size of class (p, k). */
+static size_t
+class_floor(unsigned p, unsigned k)
+{
+    uint64_t units = p >= CLASS_BITS
+                         ? ((uint64_t)1 << p) +
+                               ((uint64_t)k << (p - CLASS_BITS))
+                         : ((uint64_t)1 << p) + (k >> (CLASS_BITS - p));
+
+    return (size_t)units * CM_POOL_ALIGN;
+}
+
+/* The first class at or after (p, k) that holds a block; 0 if none. */
+static int
+class_next(const cm_pool_list *l, unsigned *p, unsigned *k)
+{
+    unsigned splits = *k < CLASS_SPLIT ? (unsigned)l->splits[*p] >> *k << *k
+                                       : 0u;
+    uint64_t powers;
+
+    if (splits == 0) {
+        powers = *p + 1 < CLASS_POWERS ? l->powers >> (*p + 1) << (*p + 1) : 0;
+        if (powers == 0) {
+            return 0;
+        }
+        *p = (unsigned)__builtin_ctzll(powers);
+        splits = l->splits[*p];
+    }
+    *k = (unsigned)__builtin_ctz(splits);
+    return 1;
+}
+
+/* A stream's list keeps its blocks in the order of their events too:
+ * they complete in that order (settle). */
+static int
+in_free_order(const cm_pool_list *l)
+{
+    return l->stream != NULL && !l->retired;
+}
+
+/* Puts b after q (NULL: first) in l's free order. */
+static void
+order_insert(cm_pool_list *l, cm_pool_block *b, cm_pool_block *q)
+{
+    b->qprev = q;
+    b->qnext = q != NULL ? q->qnext : l->oldest;
+    if (b->qnext != NULL) {
+        b->qnext->qprev = b;
+    }
+    else {
+        l->newest = b;
+    }
+    if (q != NULL) {
+        q->qnext = b;
+    }
+    else {
+        l->oldest = b;
+    }
+}
+
+/* Puts b in l's free order, from the newest end: a block is pushed on a
+ * stream's list only when freed (the newest) or merged with one freed
+ * then (coalesce), so the walk stops at once; a split (take) puts its
+ * rest in place itself. */
+static void
+order_push(cm_pool_list *l, cm_pool_block *b)
+{
+    cm_pool_block *q = l->newest;
+
+    while (q != NULL && q->seq > b->seq) {
+        q = q->qprev;
+    }
+    order_insert(l, b, q);
+}
+
+static void
+order_unlink(cm_pool_list *l, cm_pool_block *b)
+{
+    if (b->qprev != NULL) {
+        b->qprev->qnext = b->qnext;
+    }
+    else {
+        l->oldest = b->qnext;
+    }
+    if (b->qnext != NULL) {
+        b->qnext->qprev = b->qprev;
+    }
+    else {
+        l->newest = b->qprev;
+    }
+    b->qprev = b->qnext = NULL;
+}
+
+/* Bins b on list; its free order is the caller's. */
+static void
+list_bin(cm_pool *pool, cm_pool_list *list, cm_pool_block *b)
+{
+    unsigned p, k;
+    cm_pool_block **head;
+
+    size_class(b->size, &p, &k);
+    head = &list->bins[p][k];
+    b->list = list;
+    b->fprev = NULL;
+    b->fnext = *head;
+    if (*head != NULL) {
+        (*head)->fprev = b;
+    }
+    *head = b;
+    list->splits[p] |= (unsigned char)(1u << k);
+    list->powers |= (uint64_t)1 << p;
+    list->count++;
+    pool->free_blocks++;
+}
+
 static void
 list_push(cm_pool *pool, cm_pool_list *list, cm_pool_block *b)
 {
-    b->list = list;
-    b->fprev = NULL;
-    b->fnext = list->head;
-    if (list->head != NULL) {
-        list->head->fprev = b;
+    list_bin(pool, list, b);
+    if (in_free_order(list)) {
+        order_push(list, b);
     }
-    list->head = b;
-    pool->free_blocks++;
 }
 
 static void
 list_unlink(cm_pool *pool, cm_pool_block *b)
 {
+    cm_pool_list *list = b->list;
+    unsigned p, k;
+
+    size_class(b->size, &p, &k);
     if (b->fprev != NULL) {
         b->fprev->fnext = b->fnext;
     }
     else {
-        b->list->head = b->fnext;
+        list->bins[p][k] = b->fnext;
+        if (b->fnext == NULL) {
+            list->splits[p] &= (unsigned char)~(1u << k);
+            if (list->splits[p] == 0) {
+                list->powers &= ~((uint64_t)1 << p);
+            }
+        }
     }
     if (b->fnext != NULL) {
         b->fnext->fprev = b->fprev;
     }
+    if (in_free_order(list)) {
+        order_unlink(list, b);
+    }
     b->list = NULL;
+    list->count--;
     pool->free_blocks--;
 }
 
+/* The block after b on l (the first for NULL), class by class. */
+static cm_pool_block *
+list_next(const cm_pool_list *l, const cm_pool_block *b)
+{
+    unsigned p = 0, k = 0;
+
+    if (b != NULL) {
+        if (b->fnext != NULL) {
+            return b->fnext;
+        }
+        size_class(b->size, &p, &k);
+        k++;
+    }
+    return class_next(l, &p, &k) ? l->bins[p][k] : NULL;
+}
+
+static size_t
+bucket_of(CUstream stream, size_t n)
+{
+    uint64_t h = (uint64_t)(uintptr_t)stream;
+
+    h ^= h >> 29;
+    h *= 0xbf58476d1ce4e5b9ULL;
+    h ^= h >> 32;
+    return (size_t)(h & (n - 1));
+}
+
+/* The free list of `stream`, NULL if it has none. */
+static cm_pool_list *
+list_find(const cm_pool *pool, CUstream stream)
+{
+    cm_pool_list *l = NULL;
+
+    if (pool->nbuckets > 0) {
+        l = pool->buckets[bucket_of(stream, pool->nbuckets)];
+    }
+    while (l != NULL && l->stream != stream) {
+        l = l->hnext;
+    }
+    return l;
+}
+
+/* Adds l to the pool's stream lists and their hash table, doubled when
+ * as many lists as buckets (kept as it is when that fails); -1 when
+ * there is no table at all. */
+static int
+list_add(cm_pool *pool, cm_pool_list *l)
+{
+    if (pool->nstreams >= pool->nbuckets) {
+        size_t n = pool->nbuckets ? 2 * pool->nbuckets : 16;
+        cm_pool_list **grown = calloc(n, sizeof(*grown));
+
+        if (grown != NULL) {
+            for (cm_pool_list *o = pool->streams; o != NULL; o = o->next) {
+                size_t b = bucket_of(o->stream, n);
+
+                o->hnext = grown[b];
+                grown[b] = o;
+            }
+            free(pool->buckets);
+            pool->buckets = grown;
+            pool->nbuckets = n;
+        }
+        else if (pool->nbuckets == 0) {
+            return -1;
+        }
+    }
+    size_t b = bucket_of(l->stream, pool->nbuckets);
+
+    l->hnext = pool->buckets[b];
+    pool->buckets[b] = l;
+    l->prev = NULL;
+    l->next = pool->streams;
+    if (pool->streams != NULL) {
+        pool->streams->prev = l;
+    }
+    pool->streams = l;
+    pool->nstreams++;
+    return 0;
+}
+
+/* Takes l out of the stream lists and the hash table (not freed). */
+static void
+list_remove(cm_pool *pool, cm_pool_list *l)
+{
+    cm_pool_list **p = &pool->buckets[bucket_of(l->stream, pool->nbuckets)];
+
+    while (*p != l) {
+        p = &(*p)->hnext;
+    }
+    *p = l->hnext;
+    if (l->prev != NULL) {
+        l->prev->next = l->next;
+    }
+    else {
+        pool->streams = l->next;
+    }
+    if (l->next != NULL) {
+        l->next->prev = l->prev;
+    }
+    pool->nstreams--;
+}
+
 /* The free list of `stream`, made on first use; NULL when out of host
- * memory. */
+ * memory. O(1): found by handle. */
 static cm_pool_list *
 list_for(cm_pool *pool, CUstream stream)
 {
-    cm_pool_list *l;
+    cm_pool_list *l = list_find(pool, stream);
 
-    for (l = pool->streams; l != NULL; l = l->next) {
-        if (l->stream == stream) {
-            return l;
+    if (l == NULL && (l = calloc(1, sizeof(*l))) != NULL) {
+        l->stream = stream;
+        if (list_add(pool, l) < 0) {
+            free(l);
+            l = NULL;
         }
     }
-    l = calloc(1, sizeof(*l));
-    if (l != NULL) {
-        l->stream = stream;
-        l->next = pool->streams;
-        pool->streams = l;
-    }
     return l;
+}
+
+/* The lists whose blocks may still be in use by a stream: the streams'
+ * (the first for NULL), then the retired one; NULL after it. */
+static cm_pool_list *
+pending_next(cm_pool *pool, const cm_pool_list *l)
+{
+    if (l == &pool->retired) {
+        return NULL;
+    }
+    l = l == NULL ? pool->streams : l->next;
+    return l != NULL ? (cm_pool_list *)l : &pool->retired;
 }
 
 /* Never fails: the array has room for every event the pool made. */
@@ -143,12 +413,23 @@ spare_push(cm_pool *pool, CUevent ev)
 static void
 coalesce(cm_pool *pool, cm_pool_block *b)
 {
+    cm_pool_list *list = b->list;
     cm_pool_block *n;
+    int merged = 0;
 
+    /* Blocks of released streams wait for events of different streams. */
+    if (list->retired) {
+        return;
+    }
     for (int side = 0; side < 2; side++) {
         n = side == 0 ? b->prev : b->next;
-        if (n == NULL || n->list != b->list) {
+        if (n == NULL || n->list != list) {
             continue;
+        }
+        if (!merged) {
+            /* Its size class changes: binned again below. */
+            list_unlink(pool, b);
+            merged = 1;
         }
         list_unlink(pool, n);
         if (n->seq > b->seq) {
@@ -178,55 +459,112 @@ coalesce(cm_pool *pool, cm_pool_block *b)
         b->size += n->size;
         free(n);
     }
+    if (merged) {
+        list_push(pool, list, b);
+    }
 }
 
-/* Whether no stream can still use free block b; polls without waiting. */
+/* Whether free block b of a released stream (pool->retired) can be
+ * used by any stream: its event has completed; polls without waiting.
+ * Without one, its stream was synchronized, or could not be (the context
+ * is then unusable). */
 static int
-block_idle(const cm_pool_block *b)
+retired_idle(const cm_pool_block *b)
 {
     cm_error ignored;
 
-    if (b->list->stream == NULL) {
-        return 1;
-    }
-    if (b->event != NULL) {
-        return CM_CALL(&ignored, cuEventQuery, b->event) == 0;
-    }
-    return CM_CALL(&ignored, cuStreamQuery, b->list->stream) == 0;
+    return b->event == NULL || CM_CALL(&ignored, cuEventQuery, b->event) == 0;
 }
 
-/* Moves every idle block of the streams' lists to the ready list. */
+/* Moves b, idle, to the ready list. */
+static void
+make_ready(cm_pool *pool, cm_pool_block *b)
+{
+    list_unlink(pool, b);
+    spare_push(pool, b->event);
+    b->event = NULL;
+    list_push(pool, &pool->ready, b);
+    /* Merges only with ready blocks: those of b's list stay. */
+    coalesce(pool, b);
+}
+
+/* Moves every idle block of the streams' lists to the ready list. A
+ * stream's blocks are polled oldest first, and the first still in use
+ * ends its walk: their events complete in that order (returns record them
+ * under qlock), so a miss makes one query per stream beyond the blocks it
+ * frees. A block without an event waits for its whole stream. */
 static void
 settle(cm_pool *pool)
 {
     cm_pool_block *b, *next;
+    cm_error ignored;
 
     for (cm_pool_list *l = pool->streams; l != NULL; l = l->next) {
-        for (b = l->head; b != NULL; b = next) {
-            next = b->fnext;
-            if (!block_idle(b)) {
-                continue;
+        int idle = 0; /* the stream is: every block is */
+
+        while ((b = l->oldest) != NULL) {
+            if (!idle && b->event != NULL &&
+                CM_CALL(&ignored, cuEventQuery, b->event) != 0) {
+                break;
             }
-            list_unlink(pool, b);
-            spare_push(pool, b->event);
-            b->event = NULL;
-            list_push(pool, &pool->ready, b);
-            /* Merges only with ready blocks: `next` stays. */
-            coalesce(pool, b);
+            if (!idle && b->event == NULL &&
+                !(idle = CM_CALL(&ignored, cuStreamQuery, l->stream) == 0)) {
+                break;
+            }
+            make_ready(pool, b);
+        }
+    }
+    for (b = list_next(&pool->retired, NULL); b != NULL; b = next) {
+        next = list_next(&pool->retired, b);
+        if (retired_idle(b)) {
+            make_ready(pool, b);
         }
     }
 }
 
+/* The smallest block of l's class (p, k) of at least `need` bytes
+ * (NULL: none), stopping at one of `enough` bytes: none is smaller. */
 static cm_pool_block *
-best_in(const cm_pool_list *l, size_t need, cm_pool_block *best)
+best_in_class(const cm_pool_list *l, unsigned p, unsigned k, size_t need,
+              size_t enough)
 {
-    for (cm_pool_block *b = l != NULL ? l->head : NULL; b != NULL;
-         b = b->fnext) {
+    cm_pool_block *best = NULL;
+
+    for (cm_pool_block *b = l->bins[p][k]; b != NULL; b = b->fnext) {
         if (b->size >= need && (best == NULL || b->size < best->size)) {
             best = b;
+            if (b->size == enough) {
+                break;
+            }
         }
     }
     return best;
+}
+
+/* The smallest block of l (NULL: none) of at least `need` bytes, or
+ * `best` when that is no larger. Looks at need's class, then at the next
+ * class that holds a block, whose every block fits: two classes at most,
+ * each left at the first block of the smallest size it can hold. */
+static cm_pool_block *
+best_in(const cm_pool_list *l, size_t need, cm_pool_block *best)
+{
+    cm_pool_block *b = NULL;
+    unsigned p, k;
+
+    if (l == NULL) {
+        return best;
+    }
+    size_class(need, &p, &k);
+    if (l->bins[p][k] != NULL) {
+        b = best_in_class(l, p, k, need, need);
+    }
+    if (b == NULL) {
+        k++;
+        if (class_next(l, &p, &k)) {
+            b = best_in_class(l, p, k, need, class_floor(p, k));
+        }
+    }
+    return b != NULL && (best == NULL || b->size < best->size) ? b : best;
 }
 
 /* The smallest free block that `stream` may take at once: its own, or a
@@ -239,11 +577,7 @@ find_fit(cm_pool *pool, CUstream stream, size_t need)
     cm_pool_list *own = NULL;
 
     if (!is_legacy(stream) && stream != CU_STREAM_PER_THREAD) {
-        for (own = pool->streams; own != NULL; own = own->next) {
-            if (own->stream == stream) {
-                break;
-            }
-        }
+        own = list_find(pool, stream);
     }
     return best_in(own, need, best);
 }
@@ -254,7 +588,7 @@ static void
 take(cm_pool *pool, cm_pool_block *b, size_t need)
 {
     cm_pool_list *list = b->list;
-    cm_pool_block *rest;
+    cm_pool_block *rest, *before = b->qprev;
 
     list_unlink(pool, b);
     if (b->size - need >= CM_POOL_ALIGN &&
@@ -271,7 +605,11 @@ take(cm_pool *pool, cm_pool_block *b, size_t need)
         }
         b->next = rest;
         b->size = need;
-        list_push(pool, list, rest);
+        /* The rest keeps b's event: its place in the free order too. */
+        list_bin(pool, list, rest);
+        if (in_free_order(list)) {
+            order_insert(list, rest, before);
+        }
     }
     else {
         spare_push(pool, b->event);
@@ -359,7 +697,12 @@ forget_all(cm_pool *pool)
     }
     pool->slab_list = NULL;
     pool->streams = NULL;
-    pool->ready.head = NULL;
+    pool->nstreams = 0;
+    for (size_t i = 0; i < pool->nbuckets; i++) {
+        pool->buckets[i] = NULL;
+    }
+    pool->ready = (cm_pool_list){0};
+    pool->retired = (cm_pool_list){.retired = 1};
     pool->slab_bytes = pool->used_bytes = 0;
     pool->slabs = pool->used_blocks = pool->free_blocks = 0;
     pool->nspare = pool->nevents = 0;
@@ -407,9 +750,11 @@ pool_get(cm_device *dev, cm_pool **out, cm_error *err)
         }
         /* Before the pool exists, so before it can be turned on. */
         cm__mem_set_pool_ops(&pooled_ops);
+        cm__stream_set_release_hook(cm__pool_stream_released);
         cm__subsystem_register(CM_SUB_POOL, &pool_subsystem);
         pthread_mutex_init(&pool->lock, NULL);
         pool->limit = SIZE_MAX;
+        pool->retired.retired = 1;
         pool->generation = __atomic_load_n(&dev->generation, __ATOMIC_ACQUIRE);
         __atomic_store_n(&dev->pool, pool, __ATOMIC_RELEASE);
     }
@@ -694,6 +1039,58 @@ done:
     return rc;
 }
 
+int
+cm__pool_stream_released(cm_device *dev, uint64_t generation, CUstream stream,
+                         cm_error *err)
+{
+    cm_pool *pool = __atomic_load_n(&dev->pool, __ATOMIC_ACQUIRE);
+    cm_pool_block *b, *next;
+    cm_pool_list *l = NULL;
+    int unordered = 0, rc = 0;
+
+    if (pool == NULL) {
+        return 0;
+    }
+    cm__lock(&dev->qlock, CM_LOCK_QUEUES);
+    cm__lock(&pool->lock, CM_LOCK_POOL);
+    /* A drop (under qlock) forgot the lists of an older generation. */
+    if (pool->generation == generation) {
+        l = list_find(pool, stream);
+    }
+    if (l != NULL) {
+        list_remove(pool, l);
+        for (b = list_next(l, NULL); b != NULL; b = list_next(l, b)) {
+            unordered |= b->event == NULL;
+        }
+    }
+    cm__unlock(&pool->lock);
+    if (l == NULL) {
+        goto done;
+    }
+    /* Blocks whose free recorded no event wait for the stream now, while
+     * its handle is still valid (qlock keeps the context). */
+    if (unordered) {
+        rc = cm_stream_synchronize(dev, stream, err);
+    }
+    cm__lock(&pool->lock, CM_LOCK_POOL);
+    for (b = list_next(l, NULL); b != NULL; b = next) {
+        next = list_next(l, b);
+        list_unlink(pool, b);
+        if (b->event == NULL && rc == 0) {
+            list_push(pool, &pool->ready, b);
+            coalesce(pool, b);
+        }
+        else {
+            list_push(pool, &pool->retired, b);
+        }
+    }
+    cm__unlock(&pool->lock);
+    free(l);
+done:
+    cm__unlock(&dev->qlock);
+    return rc;
+}
+
 /* ---------------------------------------------------------------------
  * Trim and statistics. */
 
@@ -704,7 +1101,7 @@ static void
 collect(cm_pool *pool, cm_pool_slab **slabs, CUevent **events, size_t *nevents)
 {
     cm_pool_slab *s, *next;
-    cm_pool_list **lp;
+    cm_pool_list *l, *lnext;
 
     settle(pool);
     *slabs = NULL;
@@ -719,15 +1116,11 @@ collect(cm_pool *pool, cm_pool_slab **slabs, CUevent **events, size_t *nevents)
         *slabs = s;
     }
     /* Lists of streams with nothing free: the streams may be gone. */
-    for (lp = &pool->streams; *lp != NULL;) {
-        cm_pool_list *l = *lp;
-
-        if (l->head == NULL) {
-            *lp = l->next;
+    for (l = pool->streams; l != NULL; l = lnext) {
+        lnext = l->next;
+        if (l->count == 0) {
+            list_remove(pool, l);
             free(l);
-        }
-        else {
-            lp = &l->next;
         }
     }
     *events = malloc(pool->nspare * sizeof(**events) + 1);
@@ -760,10 +1153,9 @@ pending_waits(cm_pool *pool, pool_wait **waits, size_t *n)
 
     *waits = NULL;
     *n = 0;
-    for (cm_pool_list *l = pool->streams; l != NULL; l = l->next) {
-        for (b = l->head; b != NULL; b = b->fnext) {
-            count++;
-        }
+    for (cm_pool_list *l = pending_next(pool, NULL); l != NULL;
+         l = pending_next(pool, l)) {
+        count += l->count;
     }
     if (count == 0) {
         return 0;
@@ -772,9 +1164,13 @@ pending_waits(cm_pool *pool, pool_wait **waits, size_t *n)
     if (*waits == NULL) {
         return -1;
     }
-    for (cm_pool_list *l = pool->streams; l != NULL; l = l->next) {
-        for (b = l->head; b != NULL; b = b->fnext) {
-            (*waits)[(*n)++] = (pool_wait){b->event, l->stream};
+    for (cm_pool_list *l = pending_next(pool, NULL); l != NULL;
+         l = pending_next(pool, l)) {
+        for (b = list_next(l, NULL); b != NULL; b = list_next(l, b)) {
+            /* A retired block without an event is idle (retired_idle). */
+            if (b->event != NULL || !l->retired) {
+                (*waits)[(*n)++] = (pool_wait){b->event, l->stream};
+            }
         }
     }
     return 0;
@@ -890,16 +1286,12 @@ void
 cm_pool_get_stats(cm_device *dev, cm_pool_stats *out)
 {
     cm_pool *pool = __atomic_load_n(&dev->pool, __ATOMIC_ACQUIRE);
-    size_t ready = 0;
 
     *out = (cm_pool_stats){.limit = SIZE_MAX};
     if (pool == NULL) {
         return;
     }
     cm__lock(&pool->lock, CM_LOCK_POOL);
-    for (cm_pool_block *b = pool->ready.head; b != NULL; b = b->fnext) {
-        ready++;
-    }
     *out = (cm_pool_stats){.enabled = pool->enabled,
                            .limit = pool->limit,
                            .slabs = pool->slabs,
@@ -908,6 +1300,7 @@ cm_pool_get_stats(cm_device *dev, cm_pool_stats *out)
                            .used_bytes = pool->used_bytes,
                            .free_blocks = pool->free_blocks,
                            .cached_bytes = pool->slab_bytes - pool->used_bytes,
-                           .pending_blocks = pool->free_blocks - ready};
+                           .pending_blocks = pool->free_blocks -
+                                             pool->ready.count};
     cm__unlock(&pool->lock);
 }

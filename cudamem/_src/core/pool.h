@@ -60,6 +60,15 @@ size_t cm__pool_cached_bytes(cm_device *dev);
  * shrink what is held. Makes the pool (disabled) if there is none. */
 int cm_pool_set_limit(cm_device *dev, size_t limit, cm_error *err);
 void cm_pool_get_stats(cm_device *dev, cm_pool_stats *out);
+/* stream.c, when one of cudamem's streams made at `generation` is
+ * released, before its handle goes to the object queue: drops the
+ * stream's free list. Its blocks join the blocks of released streams,
+ * each ordered by the event its free recorded (settled into the ready
+ * list once complete); those without one wait for the stream first
+ * (cuStreamSynchronize: its failure is reported, and they count as idle,
+ * as the context is then unusable). O(1) without a list. */
+int cm__pool_stream_released(cm_device *dev, uint64_t generation,
+                             CUstream stream, cm_error *err);
 /* The `call` of a request the limit refused: no driver call failed. */
 extern const char cm_pool_limit[];
 

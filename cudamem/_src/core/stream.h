@@ -27,11 +27,38 @@ int cm_stream_create(cm_device *dev, unsigned flags, int has_priority,
                      int priority, CUstream *out, uint64_t *generation,
                      cm_error *err);
 /* Hands a stream made by cm_stream_create to dev's object queue
- * (cm__release); a stale generation drops it. Counted in
- * dev->streams_retired: memory records that remember the handle stop
- * trusting it (cm_mem_order_pending). */
+ * (cm__release); a stale generation drops it. Its record retires first:
+ * when memory records still remember work on it, a cuStreamQuery says
+ * whether that work is complete; if not, an event recorded after it
+ * stands in for the handle (cm_mem_order_pending), which may be destroyed
+ * and reused. On a failed query or event the stream is still released,
+ * and its remembered work is ordered by a synchronize. */
 int cm_stream_release(cm_device *dev, uint64_t generation, CUstream handle,
                       cm_error *err);
+/* What a floor above must do first when one of dev's streams is released
+ * (pool.c drops the stream's free list: cm__pool_stream_released), set
+ * once before any such stream exists; NULL: nothing. */
+typedef int (*cm_stream_release_hook)(cm_device *dev, uint64_t generation,
+                                      CUstream stream, cm_error *err);
+void cm__stream_set_release_hook(cm_stream_release_hook hook);
+
+/* The record of one of cudamem's own streams, from cm_stream_create to
+ * cm_stream_release, found by handle in a hash table: memory.c holds one
+ * reference per remembered piece of work, so that a retired stream's work
+ * is ordered by its own event, not by whether other streams died. */
+typedef struct cm_stream_rec cm_stream_rec;
+/* The live record of `handle` with a new reference, NULL for a default
+ * handle or one cudamem did not make. O(1). */
+cm_stream_rec *cm__stream_find(CUstream handle);
+/* 1 while the stream is not released. Released: 0 with *ev the event
+ * after its work, or NULL when that work was complete at the release
+ * (or nothing remembered it); -1 (*ev NULL) when neither could be
+ * learned (a failed query or event): only a synchronize of its context
+ * orders it. */
+int cm__stream_live(const cm_stream_rec *rec, CUevent *ev);
+/* Drops a reference from cm__stream_find; the last one gives the event
+ * back. */
+int cm__stream_unref(cm_stream_rec *rec, cm_error *err);
 
 /* cuStreamQuery in dev's context: *done 1 when all work is complete, 0 when
  * CUDA_ERROR_NOT_READY; any other code fails. */
