@@ -29,19 +29,6 @@ DELAY_US = 25000
 QUEUED = 8  # operations: 200 ms
 
 
-@pytest.fixture
-def pool():
-    """Device 0's pool, on; afterwards off, trimmed and without a limit, so
-    that the leak check sees nothing of it."""
-    _cudamem._pool_enable(0, True)
-    yield
-    _cudamem._pool_enable(0, False)
-    _cudamem._pool_set_limit(0, None)
-    gc.collect()
-    cudamem.synchronize()
-    _cudamem._pool_trim(0)
-    assert _cudamem._pool_stats(0)["slabs"] == 0
-
 
 def _stats():
     return _cudamem._pool_stats(0)

@@ -5,7 +5,6 @@ their slabs (cuMemGetAddressRange through device_extents) and the
 simulator's own count of cuMemAlloc allocations. Frees on the legacy
 stream coalesce at once, so every gap between live blocks of a slab is one
 free block, and a slab without live blocks is one."""
-import gc
 import random
 
 import numpy as np
@@ -18,16 +17,6 @@ pytestmark = pytest.mark.simulator
 
 ALIGN = 256
 
-
-@pytest.fixture
-def pool():
-    _cudamem._pool_enable(0, True)
-    yield
-    _cudamem._pool_enable(0, False)
-    gc.collect()
-    cudamem.synchronize()
-    _cudamem._pool_trim(0)
-    assert _cudamem._pool_stats(0)["slabs"] == 0
 
 
 def recount(sim, live):

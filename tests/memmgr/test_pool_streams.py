@@ -4,7 +4,6 @@ events among the blocks of released streams, so a new stream that gets the
 same handle (the simulator, as the driver, reuses them) never finds its
 list, and nothing is kept for a stream that is gone. Checked with the hazard
 checker, the simulator's counters and the pool's statistics."""
-import gc
 import warnings
 
 import numpy as np
@@ -18,16 +17,6 @@ pytestmark = pytest.mark.simulator
 N = 4096
 BIG = 262144  # float64: 2 MiB, a slab of its own with nothing left over
 
-
-@pytest.fixture
-def pool():
-    _cudamem._pool_enable(0, True)
-    yield
-    _cudamem._pool_enable(0, False)
-    gc.collect()
-    cudamem.synchronize()
-    _cudamem._pool_trim(0)
-    assert _cudamem._pool_stats(0)["slabs"] == 0
 
 
 def calls(sim, entry):

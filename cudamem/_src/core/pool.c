@@ -282,17 +282,6 @@ list_next(const cm_pool_list *l, const cm_pool_block *b)
     return class_next(l, &p, &k) ? l->bins[p][k] : NULL;
 }
 
-static size_t
-bucket_of(CUstream stream, size_t n)
-{
-    uint64_t h = (uint64_t)(uintptr_t)stream;
-
-    h ^= h >> 29;
-    h *= 0xbf58476d1ce4e5b9ULL;
-    h ^= h >> 32;
-    return (size_t)(h & (n - 1));
-}
-
 /* The free list of `stream`, NULL if it has none. */
 static cm_pool_list *
 list_find(const cm_pool *pool, CUstream stream)
@@ -300,7 +289,7 @@ list_find(const cm_pool *pool, CUstream stream)
     cm_pool_list *l = NULL;
 
     if (pool->nbuckets > 0) {
-        l = pool->buckets[bucket_of(stream, pool->nbuckets)];
+        l = pool->buckets[cm__stream_bucket(stream, pool->nbuckets)];
     }
     while (l != NULL && l->stream != stream) {
         l = l->hnext;
@@ -320,7 +309,7 @@ list_add(cm_pool *pool, cm_pool_list *l)
 
         if (grown != NULL) {
             for (cm_pool_list *o = pool->streams; o != NULL; o = o->next) {
-                size_t b = bucket_of(o->stream, n);
+                size_t b = cm__stream_bucket(o->stream, n);
 
                 o->hnext = grown[b];
                 grown[b] = o;
@@ -333,7 +322,7 @@ list_add(cm_pool *pool, cm_pool_list *l)
             return -1;
         }
     }
-    size_t b = bucket_of(l->stream, pool->nbuckets);
+    size_t b = cm__stream_bucket(l->stream, pool->nbuckets);
 
     l->hnext = pool->buckets[b];
     pool->buckets[b] = l;
@@ -351,7 +340,8 @@ list_add(cm_pool *pool, cm_pool_list *l)
 static void
 list_remove(cm_pool *pool, cm_pool_list *l)
 {
-    cm_pool_list **p = &pool->buckets[bucket_of(l->stream, pool->nbuckets)];
+    cm_pool_list *
+        *p = &pool->buckets[cm__stream_bucket(l->stream, pool->nbuckets)];
 
     while (*p != l) {
         p = &(*p)->hnext;

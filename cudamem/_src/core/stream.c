@@ -28,17 +28,6 @@ static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 static cm_stream_rec **buckets;
 static size_t nbuckets, nrecs;
 
-static size_t
-bucket_of(CUstream handle, size_t n)
-{
-    uint64_t h = (uint64_t)(uintptr_t)handle;
-
-    h ^= h >> 29;
-    h *= 0xbf58476d1ce4e5b9ULL;
-    h ^= h >> 32;
-    return (size_t)(h & (n - 1));
-}
-
 /* Adds rec (lock held); 0, or -1 when the table cannot grow. */
 static int
 table_add(cm_stream_rec *rec)
@@ -53,7 +42,7 @@ table_add(cm_stream_rec *rec)
         for (size_t i = 0; i < nbuckets; i++) {
             while (buckets[i] != NULL) {
                 cm_stream_rec *r = buckets[i];
-                size_t b = bucket_of(r->handle, n);
+                size_t b = cm__stream_bucket(r->handle, n);
 
                 buckets[i] = r->next;
                 r->next = grown[b];
@@ -64,7 +53,7 @@ table_add(cm_stream_rec *rec)
         buckets = grown;
         nbuckets = n;
     }
-    size_t b = bucket_of(rec->handle, nbuckets);
+    size_t b = cm__stream_bucket(rec->handle, nbuckets);
 
     rec->next = buckets[b];
     buckets[b] = rec;
@@ -79,8 +68,8 @@ table_slot(CUstream handle)
     if (nbuckets == 0) {
         return NULL;
     }
-    for (cm_stream_rec **p = &buckets[bucket_of(handle, nbuckets)]; *p != NULL;
-         p = &(*p)->next) {
+    for (cm_stream_rec **p = &buckets[cm__stream_bucket(handle, nbuckets)];
+         *p != NULL; p = &(*p)->next) {
         if ((*p)->handle == handle) {
             return p;
         }

@@ -7,6 +7,7 @@
 #define CM_STREAM_H
 
 #include <cuda.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "context.h"
@@ -17,6 +18,20 @@ cm_stream_is_default(CUstream handle)
 {
     return handle == NULL || handle == CU_STREAM_LEGACY ||
            handle == CU_STREAM_PER_THREAD;
+}
+
+/* The bucket of a stream handle in a table of n buckets (a power of two):
+ * the live-stream table and the pool's per-stream free lists. Handles are
+ * aligned pointers, so their bits are mixed (splitmix64's finalizer). */
+static inline size_t
+cm__stream_bucket(CUstream handle, size_t n)
+{
+    uint64_t h = (uint64_t)(uintptr_t)handle;
+
+    h ^= h >> 29;
+    h *= 0xbf58476d1ce4e5b9ULL;
+    h ^= h >> 32;
+    return (size_t)(h & (n - 1));
 }
 
 /* A new stream in dev's primary context. `flags` are cuStreamCreate's
