@@ -25,7 +25,7 @@ typedef struct addrtree {
 
 /* The record holding node `n` as member `field`. */
 #define ADDRTREE_ENTRY(n, type, field)                                        \
-    ((type *)(void *)((char *)(n) - offsetof(type, field)))
+    ((type *)((char *)(n) - offsetof(type, field)))
 
 /* Links n by n->base; an equal base goes after those already in. */
 void addrtree_insert(addrtree *t, addrnode *n);
