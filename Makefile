@@ -26,13 +26,18 @@ WARN_CFLAGS := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wformat=2 \
 	-Wconversion -Wpointer-arith -Wvla -Wold-style-definition \
 	-Wnested-externs -Wlogical-op -Wduplicated-cond
 DEV_CFLAGS := $(WARN_CFLAGS) -Wmissing-prototypes -Werror -O2 -g
-SIM_SRC := $(wildcard cudamem/_src/sim/*.c)
-SIM_HDR := $(wildcard cudamem/_src/sim/*.h cudamem/_src/core/cuerrors.h)
+# lib/: dependency-free data structures, built into both libraries.
+LIB_SRC := $(wildcard cudamem/_src/lib/*.c)
+LIB_HDR := $(wildcard cudamem/_src/lib/*.h)
+SIM_SRC := $(wildcard cudamem/_src/sim/*.c) $(LIB_SRC)
+SIM_HDR := $(wildcard cudamem/_src/sim/*.h cudamem/_src/core/cuerrors.h) \
+	$(LIB_HDR)
 EXT_SRC := $(wildcard cudamem/_src/core/*.[ch] cudamem/_src/py/*.[ch]) $(SIM_SRC) $(SIM_HDR) setup.py
 CTEST_SRC := $(wildcard tests/c/test_*.c)
 CTEST_CFLAGS = -std=c11 -D_GNU_SOURCE -DCUDAMEM_DEBUG -g -O1 $(WARN_CFLAGS) \
 	-Werror -pthread \
-	-fvisibility=hidden -I$(CUDA_INC_DIR) -Icudamem/_src/sim -Icudamem/_src/core -Itests/c
+	-fvisibility=hidden -I$(CUDA_INC_DIR) -Icudamem/_src/sim -Icudamem/_src/core \
+	-Icudamem/_src/lib -Itests/c
 ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 LIBASAN = $(shell $(CC) -print-file-name=libasan.so)
 # test-tsan: ThreadSanitizer over a CUDAMEM_DEBUG build (lock-order and
@@ -149,7 +154,8 @@ TIDY_SRC = $(wildcard cudamem/_src/*/*.c tests/c/*.c)
 PY_INC = $(shell $(PY) -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
 NP_INC = $(shell $(PY) -c 'import numpy; print(numpy.get_include())')
 TIDY_FLAGS = -std=c11 -D_GNU_SOURCE -pthread -I$(CUDA_INC_DIR) -I$(PY_INC) \
-	-I$(NP_INC) -Icudamem/_src/core -Icudamem/_src/sim -Itests/c \
+	-I$(NP_INC) -Icudamem/_src/core -Icudamem/_src/sim -Icudamem/_src/lib \
+	-Itests/c \
 	-DNPY_NO_DEPRECATED_API=NPY_1_24_API_VERSION
 
 # clang-format (as a check), ruff, then clang-tidy on two processes (about
@@ -308,7 +314,8 @@ coverage: build-coverage
 # The C tests: tests/c/test_sim_*.c with every simulator source, and
 # tests/c/test_core_*.c with the parts of core that need no driver
 # (test_core_layout.c: layout.c alone; test_core_stats.c: stats.c alone,
-# the leaf of docs/architecture.rst's floors), except test_core_copy.c:
+# the leaf of docs/architecture.rst's floors), tests/c/test_lib_*.c with
+# their lib/ file alone, except test_core_copy.c:
 # core's copy engine with the driver gate, which loads the simulator as cudamem
 # does, from a libcusim.so built next to the test. Each program runs each
 # of its tests in a process of its own (tests/c/check.h);
@@ -319,12 +326,13 @@ CORE_LAYOUT_SRC := cudamem/_src/core/layout.c cudamem/_src/core/errors.c
 CORE_COPY_SRC := $(addprefix cudamem/_src/core/,driver.c context.c device.c \
 	release.c pending.c memory.c ipc.c pool.c event.c stream.c stats.c \
 	copy.c copyarray.c layout.c errors.c hostmem.c hostpool.c staging.c \
-	lockorder.c oom.c)
+	lockorder.c oom.c) $(LIB_SRC)
 CTEST_DEPS = $(SIM_SRC) $(SIM_HDR) $(CORE_UNIT_SRC) $(CORE_LAYOUT_SRC) \
 	cudamem/_src/core/stats.c \
 	tests/c/check.h $(wildcard cudamem/_src/core/*.h)
 CTEST_LINK_test_core_layout := $(CORE_LAYOUT_SRC)
 CTEST_LINK_test_core_stats := cudamem/_src/core/stats.c
+CTEST_LINK_test_lib_addrtree := cudamem/_src/lib/addrtree.c
 ctest_sources = $(or $(CTEST_LINK_$(basename $(notdir $(1)))),$(if \
 	$(filter test_core_%,$(notdir $(1))),$(CORE_UNIT_SRC),$(SIM_SRC)))
 build/ctest/%: tests/c/%.c $(CTEST_DEPS)

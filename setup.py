@@ -121,8 +121,10 @@ setup(
         Extension(
             "cudamem._cudamem",
             sources=sources(os.path.join(SRC, "core"),
-                            os.path.join(SRC, "py")),
-            include_dirs=[CUDA_INC, numpy_include()],
+                            os.path.join(SRC, "py"),
+                            os.path.join(SRC, "lib")),
+            include_dirs=[CUDA_INC, numpy_include(),
+                          os.path.join(SRC, "lib")],
             define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_24_API_VERSION")],
             extra_compile_args=CFLAGS,
             extra_link_args=LDFLAGS,
@@ -130,8 +132,10 @@ setup(
         ),
         Extension(
             "cudamem.libcusim",
-            sources=sources(os.path.join(SRC, "sim")),
-            include_dirs=[CUDA_INC, os.path.join(SRC, "core")],
+            sources=sources(os.path.join(SRC, "sim"),
+                            os.path.join(SRC, "lib")),
+            include_dirs=[CUDA_INC, os.path.join(SRC, "core"),
+                          os.path.join(SRC, "lib")],
             # It defines the driver's exports, some of which (the _ptds and
             # _ptsz variants) cuda.h declares only under other names.
             extra_compile_args=CFLAGS + ["-pthread",

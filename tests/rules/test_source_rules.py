@@ -1,12 +1,16 @@
 """DESIGN's source rules (docs/design.rst), checked on the sources and on
 the built objects:
 
-- nothing under core/ or sim/ includes a Python or NumPy header (nor a
-  py/ header, which would bring one in);
+- nothing under core/, sim/ or lib/ includes a Python or NumPy header
+  (nor a py/ header, which would bring one in);
+- lib/ depends on nothing of the project: its files include the C
+  library's headers and each other's, never core's, the simulator's or
+  CUDA's (both libraries build it in, below core's floors);
 - core/ calls the driver only through the gate: a ``cu...(`` call appears
   in core/driver.c alone, every other file goes through ``CM_CALL``;
 - ``cm__`` symbols are core's own: no other layer's source names one, and
-  no object outside core/ defines or needs one (``nm``); a ``cm_`` symbol
+  no object outside core/ (lib/ included) defines or needs one (``nm``); a
+  ``cm_`` symbol
   of core is one that py/ needs;
 - core/'s files keep to the floors of docs/architecture.rst: a file calls
   only its floor and those below, and no call cycle spans more than three
@@ -78,15 +82,34 @@ def where(path, text, pos, root):
 
 
 def python_includes(root):
-    """Includes of Python, NumPy or py/ headers under core/ and sim/."""
+    """Includes of Python, NumPy or py/ headers under core/, sim/, lib/."""
     bad = []
-    for layer in ("core", "sim"):
+    for layer in ("core", "sim", "lib"):
         for path in sources(root, layer):
             text = read(path)
             for m in INCLUDE.finditer(text):
                 if PYTHON_HEADER.match(m.group(1)):
                     bad.append("%s: %s" % (where(path, text, m.start(), root),
                                            m.group(1)))
+    return bad
+
+
+FOREIGN_TO_LIB = re.compile(r"^(cuda\w*|cusim|nv\w*)\.h$")
+
+
+def lib_project_includes(root):
+    """Includes under lib/ of anything of the project outside lib/, or of
+    CUDA's headers: a quoted include must name a lib/ file."""
+    bad = []
+    own = {os.path.basename(p) for p in sources(root, "lib")}
+    for path in sources(root, "lib"):
+        text = read(path)
+        for m in INCLUDE.finditer(text):
+            quoted = text[m.start():m.end()].rstrip().endswith('"')
+            name = m.group(1)
+            if (quoted and name not in own) or FOREIGN_TO_LIB.match(name):
+                bad.append("%s: %s" % (where(path, text, m.start(), root),
+                                       name))
     return bad
 
 
@@ -104,9 +127,9 @@ def driver_calls(root):
 
 
 def internal_names(root):
-    """cm__ names in the sources of py/ and sim/."""
+    """cm__ names in the sources of py/, sim/ and lib/."""
     bad = []
-    for layer in ("py", "sim"):
+    for layer in ("py", "sim", "lib"):
         for path in sources(root, layer):
             text = code_only(read(path))
             for m in INTERNAL.finditer(text):
@@ -174,7 +197,7 @@ def nm_symbols(path, undefined):
 def foreign_internal_symbols(build_temp):
     """cm__ symbols that an object outside core/ defines or needs."""
     bad = []
-    for layer in ("py", "sim"):
+    for layer in ("py", "sim", "lib"):
         for obj in objects(build_temp, layer):
             for undefined in (True, False):
                 for sym in nm_symbols(obj, undefined):
@@ -187,6 +210,22 @@ def foreign_internal_symbols(build_temp):
 
 def test_core_and_sim_include_no_python_header():
     assert python_includes(ROOT) == []
+
+
+def test_lib_includes_nothing_of_the_project():
+    assert sources(ROOT, "lib", (".c",))
+    assert lib_project_includes(ROOT) == []
+
+
+def test_the_lib_rule_finds_a_project_include(tmp_path):
+    lib = tmp_path / SRC / "lib"
+    lib.mkdir(parents=True)
+    (lib / "own.h").write_text("")
+    (lib / "x.c").write_text('#include "own.h"\n#include <stdint.h>\n'
+                             '#include "status.h"\n#include <cuda.h>\n')
+    assert lib_project_includes(str(tmp_path)) == [
+        "%s:3: status.h" % os.path.join(SRC, "lib", "x.c"),
+        "%s:4: cuda.h" % os.path.join(SRC, "lib", "x.c")]
 
 
 def test_core_calls_the_driver_only_through_the_gate():

@@ -3,6 +3,7 @@
  * overlapping requests never reach the driver as overlapping
  * registrations. Does not know arrays, views or Python. */
 #include "hostmem.h"
+#include "addrtree.h"
 #include "lockorder.h"
 
 #include <pthread.h>
@@ -33,14 +34,14 @@ typedef struct work {
     uint64_t generation;
 } work;
 
-/* One driver registration: disjoint, page-aligned, in the table while
- * `linked`. It retains its device's primary context, so that close()
- * leaves it registered; only a reset ends it. Write-combined memory has
- * a node too (ctx NULL: the driver allocated it page-locked), so that
- * its work is noted like any other's. */
+/* One driver registration: disjoint, page-aligned ([link.base,
+ * link.base + link.size)), in the table while `linked`. It retains its
+ * device's primary context, so that close() leaves it registered; only a
+ * reset ends it. Write-combined memory has a node too (ctx NULL: the
+ * driver allocated it page-locked), so that its work is noted like any
+ * other's. */
 typedef struct node {
-    uintptr_t base;
-    size_t size;
+    addrnode link;
     int refs;
     int linked;
     unsigned flags;
@@ -56,12 +57,13 @@ struct cm_hostreg {
     node *nodes[];
 };
 
-/* The nodes sorted by base, and the records whose release waits for
- * work on their pages; everything here under `lock`. */
+/* The nodes by base (n: how many, read without the lock), and the
+ * records whose release waits for work on their pages; everything here
+ * under `lock`. */
 static struct {
     pthread_mutex_t lock;
-    node **nodes;
-    size_t n, cap;
+    addrtree tree;
+    size_t n;
     cm_host *retiring;
     size_t nretiring;
 } table = {.lock = PTHREAD_MUTEX_INITIALIZER};
@@ -87,54 +89,38 @@ stale(const node *n)
     return __atomic_load_n(&n->dev->resets, __ATOMIC_ACQUIRE) != n->resets;
 }
 
-/* The first node ending after addr. */
-static size_t
-first_after(uintptr_t addr)
+static node *
+node_of(addrnode *link)
 {
-    size_t lo = 0, hi = table.n;
-
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-
-        if (table.nodes[mid]->base + table.nodes[mid]->size <= addr) {
-            lo = mid + 1;
-        }
-        else {
-            hi = mid;
-        }
-    }
-    return lo;
+    return link != NULL ? ADDRTREE_ENTRY(link, node, link) : NULL;
 }
 
-static int
-table_insert(size_t at, node *n, cm_error *err)
+/* The first node ending after addr. */
+static node *
+first_after(uintptr_t addr)
 {
-    if (table.n == table.cap) {
-        size_t cap = table.cap ? 2 * table.cap : 16;
-        node **grown = realloc(table.nodes, cap * sizeof(*grown));
+    return node_of(addrtree_after(&table.tree, addr));
+}
 
-        if (grown == NULL) {
-            return cm_fail(err, CM_ERR_NOMEM, "out of host memory");
-        }
-        table.nodes = grown;
-        table.cap = cap;
-    }
-    memmove(&table.nodes[at + 1], &table.nodes[at],
-            (table.n - at) * sizeof(*table.nodes));
-    table.nodes[at] = n;
+static node *
+next_node(node *n)
+{
+    return node_of(addrtree_next(&n->link));
+}
+
+static void
+table_insert(node *n)
+{
+    addrtree_insert(&table.tree, &n->link);
     /* Atomic: cm__host_note reads the count without the lock. */
     __atomic_store_n(&table.n, table.n + 1, __ATOMIC_RELAXED);
     n->linked = 1;
-    return 0;
 }
 
 static void
 table_unlink(node *n)
 {
-    size_t at = first_after(n->base);
-
-    memmove(&table.nodes[at], &table.nodes[at + 1],
-            (table.n - at - 1) * sizeof(*table.nodes));
+    addrtree_remove(&table.tree, &n->link);
     __atomic_store_n(&table.n, table.n - 1, __ATOMIC_RELAXED);
     n->linked = 0;
 }
@@ -259,7 +245,7 @@ node_drop(node *n, cm_error *err)
     }
     /* In the context the node keeps alive, whatever cudamem holds. */
     if (!stale(n) && (rc = CM_CALL(err, cuCtxPushCurrent, n->ctx)) == 0) {
-        rc = CM_CALL(err, cuMemHostUnregister, (void *)n->base);
+        rc = CM_CALL(err, cuMemHostUnregister, (void *)n->link.base);
         if (CM_CALL(rc < 0 ? &ignored : err, cuCtxPopCurrent, &popped) < 0) {
             rc = -1;
         }
@@ -294,24 +280,22 @@ reg_drop(cm_hostreg *r, cm_error *err)
 static void
 unlink_stale(uintptr_t lo, uintptr_t hi)
 {
-    size_t i = first_after(lo);
+    node *n = first_after(lo), *next;
 
-    while (i < table.n && table.nodes[i]->base < hi) {
-        if (stale(table.nodes[i])) {
-            table_unlink(table.nodes[i]);
-        }
-        else {
-            i++;
+    for (; n != NULL && n->link.base < hi; n = next) {
+        next = next_node(n);
+        if (stale(n)) {
+            table_unlink(n);
         }
     }
 }
 
-/* Registers the gap [lo, hi) as a new node at table index `at`. *made is
- * NULL when another owner already page-locked it. Lock held, dev's
- * context current. */
+/* Registers the gap [lo, hi) as a new node of the table. *made is NULL
+ * when another owner already page-locked it. Lock held, dev's context
+ * current. */
 static int
 register_gap(uintptr_t lo, uintptr_t hi, unsigned flags, cm_device *dev,
-             uint64_t resets, size_t at, node **made, cm_error *err)
+             uint64_t resets, node **made, cm_error *err)
 {
     node *n = malloc(sizeof(*n));
     cm_error ignored;
@@ -320,8 +304,7 @@ register_gap(uintptr_t lo, uintptr_t hi, unsigned flags, cm_device *dev,
     if (n == NULL) {
         return cm_fail(err, CM_ERR_NOMEM, "out of host memory");
     }
-    *n = (node){.base = lo,
-                .size = hi - lo,
+    *n = (node){.link = {.base = lo, .size = hi - lo},
                 .flags = flags,
                 .dev = dev,
                 .resets = resets};
@@ -339,12 +322,7 @@ register_gap(uintptr_t lo, uintptr_t hi, unsigned flags, cm_device *dev,
                    ? 0
                    : -1;
     }
-    if (table_insert(at, n, err) < 0) {
-        (void)CM_CALL(&ignored, cuMemHostUnregister, (void *)lo);
-        (void)CM_CALL(&ignored, cuDevicePrimaryCtxRelease, dev->cudev);
-        free(n);
-        return -1;
-    }
+    table_insert(n);
     *made = n;
     return 0;
 }
@@ -355,15 +333,15 @@ static int
 reg_acquire(uintptr_t lo, uintptr_t hi, unsigned flags, cm_device *dev,
             uint64_t resets, cm_hostreg **out, cm_error *err)
 {
-    size_t i, count = 0, at;
+    size_t count = 0;
     uintptr_t cur = lo;
     cm_error ignored;
     cm_hostreg *r;
+    node *n;
 
     unlink_stale(lo, hi);
-    for (i = first_after(lo); i < table.n && table.nodes[i]->base < hi; i++) {
-        node *n = table.nodes[i];
-
+    for (n = first_after(lo); n != NULL && n->link.base < hi;
+         n = next_node(n)) {
         if (!(flags & CU_MEMHOSTREGISTER_READ_ONLY) &&
             (n->flags & CU_MEMHOSTREGISTER_READ_ONLY)) {
             return cm__fail_fmt(err, CM_ERR_VALUE,
@@ -371,7 +349,7 @@ reg_acquire(uintptr_t lo, uintptr_t hi, unsigned flags, cm_device *dev,
                                 "registered read-only (by a read-only "
                                 "array): a writable array sharing its "
                                 "pages cannot be registered meanwhile",
-                                (unsigned long)n->base, n->size);
+                                (unsigned long)n->link.base, n->link.size);
         }
         count++;
     }
@@ -381,28 +359,26 @@ reg_acquire(uintptr_t lo, uintptr_t hi, unsigned flags, cm_device *dev,
         return cm_fail(err, CM_ERR_NOMEM, "out of host memory");
     }
     r->n = 0;
-    at = first_after(lo);
+    /* A gap registered goes in before n, which stays the next node. */
+    n = first_after(lo);
     while (cur < hi) {
-        node *n = at < table.n ? table.nodes[at] : NULL;
-
-        if (n != NULL && n->base <= cur) {
+        if (n != NULL && n->link.base <= cur) {
             n->refs++;
             r->nodes[r->n++] = n;
-            cur = n->base + n->size;
-            at++;
+            cur = n->link.base + n->link.size;
+            n = next_node(n);
             continue;
         }
-        uintptr_t end = n != NULL && n->base < hi ? n->base : hi;
+        uintptr_t end = n != NULL && n->link.base < hi ? n->link.base : hi;
         node *made;
 
-        if (register_gap(cur, end, flags, dev, resets, at, &made, err) < 0) {
+        if (register_gap(cur, end, flags, dev, resets, &made, err) < 0) {
             (void)reg_drop(r, &ignored);
             return -1;
         }
         if (made != NULL) {
             made->refs = 1;
             r->nodes[r->n++] = made;
-            at++;
         }
         cur = end;
     }
@@ -502,27 +478,20 @@ wc_node(cm_host *h, cm_error *err)
     uintptr_t lo = (uintptr_t)h->ptr, ps = page_size();
     cm_hostreg *r = malloc(sizeof(*r) + sizeof(r->nodes[0]));
     node *n = malloc(sizeof(*n));
-    int rc = -1;
 
-    if (r != NULL && n != NULL) {
-        *n = (node){.base = lo,
-                    .size = (h->size + ps - 1) & ~(ps - 1),
-                    .refs = 1,
-                    .dev = h->dev,
-                    .resets = h->resets};
-        cm__lock(&table.lock, CM_LOCK_HOSTMEM);
-        unlink_stale(lo, lo + n->size);
-        rc = table_insert(first_after(lo), n, err);
-        cm__unlock(&table.lock);
-    }
-    else {
-        cm_fail(err, CM_ERR_NOMEM, "out of host memory");
-    }
-    if (rc < 0) {
+    if (r == NULL || n == NULL) {
         free(r);
         free(n);
-        return -1;
+        return cm_fail(err, CM_ERR_NOMEM, "out of host memory");
     }
+    *n = (node){.link = {.base = lo, .size = (h->size + ps - 1) & ~(ps - 1)},
+                .refs = 1,
+                .dev = h->dev,
+                .resets = h->resets};
+    cm__lock(&table.lock, CM_LOCK_HOSTMEM);
+    unlink_stale(lo, lo + n->link.size);
+    table_insert(n);
+    cm__unlock(&table.lock);
     r->n = 1;
     r->nodes[0] = n;
     h->reg = r;
@@ -821,10 +790,10 @@ cm__host_note(cm_device *dev, CUstream stream, const void *ptr, size_t size,
         return 1;
     }
     cm__lock(&table.lock, CM_LOCK_HOSTMEM);
-    for (size_t i = first_after(lo);
-         rc >= 0 && i < table.n && table.nodes[i]->base < hi; i++) {
-        if (!stale(table.nodes[i])) {
-            rc = node_note(table.nodes[i], dev, stream, err);
+    for (node *n = first_after(lo); rc >= 0 && n != NULL && n->link.base < hi;
+         n = next_node(n)) {
+        if (!stale(n)) {
+            rc = node_note(n, dev, stream, err);
         }
     }
     cm__unlock(&table.lock);
@@ -982,13 +951,11 @@ cm_host_locked(const void *ptr, size_t size)
     uintptr_t cur = (uintptr_t)ptr, hi = cur + size;
 
     cm__lock(&table.lock, CM_LOCK_HOSTMEM);
-    for (size_t i = first_after(cur); i < table.n && cur < hi; i++) {
-        const node *n = table.nodes[i];
-
-        if (n->base > cur || stale(n)) {
+    for (node *n = first_after(cur); n != NULL && cur < hi; n = next_node(n)) {
+        if (n->link.base > cur || stale(n)) {
             break;
         }
-        cur = n->base + n->size;
+        cur = n->link.base + n->link.size;
     }
     cm__unlock(&table.lock);
     return cur >= hi;

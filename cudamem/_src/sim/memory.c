@@ -41,8 +41,8 @@ struct sim_heap {
     size_t size;
 };
 
-static sim_alloc **table;
-static size_t table_n, table_cap;
+/* Every live record by base; ranges never overlap. */
+static addrtree table;
 static unsigned long long next_buffer_id = 1;
 
 static size_t
@@ -169,77 +169,42 @@ heap_empty(const struct sim_heap *h)
 }
 
 /* ---------------------------------------------------------------------------
- * Allocation table: sorted by base, ranges never overlap. */
+ * Allocation table (lib/addrtree): O(log n) per change and lookup. */
 
-/* Index of the first record whose base is above addr. */
-static size_t
-table_upper(uintptr_t addr)
+static sim_alloc *
+record_of(addrnode *link)
 {
-    size_t lo = 0, hi = table_n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (table[mid]->base <= addr)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
-static int
-table_insert(sim_alloc *a)
-{
-    if (table_n == table_cap) {
-        size_t cap = table_cap ? 2 * table_cap : 64;
-        sim_alloc **t = realloc(table, cap * sizeof(*t));
-        if (!t)
-            return -1;
-        table = t;
-        table_cap = cap;
-    }
-    size_t i = table_upper(a->base);
-    memmove(&table[i + 1], &table[i], (table_n - i) * sizeof(*table));
-    table[i] = a;
-    table_n++;
-    return 0;
+    return link ? ADDRTREE_ENTRY(link, sim_alloc, link) : NULL;
 }
 
 static void
+table_insert(sim_alloc *a)
+{
+    a->link.base = a->base;
+    a->link.size = a->size;
+    addrtree_insert(&table, &a->link);
+}
+
+/* A record never entered (a failed creation) is left alone. */
+static void
 table_remove(sim_alloc *a)
 {
-    size_t i = table_upper(a->base);
-    if (i == 0 || table[i - 1] != a)
-        return;
-    i--;
-    memmove(&table[i], &table[i + 1], (table_n - i - 1) * sizeof(*table));
-    table_n--;
-    if (table_n == 0) {
-        free(table);
-        table = NULL;
-        table_cap = 0;
-    }
+    if (a->link.parent || table.root == &a->link)
+        addrtree_remove(&table, &a->link);
 }
 
 /* The first record overlapping [addr, addr + len), or NULL. */
 static sim_alloc *
 table_overlap(uintptr_t addr, size_t len)
 {
-    size_t i = table_upper(addr);
-    if (i > 0 && table[i - 1]->base + table[i - 1]->size > addr)
-        return table[i - 1];
-    if (i < table_n && table[i]->base < addr + len)
-        return table[i];
-    return NULL;
+    sim_alloc *a = record_of(addrtree_after(&table, addr));
+    return a && a->base < addr + len ? a : NULL;
 }
 
 sim_alloc *
 sim_mem_find(uintptr_t addr)
 {
-    size_t i = table_upper(addr);
-    if (i == 0)
-        return NULL;
-    sim_alloc *a = table[i - 1];
-    return addr - a->base < a->size ? a : NULL;
+    return record_of(addrtree_find(&table, addr));
 }
 
 /* Nonzero when [addr, addr + len) touches a device address reserve. */
@@ -366,12 +331,12 @@ host_record_new(sim_mem_kind kind, CUcontext ctx, size_t bytesize,
     a->flags = flags;
     a->backing = map_anon(bytesize, &a->backing_size);
     a->base = (uintptr_t)a->backing;
-    if (a->backing && table_insert(a) == 0)
-        return a;
-    if (a->backing)
-        munmap(a->backing, a->backing_size);
-    free((sim_record *)a);
-    return NULL;
+    if (!a->backing) {
+        free((sim_record *)a);
+        return NULL;
+    }
+    table_insert(a);
+    return a;
 }
 
 /* Unlinks and frees a record and everything it owns (lock held). */
@@ -429,12 +394,11 @@ sim_mem_free(sim_alloc *a)
 void
 sim_mem_release_ctx(CUcontext ctx)
 {
-    size_t i = 0;
-    while (i < table_n) {
-        if (table[i]->ctx == ctx)
-            record_free(table[i]);
-        else
-            i++;
+    sim_alloc *next;
+    for (sim_alloc *a = record_of(addrtree_first(&table)); a; a = next) {
+        next = record_of(addrtree_next(&a->link));
+        if (a->ctx == ctx)
+            record_free(a);
     }
     /* Pool blocks kept for reuse go with the context's work. */
     sim_pool_release_device(ctx->dev);
@@ -443,9 +407,9 @@ sim_mem_release_ctx(CUcontext ctx)
 int
 sim_mem_ctx_busy(CUcontext ctx)
 {
-    for (size_t i = 0; i < table_n; i++) {
-        if (table[i]->ctx == ctx &&
-            sim_range_busy(table[i]->base, table[i]->size, 0))
+    for (addrnode *n = addrtree_first(&table); n; n = addrtree_next(n)) {
+        sim_alloc *a = record_of(n);
+        if (a->ctx == ctx && sim_range_busy(a->base, a->size, 0))
             return 1;
     }
     return 0;
@@ -486,12 +450,13 @@ sim_mem_add(sim_mem_kind kind, CUcontext ctx, unsigned char *backing,
             return r;
         }
     }
-    if (table_overlap(a->base, size) || table_insert(a) != 0) {
+    if (table_overlap(a->base, size)) {
         if (kind == SIM_MEM_IPC)
             release_device(ctx->dev, a->base, size);
         free((sim_record *)a);
         return CUDA_ERROR_INVALID_VALUE;
     }
+    table_insert(a);
     *out = a;
     return CUDA_SUCCESS;
 }
@@ -552,10 +517,7 @@ sim_mem_pool_record(CUcontext ctx, CUmemoryPool pool, uintptr_t base,
     a->backing = backing;
     a->backing_size = backing_size;
     a->pool = pool;
-    if (table_insert(a) != 0) {
-        free((sim_record *)a);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
+    table_insert(a);
     sim.live.device_allocations++;
     sim.live.device_bytes += size;
     *out = a;
@@ -634,13 +596,12 @@ device_alloc(CUdeviceptr *dptr, size_t bytesize)
     if (r != CUDA_SUCCESS)
         goto done;
     a->backing = map_anon(bytesize, &a->backing_size);
-    if (!a->backing || table_insert(a) != 0) {
-        if (a->backing)
-            munmap(a->backing, a->backing_size);
+    if (!a->backing) {
         release_device(ctx->dev, a->base, bytesize);
         r = CUDA_ERROR_OUT_OF_MEMORY;
         goto done;
     }
+    table_insert(a);
     sim.live.device_allocations++;
     sim.live.device_bytes += bytesize;
     *dptr = a->base;
@@ -881,11 +842,7 @@ host_register(void *p, size_t bytesize, unsigned flags)
     a->backing = p;
     a->backing_size = bytesize;
     a->flags = flags;
-    if (table_insert(a) != 0) {
-        free((sim_record *)a);
-        r = CUDA_ERROR_OUT_OF_MEMORY;
-        goto done;
-    }
+    table_insert(a);
     sim.live.registrations++;
     sim.live.registered_bytes += bytesize;
 done:

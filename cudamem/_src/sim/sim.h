@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "addrtree.h"
 #include "cusim.h"
 
 #define SIM_EXPORT __attribute__((visibility("default")))
@@ -408,6 +409,7 @@ typedef enum sim_mem_kind {
 } sim_mem_kind;
 
 typedef struct sim_alloc {
+    addrnode link; /* in memory.c's table, by base (a copy of base, size) */
     sim_mem_kind kind;
     uintptr_t base;         /* the address the API hands out */
     size_t size;            /* bytes requested */
