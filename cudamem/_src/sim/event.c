@@ -314,14 +314,36 @@ sim__event_unref(CUevent ev)
     event_unref(ev);
 }
 
-/* Lock held; ev and s checked. Queues the record of ev on s. */
+/* Lock held. ev now stands for s's op `seq`. */
+static void
+record_set(CUevent ev, CUstream s, uint64_t seq)
+{
+    ev->rec.uid = sim__stream_uid(s);
+    ev->rec.seq = seq;
+    ev->capture_id = 0;
+    sim__vc_copy(&ev->vc, sim__stream_vc(s));
+}
+
+/* Lock held; ev and s checked. Queues the record of ev on s, or, when s
+ * is idle, completes it at once as a GPU does: nothing precedes it, so its
+ * time is now, and no worker is woken for it. */
 CUresult
 sim__event_record_on(CUevent ev, CUstream s, const sim_dep *after,
                      const sim_vclock *after_vc)
 {
-    record_op *op = calloc(1, sizeof *op);
+    record_op *op;
     CUresult r;
 
+    if (after == NULL && after_vc == NULL && sim__stream_idle(s)) {
+        record_set(ev, s, sim__stream_pass(s));
+        ev->t_ns = sim_now_ns();
+        ev->stamped = 1;
+        if (ev->ipc != NULL)
+            ipc_publish(ev->ipc, __atomic_add_fetch(&ev->ipc->taken, 1,
+                                                    __ATOMIC_ACQ_REL));
+        return CUDA_SUCCESS;
+    }
+    op = calloc(1, sizeof *op);
     if (op == NULL)
         return CUDA_ERROR_OUT_OF_MEMORY;
     op->op.run = record_run;
@@ -336,11 +358,8 @@ sim__event_record_on(CUevent ev, CUstream s, const sim_dep *after,
     if (ev->ipc != NULL)
         op->ticket = __atomic_add_fetch(&ev->ipc->taken, 1, __ATOMIC_ACQ_REL);
     ev->refs++;
-    ev->rec.uid = sim__stream_uid(s);
-    ev->rec.seq = op->op.seq;
     ev->stamped = 0;
-    ev->capture_id = 0;
-    sim__vc_copy(&ev->vc, sim__stream_vc(s));
+    record_set(ev, s, op->op.seq);
     return CUDA_SUCCESS;
 }
 

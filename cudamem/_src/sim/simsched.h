@@ -46,6 +46,14 @@ const sim_op *sim__stream_head(CUstream s);
 void sim__stream_label(CUstream s, char *buf, size_t size);
 void sim__streams_each(void (*fn)(CUstream s, void *arg), void *arg);
 
+/* Nonzero when an op queued on s now would run at once: nothing queued
+ * or running there, nothing the legacy stream's rules make it wait for, no
+ * capture and no CUDAMEM_SIM_DELAY_US. */
+int sim__stream_idle(CUstream s);
+/* s idle: an op that only marks its place (an event record) passes through
+ * s at once, on the calling thread, as its worker would pass it; returns
+ * its seq. No wake-up, no system call. */
+uint64_t sim__stream_pass(CUstream s);
 uint64_t sim__stream_submitted(CUstream s); /* seq of its latest op */
 void sim__op_free(sim_op *op);              /* lock not required */
 /* Stream capture (graph.c keeps the capture, the stream points at it). */

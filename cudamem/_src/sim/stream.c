@@ -839,6 +839,38 @@ done:
     return r;
 }
 
+int
+sim__stream_idle(CUstream s)
+{
+    CUstream b;
+
+    if (stream_busy(s) || s->capture != NULL ||
+        __atomic_load_n(&sim.delay_us, __ATOMIC_RELAXED) != 0)
+        return 0;
+    /* The legacy stream's implicit synchronization (sim__enqueue): it
+     * waits for every blocking stream, and may not join a capture. */
+    if (s->kind == KIND_LEGACY) {
+        for (b = s->ctx->streams; b != NULL; b = b->next) {
+            if (stream_blocking(b) && (stream_busy(b) || b->capture != NULL))
+                return 0;
+        }
+        return 1;
+    }
+    return !stream_blocking(s) || s->ctx->legacy == NULL ||
+           !stream_busy(s->ctx->legacy);
+}
+
+uint64_t
+sim__stream_pass(CUstream s)
+{
+    uint64_t seq = ++s->submitted;
+
+    s->completed = seq;
+    sim__vc_put(&s->vc, s->uid, seq);
+    sim__vc_prune(&s->vc);
+    return seq;
+}
+
 uint64_t
 sim__stream_submitted(CUstream s)
 {

@@ -1,0 +1,116 @@
+"""Small operations on idle streams cost no wake-up (issue 23), seen
+through cudamem: an event recorded on a stream with nothing before it is
+complete when record() returns, as on a GPU, and no stream worker thread
+is started for it; work before it, the stream delay, the legacy default
+stream's implicit synchronization and injected faults are honoured as
+before. tests/c/test_sim_event.c covers the driver-level rules."""
+import os
+import time
+
+import numpy as np
+import pytest
+
+import cudamem
+from cudamem.errors import CudaAPIError
+
+pytestmark = pytest.mark.simulator
+
+DELAY_US = 100_000  # keeps queued work queued while the test looks
+
+
+def threads():
+    return len(os.listdir("/proc/self/task"))
+
+
+def idle_streams():
+    return [cudamem.stream(), cudamem.default_stream(),
+            cudamem.legacy_default_stream(),
+            cudamem.per_thread_default_stream()]
+
+
+def test_record_on_idle_stream_done_at_once(sim):
+    streams = idle_streams()
+    e = cudamem.event()
+    # cudamem's own waits may hand off to a thread of its own: started
+    # here, before the count.
+    cudamem.synchronize()
+    for s in streams:
+        s.synchronize()
+    e.synchronize()
+    before = threads()
+    for _ in range(50):
+        for s in streams:
+            e.record(s)
+            assert e.query()
+            e.synchronize()
+            s.synchronize()
+        cudamem.synchronize()
+    assert threads() == before
+
+
+def test_delay_keeps_record_pending(sim):
+    s = cudamem.stream()
+    e = cudamem.event()
+    with sim.delay(DELAY_US):
+        e.record(s)
+        assert not e.query()
+    e.synchronize()
+    assert e.query()
+
+
+def test_record_after_work_waits_for_it(sim):
+    s = cudamem.stream()
+    first, second = cudamem.event(), cudamem.event()
+    a = cudamem.device_array(256, np.uint8)
+    first.record(s)
+    # The delay is read when an operation starts: on until both have run.
+    with sim.delay(DELAY_US):
+        a.fill(3, stream=s)
+        second.record(s)
+        assert first.query()
+        assert not second.query()
+        second.synchronize()
+    np.testing.assert_array_equal(a.copy_to_host(),
+                                  np.full(256, 3, np.uint8))
+    # Queued after the fill, the second record is stamped after its delay.
+    assert first.elapsed_time(second) >= DELAY_US / 1000
+
+
+def test_legacy_record_waits_for_blocking_stream(sim):
+    blocking = cudamem.stream()
+    e = cudamem.event()
+    a = cudamem.device_array(256, np.uint8)
+    with sim.delay(DELAY_US):
+        a.fill(5, stream=blocking)
+        e.record(cudamem.legacy_default_stream())
+        assert not e.query()
+        e.synchronize()
+        assert blocking.query()
+    np.testing.assert_array_equal(a.copy_to_host(),
+                                  np.full(256, 5, np.uint8))
+
+
+def test_elapsed_between_inline_records(sim):
+    s = cudamem.stream()
+    start, end = cudamem.event(), cudamem.event()
+    start.record(s)
+    time.sleep(0.02)
+    end.record(s)
+    assert start.query() and end.query()
+    assert start.elapsed_time(end) >= 20.0
+    assert cudamem.event_elapsed_time(start, end) >= 20.0
+
+
+def test_injected_fault_records_nothing(sim):
+    s = cudamem.stream()
+    e = cudamem.event()
+    sim.inject("cuEventRecord", "CUDA_ERROR_INVALID_VALUE")
+    try:
+        with pytest.raises(CudaAPIError, match="cuEventRecord") as info:
+            e.record(s)
+    finally:
+        sim.clear_faults()
+    assert info.value.name == "CUDA_ERROR_INVALID_VALUE"
+    e.record(s)
+    assert e.query()
+    assert e.elapsed_time(e) == 0.0
