@@ -1,6 +1,7 @@
 /* addrtree.c: the AVL tree of addrtree.h. Each node keeps its subtree's
  * height; insert and remove rebalance on the way up from the change, so
- * every path stays within 1.44 log2(n) nodes. */
+ * every path stays within 1.44 log2(n) nodes, and stop where a subtree's
+ * height is what it was (most changes touch a node or two). */
 #include "addrtree.h"
 
 static int
@@ -76,6 +77,7 @@ static void
 rebalance(addrtree *t, addrnode *n)
 {
     while (n != NULL) {
+        int before = n->height;
         int bal = height(n->left) - height(n->right);
 
         if (bal > 1) {
@@ -92,6 +94,11 @@ rebalance(addrtree *t, addrnode *n)
         }
         else {
             update(n);
+        }
+        /* The ancestors' heights were computed from `before`: when the
+         * subtree is as high as that, none of them changes. */
+        if (n->height == before) {
+            break;
         }
         n = n->parent;
     }
@@ -138,6 +145,9 @@ addrtree_remove(addrtree *t, addrnode *n)
         replace_child(t, n->parent, n, s);
         s->left = n->left;
         s->left->parent = s;
+        /* n's height, which its ancestors were computed from, so that
+         * rebalance can stop where a height no longer changes. */
+        s->height = n->height;
     }
     else {
         from = n->parent;
