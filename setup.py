@@ -6,7 +6,9 @@ Development builds add flags through the environment: CUDAMEM_DEV_CFLAGS
 (the Makefile passes -Werror there; `pip install .` never does),
 CUDAMEM_SANITIZE=1 (ASan + UBSan), CUDAMEM_SANITIZE=thread (TSan),
 CUDAMEM_COVERAGE=1 (gcov), CUDAMEM_DEBUG=1 (core's lock-order and py/'s
-refcount asserts, see core/lockorder.h).
+refcount asserts, see core/lockorder.h), CUDAMEM_LIMITED_API=1 (one abi3
+module for CPython 3.11 on, through py/compat.h; see benchmarks/NOTES.md,
+"Limited API").
 """
 import importlib.util
 import os
@@ -63,6 +65,11 @@ def sources(*dirs):
         out += sorted(os.path.join(d, f) for f in os.listdir(d)
                       if f.endswith(".c"))
     return out
+
+
+# The limited API's oldest version with the buffer protocol (3.11).
+LIMITED_API = os.environ.get("CUDAMEM_LIMITED_API") == "1"
+LIMITED_API_HEX = "0x030B0000"
 
 
 def flags():
@@ -123,7 +130,9 @@ setup(
             sources=sources(os.path.join(SRC, "core"),
                             os.path.join(SRC, "py")),
             include_dirs=[CUDA_INC, numpy_include()],
-            define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_24_API_VERSION")],
+            define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_24_API_VERSION")]
+            + ([("Py_LIMITED_API", LIMITED_API_HEX)] if LIMITED_API else []),
+            py_limited_api=LIMITED_API,
             extra_compile_args=CFLAGS,
             extra_link_args=LDFLAGS,
             libraries=["dl", "pthread"],
@@ -144,4 +153,7 @@ setup(
         ),
     ],
     cmdclass={"build_ext": BuildExt},
+    # The wheel's tag follows the module: cp311-abi3 in the limited mode.
+    options={"bdist_wheel": {"py_limited_api": "cp311"}} if LIMITED_API
+    else {},
 )

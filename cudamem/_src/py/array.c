@@ -26,8 +26,8 @@ array_make(PyObject *type, PyObject *mem, CUdeviceptr ptr, int ndim,
 
     /* tp_alloc zeroes (a Python subclass's __dict__ slot too) and
      * tracks; every field it leaves NULL is safe to traverse. */
-    self = (cmpy_DeviceNDArray *)((PyTypeObject *)type)
-               ->tp_alloc((PyTypeObject *)type, 2 * (Py_ssize_t)ndim);
+    self = (cmpy_DeviceNDArray *)cmpy_tp_alloc((PyTypeObject *)type)(
+        (PyTypeObject *)type, 2 * (Py_ssize_t)ndim);
     if (self == NULL) {
         Py_DECREF(mem);
         return NULL;
@@ -223,7 +223,7 @@ array_dealloc(cmpy_DeviceNDArray *self)
         PyObject_ClearWeakRefs((PyObject *)self);
     }
     cmpy_array_clear((PyObject *)self);
-    type->tp_free(self);
+    cmpy_tp_free(type)(self);
     Py_DECREF(type);
 }
 
@@ -647,7 +647,7 @@ cmpy_array_construct(PyTypeObject *type, PyObject *shape_arg,
                                 (PyTypeObject *)st->MemoryPointerType)) {
             PyErr_Format(PyExc_TypeError,
                          "gpu_data must be a MemoryPointer, not %.200s",
-                         Py_TYPE(gpu_data)->tp_name);
+                         cmpy_tp_name(Py_TYPE(gpu_data)));
             goto done;
         }
         mp = (cmpy_MemoryPointer *)gpu_data;

@@ -78,12 +78,12 @@ cai_init(cmpy_state *st)
             Py_DECREF(keys);
             return -1;
         }
-        PyTuple_SET_ITEM(keys, i, key);
+        cmpy_tuple_set(keys, i, key);
     }
     template = PyDict_New();
     three = PyLong_FromLong(3);
     for (i = 0; template != NULL && three != NULL && i < KEY_DESCR; i++) {
-        if (PyDict_SetItem(template, PyTuple_GET_ITEM(keys, i),
+        if (PyDict_SetItem(template, cmpy_tuple_item(keys, i),
                            i == KEY_VERSION ? three : Py_None) < 0) {
             break;
         }
@@ -158,7 +158,7 @@ cmpy_array_get_cai(PyObject *op, void *Py_UNUSED(closure))
     }
     for (i = 0; i < NKEYS; i++) {
         if (v[i] != NULL &&
-            PyDict_SetItem(cai, PyTuple_GET_ITEM(st->cai_keys, i), v[i]) < 0) {
+            PyDict_SetItem(cai, cmpy_tuple_item(st->cai_keys, i), v[i]) < 0) {
             Py_CLEAR(cai);
             break;
         }

@@ -732,7 +732,7 @@ cmpy_array_copy_to_host(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
             PyErr_Format(PyExc_TypeError,
                          "copy_to_host() needs a numpy.ndarray for ary, not "
                          "%.200s",
-                         Py_TYPE(argv[0])->tp_name);
+                         cmpy_tp_name(Py_TYPE(argv[0])));
             return NULL;
         }
         host = (PyArrayObject *)argv[0];
@@ -998,7 +998,7 @@ cmpy_array_fill(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
     if (scalar == NULL) {
         if (!PyErr_Occurred()) {
             PyErr_Format(PyExc_TypeError, "fill() needs a scalar, not %.200s",
-                         Py_TYPE(argv[0])->tp_name);
+                         cmpy_tp_name(Py_TYPE(argv[0])));
         }
         return NULL;
     }
@@ -1062,7 +1062,7 @@ cmpy_array_copy(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
         return NULL;
     }
     if (argv[0] != NULL && argv[0] != Py_None) {
-        s = PyUnicode_Check(argv[0]) ? PyUnicode_AsUTF8(argv[0]) : NULL;
+        s = PyUnicode_Check(argv[0]) ? cmpy_utf8(argv[0]) : NULL;
         if (s == NULL || strlen(s) != 1 || strchr("CFAK", s[0]) == NULL) {
             PyErr_Clear();
             PyErr_Format(PyExc_ValueError,
@@ -1208,7 +1208,7 @@ to_device(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
             PyErr_Format(PyExc_TypeError,
                          "to_device(): to= must be a device array, not "
                          "%.200s",
-                         Py_TYPE(argv[3])->tp_name);
+                         cmpy_tp_name(Py_TYPE(argv[3])));
             return NULL;
         }
         result = cmpy_array_copy_to_device(argv[3], kw, 2, NULL);

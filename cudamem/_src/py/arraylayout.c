@@ -122,11 +122,11 @@ as_ssize(PyObject *item, const char *what, PyObject *arg, Py_ssize_t *out)
             PyErr_Format(PyExc_TypeError,
                          "%s must be an int or a sequence of ints, not "
                          "%.200s %R",
-                         what, Py_TYPE(item)->tp_name, item);
+                         what, cmpy_tp_name(Py_TYPE(item)), item);
         }
         else {
             PyErr_Format(PyExc_TypeError, "%s %R: %.200s is not an int", what,
-                         arg, Py_TYPE(item)->tp_name);
+                         arg, cmpy_tp_name(Py_TYPE(item)));
         }
         return -1;
     }
@@ -171,10 +171,10 @@ cmpy_parse_ints(PyObject *arg, const char *what, Py_ssize_t *out, int *n)
         PyErr_Format(PyExc_TypeError,
                      "%s must be an int or a sequence of ints, not %.200s "
                      "%R",
-                     what, Py_TYPE(arg)->tp_name, arg);
+                     what, cmpy_tp_name(Py_TYPE(arg)), arg);
         return -1;
     }
-    len = PySequence_Fast_GET_SIZE(seq);
+    len = cmpy_fast_size(seq);
     if (len > NPY_MAXDIMS) {
         PyErr_Format(PyExc_ValueError,
                      "%s %R has %zd dimensions; at most %d are supported",
@@ -182,8 +182,7 @@ cmpy_parse_ints(PyObject *arg, const char *what, Py_ssize_t *out, int *n)
         goto error;
     }
     for (Py_ssize_t i = 0; i < len; i++) {
-        if (as_ssize(PySequence_Fast_GET_ITEM(seq, i), what, arg, &out[i]) <
-            0) {
+        if (as_ssize(cmpy_fast_item(seq, i), what, arg, &out[i]) < 0) {
             goto error;
         }
     }
@@ -302,7 +301,7 @@ cmpy_shape_tuple(int ndim, const Py_ssize_t *dims)
             Py_CLEAR(t);
             break;
         }
-        PyTuple_SET_ITEM(t, i, v);
+        cmpy_tuple_set(t, i, v);
     }
     return t;
 }
@@ -328,9 +327,8 @@ cmpy_parse_layout(PyObject *shape_arg, PyObject *dtype_arg,
         goto error;
     }
     if (order_arg != NULL && order_arg != Py_None) {
-        const char *s = PyUnicode_Check(order_arg)
-                            ? PyUnicode_AsUTF8(order_arg)
-                            : NULL;
+        const char *s = PyUnicode_Check(order_arg) ? cmpy_utf8(order_arg)
+                                                   : NULL;
 
         if (s == NULL || (strcmp(s, "C") != 0 && strcmp(s, "F") != 0)) {
             PyErr_Clear();

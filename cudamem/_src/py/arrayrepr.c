@@ -50,18 +50,19 @@ cmpy_array_repr(PyObject *op)
     }
     if (values == NULL) {
         out = PyUnicode_FromFormat(
-            "<%s shape=%R dtype=%S on device %d>", Py_TYPE(op)->tp_name, shape,
-            (PyObject *)self->dtype, self->gpu_data->mem->dev->ordinal);
+            "<%s shape=%R dtype=%S on device %d>", cmpy_tp_name(Py_TYPE(op)),
+            shape, (PyObject *)self->dtype, self->gpu_data->mem->dev->ordinal);
     }
     else {
         int multiline = PyUnicode_FindChar(values, '\n', 0,
-                                           PyUnicode_GET_LENGTH(values),
+                                           PyUnicode_GetLength(values),
                                            1) >= 0;
 
-        out = PyUnicode_FromFormat(
-            "<%s shape=%R dtype=%S on device %d%s%U>", Py_TYPE(op)->tp_name,
-            shape, (PyObject *)self->dtype, self->gpu_data->mem->dev->ordinal,
-            multiline ? "\n" : ": ", values);
+        out = PyUnicode_FromFormat("<%s shape=%R dtype=%S on device %d%s%U>",
+                                   cmpy_tp_name(Py_TYPE(op)), shape,
+                                   (PyObject *)self->dtype,
+                                   self->gpu_data->mem->dev->ordinal,
+                                   multiline ? "\n" : ": ", values);
     }
     Py_DECREF(shape);
     Py_XDECREF(values);
@@ -101,7 +102,7 @@ cmpy_array_repr_html(PyObject *op, PyObject *Py_UNUSED(ignored))
     values[4] = PyUnicode_FromString(layout_name(self->flags));
     values[5] = PyLong_FromLong(self->gpu_data->mem->dev->ordinal);
     values[6] = PyObject_Repr(self->stream);
-    out = cmpy_html_table(Py_TYPE(op)->tp_name, 7, labels, values, shown);
+    out = cmpy_html_table(cmpy_tp_name(Py_TYPE(op)), 7, labels, values, shown);
     Py_XDECREF(shown);
     return out;
 }

@@ -45,14 +45,14 @@ apply_index(cmpy_DeviceNDArray *self, PyObject *key, int *ndim_out,
     if (tuple == NULL) {
         return -1;
     }
-    nitems = PyTuple_GET_SIZE(tuple);
+    nitems = cmpy_tuple_size(tuple);
     if (nitems > (Py_ssize_t)NPY_MAXDIMS * 2) {
         PyErr_Format(PyExc_IndexError, "too many indices for array: %zd",
                      nitems);
         goto error;
     }
     for (k = 0; k < nitems; k++) {
-        PyObject *item = PyTuple_GET_ITEM(tuple, k);
+        PyObject *item = cmpy_tuple_item(tuple, k);
 
         items[k] = item;
         if (item == Py_Ellipsis) {
@@ -87,13 +87,13 @@ apply_index(cmpy_DeviceNDArray *self, PyObject *key, int *ndim_out,
                                  "slice, Ellipsis and None indexes; "
                                  "integer-array indexes such as a %.200s are "
                                  "not supported (copy to the host first)",
-                                 Py_TYPE(item)->tp_name);
+                                 cmpy_tp_name(Py_TYPE(item)));
                     goto error;
                 }
                 PyErr_Format(PyExc_IndexError,
                              "only integers, slices (`:`), ellipsis (`...`) "
                              "and None are valid indices, not %.200s",
-                             Py_TYPE(item)->tp_name);
+                             cmpy_tp_name(Py_TYPE(item)));
                 goto error;
             }
             consumed++;
@@ -423,7 +423,7 @@ parse_order(cmpy_DeviceNDArray *self, PyObject *arg, char *order)
         *order = 'C';
         return 0;
     }
-    s = PyUnicode_Check(arg) ? PyUnicode_AsUTF8(arg) : NULL;
+    s = PyUnicode_Check(arg) ? cmpy_utf8(arg) : NULL;
     if (s == NULL || strlen(s) != 1 || strchr("CFA", s[0]) == NULL) {
         PyErr_Clear();
         PyErr_Format(PyExc_ValueError, "order must be 'C', 'F' or 'A', not %R",
@@ -507,7 +507,7 @@ shape_args(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t *dims, int *nd,
             return -1;
         }
         for (Py_ssize_t i = 0; i < nargs; i++) {
-            PyTuple_SET_ITEM(*shape_arg, i, Py_NewRef(args[i]));
+            cmpy_tuple_set(*shape_arg, i, Py_NewRef(args[i]));
         }
     }
     if (cmpy_parse_ints(*shape_arg, "shape", dims, nd) < 0) {
@@ -523,14 +523,14 @@ cmpy_array_reshape(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
 {
     cmpy_DeviceNDArray *self = (cmpy_DeviceNDArray *)op;
     cmpy_state *st = cmpy_type_state(op);
-    Py_ssize_t nkw = kwnames != NULL ? PyTuple_GET_SIZE(kwnames) : 0;
+    Py_ssize_t nkw = kwnames != NULL ? cmpy_tuple_size(kwnames) : 0;
     Py_ssize_t dims[NPY_MAXDIMS];
     PyObject *order_arg = NULL, *shape_arg, *out;
     char order;
     int nd;
 
     if (nkw > 1 || (nkw == 1 && PyUnicode_CompareWithASCIIString(
-                                    PyTuple_GET_ITEM(kwnames, 0), "order"))) {
+                                    cmpy_tuple_item(kwnames, 0), "order"))) {
         PyErr_SetString(PyExc_TypeError,
                         "reshape() takes a shape and an optional order=");
         return NULL;
@@ -604,7 +604,7 @@ parse_axis(PyObject *arg, int ndim, int *axis)
         if (!PyIndex_Check(arg)) {
             PyErr_Clear();
             PyErr_Format(PyExc_TypeError, "axis must be an int, not %.200s",
-                         Py_TYPE(arg)->tp_name);
+                         cmpy_tp_name(Py_TYPE(arg)));
         }
         return -1;
     }
@@ -644,8 +644,8 @@ cmpy_array_squeeze(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
         if (axes == NULL) {
             return NULL;
         }
-        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(axes); k++) {
-            if (parse_axis(PyTuple_GET_ITEM(axes, k), ndim, &axis) < 0) {
+        for (Py_ssize_t k = 0; k < cmpy_tuple_size(axes); k++) {
+            if (parse_axis(cmpy_tuple_item(axes, k), ndim, &axis) < 0) {
                 Py_DECREF(axes);
                 return NULL;
             }
@@ -680,7 +680,7 @@ PyObject *
 cmpy_array_transpose(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
                      PyObject *kwnames)
 {
-    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0) {
+    if (kwnames != NULL && cmpy_tuple_size(kwnames) > 0) {
         static const char *const names[] = {"axes"};
         PyObject *argv[1];
 
@@ -708,7 +708,7 @@ transpose_axes(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
     else if (nargs > 1) {
         axes = PyTuple_New(nargs);
         for (Py_ssize_t i = 0; axes != NULL && i < nargs; i++) {
-            PyTuple_SET_ITEM(axes, i, Py_NewRef(args[i]));
+            cmpy_tuple_set(axes, i, Py_NewRef(args[i]));
         }
     }
     else {
@@ -720,7 +720,7 @@ transpose_axes(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     if (axes != NULL) {
-        if (PyTuple_GET_SIZE(axes) != ndim) {
+        if (cmpy_tuple_size(axes) != ndim) {
             PyErr_Format(PyExc_ValueError,
                          "axes %R don't match array of %d "
                          "dimensions",
@@ -729,7 +729,7 @@ transpose_axes(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
             return NULL;
         }
         for (int i = 0; i < ndim; i++) {
-            if (parse_axis(PyTuple_GET_ITEM(axes, i), ndim, &perm[i]) < 0) {
+            if (parse_axis(cmpy_tuple_item(axes, i), ndim, &perm[i]) < 0) {
                 Py_DECREF(axes);
                 return NULL;
             }

@@ -145,7 +145,7 @@ parse_ints(PyObject *value, const char *key, Py_ssize_t *out, int *n)
                      key, value);
         return -1;
     }
-    len = PyTuple_GET_SIZE(value);
+    len = cmpy_tuple_size(value);
     if (len > NPY_MAXDIMS) {
         PyErr_Format(PyExc_ValueError,
                      "the CUDA Array Interface's '%s' %R has %zd "
@@ -154,14 +154,14 @@ parse_ints(PyObject *value, const char *key, Py_ssize_t *out, int *n)
         return -1;
     }
     for (Py_ssize_t i = 0; i < len; i++) {
-        PyObject *index = as_int(PyTuple_GET_ITEM(value, i));
+        PyObject *index = as_int(cmpy_tuple_item(value, i));
 
         if (index == NULL) {
             if (!PyErr_Occurred()) {
                 PyErr_Format(PyExc_TypeError,
                              "the CUDA Array Interface's '%s' %R holds "
                              "%R, which is not an int",
-                             key, value, PyTuple_GET_ITEM(value, i));
+                             key, value, cmpy_tuple_item(value, i));
             }
             return -1;
         }
@@ -234,7 +234,7 @@ descr_dtype(PyObject *descr)
         Py_DECREF(result);
         return NULL;
     }
-    nfields = PyTuple_Check(names) ? PyTuple_GET_SIZE(names) : 0;
+    nfields = PyTuple_Check(names) ? cmpy_tuple_size(names) : 0;
     Py_DECREF(names);
     if (nfields == 0) {
         Py_DECREF(result);
@@ -331,20 +331,20 @@ parse_data(PyObject *desc, cai_desc *out)
     if (value == NULL) {
         return -1;
     }
-    if (!PyTuple_Check(value) || PyTuple_GET_SIZE(value) != 2) {
+    if (!PyTuple_Check(value) || cmpy_tuple_size(value) != 2) {
         PyErr_Format(PyExc_TypeError,
                      "the CUDA Array Interface's data must be a tuple "
                      "(ptr, readonly), not %R",
                      value);
         return -1;
     }
-    index = as_int(PyTuple_GET_ITEM(value, 0));
+    index = as_int(cmpy_tuple_item(value, 0));
     if (index == NULL) {
         if (!PyErr_Occurred()) {
             PyErr_Format(PyExc_TypeError,
                          "the CUDA Array Interface's data pointer must be "
                          "an int, not %R",
-                         PyTuple_GET_ITEM(value, 0));
+                         cmpy_tuple_item(value, 0));
         }
         return -1;
     }
@@ -355,18 +355,18 @@ parse_data(PyObject *desc, cai_desc *out)
         PyErr_Format(PyExc_ValueError,
                      "the CUDA Array Interface's data pointer %R is not an "
                      "address",
-                     PyTuple_GET_ITEM(value, 0));
+                     cmpy_tuple_item(value, 0));
         return -1;
     }
-    if (!PyBool_Check(PyTuple_GET_ITEM(value, 1))) {
+    if (!PyBool_Check(cmpy_tuple_item(value, 1))) {
         PyErr_Format(PyExc_TypeError,
                      "the CUDA Array Interface's readonly flag must be a "
                      "bool, not %R",
-                     PyTuple_GET_ITEM(value, 1));
+                     cmpy_tuple_item(value, 1));
         return -1;
     }
     out->ptr = (CUdeviceptr)p;
-    out->readonly = PyTuple_GET_ITEM(value, 1) == Py_True;
+    out->readonly = cmpy_tuple_item(value, 1) == Py_True;
     if (cmpy_layout_extent(out->ndim, out->shape, out->strides,
                            PyDataType_ELSIZE(out->dtype), &out->size,
                            &out->low, &out->high) < 0) {
@@ -389,7 +389,7 @@ parse_data(PyObject *desc, cai_desc *out)
         PyErr_Format(PyExc_ValueError,
                      "the CUDA Array Interface's array at %R spans bytes "
                      "%zd to %zd around it, outside the address space",
-                     PyTuple_GET_ITEM(value, 0), out->low, out->high);
+                     cmpy_tuple_item(value, 0), out->low, out->high);
         return -1;
     }
     return 0;
@@ -618,7 +618,7 @@ cmpy_cai_from_desc(cmpy_state *st, PyObject *desc, PyObject *owner, int sync,
     if (!PyDict_Check(desc)) {
         PyErr_Format(PyExc_TypeError,
                      "a CUDA Array Interface must be a dict, not %.200s",
-                     Py_TYPE(desc)->tp_name);
+                     cmpy_tp_name(Py_TYPE(desc)));
         return NULL;
     }
     /* A private copy: the checks run Python code (__index__, NumPy), which

@@ -32,7 +32,7 @@ cmpy_glue_call(cmpy_state *st, cmpy_glue_fn fn, PyObject *stream)
 {
     PyObject *func = glue(st, fn);
 
-    return func != NULL ? PyObject_CallOneArg(func, stream) : NULL;
+    return func != NULL ? cmpy_call_one(func, stream) : NULL;
 }
 
 int
@@ -44,7 +44,7 @@ cmpy_callback_add(cmpy_state *st, PyObject *stream, cm_device *dev,
 
     if (!PyCallable_Check(callback)) {
         PyErr_Format(PyExc_TypeError, "callback must be callable, not %.200s",
-                     Py_TYPE(callback)->tp_name);
+                     cmpy_tp_name(Py_TYPE(callback)));
         return -1;
     }
     started = cmpy_glue_call(st, CMPY_GLUE_ENSURE_DISPATCHER, Py_None);
@@ -72,14 +72,14 @@ cmpy_callback_add(cmpy_state *st, PyObject *stream, cm_device *dev,
 static void
 run_payload(cmpy_state *st, PyObject *payload, CUresult status)
 {
-    PyObject *callback = PyTuple_GET_ITEM(payload, 0);
-    PyObject *args[3] = {PyTuple_GET_ITEM(payload, 1), NULL,
-                         PyTuple_GET_ITEM(payload, 2)};
+    PyObject *callback = cmpy_tuple_item(payload, 0);
+    PyObject *args[3] = {cmpy_tuple_item(payload, 1), NULL,
+                         cmpy_tuple_item(payload, 2)};
     PyObject *res = NULL, *exc;
 
     args[1] = PyLong_FromLong((long)status);
     if (args[1] != NULL) {
-        res = PyObject_Vectorcall(callback, args, 3, NULL);
+        res = cmpy_vectorcall(callback, args, 3, NULL);
         Py_DECREF(args[1]);
     }
     if (res != NULL) {
@@ -184,8 +184,8 @@ unfinished_list(unfinished *u)
         PyObject *payload = u->items[i].payload, *item;
 
         if (list != NULL) {
-            item = Py_BuildValue("(OOs)", PyTuple_GET_ITEM(payload, 0),
-                                 PyTuple_GET_ITEM(payload, 1),
+            item = Py_BuildValue("(OOs)", cmpy_tuple_item(payload, 0),
+                                 cmpy_tuple_item(payload, 1),
                                  names[u->items[i].state]);
             if (item == NULL || PyList_Append(list, item) < 0) {
                 Py_CLEAR(list);

@@ -92,7 +92,7 @@ context_dealloc(cmpy_Context *self)
         PyObject_ClearWeakRefs((PyObject *)self);
     }
     context_clear(self);
-    type->tp_free(self);
+    cmpy_tp_free(type)(self);
     Py_DECREF(type);
 }
 
@@ -417,7 +417,7 @@ context_enable_peer_access(PyObject *self, PyObject *const *args,
 {
     cmpy_Context *ctx = (cmpy_Context *)self;
     cmpy_state *st = cmpy_type_state(self);
-    Py_ssize_t nkw = kwnames != NULL ? PyTuple_GET_SIZE(kwnames) : 0;
+    Py_ssize_t nkw = kwnames != NULL ? cmpy_tuple_size(kwnames) : 0;
     PyObject *peer_arg, *flags_arg = NULL;
     cmpy_Device *peer;
     unsigned long flags = 0;
@@ -425,7 +425,7 @@ context_enable_peer_access(PyObject *self, PyObject *const *args,
 
     if (nargs < 1 || nargs + nkw > 2 ||
         (nkw == 1 && PyUnicode_CompareWithASCIIString(
-                         PyTuple_GET_ITEM(kwnames, 0), "flags") != 0)) {
+                         cmpy_tuple_item(kwnames, 0), "flags") != 0)) {
         PyErr_SetString(PyExc_TypeError,
                         "enable_peer_access() takes a peer and optional "
                         "flags");
@@ -449,7 +449,7 @@ context_enable_peer_access(PyObject *self, PyObject *const *args,
     if (flags_arg != NULL) {
         if (!PyLong_Check(flags_arg)) {
             PyErr_Format(PyExc_TypeError, "flags must be an int, not %.200s",
-                         Py_TYPE(flags_arg)->tp_name);
+                         cmpy_tp_name(Py_TYPE(flags_arg)));
             return NULL;
         }
         flags = PyLong_AsUnsignedLong(flags_arg);
@@ -524,7 +524,7 @@ call_in(PyObject *self, PyObject *callable, PyObject *const *args,
     if (pushed && cm_ctx_push(dev, ctx->generation, &err) < 0) {
         return cmpy_raise(st, &err);
     }
-    res = PyObject_Vectorcall(callable, args, (size_t)nargs, NULL);
+    res = cmpy_vectorcall(callable, args, (size_t)nargs, NULL);
     if (pushed &&
         cm_ctx_pop(dev, ctx->generation, res != NULL ? &err : &ignored) < 0 &&
         res != NULL) {
@@ -748,7 +748,7 @@ context_open_ipc_handle(PyObject *self, PyObject *const *args,
     }
     /* IpcHandle(None, handle, size).open(self): an imported handle. */
     argv[0] = Py_None;
-    handle = PyObject_Vectorcall(cls, argv, 3, NULL);
+    handle = cmpy_vectorcall(cls, argv, 3, NULL);
     if (handle == NULL) {
         return NULL;
     }

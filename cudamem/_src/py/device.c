@@ -55,7 +55,7 @@ cmpy_devices(cmpy_state *st)
         obj->name = PyUnicode_DecodeUTF8(
             info.name, (Py_ssize_t)strlen(info.name), "replace");
         obj->uuid = PyUnicode_FromString(info.uuid);
-        PyTuple_SET_ITEM(tuple, i, (PyObject *)obj);
+        cmpy_tuple_set(tuple, i, (PyObject *)obj);
         PyObject_GC_Track(obj);
         if (obj->name == NULL || obj->uuid == NULL) {
             goto error;
@@ -76,7 +76,7 @@ cmpy_device_of(cmpy_state *st, cm_device *dev)
     if (devices == NULL) {
         return NULL;
     }
-    return (cmpy_Device *)PyTuple_GET_ITEM(devices, dev->ordinal);
+    return (cmpy_Device *)cmpy_tuple_item(devices, dev->ordinal);
 }
 
 int
@@ -110,7 +110,7 @@ cmpy_device_parse(cmpy_state *st, PyObject *arg, cmpy_Device **out)
         PyErr_Format(PyExc_TypeError,
                      "device must be an int ordinal or a Device, not "
                      "%.200s",
-                     Py_TYPE(arg)->tp_name);
+                     cmpy_tp_name(Py_TYPE(arg)));
         return -1;
     }
     index = PyNumber_Index(arg);
@@ -127,8 +127,8 @@ cmpy_device_parse(cmpy_state *st, PyObject *arg, cmpy_Device **out)
         Py_DECREF(index);
         return -1;
     }
-    if (overflow || value < 0 || value >= PyTuple_GET_SIZE(devices)) {
-        Py_ssize_t n = PyTuple_GET_SIZE(devices);
+    if (overflow || value < 0 || value >= cmpy_tuple_size(devices)) {
+        Py_ssize_t n = cmpy_tuple_size(devices);
         PyErr_Format(PyExc_ValueError,
                      "device ordinal %R out of range: %zd device%s visible",
                      index, n, n == 1 ? "" : "s");
@@ -136,7 +136,7 @@ cmpy_device_parse(cmpy_state *st, PyObject *arg, cmpy_Device **out)
         return -1;
     }
     Py_DECREF(index);
-    *out = (cmpy_Device *)PyTuple_GET_ITEM(devices, value);
+    *out = (cmpy_Device *)cmpy_tuple_item(devices, value);
     return 0;
 }
 
@@ -167,7 +167,7 @@ device_dealloc(cmpy_Device *self)
 
     PyObject_GC_UnTrack(self);
     device_clear(self);
-    type->tp_free(self);
+    cmpy_tp_free(type)(self);
     Py_DECREF(type);
 }
 
@@ -455,8 +455,8 @@ device_from_identity(PyObject *cls, PyObject *const *args, Py_ssize_t nargs,
         (devices = cmpy_devices(st)) == NULL) {
         return NULL;
     }
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(devices); i++) {
-        PyObject *device = PyTuple_GET_ITEM(devices, i);
+    for (Py_ssize_t i = 0; i < cmpy_tuple_size(devices); i++) {
+        PyObject *device = cmpy_tuple_item(devices, i);
 
         mine = device_get_identity(device, NULL);
         if (mine == NULL) {
@@ -774,13 +774,13 @@ current_context(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                 PyObject *kwnames)
 {
     cmpy_state *st = cmpy_get_state(module);
-    Py_ssize_t nkw = kwnames != NULL ? PyTuple_GET_SIZE(kwnames) : 0;
+    Py_ssize_t nkw = kwnames != NULL ? cmpy_tuple_size(kwnames) : 0;
     PyObject *devnum = Py_None;
     cmpy_Device *device;
 
     if (nargs + nkw > 1 ||
         (nkw == 1 && PyUnicode_CompareWithASCIIString(
-                         PyTuple_GET_ITEM(kwnames, 0), "devnum") != 0)) {
+                         cmpy_tuple_item(kwnames, 0), "devnum") != 0)) {
         PyErr_SetString(PyExc_TypeError,
                         "current_context() takes one optional argument, "
                         "devnum");
@@ -1025,7 +1025,7 @@ pointer_range(PyObject *module, PyObject *arg)
     if (PyBool_Check(arg) || !PyLong_Check(arg)) {
         PyErr_Format(PyExc_TypeError,
                      "a device pointer must be an int, not %.200s",
-                     Py_TYPE(arg)->tp_name);
+                     cmpy_tp_name(Py_TYPE(arg)));
         return NULL;
     }
     value = PyLong_AsUnsignedLongLong(arg);

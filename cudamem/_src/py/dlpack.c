@@ -108,16 +108,16 @@ cmpy_dlpack_wants_versioned(PyObject *max_version, int *versioned)
         *versioned = 0;
         return 0;
     }
-    if (!PyTuple_Check(max_version) || PyTuple_GET_SIZE(max_version) != 2 ||
-        !PyLong_Check(PyTuple_GET_ITEM(max_version, 0)) ||
-        !PyLong_Check(PyTuple_GET_ITEM(max_version, 1))) {
+    if (!PyTuple_Check(max_version) || cmpy_tuple_size(max_version) != 2 ||
+        !PyLong_Check(cmpy_tuple_item(max_version, 0)) ||
+        !PyLong_Check(cmpy_tuple_item(max_version, 1))) {
         PyErr_Format(PyExc_TypeError,
                      "max_version must be None or a (major, minor) tuple of "
                      "ints, not %R",
                      max_version);
         return -1;
     }
-    major = PyLong_AsLong(PyTuple_GET_ITEM(max_version, 0));
+    major = PyLong_AsLong(cmpy_tuple_item(max_version, 0));
     if (major == -1 && PyErr_Occurred()) {
         return -1;
     }
@@ -140,7 +140,7 @@ parse_stream(PyObject *arg, cmpy_dlpack_args *out)
         PyErr_Format(PyExc_TypeError,
                      "__dlpack__() stream must be None or an int (a CUDA "
                      "stream handle, 1, 2 or -1), not %.200s %R",
-                     Py_TYPE(arg)->tp_name, arg);
+                     cmpy_tp_name(Py_TYPE(arg)), arg);
         return -1;
     }
     if (PyLong_AsLong(arg) == -1 && !PyErr_Occurred()) {
@@ -177,17 +177,17 @@ parse_target(PyObject *arg, int type, int id, int *to_cpu)
     if (arg == NULL || arg == Py_None) {
         return 0;
     }
-    if (!PyTuple_Check(arg) || PyTuple_GET_SIZE(arg) != 2 ||
-        !PyLong_Check(PyTuple_GET_ITEM(arg, 0)) ||
-        !PyLong_Check(PyTuple_GET_ITEM(arg, 1))) {
+    if (!PyTuple_Check(arg) || cmpy_tuple_size(arg) != 2 ||
+        !PyLong_Check(cmpy_tuple_item(arg, 0)) ||
+        !PyLong_Check(cmpy_tuple_item(arg, 1))) {
         PyErr_Format(PyExc_TypeError,
                      "__dlpack__() dl_device must be None or a "
                      "(device_type, device_id) tuple of ints, not %R",
                      arg);
         return -1;
     }
-    want_type = PyLong_AsLong(PyTuple_GET_ITEM(arg, 0));
-    want_id = PyLong_AsLong(PyTuple_GET_ITEM(arg, 1));
+    want_type = PyLong_AsLong(cmpy_tuple_item(arg, 0));
+    want_id = PyLong_AsLong(cmpy_tuple_item(arg, 1));
     if ((want_type == -1 || want_id == -1) && PyErr_Occurred()) {
         return -1;
     }
@@ -236,11 +236,7 @@ cmpy_dlpack_parse(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
 static void
 release_owner(PyObject *owner)
 {
-#if PY_VERSION_HEX >= 0x030D0000
-    int finalizing = Py_IsFinalizing();
-#else
-    int finalizing = _Py_IsFinalizing();
-#endif
+    int finalizing = cmpy_is_finalizing();
     PyGILState_STATE gil;
 
     if (!Py_IsInitialized() || finalizing) {
@@ -255,14 +251,14 @@ static void
 delete_legacy(cmpy_DLManagedTensor *t)
 {
     release_owner(t->manager_ctx);
-    PyMem_RawFree(t);
+    cmpy_raw_free(t);
 }
 
 static void
 delete_versioned(cmpy_DLManagedTensorVersioned *t)
 {
     release_owner(t->manager_ctx);
-    PyMem_RawFree(t);
+    cmpy_raw_free(t);
 }
 
 /* An unconsumed capsule deletes its tensor; a consumer renames the capsule
@@ -344,7 +340,7 @@ cmpy_dlpack_capsule(PyObject *owner, const cmpy_dlpack_desc *desc,
         return NULL;
     }
     /* Raw memory: the deleter may free it without the GIL. */
-    block = PyMem_RawCalloc(1, head + 2 * ndim * sizeof(int64_t));
+    block = cmpy_raw_calloc(1, head + 2 * ndim * sizeof(int64_t));
     if (block == NULL) {
         return PyErr_NoMemory();
     }
@@ -365,13 +361,13 @@ cmpy_dlpack_capsule(PyObject *owner, const cmpy_dlpack_desc *desc,
         tensor = &t->dl_tensor;
     }
     if (fill_tensor(tensor, desc, dims) < 0) {
-        PyMem_RawFree(block);
+        cmpy_raw_free(block);
         return NULL;
     }
     capsule = PyCapsule_New(block, versioned ? NAME_VERSIONED : NAME_LEGACY,
                             capsule_destructor);
     if (capsule == NULL) {
-        PyMem_RawFree(block);
+        cmpy_raw_free(block);
         return NULL;
     }
     Py_INCREF(owner);

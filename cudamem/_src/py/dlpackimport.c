@@ -64,7 +64,7 @@ take(PyObject *capsule, taken *out)
     if (!PyCapsule_CheckExact(capsule)) {
         PyErr_Format(PyExc_TypeError,
                      "__dlpack__() must return a PyCapsule, not %.200s",
-                     Py_TYPE(capsule)->tp_name);
+                     cmpy_tp_name(Py_TYPE(capsule)));
         return -1;
     }
     name = PyCapsule_GetName(capsule);
@@ -348,9 +348,9 @@ producer_device(PyObject *obj, long *type, long *id)
     if (dev == NULL) {
         return -1;
     }
-    if (!PyTuple_Check(dev) || PyTuple_GET_SIZE(dev) != 2 ||
-        !PyLong_Check(PyTuple_GET_ITEM(dev, 0)) ||
-        !PyLong_Check(PyTuple_GET_ITEM(dev, 1))) {
+    if (!PyTuple_Check(dev) || cmpy_tuple_size(dev) != 2 ||
+        !PyLong_Check(cmpy_tuple_item(dev, 0)) ||
+        !PyLong_Check(cmpy_tuple_item(dev, 1))) {
         PyErr_Format(PyExc_TypeError,
                      "__dlpack_device__() must return a (device_type, "
                      "device_id) tuple of ints, not %R",
@@ -359,8 +359,8 @@ producer_device(PyObject *obj, long *type, long *id)
         return -1;
     }
     /* Out of a C long's range: no DLPack device type or ordinal. */
-    *type = PyLong_AsLong(PyTuple_GET_ITEM(dev, 0));
-    *id = PyLong_AsLong(PyTuple_GET_ITEM(dev, 1));
+    *type = PyLong_AsLong(cmpy_tuple_item(dev, 0));
+    *id = PyLong_AsLong(cmpy_tuple_item(dev, 1));
     if (PyErr_Occurred()) {
         PyErr_Clear();
         *type = *id = -1;
@@ -391,7 +391,7 @@ get_capsule(PyObject *obj, cm_device *dev, CUstream handle)
             PyErr_Format(PyExc_TypeError,
                          "from_dlpack() needs an object with __dlpack__ or "
                          "a DLPack capsule, not %.200s",
-                         Py_TYPE(obj)->tp_name);
+                         cmpy_tp_name(Py_TYPE(obj)));
         }
         return NULL;
     }

@@ -59,7 +59,7 @@ cmpy_emm_release_external(void *hook_arg, void *external)
     PyObject *pair = external, *finalizer;
 
     CMPY_ASSERT_HANDED(pair, PyTuple_CheckExact);
-    finalizer = PyTuple_GET_ITEM(pair, 0);
+    finalizer = cmpy_tuple_item(pair, 0);
     if (finalizer != Py_None) {
         cmpy_memory_finalize(hook_arg, finalizer);
     }
@@ -100,11 +100,11 @@ cmpy_context_get_memory_manager(cmpy_Context *self, void *Py_UNUSED(closure))
         if (make == NULL) {
             return NULL;
         }
-        made = PyObject_CallOneArg(make, (PyObject *)self);
+        made = cmpy_call_one(make, (PyObject *)self);
         if (made == NULL) {
             return NULL;
         }
-        if (!PyTuple_Check(made) || PyTuple_GET_SIZE(made) != 2) {
+        if (!PyTuple_Check(made) || cmpy_tuple_size(made) != 2) {
             PyErr_Format(PyExc_TypeError,
                          "_make_memory_manager() returned %R, not "
                          "(manager, mode)",
@@ -115,8 +115,8 @@ cmpy_context_get_memory_manager(cmpy_Context *self, void *Py_UNUSED(closure))
         /* Another thread may have made one meanwhile: the first stays. */
         rc = self->memory_manager != NULL
                  ? 0
-                 : set_manager(self, PyTuple_GET_ITEM(made, 0),
-                               PyTuple_GET_ITEM(made, 1));
+                 : set_manager(self, cmpy_tuple_item(made, 0),
+                               cmpy_tuple_item(made, 1));
         Py_DECREF(made);
         if (rc < 0) {
             return NULL;
@@ -434,7 +434,7 @@ context_arg(cmpy_state *st, const char *name, PyObject *arg)
     PyObject *obj = arg;
 
     if (PyWeakref_CheckProxy(arg)) {
-#if PY_VERSION_HEX >= 0x030D0000
+#if CMPY_API_HEX >= 0x030D0000
         if (PyWeakref_GetRef(arg, &obj) < 0) {
             return NULL;
         }

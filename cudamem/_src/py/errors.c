@@ -179,7 +179,7 @@ cmpy_parse_args(const char *fname, const char *const *names, int nnames,
                 int required, PyObject *const *args, Py_ssize_t nargs,
                 PyObject *kwnames, PyObject **out)
 {
-    Py_ssize_t nkw = kwnames != NULL ? PyTuple_GET_SIZE(kwnames) : 0;
+    Py_ssize_t nkw = kwnames != NULL ? cmpy_tuple_size(kwnames) : 0;
 
     if (nargs > nnames) {
         PyErr_Format(PyExc_TypeError,
@@ -191,7 +191,7 @@ cmpy_parse_args(const char *fname, const char *const *names, int nnames,
         out[i] = i < nargs ? args[i] : NULL;
     }
     for (Py_ssize_t k = 0; k < nkw; k++) {
-        PyObject *key = PyTuple_GET_ITEM(kwnames, k);
+        PyObject *key = cmpy_tuple_item(kwnames, k);
         int i = 0;
 
         while (i < nnames &&

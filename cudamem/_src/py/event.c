@@ -37,7 +37,7 @@ event_arg(cmpy_state *st, const char *what, PyObject *obj)
 {
     if (!Py_IS_TYPE(obj, (PyTypeObject *)st->EventType)) {
         PyErr_Format(PyExc_TypeError, "%s must be a cudamem Event, not %.200s",
-                     what, Py_TYPE(obj)->tp_name);
+                     what, cmpy_tp_name(Py_TYPE(obj)));
         return NULL;
     }
     return (cmpy_Event *)obj;
@@ -176,7 +176,7 @@ event_dealloc(cmpy_Event *self)
         err.kind != CM_ERR_FORK) {
         cmpy_warn_release((cmpy_state *)PyType_GetModuleState(type), &err);
     }
-    type->tp_free(self);
+    cmpy_tp_free(type)(self);
     Py_DECREF(type);
 }
 

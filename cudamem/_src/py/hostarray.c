@@ -185,7 +185,7 @@ owner_of(cmpy_state *st, PyObject *self, cm_device **dev)
                      "this %s is not in %s memory: its memory belongs to "
                      "%.200s",
                      kinds[kind].name, kinds[kind].memory,
-                     Py_TYPE(base)->tp_name);
+                     cmpy_tp_name(Py_TYPE(base)));
     }
     return NULL;
 }
@@ -605,7 +605,7 @@ host_dealloc(PyObject *self)
     host_clear(self);
     /* NumPy's dealloc drops the base and frees the object through this
      * type's tp_free. */
-    PyArray_Type.tp_dealloc(self);
+    CMPY_SLOT(&PyArray_Type, destructor, Py_tp_dealloc, tp_dealloc)(self);
     Py_DECREF(type);
 }
 
@@ -647,13 +647,17 @@ check_host(PyObject *self)
 static PyObject *
 host_repr(PyObject *self)
 {
-    return check_host(self) < 0 ? NULL : PyArray_Type.tp_repr(self);
+    return check_host(self) < 0
+               ? NULL
+               : CMPY_SLOT(&PyArray_Type, reprfunc, Py_tp_repr, tp_repr)(self);
 }
 
 static PyObject *
 host_str(PyObject *self)
 {
-    return check_host(self) < 0 ? NULL : PyArray_Type.tp_str(self);
+    return check_host(self) < 0
+               ? NULL
+               : CMPY_SLOT(&PyArray_Type, reprfunc, Py_tp_str, tp_str)(self);
 }
 
 static PyObject *
@@ -661,15 +665,17 @@ host_subscript(PyObject *self, PyObject *key)
 {
     return check_host(self) < 0
                ? NULL
-               : PyArray_Type.tp_as_mapping->mp_subscript(self, key);
+               : CMPY_SLOT(&PyArray_Type, binaryfunc, Py_mp_subscript,
+                           tp_as_mapping->mp_subscript)(self, key);
 }
 
 static int
 host_ass_subscript(PyObject *self, PyObject *key, PyObject *value)
 {
-    return check_host(self) < 0 ? -1
-                                : PyArray_Type.tp_as_mapping->mp_ass_subscript(
-                                      self, key, value);
+    return check_host(self) < 0
+               ? -1
+               : CMPY_SLOT(&PyArray_Type, objobjargproc, Py_mp_ass_subscript,
+                           tp_as_mapping->mp_ass_subscript)(self, key, value);
 }
 
 static PyObject *
@@ -677,7 +683,8 @@ host_item(PyObject *self, Py_ssize_t i)
 {
     return check_host(self) < 0
                ? NULL
-               : PyArray_Type.tp_as_sequence->sq_item(self, i);
+               : CMPY_SLOT(&PyArray_Type, ssizeargfunc, Py_sq_item,
+                           tp_as_sequence->sq_item)(self, i);
 }
 
 PyObject *
@@ -714,7 +721,10 @@ cmpy_hostarray_type(PyObject *module, cmpy_hostarray_kind kind)
     if (cmpy_numpy_init() < 0 || (slots[6].pfunc = methods_of(kind)) == NULL) {
         return NULL;
     }
-    extra_offset = (PyArray_Type.tp_basicsize + align - 1) / align * align;
+    if ((extra_offset = cmpy_tp_basicsize(&PyArray_Type)) < 0) {
+        return NULL;
+    }
+    extra_offset = (extra_offset + align - 1) / align * align;
     spec.basicsize = (int)(extra_offset + (Py_ssize_t)sizeof(host_extra));
     *slot = PyType_FromModuleAndSpec(module, &spec, (PyObject *)&PyArray_Type);
     return *slot;

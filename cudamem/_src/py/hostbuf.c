@@ -84,7 +84,7 @@ buffer_dealloc(cmpy_HostBuffer *self)
         Py_CLEAR(self->finalizer);
     }
     Py_CLEAR(self->owner);
-    type->tp_free(self);
+    cmpy_tp_free(type)(self);
     Py_DECREF(type);
 }
 
@@ -333,7 +333,7 @@ as_pointer(PyObject *op, const char *name, PyObject *const *args,
     if (method == NULL) {
         return NULL;
     }
-    out = PyObject_Vectorcall(method, args, (size_t)nargs, kwnames);
+    out = cmpy_vectorcall(method, args, (size_t)nargs, kwnames);
     Py_DECREF(method);
     return out;
 }
@@ -510,14 +510,14 @@ host_device_array(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     }
     if (!PyArray_Check(argv[0])) {
         PyErr_Format(PyExc_TypeError, "a NumPy array is needed, not %.200s",
-                     Py_TYPE(argv[0])->tp_name);
+                     cmpy_tp_name(Py_TYPE(argv[0])));
         return NULL;
     }
     if ((host = cmpy_hostbuf_host(st, argv[1])) == NULL) {
         PyErr_Format(PyExc_TypeError,
                      "buffer must be a HostBuffer, not "
                      "%.200s",
-                     Py_TYPE(argv[1])->tp_name);
+                     cmpy_tp_name(Py_TYPE(argv[1])));
         return NULL;
     }
     if (cmpy_stream_arg(st, argv[2] != NULL ? argv[2] : Py_None, host->dev,

@@ -18,7 +18,7 @@ array_extent(PyObject *obj, char **lo, size_t *n)
     if (!PyArray_Check(obj)) {
         PyErr_Format(PyExc_TypeError,
                      "only NumPy arrays can be page-locked, not %.200s",
-                     Py_TYPE(obj)->tp_name);
+                     cmpy_tp_name(Py_TYPE(obj)));
         return -1;
     }
     if (PyDataType_REFCHK(PyArray_DESCR(a))) {
@@ -38,16 +38,16 @@ array_extent(PyObject *obj, char **lo, size_t *n)
     return 0;
 }
 
-/* Drops the registrations of buffers[0:n]; the first failure is raised,
- * the others still dropped. */
+/* Drops the registrations of buffers[0:n] (a list or a tuple); the first
+ * failure is raised, the others still dropped. */
 static int
-unregister_all(cmpy_state *st, PyObject *const *buffers, Py_ssize_t n)
+unregister_all(cmpy_state *st, PyObject *buffers, Py_ssize_t n)
 {
     cm_error err, later;
     int rc = 0;
 
     for (Py_ssize_t i = 0; i < n; i++) {
-        cm_host *host = ((cmpy_HostBuffer *)buffers[i])->host;
+        cm_host *host = ((cmpy_HostBuffer *)cmpy_fast_item(buffers, i))->host;
         int one;
 
         Py_BEGIN_ALLOW_THREADS
@@ -91,7 +91,7 @@ items_of(PyObject *arg, const char *msg)
 static PyObject *
 register_seq(cmpy_state *st, PyObject *items, int mapped)
 {
-    Py_ssize_t n = PyTuple_GET_SIZE(items), i;
+    Py_ssize_t n = cmpy_tuple_size(items), i;
     PyObject *out = NULL;
     cm_device *dev;
 
@@ -100,7 +100,7 @@ register_seq(cmpy_state *st, PyObject *items, int mapped)
         char *lo;
         size_t size;
 
-        if (array_extent(PyTuple_GET_ITEM(items, i), &lo, &size) < 0) {
+        if (array_extent(cmpy_tuple_item(items, i), &lo, &size) < 0) {
             return NULL;
         }
     }
@@ -108,7 +108,7 @@ register_seq(cmpy_state *st, PyObject *items, int mapped)
         return NULL;
     }
     for (i = 0; i < n; i++) {
-        PyObject *obj = PyTuple_GET_ITEM(items, i), *buf;
+        PyObject *obj = cmpy_tuple_item(items, i), *buf;
         int readonly = !PyArray_ISWRITEABLE((PyArrayObject *)obj), rc;
         cm_host *host;
         cm_error err;
@@ -130,14 +130,14 @@ register_seq(cmpy_state *st, PyObject *items, int mapped)
             cmpy_hostbuf_discard(st, host);
             goto fail;
         }
-        PyList_SET_ITEM(out, i, buf);
+        cmpy_list_set(out, i, buf);
     }
     return out;
 fail: {
     /* All or none: drop what this call registered. */
     PyObject *exc = cmpy_exc_take();
 
-    if (unregister_all(st, PySequence_Fast_ITEMS(out), i) < 0) {
+    if (unregister_all(st, out, i) < 0) {
         PyErr_Clear();
     }
     cmpy_exc_put(exc);
@@ -181,7 +181,7 @@ registry_key(PyObject *obj)
     if (!PyArray_Check(obj)) {
         PyErr_Format(PyExc_TypeError,
                      "only NumPy arrays can be page-locked, not %.200s",
-                     Py_TYPE(obj)->tp_name);
+                     cmpy_tp_name(Py_TYPE(obj)));
         return NULL;
     }
     return Py_BuildValue("(Nn)", PyLong_FromVoidPtr(PyArray_DATA(a)),
@@ -217,11 +217,11 @@ registry_error(PyObject *obj, const char *what)
 static PyObject *
 registry_keys(cmpy_state *st, PyObject *seq, int want)
 {
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t n = cmpy_fast_size(seq);
     PyObject *keys = PyTuple_New(n);
 
     for (Py_ssize_t i = 0; keys != NULL && i < n; i++) {
-        PyObject *obj = PySequence_Fast_GET_ITEM(seq, i);
+        PyObject *obj = cmpy_fast_item(seq, i);
         PyObject *key = registry_key(obj), *have;
         int seen = 0;
 
@@ -229,10 +229,10 @@ registry_keys(cmpy_state *st, PyObject *seq, int want)
             Py_CLEAR(keys);
             break;
         }
-        PyTuple_SET_ITEM(keys, i, key);
+        cmpy_tuple_set(keys, i, key);
         have = PyDict_GetItemWithError(st->registered, key); /* borrowed */
         for (Py_ssize_t j = 0; j < i && seen == 0; j++) {
-            seen = PyObject_RichCompareBool(PyTuple_GET_ITEM(keys, j), key,
+            seen = PyObject_RichCompareBool(cmpy_tuple_item(keys, j), key,
                                             Py_EQ);
         }
         if ((have == NULL && PyErr_Occurred()) || seen < 0) {
@@ -278,20 +278,20 @@ register_named(PyObject *module, PyObject *arg)
         (keys = registry_keys(st, seq, 0)) == NULL) {
         goto done;
     }
-    n = PyTuple_GET_SIZE(keys);
+    n = cmpy_tuple_size(keys);
     /* Reserved while the GIL is released to register them. */
     for (i = 0; i < n; i++) {
-        if (PyDict_SetItem(st->registered, PyTuple_GET_ITEM(keys, i),
-                           Py_None) < 0) {
+        if (PyDict_SetItem(st->registered, cmpy_tuple_item(keys, i), Py_None) <
+            0) {
             break;
         }
     }
     out = i == n ? register_seq(st, seq, 0) : NULL;
     exc = cmpy_exc_take();
     for (Py_ssize_t j = 0; j < i; j++) {
-        PyObject *key = PyTuple_GET_ITEM(keys, j);
+        PyObject *key = cmpy_tuple_item(keys, j);
         int rc = out != NULL ? PyDict_SetItem(st->registered, key,
-                                              PyList_GET_ITEM(out, j))
+                                              cmpy_list_item(out, j))
                              : PyDict_DelItem(st->registered, key);
 
         if (rc < 0) {
@@ -325,18 +325,18 @@ deregister_named(PyObject *module, PyObject *arg)
         (keys = registry_keys(st, seq, 1)) == NULL) {
         goto done;
     }
-    n = PyTuple_GET_SIZE(keys);
+    n = cmpy_tuple_size(keys);
     if ((buffers = PyList_New(n)) == NULL) {
         goto done;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *key = PyTuple_GET_ITEM(keys, i);
+        PyObject *key = cmpy_tuple_item(keys, i);
 
-        PyList_SET_ITEM(buffers, i,
-                        Py_NewRef(PyDict_GetItem(st->registered, key)));
+        cmpy_list_set(buffers, i,
+                      Py_NewRef(PyDict_GetItem(st->registered, key)));
         (void)PyDict_DelItem(st->registered, key);
     }
-    if (unregister_all(st, PySequence_Fast_ITEMS(buffers), n) == 0) {
+    if (unregister_all(st, buffers, n) == 0) {
         out = Py_NewRef(Py_None);
     }
 done:
@@ -366,22 +366,21 @@ release_named(PyObject *module, PyObject *arg)
     }
     /* The keys whose entry is one of these buffers, then their removal. */
     while (PyDict_Next(st->registered, &pos, &key, &value)) {
-        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
-            if (PySequence_Fast_GET_ITEM(seq, i) == value &&
+        for (Py_ssize_t i = 0; i < cmpy_fast_size(seq); i++) {
+            if (cmpy_fast_item(seq, i) == value &&
                 PyList_Append(mine, key) < 0) {
                 goto done;
             }
         }
     }
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(mine); i++) {
-        key = PyList_GET_ITEM(mine, i);
+    for (Py_ssize_t i = 0; i < cmpy_list_size(mine); i++) {
+        key = cmpy_list_item(mine, i);
         value = Py_NewRef(PyDict_GetItem(st->registered, key));
         (void)PyDict_DelItem(st->registered, key);
-        PyList_SET_ITEM(mine, i, value);
+        cmpy_list_set(mine, i, value);
         Py_DECREF(key);
     }
-    if (unregister_all(st, PySequence_Fast_ITEMS(mine),
-                       PyList_GET_SIZE(mine)) == 0) {
+    if (unregister_all(st, mine, cmpy_list_size(mine)) == 0) {
         out = Py_NewRef(Py_None);
     }
 done:
@@ -406,18 +405,17 @@ host_unregister(PyObject *module, PyObject *arg)
     if (seq == NULL) {
         return NULL;
     }
-    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
-        if (!Py_IS_TYPE(PySequence_Fast_GET_ITEM(seq, i),
+    for (Py_ssize_t i = 0; i < cmpy_fast_size(seq); i++) {
+        if (!Py_IS_TYPE(cmpy_fast_item(seq, i),
                         (PyTypeObject *)st->HostBufferType)) {
             PyErr_Format(PyExc_TypeError,
                          "_host_unregister() needs HostBuffers, not %.200s",
-                         Py_TYPE(PySequence_Fast_GET_ITEM(seq, i))->tp_name);
+                         cmpy_tp_name(Py_TYPE(cmpy_fast_item(seq, i))));
             Py_DECREF(seq);
             return NULL;
         }
     }
-    rc = unregister_all(st, PySequence_Fast_ITEMS(seq),
-                        PySequence_Fast_GET_SIZE(seq));
+    rc = unregister_all(st, seq, cmpy_fast_size(seq));
     Py_DECREF(seq);
     if (rc < 0) {
         return NULL;

@@ -19,16 +19,16 @@ parse_handle(PyObject *arg, CUipcMemHandle *out)
     if (!PyBytes_Check(arg)) {
         PyErr_Format(PyExc_TypeError,
                      "an IPC handle must be bytes, not %.200s",
-                     Py_TYPE(arg)->tp_name);
+                     cmpy_tp_name(Py_TYPE(arg)));
         return -1;
     }
-    if (PyBytes_GET_SIZE(arg) != CU_IPC_HANDLE_SIZE) {
+    if (cmpy_bytes_size(arg) != CU_IPC_HANDLE_SIZE) {
         PyErr_Format(PyExc_ValueError,
                      "an IPC handle has %d bytes, not %zd: %R",
-                     CU_IPC_HANDLE_SIZE, PyBytes_GET_SIZE(arg), arg);
+                     CU_IPC_HANDLE_SIZE, cmpy_bytes_size(arg), arg);
         return -1;
     }
-    memcpy(out->reserved, PyBytes_AS_STRING(arg), CU_IPC_HANDLE_SIZE);
+    memcpy(out->reserved, cmpy_bytes_data(arg), CU_IPC_HANDLE_SIZE);
     return 0;
 }
 
@@ -175,7 +175,7 @@ ipc_get(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     }
     if (!PyLong_Check(argv[0]) || PyBool_Check(argv[0])) {
         PyErr_Format(PyExc_TypeError, "pointer must be an int, not %.200s",
-                     Py_TYPE(argv[0])->tp_name);
+                     cmpy_tp_name(Py_TYPE(argv[0])));
         return NULL;
     }
     ptr = PyLong_AsUnsignedLongLong(argv[0]);
@@ -258,7 +258,7 @@ ipc_array(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     if (!Py_IS_TYPE(argv[0], (PyTypeObject *)st->MemoryPointerType)) {
         PyErr_Format(PyExc_TypeError,
                      "mem must be a cudamem MemoryPointer, not %.200s",
-                     Py_TYPE(argv[0])->tp_name);
+                     cmpy_tp_name(Py_TYPE(argv[0])));
         return NULL;
     }
     mp = (cmpy_MemoryPointer *)argv[0];

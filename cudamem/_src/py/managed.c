@@ -149,7 +149,7 @@ parse_advice(PyObject *arg, int *index)
     else {
         PyErr_Format(PyExc_TypeError,
                      "advice must be a str or an int, not %.200s",
-                     Py_TYPE(arg)->tp_name);
+                     cmpy_tp_name(Py_TYPE(arg)));
         return -1;
     }
     PyErr_Format(PyExc_ValueError,

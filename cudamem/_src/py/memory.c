@@ -249,7 +249,7 @@ pointer_dealloc(cmpy_MemoryPointer *self)
         cmpy_warn_release(cmpy_type_state((PyObject *)self), &err);
     }
     Py_CLEAR(self->owner);
-    type->tp_free(self);
+    cmpy_tp_free(type)(self);
     Py_DECREF(type);
 }
 
@@ -283,7 +283,7 @@ handles_call(PyObject *owner, int type, PyObject *arg)
     if (st != NULL && (st->handles[type] != NULL ||
                        cmpy_hook_load(st, CMPY_HOOK_LOAD_HANDLES, st->handles,
                                       CMPY_HANDLES_COUNT) == 0)) {
-        out = PyObject_CallOneArg(st->handles[type], arg);
+        out = cmpy_call_one(st->handles[type], arg);
     }
     Py_XDECREF(arg);
     return out;
@@ -600,7 +600,7 @@ pointer_free(PyObject *op, PyObject *Py_UNUSED(ignored))
     }
     /* numba frees only what has a finalizer. */
     if (mem->kind == CM_FREE_EXTERNAL &&
-        PyTuple_GET_ITEM((PyObject *)mem->external, 0) == Py_None) {
+        cmpy_tuple_item((PyObject *)mem->external, 0) == Py_None) {
         Py_RETURN_NONE;
     }
     if (cm_mem_release_now(mem, &err) < 0) {

@@ -57,7 +57,7 @@ find_simulator(PyObject *module, cmpy_state *st)
         PyErr_Clear();
         return 0;
     }
-    path = PyUnicode_AsUTF8(file);
+    path = cmpy_utf8(file);
     if (path == NULL) {
         Py_DECREF(file);
         return -1;
@@ -102,7 +102,7 @@ cmpy_hook_load(cmpy_state *st, cmpy_hook_id id, PyObject **slots, int n)
     if (loader == NULL || (got = PyObject_CallNoArgs(loader)) == NULL) {
         return -1;
     }
-    if (!PyTuple_Check(got) || PyTuple_GET_SIZE(got) != n) {
+    if (!PyTuple_Check(got) || cmpy_tuple_size(got) != n) {
         PyErr_Format(PyExc_TypeError,
                      "the '%s' hook returned %R, not a "
                      "tuple of %d",
@@ -113,7 +113,7 @@ cmpy_hook_load(cmpy_state *st, cmpy_hook_id id, PyObject **slots, int n)
     /* Another thread may have loaded them meanwhile: the first stay. */
     for (int i = 0; i < n; i++) {
         if (slots[i] == NULL) {
-            slots[i] = Py_NewRef(PyTuple_GET_ITEM(got, i));
+            slots[i] = Py_NewRef(cmpy_tuple_item(got, i));
         }
     }
     Py_DECREF(got);
@@ -288,10 +288,14 @@ cudamem_free(void *module)
 
 static PyModuleDef_Slot cudamem_slots[] = {
     {Py_mod_exec, cudamem_exec},
-#if PY_VERSION_HEX >= 0x030C0000
+#if CMPY_API_HEX >= 0x030C0000
     /* Core state (the driver, its queues) is per process, not per
      * interpreter. */
     {Py_mod_multiple_interpreters, Py_MOD_MULTIPLE_INTERPRETERS_NOT_SUPPORTED},
+#elif defined(Py_LIMITED_API)
+    /* The abi3 module's place for that slot, filled by PyInit on 3.12 on
+     * (3.11 refuses a slot it does not know). */
+    {0, NULL},
 #endif
     {0, NULL},
 };
@@ -313,5 +317,13 @@ PyMODINIT_FUNC PyInit__cudamem(void);
 PyMODINIT_FUNC
 PyInit__cudamem(void)
 {
+#if defined(Py_LIMITED_API) && CMPY_API_HEX < 0x030C0000
+    /* 3.12's Py_mod_multiple_interpreters (3) and its
+     * Py_MOD_MULTIPLE_INTERPRETERS_NOT_SUPPORTED (NULL). */
+    if (Py_Version >= 0x030C0000) {
+        cudamem_slots[1].slot = 3;
+        cudamem_slots[1].value = NULL;
+    }
+#endif
     return PyModuleDef_Init(&cmpy_module_def);
 }

@@ -5,7 +5,8 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#if PY_VERSION_HEX < 0x030C0000
+#include "compat.h"
+#if CMPY_API_HEX < 0x030C0000
 #include <structmember.h>
 #define Py_T_PYSSIZET T_PYSSIZET
 #define Py_READONLY READONLY
@@ -128,7 +129,7 @@ cmpy_own_module(PyTypeObject *type)
     if (!PyType_HasFeature(type, Py_TPFLAGS_HEAPTYPE)) {
         return NULL;
     }
-    module = ((PyHeapTypeObject *)type)->ht_module;
+    module = cmpy_heap_type_module(type);
     return module != NULL && PyModule_GetDef(module) == &cmpy_module_def
                ? module
                : NULL;
@@ -136,20 +137,23 @@ cmpy_own_module(PyTypeObject *type)
 
 /* The module of `type`, one of the module's heap types or a Python
  * subclass of one (borrowed; NULL with TypeError for another type). The
- * type itself first: at interpreter exit a finalizer may run after its
- * type's MRO was cleared (PyType_GetModuleByDef would read it). */
+ * type itself first, then its base chain: an instance's layout is its
+ * cudamem type's, so that type is on the chain (tp_base), which unlike
+ * the MRO (PyType_GetModuleByDef's walk) a finalizer at interpreter exit
+ * still finds after the type was cleared, and which the limited API can
+ * read. */
 static inline PyObject *
 cmpy_type_module(PyTypeObject *type)
 {
-    PyObject *module = cmpy_own_module(type), *mro = type->tp_mro;
+    PyObject *module = cmpy_own_module(type);
 
-    for (Py_ssize_t i = 1;
-         module == NULL && mro != NULL && i < PyTuple_GET_SIZE(mro); i++) {
-        module = cmpy_own_module((PyTypeObject *)PyTuple_GET_ITEM(mro, i));
+    for (PyTypeObject *base = cmpy_tp_base(type);
+         module == NULL && base != NULL; base = cmpy_tp_base(base)) {
+        module = cmpy_own_module(base);
     }
     if (module == NULL) {
         PyErr_Format(PyExc_TypeError, "%s is not a cudamem type",
-                     type->tp_name);
+                     cmpy_tp_name(type));
     }
     return module;
 }
@@ -202,8 +206,18 @@ cmpy_get_true(PyObject *Py_UNUSED(self), void *Py_UNUSED(closure))
 static inline int
 cmpy_optional_attr(PyObject *obj, const char *name, PyObject **out)
 {
-#if PY_VERSION_HEX >= 0x030D0000
+#if CMPY_API_HEX >= 0x030D0000
     return PyObject_GetOptionalAttrString(obj, name, out);
+#elif defined(Py_LIMITED_API)
+    *out = PyObject_GetAttrString(obj, name);
+    if (*out != NULL) {
+        return 1;
+    }
+    if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        return -1;
+    }
+    PyErr_Clear();
+    return 0;
 #else
     PyObject *key = PyUnicode_FromString(name);
     int rc;
@@ -223,7 +237,7 @@ cmpy_optional_attr(PyObject *obj, const char *name, PyObject **out)
 static inline PyObject *
 cmpy_exc_take(void)
 {
-#if PY_VERSION_HEX >= 0x030C0000
+#if CMPY_API_HEX >= 0x030C0000
     return PyErr_GetRaisedException();
 #else
     PyObject *type, *value, *tb;
@@ -242,7 +256,7 @@ cmpy_exc_take(void)
 static inline void
 cmpy_exc_put(PyObject *exc)
 {
-#if PY_VERSION_HEX >= 0x030C0000
+#if CMPY_API_HEX >= 0x030C0000
     PyErr_SetRaisedException(exc);
 #else
     if (exc == NULL) {

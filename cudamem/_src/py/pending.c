@@ -63,7 +63,7 @@ deallocations_dealloc(PyObject *self)
 
     PyObject_GC_UnTrack(self);
     shared_clear(self);
-    type->tp_free(self);
+    cmpy_tp_free(type)(self);
     Py_DECREF(type);
 }
 
@@ -229,7 +229,7 @@ guard_dealloc(PyObject *op)
         guard_undefer(self, CM_QUEUE_COUNT);
     }
     shared_clear(op);
-    type->tp_free(op);
+    cmpy_tp_free(type)(op);
     Py_DECREF(type);
 }
 

@@ -91,7 +91,7 @@ limit_arg(PyObject *arg, size_t *limit)
     if (PyBool_Check(arg) || !PyLong_Check(arg)) {
         PyErr_Format(PyExc_TypeError,
                      "nbytes must be an int or None, not %.200s",
-                     Py_TYPE(arg)->tp_name);
+                     cmpy_tp_name(Py_TYPE(arg)));
         return -1;
     }
     *limit = PyLong_AsSize_t(arg);

@@ -15,7 +15,7 @@ find_field(cmpy_DeviceNDArray *self, PyObject *key, PyArray_Descr **dtype,
     PyObject *info, *name = key;
 
     if (PyIndex_Check(key) && !PyBool_Check(key)) {
-        Py_ssize_t n = PyTuple_GET_SIZE(names);
+        Py_ssize_t n = cmpy_tuple_size(names);
         Py_ssize_t i = PyNumber_AsSsize_t(key, PyExc_IndexError);
 
         if (i == -1 && PyErr_Occurred()) {
@@ -28,13 +28,13 @@ find_field(cmpy_DeviceNDArray *self, PyObject *key, PyArray_Descr **dtype,
                          i, n);
             return -1;
         }
-        name = PyTuple_GET_ITEM(names, i < 0 ? i + n : i);
+        name = cmpy_tuple_item(names, i < 0 ? i + n : i);
     }
     else if (!PyUnicode_Check(key)) {
         PyErr_Format(PyExc_TypeError,
                      "record fields are indexed by name or position, not "
                      "%.200s",
-                     Py_TYPE(key)->tp_name);
+                     cmpy_tp_name(Py_TYPE(key)));
         return -1;
     }
     info = PyDict_GetItemWithError(fields, name);
@@ -45,8 +45,8 @@ find_field(cmpy_DeviceNDArray *self, PyObject *key, PyArray_Descr **dtype,
         }
         return -1;
     }
-    *dtype = (PyArray_Descr *)PyTuple_GET_ITEM(info, 0);
-    *offset = PyLong_AsSsize_t(PyTuple_GET_ITEM(info, 1));
+    *dtype = (PyArray_Descr *)cmpy_tuple_item(info, 0);
+    *offset = PyLong_AsSsize_t(cmpy_tuple_item(info, 1));
     return *offset == -1 && PyErr_Occurred() ? -1 : 0;
 }
 

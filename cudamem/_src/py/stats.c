@@ -26,11 +26,7 @@ collect_garbage(void)
     PyGILState_STATE gil;
     PyObject *saved, *gc, *done = NULL;
 
-#if PY_VERSION_HEX >= 0x030D0000
-    if (Py_IsFinalizing()) {
-#else
-    if (_Py_IsFinalizing()) {
-#endif
+    if (cmpy_is_finalizing()) {
         return;
     }
     gil = PyGILState_Ensure();
@@ -86,14 +82,14 @@ stats_keys(cmpy_state *st)
                 goto fail;
             }
             PyUnicode_InternInPlace(&key);
-            PyTuple_SET_ITEM(keys, i++, key);
+            cmpy_tuple_set(keys, i++, key);
         }
     }
     for (int j = 0; j < NTOTALS; j++) {
         if ((key = PyUnicode_InternFromString(total_names[j])) == NULL) {
             goto fail;
         }
-        PyTuple_SET_ITEM(keys, i++, key);
+        cmpy_tuple_set(keys, i++, key);
     }
     st->stats_keys = keys;
     return 0;
@@ -168,7 +164,7 @@ memory_stats(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
         PyObject *value = PyLong_FromSize_t(values[i]);
 
         if (value == NULL ||
-            PyDict_SetItem(out, PyTuple_GET_ITEM(st->stats_keys, i), value) <
+            PyDict_SetItem(out, cmpy_tuple_item(st->stats_keys, i), value) <
                 0) {
             Py_XDECREF(value);
             Py_DECREF(out);

@@ -283,21 +283,21 @@ foreign_arg(cmpy_state *st, PyObject *arg, PyObject *proto, cm_device **devp,
     int overflow;
     long v;
 
-    if (!PyTuple_Check(proto) || PyTuple_GET_SIZE(proto) != 2) {
+    if (!PyTuple_Check(proto) || cmpy_tuple_size(proto) != 2) {
         PyErr_Format(PyExc_TypeError,
                      "__cuda_stream__() of %.200s must return a (version, "
                      "handle) tuple, not %R",
-                     Py_TYPE(arg)->tp_name, proto);
+                     cmpy_tp_name(Py_TYPE(arg)), proto);
         return -1;
     }
-    version = PyTuple_GET_ITEM(proto, 0);
-    value = PyTuple_GET_ITEM(proto, 1);
+    version = cmpy_tuple_item(proto, 0);
+    value = cmpy_tuple_item(proto, 1);
     if (!PyLong_Check(version) || PyBool_Check(version) ||
         !PyLong_Check(value) || PyBool_Check(value)) {
         PyErr_Format(PyExc_TypeError,
                      "__cuda_stream__() of %.200s must return two ints "
                      "(version, handle), not %R",
-                     Py_TYPE(arg)->tp_name, proto);
+                     cmpy_tp_name(Py_TYPE(arg)), proto);
         return -1;
     }
     v = PyLong_AsLongAndOverflow(version, &overflow);
@@ -308,7 +308,7 @@ foreign_arg(cmpy_state *st, PyObject *arg, PyObject *proto, cm_device **devp,
         PyErr_Format(PyExc_ValueError,
                      "__cuda_stream__() of %.200s returned version %R: "
                      "cudamem understands version 0",
-                     Py_TYPE(arg)->tp_name, version);
+                     cmpy_tp_name(Py_TYPE(arg)), version);
         return -1;
     }
     h = PyLong_AsUnsignedLongLong(value);
@@ -317,7 +317,7 @@ foreign_arg(cmpy_state *st, PyObject *arg, PyObject *proto, cm_device **devp,
         PyErr_Format(PyExc_ValueError,
                      "__cuda_stream__() of %.200s returned an invalid "
                      "stream handle %R",
-                     Py_TYPE(arg)->tp_name, value);
+                     cmpy_tp_name(Py_TYPE(arg)), value);
         return -1;
     }
     handle = (CUstream)(uintptr_t)h;
@@ -405,7 +405,7 @@ stream_arg(cmpy_state *st, PyObject *arg, cm_device **dev, int any,
     PyErr_Format(PyExc_TypeError,
                  "stream must be 0, a cudamem Stream or an object with "
                  "__cuda_stream__, not %.200s",
-                 Py_TYPE(arg)->tp_name);
+                 cmpy_tp_name(Py_TYPE(arg)));
     return -1;
 }
 
@@ -442,7 +442,7 @@ stream_dealloc(cmpy_Stream *self)
         err.kind != CM_ERR_FORK) {
         cmpy_warn_release((cmpy_state *)PyType_GetModuleState(type), &err);
     }
-    type->tp_free(self);
+    cmpy_tp_free(type)(self);
     Py_DECREF(type);
 }
 
@@ -834,7 +834,7 @@ stream_fn(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
         if (PyBool_Check(vals[0]) || !PyIndex_Check(vals[0])) {
             PyErr_Format(PyExc_TypeError,
                          "priority must be an int or None, not %.200s",
-                         Py_TYPE(vals[0])->tp_name);
+                         cmpy_tp_name(Py_TYPE(vals[0])));
             return NULL;
         }
         index = PyNumber_Index(vals[0]);
@@ -948,7 +948,7 @@ external_stream_one(PyObject *module, PyObject *arg)
         PyErr_Format(PyExc_TypeError,
                      "external_stream() needs an int stream handle, not "
                      "%.200s",
-                     Py_TYPE(arg)->tp_name);
+                     cmpy_tp_name(Py_TYPE(arg)));
         return NULL;
     }
     index = PyNumber_Index(arg);
