@@ -10,22 +10,23 @@ const char *
 cmpy_tp_name(PyTypeObject *type)
 {
     static _Thread_local char buf[CMPY_TP_NAME_MAX];
-    PyObject *module, *qualname, *name = NULL;
-    PyObject *exc = cmpy_exc_take();
+    PyObject *exc = cmpy_exc_take(), *module = NULL, *name = NULL;
     const char *utf8;
 
-    module = PyObject_GetAttrString((PyObject *)type, "__module__");
-    qualname = PyType_GetQualName(type);
-    if (module != NULL && qualname != NULL) {
-        name = PyUnicode_Check(module) && PyUnicode_CompareWithASCIIString(
-                                              module, "builtins") != 0
-                   ? PyUnicode_FromFormat("%U.%U", module, qualname)
-                   : Py_NewRef(qualname);
+    if (PyType_HasFeature(type, Py_TPFLAGS_HEAPTYPE) &&
+        cmpy_own_module(type) == NULL) {
+        name = PyType_GetName(type);
+    }
+    else if ((module = PyObject_GetAttrString((PyObject *)type,
+                                              "__module__")) != NULL &&
+             (name = PyType_GetQualName(type)) != NULL &&
+             PyUnicode_Check(module) &&
+             PyUnicode_CompareWithASCIIString(module, "builtins") != 0) {
+        Py_SETREF(name, PyUnicode_FromFormat("%U.%U", module, name));
     }
     utf8 = name != NULL ? PyUnicode_AsUTF8AndSize(name, NULL) : NULL;
     snprintf(buf, sizeof(buf), "%s", utf8 != NULL ? utf8 : "?");
     Py_XDECREF(name);
-    Py_XDECREF(qualname);
     Py_XDECREF(module);
     PyErr_Clear();
     cmpy_exc_put(exc);

@@ -225,9 +225,11 @@ cmpy_heap_type_module(PyTypeObject *type)
 }
 
 /* The type's tp_name, for messages (valid until this thread's next call).
- * The limited API has no tp_name: there it is __module__.__qualname__, or
- * __qualname__ for a builtin, which is tp_name but for a class defined in
- * Python (whose tp_name is its bare __name__). */
+ * The limited API has no tp_name: there it is rebuilt as CPython makes it,
+ * __module__.__qualname__ for a static type (__qualname__ for a builtin)
+ * and for cudamem's own types, __name__ for another heap type; which
+ * differs from tp_name only for a heap type another extension made from a
+ * dotted spec name (its bare name). */
 #ifdef Py_LIMITED_API
 const char *cmpy_tp_name(PyTypeObject *type);
 #else
