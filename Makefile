@@ -109,7 +109,7 @@ FUZZ_EXAMPLES ?= 10000
 
 .PHONY: all lint demo test test-asan test-stress fuzz coverage gpu-check clean \
 	build build-asan build-coverage ctest ctest-valgrind ctest-asan pytest \
-	test-tsan build-tsan ctest-tsan build-debug \
+	test-tsan build-tsan ctest-tsan build-debug build-abi3 \
 	bench-floor bench venv docs notebook typecheck test-numba test-peers \
 	peers-run wheel test-wheel test-pythons
 
@@ -159,10 +159,12 @@ lint: $(LINT_STAMP)
 	  exit $${PIPESTATUS[1]}
 
 # One in-place build at a time; a stamp records which flavour it is so that
-# switching flavours rebuilds everything.
+# switching flavours rebuilds everything. The module of another flavour goes
+# first: the abi3 one's name (_cudamem.abi3.so) differs, and Python would
+# import the versioned one before it.
 build/flavor-%: $(VENV_STAMP) $(EXT_SRC)
 	@mkdir -p build
-	@rm -f build/flavor-*
+	@rm -f build/flavor-* cudamem/_cudamem.*.so
 	$(BUILD_ENV) $(PY) setup.py -q build_ext --inplace --force --build-temp build/tmp-$*
 	touch $@
 
@@ -178,6 +180,10 @@ build-tsan: build/flavor-tsan
 build-coverage: BUILD_ENV = CUDAMEM_DEV_CFLAGS="$(WARN_CFLAGS) -Werror" \
 	CUDAMEM_COVERAGE=1
 build-coverage: build/flavor-coverage
+# The limited-API (abi3) module, kept building (benchmarks/NOTES.md,
+# "Limited API"); `make build` goes back to the normal one.
+build-abi3: BUILD_ENV = CUDAMEM_DEV_CFLAGS="$(DEV_CFLAGS)" CUDAMEM_LIMITED_API=1
+build-abi3: build/flavor-abi3
 
 demo: build
 	$(PY) -m cudamem demo
