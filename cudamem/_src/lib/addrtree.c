@@ -72,28 +72,28 @@ rotate_right(addrtree *t, addrnode *n)
     return l;
 }
 
-/* Restores heights and balance from n up to the root. */
+/* Restores heights and balance from n up towards the root. */
 static void
 rebalance(addrtree *t, addrnode *n)
 {
     while (n != NULL) {
+        int l = height(n->left), r = height(n->right);
         int before = n->height;
-        int bal = height(n->left) - height(n->right);
 
-        if (bal > 1) {
+        if (l - r > 1) {
             if (height(n->left->left) < height(n->left->right)) {
                 (void)rotate_left(t, n->left);
             }
             n = rotate_right(t, n);
         }
-        else if (bal < -1) {
+        else if (r - l > 1) {
             if (height(n->right->right) < height(n->right->left)) {
                 (void)rotate_right(t, n->right);
             }
             n = rotate_left(t, n);
         }
         else {
-            update(n);
+            n->height = (l > r ? l : r) + 1;
         }
         /* The ancestors' heights were computed from `before`: when the
          * subtree is as high as that, none of them changes. */
