@@ -505,10 +505,20 @@ cm_device_poisoned(cm_device *dev, cm_error *err)
 /* ------------------------------------------------------------------------
  * Entering a context, and the current device. */
 
-int
-cm_ctx_enter(cm_device *dev, cm_ctx_guard *guard, cm_error *err)
+/* On a thread of cudamem's own (ctxsync.c's), which nothing else makes a
+ * context current on: the context it made current, and the generation of
+ * the device then. Left current between calls, so that a call there
+ * costs neither a question nor a push and pop; a release since (a new
+ * generation) may have made the handle stale, so it is set again. */
+static _Thread_local CUcontext tls_own_ctx;
+static _Thread_local uint64_t tls_own_generation;
+
+/* cm_ctx_enter's work; `own`: the calling thread is cudamem's own. */
+static int
+ctx_enter(cm_device *dev, cm_ctx_guard *guard, int own, cm_error *err)
 {
     CUcontext cur, ctx;
+    uint64_t generation;
 
     guard->pushed = NULL;
     guard->dev = dev;
@@ -531,8 +541,26 @@ cm_ctx_enter(cm_device *dev, cm_ctx_guard *guard, cm_error *err)
                             dev->ordinal);
     }
     if (cm_device_poisoned(dev, err) < 0 ||
-        primary_retain(dev, &ctx, err) < 0 ||
-        CM_CALL(err, cuCtxGetCurrent, &cur) < 0) {
+        primary_retain(dev, &ctx, err) < 0) {
+        hold_drop(dev);
+        return -1;
+    }
+    if (own) {
+        /* The hold keeps the generation until leave. */
+        generation = __atomic_load_n(&dev->generation, __ATOMIC_ACQUIRE);
+        if (ctx == tls_own_ctx && generation == tls_own_generation) {
+            return 0;
+        }
+        tls_own_ctx = NULL;
+        if (CM_CALL(err, cuCtxSetCurrent, ctx) < 0) {
+            hold_drop(dev);
+            return -1;
+        }
+        tls_own_ctx = ctx;
+        tls_own_generation = generation;
+        return 0;
+    }
+    if (CM_CALL(err, cuCtxGetCurrent, &cur) < 0) {
         hold_drop(dev);
         return -1;
     }
@@ -545,6 +573,12 @@ cm_ctx_enter(cm_device *dev, cm_ctx_guard *guard, cm_error *err)
     }
     guard->pushed = ctx;
     return 0;
+}
+
+int
+cm_ctx_enter(cm_device *dev, cm_ctx_guard *guard, cm_error *err)
+{
+    return ctx_enter(dev, guard, 0, err);
 }
 
 int
@@ -965,6 +999,18 @@ cm__ctx_synchronize(cm_device *dev, uint64_t generation, cm_error *err)
 
     if (cm_ctx_check(dev, generation, err) < 0 ||
         cm_ctx_enter(dev, &guard, err) < 0) {
+        return -1;
+    }
+    return cm_ctx_leave(&guard, CM_CALL0(err, cuCtxSynchronize), err);
+}
+
+int
+cm__ctx_synchronize_own(cm_device *dev, uint64_t generation, cm_error *err)
+{
+    cm_ctx_guard guard;
+
+    if (cm_ctx_check(dev, generation, err) < 0 ||
+        ctx_enter(dev, &guard, 1, err) < 0) {
         return -1;
     }
     return cm_ctx_leave(&guard, CM_CALL0(err, cuCtxSynchronize), err);

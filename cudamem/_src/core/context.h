@@ -162,6 +162,10 @@ int cm_ctx_meminfo(cm_device *dev, uint64_t generation, size_t *free_bytes,
                    size_t *total_bytes, cm_error *err);
 /* Blocks: py/ calls it with the GIL released. */
 int cm__ctx_synchronize(cm_device *dev, uint64_t generation, cm_error *err);
+/* The same on a thread of cudamem's own that nothing else makes a context
+ * current on (ctxsync.c's): the context stays current there after. */
+int cm__ctx_synchronize_own(cm_device *dev, uint64_t generation,
+                            cm_error *err);
 /* numba's Context.reset(): waits for the context's work and releases what
  * cudamem holds in it (pending frees, the pool's free slabs); the context
  * stays usable. Blocks. */
