@@ -542,6 +542,11 @@ ctx_enter(cm_device *dev, cm_ctx_guard *guard, enter_mode mode,
     if (cm_fork_check(err) < 0) {
         return -1;
     }
+    if (tls_current == dev) {
+        /* Nested in this thread's enter of dev, whose hold keeps the
+         * context: only a sticky error since is news. */
+        return cm_device_poisoned(dev, err);
+    }
     if (hold_take(dev, err) < 0) {
         /* This call is over: its retry must not find its pin. */
         if (tls_holding == 0) {
@@ -561,7 +566,7 @@ ctx_enter(cm_device *dev, cm_ctx_guard *guard, enter_mode mode,
         hold_drop(dev);
         return -1;
     }
-    if (mode == ENTER_HANDLE || tls_current == dev) {
+    if (mode == ENTER_HANDLE) {
         return 0;
     }
     if (primary_retain(dev, &ctx, err) < 0) {
@@ -609,7 +614,7 @@ cm_ctx_enter(cm_device *dev, cm_ctx_guard *guard, cm_error *err)
 }
 
 int
-cm_ctx_enter_handle(cm_device *dev, cm_ctx_guard *guard, cm_error *err)
+cm__ctx_enter_handle(cm_device *dev, cm_ctx_guard *guard, cm_error *err)
 {
     return ctx_enter(dev, guard, ENTER_HANDLE, NULL, err);
 }
@@ -622,6 +627,9 @@ cm_ctx_leave(cm_ctx_guard *guard, int status, cm_error *err)
 
     if (status < 0) {
         cm__device_poison(guard->dev, err);
+    }
+    if (guard->prev == guard->dev) {
+        return status; /* nested: the enclosing enter leaves */
     }
     tls_current = guard->prev;
     if (guard->pushed != NULL) {

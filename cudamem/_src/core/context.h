@@ -119,11 +119,11 @@ int cm_ctx_leave(cm_ctx_guard *guard, int status, cm_error *err);
  * enter, enter (of the same device) and the current device ask nothing:
  * what runs in between (Python code included) must leave the current
  * context as it found it. */
-int cm_ctx_enter_current(cm_device **dev, cm_ctx_guard *guard, cm_error *err);
+int cm_ctx_enter_current(cm_device **out, cm_ctx_guard *guard, cm_error *err);
 /* cm_ctx_enter for a call on a handle that names its own context (an
  * event query, a stream's destroy): the hold and the poison check, with no
  * question and nothing made current. */
-int cm_ctx_enter_handle(cm_device *dev, cm_ctx_guard *guard, cm_error *err);
+int cm__ctx_enter_handle(cm_device *dev, cm_ctx_guard *guard, cm_error *err);
 
 /* The device of the calling thread (DESIGN rule 6): that of the current
  * context when it is a primary context (cudamem's or another library's);

@@ -639,13 +639,12 @@ cmpy_cai_from_desc(cmpy_state *st, PyObject *desc, PyObject *owner, int sync,
     }
     /* Inside one enter of the current device: the pointer's questions
      * ask the driver nothing more about the current context. */
-    found = find_device(st, &d, &dev) < 0 ||
-                    (d.size != 0 &&
-                     cmpy_check_extent(st, dev, d.ptr, d.low, d.high,
-                                       "the CUDA Array Interface's array") < 0)
-                ? -1
-                : 0;
-    if (cmpy_ctx_leave(st, &guard, found) < 0 ||
+    found = find_device(st, &d, &dev);
+    if (found == 0 && d.size != 0) {
+        found = cmpy_check_extent(st, dev, d.ptr, d.low, d.high,
+                                  "the CUDA Array Interface's array");
+    }
+    if (cmpy_ctx_leave(st, &guard, found) < 0 || found < 0 ||
         check_stream_device(st, &d, dev) < 0 ||
         (consumer != NULL && consumer != Py_None &&
          cmpy_stream_arg(st, consumer, dev, &cref) < 0)) {
