@@ -120,9 +120,14 @@ cm_ctx_sync_start(cm_device *dev, uint64_t generation, cm_ctx_sync **out,
         worker.job = job;
         worker.busy = 1;
         handed = 1;
-        pthread_cond_signal(&worker.wake);
     }
     cm__unlock(&worker.lock);
+    /* After the unlock: a worker woken under the lock would block on it
+     * at once (two more system calls). It reads `job` under the lock, so
+     * the wake-up cannot be lost. */
+    if (handed) {
+        pthread_cond_signal(&worker.wake);
+    }
     if (!handed && spawn(one_shot_main, job) != 0) {
         free(job);
         return cm_fail(err, CM_ERR_NOMEM, "no thread for a synchronize");
