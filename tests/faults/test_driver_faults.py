@@ -202,7 +202,10 @@ REACH = {
     "cuCtxPushCurrent": _push_pop,
     "cuCtxPopCurrent": _push_pop,
     "cuCtxGetDevice": lambda: cudamem.gpus.current,
-    "cuCtxSynchronize": cudamem.synchronize,
+    # cudamem.synchronize() calls it on a worker thread, where a fault
+    # injected on this one does not reach (tests/faults/test_sticky.py
+    # checks that the worker's verdict is raised): reset() calls it here.
+    "cuCtxSynchronize": lambda: cudamem.current_context().reset(),
     "cuMemGetInfo": lambda: cudamem.current_context().get_memory_info(),
     "cuDeviceCanAccessPeer": lambda: cudamem.can_access_peer(0, 0),
     "cuCtxEnablePeerAccess": TWO,

@@ -22,6 +22,7 @@ import pytest
 
 import cudamem
 from cudamem.errors import CudaAPIError, CudaDriverError, CudaStickyError
+from tests.helpers.simref import SimDriver
 
 pytestmark = pytest.mark.simulator
 
@@ -108,6 +109,24 @@ def test_error_seen_by_a_sync_poisons(sim, recover):
     assert cudamem.context_is_poisoned()
     with pytest.raises(CudaStickyError):
         s.synchronize()
+
+
+def test_synchronize_raises_the_workers_verdict(sim, recover):
+    """cudamem.synchronize() waits for cuCtxSynchronize on a worker thread
+    and raises what the driver returned there, without asking again: here
+    a sticky error the context took from a call cudamem did not make."""
+    cudamem.synchronize()
+    assert not cudamem.context_is_poisoned()
+    sim.inject("cuCtxSynchronize", "CUDA_ERROR_ILLEGAL_ADDRESS")
+    assert SimDriver(sim.library_path()).rc("cuCtxSynchronize") == 700
+    assert not cudamem.context_is_poisoned()
+    before = _calls(sim)
+    with pytest.raises(CudaStickyError) as info:
+        cudamem.synchronize()
+    assert (info.value.code, info.value.call, info.value.device) == (
+        700, "cuCtxSynchronize", 0)
+    assert cudamem.context_is_poisoned()
+    assert _calls(sim)["cuCtxSynchronize"] == before["cuCtxSynchronize"] + 1
 
 
 def _operations():

@@ -505,15 +505,47 @@ cm_device_poisoned(cm_device *dev, cm_error *err)
 /* ------------------------------------------------------------------------
  * Entering a context, and the current device. */
 
-int
-cm_ctx_enter(cm_device *dev, cm_ctx_guard *guard, cm_error *err)
+/* On a thread of cudamem's own (ctxsync.c's), which nothing else makes a
+ * context current on: the context it made current, and the generation of
+ * the device then. Left current between calls, so that a call there
+ * costs neither a question nor a push and pop; a release since (a new
+ * generation) may have made the handle stale, so it is set again. */
+static _Thread_local CUcontext tls_own_ctx;
+static _Thread_local uint64_t tls_own_generation;
+
+/* The device of the innermost enter of this thread that made its context
+ * current (or found it so), NULL outside one. cudamem's own pushes and
+ * pops in between are balanced, so until that enter is left the context
+ * is still current: a nested enter of the same device, and a question for
+ * the current device, need not ask the driver. Across operations nothing
+ * is remembered: other libraries change the current context between
+ * them. */
+static _Thread_local cm_device *tls_current;
+
+typedef enum {
+    ENTER_ASK,    /* ask the driver which context is current */
+    ENTER_KNOWN,  /* `known` was made or found current just before */
+    ENTER_OWN,    /* on a thread of cudamem's own (tls_own_ctx) */
+    ENTER_HANDLE, /* for a call on a handle that names its context */
+} enter_mode;
+
+static int
+ctx_enter(cm_device *dev, cm_ctx_guard *guard, enter_mode mode,
+          CUcontext known, cm_error *err)
 {
     CUcontext cur, ctx;
+    uint64_t generation;
 
     guard->pushed = NULL;
     guard->dev = dev;
+    guard->prev = tls_current;
     if (cm_fork_check(err) < 0) {
         return -1;
+    }
+    if (tls_current == dev) {
+        /* Nested in this thread's enter of dev, whose hold keeps the
+         * context: only a sticky error since is news. */
+        return cm_device_poisoned(dev, err);
     }
     if (hold_take(dev, err) < 0) {
         /* This call is over: its retry must not find its pin. */
@@ -530,21 +562,61 @@ cm_ctx_enter(cm_device *dev, cm_ctx_guard *guard, cm_error *err)
                             "uses is gone",
                             dev->ordinal);
     }
-    if (cm_device_poisoned(dev, err) < 0 ||
-        primary_retain(dev, &ctx, err) < 0 ||
-        CM_CALL(err, cuCtxGetCurrent, &cur) < 0) {
+    if (cm_device_poisoned(dev, err) < 0) {
         hold_drop(dev);
         return -1;
     }
-    if (cur == ctx) {
+    if (mode == ENTER_HANDLE) {
         return 0;
     }
-    if (CM_CALL(err, cuCtxPushCurrent, ctx) < 0) {
+    if (primary_retain(dev, &ctx, err) < 0) {
         hold_drop(dev);
         return -1;
     }
-    guard->pushed = ctx;
+    if (mode == ENTER_OWN) {
+        /* The hold keeps the generation until leave. */
+        generation = __atomic_load_n(&dev->generation, __ATOMIC_ACQUIRE);
+        if (ctx == tls_own_ctx && generation == tls_own_generation) {
+            return 0;
+        }
+        tls_own_ctx = NULL;
+        if (CM_CALL(err, cuCtxSetCurrent, ctx) < 0) {
+            hold_drop(dev);
+            return -1;
+        }
+        tls_own_ctx = ctx;
+        tls_own_generation = generation;
+        return 0;
+    }
+    /* A teardown between the caller's question and the hold may have
+     * replaced the context: then ask. */
+    if (mode == ENTER_ASK || known != ctx) {
+        if (CM_CALL(err, cuCtxGetCurrent, &cur) < 0) {
+            hold_drop(dev);
+            return -1;
+        }
+        if (cur != ctx) {
+            if (CM_CALL(err, cuCtxPushCurrent, ctx) < 0) {
+                hold_drop(dev);
+                return -1;
+            }
+            guard->pushed = ctx;
+        }
+    }
+    tls_current = dev;
     return 0;
+}
+
+int
+cm_ctx_enter(cm_device *dev, cm_ctx_guard *guard, cm_error *err)
+{
+    return ctx_enter(dev, guard, ENTER_ASK, NULL, err);
+}
+
+int
+cm__ctx_enter_handle(cm_device *dev, cm_ctx_guard *guard, cm_error *err)
+{
+    return ctx_enter(dev, guard, ENTER_HANDLE, NULL, err);
 }
 
 int
@@ -556,6 +628,10 @@ cm_ctx_leave(cm_ctx_guard *guard, int status, cm_error *err)
     if (status < 0) {
         cm__device_poison(guard->dev, err);
     }
+    if (guard->prev == guard->dev) {
+        return status; /* nested: the enclosing enter leaves */
+    }
+    tls_current = guard->prev;
     if (guard->pushed != NULL) {
         guard->pushed = NULL;
         if (CM_CALL(status < 0 ? &ignored : err, cuCtxPopCurrent, &popped) <
@@ -617,15 +693,17 @@ by_cudev(CUdevice cudev)
     return NULL;
 }
 
-/* The device of a current context `cur`, which must be a primary one. */
+/* The device of a current context `cur`, which must be a primary one, and
+ * in *now the context current after (a stale handle is replaced). */
 static int
-resolve_current(CUcontext cur, cm_device **out, cm_error *err)
+resolve_current(CUcontext cur, cm_device **out, CUcontext *now, cm_error *err)
 {
     CUcontext ctx;
     CUdevice cudev;
     cm_device *dev;
     int stale;
 
+    *now = cur;
     dev = known_primary(cur, &stale);
     if (dev != NULL && !stale) {
         *out = dev;
@@ -638,6 +716,7 @@ resolve_current(CUcontext cur, cm_device **out, cm_error *err)
             (ctx != cur && CM_CALL(err, cuCtxSetCurrent, ctx) < 0)) {
             return -1;
         }
+        *now = ctx;
         *out = dev;
         return 0;
     }
@@ -666,18 +745,27 @@ resolve_current(CUcontext cur, cm_device **out, cm_error *err)
     return 0;
 }
 
-int
-cm_current_device(cm_device **out, cm_error *err)
+/* cm_current_device, and in *now the context it left current; NULL when
+ * an enter of this thread knew it without asking. */
+static int
+current_device(cm_device **out, CUcontext *now, cm_error *err)
 {
     CUcontext cur, ctx;
     cm_device *dev;
 
-    if (cm_fork_check(err) < 0 || table_ready(err) < 0 ||
-        CM_CALL(err, cuCtxGetCurrent, &cur) < 0) {
+    *now = NULL;
+    if (cm_fork_check(err) < 0 || table_ready(err) < 0) {
+        return -1;
+    }
+    if (tls_current != NULL) {
+        *out = tls_current;
+        return 0;
+    }
+    if (CM_CALL(err, cuCtxGetCurrent, &cur) < 0) {
         return -1;
     }
     if (cur != NULL) {
-        return resolve_current(cur, out, err);
+        return resolve_current(cur, out, now, err);
     }
     if (table.count == 0) {
         return cm_fail(err, CM_ERR_VALUE, "no CUDA device is visible");
@@ -688,8 +776,29 @@ cm_current_device(cm_device **out, cm_error *err)
         return -1;
     }
     tls_pushed++;
+    *now = ctx;
     *out = dev;
     return 0;
+}
+
+int
+cm_current_device(cm_device **out, cm_error *err)
+{
+    CUcontext now;
+
+    return current_device(out, &now, err);
+}
+
+int
+cm_ctx_enter_current(cm_device **out, cm_ctx_guard *guard, cm_error *err)
+{
+    CUcontext now;
+
+    if (current_device(out, &now, err) < 0) {
+        return -1;
+    }
+    return ctx_enter(*out, guard, now != NULL ? ENTER_KNOWN : ENTER_ASK, now,
+                     err);
 }
 
 int
@@ -965,6 +1074,18 @@ cm__ctx_synchronize(cm_device *dev, uint64_t generation, cm_error *err)
 
     if (cm_ctx_check(dev, generation, err) < 0 ||
         cm_ctx_enter(dev, &guard, err) < 0) {
+        return -1;
+    }
+    return cm_ctx_leave(&guard, CM_CALL0(err, cuCtxSynchronize), err);
+}
+
+int
+cm__ctx_synchronize_own(cm_device *dev, uint64_t generation, cm_error *err)
+{
+    cm_ctx_guard guard;
+
+    if (cm_ctx_check(dev, generation, err) < 0 ||
+        ctx_enter(dev, &guard, ENTER_OWN, NULL, err) < 0) {
         return -1;
     }
     return cm_ctx_leave(&guard, CM_CALL0(err, cuCtxSynchronize), err);

@@ -63,6 +63,7 @@ typedef struct cm_device {
 typedef struct cm_ctx_guard {
     CUcontext pushed;
     cm_device *dev;
+    cm_device *prev; /* context.c's: the enclosing enter's device */
 } cm_ctx_guard;
 
 /* Number of visible devices. */
@@ -110,6 +111,16 @@ void cm_current_poison(cm_error *err);
  * operation: the object was stale by the time the call began. */
 int cm_ctx_enter(cm_device *dev, cm_ctx_guard *guard, cm_error *err);
 int cm_ctx_leave(cm_ctx_guard *guard, int status, cm_error *err);
+/* cm_current_device and cm_ctx_enter of that device with one question to
+ * the driver: an operation on the current device starts here. Inside an
+ * enter, enter (of the same device) and the current device ask nothing:
+ * what runs in between (Python code included) must leave the current
+ * context as it found it. */
+int cm_ctx_enter_current(cm_device **out, cm_ctx_guard *guard, cm_error *err);
+/* cm_ctx_enter for a call on a handle that names its own context (an
+ * event query, a stream's destroy): the hold and the poison check, with no
+ * question and nothing made current. */
+int cm__ctx_enter_handle(cm_device *dev, cm_ctx_guard *guard, cm_error *err);
 
 /* The device of the calling thread (DESIGN rule 6): that of the current
  * context when it is a primary context (cudamem's or another library's);
@@ -159,6 +170,10 @@ int cm_ctx_meminfo(cm_device *dev, uint64_t generation, size_t *free_bytes,
                    size_t *total_bytes, cm_error *err);
 /* Blocks: py/ calls it with the GIL released. */
 int cm__ctx_synchronize(cm_device *dev, uint64_t generation, cm_error *err);
+/* The same on a thread of cudamem's own that nothing else makes a context
+ * current on (ctxsync.c's): the context stays current there after. */
+int cm__ctx_synchronize_own(cm_device *dev, uint64_t generation,
+                            cm_error *err);
 /* numba's Context.reset(): waits for the context's work and releases what
  * cudamem holds in it (pending frees, the pool's free slabs); the context
  * stays usable. Blocks. */

@@ -2,9 +2,9 @@
  * caller can poll them (ctxsync.h). One worker thread, made on first use,
  * takes them one at a time (a hand-off costs far less than a new thread);
  * while it is busy a synchronize gets a thread of its own, so that one
- * device's long wait never holds up another's. The thread only tells when
- * the work is done; the caller's own synchronize then returns at once and
- * reports the driver's verdict on its thread. */
+ * device's long wait never holds up another's. The thread keeps the
+ * context current between jobs (no push and pop per call) and hands the
+ * driver's verdict to the caller, which does not ask the driver again. */
 #include "ctxsync.h"
 #include "lockorder.h"
 
@@ -14,7 +14,9 @@
 
 struct cm_ctx_sync {
     int refs; /* atomic: the caller's and the thread's */
-    int done; /* atomic */
+    int done; /* atomic: rc and err are written before */
+    int rc;
+    cm_error err;
     cm_device *dev;
     uint64_t generation;
 };
@@ -39,10 +41,8 @@ cm_ctx_sync_release(cm_ctx_sync *job)
 static void
 run_job(cm_ctx_sync *job)
 {
-    cm_error ignored;
-
-    /* A failure ends the wait too: the caller's synchronize reports it. */
-    cm__ctx_synchronize(job->dev, job->generation, &ignored);
+    /* A failure ends the wait too: the caller reports it. */
+    job->rc = cm__ctx_synchronize_own(job->dev, job->generation, &job->err);
     __atomic_store_n(&job->done, 1, __ATOMIC_RELEASE);
     cm_ctx_sync_release(job);
 }
@@ -120,9 +120,14 @@ cm_ctx_sync_start(cm_device *dev, uint64_t generation, cm_ctx_sync **out,
         worker.job = job;
         worker.busy = 1;
         handed = 1;
-        pthread_cond_signal(&worker.wake);
     }
     cm__unlock(&worker.lock);
+    /* After the unlock: a worker woken under the lock would block on it
+     * at once (two more system calls). It reads `job` under the lock, so
+     * the wake-up cannot be lost. */
+    if (handed) {
+        pthread_cond_signal(&worker.wake);
+    }
     if (!handed && spawn(one_shot_main, job) != 0) {
         free(job);
         return cm_fail(err, CM_ERR_NOMEM, "no thread for a synchronize");
@@ -143,5 +148,11 @@ cm_ctx_sync_query(cm_device *dev, void *job, int *done, cm_error *err)
 int
 cm_ctx_sync_finish(cm_device *dev, void *job, cm_error *err)
 {
-    return cm__ctx_synchronize(dev, ((cm_ctx_sync *)job)->generation, err);
+    cm_ctx_sync *done = job;
+
+    (void)dev;
+    if (done->rc < 0) {
+        *err = done->err;
+    }
+    return done->rc;
 }

@@ -18,8 +18,8 @@ int cm_ctx_sync_start(cm_device *dev, uint64_t generation, cm_ctx_sync **out,
 /* *done 1 once the synchronize has returned. `job` is a cm_ctx_sync (the
  * signature is py/'s polled-wait callback's). */
 int cm_ctx_sync_query(cm_device *dev, void *job, int *done, cm_error *err);
-/* Once done: cuCtxSynchronize on the calling thread, which returns at
- * once with the driver's status (an error, or a sticky one, included). */
+/* Once done: the synchronize's result, its error in err (a sticky one has
+ * poisoned the device already). */
 int cm_ctx_sync_finish(cm_device *dev, void *job, cm_error *err);
 /* Gives up the caller's reference. */
 void cm_ctx_sync_release(cm_ctx_sync *job);

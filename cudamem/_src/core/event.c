@@ -80,7 +80,7 @@ cm_event_query(cm_device *dev, CUevent handle, int *done, cm_error *err)
     cm_ctx_guard guard;
     int rc;
 
-    if (cm_ctx_enter(dev, &guard, err) < 0) {
+    if (cm__ctx_enter_handle(dev, &guard, err) < 0) {
         return -1;
     }
     rc = CM_CALL(err, cuEventQuery, handle);

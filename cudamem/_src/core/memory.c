@@ -305,8 +305,7 @@ cm_pointer_device(CUdeviceptr ptr, cm_device **dev, cm_error *err)
     cm_device *cur;
 
     /* The driver answers only with some context current. */
-    if (cm_current_device(&cur, err) < 0 ||
-        cm_ctx_enter(cur, &guard, err) < 0 ||
+    if (cm_ctx_enter_current(&cur, &guard, err) < 0 ||
         cm_ctx_leave(&guard,
                      CM_CALL(err, cuPointerGetAttributes, 2, attrs, data, ptr),
                      err) < 0) {

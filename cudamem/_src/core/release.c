@@ -8,15 +8,17 @@
 
 /* Frees one handle in ctx. Runs with dev->qlock held, so the context
  * cannot be released meanwhile: push it directly rather than through
- * cm_ctx_enter, which could need dev->lock. */
+ * cm_ctx_enter, which could need dev->lock. A stream or an event names its
+ * own context: the driver destroys it whatever context is current. */
 static int
 free_in(CUcontext ctx, cm_free_kind kind, uint64_t handle, cm_error *err)
 {
-    CUcontext cur, popped;
+    CUcontext cur = ctx, popped;
     cm_error ignored;
     int rc;
 
-    if (CM_CALL(err, cuCtxGetCurrent, &cur) < 0) {
+    if (kind != CM_FREE_STREAM && kind != CM_FREE_EVENT &&
+        CM_CALL(err, cuCtxGetCurrent, &cur) < 0) {
         return -1;
     }
     if (cur != ctx && CM_CALL(err, cuCtxPushCurrent, ctx) < 0) {

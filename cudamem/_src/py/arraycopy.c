@@ -1140,6 +1140,7 @@ device_array(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     PyArray_Descr *dtype = NULL;
     PyObject *argv[5], *result = NULL;
     cmpy_stream_ref ref;
+    cm_ctx_guard guard;
     cm_device *dev;
     int ndim;
 
@@ -1150,14 +1151,18 @@ device_array(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                           strides, &dtype) < 0) {
         return NULL;
     }
-    if (cmpy_current_device(st, &dev) < 0 ||
-        cmpy_stream_arg(st, argv[4] != NULL ? argv[4] : Py_None, dev, &ref) <
-            0) {
+    if (cmpy_current_enter(st, &dev, &guard) < 0) {
         goto done;
     }
-    result = (PyObject *)cmpy_array_alloc(
-        st, st->DeviceNDArrayType, dev, ndim, shape, strides, dtype,
-        cmpy_kept_stream(argv[4], &ref), &ref);
+    if (cmpy_stream_arg(st, argv[4] != NULL ? argv[4] : Py_None, dev, &ref) ==
+        0) {
+        result = (PyObject *)cmpy_array_alloc(
+            st, st->DeviceNDArrayType, dev, ndim, shape, strides, dtype,
+            cmpy_kept_stream(argv[4], &ref), &ref);
+    }
+    if (cmpy_ctx_leave(st, &guard, result != NULL ? 0 : -1) < 0) {
+        Py_CLEAR(result);
+    }
 done:
     Py_XDECREF(dtype);
     return result;
@@ -1189,8 +1194,9 @@ to_device(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     PyArray_Descr *dtype;
     int ndim, cai;
     cmpy_stream_ref ref;
+    cm_ctx_guard guard;
     cm_device *dev;
-    int copy = 1;
+    int copy = 1, entered = 0;
 
     if (cmpy_numpy_init() < 0 ||
         cmpy_parse_args("to_device", names, 4, 1, args, nargs, kwnames, argv) <
@@ -1232,9 +1238,10 @@ to_device(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
              cmpy_check_dtype(PyArray_DESCR(host)) < 0) {
         goto done;
     }
-    if (cmpy_current_device(st, &dev) < 0) {
+    if (cmpy_current_enter(st, &dev, &guard) < 0) {
         goto done;
     }
+    entered = 1;
     /* A device array on this device is returned as it is (numba); one on
      * another device is copied here. */
     if (src != NULL && src->gpu_data->mem->dev == dev) {
@@ -1292,6 +1299,9 @@ to_device(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     }
     result = (PyObject *)arr;
 done:
+    if (entered && cmpy_ctx_leave(st, &guard, result != NULL ? 0 : -1) < 0) {
+        Py_CLEAR(result);
+    }
     Py_XDECREF(host);
     Py_XDECREF(src);
     return result;

@@ -610,7 +610,9 @@ cmpy_cai_from_desc(cmpy_state *st, PyObject *desc, PyObject *owner, int sync,
     cai_desc d = {.dtype = NULL};
     PyObject *stream = NULL, *mem, *result = NULL;
     cmpy_stream_ref ref = {NULL, 0, NULL, 1}, cref = {NULL, 0, NULL, 1};
-    cm_device *dev;
+    cm_ctx_guard guard;
+    cm_device *dev, *cur;
+    int found;
 
     if (cmpy_numpy_init() < 0) {
         return NULL;
@@ -632,10 +634,17 @@ cmpy_cai_from_desc(cmpy_state *st, PyObject *desc, PyObject *owner, int sync,
         parse_shape(desc, &d) < 0 || parse_dtype(desc, &d) < 0 ||
         cmpy_check_dtype(d.dtype) < 0 || parse_strides(desc, &d) < 0 ||
         parse_data(desc, &d) < 0 || parse_stream(desc, &d) < 0 ||
-        find_device(st, &d, &dev) < 0 ||
-        (d.size != 0 &&
-         cmpy_check_extent(st, dev, d.ptr, d.low, d.high,
-                           "the CUDA Array Interface's array") < 0) ||
+        cmpy_current_enter(st, &cur, &guard) < 0) {
+        goto done;
+    }
+    /* Inside one enter of the current device: the pointer's questions
+     * ask the driver nothing more about the current context. */
+    found = find_device(st, &d, &dev);
+    if (found == 0 && d.size != 0) {
+        found = cmpy_check_extent(st, dev, d.ptr, d.low, d.high,
+                                  "the CUDA Array Interface's array");
+    }
+    if (cmpy_ctx_leave(st, &guard, found) < 0 || found < 0 ||
         check_stream_device(st, &d, dev) < 0 ||
         (consumer != NULL && consumer != Py_None &&
          cmpy_stream_arg(st, consumer, dev, &cref) < 0)) {

@@ -729,6 +729,34 @@ cmpy_current_device(cmpy_state *st, cm_device **dev)
     return 0;
 }
 
+int
+cmpy_current_enter(cmpy_state *st, cm_device **dev, cm_ctx_guard *guard)
+{
+    cm_error err;
+
+    if (cmpy_ensure_driver(st) < 0) {
+        return -1;
+    }
+    if (cm_ctx_enter_current(dev, guard, &err) < 0) {
+        cmpy_raise(st, &err);
+        return -1;
+    }
+    return 0;
+}
+
+int
+cmpy_ctx_leave(cmpy_state *st, cm_ctx_guard *guard, int status)
+{
+    cm_error err;
+
+    /* The operation's errors were its own enters' to report. */
+    if (cm_ctx_leave(guard, 0, &err) < 0 && status == 0) {
+        cmpy_raise(st, &err);
+        return -1;
+    }
+    return status;
+}
+
 /* The current device's object; borrowed. */
 static cmpy_Device *
 current_device(cmpy_state *st)

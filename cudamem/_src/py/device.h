@@ -52,6 +52,13 @@ int cmpy_device_arg(cmpy_state *st, PyObject *arg, int none_is_current,
 /* The calling thread's device (DESIGN rule 6), loading the driver; 0, or
  * -1 with an exception set. */
 int cmpy_current_device(cmpy_state *st, cm_device **dev);
+/* The same, entering its context for an operation (cm_ctx_enter_current:
+ * one question to the driver for both); the operation's own enters of
+ * that device inside ask nothing. Run no Python code that may change the
+ * current context in between. cmpy_ctx_leave leaves it and returns
+ * `status`, or -1 with an exception set when the leave failed. */
+int cmpy_current_enter(cmpy_state *st, cm_device **dev, cm_ctx_guard *guard);
+int cmpy_ctx_leave(cmpy_state *st, cm_ctx_guard *guard, int status);
 /* The Device object of a core device; borrowed. */
 cmpy_Device *cmpy_device_of(cmpy_state *st, cm_device *dev);
 

@@ -821,6 +821,7 @@ stream_fn(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     cmpy_state *st = cmpy_get_state(module);
     PyObject *vals[2], *index;
     int has_priority = 0, priority = 0, overflow, nb = 0;
+    cm_ctx_guard guard;
     cmpy_Stream *self;
     cm_device *dev;
     cm_error err;
@@ -862,19 +863,21 @@ stream_fn(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
             return NULL;
         }
     }
-    if (cmpy_current_device(st, &dev) < 0) {
+    if (cmpy_current_enter(st, &dev, &guard) < 0) {
         return NULL;
     }
     /* The object first, so that a failure cannot leak the handle. */
     self = stream_alloc(st, dev, CMPY_STREAM_DEFAULT, NULL);
-    if (self == NULL) {
-        return NULL;
-    }
-    if (cm_stream_create(dev, nb ? CU_STREAM_NON_BLOCKING : CU_STREAM_DEFAULT,
+    if (self != NULL &&
+        cm_stream_create(dev, nb ? CU_STREAM_NON_BLOCKING : CU_STREAM_DEFAULT,
                          has_priority, priority, &self->handle,
                          &self->generation, &err) < 0) {
-        Py_DECREF(self);
-        return cmpy_raise(st, &err);
+        Py_CLEAR(self);
+        cmpy_raise(st, &err);
+    }
+    if (cmpy_ctx_leave(st, &guard, self != NULL ? 0 : -1) < 0) {
+        Py_XDECREF(self);
+        return NULL;
     }
     self->kind = CMPY_STREAM_OWNED;
     return (PyObject *)self;
