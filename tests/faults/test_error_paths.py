@@ -447,8 +447,10 @@ NOMEMORY_OPS = {
 }
 
 NOMEMORY = """
+import ctypes
 import gc
 import pickle
+import sys
 import types
 import numpy as np
 import cudamem
@@ -466,7 +468,26 @@ gc.collect()
 cudamem._cudamem._flush_pending()
 base = simulator.live()
 failed = 0
+# CPython 3.12 and 3.13's MAKE_FUNCTION, when PyFunction_New fails,
+# releases the code object twice (python/cpython#122752; reproduced here
+# without cudamem): the lambdas of op, of cudamem's *_like and of NumPy's
+# array printing would free code objects still in use. Each code object
+# that a function can make gets back, after each step, the reference it
+# lost there (an increment no one owns), so the sweep still fails those
+# allocations.
+codes = []
+if sys.version_info >= (3, 12):
+    todo = [f.__code__ for f in gc.get_objects()
+            if isinstance(f, types.FunctionType)]
+    seen = set()
+    while todo:
+        c = todo.pop()
+        if id(c) not in seen:
+            seen.add(id(c))
+            codes.append(c)
+            todo += [k for k in c.co_consts if isinstance(k, types.CodeType)]
 for n in range(%d):
+    refs = [sys.getrefcount(c) for c in codes]
     _testcapi.set_nomemory(n, n + 1)
     try:
         op()
@@ -482,6 +503,10 @@ for n in range(%d):
         pass
     finally:
         _testcapi.remove_mem_hooks()
+    after = [sys.getrefcount(c) for c in codes]
+    for c, r, a in zip(codes, refs, after):
+        for _ in range(r - a):
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(c))
     s.synchronize()
 gc.collect()
 cudamem._cudamem._flush_pending()
