@@ -119,8 +119,8 @@ FUZZ_EXAMPLES ?= 10000
 	gpu-check-dry clean \
 	build build-asan build-coverage ctest ctest-valgrind ctest-asan pytest \
 	test-tsan build-tsan ctest-tsan build-debug \
-	bench-floor bench venv docs notebook typecheck test-numba test-peers \
-	peers-run bench-peers bench-peers-run wheel test-wheel test-pythons
+	bench-floor bench bench-staging venv docs notebook typecheck test-numba \
+	test-peers peers-run bench-peers bench-peers-run wheel test-wheel test-pythons
 
 all: build
 
@@ -397,6 +397,15 @@ BENCH_ARGS ?=
 bench: build build/floor
 	CUDAMEM_SIMULATOR=$${CUDAMEM_SIMULATOR:-$$( [ -e /dev/nvidiactl ] && echo 0 || echo 1 )} \
 	  $(PY) -m benchmarks --out $(BENCH_OUT) $(BENCH_ARGS)
+
+# The staging pipeline's host side (issue 23): pageable copies 4 MiB to 1 GiB
+# through each CUDAMEM_STAGING_* setting, the driver's own pageable path and
+# memcpy, interleaved rounds; $(BENCH_OUT)/staging.md and .json.
+# BENCH_ARGS=--quick is a smoke run.
+bench-staging: build
+	@mkdir -p $(BENCH_OUT)
+	CUDAMEM_SIMULATOR=$${CUDAMEM_SIMULATOR:-$$( [ -e /dev/nvidiactl ] && echo 0 || echo 1 )} \
+	  $(PY) -m benchmarks.staging_host --out $(BENCH_OUT)/staging $(BENCH_ARGS)
 
 # cudamem, numba-cuda, cuda.core and raw cuda.bindings in one process on the
 # simulator, interleaved, beside floor.c; system calls (strace), driver calls

@@ -26,10 +26,11 @@ CHUNK = 16 << 10
 @pytest.fixture
 def staging(monkeypatch):
     """Small tunables, so that tests stay fast; the defaults afterwards."""
-    def set_(threshold=THRESHOLD, chunk=CHUNK, threads=4):
+    def set_(threshold=THRESHOLD, chunk=CHUNK, threads=4, prefault=1):
         monkeypatch.setenv("CUDAMEM_STAGING_THRESHOLD", str(threshold))
         monkeypatch.setenv("CUDAMEM_STAGING_CHUNK", str(chunk))
         monkeypatch.setenv("CUDAMEM_STAGING_THREADS", str(threads))
+        monkeypatch.setenv("CUDAMEM_STAGING_PREFAULT", str(prefault))
         return _cudamem._staging_reload()
     set_()
     yield set_
@@ -54,15 +55,21 @@ SIZES = [THRESHOLD, THRESHOLD + 1, 5 * CHUNK - 1, 5 * CHUNK, 5 * CHUNK + 1,
 
 def test_defaults_and_bad_values(monkeypatch):
     assert _cudamem._staging_reload() == {
-        "threshold": 4 << 20, "chunk": 4 << 20, "threads": 4}
+        "threshold": 4 << 20, "chunk": 4 << 20, "threads": 4,
+        "prefault": True}
     monkeypatch.setenv("CUDAMEM_STAGING_CHUNK", "5000")
     monkeypatch.setenv("CUDAMEM_STAGING_THREADS", "0")
     monkeypatch.setenv("CUDAMEM_STAGING_THRESHOLD", "lots")
+    monkeypatch.setenv("CUDAMEM_STAGING_PREFAULT", "2")
     cfg = _cudamem._staging_reload()
+    monkeypatch.setenv("CUDAMEM_STAGING_PREFAULT", "0")
+    off = _cudamem._staging_reload()["prefault"]
     monkeypatch.undo()
     _cudamem._staging_reload()
     # The chunk is rounded up to whole pages; the rest keep the defaults.
-    assert cfg == {"threshold": 4 << 20, "chunk": 8192, "threads": 4}
+    assert cfg == {"threshold": 4 << 20, "chunk": 8192, "threads": 4,
+                   "prefault": True}
+    assert off is False
 
 
 @pytest.mark.parametrize("n", SIZES)
@@ -92,6 +99,30 @@ def test_copy_to_host_is_exact_in_chunks(sim, staging, n, on_stream):
     d.copy_to_host(out, stream=stream)
     assert calls(sim, "cuMemcpyDtoHAsync") == chunks(n)
     assert calls(sim, "cuMemcpyDtoH") == 0
+    np.testing.assert_array_equal(out, src)
+
+
+@pytest.mark.parametrize("prefault", [0, 1])
+@pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize("fresh", [False, True])
+def test_copy_to_host_with_and_without_prefault(sim, staging, prefault,
+                                                threads, fresh):
+    # CUDAMEM_STAGING_PREFAULT=0 skips the workers' touch of each chunk's
+    # destination pages; either way every byte arrives, into a fresh
+    # (unfaulted) destination or a written one, with the workers or not.
+    cfg = staging(threshold=4 << 20, chunk=2 << 20, threads=threads,
+                  prefault=prefault)
+    assert cfg["prefault"] is bool(prefault)
+    n = (9 << 20) + 5
+    src = np.random.default_rng(n).integers(0, 256, n, dtype=np.uint8)
+    d = cudamem.to_device(src)
+    sim.reset()
+    if fresh:
+        out = d.copy_to_host()
+    else:
+        out = np.full(n, 7, np.uint8)
+        d.copy_to_host(out)
+    assert calls(sim, "cuMemcpyDtoHAsync") == chunks(n, 2 << 20)
     np.testing.assert_array_equal(out, src)
 
 

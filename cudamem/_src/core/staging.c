@@ -89,6 +89,8 @@ load(void)
     size_t ps = page_size();
     size_t chunk = env_size("CUDAMEM_STAGING_CHUNK", CM_STAGING_CHUNK);
     size_t threads = env_size("CUDAMEM_STAGING_THREADS", CM_STAGING_THREADS);
+    size_t prefault = env_size("CUDAMEM_STAGING_PREFAULT",
+                               CM_STAGING_PREFAULT);
 
     if (chunk == 0) {
         chunk = CM_STAGING_CHUNK;
@@ -103,6 +105,7 @@ load(void)
         threads = CM_STAGING_THREADS;
     }
     conf.cfg.threads = (int)threads;
+    conf.cfg.prefault = prefault > 1 ? CM_STAGING_PREFAULT : (int)prefault;
     memset(conf.direct, 0, sizeof(conf.direct));
     conf.loaded = 1;
 }
@@ -481,10 +484,11 @@ stage_in(stager *p, CUdeviceptr dst, const char *src, size_t n, size_t chunk,
 /* Device to host: the DMA of chunk k + 1 is queued (once the poll hook
  * said go on) before the host waits for chunk k and copies it out; the
  * buffer it fills was emptied by the host copy of chunk k - 1. While
- * chunk k is in flight the workers fault in its destination pages. */
+ * chunk k is in flight the workers fault in its destination pages
+ * (`prefault`). */
 static int
 stage_out(stager *p, char *dst, CUdeviceptr src, size_t n, size_t chunk,
-          int threads, cm_error *err)
+          int threads, int prefault, cm_error *err)
 {
     size_t off = 0, len = n < chunk ? n : chunk;
 
@@ -500,7 +504,9 @@ stage_out(stager *p, char *dst, CUdeviceptr src, size_t n, size_t chunk,
             (next < n && dma(p, b ^ 1, 0, src + next, nlen, err) < 0)) {
             return -1;
         }
-        host_pass(dst + off, NULL, len, 1, threads);
+        if (prefault) {
+            host_pass(dst + off, NULL, len, 1, threads);
+        }
         if (CM_CALL(err, cuEventSynchronize, p->ev[b]) < 0) {
             return -1;
         }
@@ -535,7 +541,8 @@ cm__staging_copy(cm_device *dev, int to_dev, CUdeviceptr dptr, void *host,
     rc = stager_open(dev, &p, chunk, err);
     if (rc == 0) {
         rc = to_dev ? stage_in(&p, dptr, host, n, chunk, cfg.threads, err)
-                    : stage_out(&p, host, dptr, n, chunk, cfg.threads, err);
+                    : stage_out(&p, host, dptr, n, chunk, cfg.threads,
+                                cfg.prefault, err);
     }
     return stager_close(&p, rc, err);
 }

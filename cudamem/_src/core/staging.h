@@ -12,16 +12,19 @@
 
 /* Defaults of the tunables; CUDAMEM_STAGING_THRESHOLD (bytes; 0 turns
  * staging off), CUDAMEM_STAGING_CHUNK (bytes, rounded up to a page, at
- * most hostpool.h's largest block) and CUDAMEM_STAGING_THREADS (1 to 64)
- * override them, read on first use and by cm_staging_reload. A value
- * that does not parse keeps the default. See benchmarks/NOTES.md. */
+ * most hostpool.h's largest block), CUDAMEM_STAGING_THREADS (1 to 64) and
+ * CUDAMEM_STAGING_PREFAULT (0 or 1: fault in a device-to-host copy's
+ * destination pages while the chunk's DMA runs) override them, read on
+ * first use and by cm_staging_reload. A value that does not parse keeps
+ * the default. See benchmarks/NOTES.md. */
 #define CM_STAGING_THRESHOLD ((size_t)4 << 20)
 #define CM_STAGING_CHUNK ((size_t)4 << 20)
 #define CM_STAGING_THREADS 4
+#define CM_STAGING_PREFAULT 1
 
 typedef struct cm_staging_config {
     size_t threshold, chunk;
-    int threads;
+    int threads, prefault;
 } cm_staging_config;
 
 /* Reads the environment again and forgets the cached device attributes

@@ -249,9 +249,10 @@ hostpool_stats(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
 
 PyDoc_STRVAR(staging_reload_doc,
              "_staging_reload($module)\n--\n\n"
-             "Reads CUDAMEM_STAGING_THRESHOLD, CUDAMEM_STAGING_CHUNK and\n"
-             "CUDAMEM_STAGING_THREADS again (tests) and returns the tunables "
-             "now in\nforce: threshold, chunk (bytes) and threads.");
+             "Reads CUDAMEM_STAGING_THRESHOLD, CUDAMEM_STAGING_CHUNK,\n"
+             "CUDAMEM_STAGING_THREADS and CUDAMEM_STAGING_PREFAULT again "
+             "(tests) and\nreturns the tunables now in force: threshold, "
+             "chunk (bytes), threads\nand prefault.");
 
 static PyObject *
 staging_reload(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
@@ -260,9 +261,10 @@ staging_reload(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
 
     cm_staging_reload();
     cm_staging_get_config(&cfg);
-    return Py_BuildValue("{s:n,s:n,s:i}", "threshold",
+    return Py_BuildValue("{s:n,s:n,s:i,s:O}", "threshold",
                          (Py_ssize_t)cfg.threshold, "chunk",
-                         (Py_ssize_t)cfg.chunk, "threads", cfg.threads);
+                         (Py_ssize_t)cfg.chunk, "threads", cfg.threads,
+                         "prefault", cfg.prefault ? Py_True : Py_False);
 }
 
 PyMethodDef cmpy_pool_methods[] = {
