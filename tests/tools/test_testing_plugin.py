@@ -132,7 +132,15 @@ def test_race_on_purpose():
 """
 
 
-def test_hazards_option_catches_a_missing_synchronization(downstream):
+# The checker reports work that is unordered and not yet complete when the
+# other side is queued; a delay keeps the copy in flight however fast the
+# machine, so the race is there to report on every run.
+RACE_DELAY_US = "20000"
+
+
+def test_hazards_option_catches_a_missing_synchronization(downstream,
+                                                          monkeypatch):
+    monkeypatch.setenv("CUDAMEM_SIM_DELAY_US", RACE_DELAY_US)
     result = downstream(RACES, "--cudamem-simulator", "--cudamem-hazards")
     result.assert_outcomes(passed=3, errors=1)
     result.stdout.fnmatch_lines([
@@ -147,7 +155,8 @@ def test_without_the_hazard_checker_the_race_passes(downstream):
     result.assert_outcomes(passed=3)
 
 
-def test_hazards_fixture_checks_one_test(downstream):
+def test_hazards_fixture_checks_one_test(downstream, monkeypatch):
+    monkeypatch.setenv("CUDAMEM_SIM_DELAY_US", RACE_DELAY_US)
     result = downstream("""
         def _copy_in(stream):
             d_ary = cudamem.device_array_like(HOST)
