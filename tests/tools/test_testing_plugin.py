@@ -248,6 +248,7 @@ def test_cudamem_sim_restores_faults_and_delay(downstream):
 def test_environment_selects_the_simulator(downstream, monkeypatch):
     monkeypatch.setenv("CUDAMEM_SIMULATOR", "1")
     monkeypatch.setenv("CUDAMEM_SIM_HAZARDS", "1")
+    monkeypatch.setenv("CUDAMEM_SIM_DELAY_US", RACE_DELAY_US)
     result = downstream(RACES)
     result.assert_outcomes(passed=3, errors=1)
 
