@@ -1,7 +1,8 @@
 /* test_lib_addrtree.c: lib/addrtree.c alone, against brute force: random
  * inserts, removes and lookups of disjoint ranges, each step followed by
- * the tree's invariants (order, parent links, heights, AVL balance, the
- * count) and each lookup compared with a scan of the ranges in. */
+ * the tree's red-black invariants (order, parent links, a black root, no
+ * red node with a red child, one black height on every path, the count)
+ * and each lookup compared with a scan of the ranges in. */
 #include "addrtree.h"
 #include "check.h"
 
@@ -30,31 +31,49 @@ draw(unsigned below)
     return (unsigned)(rng % below);
 }
 
-/* Checks n's subtree; returns its height, and its node count in *count. */
+/* Checks n's subtree; returns its black height (NULL links count 0), and
+ * its node count in *count and longest path in nodes in *depth. */
 static int
-check_subtree(const addrnode *n, const addrnode *parent, size_t *count)
+check_subtree(const addrnode *n, const addrnode *parent, size_t *count,
+              int *depth)
 {
     size_t nl = 0, nr = 0;
-    int hl, hr;
+    int bl, br, dl = 0, dr = 0;
 
     if (n == NULL) {
         *count = 0;
+        *depth = 0;
         return 0;
     }
     CHECK_PTR_EQ(n->parent, parent);
+    CHECK_TRUE(n->red == 0 || n->red == 1);
     if (n->left != NULL) {
         CHECK_LE(n->left->base, n->base);
     }
     if (n->right != NULL) {
         CHECK_GE(n->right->base, n->base);
     }
-    hl = check_subtree(n->left, n, &nl);
-    hr = check_subtree(n->right, n, &nr);
-    CHECK_INT_EQ(n->height, (hl > hr ? hl : hr) + 1);
-    CHECK_LE(hl - hr, 1);
-    CHECK_GE(hl - hr, -1);
+    if (n->red) {
+        CHECK_TRUE(n->left == NULL || !n->left->red);
+        CHECK_TRUE(n->right == NULL || !n->right->red);
+    }
+    bl = check_subtree(n->left, n, &nl, &dl);
+    br = check_subtree(n->right, n, &nr, &dr);
+    CHECK_INT_EQ(bl, br);
     *count = nl + nr + 1;
-    return n->height;
+    *depth = (dl > dr ? dl : dr) + 1;
+    return bl + !n->red;
+}
+
+/* The longest path from the root, in nodes. */
+static int
+tree_depth(const addrtree *t)
+{
+    size_t count;
+    int depth;
+
+    (void)check_subtree(t->root, NULL, &count, &depth);
+    return depth;
 }
 
 /* The invariants, and the in-order walk equal to the ranges in, by base. */
@@ -63,8 +82,10 @@ check_tree(const addrtree *t)
 {
     const addrnode *n = addrtree_first(t), *prev = NULL;
     size_t count, in = 0;
+    int depth;
 
-    (void)check_subtree(t->root, NULL, &count);
+    (void)check_subtree(t->root, NULL, &count, &depth);
+    CHECK_TRUE(t->root == NULL || !t->root->red);
     CHECK_UINT_EQ(count, t->n);
     for (size_t i = 0; i < SLOTS; i++) {
         if (!ranges[i].in) {
@@ -156,8 +177,8 @@ test_one(void)
     CHECK_PTR_EQ(t.root, NULL);
 }
 
-/* Ascending and descending inserts stay balanced: height within the AVL
- * bound 1.44 log2(n + 2), 13 for 512 nodes. */
+/* Ascending and descending inserts stay balanced: depth within the
+ * red-black bound 2 log2(n + 1), 18 for 512 nodes. */
 static void
 test_sorted(void)
 {
@@ -170,7 +191,7 @@ test_sorted(void)
         addrtree_insert(&t, &ranges[i].link);
     }
     check_tree(&t);
-    CHECK_LE(t.root->height, 13);
+    CHECK_LE(tree_depth(&t), 18);
     for (size_t i = SLOTS; i-- > 0;) {
         addrtree_remove(&t, &ranges[i].link);
         ranges[i].in = 0;
@@ -184,7 +205,7 @@ test_sorted(void)
         addrtree_insert(&t, &ranges[i].link);
     }
     check_tree(&t);
-    CHECK_LE(t.root->height, 13);
+    CHECK_LE(tree_depth(&t), 18);
 }
 
 /* Random steps: insert a range into a free slot, remove a random one,

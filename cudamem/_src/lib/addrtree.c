@@ -1,21 +1,15 @@
-/* addrtree.c: the AVL tree of addrtree.h. Each node keeps its subtree's
- * height; insert and remove rebalance on the way up from the change, so
- * every path stays within 1.44 log2(n) nodes, and stop where a subtree's
- * height is what it was (most changes touch a node or two). */
+/* addrtree.c: the red-black tree of addrtree.h. No red node has a red
+ * child and every path from a node down to a NULL link meets as many black
+ * nodes, so no path is longer than 2 log2(n + 1). Insert recolours upwards
+ * only while it meets red uncles and rotates at most twice; remove rotates
+ * at most three times: both are O(1) amortized, where an AVL tree's heights
+ * change up to the root on most insert-remove pairs of a leaf. */
 #include "addrtree.h"
 
 static int
-height(const addrnode *n)
+is_red(const addrnode *n)
 {
-    return n != NULL ? n->height : 0;
-}
-
-static void
-update(addrnode *n)
-{
-    int l = height(n->left), r = height(n->right);
-
-    n->height = (l > r ? l : r) + 1;
+    return n != NULL && n->red;
 }
 
 /* Points the link that held `old` (its parent's, or the root) at `new`. */
@@ -37,8 +31,8 @@ replace_child(addrtree *t, addrnode *parent, const addrnode *old,
     }
 }
 
-/* Rotates n's right child above n; returns that child. */
-static addrnode *
+/* Rotates n's right child above n. */
+static void
 rotate_left(addrtree *t, addrnode *n)
 {
     addrnode *r = n->right;
@@ -50,12 +44,9 @@ rotate_left(addrtree *t, addrnode *n)
     }
     r->left = n;
     n->parent = r;
-    update(n);
-    update(r);
-    return r;
 }
 
-static addrnode *
+static void
 rotate_right(addrtree *t, addrnode *n)
 {
     addrnode *l = n->left;
@@ -67,41 +58,45 @@ rotate_right(addrtree *t, addrnode *n)
     }
     l->right = n;
     n->parent = l;
-    update(n);
-    update(l);
-    return l;
 }
 
-/* Restores heights and balance from n up towards the root. */
+/* n is red and may have a red parent: moves that fault up while the
+ * uncle is red (recolouring), then ends it with one or two rotations. */
 static void
-rebalance(addrtree *t, addrnode *n)
+insert_fixup(addrtree *t, addrnode *n)
 {
-    while (n != NULL) {
-        int l = height(n->left), r = height(n->right);
-        int before = n->height;
+    addrnode *p;
 
-        if (l - r > 1) {
-            if (height(n->left->left) < height(n->left->right)) {
-                (void)rotate_left(t, n->left);
-            }
-            n = rotate_right(t, n);
+    while ((p = n->parent) != NULL && p->red) {
+        /* p is red, so not the root: g exists and is black. */
+        addrnode *g = p->parent;
+        addrnode *u = p == g->left ? g->right : g->left;
+
+        if (is_red(u)) {
+            p->red = u->red = 0;
+            g->red = 1;
+            n = g;
+            continue;
         }
-        else if (r - l > 1) {
-            if (height(n->right->right) < height(n->right->left)) {
-                (void)rotate_right(t, n->right);
+        if (p == g->left) {
+            if (n == p->right) {
+                rotate_left(t, p);
+                p = n;
             }
-            n = rotate_left(t, n);
+            rotate_right(t, g);
         }
         else {
-            n->height = (l > r ? l : r) + 1;
+            if (n == p->left) {
+                rotate_right(t, p);
+                p = n;
+            }
+            rotate_left(t, g);
         }
-        /* The ancestors' heights were computed from `before`: when the
-         * subtree is as high as that, none of them changes. */
-        if (n->height == before) {
-            break;
-        }
-        n = n->parent;
+        p->red = 0;
+        g->red = 1;
+        break;
     }
+    t->root->red = 0;
 }
 
 void
@@ -115,47 +110,119 @@ addrtree_insert(addrtree *t, addrnode *n)
     }
     n->left = n->right = NULL;
     n->parent = parent;
-    n->height = 1;
+    n->red = 1;
     *link = n;
     t->n++;
-    rebalance(t, parent);
+    insert_fixup(t, n);
+}
+
+/* The subtree at x (possibly NULL), parent's child, has one black node
+ * fewer on its paths than its sibling's: borrows one from the sibling's
+ * side by recolouring (moving the deficit up) or by rotations (ending it).
+ */
+static void
+remove_fixup(addrtree *t, addrnode *x, addrnode *parent)
+{
+    while (x != t->root && !is_red(x)) {
+        /* The sibling has a black height of at least 1: it exists. */
+        if (x == parent->left) {
+            addrnode *w = parent->right;
+
+            if (w->red) {
+                w->red = 0;
+                parent->red = 1;
+                rotate_left(t, parent);
+                w = parent->right;
+            }
+            if (!is_red(w->left) && !is_red(w->right)) {
+                w->red = 1;
+                x = parent;
+                parent = x->parent;
+                continue;
+            }
+            if (!is_red(w->right)) {
+                /* Its red near child rises in its place; the colours
+                 * of both are set below. */
+                rotate_right(t, w);
+                w = parent->right;
+            }
+            w->red = parent->red;
+            parent->red = 0;
+            w->right->red = 0;
+            rotate_left(t, parent);
+        }
+        else {
+            addrnode *w = parent->left;
+
+            if (w->red) {
+                w->red = 0;
+                parent->red = 1;
+                rotate_right(t, parent);
+                w = parent->left;
+            }
+            if (!is_red(w->left) && !is_red(w->right)) {
+                w->red = 1;
+                x = parent;
+                parent = x->parent;
+                continue;
+            }
+            if (!is_red(w->left)) {
+                rotate_left(t, w);
+                w = parent->left;
+            }
+            w->red = parent->red;
+            parent->red = 0;
+            w->left->red = 0;
+            rotate_right(t, parent);
+        }
+        x = t->root;
+    }
+    if (x != NULL) {
+        x->red = 0;
+    }
 }
 
 void
 addrtree_remove(addrtree *t, addrnode *n)
 {
-    addrnode *from;
+    addrnode *child, *parent;
+    int red; /* the colour that leaves the tree */
 
     if (n->left != NULL && n->right != NULL) {
-        /* Its successor, which has no left child, takes its place. */
+        /* Its successor, which has no left child, takes its place and
+         * colour; the successor's old position is the one that empties. */
         addrnode *s = n->right;
 
         while (s->left != NULL) {
             s = s->left;
         }
+        child = s->right;
+        red = s->red;
         if (s->parent == n) {
-            from = s;
+            parent = s;
         }
         else {
-            from = s->parent;
-            replace_child(t, s->parent, s, s->right);
+            parent = s->parent;
+            replace_child(t, s->parent, s, child);
             s->right = n->right;
             s->right->parent = s;
         }
         replace_child(t, n->parent, n, s);
         s->left = n->left;
         s->left->parent = s;
-        /* n's height, which its ancestors were computed from, so that
-         * rebalance can stop where a height no longer changes. */
-        s->height = n->height;
+        s->red = n->red;
     }
     else {
-        from = n->parent;
-        replace_child(t, n->parent, n, n->left != NULL ? n->left : n->right);
+        child = n->left != NULL ? n->left : n->right;
+        parent = n->parent;
+        red = n->red;
+        replace_child(t, parent, n, child);
     }
     t->n--;
     n->left = n->right = n->parent = NULL;
-    rebalance(t, from);
+    if (!red) {
+        remove_fixup(t, child, parent);
+    }
 }
 
 addrnode *

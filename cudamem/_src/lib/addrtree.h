@@ -1,6 +1,7 @@
-/* addrtree.h: an intrusive AVL tree of address ranges [base, base + size),
- * ordered by base: insert, remove and the range containing (or the first
- * ending after) an address in O(log n). Depends on nothing of the project
+/* addrtree.h: an intrusive red-black tree of address ranges
+ * [base, base + size), ordered by base: insert, remove and the range
+ * containing (or the first ending after) an address in O(log n), with
+ * O(1) amortized rebalancing per change. Depends on nothing of the project
  * and takes no lock: its owner serializes every call on one tree. Core's
  * host registrations and the simulator's allocation table build on it. */
 #ifndef CM_LIB_ADDRTREE_H
@@ -15,7 +16,7 @@ typedef struct addrnode {
     struct addrnode *left, *right, *parent;
     uintptr_t base;
     size_t size;
-    int height; /* of the subtree, 1 for a leaf */
+    int red; /* the node's colour: 1 red, 0 black */
 } addrnode;
 
 typedef struct addrtree {
