@@ -66,24 +66,21 @@ oom_error(cmpy_state *st, PyObject *cls, const cm_error *err, const char *name)
         name, (unsigned long long)err->oom_bytes,
         (unsigned long long)free_bytes, (unsigned long long)total,
         (unsigned long long)pending, (unsigned long long)cached);
-    if (args == NULL) {
-        return NULL;
-    }
-    if (by_pool) {
+    if (args != NULL && by_pool) {
         cm_pool_get_stats(err->oom_dev, &pool);
         kwargs = Py_BuildValue("{s:K,s:K}", "limit",
                                (unsigned long long)pool.limit, "pool_used",
                                (unsigned long long)pool.used_bytes);
     }
-    else if (by_limit) {
+    else if (args != NULL && by_limit) {
         kwargs = Py_BuildValue("{s:K,s:K}", "limit",
                                (unsigned long long)err->oom_limit, "held",
                                (unsigned long long)err->oom_held);
     }
-    exc = kwargs == NULL && (by_pool || by_limit)
+    exc = args == NULL || (kwargs == NULL && (by_pool || by_limit))
               ? NULL
               : PyObject_Call(cls, args, kwargs);
-    Py_DECREF(args);
+    Py_XDECREF(args);
     Py_XDECREF(kwargs);
     if (exc != NULL && by_limit) {
         tell_observer(st, err);
