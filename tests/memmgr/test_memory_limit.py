@@ -12,6 +12,7 @@ simulated device's total (set_memory) for fractions.
 import gc
 import json
 import math
+import pickle
 import sys
 import threading
 
@@ -69,6 +70,9 @@ def test_limit_is_inclusive_and_refuses_without_the_driver(dev64):
     assert ("requested 1 bytes with %d bytes held, beyond the memory limit "
             "of %d bytes" % (4 * MIB, 4 * MIB)) in str(exc)
     assert cudamem.memory_stats()["oom_rejections"] == before + 1
+    back = pickle.loads(pickle.dumps(exc))
+    assert (type(back), str(back), back.held, back.limit) == (
+        CudaOutOfMemoryError, str(exc), exc.held, exc.limit)
     # Nothing was left allocated by the refusal.
     assert _held(dev64) == 4 * MIB
     del a, b
@@ -309,3 +313,18 @@ def test_limits_are_per_device(run_py):
     assert json.loads(proc.stdout) == {
         "limits": [None, 1 << 20], "refused": [0, 1 << 20, 2 << 20],
         "rejections": [0, 1]}
+
+
+def test_refusal_when_the_device_cannot_say_its_memory(dev64):
+    # cuMemGetInfo fails while the error is built: the limit's figures
+    # stay, the device's are 0.
+    cudamem.set_memory_limit(MIB)
+    dev64.inject("cuMemGetInfo", "CUDA_ERROR_UNKNOWN")
+    try:
+        with pytest.raises(CudaOutOfMemoryError) as info:
+            cudamem.device_array(2 * MIB, np.uint8)
+    finally:
+        dev64.clear_faults()
+    exc = info.value
+    assert (exc.requested, exc.held, exc.limit, exc.free, exc.total) == (
+        2 * MIB, 0, MIB, 0, 0)
