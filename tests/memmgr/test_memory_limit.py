@@ -329,3 +329,36 @@ def test_refusal_when_the_device_cannot_say_its_memory(dev64):
     exc = info.value
     assert (exc.requested, exc.held, exc.limit, exc.free, exc.total) == (
         2 * MIB, 0, MIB, 0, 0)
+
+
+def test_a_reset_gives_back_what_it_freed(run_py):
+    # Device.reset() frees every allocation of the context with it, pool
+    # slabs included: the limit has room for them again.
+    proc = run_py("""
+        import gc
+        import numpy as np
+        import cudamem
+        from cudamem import simulator as sim
+        MIB = 1 << 20
+        dev = cudamem.get_current_device()
+        cudamem.set_memory_limit(4 * MIB)
+        a = cudamem.device_array(3 * MIB, np.uint8)
+        m = cudamem.managed_array(MIB, np.uint8)
+        dev.reset()
+        del a, m
+        gc.collect()
+        b = cudamem.device_array(4 * MIB, np.uint8)
+        print(sim.live()["device_bytes"] == 4 * MIB)
+        del b
+        cudamem._cudamem._flush_pending()
+        with cudamem.using_memory_manager(cudamem.PoolMemoryManager):
+            c = cudamem.device_array(3 * MIB, np.uint8)
+            dev.reset()
+            del c
+            gc.collect()
+        d = cudamem.device_array(4 * MIB, np.uint8)
+        print(sim.live()["device_bytes"] == 4 * MIB,
+              cudamem.memory_stats()["oom_rejections"])
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True", "True", "0"]
