@@ -329,11 +329,17 @@ PyDoc_STRVAR(
     "None removes the observer.");
 
 static PyObject *
-set_oom_observer(PyObject *module, PyObject *observer)
+set_oom_observer(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+                 PyObject *kwnames)
 {
+    static const char *const names[] = {"observer"};
     cmpy_state *st = cmpy_get_state(module);
-    PyObject *old;
+    PyObject *observer, *old;
 
+    if (cmpy_parse_args("set_oom_observer", names, 1, 1, args, nargs, kwnames,
+                        &observer) < 0) {
+        return NULL;
+    }
     if (observer != Py_None && !PyCallable_Check(observer)) {
         return PyErr_Format(PyExc_TypeError,
                             "set_oom_observer: observer must be callable or "
@@ -351,7 +357,8 @@ PyMethodDef cmpy_stats_methods[] = {
      METH_FASTCALL | METH_KEYWORDS, set_memory_limit_doc},
     {"get_memory_limit", (PyCFunction)(void (*)(void))get_memory_limit,
      METH_FASTCALL | METH_KEYWORDS, get_memory_limit_doc},
-    {"set_oom_observer", set_oom_observer, METH_O, set_oom_observer_doc},
+    {"set_oom_observer", (PyCFunction)(void (*)(void))set_oom_observer,
+     METH_FASTCALL | METH_KEYWORDS, set_oom_observer_doc},
     {"memory_stats", (PyCFunction)(void (*)(void))memory_stats,
      METH_FASTCALL | METH_KEYWORDS, memory_stats_doc},
     {"reset_peak_stats", (PyCFunction)(void (*)(void))reset_peak_stats,
