@@ -56,21 +56,24 @@ class CudaAPIError(CudaDriverError):
 
 class CudaOutOfMemoryError(CudaAPIError):
     """CudaOutOfMemoryError(code, call, name=None, requested=None, free=None,
-    total=None, pending=None, pool_cached=None, limit=None, pool_used=None)
+    total=None, pending=None, pool_cached=None, limit=None, pool_used=None,
+    held=None)
 
     An allocation failed for lack of device memory even after pending frees
     were flushed. The byte counts say what was asked for and what was there.
     When the limit of a PoolMemoryManager refused it rather than the device,
     ``call`` is None, ``limit`` is that limit and ``pool_used`` the bytes of
-    the pool's blocks in use.
+    the pool's blocks in use. When ``set_memory_limit()``'s limit refused
+    it, no driver call was made: ``call`` is None, ``limit`` is that limit
+    and ``held`` the bytes cudamem held from the driver on the device.
     """
 
     def __init__(self, code, call, name=None, requested=None, free=None,
                  total=None, pending=None, pool_cached=None, limit=None,
-                 pool_used=None):
+                 pool_used=None, held=None):
         super().__init__(code, call, name)
         self.args = (code, call, name, requested, free, total, pending,
-                     pool_cached, limit, pool_used)
+                     pool_cached, limit, pool_used, held)
         self.requested = requested
         self.free = free
         self.total = total
@@ -78,8 +81,18 @@ class CudaOutOfMemoryError(CudaAPIError):
         self.pool_cached = pool_cached
         self.limit = limit
         self.pool_used = pool_used
+        self.held = held
 
     def __str__(self):
+        if self.held is not None:
+            return ("[%d] %s: requested %d bytes with %d bytes held, beyond "
+                    "the memory limit of %d bytes (set_memory_limit); %d "
+                    "bytes pending release, %d cached by the pool; the "
+                    "device has %d of %d bytes free" % (
+                        self.code, self.name, self.requested or 0,
+                        self.held, self.limit or 0, self.pending or 0,
+                        self.pool_cached or 0, self.free or 0,
+                        self.total or 0))
         if self.limit is not None:
             return ("[%d] %s: requested %d bytes beyond the pool's limit of "
                     "%d bytes (%d bytes in use and %d cached by the pool); "

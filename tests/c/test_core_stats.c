@@ -1,7 +1,8 @@
 /* test_core_stats.c: core/stats.c linked alone (the floor plan's leaf:
  * docs/architecture.rst): the per-device counters of each kind, their
- * peaks, a recount that leaves the peaks alone, and updates from several
- * threads at once adding up exactly. */
+ * peaks, a recount that leaves the peaks alone, updates from several
+ * threads at once adding up exactly, and the held bytes that the memory
+ * limit checks, atomically against racing threads. */
 #include "check.h"
 #include "context.h"
 #include "stats.h"
@@ -129,10 +130,69 @@ threads(void)
     CHECK_GE(c.peak_bytes, c.bytes);
 }
 
+/* The held bytes: a hold up to the limit, inclusive, goes through; one
+ * past it (or larger than the limit itself: no wrap-around) is refused,
+ * adds nothing and says what is held; 0 is no limit. */
+static void
+hold_limit(void)
+{
+    size_t held = 0, rejections = 1;
+
+    CHECK_EQ(cm__stats_hold(&dev, 600, 1000, &held), 0);
+    CHECK_EQ(cm__stats_hold(&dev, 400, 1000, &held), 0);
+    CHECK_EQ(cm__stats_hold(&dev, 1, 1000, &held), -1);
+    CHECK_UINT_EQ(held, 1000);
+    CHECK_EQ(cm__stats_hold(&dev, (size_t)-1, 1000, &held), -1);
+    cm__stats_unhold(&dev, 400);
+    CHECK_EQ(cm__stats_hold(&dev, (size_t)-1 - 600, 1000, &held), -1);
+    CHECK_UINT_EQ(held, 600);
+    CHECK_EQ(cm__stats_hold(&dev, 1 << 20, 0, &held), 0);
+    cm__stats_reject(&dev);
+    cm__stats_read_held(&dev, &held, &rejections);
+    CHECK_UINT_EQ(held, 600 + (1 << 20));
+    CHECK_UINT_EQ(rejections, 1);
+}
+
+#define LIMIT_UNITS 1000
+
+static void *
+race(void *arg)
+{
+    size_t held, *got = arg;
+
+    for (int i = 0; i < ROUNDS; i++) {
+        if (cm__stats_hold(&dev, 7, 7 * LIMIT_UNITS, &held) == 0) {
+            (*got)++;
+        }
+    }
+    return NULL;
+}
+
+/* Threads holding at once never pass the limit together: exactly the
+ * limit's worth goes through. */
+static void
+hold_race(void)
+{
+    pthread_t t[THREADS];
+    size_t got[THREADS] = {0}, total = 0, held, rejections;
+
+    for (int i = 0; i < THREADS; i++) {
+        CHECK_EQ(pthread_create(&t[i], NULL, race, &got[i]), 0);
+    }
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(t[i], NULL);
+        total += got[i];
+    }
+    cm__stats_read_held(&dev, &held, &rejections);
+    CHECK_UINT_EQ(total, LIMIT_UNITS);
+    CHECK_UINT_EQ(held, 7 * LIMIT_UNITS);
+}
+
 static const check_test tests[] = {
     {"add_and_sub", add_and_sub, 0}, {"kinds_apart", kinds_apart, 0},
     {"reset_peaks", reset_peaks, 0}, {"recount", recount, 0},
-    {"threads", threads, 0},         {NULL, NULL, 0},
+    {"threads", threads, 0},         {"hold_limit", hold_limit, 0},
+    {"hold_race", hold_race, 0},     {NULL, NULL, 0},
 };
 
 CHECK_MAIN(tests, setup, NULL)

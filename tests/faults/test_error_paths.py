@@ -443,6 +443,9 @@ NOMEMORY_OPS = {
         "cudamem.DeviceRecord([('a', 'i4')], stream=s), list(d), "
         "next(reversed(cudamem.device_array((300, 1)))), "
         "d.getitem(1, stream=s), d.setitem(0, 1.0, stream=s)",
+    "memory limit": "cudamem.set_memory_limit(1 << 40), "
+                    "cudamem.get_memory_limit(), "
+                    "cudamem.set_memory_limit(None)",
     "pool manager": "with cudamem.using_memory_manager("
                     "cudamem.PoolMemoryManager): cudamem.device_array(4)",
 }

@@ -41,7 +41,7 @@ def test_keys():
     stats = cudamem.memory_stats()
     expected = {"pending_free_bytes", "pending_free_count",
                 "pool_cached_bytes", "pinned_pool_cached_bytes",
-                "pinned_pool_cached_count"}
+                "pinned_pool_cached_count", "oom_rejections"}
     for kind in KINDS:
         expected |= {kind + "_bytes_in_use", kind + "_bytes_peak",
                      kind + "_count", kind + "_count_peak"}

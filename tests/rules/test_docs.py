@@ -250,6 +250,12 @@ KEYWORD_CALLS = {
         cudamem.require_context, dict(fn=len)),
     "cudamem.reset_peak_stats": lambda s: (
         cudamem.reset_peak_stats, dict(device=0)),
+    "cudamem.set_memory_limit": lambda s: (
+        cudamem.set_memory_limit, dict(limit=None, device=0)),
+    "cudamem.get_memory_limit": lambda s: (
+        cudamem.get_memory_limit, dict(device=0)),
+    "cudamem.set_oom_observer": lambda s: (
+        cudamem.set_oom_observer, dict(observer=None)),
     "cudamem.select_device": lambda s: (
         cudamem.select_device, dict(device_id=0)),
     # Makes the default manager the default again.

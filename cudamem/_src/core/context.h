@@ -40,6 +40,11 @@ typedef struct cm_device {
     struct cm_pool *pool;
     struct cm_pool *pool_on;
     cm_counts counts[CM_STAT_KINDS]; /* stats.c's, atomic */
+    /* stats.c's, atomic: device and managed bytes the driver holds for
+     * cudamem (pool slabs whole, queued frees until freed) and the
+     * allocations the memory limit refused; memory.c's limit (0: none). */
+    size_t held_bytes, oom_rejections;
+    size_t mem_limit;
     /* The first sticky error seen in the primary context, and its call:
      * set once (the call first), atomically; cleared only by a reset
      * after which the driver reports the new context usable. */

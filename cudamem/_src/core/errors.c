@@ -110,7 +110,7 @@ cm__oom_recover(struct cm_device *dev, const cm_error *err)
 void
 cm__oom_mark(struct cm_device *dev, size_t nbytes, cm_error *err)
 {
-    if (is_oom(err)) {
+    if (is_oom(err) && err->oom_dev == NULL) {
         err->oom_dev = dev;
         err->oom_bytes = nbytes;
     }

@@ -59,19 +59,85 @@ alloc_once(cm_free_kind kind, unsigned flags, size_t nbytes, CUdeviceptr *ptr,
     return CM_CALL(err, cuMemAlloc, ptr, nbytes);
 }
 
-/* One allocation in dev's primary context. On failure *ptr is nonzero
- * when the driver made the memory but the context could not be left. */
+const char cm_mem_limit_call[] = "the memory limit";
+
+/* nbytes counted in dev's held bytes, or the limit's refusal. */
+static int
+hold(cm_device *dev, size_t nbytes, cm_error *err)
+{
+    size_t limit = __atomic_load_n(&dev->mem_limit, __ATOMIC_RELAXED);
+    size_t held;
+
+    if (cm__stats_hold(dev, nbytes, limit, &held) == 0) {
+        return 0;
+    }
+    *err = (cm_error){.kind = CM_ERR_DRIVER,
+                      .code = CUDA_ERROR_OUT_OF_MEMORY,
+                      .call = cm_mem_limit_call,
+                      .oom_dev = dev,
+                      .oom_bytes = nbytes,
+                      .oom_limit = limit,
+                      .oom_held = held,
+                      .device = -1};
+    return -1;
+}
+
+/* One allocation in dev's primary context, within its limit. On failure
+ * *ptr is nonzero when the driver made the memory but the context could
+ * not be left: the memory stays held until its release frees it. */
 static int
 alloc_in(cm_device *dev, cm_free_kind kind, unsigned flags, size_t nbytes,
          CUdeviceptr *ptr, cm_error *err)
 {
     cm_ctx_guard guard;
 
-    if (cm_ctx_enter(dev, &guard, err) < 0) {
+    if (hold(dev, nbytes, err) < 0) {
         return -1;
     }
-    return cm_ctx_leave(&guard, alloc_once(kind, flags, nbytes, ptr, err),
-                        err);
+    if (cm_ctx_enter(dev, &guard, err) == 0 &&
+        cm_ctx_leave(&guard, alloc_once(kind, flags, nbytes, ptr, err), err) ==
+            0) {
+        return 0;
+    }
+    if (*ptr == 0) {
+        cm__stats_unhold(dev, nbytes);
+    }
+    return -1;
+}
+
+/* After recovery did not help: err marked, and counted when the limit
+ * refused. */
+static void
+give_up(cm_device *dev, size_t nbytes, cm_error *err)
+{
+    cm__oom_mark(dev, nbytes, err);
+    if (err->kind == CM_ERR_DRIVER && err->call == cm_mem_limit_call) {
+        cm__stats_reject(dev);
+    }
+}
+
+int
+cm_mem_set_limit(cm_device *dev, size_t bytes, double fraction, cm_error *err)
+{
+    size_t total;
+
+    if (fraction > 0) {
+        if (CM_CALL(err, cuDeviceTotalMem, &total, dev->cudev) < 0) {
+            return -1;
+        }
+        bytes = (size_t)((double)total * fraction);
+        if (bytes == 0) {
+            bytes = 1;
+        }
+    }
+    __atomic_store_n(&dev->mem_limit, bytes, __ATOMIC_RELAXED);
+    return 0;
+}
+
+size_t
+cm_mem_limit(cm_device *dev)
+{
+    return __atomic_load_n(&dev->mem_limit, __ATOMIC_RELAXED);
 }
 
 /* alloc_in, with status.h's recovery and one more try on out-of-memory
@@ -89,7 +155,7 @@ alloc_retry(cm_device *dev, cm_free_kind kind, unsigned flags, size_t nbytes,
     if (alloc_in(dev, kind, flags, nbytes, ptr, err) == 0) {
         return 0;
     }
-    cm__oom_mark(dev, nbytes, err);
+    give_up(dev, nbytes, err);
     return -1;
 }
 
@@ -118,7 +184,7 @@ pool_retry(cm_mem *m, cm_error *err)
                       &m->ptr, err) == 0) {
         return 0;
     }
-    cm__oom_mark(dev, m->size, err);
+    give_up(dev, m->size, err);
     return -1;
 }
 

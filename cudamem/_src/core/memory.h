@@ -141,6 +141,22 @@ void cm__mem_set_pool_ops(const cm_mem_ops *ops);
  * device has no managed memory. */
 int cm_mem_alloc_managed(cm_device *dev, size_t nbytes, int attach_global,
                          cm_mem **out, cm_error *err);
+/* The memory limit of dev: device and managed memory the driver holds for
+ * cudamem (stats.h's held bytes: pool slabs whole, frees still queued)
+ * may not pass it. An allocation of cm_mem_alloc, cm_mem_alloc_managed or
+ * a pool slab that would pass it fails, without a driver call, as
+ * CUDA_ERROR_OUT_OF_MEMORY of the call cm_mem_limit_call, with the oom
+ * fields, oom_limit and oom_held set; the usual recovery and retry
+ * follow, and a second refusal counts in stats.h's rejections. Memory of
+ * EMM plugins, borrowed memory and IPC mappings are not counted. */
+extern const char cm_mem_limit_call[];
+/* Sets dev's limit to `bytes`, or when `fraction` is above 0 to that
+ * fraction (at most 1) of cuDeviceTotalMem rounded down, at least one
+ * byte; bytes 0 and fraction 0: no limit. Memory held already stays. */
+int cm_mem_set_limit(cm_device *dev, size_t bytes, double fraction,
+                     cm_error *err);
+/* dev's limit in bytes, 0 when none. */
+size_t cm_mem_limit(cm_device *dev);
 /* A record (one refcount, kind CM_FREE_NONE) for the `size` bytes at ptr
  * that another library allocated in dev's primary context: its last decref
  * frees the record only. Retains dev's primary context. */

@@ -30,6 +30,7 @@ cm_stats_get(cm_device *dev, cm_stats *out)
     cm_hostpool_get_stats(&host);
     out->pinned_pool_cached_bytes = host.cached_bytes;
     out->pinned_pool_cached_count = host.cached_blocks;
+    cm__stats_read_held(dev, &out->held_bytes, &out->oom_rejections);
 }
 
 static void

@@ -16,6 +16,7 @@
 #include "event.h"
 #include "memory.h"
 #include "release.h"
+#include "stats.h"
 #include "stream.h"
 
 typedef struct cm_pool_slab cm_pool_slab;
@@ -797,6 +798,8 @@ pool_drop(cm_device *dev, int reset, cm_error *err)
         return 0;
     }
     cm__lock(&pool->lock, CM_LOCK_POOL);
+    /* The slabs go with the context. */
+    cm__stats_unhold(dev, pool->slab_bytes);
     forget_all(pool);
     /* Blocks of the old context never come back: see pool_return. */
     pool->generation = dev->generation + 1;
@@ -1243,6 +1246,7 @@ trim(cm_device *dev, int wait, cm_error *err)
         if (CM_CALL(rc < 0 ? &later : err, cuMemFree, slabs->ptr) < 0) {
             rc = -1;
         }
+        cm__stats_unhold(dev, slabs->size);
         slab_forget(slabs);
     }
     for (size_t i = 0; i < nevents; i++) {

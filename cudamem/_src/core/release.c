@@ -5,6 +5,7 @@
 #include "lockorder.h"
 
 #include "driver.h"
+#include "stats.h"
 
 /* Frees one handle in ctx. Runs with dev->qlock held, so the context
  * cannot be released meanwhile: push it directly rather than through
@@ -83,6 +84,16 @@ is_retained(cm_free_kind kind)
     return kind == CM_FREE_MANAGED || kind == CM_FREE_HOST;
 }
 
+/* Device and managed memory leaves stats.h's held bytes when it is
+ * freed, dropped after a failed free, or went with its context. */
+static void
+unhold(cm_device *dev, cm_free_kind kind, size_t nbytes)
+{
+    if (kind == CM_FREE_DEVICE || kind == CM_FREE_MANAGED) {
+        cm__stats_unhold(dev, nbytes);
+    }
+}
+
 /* A queue's free function: one handle of dev's primary context. */
 static int
 free_one(void *arg, cm_free_kind kind, uint64_t handle, size_t nbytes,
@@ -93,7 +104,7 @@ free_one(void *arg, cm_free_kind kind, uint64_t handle, size_t nbytes,
     int alive = cm_device_poisoned(dev, &ignored) == 0;
     int rc;
 
-    (void)nbytes;
+    unhold(dev, kind, nbytes);
     /* In a poisoned context every free fails: what it holds goes with the
      * process, so drop it quietly (but give back a record's retain). */
     if (is_retained(kind)) {
@@ -184,6 +195,9 @@ cm__release(cm_device *dev, uint64_t generation, cm_free_kind kind,
     if (__atomic_load_n(&dev->generation, __ATOMIC_ACQUIRE) == generation) {
         rc = queue_locked(dev, kind, handle, nbytes, err);
     }
+    else {
+        unhold(dev, kind, nbytes);
+    }
     cm__unlock(&dev->qlock);
     return rc;
 }
@@ -204,6 +218,7 @@ cm__release_retained(cm_device *dev, uint64_t generation, uint64_t resets,
     }
     else {
         /* Its queue is gone: free it now, unless a reset did. */
+        unhold(dev, kind, nbytes);
         rc = free_retained(
             dev, __atomic_load_n(&dev->resets, __ATOMIC_ACQUIRE) == resets,
             kind, handle, err);
@@ -339,7 +354,7 @@ salvage_one(void *arg, cm_free_kind kind, uint64_t handle, size_t nbytes,
 {
     salvage_arg *sa = arg;
 
-    (void)nbytes;
+    unhold(sa->dev, kind, nbytes);
     if (!is_retained(kind)) {
         return 0;
     }

@@ -75,3 +75,38 @@ cm_stats_reset_peaks(cm_device *dev)
                          __ATOMIC_RELAXED);
     }
 }
+
+int
+cm__stats_hold(cm_device *dev, size_t nbytes, size_t limit, size_t *held)
+{
+    size_t seen = __atomic_load_n(&dev->held_bytes, __ATOMIC_RELAXED);
+
+    do {
+        if (limit != 0 && (nbytes > limit || seen > limit - nbytes)) {
+            *held = seen;
+            return -1;
+        }
+    } while (!__atomic_compare_exchange_n(&dev->held_bytes, &seen,
+                                          seen + nbytes, 1, __ATOMIC_RELAXED,
+                                          __ATOMIC_RELAXED));
+    return 0;
+}
+
+void
+cm__stats_unhold(cm_device *dev, size_t nbytes)
+{
+    __atomic_sub_fetch(&dev->held_bytes, nbytes, __ATOMIC_RELAXED);
+}
+
+void
+cm__stats_reject(cm_device *dev)
+{
+    __atomic_add_fetch(&dev->oom_rejections, 1, __ATOMIC_RELAXED);
+}
+
+void
+cm__stats_read_held(cm_device *dev, size_t *held, size_t *rejections)
+{
+    *held = __atomic_load_n(&dev->held_bytes, __ATOMIC_RELAXED);
+    *rejections = __atomic_load_n(&dev->oom_rejections, __ATOMIC_RELAXED);
+}

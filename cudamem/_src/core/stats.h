@@ -39,6 +39,9 @@ typedef struct cm_stats {
     /* hostpool.h's, process-wide: page-locked blocks kept for reuse (not
      * in PINNED while cached). */
     size_t pinned_pool_cached_bytes, pinned_pool_cached_count;
+    /* Device and managed bytes the driver holds for cudamem, and the
+     * allocations memory.h's limit refused. */
+    size_t held_bytes, oom_rejections;
 } cm_stats;
 
 /* dev's counters of every kind, each read atomically. */
@@ -53,5 +56,21 @@ void cm__stats_sub(struct cm_device *dev, cm_stat_kind kind, size_t nbytes);
  * just before cm_host_free counts it out. */
 void cm__stats_recount(struct cm_device *dev, cm_stat_kind kind,
                        size_t nbytes);
+
+/* What the driver holds for cudamem on dev: device and managed memory,
+ * pool slabs whole, queued frees until freed. memory.c adds nbytes
+ * before asking the driver, unless that would take it past limit (0:
+ * none): then -1, *held what it holds, and nothing added. A check and
+ * its addition are one atomic step. */
+int cm__stats_hold(struct cm_device *dev, size_t nbytes, size_t limit,
+                   size_t *held);
+/* Memory the driver freed or will not return (release.c, pool.c, and
+ * memory.c for an allocation that failed). */
+void cm__stats_unhold(struct cm_device *dev, size_t nbytes);
+/* memory.c: an allocation the limit refused after recovery. */
+void cm__stats_reject(struct cm_device *dev);
+/* The two figures above, read atomically. */
+void cm__stats_read_held(struct cm_device *dev, size_t *held,
+                         size_t *rejections);
 
 #endif

@@ -38,6 +38,9 @@ typedef struct cm_error {
      * and 0. */
     struct cm_device *oom_dev;
     size_t oom_bytes;
+    /* When memory.h's limit refused it (call is cm_mem_limit_call): the
+     * limit and the bytes the device held; else unset. */
+    size_t oom_limit, oom_held;
     /* A sticky code (cm_error_is_sticky): the ordinal of the device whose
      * context it poisoned, when core knows it; else -1. */
     int device;
@@ -67,7 +70,8 @@ void cm__oom_set_recovery(cm_oom_recovery recovery);
  * once more, then calls cm__oom_mark. 0 otherwise (err untouched). */
 int cm__oom_recover(struct cm_device *dev, const cm_error *err);
 /* Marks err, when it is out of memory, as the failure of an allocation
- * of nbytes on dev that recovery did not help (the oom fields). */
+ * of nbytes on dev that recovery did not help (the oom fields), unless
+ * they are set already (memory.h's limit refused it). */
 void cm__oom_mark(struct cm_device *dev, size_t nbytes, cm_error *err);
 
 static inline int

@@ -5,45 +5,86 @@
 #include <cuda.h>
 
 #include "../core/context.h"
+#include "../core/memory.h"
 #include "../core/oom.h"
 #include "../core/pool.h"
 
-/* CudaOutOfMemoryError for an allocation that recovery did not help,
- * with the numbers of its device as they are now; when the pool's limit
- * refused it, no driver call failed: `call` is None, and the limit and
- * the pool's bytes in use say why. */
-static PyObject *
-oom_error(PyObject *cls, const cm_error *err, const char *name)
+/* Tells set_oom_observer()'s observer of a refusal by the memory limit,
+ * with exc built and no exception set; what the observer raises is
+ * reported as unraisable. */
+static void
+tell_observer(cmpy_state *st, const cm_error *err)
 {
+    PyObject *observer = st->oom_observer, *info, *res = NULL;
+
+    if (observer == NULL) {
+        return;
+    }
+    Py_INCREF(observer);
+    info = Py_BuildValue("{s:i,s:K,s:K,s:K}", "device", err->oom_dev->ordinal,
+                         "requested", (unsigned long long)err->oom_bytes,
+                         "held", (unsigned long long)err->oom_held, "limit",
+                         (unsigned long long)err->oom_limit);
+    if (info != NULL) {
+        res = PyObject_CallFunctionObjArgs(observer, info, NULL);
+        Py_DECREF(info);
+    }
+    if (res == NULL) {
+        PyErr_WriteUnraisable(observer);
+    }
+    Py_XDECREF(res);
+    Py_DECREF(observer);
+}
+
+/* CudaOutOfMemoryError for an allocation that recovery did not help,
+ * with the numbers of its device as they are now; when a limit refused
+ * it, no driver call failed: `call` is None, and the limit with the
+ * pool's bytes in use (the pool's limit) or the bytes held (the memory
+ * limit) say why. */
+static PyObject *
+oom_error(cmpy_state *st, PyObject *cls, const cm_error *err, const char *name)
+{
+    int by_limit = err->call == cm_mem_limit_call;
+    int by_pool = err->call == cm_pool_limit;
     size_t free_bytes, total, pending, cached;
     cm_pool_stats pool;
     cm_error ignored;
-    PyObject *args, *kwargs, *exc;
+    PyObject *args, *kwargs = NULL, *exc;
 
     if (cm_oom_info(err->oom_dev, &free_bytes, &total, &pending, &cached,
                     &ignored) < 0) {
         /* The device cannot say: the message keeps what was asked. */
-        return PyObject_CallFunction(cls, "iszn", (int)err->code, err->call,
-                                     name, (Py_ssize_t)err->oom_bytes);
+        free_bytes = total = pending = cached = 0;
+        if (!by_limit) {
+            return PyObject_CallFunction(cls, "iszn", (int)err->code,
+                                         err->call, name,
+                                         (Py_ssize_t)err->oom_bytes);
+        }
     }
     args = Py_BuildValue(
-        "(izzKKKKK)", (int)err->code,
-        err->call == cm_pool_limit ? NULL : err->call, name,
-        (unsigned long long)err->oom_bytes, (unsigned long long)free_bytes,
-        (unsigned long long)total, (unsigned long long)pending,
-        (unsigned long long)cached);
-    if (args == NULL || err->call != cm_pool_limit) {
-        exc = args == NULL ? NULL : PyObject_Call(cls, args, NULL);
-        Py_XDECREF(args);
-        return exc;
+        "(izzKKKKK)", (int)err->code, by_pool || by_limit ? NULL : err->call,
+        name, (unsigned long long)err->oom_bytes,
+        (unsigned long long)free_bytes, (unsigned long long)total,
+        (unsigned long long)pending, (unsigned long long)cached);
+    if (args != NULL && by_pool) {
+        cm_pool_get_stats(err->oom_dev, &pool);
+        kwargs = Py_BuildValue("{s:K,s:K}", "limit",
+                               (unsigned long long)pool.limit, "pool_used",
+                               (unsigned long long)pool.used_bytes);
     }
-    cm_pool_get_stats(err->oom_dev, &pool);
-    kwargs = Py_BuildValue("{s:K,s:K}", "limit",
-                           (unsigned long long)pool.limit, "pool_used",
-                           (unsigned long long)pool.used_bytes);
-    exc = kwargs == NULL ? NULL : PyObject_Call(cls, args, kwargs);
-    Py_DECREF(args);
+    else if (args != NULL && by_limit) {
+        kwargs = Py_BuildValue("{s:K,s:K}", "limit",
+                               (unsigned long long)err->oom_limit, "held",
+                               (unsigned long long)err->oom_held);
+    }
+    exc = args == NULL || (kwargs == NULL && (by_pool || by_limit))
+              ? NULL
+              : PyObject_Call(cls, args, kwargs);
+    Py_XDECREF(args);
     Py_XDECREF(kwargs);
+    if (exc != NULL && by_limit) {
+        tell_observer(st, err);
+    }
     return exc;
 }
 
@@ -100,7 +141,7 @@ cmpy_raise_hint(cmpy_state *st, const cm_error *err, const char *hint)
         /* Only CudaAPIError itself takes a hint; its subclasses explain
          * themselves. */
         if (err->oom_dev != NULL) {
-            exc = oom_error(cls, err, name);
+            exc = oom_error(st, cls, err, name);
         }
         else if (hint != NULL && cls == st->CudaAPIError) {
             exc = PyObject_CallFunction(cls, "iszs", (int)err->code, err->call,

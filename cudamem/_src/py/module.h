@@ -94,7 +94,8 @@ typedef enum cmpy_hook_id {
     X(cai_template)          /* py/arraycai.c, made on first use */           \
     X(cai_dtype)             /* py/arraycai.c: the last dtype exported */     \
     X(cai_typestr)           /* py/arraycai.c: cai_dtype's str */             \
-    X(stats_keys)            /* py/stats.c, made on first use */
+    X(stats_keys)            /* py/stats.c, made on first use */              \
+    X(oom_observer)          /* py/stats.c: set_oom_observer()'s */
 
 typedef struct cmpy_state {
 #define CMPY_STATE_FIELD(name) PyObject *name;

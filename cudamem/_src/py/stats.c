@@ -1,9 +1,12 @@
 /* stats.c (py/): memory_stats() and reset_peak_stats() over core's
- * counters (core/stats.h), and the garbage-collector hook of core's
- * out-of-memory recovery. The counters and the recovery sequence are
- * core's; this file only builds the dict and runs the collector. */
+ * counters (core/stats.h), the memory limit's functions (core/memory.h)
+ * with the observer of its refusals, and the garbage-collector hook of
+ * core's out-of-memory recovery. The counters, the limit's accounting and
+ * the recovery sequence are core's; this file only builds the dict,
+ * parses the limit and runs the collector. */
 #include "module.h"
 
+#include "../core/memory.h"
 #include "../core/oom.h"
 #include "device.h"
 
@@ -59,8 +62,9 @@ cmpy_stats_install(int on)
 static const char *const kind_suffixes[] = {"bytes_in_use", "bytes_peak",
                                             "count", "count_peak"};
 static const char *const total_names[] = {
-    "pending_free_bytes", "pending_free_count", "pool_cached_bytes",
-    "pinned_pool_cached_bytes", "pinned_pool_cached_count"};
+    "pending_free_bytes",       "pending_free_count",
+    "pool_cached_bytes",        "pinned_pool_cached_bytes",
+    "pinned_pool_cached_count", "oom_rejections"};
 #define NSUFFIXES ((int)(sizeof(kind_suffixes) / sizeof(kind_suffixes[0])))
 #define NTOTALS ((int)(sizeof(total_names) / sizeof(total_names[0])))
 #define NSTATS (CM_STAT_KINDS * NSUFFIXES + NTOTALS)
@@ -102,24 +106,26 @@ fail:
     return -1;
 }
 
-PyDoc_STRVAR(memory_stats_doc,
-             "memory_stats($module, device=None)\n--\n\n"
-             "cudamem's memory use on a device (an ordinal or a Device; "
-             "None: the\ncurrent device), as a MemoryStats: a dict whose "
-             "repr is a table. For\neach kind -- device, "
-             "managed, pinned, mapped,\nwrite_combined -- "
-             "<kind>_bytes_in_use and <kind>_count (live\nallocations "
-             "whose frees are not yet queued; cudamem's pinned and\n"
-             "mapped pages count whole pages) and <kind>_bytes_peak, "
-             "<kind>_count_peak\n(their maxima since reset_peak_stats()); "
-             "pending_free_bytes and\npending_free_count (frees queued in "
-             "the device's pending\ndeallocations; the driver still holds "
-             "that memory), pool_cached_bytes\n(freed memory the pool "
-             "keeps for reuse) and pinned_pool_cached_bytes and\n"
-             "pinned_pool_cached_count (page-locked blocks the host pool "
-             "keeps for\nreuse, not in pinned_*; process-wide, the same "
-             "for every device).\nThe caller's memory page-locked by "
-             "register() or pinned() is not\ncounted.");
+PyDoc_STRVAR(
+    memory_stats_doc,
+    "memory_stats($module, device=None)\n--\n\n"
+    "cudamem's memory use on a device (an ordinal or a Device; "
+    "None: the\ncurrent device), as a MemoryStats: a dict whose "
+    "repr is a table. For\neach kind -- device, "
+    "managed, pinned, mapped,\nwrite_combined -- "
+    "<kind>_bytes_in_use and <kind>_count (live\nallocations "
+    "whose frees are not yet queued; cudamem's pinned and\n"
+    "mapped pages count whole pages) and <kind>_bytes_peak, "
+    "<kind>_count_peak\n(their maxima since reset_peak_stats()); "
+    "pending_free_bytes and\npending_free_count (frees queued in "
+    "the device's pending\ndeallocations; the driver still holds "
+    "that memory), pool_cached_bytes\n(freed memory the pool "
+    "keeps for reuse) and pinned_pool_cached_bytes and\n"
+    "pinned_pool_cached_count (page-locked blocks the host pool "
+    "keeps for\nreuse, not in pinned_*; process-wide, the same "
+    "for every device),\noom_rejections (allocations that "
+    "set_memory_limit()'s limit refused).\nThe caller's memory page-locked by "
+    "register() or pinned() is not\ncounted.");
 
 /* An empty cudamem.devices.MemoryStats (the MEMORY_STATS hook) of the
  * device `ordinal`: a dict whose repr is a table. */
@@ -163,7 +169,8 @@ memory_stats(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     *v++ = stats.pending_count;
     *v++ = stats.pool_cached_bytes;
     *v++ = stats.pinned_pool_cached_bytes;
-    *v = stats.pinned_pool_cached_count;
+    *v++ = stats.pinned_pool_cached_count;
+    *v = stats.oom_rejections;
     for (int i = 0; i < NSTATS; i++) {
         PyObject *value = PyLong_FromSize_t(values[i]);
 
@@ -202,7 +209,156 @@ reset_peak_stats(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(
+    set_memory_limit_doc,
+    "set_memory_limit($module, limit, device=None)\n--\n\n"
+    "Caps the device memory cudamem holds from the driver on a device (an\n"
+    "ordinal or a Device; None: the current device): device arrays and\n"
+    "temporaries, the pool's slabs whole (PoolMemoryManager) and managed\n"
+    "memory, with frees still pending until they run. `limit` is a\n"
+    "number of bytes (an int above 0), a fraction in (0, 1] of the\n"
+    "device's total memory (a float), or None for no limit. An allocation\n"
+    "that would pass it runs the out-of-memory recovery (pending frees\n"
+    "flushed, the pool trimmed), then raises CudaOutOfMemoryError without\n"
+    "calling the driver. Memory held already is kept. Memory of EMM\n"
+    "plugins, IPC mappings and host memory are not counted.");
+
+/* `limit` as bytes or a fraction for cm_mem_set_limit: None is no limit
+ * (both 0). */
+static int
+limit_arg(PyObject *limit, size_t *bytes, double *fraction)
+{
+    *bytes = 0;
+    *fraction = 0;
+    if (limit == Py_None) {
+        return 0;
+    }
+    if (PyBool_Check(limit) ||
+        (!PyLong_Check(limit) && !PyFloat_Check(limit))) {
+        PyErr_Format(PyExc_TypeError,
+                     "set_memory_limit: limit must be an int (bytes), a "
+                     "float (a fraction of the device's memory) or None, "
+                     "not %.100s",
+                     Py_TYPE(limit)->tp_name);
+        return -1;
+    }
+    if (PyFloat_Check(limit)) {
+        *fraction = PyFloat_AS_DOUBLE(limit);
+        /* Written so that NaN fails too. */
+        if (!(*fraction > 0 && *fraction <= 1)) {
+            PyErr_Format(PyExc_ValueError,
+                         "set_memory_limit: a fraction must be in (0, 1], "
+                         "not %R",
+                         limit);
+            return -1;
+        }
+        return 0;
+    }
+    *bytes = PyLong_AsSize_t(limit);
+    if ((*bytes == (size_t)-1 && PyErr_Occurred()) || *bytes == 0) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError,
+                     "set_memory_limit: a limit in bytes must be between 1 "
+                     "and %zu (None: no limit), not %R",
+                     (size_t)-1, limit);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *
+set_memory_limit(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+                 PyObject *kwnames)
+{
+    static const char *const names[] = {"limit", "device"};
+    cmpy_state *st = cmpy_get_state(module);
+    PyObject *argv[2];
+    cm_device *dev;
+    size_t bytes;
+    double fraction;
+    cm_error err;
+
+    if (cmpy_parse_args("set_memory_limit", names, 2, 1, args, nargs, kwnames,
+                        argv) < 0 ||
+        limit_arg(argv[0], &bytes, &fraction) < 0 ||
+        cmpy_device_arg(st, argv[1], 1, &dev) < 0) {
+        return NULL;
+    }
+    if (cm_mem_set_limit(dev, bytes, fraction, &err) < 0) {
+        return cmpy_raise(st, &err);
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(get_memory_limit_doc,
+             "get_memory_limit($module, device=None)\n--\n\n"
+             "The limit set_memory_limit() set on a device, in bytes (a "
+             "fraction\nas the bytes it came to), or None when there is "
+             "none.");
+
+static PyObject *
+get_memory_limit(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+                 PyObject *kwnames)
+{
+    static const char *const names[] = {"device"};
+    cmpy_state *st = cmpy_get_state(module);
+    PyObject *argv[1];
+    cm_device *dev;
+    size_t limit;
+
+    if (cmpy_parse_args("get_memory_limit", names, 1, 0, args, nargs, kwnames,
+                        argv) < 0 ||
+        cmpy_device_arg(st, argv[0], 1, &dev) < 0) {
+        return NULL;
+    }
+    limit = cm_mem_limit(dev);
+    if (limit == 0) {
+        Py_RETURN_NONE;
+    }
+    return PyLong_FromSize_t(limit);
+}
+
+PyDoc_STRVAR(
+    set_oom_observer_doc,
+    "set_oom_observer($module, observer)\n--\n\n"
+    "Calls observer(info) on each allocation that set_memory_limit()'s\n"
+    "limit refuses, from the allocating thread, once the\n"
+    "CudaOutOfMemoryError is built; info is a dict of device (its\n"
+    "ordinal), requested, held and limit (bytes). What it raises is\n"
+    "reported as unraisable and the CudaOutOfMemoryError is raised.\n"
+    "None removes the observer.");
+
+static PyObject *
+set_oom_observer(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+                 PyObject *kwnames)
+{
+    static const char *const names[] = {"observer"};
+    cmpy_state *st = cmpy_get_state(module);
+    PyObject *observer, *old;
+
+    if (cmpy_parse_args("set_oom_observer", names, 1, 1, args, nargs, kwnames,
+                        &observer) < 0) {
+        return NULL;
+    }
+    if (observer != Py_None && !PyCallable_Check(observer)) {
+        return PyErr_Format(PyExc_TypeError,
+                            "set_oom_observer: observer must be callable or "
+                            "None, not %.100s",
+                            Py_TYPE(observer)->tp_name);
+    }
+    old = st->oom_observer;
+    st->oom_observer = observer == Py_None ? NULL : Py_NewRef(observer);
+    Py_XDECREF(old);
+    Py_RETURN_NONE;
+}
+
 PyMethodDef cmpy_stats_methods[] = {
+    {"set_memory_limit", (PyCFunction)(void (*)(void))set_memory_limit,
+     METH_FASTCALL | METH_KEYWORDS, set_memory_limit_doc},
+    {"get_memory_limit", (PyCFunction)(void (*)(void))get_memory_limit,
+     METH_FASTCALL | METH_KEYWORDS, get_memory_limit_doc},
+    {"set_oom_observer", (PyCFunction)(void (*)(void))set_oom_observer,
+     METH_FASTCALL | METH_KEYWORDS, set_oom_observer_doc},
     {"memory_stats", (PyCFunction)(void (*)(void))memory_stats,
      METH_FASTCALL | METH_KEYWORDS, memory_stats_doc},
     {"reset_peak_stats", (PyCFunction)(void (*)(void))reset_peak_stats,
