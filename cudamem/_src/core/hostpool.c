@@ -36,8 +36,9 @@ page_size(void)
     return (size_t)sysconf(_SC_PAGESIZE);
 }
 
-/* An environment size, or `fallback` when unset or not a number (as
- * staging.c reads its tunables). */
+/* An environment size, or `fallback` when unset or not only decimal
+ * digits (as staging.c reads its tunables, without the sign or blanks
+ * strtoull would take). */
 static size_t
 env_size(const char *name, size_t fallback)
 {
@@ -45,7 +46,7 @@ env_size(const char *name, size_t fallback)
     char *end;
     unsigned long long v;
 
-    if (s == NULL || *s == '\0' || *s == '-') {
+    if (s == NULL || *s < '0' || *s > '9') {
         return fallback;
     }
     v = strtoull(s, &end, 10);
