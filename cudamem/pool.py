@@ -34,9 +34,10 @@ class PoolMemoryManager(memory.DefaultMemoryManager):
     the round threshold (1 MiB, ``CUDAMEM_PINNED_ROUND_THRESHOLD``) are
     rounded up to a power of two; larger ones get their page-rounded size
     and reuse a cached block at most an eighth larger. The pool keeps at
-    most 256 MiB (``CUDAMEM_PINNED_MAX_CACHED``) cached. Cached blocks keep the contexts of the devices that
-    page-locked them alive, so detaching this manager and ``close()`` free
-    them; ``memory_stats()`` reports them as ``pinned_pool_cached_bytes``."""
+    most 256 MiB (``CUDAMEM_PINNED_MAX_CACHED``) cached. Cached blocks
+    keep the contexts of the devices that page-locked them alive, so
+    detaching this manager and ``close()`` free them; ``memory_stats()``
+    reports them as ``pinned_pool_cached_bytes``."""
 
     def _device(self):
         return self.context.device

@@ -1,8 +1,9 @@
 """The host pool (core/hostpool.c): page-locked blocks kept registered for
 reuse by pinned arrays while PoolMemoryManager is on and by staged
 cross-device copies always; size classes (test_pinned_cache.py: exact
-sizes above the round threshold, waste and the tunables), the limit on cached bytes, trim,
-statistics, threads, faults, and what close() and Device.reset() do to it.
+sizes above the round threshold, waste and the tunables), the limit on
+cached bytes, trim, statistics, threads, faults, and what close() and
+Device.reset() do to it.
 
 The references: NumPy for data, the simulator's call counters and live
 registrations for how memory was page-locked."""
