@@ -1,7 +1,7 @@
 /* pool.c (py/): the module functions behind PoolMemoryManager: switching
  * a device's pool on and off, and trim, limit and statistics of it and of
- * the host pool, and the tunables of the staging pipeline that borrows
- * from it. The pools are core/pool.c's and core/hostpool.c's; the class
+ * the host pool (with the host pool's round threshold), and the tunables
+ * of the staging pipeline that borrows from it. The pools are core/pool.c's and core/hostpool.c's; the class
  * that calls these lives in cudamem/pool.py. */
 #include "device.h"
 
