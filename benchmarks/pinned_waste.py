@@ -71,10 +71,11 @@ def main(argv=None):
                  "page-locked (%.2f%% waste), worst %.2f%%."
                  % (human(req), human(pin), 100 * (pin - req) / req,
                     max(100 * (p - n) / n for n, p in mid)))
-    lines.append("After freeing the whole sweep: %d blocks, %s cached "
-                 "(limit %s)." % (kept["cached_blocks"],
-                                  human(kept["cached_bytes"]),
-                                  human(kept["limit"])))
+    lines.append("After freeing the whole sweep: %d blocks, %d bytes (%s) "
+                 "cached (limit %d)." % (kept["cached_blocks"],
+                                         kept["cached_bytes"],
+                                         human(kept["cached_bytes"]),
+                                         kept["limit"]))
     text = "\n".join(lines) + "\n"
     sys.stdout.write(text)
     if args.out:
