@@ -231,8 +231,9 @@ def test_set_round_threshold(sim, pool):
 
 
 @pytest.mark.parametrize("bad, exc, text", [
-    ("1", TypeError, "str"), (None, TypeError, "None"),
-    (True, TypeError, "bool"), (-1, ValueError, "-1"),
+    ("1", TypeError, "not str"), (None, TypeError, "not NoneType"),
+    (True, TypeError, "not bool"), (-1, ValueError, "not -1"),
+    (1 << 70, ValueError, str(1 << 70)),
     (64 * MIB + 1, ValueError, str(64 * MIB + 1))])
 def test_round_threshold_bad_input(pool, bad, exc, text):
     with pytest.raises(exc, match="nbytes") as info:

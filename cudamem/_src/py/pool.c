@@ -1,8 +1,9 @@
 /* pool.c (py/): the module functions behind PoolMemoryManager: switching
  * a device's pool on and off, and trim, limit and statistics of it and of
  * the host pool (with the host pool's round threshold), and the tunables
- * of the staging pipeline that borrows from it. The pools are core/pool.c's and core/hostpool.c's; the class
- * that calls these lives in cudamem/pool.py. */
+ * of the staging pipeline that borrows from it. The pools are
+ * core/pool.c's and core/hostpool.c's; the class that calls these lives
+ * in cudamem/pool.py. */
 #include "device.h"
 
 #include <stdint.h>
@@ -243,11 +244,15 @@ hostpool_set_round_threshold(PyObject *Py_UNUSED(module),
                         nargs, kwnames, argv) < 0) {
         return NULL;
     }
-    if (argv[0] == Py_None) {
-        PyErr_SetString(PyExc_TypeError, "nbytes must be an int, not None");
+    if (PyBool_Check(argv[0]) || !PyLong_Check(argv[0])) {
+        PyErr_Format(PyExc_TypeError, "nbytes must be an int, not %.200s",
+                     Py_TYPE(argv[0])->tp_name);
         return NULL;
     }
-    if (limit_arg(argv[0], &threshold) < 0) {
+    threshold = PyLong_AsSize_t(argv[0]);
+    if (threshold == (size_t)-1 && PyErr_Occurred()) {
+        PyErr_Format(PyExc_ValueError,
+                     "nbytes must be a byte count >= 0, not %R", argv[0]);
         return NULL;
     }
     if (threshold > CM_HOSTPOOL_MAX_BLOCK) {
