@@ -28,12 +28,16 @@ class PoolMemoryManager(memory.DefaultMemoryManager):
     array is its slab's handle plus an offset.
 
     While it is on, ``pinned_array()`` and ``pinned_array_like()`` take
-    page-locked blocks from the process-wide host pool (power-of-two size
-    classes up to 64 MiB), and the last reference to such an array gives
-    its block back still page-locked; staged cross-device copies always use
-    the host pool. Cached blocks keep the contexts of the devices that
-    page-locked them alive, so detaching this manager and ``close()`` free
-    them; ``memory_stats()`` reports them as ``pinned_pool_cached_bytes``."""
+    page-locked blocks from the process-wide host pool, and the last
+    reference to such an array gives its block back still page-locked;
+    staged cross-device copies always use the host pool. Requests up to
+    the round threshold (1 MiB, ``CUDAMEM_PINNED_ROUND_THRESHOLD``) are
+    rounded up to a power of two; larger ones get their page-rounded size
+    and reuse a cached block at most an eighth larger. The pool keeps at
+    most 256 MiB (``CUDAMEM_PINNED_MAX_CACHED``) cached. Cached blocks
+    keep the contexts of the devices that page-locked them alive, so
+    detaching this manager and ``close()`` free them; ``memory_stats()``
+    reports them as ``pinned_pool_cached_bytes``."""
 
     def _device(self):
         return self.context.device
@@ -64,9 +68,30 @@ class PoolMemoryManager(memory.DefaultMemoryManager):
         """set_pinned_limit(nbytes)
 
         Caps the bytes of page-locked blocks the host pool keeps for reuse
-        (None: no cap; 256 MiB at first), freeing cached blocks down to it.
-        The host pool is process-wide: the cap is every device's."""
+        (None: no cap; CUDAMEM_PINNED_MAX_CACHED or 256 MiB at first),
+        freeing cached blocks, largest first, down to it; a block given
+        back beyond it is freed. The host pool is process-wide: the cap is
+        every device's."""
         _cudamem._hostpool_set_limit(nbytes)
+
+    def set_pinned_round_threshold(self, nbytes):
+        """set_pinned_round_threshold(nbytes)
+
+        Pinned requests of at most ``nbytes`` (0 to 64 MiB;
+        CUDAMEM_PINNED_ROUND_THRESHOLD or 1 MiB at first) are rounded up to
+        a power of two from now on; larger ones get their page-rounded
+        size. Process-wide, like the cap; cached blocks stay."""
+        _cudamem._hostpool_set_round_threshold(nbytes)
+
+    def pinned_stats(self):
+        """pinned_stats() -> dict
+
+        The host pool's ``limit`` (None: no cap), ``round_threshold``,
+        ``cached_blocks`` and ``cached_bytes``, and of the blocks handed
+        out ``used_blocks``, ``requested_bytes`` (what was asked for) and
+        ``pinned_bytes`` (what they hold page-locked): their difference is
+        the rounding's waste."""
+        return _cudamem._hostpool_stats()
 
     def trim(self):
         """trim()

@@ -1,7 +1,9 @@
 """The host pool (core/hostpool.c): page-locked blocks kept registered for
 reuse by pinned arrays while PoolMemoryManager is on and by staged
-cross-device copies always; size classes, the limit on cached bytes, trim,
-statistics, threads, faults, and what close() and Device.reset() do to it.
+cross-device copies always; size classes (test_pinned_cache.py: exact
+sizes above the round threshold, waste and the tunables), the limit on
+cached bytes, trim, statistics, threads, faults, and what close() and
+Device.reset() do to it.
 
 The references: NumPy for data, the simulator's call counters and live
 registrations for how memory was page-locked."""
@@ -31,6 +33,7 @@ def pool():
             mgr.trim()
     finally:
         _cudamem._hostpool_set_limit(256 << 20)
+        _cudamem._hostpool_set_round_threshold(1 << 20)
         _cudamem._hostpool_trim()
 
 
@@ -97,8 +100,10 @@ def test_a_block_returns_only_with_its_last_reference(sim, pool):
 
 @pytest.mark.parametrize("nbytes, block", [
     (1, PAGE), (PAGE, PAGE), (PAGE + 1, 2 * PAGE), (3 * PAGE, 4 * PAGE),
-    (100000, 131072), (64 << 20, 64 << 20)])
+    (100000, 131072), (1 << 20, 1 << 20)])
 def test_size_classes(sim, pool, nbytes, block):
+    # Up to the round threshold (1 MiB by default); test_pinned_cache.py
+    # has the exact sizes above it.
     live = sim.live()
     a = cudamem.pinned_array(nbytes, np.uint8)
     assert a.base.size == nbytes
@@ -113,9 +118,10 @@ def test_size_classes(sim, pool, nbytes, block):
     del b
 
 
-def test_large_and_empty_requests_bypass_the_pool(sim, pool):
+def test_empty_and_uncachable_requests_bypass_the_pool(sim, pool):
     live = sim.live()
-    big = cudamem.pinned_array((64 << 20) + 1, np.uint8)
+    # Larger than the limit on cached bytes: freed when given back.
+    big = cudamem.pinned_array((256 << 20) + 1, np.uint8)
     empty = cudamem.pinned_array(0)
     big[-1] = 7
     del big, empty

@@ -1,12 +1,15 @@
 /* hostpool.c: the pool of page-locked host blocks of hostpool.h: one LIFO
- * free list per power-of-two class, under one lock held only for the
- * lists (never across a driver call). The blocks are hostmem.c's pinned
- * buffers; registering and freeing them stays there. */
+ * free list per power-of-two class and one list of other sizes, largest
+ * first, under one lock held only for the lists (never across a driver
+ * call), with the tunables read from the environment once. The blocks
+ * are hostmem.c's pinned buffers; registering and freeing them stays
+ * there. */
 #include "hostpool.h"
 #include "lockorder.h"
 
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include "driver.h"
@@ -19,17 +22,60 @@ _Static_assert(CM_HOSTPOOL_MAX_BLOCK == (size_t)1 << MAX_SHIFT,
 
 static struct {
     pthread_mutex_t lock;
-    cm_host *free[MAX_SHIFT + 1];
-    size_t limit, blocks, bytes;
-} pool = {.lock = PTHREAD_MUTEX_INITIALIZER,
-          .limit = CM_HOSTPOOL_DEFAULT_LIMIT};
+    cm_host *free[MAX_SHIFT + 1]; /* blocks of a power-of-two size */
+    cm_host *exact;               /* the others, largest first */
+    int loaded;                   /* the environment was read */
+    size_t limit, threshold, blocks, bytes;
+    /* Handed out; atomic, not under the lock. */
+    size_t used_blocks, used_requested, used_pinned;
+} pool = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static size_t
+page_size(void)
+{
+    return (size_t)sysconf(_SC_PAGESIZE);
+}
+
+/* An environment size, or `fallback` when unset or not only decimal
+ * digits (as staging.c reads its tunables, without the sign or blanks
+ * strtoull would take). */
+static size_t
+env_size(const char *name, size_t fallback)
+{
+    const char *s = getenv(name);
+    char *end;
+    unsigned long long v;
+
+    if (s == NULL || *s < '0' || *s > '9') {
+        return fallback;
+    }
+    v = strtoull(s, &end, 10);
+    return *end == '\0' ? (size_t)v : fallback;
+}
+
+/* The tunables, once: later changes come from the setters. Lock held. */
+static void
+load(void)
+{
+    size_t t;
+
+    if (pool.loaded) {
+        return;
+    }
+    t = env_size("CUDAMEM_PINNED_ROUND_THRESHOLD",
+                 CM_HOSTPOOL_DEFAULT_THRESHOLD);
+    pool.threshold = t < CM_HOSTPOOL_MAX_BLOCK ? t : CM_HOSTPOOL_MAX_BLOCK;
+    pool.limit = env_size("CUDAMEM_PINNED_MAX_CACHED",
+                          CM_HOSTPOOL_DEFAULT_LIMIT);
+    pool.loaded = 1;
+}
 
 /* The class of nbytes (0 < nbytes <= CM_HOSTPOOL_MAX_BLOCK): the log2 of
  * the smallest power of two that holds it and is at least a page. */
 static int
 class_of(size_t nbytes)
 {
-    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t page = page_size();
     int shift = 0;
 
     if (nbytes < page) {
@@ -41,6 +87,17 @@ class_of(size_t nbytes)
     return shift;
 }
 
+/* The class list a cached block of maplen bytes goes on, or -1: the
+ * list of other sizes. */
+static int
+list_of(size_t maplen)
+{
+    if (maplen > CM_HOSTPOOL_MAX_BLOCK || (maplen & (maplen - 1)) != 0) {
+        return -1;
+    }
+    return class_of(maplen);
+}
+
 /* Its registration died with a reset of its device: no longer
  * page-locked. */
 static int
@@ -49,19 +106,72 @@ stale(const cm_host *h)
     return __atomic_load_n(&h->dev->resets, __ATOMIC_ACQUIRE) != h->resets;
 }
 
-/* Takes the head of class c. Lock held. */
+/* Takes the block at *link off its list. Lock held. */
+static cm_host *
+unlink_at(cm_host **link)
+{
+    cm_host *h = *link;
+
+    *link = h->next;
+    h->next = NULL;
+    pool.blocks--;
+    pool.bytes -= h->maplen;
+    return h;
+}
+
+/* Takes the head of class c, if any. Lock held. */
 static cm_host *
 pop(int c)
 {
-    cm_host *h = pool.free[c];
+    return pool.free[c] != NULL ? unlink_at(&pool.free[c]) : NULL;
+}
 
-    if (h != NULL) {
-        pool.free[c] = h->next;
-        h->next = NULL;
-        pool.blocks--;
-        pool.bytes -= h->maplen;
+/* Takes a live block of class c; stale ones go on *dead. Lock held. */
+static cm_host *
+take_class(int c, cm_host **dead)
+{
+    cm_host *h;
+
+    while ((h = pop(c)) != NULL && stale(h)) {
+        h->next = *dead;
+        *dead = h;
     }
     return h;
+}
+
+/* Takes the smallest live cached block of need (page-rounded) to need +
+ * need / CM_HOSTPOOL_REUSE_DIV bytes, if any; stale ones met on the way
+ * go on *dead. Lock held. */
+static cm_host *
+take_fit(size_t need, cm_host **dead)
+{
+    size_t slack = need / CM_HOSTPOOL_REUSE_DIV;
+    size_t most = need > SIZE_MAX - slack ? SIZE_MAX : need + slack;
+    cm_host **link = &pool.exact, **best = NULL, *h;
+
+    while ((h = *link) != NULL && h->maplen >= need) {
+        if (stale(h)) {
+            h = unlink_at(link);
+            h->next = *dead;
+            *dead = h;
+            continue;
+        }
+        if (h->maplen <= most) {
+            best = link; /* largest first: the last one fits best */
+        }
+        link = &h->next;
+    }
+    /* A block of a power-of-two size within the bound fits too. */
+    if (need <= CM_HOSTPOOL_MAX_BLOCK) {
+        int c = class_of(need);
+
+        if (((size_t)1 << c) <= most &&
+            (best == NULL || ((size_t)1 << c) < (*best)->maplen) &&
+            (h = take_class(c, dead)) != NULL) {
+            return h;
+        }
+    }
+    return best != NULL ? unlink_at(best) : NULL;
 }
 
 /* Frees a chain of blocks taken from the lists. The first failure is
@@ -92,14 +202,23 @@ static cm_host *
 shrink_to(size_t keep)
 {
     cm_host *chain = NULL;
+    int c = MAX_SHIFT;
 
-    for (int c = MAX_SHIFT; c >= 0 && pool.bytes > keep; c--) {
+    while (pool.bytes > keep) {
         cm_host *h;
 
-        while (pool.bytes > keep && (h = pop(c)) != NULL) {
-            h->next = chain;
-            chain = h;
+        while (c >= 0 && pool.free[c] == NULL) {
+            c--;
         }
+        if (pool.exact != NULL &&
+            (c < 0 || pool.exact->maplen > (size_t)1 << c)) {
+            h = unlink_at(&pool.exact);
+        }
+        else {
+            h = pop(c); /* bytes left: some list is not empty */
+        }
+        h->next = chain;
+        chain = h;
     }
     return chain;
 }
@@ -113,22 +232,29 @@ static const cm_subsystem_ops hostpool_ops = {
 int
 cm_hostpool_alloc(cm_device *dev, size_t nbytes, cm_host **out, cm_error *err)
 {
+    size_t page = page_size(), size;
     cm_host *h, *dead = NULL;
     cm_error ignored;
-    int c;
 
-    if (nbytes == 0 || nbytes > CM_HOSTPOOL_MAX_BLOCK) {
+    /* Too large to round: cm_host_alloc reports it. */
+    if (nbytes == 0 || nbytes > SIZE_MAX - page) {
         return cm_host_alloc(dev, CM_HOST_PINNED, nbytes, 0, out, err);
     }
     if (cm_fork_check(err) < 0) {
         return -1;
     }
-    c = class_of(nbytes);
     cm__subsystem_register(CM_SUB_HOSTPOOL, &hostpool_ops);
     cm__lock(&pool.lock, CM_LOCK_HOSTPOOL);
-    while ((h = pop(c)) != NULL && stale(h)) {
-        h->next = dead;
-        dead = h;
+    load();
+    if (nbytes <= pool.threshold) {
+        int c = class_of(nbytes);
+
+        size = (size_t)1 << c;
+        h = take_class(c, &dead);
+    }
+    else {
+        size = (nbytes + page - 1) & ~(page - 1);
+        h = take_fit(size, &dead);
     }
     cm__unlock(&pool.lock);
     /* Not page-locked any more: not worth keeping. */
@@ -136,12 +262,14 @@ cm_hostpool_alloc(cm_device *dev, size_t nbytes, cm_host **out, cm_error *err)
     if (h != NULL) {
         cm__stats_add(h->dev, CM_STAT_PINNED, h->maplen);
     }
-    else if (cm_host_alloc(dev, CM_HOST_PINNED, (size_t)1 << c, 0, &h, err) <
-             0) {
+    else if (cm_host_alloc(dev, CM_HOST_PINNED, size, 0, &h, err) < 0) {
         return -1;
     }
     h->pooled = 1;
     h->size = nbytes;
+    __atomic_add_fetch(&pool.used_blocks, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&pool.used_requested, nbytes, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&pool.used_pinned, h->maplen, __ATOMIC_RELAXED);
     *out = h;
     return 0;
 }
@@ -153,17 +281,27 @@ keep(cm_host *h, cm_error *err)
     cm_error forked;
     int kept = 0;
 
+    if (h->pooled) {
+        __atomic_sub_fetch(&pool.used_blocks, 1, __ATOMIC_RELAXED);
+        __atomic_sub_fetch(&pool.used_requested, h->size, __ATOMIC_RELAXED);
+        __atomic_sub_fetch(&pool.used_pinned, h->maplen, __ATOMIC_RELAXED);
+    }
     /* In a forked child cm_host_free reports the fork. */
     if (!h->pooled || h->reg == NULL || stale(h) ||
         cm_fork_check(&forked) < 0) {
         return cm_host_free(h, err);
     }
     cm__lock(&pool.lock, CM_LOCK_HOSTPOOL);
+    load();
     if (pool.limit >= h->maplen && pool.bytes <= pool.limit - h->maplen) {
-        int c = class_of(h->maplen); /* what it was made for */
+        int c = list_of(h->maplen);
+        cm_host **link = c >= 0 ? &pool.free[c] : &pool.exact;
 
-        h->next = pool.free[c];
-        pool.free[c] = h;
+        while (c < 0 && *link != NULL && (*link)->maplen > h->maplen) {
+            link = &(*link)->next;
+        }
+        h->next = *link;
+        *link = h;
         pool.blocks++;
         pool.bytes += h->maplen;
         kept = 1;
@@ -205,6 +343,7 @@ cm_hostpool_set_limit(size_t limit, cm_error *err)
     cm_host *chain;
 
     cm__lock(&pool.lock, CM_LOCK_HOSTPOOL);
+    load();
     pool.limit = limit;
     chain = shrink_to(limit);
     cm__unlock(&pool.lock);
@@ -212,11 +351,29 @@ cm_hostpool_set_limit(size_t limit, cm_error *err)
 }
 
 void
+cm_hostpool_set_round_threshold(size_t threshold)
+{
+    cm__lock(&pool.lock, CM_LOCK_HOSTPOOL);
+    load();
+    pool.threshold = threshold < CM_HOSTPOOL_MAX_BLOCK ? threshold
+                                                       : CM_HOSTPOOL_MAX_BLOCK;
+    cm__unlock(&pool.lock);
+}
+
+void
 cm_hostpool_get_stats(cm_hostpool_stats *out)
 {
     cm__lock(&pool.lock, CM_LOCK_HOSTPOOL);
-    *out = (cm_hostpool_stats){.limit = pool.limit,
-                               .cached_blocks = pool.blocks,
-                               .cached_bytes = pool.bytes};
+    load();
+    *out = (cm_hostpool_stats){
+        .limit = pool.limit,
+        .round_threshold = pool.threshold,
+        .cached_blocks = pool.blocks,
+        .cached_bytes = pool.bytes,
+        .used_blocks = __atomic_load_n(&pool.used_blocks, __ATOMIC_RELAXED),
+        .requested_bytes = __atomic_load_n(&pool.used_requested,
+                                           __ATOMIC_RELAXED),
+        .pinned_bytes = __atomic_load_n(&pool.used_pinned, __ATOMIC_RELAXED),
+    };
     cm__unlock(&pool.lock);
 }

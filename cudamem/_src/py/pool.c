@@ -1,8 +1,9 @@
 /* pool.c (py/): the module functions behind PoolMemoryManager: switching
  * a device's pool on and off, and trim, limit and statistics of it and of
- * the host pool, and the tunables of the staging pipeline that borrows
- * from it. The pools are core/pool.c's and core/hostpool.c's; the class
- * that calls these lives in cudamem/pool.py. */
+ * the host pool (with the host pool's round threshold), and the tunables
+ * of the staging pipeline that borrows from it. The pools are
+ * core/pool.c's and core/hostpool.c's; the class that calls these lives
+ * in cudamem/pool.py. */
 #include "device.h"
 
 #include <stdint.h>
@@ -224,11 +225,54 @@ hostpool_set_limit(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(hostpool_set_round_threshold_doc,
+             "_hostpool_set_round_threshold($module, nbytes)\n--\n\n"
+             "Requests of at most *nbytes* (0 to 64 MiB) are rounded up to "
+             "a power of\ntwo from now on; larger ones get their exact "
+             "page-rounded size.\nCached blocks stay.");
+
+static PyObject *
+hostpool_set_round_threshold(PyObject *Py_UNUSED(module),
+                             PyObject *const *args, Py_ssize_t nargs,
+                             PyObject *kwnames)
+{
+    static const char *const names[] = {"nbytes"};
+    PyObject *argv[1];
+    size_t threshold;
+
+    if (cmpy_parse_args("_hostpool_set_round_threshold", names, 1, 1, args,
+                        nargs, kwnames, argv) < 0) {
+        return NULL;
+    }
+    if (PyBool_Check(argv[0]) || !PyLong_Check(argv[0])) {
+        PyErr_Format(PyExc_TypeError, "nbytes must be an int, not %.200s",
+                     Py_TYPE(argv[0])->tp_name);
+        return NULL;
+    }
+    threshold = PyLong_AsSize_t(argv[0]);
+    if (threshold == (size_t)-1 && PyErr_Occurred()) {
+        PyErr_Format(PyExc_ValueError,
+                     "nbytes must be a byte count >= 0, not %R", argv[0]);
+        return NULL;
+    }
+    if (threshold > CM_HOSTPOOL_MAX_BLOCK) {
+        PyErr_Format(PyExc_ValueError,
+                     "nbytes must be at most %zu (the largest size class), "
+                     "not %zu",
+                     CM_HOSTPOOL_MAX_BLOCK, threshold);
+        return NULL;
+    }
+    cm_hostpool_set_round_threshold(threshold);
+    Py_RETURN_NONE;
+}
+
 PyDoc_STRVAR(hostpool_stats_doc,
              "_hostpool_stats($module)\n--\n\n"
-             "The host pool's limit (None: no cap), cached_blocks and "
-             "cached_bytes\n(page-locked blocks waiting for reuse, whole "
-             "size classes).");
+             "The host pool's limit (None: no cap), round_threshold, "
+             "cached_blocks and\ncached_bytes (page-locked blocks waiting "
+             "for reuse), and of the\nblocks handed out (until given back "
+             "and idle): used_blocks,\nrequested_bytes (what was asked "
+             "for) and pinned_bytes (what they hold\npage-locked).");
 
 static PyObject *
 hostpool_stats(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
@@ -242,9 +286,13 @@ hostpool_stats(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
     if (limit == NULL) {
         return NULL;
     }
-    return Py_BuildValue("{s:N,s:n,s:n}", "limit", limit, "cached_blocks",
-                         (Py_ssize_t)s.cached_blocks, "cached_bytes",
-                         (Py_ssize_t)s.cached_bytes);
+    return Py_BuildValue("{s:N,s:n,s:n,s:n,s:n,s:n,s:n}", "limit", limit,
+                         "round_threshold", (Py_ssize_t)s.round_threshold,
+                         "cached_blocks", (Py_ssize_t)s.cached_blocks,
+                         "cached_bytes", (Py_ssize_t)s.cached_bytes,
+                         "used_blocks", (Py_ssize_t)s.used_blocks,
+                         "requested_bytes", (Py_ssize_t)s.requested_bytes,
+                         "pinned_bytes", (Py_ssize_t)s.pinned_bytes);
 }
 
 PyDoc_STRVAR(staging_reload_doc,
@@ -279,6 +327,9 @@ PyMethodDef cmpy_pool_methods[] = {
     {"_hostpool_trim", hostpool_trim, METH_NOARGS, hostpool_trim_doc},
     {"_hostpool_set_limit", (PyCFunction)(void (*)(void))hostpool_set_limit,
      METH_FASTCALL | METH_KEYWORDS, hostpool_set_limit_doc},
+    {"_hostpool_set_round_threshold",
+     (PyCFunction)(void (*)(void))hostpool_set_round_threshold,
+     METH_FASTCALL | METH_KEYWORDS, hostpool_set_round_threshold_doc},
     {"_hostpool_stats", hostpool_stats, METH_NOARGS, hostpool_stats_doc},
     {"_staging_reload", staging_reload, METH_NOARGS, staging_reload_doc},
     {NULL, NULL, 0, NULL},
