@@ -321,17 +321,18 @@ coverage: build-coverage
 # of its tests in a process of its own (tests/c/check.h);
 # `build/ctest/test_x NAME` runs one in the foreground, `--list` names them.
 CORE_UNIT_SRC := cudamem/_src/core/pending.c cudamem/_src/core/errors.c \
-	cudamem/_src/core/lockorder.c
+	cudamem/_src/core/lockorder.c cudamem/_src/core/env.c
 CORE_LAYOUT_SRC := cudamem/_src/core/layout.c cudamem/_src/core/errors.c
 CORE_COPY_SRC := $(addprefix cudamem/_src/core/,driver.c context.c device.c \
 	release.c pending.c memory.c ipc.c pool.c event.c stream.c stats.c \
 	copy.c copyarray.c layout.c errors.c hostmem.c hostpool.c staging.c \
-	lockorder.c oom.c) $(LIB_SRC)
+	lockorder.c oom.c env.c) $(LIB_SRC)
 CTEST_DEPS = $(SIM_SRC) $(SIM_HDR) $(CORE_UNIT_SRC) $(CORE_LAYOUT_SRC) \
 	cudamem/_src/core/stats.c \
 	tests/c/check.h $(wildcard cudamem/_src/core/*.h)
 CTEST_LINK_test_core_layout := $(CORE_LAYOUT_SRC)
 CTEST_LINK_test_core_stats := cudamem/_src/core/stats.c
+CTEST_LINK_test_core_env := cudamem/_src/core/env.c
 CTEST_LINK_test_lib_addrtree := cudamem/_src/lib/addrtree.c
 ctest_sources = $(or $(CTEST_LINK_$(basename $(notdir $(1)))),$(if \
 	$(filter test_core_%,$(notdir $(1))),$(CORE_UNIT_SRC),$(SIM_SRC)))

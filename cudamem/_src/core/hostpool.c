@@ -6,6 +6,7 @@
  * there. */
 #include "hostpool.h"
 #include "lockorder.h"
+#include "env.h"
 
 #include <pthread.h>
 #include <stdint.h>
@@ -36,23 +37,6 @@ page_size(void)
     return (size_t)sysconf(_SC_PAGESIZE);
 }
 
-/* An environment size, or `fallback` when unset or not only decimal
- * digits (as staging.c reads its tunables, without the sign or blanks
- * strtoull would take). */
-static size_t
-env_size(const char *name, size_t fallback)
-{
-    const char *s = getenv(name);
-    char *end;
-    unsigned long long v;
-
-    if (s == NULL || *s < '0' || *s > '9') {
-        return fallback;
-    }
-    v = strtoull(s, &end, 10);
-    return *end == '\0' ? (size_t)v : fallback;
-}
-
 /* The tunables, once: later changes come from the setters. Lock held. */
 static void
 load(void)
@@ -62,11 +46,11 @@ load(void)
     if (pool.loaded) {
         return;
     }
-    t = env_size("CUDAMEM_PINNED_ROUND_THRESHOLD",
-                 CM_HOSTPOOL_DEFAULT_THRESHOLD);
+    t = cm__env_size("CUDAMEM_PINNED_ROUND_THRESHOLD",
+                     CM_HOSTPOOL_DEFAULT_THRESHOLD);
     pool.threshold = t < CM_HOSTPOOL_MAX_BLOCK ? t : CM_HOSTPOOL_MAX_BLOCK;
-    pool.limit = env_size("CUDAMEM_PINNED_MAX_CACHED",
-                          CM_HOSTPOOL_DEFAULT_LIMIT);
+    pool.limit = cm__env_size("CUDAMEM_PINNED_MAX_CACHED",
+                              CM_HOSTPOOL_DEFAULT_LIMIT);
     pool.loaded = 1;
 }
 

@@ -4,6 +4,7 @@
  * which context it belongs to, or the fork rule (the owner checks it). */
 #include "pending.h"
 #include "lockorder.h"
+#include "env.h"
 
 #include <locale.h>
 #include <pthread.h>
@@ -68,32 +69,6 @@ env_value(const char *name, const char *numba_name, const char **used)
         *used = numba_name;
     }
     return value;
-}
-
-/* Digits only: no sign, no spaces, no base prefix. 0, -1 (malformed) or -2
- * (too large for size_t). */
-static int
-parse_count(const char *s, size_t *out)
-{
-    size_t value = 0;
-
-    if (*s == '\0') {
-        return -1;
-    }
-    for (; *s != '\0'; s++) {
-        size_t digit;
-
-        if (*s < '0' || *s > '9') {
-            return -1;
-        }
-        digit = (size_t)(*s - '0');
-        if (value > (SIZE_MAX - digit) / 10) {
-            return -2;
-        }
-        value = value * 10 + digit;
-    }
-    *out = value;
-    return 0;
 }
 
 /* A plain decimal ("0.25", ".5", "1", "5e-1"): the syntax is checked here
@@ -175,7 +150,7 @@ read_limits(void)
 
     value = env_value(COUNT_VAR, NUMBA_COUNT_VAR, &var);
     if (value != NULL) {
-        rc = parse_count(value, &limits.count);
+        rc = cm__parse_size(value, &limits.count);
         if (rc == -1) {
             limits_fail(CM_ERR_VALUE, var, value,
                         "is not a non-negative integer");

@@ -5,6 +5,7 @@
  * choose when to stage (copy.c asks). */
 #include "staging.h"
 #include "lockorder.h"
+#include "env.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -67,30 +68,16 @@ page_size(void)
     return (size_t)sysconf(_SC_PAGESIZE);
 }
 
-/* An environment size, or `fallback` when unset or not a number. */
-static size_t
-env_size(const char *name, size_t fallback)
-{
-    const char *s = getenv(name);
-    char *end;
-    unsigned long long v;
-
-    if (s == NULL || *s == '\0' || *s == '-') {
-        return fallback;
-    }
-    v = strtoull(s, &end, 10);
-    return *end == '\0' ? (size_t)v : fallback;
-}
-
 /* Lock held. */
 static void
 load(void)
 {
     size_t ps = page_size();
-    size_t chunk = env_size("CUDAMEM_STAGING_CHUNK", CM_STAGING_CHUNK);
-    size_t threads = env_size("CUDAMEM_STAGING_THREADS", CM_STAGING_THREADS);
-    size_t prefault = env_size("CUDAMEM_STAGING_PREFAULT",
-                               CM_STAGING_PREFAULT);
+    size_t chunk = cm__env_size("CUDAMEM_STAGING_CHUNK", CM_STAGING_CHUNK);
+    size_t threads = cm__env_size("CUDAMEM_STAGING_THREADS",
+                                  CM_STAGING_THREADS);
+    size_t prefault = cm__env_size("CUDAMEM_STAGING_PREFAULT",
+                                   CM_STAGING_PREFAULT);
 
     if (chunk == 0) {
         chunk = CM_STAGING_CHUNK;
@@ -99,8 +86,8 @@ load(void)
         chunk = CM_HOSTPOOL_MAX_BLOCK;
     }
     conf.cfg.chunk = (chunk + ps - 1) / ps * ps;
-    conf.cfg.threshold = env_size("CUDAMEM_STAGING_THRESHOLD",
-                                  CM_STAGING_THRESHOLD);
+    conf.cfg.threshold = cm__env_size("CUDAMEM_STAGING_THRESHOLD",
+                                      CM_STAGING_THRESHOLD);
     if (threads < 1 || threads > MAX_THREADS) {
         threads = CM_STAGING_THREADS;
     }
