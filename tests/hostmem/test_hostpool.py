@@ -22,20 +22,6 @@ pytestmark = pytest.mark.simulator
 PAGE = 4096
 
 
-@pytest.fixture
-def pool():
-    """The pool on for the current context; afterwards both pools
-    trimmed and the host pool's limit back to its default."""
-    _cudamem._hostpool_trim()
-    try:
-        with cudamem.using_memory_manager(cudamem.PoolMemoryManager) as mgr:
-            yield mgr
-            mgr.trim()
-    finally:
-        _cudamem._hostpool_set_limit(256 << 20)
-        _cudamem._hostpool_set_round_threshold(1 << 20)
-        _cudamem._hostpool_trim()
-
 
 def calls(sim, name):
     return sim.stats()["calls"][name]["calls"]

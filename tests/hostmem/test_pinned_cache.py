@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 
 import cudamem
-from cudamem import _cudamem
 from cudamem.errors import CudaAPIError
 from tests.helpers.run import run_python
 
@@ -26,20 +25,6 @@ MIB = 1 << 20
 THRESHOLD = MIB             # the documented default
 LIMIT = 256 * MIB           # the documented default
 
-
-@pytest.fixture
-def pool():
-    """The pool on for the current context; afterwards trimmed and the
-    host pool's tunables back to their defaults."""
-    _cudamem._hostpool_trim()
-    try:
-        with cudamem.using_memory_manager(cudamem.PoolMemoryManager) as mgr:
-            yield mgr
-            mgr.trim()
-    finally:
-        _cudamem._hostpool_set_limit(LIMIT)
-        _cudamem._hostpool_set_round_threshold(THRESHOLD)
-        _cudamem._hostpool_trim()
 
 
 def pages(n):
