@@ -219,7 +219,9 @@ def test_memory_stats_repr_is_a_table():
         assert kind in rows
     assert rows["pending_free_count"].split()[1] == str(
         stats["pending_free_count"])
-    assert len(lines) == 2 + 5 + 5
+    assert rows["oom_rejections"].split()[1] == str(stats["oom_rejections"])
+    # The header, the five kinds, then one row per other figure.
+    assert len(lines) == 2 + 5 + 6
     del d
 
 
