@@ -14,6 +14,9 @@
 #include "addrtree.h"
 #include "cusim.h"
 
+/* The name of every stream worker thread (at most 15 characters). */
+#define SIM_WORKER_NAME "cusim-stream"
+
 #define SIM_EXPORT __attribute__((visibility("default")))
 #define SIM_MAX_DEVICES 16
 #define SIM_ALIGN 256

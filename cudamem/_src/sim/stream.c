@@ -621,6 +621,8 @@ worker_start(CUstream s)
     pthread_attr_destroy(&attr);
     if (rc != 0)
         return -1;
+    /* Named, so that a debugger, top and the tests tell ours apart. */
+    (void)pthread_setname_np(thread, SIM_WORKER_NAME);
     s->has_worker = 1;
     return 0;
 }
