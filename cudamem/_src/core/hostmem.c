@@ -71,15 +71,19 @@ static struct {
 /* ------------------------------------------------------------------------
  * The registry: page-rounded nodes and the work noted on them. */
 
+/* Cached with relaxed atomics: threads racing here all store the same
+ * value. */
 static size_t
 page_size(void)
 {
     static size_t ps;
+    size_t v = __atomic_load_n(&ps, __ATOMIC_RELAXED);
 
-    if (ps == 0) {
-        ps = (size_t)sysconf(_SC_PAGESIZE);
+    if (v == 0) {
+        v = (size_t)sysconf(_SC_PAGESIZE);
+        __atomic_store_n(&ps, v, __ATOMIC_RELAXED);
     }
-    return ps;
+    return v;
 }
 
 /* A reset since the registration took it from the driver. */

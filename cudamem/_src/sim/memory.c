@@ -45,13 +45,19 @@ struct sim_heap {
 static addrtree table;
 static unsigned long long next_buffer_id = 1;
 
+/* Cached with relaxed atomics: callers need not hold the lock, and
+ * threads racing here all store the same value. */
 static size_t
 page_size(void)
 {
     static size_t ps;
-    if (!ps)
-        ps = (size_t)sysconf(_SC_PAGESIZE);
-    return ps;
+    size_t v = __atomic_load_n(&ps, __ATOMIC_RELAXED);
+
+    if (!v) {
+        v = (size_t)sysconf(_SC_PAGESIZE);
+        __atomic_store_n(&ps, v, __ATOMIC_RELAXED);
+    }
+    return v;
 }
 
 /* Rounds n up to a multiple of the power of two `to`; 0 on overflow. */
