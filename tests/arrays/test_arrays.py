@@ -226,6 +226,41 @@ def test_device_array_bad_shape(bad, exc, text, sim):
     assert sim.live() == before
 
 
+# Zero-size shapes at the edge of NumPy's size rule: the nonzero extents
+# times the itemsize must fit in an intp even when another extent is 0.
+_EDGE_SHAPES = [((2 ** 62, 0), "f8"), ((2 ** 62, 0), "u1"),
+                ((2 ** 63 - 1, 0), "u1"), ((2 ** 59, 0), "f8"),
+                ((2 ** 60, 0), "f8"), ((0, 2 ** 62, 2), "u1"),
+                ((2 ** 61, 0, 4), "u1"), ((2 ** 61, 0, 3), "u1")]
+
+
+def _numpy_accepts(shape, dtype):
+    try:
+        np.empty(shape, dtype)
+    except ValueError as exc:
+        assert "too big" in str(exc)
+        return False
+    return True
+
+
+@pytest.mark.parametrize("shape, dtype", _EDGE_SHAPES)
+def test_zero_size_shapes_follow_numpy(shape, dtype, sim):
+    makers = [lambda: cudamem.device_array(shape, dtype),
+              lambda: cudamem.device_array(0, dtype).reshape(shape),
+              lambda: cudamem.pinned_array(shape, dtype),
+              lambda: cudamem.mapped_array(shape, dtype)]
+    before = sim.live()
+    for make in makers:
+        if _numpy_accepts(shape, dtype):
+            made = make()
+            assert made.shape == np.empty(shape, dtype).shape
+            assert made.size == 0
+        else:
+            with pytest.raises(ValueError, match="too big"):
+                make()
+    assert sim.live() == before
+
+
 def test_device_array_bad_arguments():
     with pytest.raises(TypeError, match="Python objects"):
         cudamem.device_array(3, dtype=object)

@@ -216,16 +216,21 @@ cmpy_layout_extent(int ndim, const Py_ssize_t *shape,
                    const Py_ssize_t *strides, Py_ssize_t itemsize,
                    Py_ssize_t *size, Py_ssize_t *low, Py_ssize_t *high)
 {
-    Py_ssize_t count = 1, lo = 0, hi = itemsize, span;
+    Py_ssize_t count = 1, bytes = itemsize > 0 ? itemsize : 1, lo = 0;
+    Py_ssize_t hi = itemsize, span;
 
+    /* NumPy's rule: the nonzero extents times the itemsize must fit even
+     * when another extent is 0 (np.empty((2**62, 0)) is too big). */
     for (int i = 0; i < ndim; i++) {
-        if (shape[i] != 0 && count > PY_SSIZE_T_MAX / shape[i]) {
+        if (shape[i] == 0) {
+            count = 0;
+            continue;
+        }
+        if (bytes > PY_SSIZE_T_MAX / shape[i]) {
             goto overflow;
         }
+        bytes *= shape[i];
         count *= shape[i];
-    }
-    if (count != 0 && itemsize > PY_SSIZE_T_MAX / count) {
-        goto overflow;
     }
     for (int i = 0; count != 0 && i < ndim; i++) {
         /* PY_SSIZE_T_MIN has no negation: MAX spans too much as well. */
