@@ -1,5 +1,6 @@
-/* stream.c: streams, their worker threads and the ordering rules (legacy
- * and per-thread default streams, cuStreamWaitEvent, callbacks).
+/* stream.c: streams, their worker threads (held only while a stream has
+ * work, parked in between) and the ordering rules (legacy and per-thread
+ * default streams, cuStreamWaitEvent, callbacks).
  * Does not validate or move memory (copy.c builds the ops); events live in
  * event.c, vector clocks and hazard reports in hazard.c. */
 #include <errno.h>
