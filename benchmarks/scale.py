@@ -15,7 +15,9 @@ CASE is arrays (alloc+free 8 B, pool off, N live arrays), pool (alloc+free
 8 B, N free blocks), streams (pooled alloc+free on a live stream after N
 streams, all made first, each freed pooled memory and died), batches (the
 same with one temporary stream per batch, made and released in turn),
-register or export (export prints call counts and needs no callgrind).
+busy (an 8 B pinned copy on a stream and its synchronize, N other
+streams alive that each ran a copy), register or export (export prints
+call counts and needs no callgrind).
 Runs on the simulator.
 """
 import ctypes
@@ -87,6 +89,23 @@ def setup(case, n):
         def op():
             a = cudamem.device_array(1, stream=live)
             del a
+    elif case == "busy":
+        # N streams alive throughout, each of which ran a copy; the op is
+        # a copy on one more live stream and its synchronize (through a
+        # simulator worker, as every stream's work is).
+        import numpy as np
+        host = cudamem.pinned_array(8, np.uint8)
+        dev = cudamem.device_array(8, np.uint8)
+        keep = [cudamem.stream() for _ in range(n)]
+        for s in keep:
+            dev.copy_to_device(host, stream=s)
+        cudamem.synchronize()
+        live = cudamem.stream()
+        keep += [host, dev, live]
+
+        def op():
+            dev.copy_to_device(host, stream=live)
+            live.synchronize()
     elif case == "register":
         keep = [cudamem.pinned_array(1) for _ in range(n)]
 

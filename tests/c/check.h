@@ -17,6 +17,7 @@
 #ifndef CM_TEST_CHECK_H
 #define CM_TEST_CHECK_H
 
+#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -151,6 +152,38 @@ check_show_str_(const char *text, const char *v)
             check_show_str_(#b, b_);                                          \
         }                                                                     \
     } while (0)
+
+/* The threads of this process named `name` (their comm), or -1 when
+ * /proc/self/task cannot be read. A sanitizer's runtime starts threads of
+ * its own at any time: count by name. */
+static inline int
+check_threads_named(const char *name)
+{
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *e;
+    size_t len = strlen(name);
+    int n = 0;
+
+    if (d == NULL)
+        return -1;
+    while ((e = readdir(d)) != NULL) {
+        char path[300], comm[32] = "";
+        FILE *f;
+
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+        f = fopen(path, "r");
+        if (f == NULL)
+            continue; /* the thread ended meanwhile */
+        if (fgets(comm, sizeof(comm), f) != NULL &&
+            strncmp(comm, name, len) == 0 && comm[len] == '\n')
+            n++;
+        fclose(f);
+    }
+    closedir(d);
+    return n;
+}
 
 /* n bytes at a and at b; on failure the first differing offset and its
  * bytes. */

@@ -6,7 +6,6 @@
  * the delay, fault injection, the hazard checker and interprocess events.
  * Work is held up with a gate (a host function that waits for the test)
  * rather than with sleeps, so that "not ready" is certain. */
-#include <dirent.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,35 +58,12 @@ sleep_ms(unsigned ms)
     nanosleep(&ts, NULL);
 }
 
-/* The simulator's stream workers in this process, by their thread name
- * (a sanitizer's runtime starts threads of its own at any time): a
- * record that ran on a worker started one. */
+/* The simulator's stream workers in this process: a record that ran on a
+ * worker started one. */
 static int
 nthreads(void)
 {
-    DIR *d = opendir("/proc/self/task");
-    struct dirent *e;
-    int n = 0;
-
-    if (d == NULL)
-        return -1;
-    while ((e = readdir(d)) != NULL) {
-        char path[300], comm[32] = "";
-        FILE *f;
-
-        if (e->d_name[0] == '.')
-            continue;
-        snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
-        f = fopen(path, "r");
-        if (f == NULL)
-            continue; /* the thread ended meanwhile */
-        if (fgets(comm, sizeof(comm), f) != NULL &&
-            strcmp(comm, SIM_WORKER_NAME "\n") == 0)
-            n++;
-        fclose(f);
-    }
-    closedir(d);
-    return n;
+    return check_threads_named(SIM_WORKER_NAME);
 }
 
 /* A record on an idle stream is complete when cuEventRecord returns and

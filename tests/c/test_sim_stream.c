@@ -598,6 +598,185 @@ test_reset_releases(void)
     CHECK_CU(CUDA_ERROR_INVALID_HANDLE, cuEventQuery(e));
 }
 
+/* ------------------------------------------------------------------------
+ * Workers: a stream holds a worker thread only while it has work. */
+
+enum { PARKED_MAX = 16 }; /* workers the simulator keeps parked */
+
+static int
+workers(void)
+{
+    return check_threads_named(SIM_WORKER_NAME);
+}
+
+/* The worker count once it is at most `most` (a parked worker exits
+ * after a while; an exiting one is gone soon), or as it is after 10 s. */
+static int
+workers_settle(int most)
+{
+    double until = now_ms() + 10000.0;
+    int n;
+
+    while ((n = workers()) > most && now_ms() < until)
+        sleep_ms(10);
+    return n;
+}
+
+/* Two steps per stream: each moves the stream's counter on by one only
+ * from the value the step before it left, so a count of 2 means both ran,
+ * in order. */
+static void
+step_first(void *arg)
+{
+    int *v = arg;
+
+    if (*v == 0)
+        *v = 1;
+}
+
+static void
+step_second(void *arg)
+{
+    int *v = arg;
+
+    if (*v == 1)
+        *v = 2;
+}
+
+/* 10,000 live streams that all ran work leave no more threads than the
+ * simulator parks; each stream's work ran in its order. */
+static void
+test_many_streams_few_threads(void)
+{
+    enum { N = 10000 };
+    CUstream *s = calloc(N, sizeof *s);
+    int *v = calloc(N, sizeof *v);
+    int i, done = 0;
+
+    CHECK_TRUE(s != NULL && v != NULL);
+    if (s == NULL || v == NULL)
+        goto out;
+    CHECK_EQ(workers(), 0);
+    for (i = 0; i < N; i++)
+        CHECK_OK(cuStreamCreate(&s[i], 0));
+    for (i = 0; i < N; i++) {
+        CHECK_OK(cuLaunchHostFunc(s[i], step_first, &v[i]));
+        CHECK_OK(cuLaunchHostFunc(s[i], step_second, &v[i]));
+    }
+    CHECK_OK(cuCtxSynchronize());
+    for (i = 0; i < N; i++)
+        done += v[i] == 2;
+    CHECK_EQ(done, N);
+    /* Every stream is still alive. */
+    CHECK_LE(workers_settle(PARKED_MAX), PARKED_MAX);
+    for (i = 0; i < N; i++)
+        CHECK_OK(cuStreamDestroy(s[i]));
+out:
+    free(s);
+    free(v);
+}
+
+/* A stream whose worker parked and then exited gets one again for new
+ * work, which runs in the order it was queued; another stream takes a
+ * parked worker. */
+static void
+test_worker_returns(void)
+{
+    static const step a = {'a', 0}, b = {'b', 30}, c = {'c', 0}, d = {'d', 10},
+                      e = {'e', 0};
+    CUstream s, t;
+
+    CHECK_OK(cuStreamCreate(&s, 0));
+    CHECK_OK(cuStreamCreate(&t, CU_STREAM_NON_BLOCKING));
+    log_reset();
+    CHECK_OK(cuLaunchHostFunc(s, log_step, (void *)&a));
+    CHECK_OK(cuStreamSynchronize(s));
+    CHECK_EQ(workers_settle(0), 0);
+    CHECK_OK(cuLaunchHostFunc(s, log_step, (void *)&b));
+    CHECK_OK(cuLaunchHostFunc(s, log_step, (void *)&c));
+    CHECK_OK(cuLaunchHostFunc(s, log_step, (void *)&d));
+    CHECK_OK(cuStreamSynchronize(s));
+    CHECK_TRUE(log_is("abcd"));
+    /* s's worker is parked now (or just gone): t runs on one. */
+    CHECK_OK(cuLaunchHostFunc(t, log_step, (void *)&e));
+    CHECK_OK(cuStreamSynchronize(t));
+    CHECK_TRUE(log_is("abcde"));
+    CHECK_OK(cuStreamDestroy(s));
+    CHECK_OK(cuStreamDestroy(t));
+}
+
+/* Destroying a stream whose worker is parked or gone frees it at once;
+ * work queued on such a stream before it is destroyed still runs. */
+static void
+test_destroy_idle(void)
+{
+    CUstream parked_s, gone, queued;
+    cusim_stats st;
+    int v = 0;
+
+    CHECK_OK(cuStreamCreate(&parked_s, 0));
+    CHECK_OK(cuStreamCreate(&gone, 0));
+    CHECK_OK(cuStreamCreate(&queued, 0));
+    CHECK_OK(cuLaunchHostFunc(gone, step_first, &v));
+    CHECK_OK(cuLaunchHostFunc(queued, step_first, &v));
+    CHECK_OK(cuCtxSynchronize());
+    CHECK_EQ(workers_settle(0), 0);
+    CHECK_OK(cuStreamDestroy(gone));
+    CHECK_CU(CUDA_ERROR_INVALID_HANDLE, cuStreamQuery(gone));
+    CHECK_OK(cuLaunchHostFunc(parked_s, step_first, &v));
+    CHECK_OK(cuStreamSynchronize(parked_s));
+    CHECK_OK(cuStreamDestroy(parked_s));
+    cusim_get_stats(&st);
+    CHECK_EQ(st.streams, 1);
+    cusim_set_delay_us(20000);
+    destroyed_ran = 0;
+    CHECK_OK(cuLaunchHostFunc(queued, count_run, NULL));
+    CHECK_OK(cuStreamDestroy(queued));
+    CHECK_EQ(__atomic_load_n(&destroyed_ran, __ATOMIC_ACQUIRE), 0);
+    CHECK_OK(cuCtxSynchronize());
+    CHECK_EQ(__atomic_load_n(&destroyed_ran, __ATOMIC_ACQUIRE), 1);
+    cusim_set_delay_us(0);
+    CHECK_EQ(v, 1);
+}
+
+/* A fork with idle streams: the child has no workers and cannot use the
+ * driver; the parent's streams go on working. */
+static void
+test_fork_idle_streams(void)
+{
+    static const step a = {'a', 0}, b = {'b', 10}, c = {'c', 0};
+    CUstream s, t;
+    int status = -1, v = 0;
+    pid_t pid;
+
+    CHECK_OK(cuStreamCreate(&s, 0));
+    CHECK_OK(cuStreamCreate(&t, 0));
+    log_reset();
+    CHECK_OK(cuLaunchHostFunc(s, log_step, (void *)&a));
+    CHECK_OK(cuLaunchHostFunc(t, step_first, &v));
+    CHECK_OK(cuCtxSynchronize());
+    fflush(stdout);
+    fflush(stderr);
+    pid = fork();
+    if (pid == 0) {
+        int bad = workers() != 0 ||
+                  cuLaunchHostFunc(s, step_first, &v) !=
+                      CUDA_ERROR_NOT_INITIALIZED ||
+                  cuStreamDestroy(t) != CUDA_ERROR_NOT_INITIALIZED;
+        _exit(bad);
+    }
+    CHECK_TRUE(pid > 0 && waitpid(pid, &status, 0) == pid);
+    CHECK_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK_OK(cuLaunchHostFunc(s, log_step, (void *)&b));
+    CHECK_OK(cuLaunchHostFunc(s, log_step, (void *)&c));
+    CHECK_OK(cuLaunchHostFunc(t, step_second, &v));
+    CHECK_OK(cuCtxSynchronize());
+    CHECK_TRUE(log_is("abc"));
+    CHECK_EQ(v, 2);
+    CHECK_OK(cuStreamDestroy(s));
+    CHECK_OK(cuStreamDestroy(t));
+}
+
 static void
 setup(void)
 {
@@ -629,6 +808,10 @@ static const check_test tests[] = {
     {"hazards", test_hazards, 0},
     {"attach", test_attach, 0},
     {"reset_releases", test_reset_releases, 0},
+    {"many_streams_few_threads", test_many_streams_few_threads, 0},
+    {"worker_returns", test_worker_returns, 0},
+    {"destroy_idle", test_destroy_idle, 0},
+    {"fork_idle_streams", test_fork_idle_streams, 0},
     {NULL, NULL, 0},
 };
 

@@ -3,7 +3,9 @@ through cudamem: an event recorded on a stream with nothing before it is
 complete when record() returns, as on a GPU, and no stream worker thread
 is started for it; work before it, the stream delay, the legacy default
 stream's implicit synchronization and injected faults are honoured as
-before. tests/c/test_sim_event.c covers the driver-level rules."""
+before. Idle streams hold no worker thread: many live streams cost few.
+tests/c/test_sim_event.c and test_sim_stream.c cover the driver-level
+rules."""
 import os
 import time
 
@@ -20,6 +22,18 @@ DELAY_US = 100_000  # keeps queued work queued while the test looks
 
 def threads():
     return len(os.listdir("/proc/self/task"))
+
+
+def workers():
+    """The simulator's stream worker threads in this process."""
+    n = 0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                n += f.read() == "cusim-stream\n"
+        except OSError:
+            pass  # the thread ended meanwhile
+    return n
 
 
 def idle_streams():
@@ -114,3 +128,22 @@ def test_injected_fault_records_nothing(sim):
     e.record(s)
     assert e.query()
     assert e.elapsed_time(e) == 0.0
+
+
+def test_many_live_streams_few_workers(sim):
+    n = 10_000
+    streams = [cudamem.stream() for _ in range(n)]
+    d = cudamem.device_array((n, 4), np.int32)
+    host = np.arange(n * 4, dtype=np.int32).reshape(n, 4)
+    for i, s in enumerate(streams):
+        d[i].copy_to_device(host[i], stream=s)
+    cudamem.synchronize()
+    np.testing.assert_array_equal(d.copy_to_host(), host)
+    # All still alive: the simulator keeps at most 16 workers parked,
+    # and one exiting is gone soon.
+    deadline = time.monotonic() + 10
+    while workers() > 16 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert workers() <= 16
+    assert all(s.query() for s in streams)
+    del streams

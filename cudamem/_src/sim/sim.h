@@ -485,7 +485,8 @@ CUresult sim_mem_set_size(sim_device *dev, size_t nbytes);
 
 /* ---------------------------------------------------------------------------
  * Streams and events (stream.c). Every device operation is a sim_op queued
- * on a stream and run by that stream's worker thread. */
+ * on a stream and run by a worker thread that the stream holds while it
+ * has work. */
 typedef struct sim_range {
     uintptr_t addr; /* API address (device or host) */
     size_t len;

@@ -1,5 +1,6 @@
-/* stream.c: streams, their worker threads and the ordering rules (legacy
- * and per-thread default streams, cuStreamWaitEvent, callbacks).
+/* stream.c: streams, their worker threads (held only while a stream has
+ * work, parked in between) and the ordering rules (legacy and per-thread
+ * default streams, cuStreamWaitEvent, callbacks).
  * Does not validate or move memory (copy.c builds the ops); events live in
  * event.c, vector clocks and hazard reports in hazard.c. */
 #include <errno.h>
@@ -27,10 +28,9 @@ struct CUstream_st {
     struct CUstream_st *next; /* ctx->streams */
     int linked;               /* on ctx's lists */
     int destroyed;            /* closing: freed once its queue is empty */
-    int has_worker;           /* once closed, the worker frees the struct */
-    pthread_cond_t wake;
-    sim_op *head, *tail;   /* queued ops; head may be running */
-    const sim_op *running; /* head while its worker runs it, else NULL */
+    int has_worker;           /* has work; once closed, its worker frees it */
+    sim_op *head, *tail;      /* queued ops; head may be running */
+    const sim_op *running;    /* head while its worker runs it, else NULL */
     uint64_t submitted, completed;
     sim_vclock vc; /* what the stream's next op is known to follow */
     /* cuStreamSetAttribute: hints a CPU has no use for, kept to answer. */
@@ -58,11 +58,27 @@ typedef struct slot {
 static slot *slots;
 static uint32_t nslots, slots_cap, slots_used, free_slot = UINT32_MAX;
 
-/* Workers are joinable: one whose stream is gone leaves its id here and
- * the next worker_start (or the exit hook) joins it. */
+/* Workers are joinable: one that ended (its stream gone, or idle) leaves
+ * its id here and the next worker_start (or the exit hook) joins it. */
 static pthread_t *zombies;
 static size_t nzombies, zombies_cap;
 static int nclosing; /* workers of destroyed streams still running */
+
+/* A stream holds a worker only while it has work: a worker whose stream
+ * runs dry parks, and the next stream with work takes a parked worker
+ * before it starts a thread, so that many live streams cost few threads.
+ * At most WORKER_PARKED_MAX park; one parked WORKER_IDLE_MS exits. */
+#define WORKER_IDLE_MS 500
+#define WORKER_PARKED_MAX 16
+
+typedef struct worker {
+    struct worker *next; /* parked */
+    pthread_cond_t wake;
+    CUstream s; /* the stream it serves; NULL while parked */
+} worker;
+
+static worker *parked;
+static int nparked;
 
 static uint64_t next_thread_id;
 static _Thread_local uint64_t tls_thread_id;
@@ -145,12 +161,7 @@ stream_new(CUcontext ctx, int kind, unsigned flags, int priority)
 
     if (s == NULL)
         return NULL;
-    if (pthread_cond_init(&s->wake, NULL) != 0) {
-        free(s);
-        return NULL;
-    }
     if (slot_add(s) < 0) {
-        pthread_cond_destroy(&s->wake);
         free(s);
         return NULL;
     }
@@ -196,36 +207,43 @@ stream_unlink(CUstream s)
 
 static void stream_free(CUstream s);
 
+/* Joins the workers that have ended. `wait`: all of them (at exit);
+ * else only those gone already, so that the lock is never held while a
+ * thread that has let go of it waits for the CPU to finish exiting. */
 static void
-reap_zombies(void)
+reap_zombies(int wait)
 {
-    size_t i;
+    size_t i, kept = 0;
 
-    for (i = 0; i < nzombies; i++)
-        pthread_join(zombies[i], NULL);
-    free(zombies);
-    zombies = NULL;
-    nzombies = zombies_cap = 0;
+    for (i = 0; i < nzombies; i++) {
+        if (wait)
+            pthread_join(zombies[i], NULL);
+        else if (pthread_tryjoin_np(zombies[i], NULL) != 0)
+            zombies[kept++] = zombies[i];
+    }
+    nzombies = kept;
+    if (kept == 0) {
+        free(zombies);
+        zombies = NULL;
+        zombies_cap = 0;
+    }
 }
 
+/* The calling worker is about to return: someone joins it later. */
 static void
-worker_exit(CUstream s)
+zombie_add(void)
 {
-    nclosing--;
-    stream_free(s);
     if (nzombies == zombies_cap) {
         size_t cap = zombies_cap ? zombies_cap * 2 : 8;
         pthread_t *z = realloc(zombies, cap * sizeof *z);
         if (z == NULL) {
             pthread_detach(pthread_self());
-            goto done;
+            return;
         }
         zombies = z;
         zombies_cap = cap;
     }
     zombies[nzombies++] = pthread_self();
-done:
-    pthread_cond_broadcast(&sim.progress);
 }
 
 static void
@@ -236,7 +254,6 @@ stream_free(CUstream s)
     stream_unlink(s);
     slot_remove(s->uid);
     sim__vc_free(&s->vc);
-    pthread_cond_destroy(&s->wake);
     s->magic = 0;
     free(s);
 }
@@ -387,6 +404,27 @@ out_num(outbuf *b, unsigned long long v, unsigned base)
         b->text[b->n++] = digits[--n];
 }
 
+/* ") on the worker of " and s, for a crash report. */
+static void
+out_stream(outbuf *b, CUstream s)
+{
+    out_str(b, ") on the worker of ");
+    switch (s->kind) {
+    case KIND_LEGACY:
+        out_str(b, "the legacy default stream of context ");
+        out_num(b, (uintptr_t)s->ctx, 16);
+        break;
+    case KIND_PTDS:
+        out_str(b, "per-thread default stream #");
+        out_num(b, s->owner, 10);
+        break;
+    default:
+        out_str(b, "stream ");
+        out_num(b, (uintptr_t)s, 16);
+        break;
+    }
+}
+
 static void
 crash_report(int sig, const siginfo_t *info, const worker_info *w)
 {
@@ -399,21 +437,10 @@ crash_report(int sig, const siginfo_t *info, const worker_info *w)
     out_num(&b, (unsigned)sig, 10);
     out_str(&b, " (fault address ");
     out_num(&b, (uintptr_t)info->si_addr, 16);
-    out_str(&b, ") on the worker of ");
-    switch (s->kind) {
-    case KIND_LEGACY:
-        out_str(&b, "the legacy default stream of context ");
-        out_num(&b, (uintptr_t)s->ctx, 16);
-        break;
-    case KIND_PTDS:
-        out_str(&b, "per-thread default stream #");
-        out_num(&b, s->owner, 10);
-        break;
-    default:
-        out_str(&b, "stream ");
-        out_num(&b, (uintptr_t)s, 16);
-        break;
-    }
+    if (s == NULL)
+        out_str(&b, ") on a parked stream worker");
+    else
+        out_stream(&b, s);
     if (op == NULL) {
         out_str(&b, ", between operations\n");
     }
@@ -529,34 +556,17 @@ op_run(worker_info *w, sim_op *op, unsigned foreign)
     return NULL;
 }
 
-static void *
-worker_main(void *arg)
+/* Runs s's ops until it has none left (lock held throughout but while an
+ * op runs or sleeps). */
+static void
+worker_serve(worker_info *info, CUstream s)
 {
-    CUstream s = arg;
-    worker_info info = {.s = s, .op = NULL};
-    sigset_t faults;
-    size_t i;
+    sim_op *op;
 
-    /* Faults are delivered to the faulting thread: let ours be reported
-     * (a blocked one kills the process without a word). */
-    sigemptyset(&faults);
-    for (i = 0; i < NCRASH; i++)
-        sigaddset(&faults, crash_signals[i]);
-    pthread_sigmask(SIG_UNBLOCK, &faults, NULL);
-    if (crash_ready)
-        pthread_setspecific(worker_key, &info);
-    sim_lock();
-    for (;;) {
-        sim_op *op = s->head;
+    while ((op = s->head) != NULL) {
         const sim_range *stale, *unmapped = NULL;
         unsigned delay, foreign;
 
-        if (op == NULL) {
-            if (s->destroyed)
-                break;
-            pthread_cond_wait(&s->wake, &sim.lock);
-            continue;
-        }
         if (!op_ready(op)) {
             pthread_cond_wait(&sim.progress, &sim.lock);
             continue;
@@ -579,7 +589,7 @@ worker_main(void *arg)
             s->running = op;
         sim_unlock();
         if (stale == NULL)
-            unmapped = op_run(&info, op, foreign);
+            unmapped = op_run(info, op, foreign);
         sim_lock();
         if (unmapped != NULL)
             op_fault(s, op, unmapped,
@@ -595,8 +605,73 @@ worker_main(void *arg)
         sim__op_free(op);
         sim_lock();
     }
-    worker_exit(s);
+}
+
+/* w's stream has run dry: the next stream w serves, or NULL when w should
+ * exit (enough are parked, or none wanted it for WORKER_IDLE_MS). */
+static CUstream
+worker_park(worker *w)
+{
+    struct timespec until;
+    worker **pp;
+
+    if (nparked >= WORKER_PARKED_MAX)
+        return NULL;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += WORKER_IDLE_MS * 1000000L;
+    until.tv_sec += until.tv_nsec / 1000000000L;
+    until.tv_nsec %= 1000000000L;
+    w->s = NULL;
+    w->next = parked;
+    parked = w;
+    nparked++;
+    while (w->s == NULL) {
+        if (pthread_cond_timedwait(&w->wake, &sim.lock, &until) != ETIMEDOUT)
+            continue;
+        if (w->s != NULL)
+            break;
+        for (pp = &parked; *pp != w; pp = &(*pp)->next)
+            ;
+        *pp = w->next;
+        nparked--;
+        return NULL;
+    }
+    return w->s;
+}
+
+static void *
+worker_main(void *arg)
+{
+    worker *w = arg;
+    worker_info info = {.op = NULL};
+    sigset_t faults;
+    CUstream s;
+    size_t i;
+
+    /* Faults are delivered to the faulting thread: let ours be reported
+     * (a blocked one kills the process without a word). */
+    sigemptyset(&faults);
+    for (i = 0; i < NCRASH; i++)
+        sigaddset(&faults, crash_signals[i]);
+    pthread_sigmask(SIG_UNBLOCK, &faults, NULL);
+    if (crash_ready)
+        pthread_setspecific(worker_key, &info);
+    sim_lock();
+    for (s = w->s; s != NULL; s = worker_park(w)) {
+        info.s = s;
+        worker_serve(&info, s);
+        info.s = NULL;
+        s->has_worker = 0;
+        if (s->destroyed) {
+            nclosing--;
+            stream_free(s);
+            pthread_cond_broadcast(&sim.progress);
+        }
+    }
+    zombie_add();
     sim_unlock();
+    pthread_cond_destroy(&w->wake);
+    free(w);
     return NULL;
 }
 
@@ -606,21 +681,41 @@ worker_start(CUstream s)
     pthread_attr_t attr;
     pthread_t thread;
     sigset_t all, old;
+    worker *w = parked;
     int rc;
 
-    /* Joining here is brief: a zombie has already let go of the lock. */
-    reap_zombies();
+    if (w != NULL) {
+        parked = w->next;
+        nparked--;
+        w->s = s;
+        pthread_cond_signal(&w->wake);
+        s->has_worker = 1;
+        return 0;
+    }
+    reap_zombies(0);
     pthread_once(&crash_once, crash_install);
-    if (pthread_attr_init(&attr) != 0)
+    w = calloc(1, sizeof *w);
+    if (w == NULL)
         return -1;
-    /* Signals belong to the application's threads, not to ours. */
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    rc = pthread_create(&thread, &attr, worker_main, s);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    pthread_attr_destroy(&attr);
-    if (rc != 0)
+    if (pthread_cond_init(&w->wake, NULL) != 0) {
+        free(w);
         return -1;
+    }
+    w->s = s;
+    rc = pthread_attr_init(&attr);
+    if (rc == 0) {
+        /* Signals belong to the application's threads, not to ours. */
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        rc = pthread_create(&thread, &attr, worker_main, w);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        pthread_attr_destroy(&attr);
+    }
+    if (rc != 0) {
+        pthread_cond_destroy(&w->wake);
+        free(w);
+        return -1;
+    }
     /* Named, so that a debugger, top and the tests tell ours apart. */
     (void)pthread_setname_np(thread, SIM_WORKER_NAME);
     s->has_worker = 1;
@@ -634,7 +729,6 @@ stream_retire(CUstream s)
     s->destroyed = 1;
     if (s->has_worker) {
         nclosing++;
-        pthread_cond_signal(&s->wake);
     }
     else {
         stream_free(s);
@@ -657,7 +751,7 @@ streams_at_exit(void)
         if (pthread_cond_timedwait(&sim.progress, &sim.lock, &until) != 0)
             break;
     }
-    reap_zombies();
+    reap_zombies(1);
     sim_unlock();
 }
 
@@ -834,7 +928,6 @@ sim__enqueue(CUstream s, sim_op *op, const sim_dep *extra,
     sim__vc_prune(&s->vc);
     if (op->nranges > 0 && __atomic_load_n(&sim.hazards, __ATOMIC_RELAXED))
         sim__hazard_check(s, op);
-    pthread_cond_signal(&s->wake);
     r = CUDA_SUCCESS;
 done:
     free(deps);
