@@ -1,6 +1,7 @@
 """Devices and contexts, numba.cuda's names: ``gpus``, ``get_context``,
 ``require_context``, ``profiling()``, ``detect()``, ``MemoryInfo`` and
-``MemoryStats`` (also ``cudamem.cudadrv.devices``). Thin Python over the C
+``MemoryStats`` (also ``cudamem.cudadrv.devices``), and cudamem's
+``memory_summary()`` with ``MemorySummary``. Thin Python over the C
 functions (``select_device``, ``get_current_device``, ...); nothing here
 loads the driver at import. Every call that touches a device does.
 """
@@ -12,14 +13,18 @@ from collections import namedtuple
 
 from cudamem import _cudamem
 
-__all__ = ["MemoryInfo", "MemoryStats", "get_context", "gpus",
-           "require_context", "profiling", "detect"]
+__all__ = ["MemoryInfo", "MemoryStats", "MemorySummary", "get_context",
+           "gpus", "memory_summary", "require_context", "profiling",
+           "detect"]
 
 MemoryInfo = namedtuple("MemoryInfo", "free,total")
 
 # The counters of each kind in memory_stats(), in a table's column order.
 _STAT_COLUMNS = (("bytes_in_use", "in use"), ("bytes_peak", "peak"),
-                 ("count", "count"), ("count_peak", "peak count"))
+                 ("requested_bytes", "requested"),
+                 ("requested_bytes_peak", "peak requested"),
+                 ("count", "count"), ("count_peak", "peak count"),
+                 ("allocations", "allocations"), ("frees", "frees"))
 
 
 def _size(nbytes):
@@ -43,9 +48,10 @@ class MemoryStats(dict):
         super().__init__()
         self.device = device
 
-    def _rows(self):
-        """([kind, in use, peak, count, peak count] rows, [(key, value)]
-        of the other counters), sizes written out."""
+    def _rows(self, abbreviated=False):
+        """([kind, in use, peak, ...] rows in _STAT_COLUMNS' order,
+        [(key, value)] of the other counters), sizes written out;
+        abbreviated: without the kinds and counters that are all 0."""
         kinds = [k[:-len("_bytes_in_use")] for k in self
                  if k.endswith("_bytes_in_use")]
         rows, seen = [], set()
@@ -54,18 +60,21 @@ class MemoryStats(dict):
             if not all(k in self for k in keys):
                 continue
             seen.update(keys)
+            if abbreviated and not any(self[k] for k in keys):
+                continue
             rows.append([kind] + [_size(self[k]) if "bytes" in k
                                   else str(self[k]) for k in keys])
         rest = [(k, _size(v) if "bytes" in k else str(v))
-                for k, v in self.items() if k not in seen]
+                for k, v in self.items()
+                if k not in seen and not (abbreviated and v == 0)]
         return rows, rest
 
-    def __repr__(self):
-        rows, rest = self._rows()
+    def _text(self, title, abbreviated=False):
+        rows, rest = self._rows(abbreviated)
         header = ["kind"] + [title for _, title in _STAT_COLUMNS]
         widths = [max(len(r[i]) for r in rows + [header])
                   for i in range(len(header))]
-        lines = ["memory_stats(device=%s)" % self.device]
+        lines = [title]
         for row in [header] + rows:
             lines.append("  ".join([row[0].ljust(widths[0])] + [
                 cell.rjust(w) for cell, w in zip(row[1:], widths[1:])]))
@@ -73,17 +82,13 @@ class MemoryStats(dict):
         lines.extend("%s  %s" % (k.ljust(width), v) for k, v in rest)
         return "\n".join(lines)
 
-    def _repr_html_(self):
-        """_repr_html_() -> str
-
-        The table of repr() in HTML, for Jupyter."""
+    def _html(self, title, abbreviated=False):
         import html
 
-        rows, rest = self._rows()
+        rows, rest = self._rows(abbreviated)
         cell = '<td style="text-align:right">%s</td>'
         out = ['<table class="cudamem"><caption style="text-align:left">'
-               '<b>memory_stats(device=%s)</b></caption>'
-               % html.escape(str(self.device)),
+               '<b>%s</b></caption>' % html.escape(title),
                "<tr>%s</tr>" % "".join(
                    "<th>%s</th>" % html.escape(t) for t in
                    ["kind"] + [title for _, title in _STAT_COLUMNS])]
@@ -93,10 +98,63 @@ class MemoryStats(dict):
                 "".join(cell % html.escape(v) for v in row[1:])))
         for key, value in rest:
             out.append('<tr><th style="text-align:left">%s</th>'
-                       '<td colspan="4" style="text-align:right">%s</td>'
-                       "</tr>" % (html.escape(key), html.escape(value)))
+                       '<td colspan="%d" style="text-align:right">%s</td>'
+                       "</tr>" % (html.escape(key), len(_STAT_COLUMNS),
+                                  html.escape(value)))
         out.append("</table>")
         return "".join(out)
+
+    def __repr__(self):
+        return self._text("memory_stats(device=%s)" % self.device)
+
+    def _repr_html_(self):
+        """_repr_html_() -> str
+
+        The table of repr() in HTML, for Jupyter."""
+        return self._html("memory_stats(device=%s)" % self.device)
+
+
+class MemorySummary(str):
+    """MemorySummary
+
+    What ``memory_summary()`` returns: the table as a str (print it), shown
+    as an HTML table in Jupyter; ``stats`` is the ``MemoryStats`` it was
+    made from."""
+
+    __slots__ = ("stats", "abbreviated")
+
+    def __new__(cls, stats, abbreviated=False):
+        title = "cudamem memory summary, device %s" % stats.device
+        self = super().__new__(cls, stats._text(title, abbreviated))
+        self.stats = stats
+        self.abbreviated = abbreviated
+        return self
+
+    def __reduce__(self):
+        return MemorySummary, (self.stats, self.abbreviated)
+
+    def _repr_html_(self):
+        """_repr_html_() -> str
+
+        The table in HTML, for Jupyter."""
+        return self.stats._html(
+            "cudamem memory summary, device %s" % self.stats.device,
+            self.abbreviated)
+
+
+def memory_summary(device=None, abbreviated=False):
+    """memory_summary(device=None, abbreviated=False) -> MemorySummary
+
+    ``memory_stats(device)`` as a readable table, as PyTorch's
+    ``torch.cuda.memory_summary``: per kind of memory the bytes in use,
+    requested and their peaks, the live count and its peak, allocations and
+    frees, then the other counters. ``abbreviated`` leaves out the kinds and
+    counters that are all 0. A str to print, whose ``_repr_html_`` is an
+    HTML table in Jupyter."""
+    if not isinstance(abbreviated, bool):
+        raise TypeError("memory_summary: abbreviated must be a bool, not %r"
+                        % (abbreviated,))
+    return MemorySummary(_cudamem.memory_stats(device), abbreviated)
 
 
 class _DeviceContextManager:

@@ -208,13 +208,16 @@ def test_memory_stats_repr_is_a_table():
     stats = cudamem.memory_stats()
     lines = repr(stats).splitlines()
     assert lines[0] == "memory_stats(device=0)"
-    assert lines[1].split() == ["kind", "in", "use", "peak", "count",
-                                "peak", "count"]
+    assert lines[1].split() == ["kind", "in", "use", "peak", "requested",
+                                "peak", "requested", "count", "peak",
+                                "count", "allocations", "frees"]
     rows = {line.split()[0]: line for line in lines[2:]}
     device = rows["device"].split()
     assert " ".join(device[1:3]) == _cli._size(stats["device_bytes_in_use"])
-    assert device[-2:] == [str(stats["device_count"]),
-                           str(stats["device_count_peak"])]
+    assert device[-4:] == [str(stats["device_count"]),
+                           str(stats["device_count_peak"]),
+                           str(stats["device_allocations"]),
+                           str(stats["device_frees"])]
     for kind in ("managed", "pinned", "mapped", "write_combined"):
         assert kind in rows
     assert rows["pending_free_count"].split()[1] == str(
@@ -230,13 +233,17 @@ def test_memory_stats_html():
     stats = cudamem.memory_stats()
     table = _parse(stats._repr_html_())
     assert table.caption == "memory_stats(device=0)"
-    assert table.rows[0] == ["kind", "in use", "peak", "count",
-                             "peak count"]
+    assert table.rows[0] == ["kind", "in use", "peak", "requested",
+                             "peak requested", "count", "peak count",
+                             "allocations", "frees"]
     rows = {row[0]: row[1:] for row in table.rows[1:]}
     assert rows["device"] == [
         _cli._size(stats["device_bytes_in_use"]),
         _cli._size(stats["device_bytes_peak"]),
-        str(stats["device_count"]), str(stats["device_count_peak"])]
+        _cli._size(stats["device_requested_bytes"]),
+        _cli._size(stats["device_requested_bytes_peak"]),
+        str(stats["device_count"]), str(stats["device_count_peak"]),
+        str(stats["device_allocations"]), str(stats["device_frees"])]
     assert rows["pool_cached_bytes"] == [_cli._size(
         stats["pool_cached_bytes"])]
     del d

@@ -1,6 +1,7 @@
 /* test_core_stats.c: core/stats.c linked alone (the floor plan's leaf:
  * docs/architecture.rst): the per-device counters of each kind, their
- * peaks, a recount that leaves the peaks alone, updates from several
+ * peaks, requested bytes, allocations and frees and their reset, a
+ * recount that leaves the peaks alone, updates from several
  * threads at once adding up exactly, and the held bytes that the memory
  * limit checks, atomically against racing threads. */
 #include "check.h"
@@ -33,9 +34,9 @@ add_and_sub(void)
 {
     cm_counts c;
 
-    cm__stats_add(&dev, CM_STAT_DEVICE, 1000);
-    cm__stats_add(&dev, CM_STAT_DEVICE, 24);
-    cm__stats_sub(&dev, CM_STAT_DEVICE, 1000);
+    cm__stats_add(&dev, CM_STAT_DEVICE, 1000, 1000);
+    cm__stats_add(&dev, CM_STAT_DEVICE, 24, 24);
+    cm__stats_sub(&dev, CM_STAT_DEVICE, 1000, 1000);
     c = read_kind(CM_STAT_DEVICE);
     CHECK_UINT_EQ(c.bytes, 24);
     CHECK_UINT_EQ(c.count, 1);
@@ -49,8 +50,8 @@ kinds_apart(void)
 {
     cm_counts out[CM_STAT_KINDS];
 
-    cm__stats_add(&dev, CM_STAT_PINNED, 4096);
-    cm__stats_add(&dev, CM_STAT_MANAGED, 512);
+    cm__stats_add(&dev, CM_STAT_PINNED, 4096, 4096);
+    cm__stats_add(&dev, CM_STAT_MANAGED, 512, 512);
     cm__stats_read(&dev, out);
     CHECK_UINT_EQ(out[CM_STAT_PINNED].bytes, 4096);
     CHECK_UINT_EQ(out[CM_STAT_MANAGED].bytes, 512);
@@ -65,34 +66,94 @@ reset_peaks(void)
 {
     cm_counts c;
 
-    cm__stats_add(&dev, CM_STAT_MAPPED, 300);
-    cm__stats_add(&dev, CM_STAT_MAPPED, 200);
-    cm__stats_sub(&dev, CM_STAT_MAPPED, 300);
+    cm__stats_add(&dev, CM_STAT_MAPPED, 300, 300);
+    cm__stats_add(&dev, CM_STAT_MAPPED, 200, 200);
+    cm__stats_sub(&dev, CM_STAT_MAPPED, 300, 300);
     cm_stats_reset_peaks(&dev);
     c = read_kind(CM_STAT_MAPPED);
     CHECK_UINT_EQ(c.peak_bytes, 200);
     CHECK_UINT_EQ(c.peak_count, 1);
-    cm__stats_add(&dev, CM_STAT_MAPPED, 50);
+    cm__stats_add(&dev, CM_STAT_MAPPED, 50, 50);
     CHECK_UINT_EQ(read_kind(CM_STAT_MAPPED).peak_bytes, 250);
 }
 
 /* hostpool.c's recount of a cached block: counted in, peaks untouched,
- * then counted out as cm_host_free does. */
+ * then counted out as cm_host_free does: one free in all. */
 static void
 recount(void)
 {
     cm_counts c;
 
-    cm__stats_add(&dev, CM_STAT_PINNED, 4096);
-    cm__stats_sub(&dev, CM_STAT_PINNED, 4096);
-    cm__stats_recount(&dev, CM_STAT_PINNED, 8192);
+    cm__stats_add(&dev, CM_STAT_PINNED, 4096, 4096);
+    cm__stats_sub(&dev, CM_STAT_PINNED, 4096, 4096);
+    cm__stats_recount(&dev, CM_STAT_PINNED, 8192, 8192);
     c = read_kind(CM_STAT_PINNED);
     CHECK_UINT_EQ(c.bytes, 8192);
     CHECK_UINT_EQ(c.count, 1);
     CHECK_UINT_EQ(c.peak_bytes, 4096);
     CHECK_UINT_EQ(c.peak_count, 1);
-    cm__stats_sub(&dev, CM_STAT_PINNED, 8192);
-    CHECK_UINT_EQ(read_kind(CM_STAT_PINNED).bytes, 0);
+    CHECK_UINT_EQ(c.requested, 8192);
+    CHECK_UINT_EQ(c.frees, 0);
+    cm__stats_sub(&dev, CM_STAT_PINNED, 8192, 8192);
+    c = read_kind(CM_STAT_PINNED);
+    CHECK_UINT_EQ(c.bytes, 0);
+    CHECK_UINT_EQ(c.requested, 0);
+    CHECK_UINT_EQ(c.allocations, 1);
+    CHECK_UINT_EQ(c.frees, 1);
+}
+
+/* Requested bytes move with the occupied ones, apart, with their own
+ * peak; allocations and frees only grow. */
+static void
+requested_and_counts(void)
+{
+    cm_counts c;
+
+    cm__stats_add(&dev, CM_STAT_DEVICE, 512, 300);
+    cm__stats_add(&dev, CM_STAT_DEVICE, 4096, 4000);
+    cm__stats_sub(&dev, CM_STAT_DEVICE, 4096, 4000);
+    cm__stats_add(&dev, CM_STAT_DEVICE, 256, 1);
+    c = read_kind(CM_STAT_DEVICE);
+    CHECK_UINT_EQ(c.bytes, 768);
+    CHECK_UINT_EQ(c.requested, 301);
+    CHECK_UINT_EQ(c.peak_bytes, 4608);
+    CHECK_UINT_EQ(c.peak_requested, 4300);
+    CHECK_UINT_EQ(c.allocations, 3);
+    CHECK_UINT_EQ(c.frees, 1);
+    CHECK_UINT_EQ(c.count, c.allocations - c.frees);
+}
+
+/* Resetting the peaks leaves the accumulated counts; resetting those
+ * leaves the peaks and what is held, and zeroes the rejections. */
+static void
+reset_accumulated(void)
+{
+    size_t held, rejections;
+    cm_counts c;
+
+    cm__stats_add(&dev, CM_STAT_MANAGED, 2000, 1999);
+    cm__stats_add(&dev, CM_STAT_MANAGED, 100, 100);
+    cm__stats_sub(&dev, CM_STAT_MANAGED, 2000, 1999);
+    cm__stats_reject(&dev);
+    cm_stats_reset_peaks(&dev);
+    c = read_kind(CM_STAT_MANAGED);
+    CHECK_UINT_EQ(c.peak_requested, 100);
+    CHECK_UINT_EQ(c.allocations, 2);
+    CHECK_UINT_EQ(c.frees, 1);
+    cm__stats_add(&dev, CM_STAT_MANAGED, 3000, 3000);
+    cm_stats_reset_accumulated(&dev);
+    c = read_kind(CM_STAT_MANAGED);
+    CHECK_UINT_EQ(c.allocations, 0);
+    CHECK_UINT_EQ(c.frees, 0);
+    CHECK_UINT_EQ(c.bytes, 3100);
+    CHECK_UINT_EQ(c.requested, 3100);
+    CHECK_UINT_EQ(c.peak_requested, 3100);
+    cm__stats_read_held(&dev, &held, &rejections);
+    CHECK_UINT_EQ(rejections, 0);
+    cm__stats_sub(&dev, CM_STAT_MANAGED, 100, 100);
+    c = read_kind(CM_STAT_MANAGED);
+    CHECK_UINT_EQ(c.frees, 1);
+    CHECK_UINT_EQ(c.count, 1);
 }
 
 #define THREADS 4
@@ -103,9 +164,9 @@ churn(void *arg)
 {
     (void)arg;
     for (int i = 0; i < ROUNDS; i++) {
-        cm__stats_add(&dev, CM_STAT_DEVICE, 3);
-        cm__stats_add(&dev, CM_STAT_DEVICE, 5);
-        cm__stats_sub(&dev, CM_STAT_DEVICE, 3);
+        cm__stats_add(&dev, CM_STAT_DEVICE, 3, 2);
+        cm__stats_add(&dev, CM_STAT_DEVICE, 5, 4);
+        cm__stats_sub(&dev, CM_STAT_DEVICE, 3, 2);
     }
     return NULL;
 }
@@ -126,6 +187,9 @@ threads(void)
     c = read_kind(CM_STAT_DEVICE);
     CHECK_UINT_EQ(c.bytes, (size_t)THREADS * ROUNDS * 5);
     CHECK_UINT_EQ(c.count, (size_t)THREADS * ROUNDS);
+    CHECK_UINT_EQ(c.requested, (size_t)THREADS * ROUNDS * 4);
+    CHECK_UINT_EQ(c.allocations, (size_t)THREADS * ROUNDS * 2);
+    CHECK_UINT_EQ(c.frees, (size_t)THREADS * ROUNDS);
     CHECK_LE(c.peak_bytes, (size_t)THREADS * ROUNDS * 8);
     CHECK_GE(c.peak_bytes, c.bytes);
 }
@@ -189,10 +253,16 @@ hold_race(void)
 }
 
 static const check_test tests[] = {
-    {"add_and_sub", add_and_sub, 0}, {"kinds_apart", kinds_apart, 0},
-    {"reset_peaks", reset_peaks, 0}, {"recount", recount, 0},
-    {"threads", threads, 0},         {"hold_limit", hold_limit, 0},
-    {"hold_race", hold_race, 0},     {NULL, NULL, 0},
+    {"add_and_sub", add_and_sub, 0},
+    {"kinds_apart", kinds_apart, 0},
+    {"reset_peaks", reset_peaks, 0},
+    {"recount", recount, 0},
+    {"threads", threads, 0},
+    {"hold_limit", hold_limit, 0},
+    {"hold_race", hold_race, 0},
+    {"requested_and_counts", requested_and_counts, 0},
+    {"reset_accumulated", reset_accumulated, 0},
+    {NULL, NULL, 0},
 };
 
 CHECK_MAIN(tests, setup, NULL)

@@ -44,7 +44,10 @@ def test_keys():
                 "pinned_pool_cached_count", "oom_rejections"}
     for kind in KINDS:
         expected |= {kind + "_bytes_in_use", kind + "_bytes_peak",
-                     kind + "_count", kind + "_count_peak"}
+                     kind + "_count", kind + "_count_peak",
+                     kind + "_requested_bytes",
+                     kind + "_requested_bytes_peak",
+                     kind + "_allocations", kind + "_frees"}
     assert set(stats) == expected
     assert all(type(v) is int and v >= 0 for v in stats.values())
     assert stats["pool_cached_bytes"] == 0
@@ -189,7 +192,9 @@ def test_device_argument():
     (-1, ValueError, "-1"),
 ])
 def test_bad_device(bad, exc, text):
-    for fn in (cudamem.memory_stats, cudamem.reset_peak_stats):
+    for fn in (cudamem.memory_stats, cudamem.reset_peak_stats,
+               cudamem.reset_accumulated_memory_stats,
+               cudamem.memory_summary):
         with pytest.raises(exc, match=text):
             fn(bad)
 

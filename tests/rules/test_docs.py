@@ -216,6 +216,8 @@ KEYWORD_CALLS = {
     "cudamem.mapped": lambda s: (cudamem.mapped, dict(stream=0)),
     "cudamem.memory_stats": lambda s: (
         cudamem.memory_stats, dict(device=None)),
+    "cudamem.memory_summary": lambda s: (
+        cudamem.memory_summary, dict(device=None, abbreviated=True)),
     "cudamem.mapped_array": lambda s: (
         cudamem.mapped_array, dict(shape=3, dtype=np.float64, strides=None,
                                    order="C", stream=0, portable=False,
@@ -250,6 +252,8 @@ KEYWORD_CALLS = {
         cudamem.require_context, dict(fn=len)),
     "cudamem.reset_peak_stats": lambda s: (
         cudamem.reset_peak_stats, dict(device=0)),
+    "cudamem.reset_accumulated_memory_stats": lambda s: (
+        cudamem.reset_accumulated_memory_stats, dict(device=0)),
     "cudamem.set_memory_limit": lambda s: (
         cudamem.set_memory_limit, dict(limit=None, device=0)),
     "cudamem.get_memory_limit": lambda s: (

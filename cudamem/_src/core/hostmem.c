@@ -625,6 +625,14 @@ int
 cm_host_alloc(cm_device *dev, cm_host_kind kind, size_t nbytes, int portable,
               cm_host **out, cm_error *err)
 {
+    return cm__host_alloc_for(dev, kind, nbytes, nbytes, portable, out, err);
+}
+
+int
+cm__host_alloc_for(cm_device *dev, cm_host_kind kind, size_t nbytes,
+                   size_t requested, int portable, cm_host **out,
+                   cm_error *err)
+{
     int rc;
 
     if (cm_fork_check(err) < 0) {
@@ -644,7 +652,7 @@ cm_host_alloc(cm_device *dev, cm_host_kind kind, size_t nbytes, int portable,
         }
     }
     if (rc == 0 && (*out)->ptr != NULL) {
-        cm__stats_add(dev, stat_kind(kind), stat_bytes(*out));
+        cm__stats_add(dev, stat_kind(kind), stat_bytes(*out), requested);
     }
     return rc;
 }
@@ -729,7 +737,7 @@ host_free_now(cm_host *h, cm_error *err)
     int rc;
 
     if (h->kind != CM_HOST_REGISTERED && h->ptr != NULL) {
-        cm__stats_sub(h->dev, stat_kind(h->kind), stat_bytes(h));
+        cm__stats_sub(h->dev, stat_kind(h->kind), stat_bytes(h), h->size);
     }
     rc = reg_release(h, err);
     if (h->kind == CM_HOST_MAPPED_WC) {

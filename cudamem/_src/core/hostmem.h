@@ -62,6 +62,12 @@ typedef int (*cm_host_fn)(cm_host *h, cm_error *err);
  * cm_host_free; registrations of the caller's memory are not counted. */
 int cm_host_alloc(cm_device *dev, cm_host_kind kind, size_t nbytes,
                   int portable, cm_host **out, cm_error *err);
+/* cm_host_alloc counting `requested` bytes as asked for in stats.h
+ * (hostpool.c: nbytes is the size class, requested the caller's; the
+ * pool sets h->size to it, which cm_host_free counts out). */
+int cm__host_alloc_for(cm_device *dev, cm_host_kind kind, size_t nbytes,
+                       size_t requested, int portable, cm_host **out,
+                       cm_error *err);
 
 /* Registers the caller's [ptr, ptr + size) (READ_ONLY when `readonly`;
  * CM_ERR_SUPPORT when the device cannot) in dev's primary context (the

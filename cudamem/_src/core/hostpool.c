@@ -172,7 +172,7 @@ free_chain(cm_host *chain, cm_error *err)
         chain = h->next;
         /* cm_host_free counts it out of PINNED: it was counted out when
          * cached. */
-        cm__stats_recount(h->dev, CM_STAT_PINNED, h->maplen);
+        cm__stats_recount(h->dev, CM_STAT_PINNED, h->maplen, h->size);
         if (cm_host_free(h, rc < 0 ? &later : err) < 0) {
             rc = -1;
         }
@@ -244,9 +244,10 @@ cm_hostpool_alloc(cm_device *dev, size_t nbytes, cm_host **out, cm_error *err)
     /* Not page-locked any more: not worth keeping. */
     (void)free_chain(dead, &ignored);
     if (h != NULL) {
-        cm__stats_add(h->dev, CM_STAT_PINNED, h->maplen);
+        cm__stats_add(h->dev, CM_STAT_PINNED, h->maplen, nbytes);
     }
-    else if (cm_host_alloc(dev, CM_HOST_PINNED, size, 0, &h, err) < 0) {
+    else if (cm__host_alloc_for(dev, CM_HOST_PINNED, size, nbytes, 0, &h,
+                                err) < 0) {
         return -1;
     }
     h->pooled = 1;
@@ -294,7 +295,7 @@ keep(cm_host *h, cm_error *err)
     if (!kept) {
         return cm_host_free(h, err);
     }
-    cm__stats_sub(h->dev, CM_STAT_PINNED, h->maplen);
+    cm__stats_sub(h->dev, CM_STAT_PINNED, h->maplen, h->size);
     return 0;
 }
 

@@ -265,7 +265,10 @@ mem_alloc(cm_device *dev, cm_free_kind kind, unsigned flags, size_t nbytes,
             free(m);
             return -1;
         }
-        cm__stats_add(dev, stat_kind(kind), nbytes);
+        m->occupies = m->ops != NULL && m->ops->occupied != NULL
+                          ? m->ops->occupied(m)
+                          : nbytes;
+        cm__stats_add(dev, stat_kind(kind), m->occupies, nbytes);
     }
     /* A new record is as good as checked (its first copy follows). */
     cm__ctx_note_checked(dev, generation);
@@ -615,7 +618,7 @@ release_memory(cm_mem *m, cm_error *err)
     int rc = 0;
 
     if (m->ptr != 0 && is_counted(m->kind)) {
-        cm__stats_sub(m->dev, stat_kind(m->kind), m->size);
+        cm__stats_sub(m->dev, stat_kind(m->kind), m->occupies, m->size);
     }
     if (m->kind == CM_FREE_EXTERNAL) {
         /* Zero-size memory too: the plugin's object is released. */

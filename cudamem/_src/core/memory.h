@@ -52,6 +52,9 @@ typedef struct cm_mem_ops {
     int (*release)(cm_mem *m, cm_error *err);
     /* Drops one of m's references: 1 when it was the last. */
     int (*unref)(cm_mem *m);
+    /* The bytes m's new memory occupies (stats.h), m->size being what
+     * its caller asked for: pool.c's block. */
+    size_t (*occupied)(const cm_mem *m);
 } cm_mem_ops;
 
 struct cm_mem {
@@ -63,7 +66,8 @@ struct cm_mem {
     uint64_t resets; /* the device's reset count (managed memory) */
     CUdeviceptr ptr; /* 0 for a zero-size allocation */
     size_t size;
-    void *external; /* CM_FREE_EXTERNAL: what the release hook gets */
+    size_t occupies; /* counted in stats.h (ops->occupied), else size */
+    void *external;  /* CM_FREE_EXTERNAL: what the release hook gets */
     /* CM_FREE_POOL: the pool's block and the stream it was allocated for,
      * which orders its reuse. */
     struct cm_pool_block *block;

@@ -709,10 +709,19 @@ static int pool_alloc(cm_device *dev, uint64_t generation, CUstream stream,
 static int pool_return(cm_mem *m, cm_error *err);
 static int pool_drop(cm_device *dev, int reset, cm_error *err);
 
+/* memory_stats() counts a pooled record's whole block; its size is fixed
+ * while the block is out. */
+static size_t
+pool_occupied(const cm_mem *m)
+{
+    return m->block->size;
+}
+
 /* What memory.c's pooled records do (memory.h). */
 static const cm_mem_ops pooled_ops = {
     .alloc = pool_alloc,
     .release = pool_return,
+    .occupied = pool_occupied,
 };
 
 /* What a teardown of a context does to its pool (context.h): a

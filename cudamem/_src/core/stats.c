@@ -19,7 +19,8 @@ raise_peak(size_t *peak, size_t value)
 }
 
 void
-cm__stats_add(cm_device *dev, cm_stat_kind kind, size_t nbytes)
+cm__stats_add(cm_device *dev, cm_stat_kind kind, size_t nbytes,
+              size_t requested)
 {
     cm_counts *c = &dev->counts[kind];
 
@@ -27,24 +28,33 @@ cm__stats_add(cm_device *dev, cm_stat_kind kind, size_t nbytes)
                __atomic_add_fetch(&c->bytes, nbytes, __ATOMIC_RELAXED));
     raise_peak(&c->peak_count,
                __atomic_add_fetch(&c->count, 1, __ATOMIC_RELAXED));
+    raise_peak(&c->peak_requested,
+               __atomic_add_fetch(&c->requested, requested, __ATOMIC_RELAXED));
+    __atomic_add_fetch(&c->allocations, 1, __ATOMIC_RELAXED);
 }
 
 void
-cm__stats_sub(cm_device *dev, cm_stat_kind kind, size_t nbytes)
+cm__stats_sub(cm_device *dev, cm_stat_kind kind, size_t nbytes,
+              size_t requested)
 {
     cm_counts *c = &dev->counts[kind];
 
     __atomic_sub_fetch(&c->bytes, nbytes, __ATOMIC_RELAXED);
     __atomic_sub_fetch(&c->count, 1, __ATOMIC_RELAXED);
+    __atomic_sub_fetch(&c->requested, requested, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&c->frees, 1, __ATOMIC_RELAXED);
 }
 
 void
-cm__stats_recount(cm_device *dev, cm_stat_kind kind, size_t nbytes)
+cm__stats_recount(cm_device *dev, cm_stat_kind kind, size_t nbytes,
+                  size_t requested)
 {
     cm_counts *c = &dev->counts[kind];
 
     __atomic_add_fetch(&c->bytes, nbytes, __ATOMIC_RELAXED);
     __atomic_add_fetch(&c->count, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&c->requested, requested, __ATOMIC_RELAXED);
+    __atomic_sub_fetch(&c->frees, 1, __ATOMIC_RELAXED);
 }
 
 void
@@ -56,8 +66,13 @@ cm__stats_read(cm_device *dev, cm_counts out[CM_STAT_KINDS])
         out[k] = (cm_counts){
             .bytes = __atomic_load_n(&c->bytes, __ATOMIC_RELAXED),
             .count = __atomic_load_n(&c->count, __ATOMIC_RELAXED),
+            .requested = __atomic_load_n(&c->requested, __ATOMIC_RELAXED),
             .peak_bytes = __atomic_load_n(&c->peak_bytes, __ATOMIC_RELAXED),
-            .peak_count = __atomic_load_n(&c->peak_count, __ATOMIC_RELAXED)};
+            .peak_count = __atomic_load_n(&c->peak_count, __ATOMIC_RELAXED),
+            .peak_requested = __atomic_load_n(&c->peak_requested,
+                                              __ATOMIC_RELAXED),
+            .allocations = __atomic_load_n(&c->allocations, __ATOMIC_RELAXED),
+            .frees = __atomic_load_n(&c->frees, __ATOMIC_RELAXED)};
     }
 }
 
@@ -73,7 +88,20 @@ cm_stats_reset_peaks(cm_device *dev)
         __atomic_store_n(&c->peak_count,
                          __atomic_load_n(&c->count, __ATOMIC_RELAXED),
                          __ATOMIC_RELAXED);
+        __atomic_store_n(&c->peak_requested,
+                         __atomic_load_n(&c->requested, __ATOMIC_RELAXED),
+                         __ATOMIC_RELAXED);
     }
+}
+
+void
+cm_stats_reset_accumulated(cm_device *dev)
+{
+    for (int k = 0; k < CM_STAT_KINDS; k++) {
+        __atomic_store_n(&dev->counts[k].allocations, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&dev->counts[k].frees, 0, __ATOMIC_RELAXED);
+    }
+    __atomic_store_n(&dev->oom_rejections, 0, __ATOMIC_RELAXED);
 }
 
 int

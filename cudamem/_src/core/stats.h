@@ -1,5 +1,6 @@
 /* stats.h: what cudamem knows about its memory use per device: current and
- * peak bytes and counts of each kind of allocation. A leaf: does not
+ * peak bytes (occupied and requested) and counts of each kind of
+ * allocation, and how many were made and given up. A leaf: does not
  * allocate, free or call anything; the records (memory.c, hostmem.c,
  * hostpool.c) report to it, and oom.h's snapshot adds what the queues
  * and pools hold. */
@@ -24,11 +25,16 @@ typedef enum cm_stat_kind {
 } cm_stat_kind;
 
 /* One kind on one device; read and written atomically. Bytes are what the
- * driver holds (page-rounded for cudamem's pages). An allocation counts
- * from its record's creation until its free is handed to a queue. */
+ * allocation occupies (page-rounded for cudamem's pages, the whole block
+ * for the pool's); requested is what its caller asked for. An allocation
+ * counts from its record's creation until its free is handed to a queue
+ * (a pinned block: until it goes back to the host pool). */
 typedef struct cm_counts {
-    size_t bytes, count;
-    size_t peak_bytes, peak_count; /* maxima since the last reset */
+    size_t bytes, count, requested;
+    /* Maxima since the last cm_stats_reset_peaks. */
+    size_t peak_bytes, peak_count, peak_requested;
+    /* Made and given up since the last cm_stats_reset_accumulated. */
+    size_t allocations, frees;
 } cm_counts;
 
 typedef struct cm_stats {
@@ -48,14 +54,21 @@ typedef struct cm_stats {
 void cm__stats_read(struct cm_device *dev, cm_counts out[CM_STAT_KINDS]);
 /* Every peak of dev back to its current value. */
 void cm_stats_reset_peaks(struct cm_device *dev);
+/* dev's allocations, frees and oom_rejections back to 0. */
+void cm_stats_reset_accumulated(struct cm_device *dev);
 
-/* memory.c and hostmem.c: an allocation of nbytes made or given up. */
-void cm__stats_add(struct cm_device *dev, cm_stat_kind kind, size_t nbytes);
-void cm__stats_sub(struct cm_device *dev, cm_stat_kind kind, size_t nbytes);
-/* hostpool.c: a cached block counted back in, without touching the peaks,
- * just before cm_host_free counts it out. */
-void cm__stats_recount(struct cm_device *dev, cm_stat_kind kind,
-                       size_t nbytes);
+/* memory.c, hostmem.c and hostpool.c: an allocation of nbytes, of which
+ * its caller asked for `requested`, made or given up. One atomic
+ * operation a counter, and a compare-and-swap loop for a peak raised. */
+void cm__stats_add(struct cm_device *dev, cm_stat_kind kind, size_t nbytes,
+                   size_t requested);
+void cm__stats_sub(struct cm_device *dev, cm_stat_kind kind, size_t nbytes,
+                   size_t requested);
+/* hostpool.c: a cached block counted back in, without touching the peaks
+ * and undoing the free counted when it was cached, just before
+ * cm_host_free counts it out. */
+void cm__stats_recount(struct cm_device *dev, cm_stat_kind kind, size_t nbytes,
+                       size_t requested);
 
 /* What the driver holds for cudamem on dev: device and managed memory,
  * pool slabs whole, queued frees until freed. memory.c adds nbytes

@@ -1,4 +1,5 @@
-/* stats.c (py/): memory_stats() and reset_peak_stats() over core's
+/* stats.c (py/): memory_stats(), reset_peak_stats() and
+ * reset_accumulated_memory_stats() over core's
  * counters (core/stats.h), the memory limit's functions (core/memory.h)
  * with the observer of its refusals, and the garbage-collector hook of
  * core's out-of-memory recovery. The counters, the limit's accounting and
@@ -58,9 +59,10 @@ cmpy_stats_install(int on)
 }
 
 /* The dict's keys in the order memory_stats() fills them: per kind
- * (kind_names' order) the four of kind_suffixes, then the totals. */
-static const char *const kind_suffixes[] = {"bytes_in_use", "bytes_peak",
-                                            "count", "count_peak"};
+ * (kind_names' order) those of kind_suffixes, then the totals. */
+static const char *const kind_suffixes[] = {
+    "bytes_in_use",    "bytes_peak",           "count",       "count_peak",
+    "requested_bytes", "requested_bytes_peak", "allocations", "frees"};
 static const char *const total_names[] = {
     "pending_free_bytes",       "pending_free_count",
     "pool_cached_bytes",        "pinned_pool_cached_bytes",
@@ -115,16 +117,23 @@ PyDoc_STRVAR(
     "managed, pinned, mapped,\nwrite_combined -- "
     "<kind>_bytes_in_use and <kind>_count (live\nallocations "
     "whose frees are not yet queued; cudamem's pinned and\n"
-    "mapped pages count whole pages) and <kind>_bytes_peak, "
-    "<kind>_count_peak\n(their maxima since reset_peak_stats()); "
-    "pending_free_bytes and\npending_free_count (frees queued in "
+    "mapped pages count whole pages, the pools' blocks and size classes\n"
+    "whole),\n"
+    "<kind>_requested_bytes (what their callers asked for), "
+    "<kind>_bytes_peak,\n<kind>_count_peak and "
+    "<kind>_requested_bytes_peak (their maxima since\n"
+    "reset_peak_stats()), <kind>_allocations and <kind>_frees "
+    "(allocations\nmade and given up since "
+    "reset_accumulated_memory_stats()); pending_free_bytes "
+    "and\npending_free_count (frees queued in "
     "the device's pending\ndeallocations; the driver still holds "
     "that memory), pool_cached_bytes\n(freed memory the pool "
     "keeps for reuse) and pinned_pool_cached_bytes and\n"
     "pinned_pool_cached_count (page-locked blocks the host pool "
     "keeps for\nreuse, not in pinned_*; process-wide, the same "
     "for every device),\noom_rejections (allocations that "
-    "set_memory_limit()'s limit refused).\nThe caller's memory page-locked by "
+    "set_memory_limit()'s limit refused, since\n"
+    "reset_accumulated_memory_stats()).\nThe caller's memory page-locked by "
     "register() or pinned() is not\ncounted.");
 
 /* An empty cudamem.devices.MemoryStats (the MEMORY_STATS hook) of the
@@ -164,6 +173,10 @@ memory_stats(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
         *v++ = c->peak_bytes;
         *v++ = c->count;
         *v++ = c->peak_count;
+        *v++ = c->requested;
+        *v++ = c->peak_requested;
+        *v++ = c->allocations;
+        *v++ = c->frees;
     }
     *v++ = stats.pending_bytes;
     *v++ = stats.pending_count;
@@ -206,6 +219,29 @@ reset_peak_stats(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
         return NULL;
     }
     cm_stats_reset_peaks(dev);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(reset_accumulated_memory_stats_doc,
+             "reset_accumulated_memory_stats($module, device=None)\n--\n\n"
+             "Sets the <kind>_allocations, <kind>_frees and oom_rejections "
+             "of\nmemory_stats(device) to 0.");
+
+static PyObject *
+reset_accumulated_memory_stats(PyObject *module, PyObject *const *args,
+                               Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {"device"};
+    cmpy_state *st = cmpy_get_state(module);
+    PyObject *argv[1];
+    cm_device *dev;
+
+    if (cmpy_parse_args("reset_accumulated_memory_stats", names, 1, 0, args,
+                        nargs, kwnames, argv) < 0 ||
+        cmpy_device_arg(st, argv[0], 1, &dev) < 0) {
+        return NULL;
+    }
+    cm_stats_reset_accumulated(dev);
     Py_RETURN_NONE;
 }
 
@@ -363,5 +399,8 @@ PyMethodDef cmpy_stats_methods[] = {
      METH_FASTCALL | METH_KEYWORDS, memory_stats_doc},
     {"reset_peak_stats", (PyCFunction)(void (*)(void))reset_peak_stats,
      METH_FASTCALL | METH_KEYWORDS, reset_peak_stats_doc},
+    {"reset_accumulated_memory_stats",
+     (PyCFunction)(void (*)(void))reset_accumulated_memory_stats,
+     METH_FASTCALL | METH_KEYWORDS, reset_accumulated_memory_stats_doc},
     {NULL, NULL, 0, NULL},
 };
