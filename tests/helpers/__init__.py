@@ -5,6 +5,7 @@
 - interop: Producer, a foreign array seen only through its CUDA Array
   Interface, and DLPack's structures read back through ctypes;
 - hostmem: page-aligned host buffers;
+- devmem: device_memory, device 0 with a chosen memory size;
 - simref: SimDriver, the simulated driver called through ctypes as a
   second client of the driver;
 - simdriver: scripts that drive the simulated driver through ctypes in a

@@ -9,7 +9,6 @@ The references: the simulator's counters (live bytes, calls of each entry
 point) for what cudamem holds and whether the driver was asked, and the
 simulated device's total (set_memory) for fractions.
 """
-import gc
 import json
 import math
 import pickle
@@ -20,8 +19,8 @@ import numpy as np
 import pytest
 
 import cudamem
-from cudamem import _cudamem
 from cudamem.errors import CudaAPIError, CudaOutOfMemoryError
+from tests.helpers.devmem import device_memory
 
 pytestmark = pytest.mark.simulator
 
@@ -41,15 +40,12 @@ def _held(sim):
 @pytest.fixture
 def dev64(sim):
     """Device 0 with DEVICE bytes, no limit and no observer afterwards."""
-    gc.collect()
-    _cudamem._flush_pending()
-    sim.set_memory(0, DEVICE)
-    yield sim
-    cudamem.set_memory_limit(None)
-    cudamem.set_oom_observer(None)
-    gc.collect()
-    _cudamem._flush_pending()
-    sim.set_memory(0, 1 << 30)
+    with device_memory(sim, DEVICE):
+        try:
+            yield sim
+        finally:
+            cudamem.set_memory_limit(None)
+            cudamem.set_oom_observer(None)
 
 
 def test_limit_is_inclusive_and_refuses_without_the_driver(dev64):

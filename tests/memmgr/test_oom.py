@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 import cudamem
-from cudamem import _cudamem
 from cudamem.errors import CudaAPIError, CudaOutOfMemoryError
+from tests.helpers.devmem import device_memory
 
 pytestmark = pytest.mark.simulator
 
@@ -36,11 +36,8 @@ def _calls(sim, entry):
 @pytest.fixture
 def small(sim):
     """Device 0 with SMALL bytes of memory for the test."""
-    sim.set_memory(0, SMALL)
-    yield sim
-    gc.collect()
-    _cudamem._flush_pending()
-    sim.set_memory(0, 1 << 30)
+    with device_memory(sim, SMALL):
+        yield sim
 
 
 def _fill(n):
@@ -284,11 +281,8 @@ QUEUED = 8
 @pytest.fixture
 def device64(sim):
     """Device 0 with DEVICE bytes of memory for the test."""
-    sim.set_memory(0, DEVICE)
-    yield sim
-    gc.collect()
-    _cudamem._flush_pending()
-    sim.set_memory(0, 1 << 30)
+    with device_memory(sim, DEVICE):
+        yield sim
 
 
 def _manager(name):
