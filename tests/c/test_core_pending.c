@@ -354,6 +354,30 @@ test_byte_threshold(void)
     cm__pending_delete(q);
 }
 
+/* A queue sized again keeps what it holds and its deferral, and flushes
+ * by the new limit from the next add. */
+static void
+test_resize(void)
+{
+    cm_error err;
+    freelog log;
+    cm_pending *q = new_queue(1000, &log);
+
+    cm__pending_defer(q);
+    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 1, 150, &err), 0);
+    CHECK_EQ(cm__pending_resize(q, 500, &err), 0);
+    CHECK_TRUE(cm__pending_bytes(q) == 150 && cm__pending_deferred(q));
+    cm__pending_undefer(q);
+    /* 0.2 * 500: 150 + 0 is already over, and the next add flushes */
+    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 2, 0, &err), 0);
+    CHECK_TRUE(freed_in_order(&log, 1, 2));
+    CHECK_EQ(cm__pending_resize(q, 10000, &err), 0);
+    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 3, 2000, &err), 0);
+    CHECK_TRUE(log.calls == 2 && cm__pending_bytes(q) == 2000);
+    cm__pending_drop(q);
+    cm__pending_delete(q);
+}
+
 static void
 test_fifo_growth(void)
 {
@@ -774,6 +798,7 @@ static const check_test tests[] = {
     {"defaults", test_defaults, 0},
     {"count_threshold", test_count_threshold, 0},
     {"byte_threshold", test_byte_threshold, 0},
+    {"resize", test_resize, 0},
     {"fifo_growth", test_fifo_growth, 0},
     {"failed_free", test_failed_free, 0},
     {"nested_defer", test_nested_defer, 0},

@@ -9,6 +9,7 @@ import pytest
 
 import cudamem
 from cudamem.errors import CudaAPIError, CudaDriverError, CudaWarning
+from tests.helpers.devmem import device_memory
 
 pytestmark = pytest.mark.simulator
 
@@ -56,6 +57,36 @@ def test_byte_threshold_is_strict(run_py):
               "CUDAMEM_SIM_MEMORY": str(1 << 28)})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "0"
+
+
+def _pending_after_free(nbytes):
+    cudamem.device_array(nbytes, np.uint8)
+    return _deallocs().nbytes
+
+
+def test_byte_threshold_follows_each_context(sim):
+    # numba sizes a context's queue (a share of its device's memory) when
+    # the context is made: a context made after the device's memory
+    # changed uses the new size, though the queue outlived the old one.
+    mib = 1 << 20
+    _pending_after_free(1)
+    assert _pending_after_free(2 * mib) >= 2 * mib  # 20% of 1 GiB
+    with device_memory(sim, 8 * mib):
+        assert _pending_after_free(2 * mib) == 0  # over 20% of 8 MiB
+        assert _pending_after_free(mib) == mib
+    # The block's end closed that context, with what it queued.
+    assert _pending_after_free(2 * mib) == 2 * mib
+
+
+def test_a_failed_resizing_keeps_the_old_threshold(sim):
+    # Sizing again is best effort: the free that asks is queued under the
+    # old limit, and the next one sizes the queue.
+    mib = 1 << 20
+    _pending_after_free(1)
+    with device_memory(sim, 8 * mib):
+        sim.inject("cuDeviceTotalMem", "CUDA_ERROR_UNKNOWN")
+        assert _pending_after_free(2 * mib) == 2 * mib
+        assert _pending_after_free(2 * mib) == 0
 
 
 def test_count_from_numba_variable(run_py):

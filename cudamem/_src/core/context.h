@@ -32,8 +32,9 @@ typedef struct cm_device {
      * they register their teardown (cm__subsystem_register). */
     pthread_mutex_t qlock;
     /* release.c's queues for the current generation, made on first use
-     * (under qlock). */
+     * (under qlock); queues_stale: a teardown since they were sized. */
     struct cm_pending *queues[2];
+    int queues_stale;
     /* pool.c's pool, made on first enable (under qlock) and never freed;
      * pool_on is the same pointer while pooled allocation is on (memory.c
      * then allocates through pool.c's cm_mem_ops). */

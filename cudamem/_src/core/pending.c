@@ -239,6 +239,21 @@ nomem:
     return NULL;
 }
 
+int
+cm__pending_resize(cm_pending *q, size_t device_memory, cm_error *err)
+{
+    size_t max_count;
+    double ratio;
+
+    if (cm__pending_limits(&max_count, &ratio, err) < 0) {
+        return -1;
+    }
+    pthread_mutex_lock(&q->lock);
+    q->max_bytes = byte_limit(ratio, device_memory);
+    pthread_mutex_unlock(&q->lock);
+    return 0;
+}
+
 void
 cm__pending_delete(cm_pending *q)
 {

@@ -40,6 +40,9 @@ cm_pending *cm__pending_new(size_t device_memory, cm_free_fn fn, void *arg,
                             cm_error *err);
 /* Frees nothing: call cm__pending_flush or cm__pending_drop first. */
 void cm__pending_delete(cm_pending *q);
+/* The byte limit for a device with `device_memory` bytes, as
+ * cm__pending_new sets it; what is queued and deferred stays. */
+int cm__pending_resize(cm_pending *q, size_t device_memory, cm_error *err);
 
 /* Queues a free; then flushes when the count or the bytes pending exceed
  * (strictly) the limits, unless deferred. The item is queued even when that

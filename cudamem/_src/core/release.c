@@ -136,6 +136,28 @@ static const cm_subsystem_ops queue_ops = {
     .relieve = cm_queues_flush,
 };
 
+/* Caller holds dev->qlock. numba sizes a context's queue from its
+ * device's memory when the context is made: after a teardown the queues
+ * are sized again on their next use (a deferral in force stays). That is
+ * best effort: a failure keeps the old limit and is tried again next
+ * time, rather than failing the free that asked. */
+static void
+queues_resize(cm_device *dev)
+{
+    cm_error ignored;
+    size_t total;
+
+    if (CM_CALL(&ignored, cuDeviceTotalMem, &total, dev->cudev) < 0) {
+        return;
+    }
+    for (int q = 0; q < CM_QUEUE_COUNT; q++) {
+        if (cm__pending_resize(dev->queues[q], total, &ignored) < 0) {
+            return;
+        }
+    }
+    dev->queues_stale = 0;
+}
+
 /* Caller holds dev->qlock. */
 static int
 queues_ready(cm_device *dev, cm_error *err)
@@ -143,6 +165,9 @@ queues_ready(cm_device *dev, cm_error *err)
     size_t total;
 
     if (dev->queues[0] != NULL) {
+        if (dev->queues_stale) {
+            queues_resize(dev);
+        }
         return 0;
     }
     cm__subsystem_register(CM_SUB_QUEUES, &queue_ops);
@@ -374,6 +399,7 @@ queues_drop(cm_device *dev, int reset, cm_error *err)
     cm_error later;
     int rc = 0;
 
+    dev->queues_stale = 1;
     for (int q = 0; q < CM_QUEUE_COUNT; q++) {
         if (dev->queues[q] != NULL &&
             cm__pending_salvage(dev->queues[q], salvage_one, &sa,
