@@ -197,8 +197,8 @@ record_of(addrnode *link)
 static size_t
 by_base_slot(uintptr_t base, size_t mask)
 {
-    /* Fibonacci hashing: the high bits of the product mix every bit of
-     * the (aligned) base. */
+    /* Fibonacci hashing: bits 32 and up of the product mix every bit
+     * of the (aligned) base. */
     return (size_t)(((uint64_t)base * 0x9e3779b97f4a7c15u) >> 32) & mask;
 }
 
