@@ -129,6 +129,18 @@ reference(uintptr_t addr, addrnode **find, addrnode **after, addrnode **floor)
     }
 }
 
+/* The range in after slot i (brute force), or NULL. */
+static addrnode *
+next_in(unsigned i)
+{
+    while (++i < SLOTS) {
+        if (ranges[i].in) {
+            return &ranges[i].link;
+        }
+    }
+    return NULL;
+}
+
 static void
 check_lookups(const addrtree *t, uintptr_t addr)
 {
@@ -206,15 +218,34 @@ test_sorted(void)
     }
     check_tree(&t);
     CHECK_LE(tree_depth(&t), 18);
+    for (size_t i = 0; i < SLOTS; i++) {
+        addrtree_remove(&t, &ranges[i].link);
+        ranges[i].in = 0;
+    }
+    CHECK_PTR_EQ(t.root, NULL);
+    CHECK_PTR_EQ(addrtree_last(&t), NULL);
+    /* Appends before NULL (after the last), then descending inserts each
+     * before the previous one. */
+    for (size_t i = 0; i < SLOTS / 2; i++) {
+        ranges[i].in = 1;
+        addrtree_insert_before(&t, NULL, &ranges[i].link);
+    }
+    for (size_t i = SLOTS; i-- > SLOTS / 2;) {
+        ranges[i].in = 1;
+        addrtree_insert_before(&t, next_in((unsigned)i), &ranges[i].link);
+    }
+    check_tree(&t);
+    CHECK_LE(tree_depth(&t), 18);
 }
 
-/* Random steps: insert a range into a free slot, remove a random one,
+/* Random steps: insert a range into a free slot (by a search, or before
+ * its successor as a caller that found it would), remove a random one,
  * look up random addresses, each followed by the invariants. */
 static void
 test_random(void)
 {
     addrtree t = {0};
-    size_t inserts = 0, removes = 0;
+    size_t inserts = 0, hinted = 0, removes = 0;
 
     for (int step = 0; step < 40000; step++) {
         unsigned op = draw(10), i = draw(SLOTS);
@@ -229,8 +260,14 @@ test_random(void)
 
             r->link.base = (uintptr_t)i * SLOT + off;
             r->link.size = 1 + draw(SLOT - off);
+            if (draw(2)) {
+                addrtree_insert_before(&t, next_in(i), &r->link);
+                hinted++;
+            }
+            else {
+                addrtree_insert(&t, &r->link);
+            }
             r->in = 1;
-            addrtree_insert(&t, &r->link);
             inserts++;
         }
         else if (op >= 4 && op < 7 && r->in) {
@@ -250,6 +287,8 @@ test_random(void)
     check_tree(&t);
     /* The draws exercised both operations many times over. */
     CHECK_GT(inserts, 5000);
+    CHECK_GT(hinted, 2000);
+    CHECK_GT(inserts - hinted, 2000);
     CHECK_GT(removes, 5000);
 }
 

@@ -112,10 +112,13 @@ next_node(node *n)
     return node_of(addrtree_next(&n->link));
 }
 
+/* Links n before `next` (NULL: last), the first node ending after n's
+ * base, which its caller found; n's pages are in no node. */
 static void
-table_insert(node *n)
+table_insert(node *n, node *next)
 {
-    addrtree_insert(&table.tree, &n->link);
+    addrtree_insert_before(&table.tree, next != NULL ? &next->link : NULL,
+                           &n->link);
     /* Atomic: cm__host_note reads the count without the lock. */
     __atomic_store_n(&table.n, table.n + 1, __ATOMIC_RELAXED);
     n->linked = 1;
@@ -279,27 +282,30 @@ reg_drop(cm_hostreg *r, cm_error *err)
     return rc;
 }
 
-/* Forgets the nodes in [lo, hi) whose registration died with its context;
- * their holders still drop them. Lock held. */
-static void
+/* Forgets the nodes in [lo, hi) whose registration died with its context
+ * (their holders still drop them); returns the first node ending after lo
+ * that is left. Lock held. */
+static node *
 unlink_stale(uintptr_t lo, uintptr_t hi)
 {
-    node *n = first_after(lo), *next;
+    node *first = first_after(lo), *n = first, *next;
 
     for (; n != NULL && n->link.base < hi; n = next) {
         next = next_node(n);
         if (stale(n)) {
+            first = n == first ? next : first;
             table_unlink(n);
         }
     }
+    return first;
 }
 
-/* Registers the gap [lo, hi) as a new node of the table. *made is NULL
- * when another owner already page-locked it. Lock held, dev's context
- * current. */
+/* Registers the gap [lo, hi) as a new node of the table, before `next`
+ * (the first node above it, or NULL). *made is NULL when another owner
+ * already page-locked it. Lock held, dev's context current. */
 static int
-register_gap(uintptr_t lo, uintptr_t hi, unsigned flags, cm_device *dev,
-             uint64_t resets, node **made, cm_error *err)
+register_gap(uintptr_t lo, uintptr_t hi, node *next, unsigned flags,
+             cm_device *dev, uint64_t resets, node **made, cm_error *err)
 {
     node *n = malloc(sizeof(*n));
     cm_error ignored;
@@ -326,7 +332,7 @@ register_gap(uintptr_t lo, uintptr_t hi, unsigned flags, cm_device *dev,
                    ? 0
                    : -1;
     }
-    table_insert(n);
+    table_insert(n, next);
     *made = n;
     return 0;
 }
@@ -341,11 +347,9 @@ reg_acquire(uintptr_t lo, uintptr_t hi, unsigned flags, cm_device *dev,
     uintptr_t cur = lo;
     cm_error ignored;
     cm_hostreg *r;
-    node *n;
+    node *first = unlink_stale(lo, hi), *n;
 
-    unlink_stale(lo, hi);
-    for (n = first_after(lo); n != NULL && n->link.base < hi;
-         n = next_node(n)) {
+    for (n = first; n != NULL && n->link.base < hi; n = next_node(n)) {
         if (!(flags & CU_MEMHOSTREGISTER_READ_ONLY) &&
             (n->flags & CU_MEMHOSTREGISTER_READ_ONLY)) {
             return cm__fail_fmt(err, CM_ERR_VALUE,
@@ -364,7 +368,7 @@ reg_acquire(uintptr_t lo, uintptr_t hi, unsigned flags, cm_device *dev,
     }
     r->n = 0;
     /* A gap registered goes in before n, which stays the next node. */
-    n = first_after(lo);
+    n = first;
     while (cur < hi) {
         if (n != NULL && n->link.base <= cur) {
             n->refs++;
@@ -376,7 +380,7 @@ reg_acquire(uintptr_t lo, uintptr_t hi, unsigned flags, cm_device *dev,
         uintptr_t end = n != NULL && n->link.base < hi ? n->link.base : hi;
         node *made;
 
-        if (register_gap(cur, end, flags, dev, resets, &made, err) < 0) {
+        if (register_gap(cur, end, n, flags, dev, resets, &made, err) < 0) {
             (void)reg_drop(r, &ignored);
             return -1;
         }
@@ -493,8 +497,7 @@ wc_node(cm_host *h, cm_error *err)
                 .dev = h->dev,
                 .resets = h->resets};
     cm__lock(&table.lock, CM_LOCK_HOSTMEM);
-    unlink_stale(lo, lo + n->link.size);
-    table_insert(n);
+    table_insert(n, unlink_stale(lo, lo + n->link.size));
     cm__unlock(&table.lock);
     r->n = 1;
     r->nodes[0] = n;
@@ -555,6 +558,20 @@ alloc_wc(cm_device *dev, cm_host *h, int portable, cm_error *err)
     return 0;
 }
 
+/* A zeroed record of `kind`, or NULL. malloc, not calloc: glibc's calloc
+ * skips its per-thread cache, which cost each registration a few hundred
+ * instructions that varied with the heap's state. */
+static cm_host *
+host_new(cm_host_kind kind)
+{
+    cm_host *h = malloc(sizeof(*h));
+
+    if (h != NULL) {
+        *h = (cm_host){.kind = kind};
+    }
+    return h;
+}
+
 /* One try at cm_host_alloc. */
 static int
 host_alloc(cm_device *dev, cm_host_kind kind, size_t nbytes, int portable,
@@ -564,11 +581,10 @@ host_alloc(cm_device *dev, cm_host_kind kind, size_t nbytes, int portable,
     cm_host *h;
     void *p;
 
-    h = calloc(1, sizeof(*h));
+    h = host_new(kind);
     if (h == NULL) {
         return cm_fail(err, CM_ERR_NOMEM, "out of host memory");
     }
-    h->kind = kind;
     h->size = nbytes;
     if (kind == CM_HOST_MAPPED_WC) {
         if (alloc_wc(dev, h, portable, err) < 0) {
@@ -666,11 +682,10 @@ cm_host_register(cm_device *dev, void *ptr, size_t size, int readonly,
     if (cm_fork_check(err) < 0) {
         return -1;
     }
-    h = calloc(1, sizeof(*h));
+    h = host_new(CM_HOST_REGISTERED);
     if (h == NULL) {
         return cm_fail(err, CM_ERR_NOMEM, "out of host memory");
     }
-    h->kind = CM_HOST_REGISTERED;
     h->ptr = size > 0 ? ptr : NULL;
     h->size = size;
     if (host_register(dev, h, readonly, mapped, err) < 0) {
@@ -690,11 +705,10 @@ cm_host_external(cm_device *dev, void *ptr, size_t size, int mapped,
     if (cm_fork_check(err) < 0) {
         return -1;
     }
-    h = calloc(1, sizeof(*h));
+    h = host_new(CM_HOST_REGISTERED);
     if (h == NULL) {
         return cm_fail(err, CM_ERR_NOMEM, "out of host memory");
     }
-    h->kind = CM_HOST_REGISTERED;
     h->external = 1;
     h->ptr = size > 0 ? ptr : NULL;
     h->size = size;
@@ -769,11 +783,10 @@ cm_host_unregister(cm_host *h, cm_error *err)
         return -1;
     }
     /* The registration alone retires: a record that owns no memory. */
-    shell = calloc(1, sizeof(*shell));
+    shell = host_new(CM_HOST_REGISTERED);
     if (shell == NULL) {
         return cm_fail(err, CM_ERR_NOMEM, "out of host memory");
     }
-    shell->kind = CM_HOST_REGISTERED;
     shell->dev = h->dev;
     shell->reg = h->reg;
     h->reg = NULL;

@@ -99,21 +99,60 @@ insert_fixup(addrtree *t, addrnode *n)
     t->root->red = 0;
 }
 
-void
-addrtree_insert(addrtree *t, addrnode *n)
+/* Links n at `link`, an empty child link of parent (NULL: the root of an
+ * empty tree), where the order puts it. */
+static void
+link_at(addrtree *t, addrnode *parent, addrnode **link, addrnode *n)
 {
-    addrnode *parent = NULL, **link = &t->root;
-
-    while (*link != NULL) {
-        parent = *link;
-        link = n->base < parent->base ? &parent->left : &parent->right;
-    }
     n->left = n->right = NULL;
     n->parent = parent;
     n->red = 1;
     *link = n;
+    if (parent == NULL || (parent == t->last && link == &parent->right)) {
+        t->last = n;
+    }
     t->n++;
     insert_fixup(t, n);
+}
+
+void
+addrtree_insert(addrtree *t, addrnode *n)
+{
+    addrnode *parent = t->last, **link;
+
+    if (parent != NULL && n->base >= parent->base) {
+        /* The last node has no right child. */
+        link_at(t, parent, &parent->right, n);
+        return;
+    }
+    parent = NULL;
+    link = &t->root;
+    while (*link != NULL) {
+        parent = *link;
+        link = n->base < parent->base ? &parent->left : &parent->right;
+    }
+    link_at(t, parent, link, n);
+}
+
+void
+addrtree_insert_before(addrtree *t, addrnode *next, addrnode *n)
+{
+    addrnode *parent;
+
+    if (next == NULL) {
+        parent = t->last;
+        link_at(t, parent, parent != NULL ? &parent->right : &t->root, n);
+    }
+    else if (next->left == NULL) {
+        link_at(t, next, &next->left, n);
+    }
+    else {
+        /* next's predecessor, the rightmost of its left subtree. */
+        for (parent = next->left; parent->right != NULL;) {
+            parent = parent->right;
+        }
+        link_at(t, parent, &parent->right, n);
+    }
 }
 
 /* The subtree at x (possibly NULL), parent's child, has one black node
@@ -188,6 +227,10 @@ addrtree_remove(addrtree *t, addrnode *n)
     addrnode *child, *parent;
     int red; /* the colour that leaves the tree */
 
+    if (n == t->last) {
+        /* It has no right child: its predecessor is near. */
+        t->last = addrtree_prev(n);
+    }
     if (n->left != NULL && n->right != NULL) {
         /* Its successor, which has no left child, takes its place and
          * colour; the successor's old position is the one that empties. */
@@ -239,12 +282,7 @@ addrtree_first(const addrtree *t)
 addrnode *
 addrtree_last(const addrtree *t)
 {
-    addrnode *n = t->root;
-
-    while (n != NULL && n->right != NULL) {
-        n = n->right;
-    }
-    return n;
+    return t->last;
 }
 
 addrnode *

@@ -19,8 +19,11 @@ typedef struct addrnode {
     int red; /* the node's colour: 1 red, 0 black */
 } addrnode;
 
+/* Zero-initialized when empty. `last` is kept so that a range above all
+ * the others goes in without a walk from the root. */
 typedef struct addrtree {
     addrnode *root;
+    addrnode *last;
     size_t n;
 } addrtree;
 
@@ -28,13 +31,21 @@ typedef struct addrtree {
 #define ADDRTREE_ENTRY(n, type, field)                                        \
     ((type *)((char *)(n) - offsetof(type, field)))
 
-/* Links n by n->base; an equal base goes after those already in. */
+/* Links n by n->base; an equal base goes after those already in. A base
+ * at or above the last one's takes O(1) amortized. */
 void addrtree_insert(addrtree *t, addrnode *n);
+
+/* Links n just before `next` (NULL: after the last node) without a
+ * search from the root, for a caller that found next already (the first
+ * node ending after n's base, with the ranges disjoint): the order is the
+ * caller's to keep. Walks at most down to next's predecessor. */
+void addrtree_insert_before(addrtree *t, addrnode *next, addrnode *n);
 
 /* Unlinks n, which is in t. */
 void addrtree_remove(addrtree *t, addrnode *n);
 
-/* The first and last nodes by base, and n's neighbours; NULL past an end. */
+/* The first and last nodes by base (the last in O(1)), and n's
+ * neighbours; NULL past an end. */
 addrnode *addrtree_first(const addrtree *t);
 addrnode *addrtree_last(const addrtree *t);
 addrnode *addrtree_next(const addrnode *n);

@@ -219,11 +219,16 @@ registry_keys(cmpy_state *st, PyObject *seq, int want)
 {
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     PyObject *keys = PyTuple_New(n);
+    /* The keys so far, so that a long sequence is checked in O(n). */
+    PyObject *so_far = PySet_New(NULL);
 
+    if (so_far == NULL) {
+        Py_CLEAR(keys);
+    }
     for (Py_ssize_t i = 0; keys != NULL && i < n; i++) {
         PyObject *obj = PySequence_Fast_GET_ITEM(seq, i);
         PyObject *key = registry_key(obj), *have;
-        int seen = 0;
+        int seen;
 
         if (key == NULL) {
             Py_CLEAR(keys);
@@ -231,9 +236,9 @@ registry_keys(cmpy_state *st, PyObject *seq, int want)
         }
         PyTuple_SET_ITEM(keys, i, key);
         have = PyDict_GetItemWithError(st->registered, key); /* borrowed */
-        for (Py_ssize_t j = 0; j < i && seen == 0; j++) {
-            seen = PyObject_RichCompareBool(PyTuple_GET_ITEM(keys, j), key,
-                                            Py_EQ);
+        seen = PySet_Contains(so_far, key);
+        if (seen == 0 && PySet_Add(so_far, key) < 0) {
+            seen = -1;
         }
         if ((have == NULL && PyErr_Occurred()) || seen < 0) {
             Py_CLEAR(keys);
@@ -247,6 +252,7 @@ registry_keys(cmpy_state *st, PyObject *seq, int want)
             Py_CLEAR(keys);
         }
     }
+    Py_XDECREF(so_far);
     return keys;
 }
 

@@ -43,6 +43,17 @@ struct sim_heap {
 
 /* Every live record by base; ranges never overlap. */
 static addrtree table;
+
+/* Every live record by exact base too, so that a free or unregister,
+ * which names a base, finds it without a walk of the tree: chains through
+ * sim_alloc.hnext, doubled when they average more than one record (a
+ * failed doubling only lengthens them). */
+#define BY_BASE_MIN 64
+static sim_alloc *by_base_min[BY_BASE_MIN];
+static struct {
+    sim_alloc **chains;
+    size_t mask, n;
+} by_base = {by_base_min, BY_BASE_MIN - 1, 0};
 static unsigned long long next_buffer_id = 1;
 
 /* Cached with relaxed atomics: callers need not hold the lock, and
@@ -183,20 +194,95 @@ record_of(addrnode *link)
     return link ? ADDRTREE_ENTRY(link, sim_alloc, link) : NULL;
 }
 
+static size_t
+by_base_slot(uintptr_t base, size_t mask)
+{
+    /* Fibonacci hashing: bits 32 and up of the product mix every bit
+     * of the (aligned) base. */
+    return (size_t)(((uint64_t)base * 0x9e3779b97f4a7c15u) >> 32) & mask;
+}
+
+static void
+by_base_grow(void)
+{
+    size_t mask = by_base.mask * 2 + 1;
+    sim_alloc **chains = calloc(mask + 1, sizeof(*chains)), *a, *next;
+    if (!chains)
+        return;
+    for (size_t i = 0; i <= by_base.mask; i++) {
+        for (a = by_base.chains[i]; a; a = next) {
+            size_t slot = by_base_slot(a->link.base, mask);
+            next = a->hnext;
+            a->hnext = chains[slot];
+            chains[slot] = a;
+        }
+    }
+    if (by_base.chains != by_base_min)
+        free(by_base.chains);
+    by_base.chains = chains;
+    by_base.mask = mask;
+}
+
+static void
+by_base_add(sim_alloc *a)
+{
+    if (by_base.n > by_base.mask)
+        by_base_grow();
+    sim_alloc **chain = &by_base
+                             .chains[by_base_slot(a->link.base, by_base.mask)];
+    a->hnext = *chain;
+    *chain = a;
+    by_base.n++;
+}
+
+static void
+by_base_remove(sim_alloc *a)
+{
+    sim_alloc **p = &by_base.chains[by_base_slot(a->link.base, by_base.mask)];
+    while (*p != a)
+        p = &(*p)->hnext;
+    *p = a->hnext;
+    by_base.n--;
+}
+
+/* The record whose base is `base`, or NULL. */
+static sim_alloc *
+record_at(uintptr_t base)
+{
+    sim_alloc *a = by_base.chains[by_base_slot(base, by_base.mask)];
+    while (a && a->link.base != base)
+        a = a->hnext;
+    return a;
+}
+
 static void
 table_insert(sim_alloc *a)
 {
     a->link.base = a->base;
     a->link.size = a->size;
     addrtree_insert(&table, &a->link);
+    by_base_add(a);
+}
+
+/* table_insert before `next`, the first record ending after a's base,
+ * which the caller found (NULL: none). */
+static void
+table_insert_before(sim_alloc *a, sim_alloc *next)
+{
+    a->link.base = a->base;
+    a->link.size = a->size;
+    addrtree_insert_before(&table, next ? &next->link : NULL, &a->link);
+    by_base_add(a);
 }
 
 /* A record never entered (a failed creation) is left alone. */
 static void
 table_remove(sim_alloc *a)
 {
-    if (a->link.parent || table.root == &a->link)
+    if (a->link.parent || table.root == &a->link) {
         addrtree_remove(&table, &a->link);
+        by_base_remove(a);
+    }
 }
 
 /* The first record overlapping [addr, addr + len), or NULL. */
@@ -268,16 +354,19 @@ sim_mem_resolve(uintptr_t addr, size_t len, int want, sim_ref *out)
 /* ---------------------------------------------------------------------------
  * Records. */
 
+/* malloc, not calloc: glibc's calloc skips its per-thread cache, which
+ * made every allocation and registration a few hundred instructions
+ * dearer, by an amount that varied with the heap's state. */
 static sim_alloc *
 record_new(sim_mem_kind kind, CUcontext ctx)
 {
-    sim_record *r = calloc(1, sizeof(*r));
+    sim_record *r = malloc(sizeof(*r));
     if (!r)
         return NULL;
-    r->a.kind = kind;
-    r->a.ctx = ctx;
-    r->a.ipc_fd = -1;
-    r->a.buffer_id = next_buffer_id++;
+    *r = (sim_record){.a = {.kind = kind,
+                            .ctx = ctx,
+                            .ipc_fd = -1,
+                            .buffer_id = next_buffer_id++}};
     return &r->a;
 }
 
@@ -432,8 +521,8 @@ sim_mem_quiesce(sim_alloc *a)
     do
         pthread_cond_wait(&sim.progress, &sim.lock);
     while (sim_range_busy(base, size, 1));
-    a = sim_mem_find(base);
-    return a && a->base == base && a->buffer_id == id ? a : NULL;
+    a = record_at(base);
+    return a && a->buffer_id == id ? a : NULL;
 }
 
 CUresult
@@ -650,10 +739,9 @@ cuMemAllocPitch(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes,
 static CUresult
 find_base(uintptr_t base, sim_mem_kind kind, sim_alloc **out)
 {
-    sim_alloc *a = sim_mem_find(base);
-    if (!a || a->base != base ||
-        (a->kind != kind &&
-         !(kind == SIM_MEM_DEVICE && a->kind == SIM_MEM_MANAGED)))
+    sim_alloc *a = record_at(base);
+    if (!a || (a->kind != kind &&
+               !(kind == SIM_MEM_DEVICE && a->kind == SIM_MEM_MANAGED)))
         return CUDA_ERROR_INVALID_VALUE;
     *out = a;
     return CUDA_SUCCESS;
@@ -831,8 +919,10 @@ host_register(void *p, size_t bytesize, unsigned flags)
         r = CUDA_ERROR_INVALID_VALUE;
         goto done;
     }
-    sim_alloc *o = table_overlap(addr, bytesize);
-    if (o) {
+    /* The first record ending after addr: overlapping, or the one the new
+     * record goes before. */
+    sim_alloc *o = record_of(addrtree_after(&table, addr));
+    if (o && o->base < addr + bytesize) {
         r = o->kind == SIM_MEM_HOST || o->kind == SIM_MEM_REGISTERED
                 ? CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED
                 : CUDA_ERROR_INVALID_VALUE;
@@ -848,7 +938,7 @@ host_register(void *p, size_t bytesize, unsigned flags)
     a->backing = p;
     a->backing_size = bytesize;
     a->flags = flags;
-    table_insert(a);
+    table_insert_before(a, o);
     sim.live.registrations++;
     sim.live.registered_bytes += bytesize;
 done:
@@ -864,9 +954,9 @@ cuMemHostUnregister(void *p)
     sim_lock();
     CUresult r = sim_ctx_get(&ctx);
     if (r == CUDA_SUCCESS) {
-        sim_alloc *a = sim_mem_find((uintptr_t)p);
+        sim_alloc *a = record_at((uintptr_t)p);
         if (!p || !a || a->kind != SIM_MEM_REGISTERED ||
-            a->base != (uintptr_t)p || !(a = sim_mem_quiesce(a)))
+            !(a = sim_mem_quiesce(a)))
             r = CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
         else
             record_free(a);

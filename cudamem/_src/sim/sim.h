@@ -413,6 +413,7 @@ typedef enum sim_mem_kind {
 
 typedef struct sim_alloc {
     addrnode link; /* in memory.c's table, by base (a copy of base, size) */
+    struct sim_alloc *hnext; /* memory.c's records by exact base: chain */
     sim_mem_kind kind;
     uintptr_t base;         /* the address the API hands out */
     size_t size;            /* bytes requested */
