@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import cudamem
-from cudamem.errors import CudaOutOfMemoryError
+from cudamem.errors import CudaAPIError, CudaOutOfMemoryError, CudaStickyError
 
 pytestmark = pytest.mark.simulator
 
@@ -285,3 +285,49 @@ def test_a_device_without_pools_refuses_it(run_py):
         "(CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED is 0)",
         "DefaultMemoryManager"]
 
+
+
+def test_a_failed_support_query_raises_and_keeps_the_manager(sim):
+    previous = cudamem.current_context().memory_manager
+    sim.inject("cuDeviceGetAttribute", "CUDA_ERROR_UNKNOWN")
+    with pytest.raises(CudaAPIError) as info:
+        with cudamem.using_memory_manager(cudamem.AsyncMemoryManager):
+            pass
+    assert info.value.call == "cuDeviceGetAttribute"
+    assert cudamem.current_context().memory_manager is previous
+
+
+def test_a_failed_order_of_a_free_raises(manager, sim):
+    own, busy = cudamem.stream(), cudamem.stream()
+    arr = cudamem.device_array(MIB, np.uint8, stream=own)
+    arr.copy_to_device(np.ones(MIB, np.uint8), stream=busy)
+    sim.reset()
+    sim.inject("cuStreamWaitEvent", "CUDA_ERROR_UNKNOWN")
+    with pytest.raises(CudaAPIError) as info:
+        arr.gpu_data.free()
+    assert info.value.call == "cuStreamWaitEvent"
+    # Not freed while the other stream may use it: the context keeps it.
+    assert _calls(sim, "cuMemFreeAsync") == 0
+    del arr
+    busy.synchronize()
+    cudamem.get_current_device().reset()
+
+
+def test_a_poisoned_device_refuses_the_pool_calls(sim):
+    with cudamem.using_memory_manager(cudamem.AsyncMemoryManager) as m:
+        sim.inject("cuMemPoolTrimTo", "CUDA_ERROR_ILLEGAL_ADDRESS")
+        with pytest.raises(CudaStickyError):
+            m.trim()
+        before = _calls(sim, "cuDeviceGetMemPool")
+        # Each fails fast, without the driver.
+        for call in (m.trim, m.stats, lambda: m.set_release_threshold(0)):
+            with pytest.raises(CudaStickyError):
+                call()
+        assert _calls(sim, "cuDeviceGetMemPool") == before
+    # The driver keeps the error until the process ends; the simulator's
+    # reset models a new one, after which a device reset gives a context.
+    with pytest.raises(CudaStickyError):
+        cudamem.get_current_device().reset()
+    sim.reset()
+    cudamem.get_current_device().reset()
+    assert not cudamem.context_is_poisoned(0)

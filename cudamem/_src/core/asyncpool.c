@@ -42,18 +42,16 @@ async_drop(cm_device *dev, int reset, cm_error *err)
 int
 cm_asyncpool_enable(cm_device *dev, int enabled, cm_error *err)
 {
-    int supported;
+    int supported = 0;
 
-    if (cm_fork_check(err) < 0) {
+    if (cm_fork_check(err) < 0 ||
+        (enabled &&
+         cm_device_attribute(dev->ordinal,
+                             CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED,
+                             &supported, err) < 0)) {
         return -1;
     }
     if (enabled) {
-        if (CM_REQUIRE(err, cuMemAllocAsync) < 0 ||
-            cm_device_attribute(dev->ordinal,
-                                CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED,
-                                &supported, err) < 0) {
-            return -1;
-        }
         if (!supported) {
             return cm__fail_fmt(err, CM_ERR_SUPPORT,
                                 "device %d does not support stream-ordered "
@@ -114,14 +112,10 @@ free_ordered(cm_mem *m, int state, CUevent ev, CUstream into, cm_error *err)
 {
     int ordered;
 
-    if (state == 0 && ev != NULL &&
-        cm_event_stream_wait(m->dev, into, ev, err) < 0) {
-        return -1;
-    }
-    if (state < 0 && CM_CALL0(err, cuCtxSynchronize) < 0) {
-        return -1;
-    }
-    if (cm_mem_order_pending(m, into, &ordered, err) < 0) {
+    if ((state == 0 && ev != NULL &&
+         cm_event_stream_wait(m->dev, into, ev, err) < 0) ||
+        (state < 0 && CM_CALL0(err, cuCtxSynchronize) < 0) ||
+        cm_mem_order_pending(m, into, &ordered, err) < 0) {
         return -1;
     }
     return CM_CALL(err, cuMemFreeAsync, m->ptr, into);
@@ -180,9 +174,6 @@ async_free(cm_mem *m, cm_error *err)
 static int
 current_pool(cm_device *dev, CUmemoryPool *pool, cm_error *err)
 {
-    if (CM_REQUIRE(err, cuDeviceGetMemPool) < 0) {
-        return -1;
-    }
     return CM_CALL(err, cuDeviceGetMemPool, pool, dev->cudev);
 }
 

@@ -20,10 +20,10 @@ typedef struct cm_asyncpool_stats {
 } cm_asyncpool_stats;
 
 /* Turns stream-ordered allocation on or off for dev. Turning it on fails
- * with CM_ERR_SUPPORT when the driver lacks cuMemAllocAsync or the
- * device reports CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED 0. Memory
- * allocated while on is freed on its stream whenever it goes. A context
- * teardown turns it off: the next context's manager decides. */
+ * with CM_ERR_SUPPORT when the device reports
+ * CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED 0. Memory allocated while on
+ * is freed on its stream whenever it goes. A context teardown turns it
+ * off: the next context's manager decides. */
 int cm_asyncpool_enable(cm_device *dev, int enabled, cm_error *err);
 /* Nonzero while dev allocates from its pool. */
 int cm_asyncpool_active(cm_device *dev);
