@@ -69,7 +69,7 @@ cm_asyncpool_enable(cm_device *dev, int enabled, cm_error *err)
 }
 
 int
-cm_asyncpool_active(cm_device *dev)
+cm__asyncpool_active(cm_device *dev)
 {
     return __atomic_load_n(&dev->async_on, __ATOMIC_ACQUIRE);
 }
@@ -245,7 +245,7 @@ cm_asyncpool_get_stats(cm_device *dev, cm_asyncpool_stats *out, cm_error *err)
     if (cm_ctx_leave(&guard, rc, err) < 0) {
         return -1;
     }
-    *out = (cm_asyncpool_stats){.enabled = cm_asyncpool_active(dev),
+    *out = (cm_asyncpool_stats){.enabled = cm__asyncpool_active(dev),
                                 .release_threshold = values[0],
                                 .reserved_current = values[1],
                                 .reserved_high = values[2],

@@ -26,7 +26,7 @@ typedef struct cm_asyncpool_stats {
  * off: the next context's manager decides. */
 int cm_asyncpool_enable(cm_device *dev, int enabled, cm_error *err);
 /* Nonzero while dev allocates from its pool. */
-int cm_asyncpool_active(cm_device *dev);
+int cm__asyncpool_active(cm_device *dev);
 /* Waits for the context's work (frees still queued on streams give their
  * memory back to the pool only once they run), then cuMemPoolTrimTo
  * keeping min_bytes reserved. */

@@ -137,7 +137,7 @@ int cm__mem_alloc_device(cm_device *dev, size_t nbytes, CUdeviceptr *ptr,
  * device's pool is on. */
 void cm__mem_set_pool_ops(const cm_mem_ops *ops);
 /* asyncpool.c's, the same for stream-ordered records (CM_FREE_ASYNC),
- * used while cm_asyncpool_active(dev). */
+ * used while cm__asyncpool_active(dev). */
 void cm__mem_set_async_ops(const cm_mem_ops *ops);
 /* asyncpool.c: counts nbytes in dev's held bytes (stats.h), or fails as
  * the memory limit's refusal (cm_mem_limit_call); cm__stats_unhold gives

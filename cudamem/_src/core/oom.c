@@ -51,7 +51,7 @@ recover(cm_device *dev)
      * synchronizes too before it frees its cache on out-of-memory). */
     (void)cm_pool_trim(dev, &ignored);
     /* The driver's pool keeps freed memory reserved for reuse. */
-    if (cm_asyncpool_active(dev)) {
+    if (cm__asyncpool_active(dev)) {
         (void)cm_asyncpool_trim(dev, 0, &ignored);
     }
     /* Cached page-locked blocks are host memory the driver holds. */
