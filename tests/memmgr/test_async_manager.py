@@ -225,10 +225,21 @@ def test_ipc_is_refused_with_the_reason(manager):
 
 
 def test_reset_frees_pending_and_trims(manager):
+    manager.set_release_threshold(None)
     arr = cudamem.device_array(MIB, np.uint8)
     del arr
+    cudamem.synchronize()
+    assert manager.stats()["reserved_bytes"] >= MIB
     manager.reset()
     assert manager.stats()["reserved_bytes"] == 0
+    # Context.reset() trims it too, as it trims cudamem's pool.
+    arr = cudamem.device_array(MIB, np.uint8)
+    del arr
+    cudamem.synchronize()
+    assert manager.stats()["reserved_bytes"] >= MIB
+    cudamem.current_context().reset()
+    assert manager.stats()["reserved_bytes"] == 0
+    manager.set_release_threshold(0)
 
 
 def test_arrays_alive_across_a_device_reset(sim):

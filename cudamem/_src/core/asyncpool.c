@@ -17,6 +17,7 @@
 static int async_alloc(cm_mem *m, cm_error *err);
 static int async_free(cm_mem *m, cm_error *err);
 static int async_drop(cm_device *dev, int reset, cm_error *err);
+static int async_relieve(cm_device *dev, cm_error *err);
 
 /* What memory.c's stream-ordered records do (memory.h). */
 static const cm_mem_ops async_ops = {
@@ -25,9 +26,11 @@ static const cm_mem_ops async_ops = {
 };
 
 /* A teardown forgets the switch: the pool belonged to the context's
- * memory manager, and the next context's manager decides. */
+ * memory manager, and the next context's manager decides. A
+ * Context.reset() is numba's reset() of the manager: a trim. */
 static const cm_subsystem_ops async_subsystem = {
     .drop = async_drop,
+    .relieve = async_relieve,
 };
 
 static int
@@ -37,6 +40,12 @@ async_drop(cm_device *dev, int reset, cm_error *err)
     (void)err;
     __atomic_store_n(&dev->async_on, 0, __ATOMIC_RELEASE);
     return 0;
+}
+
+static int
+async_relieve(cm_device *dev, cm_error *err)
+{
+    return cm__asyncpool_active(dev) ? cm_asyncpool_trim(dev, 0, err) : 0;
 }
 
 int
