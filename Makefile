@@ -326,7 +326,7 @@ CORE_LAYOUT_SRC := cudamem/_src/core/layout.c cudamem/_src/core/errors.c
 CORE_COPY_SRC := $(addprefix cudamem/_src/core/,driver.c context.c device.c \
 	release.c pending.c memory.c ipc.c pool.c event.c stream.c stats.c \
 	copy.c copyarray.c layout.c errors.c hostmem.c hostpool.c staging.c \
-	lockorder.c oom.c env.c) $(LIB_SRC)
+	lockorder.c oom.c env.c asyncpool.c) $(LIB_SRC)
 CTEST_DEPS = $(SIM_SRC) $(SIM_HDR) $(CORE_UNIT_SRC) $(CORE_LAYOUT_SRC) \
 	cudamem/_src/core/stats.c \
 	tests/c/check.h $(wildcard cudamem/_src/core/*.h)

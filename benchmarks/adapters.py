@@ -70,6 +70,9 @@ class Adapter:
     def alloc(self, nbytes, pool, nbuf):
         raise Unsupported("no allocation")
 
+    def alloc_async(self, nbytes, nbuf):
+        raise Unsupported("no stream-ordered allocator measured")
+
     def copy(self, direction, memory, nbytes, nbuf):
         raise Unsupported("no copies")
 
@@ -146,6 +149,13 @@ class CudamemAdapter(Adapter):
             cm = cuda.using_memory_manager(cuda.PoolMemoryManager)
             cm.__enter__()
             self.defer(lambda: cm.__exit__(None, None, None))
+        return [lambda: cuda.device_array(nbytes, np.uint8)] * nbuf
+
+    def alloc_async(self, nbytes, nbuf):
+        cuda = self.lib
+        cm = cuda.using_memory_manager(cuda.AsyncMemoryManager)
+        cm.__enter__()
+        self.defer(lambda: cm.__exit__(None, None, None))
         return [lambda: cuda.device_array(nbytes, np.uint8)] * nbuf
 
     def copy(self, direction, memory, nbytes, nbuf):
@@ -284,6 +294,15 @@ class CupyAdapter(Adapter):
             cp.cuda.set_allocator(None)
             self.defer(lambda: cp.cuda.set_allocator(
                 cp.get_default_memory_pool().malloc))
+        return [lambda: cp.empty(nbytes, np.uint8)] * nbuf
+
+    def alloc_async(self, nbytes, nbuf):
+        cp = self.lib
+        # Documented: MemoryAsyncPool allocates with cudaMallocAsync on the
+        # current stream.
+        cp.cuda.set_allocator(cp.cuda.MemoryAsyncPool().malloc)
+        self.defer(lambda: cp.cuda.set_allocator(
+            cp.get_default_memory_pool().malloc))
         return [lambda: cp.empty(nbytes, np.uint8)] * nbuf
 
     def copy(self, direction, memory, nbytes, nbuf):

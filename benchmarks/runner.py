@@ -37,6 +37,10 @@ def latency_plan():
         for n in SMALL:
             plan.append(("alloc pool" if pool else "alloc", n,
                          "cuMemAlloc+cuMemFree", "alloc", (n, pool)))
+    # The driver's stream-ordered pool (AsyncMemoryManager) beside them.
+    for n in SMALL:
+        plan.append(("alloc async", n, "cuMemAlloc+cuMemFree", "alloc_async",
+                     (n,)))
     for direction, entry in (("htod", "cuMemcpyHtoD"),
                              ("dtoh", "cuMemcpyDtoH")):
         for memory in ("pageable", "pinned"):

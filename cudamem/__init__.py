@@ -82,7 +82,7 @@ _LAZY = {
         ("memory", ("BaseCUDAMemoryManager", "HostOnlyCUDAMemoryManager",
                     "ManagedMemory", "MappedMemory", "PinnedMemory",
                     "set_memory_manager", "using_memory_manager")),
-        ("pool", ("PoolMemoryManager",)),
+        ("pool", ("AsyncMemoryManager", "PoolMemoryManager")),
         ("runtime", ("is_supported_version",)),
         ("smartarray", ("SmartArray",)),
     )
@@ -148,7 +148,7 @@ if TYPE_CHECKING:
         set_memory_manager,
         using_memory_manager,
     )
-    from cudamem.pool import PoolMemoryManager
+    from cudamem.pool import AsyncMemoryManager, PoolMemoryManager
     from cudamem.runtime import is_supported_version
     from cudamem.smartarray import SmartArray
 del TYPE_CHECKING
@@ -216,6 +216,7 @@ if not _environ.keys().isdisjoint(_MANAGER_VARIABLES):
 __version__ = "0.1.0"
 
 __all__ = [
+    "AsyncMemoryManager",
     "BaseCUDAMemoryManager",
     "Context",
     "CudaAPIError",

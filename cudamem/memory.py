@@ -35,7 +35,8 @@ _SUPPORTED_EMM_INTERFACE_VERSION = 1
 # Values of CUDAMEM_MEMORY_MANAGER that name a manager rather than a
 # plugin's module: (module, class).
 _NAMED = {"default": ("cudamem.memory", "DefaultMemoryManager"),
-          "pool": ("cudamem.pool", "PoolMemoryManager")}
+          "pool": ("cudamem.pool", "PoolMemoryManager"),
+          "async": ("cudamem.pool", "AsyncMemoryManager")}
 
 
 class UniqueDict(dict):

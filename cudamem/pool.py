@@ -9,7 +9,7 @@ pool (core/hostpool.c): page-locked blocks kept registered for reuse.
 """
 from cudamem import _cudamem, memory
 
-__all__ = ["PoolMemoryManager"]
+__all__ = ["AsyncMemoryManager", "PoolMemoryManager"]
 
 
 @memory._native
@@ -119,3 +119,91 @@ class PoolMemoryManager(memory.DefaultMemoryManager):
 
     def __repr__(self):
         return "<cudamem.PoolMemoryManager of %r>" % (self.context,)
+
+
+@memory._native
+class AsyncMemoryManager(memory.DefaultMemoryManager):
+    """AsyncMemoryManager(context)
+
+    The driver's stream-ordered allocator for one context, selected with
+    ``set_memory_manager(cudamem.AsyncMemoryManager)``,
+    ``using_memory_manager(cudamem.AsyncMemoryManager)`` or
+    ``CUDAMEM_MEMORY_MANAGER=async``. Device arrays come from the device's
+    current memory pool (its default pool unless another library set one)
+    with ``cuMemAllocAsync`` on the array's stream, and their last
+    reference frees them with ``cuMemFreeAsync`` on that stream: the free
+    is ordered after the work queued there (and after work other streams
+    did on the array), not deferred through the pending deallocations. An
+    array made without a stream uses the default stream, as CuPy's
+    ``MemoryAsyncPool`` does (the legacy one, or the per-thread one under
+    ``CUDAMEM_PER_THREAD_DEFAULT_STREAM``). An array that outlives its
+    stream is freed on the legacy default stream after the work that
+    stream's release recorded. The pool keeps freed memory reserved for
+    reuse up to its release threshold; ``trim()`` gives it back.
+
+    Initializing it raises CudaSupportError on a device without memory
+    pools (``CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED`` 0). Arrays of
+    the default pool cannot be shared with IPC: ``get_ipc_handle()``
+    raises NotImplementedError."""
+
+    def _device(self):
+        return self.context.device
+
+    def initialize(self):
+        """initialize()
+
+        Turns stream-ordered allocation on for the context's device."""
+        _cudamem._asyncpool_enable(self._device(), True)
+
+    def _detach(self):
+        # using_memory_manager() restoring another manager: new arrays
+        # stop coming from the pool; those out still free on their stream.
+        _cudamem._asyncpool_enable(self._device(), False)
+
+    def set_release_threshold(self, nbytes):
+        """set_release_threshold(nbytes)
+
+        Sets the pool's ``CU_MEMPOOL_ATTR_RELEASE_THRESHOLD``: the unused
+        memory it keeps reserved past a synchronization, for reuse (None:
+        all of it; the driver's default is 0). Not a cap on what is in
+        use: ``cudamem.set_memory_limit()`` is that."""
+        _cudamem._asyncpool_set_release_threshold(self._device(), nbytes)
+
+    def trim(self, min_bytes_to_keep=0):
+        """trim(min_bytes_to_keep=0)
+
+        Waits for the context's work (queued frees give their memory back
+        only when they run), then ``cuMemPoolTrimTo``: the pool keeps at
+        most *min_bytes_to_keep* bytes of unused memory reserved."""
+        _cudamem._asyncpool_trim(self._device(), min_bytes_to_keep)
+
+    def stats(self):
+        """stats() -> dict
+
+        The pool's attributes: ``enabled``, ``release_threshold`` (None:
+        keeps all), ``reserved_bytes`` and ``reserved_bytes_high``
+        (``CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT`` / ``_HIGH``: what the
+        driver holds for the pool) and ``used_bytes`` and
+        ``used_bytes_high`` (``USED_MEM_CURRENT`` / ``_HIGH``: handed
+        out)."""
+        return _cudamem._asyncpool_stats(self._device())
+
+    def get_ipc_handle(self, memory):
+        """get_ipc_handle(memory)
+
+        Raises NotImplementedError: the device's default pool is not
+        exportable, so its memory has no IPC handle."""
+        raise NotImplementedError(
+            "memory of the stream-ordered pool (AsyncMemoryManager) cannot "
+            "be shared with IPC: the device's default memory pool is not "
+            "exportable; allocate arrays to share with another manager")
+
+    def reset(self):
+        """reset()
+
+        Frees the pending deallocations and trims the pool."""
+        super().reset()
+        self.trim()
+
+    def __repr__(self):
+        return "<cudamem.AsyncMemoryManager of %r>" % (self.context,)

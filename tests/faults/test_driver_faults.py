@@ -106,6 +106,26 @@ def _mem_free():
         raise
 
 
+def _async(action):
+    """`action(manager)` with the stream-ordered manager on."""
+    def run():
+        with cudamem.using_memory_manager(
+                cudamem.AsyncMemoryManager) as manager:
+            action(manager)
+    return run
+
+
+def _async_free(manager):
+    """An array of the driver's pool freed at once: cuMemFreeAsync."""
+    array = cudamem.device_array(4)
+    try:
+        array.gpu_data.free()
+    except CudaAPIError:
+        # The memory stays allocated: it goes with the context.
+        _dev().reset()
+        raise
+
+
 def _pinned_block():
     """An array page-locked for a block: cuMemHostRegister, then
     cuMemHostUnregister."""
@@ -263,6 +283,12 @@ REACH = {
     "cuMemHostAlloc": lambda: cudamem.mapped_array(4, wc=True),
     "cuMemFreeHost": _wc_free,
     "cuMemGetAddressRange": lambda: cudamem.device_array(4).get_ipc_handle(),
+    "cuMemAllocAsync": _async(lambda m: cudamem.device_array(4)),
+    "cuMemFreeAsync": _async(_async_free),
+    "cuDeviceGetMemPool": _async(lambda m: m.stats()),
+    "cuMemPoolGetAttribute": _async(lambda m: m.stats()),
+    "cuMemPoolSetAttribute": _async(lambda m: m.set_release_threshold(0)),
+    "cuMemPoolTrimTo": _async(lambda m: m.trim()),
     "cuIpcGetMemHandle": lambda: cudamem.device_array(4).get_ipc_handle(),
     "cuIpcOpenMemHandle": IPC,
     "cuIpcCloseMemHandle": IPC,
@@ -321,7 +347,7 @@ def test_row_failure_raises_api_error(sim, row):
 # Rows whose out-of-memory cudamem recovers from with one more try
 # (tests/memmgr/test_oom.py): both tries must fail for the error to show.
 OOM_RETRIED = {"cuMemAlloc", "cuMemAllocManaged", "cuMemHostAlloc",
-               "cuMemHostGetDevicePointer"}
+               "cuMemHostGetDevicePointer", "cuMemAllocAsync"}
 
 
 @pytest.mark.parametrize("row", IN_PROCESS)

@@ -432,6 +432,10 @@ NOMEMORY_OPS = {
                   "mm.stats(), cudamem._cudamem._hostpool_stats(); "
                   "mm.set_limit(None); "
                   "mm.set_pinned_limit(256 << 20)",
+    "async pool stats": "with cudamem.using_memory_manager("
+                        "cudamem.AsyncMemoryManager) as mm: "
+                        "mm.set_release_threshold(1 << 40); mm.stats(); "
+                        "mm.set_release_threshold(0); mm.trim(1 << 40)",
     "driver tables": "cudamem.driver.table(), "
                      "cudamem._cudamem._error_names()",
     "index": "d[1], d[::2], d[..., 1]",

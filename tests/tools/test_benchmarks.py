@@ -101,6 +101,7 @@ def test_quick_run_on_the_simulator(tmp_path):
 
     md = (out / "results.md").read_text()
     assert "| alloc pool | 8 B |" in md and "## Bandwidth" in md
+    assert "| alloc async | 8 B |" in md
     if result["plots"]:
         assert all(os.path.exists(p) for p in result["plots"])
     else:

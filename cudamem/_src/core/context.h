@@ -40,6 +40,9 @@ typedef struct cm_device {
      * then allocates through pool.c's cm_mem_ops). */
     struct cm_pool *pool;
     struct cm_pool *pool_on;
+    /* asyncpool.c's: nonzero while memory.c allocates from the driver's
+     * pool (atomic). */
+    int async_on;
     cm_counts counts[CM_STAT_KINDS]; /* stats.c's, atomic */
     /* stats.c's, atomic: device and managed bytes the driver holds for
      * cudamem (pool slabs whole, queued frees until freed) and the
@@ -197,6 +200,7 @@ typedef enum cm_subsystem {
     CM_SUB_POOL,       /* pool.c's device pool */
     CM_SUB_HOSTMEM,    /* hostmem.c's records waiting for their work */
     CM_SUB_HOSTPOOL,   /* hostpool.c's cached page-locked blocks */
+    CM_SUB_ASYNCPOOL,  /* asyncpool.c's switch of the driver's pool */
     CM_SUBSYSTEMS
 } cm_subsystem;
 

@@ -98,7 +98,13 @@
     X(cuMemGetAddressRange, 3020, CM_ROW_REQUIRED)                            \
     X(cuIpcGetMemHandle, 4010, CM_ROW_REQUIRED)                               \
     X(cuIpcOpenMemHandle, 11000, CM_ROW_REQUIRED)                             \
-    X(cuIpcCloseMemHandle, 4010, CM_ROW_REQUIRED)
+    X(cuIpcCloseMemHandle, 4010, CM_ROW_REQUIRED)                             \
+    X(cuMemAllocAsync, 11020, CM_ROW_REQUIRED | CM_ROW_PTDS)                  \
+    X(cuMemFreeAsync, 11020, CM_ROW_REQUIRED | CM_ROW_PTDS)                   \
+    X(cuDeviceGetMemPool, 11020, CM_ROW_REQUIRED)                             \
+    X(cuMemPoolTrimTo, 11020, CM_ROW_REQUIRED)                                \
+    X(cuMemPoolSetAttribute, 11020, CM_ROW_REQUIRED)                          \
+    X(cuMemPoolGetAttribute, 11020, CM_ROW_REQUIRED)
 
 typedef struct cm_driver_table {
 #define CM_DRIVER_FIELD(name, version, flags) PFN_##name##_v##version name;

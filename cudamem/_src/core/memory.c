@@ -23,11 +23,19 @@ static cm_release_hook release_hook;
 static void *release_hook_arg;
 /* pool.c's, set before any pool is on (cm__mem_set_pool_ops). */
 static const cm_mem_ops *pool_ops;
+/* asyncpool.c's, likewise. */
+static const cm_mem_ops *async_ops;
 
 void
 cm__mem_set_pool_ops(const cm_mem_ops *ops)
 {
     __atomic_store_n(&pool_ops, ops, __ATOMIC_RELEASE);
+}
+
+void
+cm__mem_set_async_ops(const cm_mem_ops *ops)
+{
+    __atomic_store_n(&async_ops, ops, __ATOMIC_RELEASE);
 }
 
 /* ------------------------------------------------------------------------
@@ -45,7 +53,7 @@ static int
 is_counted(cm_free_kind kind)
 {
     return kind == CM_FREE_DEVICE || kind == CM_FREE_MANAGED ||
-           kind == CM_FREE_POOL;
+           kind == CM_FREE_POOL || kind == CM_FREE_ASYNC;
 }
 
 /* One allocation of `kind` in the current context. */
@@ -80,6 +88,12 @@ hold(cm_device *dev, size_t nbytes, cm_error *err)
                       .oom_held = held,
                       .device = -1};
     return -1;
+}
+
+int
+cm__mem_hold(cm_device *dev, size_t nbytes, cm_error *err)
+{
+    return hold(dev, nbytes, err);
 }
 
 /* One allocation in dev's primary context, within its limit. On failure
@@ -166,22 +180,21 @@ cm__mem_alloc_device(cm_device *dev, size_t nbytes, CUdeviceptr *ptr,
     return alloc_in(dev, CM_FREE_DEVICE, 0, nbytes, ptr, err);
 }
 
-/* A pooled block, with the same recovery as alloc_retry around the whole
- * of it: a slab the driver refused and the pool's limit alike. */
+/* A pooled block or stream-ordered allocation, with the same recovery as
+ * alloc_retry around the whole of it: a slab the driver refused and the
+ * pool's limit alike. */
 static int
-pool_retry(cm_mem *m, cm_error *err)
+ops_retry(cm_mem *m, cm_error *err)
 {
     cm_device *dev = m->dev;
 
-    if (m->ops->alloc(dev, m->generation, m->stream, m->size, &m->block,
-                      &m->ptr, err) == 0) {
+    if (m->ops->alloc(m, err) == 0) {
         return 0;
     }
     if (!cm__oom_recover(dev, err)) {
         return -1;
     }
-    if (m->ops->alloc(dev, m->generation, m->stream, m->size, &m->block,
-                      &m->ptr, err) == 0) {
+    if (m->ops->alloc(m, err) == 0) {
         return 0;
     }
     give_up(dev, m->size, err);
@@ -196,7 +209,7 @@ alloc_undo(cm_mem *m)
     cm_device *dev = m->dev;
     cm_error ignored;
 
-    if (m->kind == CM_FREE_POOL && m->block != NULL) {
+    if (m->ops != NULL && m->ptr != 0) {
         (void)m->ops->release(m, &ignored);
     }
     else if (m->kind == CM_FREE_MANAGED && m->ptr != 0) {
@@ -238,6 +251,8 @@ mem_alloc(cm_device *dev, cm_free_kind kind, unsigned flags, size_t nbytes,
     *m = (cm_mem){.refs = 1,
                   .ops = kind == CM_FREE_POOL
                              ? __atomic_load_n(&pool_ops, __ATOMIC_ACQUIRE)
+                         : kind == CM_FREE_ASYNC
+                             ? __atomic_load_n(&async_ops, __ATOMIC_ACQUIRE)
                              : NULL,
                   .kind = kind,
                   .dev = dev,
@@ -252,8 +267,8 @@ mem_alloc(cm_device *dev, cm_free_kind kind, unsigned flags, size_t nbytes,
             free(m);
             return -1;
         }
-        if (kind == CM_FREE_POOL) {
-            rc = pool_retry(m, err);
+        if (m->ops != NULL) {
+            rc = ops_retry(m, err);
         }
         else {
             rc = alloc_retry(dev, kind, flags, nbytes, &m->ptr, err);
@@ -280,12 +295,17 @@ int
 cm_mem_alloc(cm_device *dev, size_t nbytes, CUstream stream, cm_mem **out,
              cm_error *err)
 {
-    /* pool.c sets dev->pool_on only after its operations. */
-    return mem_alloc(dev,
-                     __atomic_load_n(&dev->pool_on, __ATOMIC_ACQUIRE) != NULL
-                         ? CM_FREE_POOL
-                         : CM_FREE_DEVICE,
-                     0, nbytes, stream, out, err);
+    cm_free_kind kind = CM_FREE_DEVICE;
+
+    /* pool.c and asyncpool.c switch on only after setting their
+     * operations. */
+    if (__atomic_load_n(&dev->async_on, __ATOMIC_ACQUIRE)) {
+        kind = CM_FREE_ASYNC;
+    }
+    else if (__atomic_load_n(&dev->pool_on, __ATOMIC_ACQUIRE) != NULL) {
+        kind = CM_FREE_POOL;
+    }
+    return mem_alloc(dev, kind, 0, nbytes, stream, out, err);
 }
 
 int

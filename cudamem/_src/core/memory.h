@@ -41,12 +41,12 @@ struct cm_pool_block;
  * that memory.c calls none of the files above it. Any member may be
  * NULL: the default. */
 typedef struct cm_mem_ops {
-    /* pool.c: a block of at least nbytes (> 0) for work on `stream`, made
-     * with dev's primary context at `generation`; out-of-memory as
-     * cuMemAlloc's (cm_mem_alloc recovers and retries). */
-    int (*alloc)(cm_device *dev, uint64_t generation, CUstream stream,
-                 size_t nbytes, struct cm_pool_block **block, CUdeviceptr *ptr,
-                 cm_error *err);
+    /* pool.c, asyncpool.c: fills m->ptr (and what else the record keeps
+     * for its release) with at least m->size (> 0) bytes for work on
+     * m->stream, in m->dev's primary context at m->generation;
+     * out-of-memory as cuMemAlloc's (cm_mem_alloc recovers and
+     * retries). */
+    int (*alloc)(cm_mem *m, cm_error *err);
     /* Gives back m's memory (m->ptr != 0): the last decref,
      * cm_mem_release_now, or the undo of a failed allocation. */
     int (*release)(cm_mem *m, cm_error *err);
@@ -72,6 +72,9 @@ struct cm_mem {
      * which orders its reuse. */
     struct cm_pool_block *block;
     CUstream stream;
+    /* CM_FREE_ASYNC: asyncpool.c's reference to the record of `stream`
+     * (NULL for a default stream's handle or one cudamem did not make). */
+    struct cm_stream_rec *srec;
     /* Borrowed read-only (a producer's flag): writes through any array or
      * view over the record are refused. */
     int readonly;
@@ -137,6 +140,13 @@ int cm__mem_alloc_device(cm_device *dev, size_t nbytes, CUdeviceptr *ptr,
  * operations of pooled records, whose alloc cm_mem_alloc uses while a
  * device's pool is on. */
 void cm__mem_set_pool_ops(const cm_mem_ops *ops);
+/* asyncpool.c's, the same for stream-ordered records (CM_FREE_ASYNC),
+ * used while cm__asyncpool_active(dev). */
+void cm__mem_set_async_ops(const cm_mem_ops *ops);
+/* asyncpool.c: counts nbytes in dev's held bytes (stats.h), or fails as
+ * the memory limit's refusal (cm_mem_limit_call); cm__stats_unhold gives
+ * them back. */
+int cm__mem_hold(cm_device *dev, size_t nbytes, cm_error *err);
 /* cuMemAllocManaged of nbytes (CU_MEM_ATTACH_GLOBAL, or CU_MEM_ATTACH_HOST
  * without `attach_global`) in dev's primary context, with cm_mem_alloc's
  * recovery and retry (CM_STAT_MANAGED). The record (kind CM_FREE_MANAGED)

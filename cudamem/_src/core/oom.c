@@ -5,6 +5,7 @@
  * hook's business. */
 #include "oom.h"
 
+#include "asyncpool.h"
 #include "context.h"
 #include "hostpool.h"
 #include "pool.h"
@@ -49,6 +50,10 @@ recover(cm_device *dev)
      * is only waiting is not out of reach (PyTorch's caching allocator
      * synchronizes too before it frees its cache on out-of-memory). */
     (void)cm_pool_trim(dev, &ignored);
+    /* The driver's pool keeps freed memory reserved for reuse. */
+    if (cm__asyncpool_active(dev)) {
+        (void)cm_asyncpool_trim(dev, 0, &ignored);
+    }
     /* Cached page-locked blocks are host memory the driver holds. */
     (void)cm_hostpool_trim(&ignored);
 }

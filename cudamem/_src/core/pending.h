@@ -20,6 +20,7 @@ typedef enum cm_free_kind {
     CM_FREE_EVENT,      /* cuEventDestroy */
     CM_FREE_EXTERNAL,   /* memory owned by an EMM plugin: its release hook */
     CM_FREE_POOL,       /* a block of the device's pool: returned to it */
+    CM_FREE_ASYNC,      /* the driver's pool: cuMemFreeAsync on its stream */
     CM_FREE_NONE        /* memory another library owns: never freed here */
 } cm_free_kind;
 

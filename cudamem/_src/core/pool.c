@@ -703,9 +703,7 @@ forget_all(cm_pool *pool)
  * The pool's life. */
 
 /* dev's pool, made (disabled, no limit) if there is none. */
-static int pool_alloc(cm_device *dev, uint64_t generation, CUstream stream,
-                      size_t nbytes, cm_pool_block **block, CUdeviceptr *ptr,
-                      cm_error *err);
+static int pool_alloc(cm_mem *m, cm_error *err);
 static int pool_return(cm_mem *m, cm_error *err);
 static int pool_drop(cm_device *dev, int reset, cm_error *err);
 
@@ -910,9 +908,14 @@ grow(cm_device *dev, cm_pool *pool, uint64_t generation, size_t size,
  * stream's work is complete (event or stream query); otherwise a new slab
  * (within the limit, with memory.c's out-of-memory recovery). */
 static int
-pool_alloc(cm_device *dev, uint64_t generation, CUstream stream, size_t nbytes,
-           cm_pool_block **block, CUdeviceptr *ptr, cm_error *err)
+pool_alloc(cm_mem *m, cm_error *err)
 {
+    cm_device *dev = m->dev;
+    uint64_t generation = m->generation;
+    CUstream stream = m->stream;
+    size_t nbytes = m->size;
+    cm_pool_block **block = &m->block;
+    CUdeviceptr *ptr = &m->ptr;
     cm_pool *pool = dev->pool;
     size_t need = round_up(nbytes, CM_POOL_ALIGN);
     cm_pool_block *b;

@@ -100,6 +100,15 @@ ipc_handle_of(cmpy_state *st, cmpy_DeviceNDArray *self, CUdeviceptr lowest,
     if (size == 0) {
         handle = Py_NewRef(Py_None);
     }
+    else if (self->gpu_data->mem->kind == CM_FREE_ASYNC) {
+        /* cuIpcGetMemHandle refuses it with a bare INVALID_VALUE. */
+        PyErr_SetString(PyExc_NotImplementedError,
+                        "memory of the stream-ordered pool "
+                        "(AsyncMemoryManager) cannot be shared with IPC: the "
+                        "device's default memory pool is not exportable; "
+                        "allocate arrays to share with another manager");
+        return NULL;
+    }
     else if (export_ptr(st, dev, lowest, &ex) < 0) {
         return NULL;
     }

@@ -205,6 +205,7 @@ cudamem_exec(PyObject *module)
         PyModule_AddFunctions(module, cmpy_memory_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_emm_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_pool_methods) < 0 ||
+        PyModule_AddFunctions(module, cmpy_asyncpool_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_ipc_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_stats_methods) < 0 ||
         cmpy_device_types_init(module, st) < 0 ||

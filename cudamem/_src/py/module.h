@@ -309,6 +309,7 @@ extern PyMethodDef cmpy_hostarray_methods[];
 extern PyMethodDef cmpy_memory_methods[];
 extern PyMethodDef cmpy_emm_methods[];
 extern PyMethodDef cmpy_pool_methods[];
+extern PyMethodDef cmpy_asyncpool_methods[];
 extern PyMethodDef cmpy_ipc_methods[];
 extern PyMethodDef cmpy_stats_methods[];
 

@@ -1,0 +1,42 @@
+/* asyncpool.h: the stream-ordered allocator (AsyncMemoryManager): device
+ * arrays from the device's current memory pool with cuMemAllocAsync on
+ * their stream, freed with cuMemFreeAsync on it, and the pool's release
+ * threshold, trim and attributes. Does not own the records (memory.c),
+ * the pool (the driver's) nor any Python object. */
+#ifndef CM_ASYNCPOOL_H
+#define CM_ASYNCPOOL_H
+
+#include <cuda.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "context.h"
+
+typedef struct cm_asyncpool_stats {
+    int enabled;
+    uint64_t release_threshold; /* UINT64_MAX: keeps all it reserved */
+    uint64_t reserved_current, reserved_high; /* the driver's reserve */
+    uint64_t used_current, used_high;         /* handed out */
+} cm_asyncpool_stats;
+
+/* Turns stream-ordered allocation on or off for dev. Turning it on fails
+ * with CM_ERR_SUPPORT when the device reports
+ * CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED 0. Memory allocated while on
+ * is freed on its stream whenever it goes. A context teardown turns it
+ * off: the next context's manager decides. */
+int cm_asyncpool_enable(cm_device *dev, int enabled, cm_error *err);
+/* Nonzero while dev allocates from its pool. */
+int cm__asyncpool_active(cm_device *dev);
+/* Waits for the context's work (frees still queued on streams give their
+ * memory back to the pool only once they run), then cuMemPoolTrimTo
+ * keeping min_bytes reserved. */
+int cm_asyncpool_trim(cm_device *dev, size_t min_bytes, cm_error *err);
+/* CU_MEMPOOL_ATTR_RELEASE_THRESHOLD of dev's pool: the reserve the
+ * driver keeps past a synchronization (UINT64_MAX: all of it). */
+int cm_asyncpool_set_release_threshold(cm_device *dev, uint64_t nbytes,
+                                       cm_error *err);
+/* The pool's attributes. */
+int cm_asyncpool_get_stats(cm_device *dev, cm_asyncpool_stats *out,
+                           cm_error *err);
+
+#endif

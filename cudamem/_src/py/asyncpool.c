@@ -1,0 +1,188 @@
+/* asyncpool.c (py/): the module functions behind AsyncMemoryManager:
+ * switching a device's stream-ordered allocation on and off, and trim,
+ * release threshold and attributes of the device's driver pool. The
+ * allocator is core/asyncpool.c's; the class that calls these lives in
+ * cudamem/pool.py. */
+#include "device.h"
+
+#include <stdint.h>
+
+#include "../core/asyncpool.h"
+
+PyDoc_STRVAR(asyncpool_enable_doc,
+             "_asyncpool_enable($module, device, enabled)\n--\n\n"
+             "Turns stream-ordered allocation on or off for *device* (a "
+             "Device or an\nordinal). While on, device arrays come from the "
+             "device's current memory\npool (cuMemAllocAsync on their "
+             "stream) and their last reference\nfrees them with "
+             "cuMemFreeAsync on it. Turning it on raises\nCudaSupportError "
+             "on a device without memory pools.");
+
+static PyObject *
+asyncpool_enable(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+                 PyObject *kwnames)
+{
+    static const char *const names[] = {"device", "enabled"};
+    cmpy_state *st = cmpy_get_state(module);
+    PyObject *argv[2];
+    cm_device *dev;
+    cm_error err;
+    int enabled;
+
+    if (cmpy_parse_args("_asyncpool_enable", names, 2, 2, args, nargs, kwnames,
+                        argv) < 0 ||
+        cmpy_device_arg(st, argv[0], 0, &dev) < 0) {
+        return NULL;
+    }
+    enabled = PyObject_IsTrue(argv[1]);
+    if (enabled < 0) {
+        return NULL;
+    }
+    if (cm_asyncpool_enable(dev, enabled, &err) < 0) {
+        return cmpy_raise(st, &err);
+    }
+    Py_RETURN_NONE;
+}
+
+/* A byte count >= 0 for `what`. */
+static int
+bytes_arg(PyObject *arg, uint64_t *out)
+{
+    unsigned long long v;
+
+    if (PyBool_Check(arg) || !PyLong_Check(arg)) {
+        PyErr_Format(PyExc_TypeError,
+                     "nbytes must be an int or None, not "
+                     "%.200s",
+                     Py_TYPE(arg)->tp_name);
+        return -1;
+    }
+    v = PyLong_AsUnsignedLongLong(arg);
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Format(PyExc_ValueError,
+                     "nbytes must be a byte count >= 0, not %R", arg);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+PyDoc_STRVAR(asyncpool_trim_doc,
+             "_asyncpool_trim($module, device, min_bytes_to_keep)\n--\n\n"
+             "Waits for *device*'s work (queued frees give their memory "
+             "back when\nthey run), then cuMemPoolTrimTo: the pool keeps "
+             "at most\n*min_bytes_to_keep* of unused memory reserved.");
+
+static PyObject *
+asyncpool_trim(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+               PyObject *kwnames)
+{
+    static const char *const names[] = {"device", "min_bytes_to_keep"};
+    cmpy_state *st = cmpy_get_state(module);
+    PyObject *argv[2];
+    uint64_t keep;
+    cm_device *dev;
+    cm_error err;
+    int rc;
+
+    if (cmpy_parse_args("_asyncpool_trim", names, 2, 2, args, nargs, kwnames,
+                        argv) < 0 ||
+        bytes_arg(argv[1], &keep) < 0 ||
+        cmpy_device_arg(st, argv[0], 0, &dev) < 0) {
+        return NULL;
+    }
+    if (keep > SIZE_MAX) {
+        keep = SIZE_MAX;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = cm_asyncpool_trim(dev, (size_t)keep, &err);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        return cmpy_raise(st, &err);
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(asyncpool_set_release_threshold_doc,
+             "_asyncpool_set_release_threshold($module, device, nbytes)\n"
+             "--\n\n"
+             "Sets CU_MEMPOOL_ATTR_RELEASE_THRESHOLD of *device*'s pool: "
+             "the unused\nmemory it keeps reserved past a synchronization "
+             "(None: all of it).");
+
+static PyObject *
+asyncpool_set_release_threshold(PyObject *module, PyObject *const *args,
+                                Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {"device", "nbytes"};
+    cmpy_state *st = cmpy_get_state(module);
+    PyObject *argv[2];
+    uint64_t nbytes = UINT64_MAX;
+    cm_device *dev;
+    cm_error err;
+
+    if (cmpy_parse_args("_asyncpool_set_release_threshold", names, 2, 2, args,
+                        nargs, kwnames, argv) < 0 ||
+        (argv[1] != Py_None && bytes_arg(argv[1], &nbytes) < 0) ||
+        cmpy_device_arg(st, argv[0], 0, &dev) < 0) {
+        return NULL;
+    }
+    if (cm_asyncpool_set_release_threshold(dev, nbytes, &err) < 0) {
+        return cmpy_raise(st, &err);
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(asyncpool_stats_doc,
+             "_asyncpool_stats($module, device)\n--\n\n"
+             "The attributes of *device*'s current pool: enabled, "
+             "release_threshold\n(None: keeps all), reserved_bytes and "
+             "reserved_bytes_high (what the\ndriver reserved), used_bytes "
+             "and used_bytes_high (handed out).");
+
+static PyObject *
+asyncpool_stats(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+                PyObject *kwnames)
+{
+    static const char *const names[] = {"device"};
+    cmpy_state *st = cmpy_get_state(module);
+    cm_asyncpool_stats s;
+    PyObject *argv[1], *threshold;
+    cm_device *dev;
+    cm_error err;
+
+    if (cmpy_parse_args("_asyncpool_stats", names, 1, 1, args, nargs, kwnames,
+                        argv) < 0 ||
+        cmpy_device_arg(st, argv[0], 0, &dev) < 0) {
+        return NULL;
+    }
+    if (cm_asyncpool_get_stats(dev, &s, &err) < 0) {
+        return cmpy_raise(st, &err);
+    }
+    threshold = s.release_threshold == UINT64_MAX
+                    ? Py_NewRef(Py_None)
+                    : PyLong_FromUnsignedLongLong(s.release_threshold);
+    if (threshold == NULL) {
+        return NULL;
+    }
+    return Py_BuildValue(
+        "{s:O,s:N,s:K,s:K,s:K,s:K}", "enabled", s.enabled ? Py_True : Py_False,
+        "release_threshold", threshold, "reserved_bytes",
+        (unsigned long long)s.reserved_current, "reserved_bytes_high",
+        (unsigned long long)s.reserved_high, "used_bytes",
+        (unsigned long long)s.used_current, "used_bytes_high",
+        (unsigned long long)s.used_high);
+}
+
+PyMethodDef cmpy_asyncpool_methods[] = {
+    {"_asyncpool_enable", (PyCFunction)(void (*)(void))asyncpool_enable,
+     METH_FASTCALL | METH_KEYWORDS, asyncpool_enable_doc},
+    {"_asyncpool_trim", (PyCFunction)(void (*)(void))asyncpool_trim,
+     METH_FASTCALL | METH_KEYWORDS, asyncpool_trim_doc},
+    {"_asyncpool_set_release_threshold",
+     (PyCFunction)(void (*)(void))asyncpool_set_release_threshold,
+     METH_FASTCALL | METH_KEYWORDS, asyncpool_set_release_threshold_doc},
+    {"_asyncpool_stats", (PyCFunction)(void (*)(void))asyncpool_stats,
+     METH_FASTCALL | METH_KEYWORDS, asyncpool_stats_doc},
+    {NULL, NULL, 0, NULL},
+};
