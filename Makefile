@@ -324,7 +324,7 @@ CORE_UNIT_SRC := cudamem/_src/core/pending.c cudamem/_src/core/errors.c \
 	cudamem/_src/core/lockorder.c cudamem/_src/core/env.c
 CORE_LAYOUT_SRC := cudamem/_src/core/layout.c cudamem/_src/core/errors.c
 CORE_COPY_SRC := $(addprefix cudamem/_src/core/,driver.c context.c device.c \
-	release.c pending.c memory.c ipc.c pool.c event.c stream.c stats.c \
+	release.c pending.c memory.c ipc.c pool.c event.c stream.c stats.c history.c \
 	copy.c copyarray.c layout.c errors.c hostmem.c hostpool.c staging.c \
 	lockorder.c oom.c env.c) $(LIB_SRC)
 CTEST_DEPS = $(SIM_SRC) $(SIM_HDR) $(CORE_UNIT_SRC) $(CORE_LAYOUT_SRC) \

@@ -66,6 +66,7 @@ cmpy_memory_native_alloc(cmpy_state *st, cm_device *dev, size_t nbytes,
     Py_BEGIN_ALLOW_THREADS
     made = cm_mem_alloc(dev, nbytes, stream, &mem, &err);
     Py_END_ALLOW_THREADS
+    cmpy_history_adopt();
     return own_record(st, made, mem, &err);
 }
 
@@ -173,6 +174,7 @@ cmpy_memory_native_managed(cmpy_state *st, cm_device *dev, size_t nbytes,
     Py_BEGIN_ALLOW_THREADS
     made = cm_mem_alloc_managed(dev, nbytes, attach_global, &mem, &err);
     Py_END_ALLOW_THREADS
+    cmpy_history_adopt();
     return own_record(st, made, mem, &err);
 }
 
