@@ -83,8 +83,8 @@ capture(entry *e)
         if (rc < 0) {
             break;
         }
-        e->frames[e->nframes++] =
-            (frame){(PyObject *)code, PyFrame_GetLineNumber(f)};
+        e->frames[e->nframes++] = (frame){(PyObject *)code,
+                                          PyFrame_GetLineNumber(f)};
         back = PyFrame_GetBack(f);
         Py_DECREF(f);
         f = back;
@@ -272,9 +272,8 @@ history_start(PyObject *Py_UNUSED(module), PyObject *args)
                             max_entries);
     }
     if (want < 0 || want > DEPTH_MAX) {
-        return PyErr_Format(PyExc_ValueError,
-                            "depth must be 0 to %d, not %zd", DEPTH_MAX,
-                            want);
+        return PyErr_Format(PyExc_ValueError, "depth must be 0 to %d, not %zd",
+                            DEPTH_MAX, want);
     }
     fresh = PySet_New(NULL);
     if (fresh == NULL) {
@@ -287,10 +286,9 @@ history_start(PyObject *Py_UNUSED(module), PyObject *args)
     Py_RETURN_NONE;
 }
 
-PyDoc_STRVAR(history_stop_doc,
-             "_history_stop()\n--\n\n"
-             "Stops recording; what was recorded stays for "
-             "_history_entries().");
+PyDoc_STRVAR(history_stop_doc, "_history_stop()\n--\n\n"
+                               "Stops recording; what was recorded stays for "
+                               "_history_entries().");
 
 static PyObject *
 history_stop(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
@@ -319,12 +317,12 @@ entry_tuple(const entry *e)
         }
         PyList_SET_ITEM(frames, i, f);
     }
-    t = Py_BuildValue(
-        "(KLkssiKnKNO)", (unsigned long long)e->seq, (long long)e->time_ns,
-        e->tid, action_names[e->ev.action], memory_names[e->ev.memory],
-        e->ev.device, (unsigned long long)e->ev.addr, (Py_ssize_t)e->ev.size,
-        (unsigned long long)e->ev.stream, frames,
-        e->annotation != NULL ? e->annotation : Py_None);
+    t = Py_BuildValue("(KLkssiKnKNO)", (unsigned long long)e->seq,
+                      (long long)e->time_ns, e->tid,
+                      action_names[e->ev.action], memory_names[e->ev.memory],
+                      e->ev.device, (unsigned long long)e->ev.addr,
+                      (Py_ssize_t)e->ev.size, (unsigned long long)e->ev.stream,
+                      frames, e->annotation != NULL ? e->annotation : Py_None);
     return t;
 }
 
