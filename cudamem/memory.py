@@ -16,6 +16,12 @@ import contextlib
 import os
 
 from cudamem import _MANAGER_VARIABLES, _cudamem
+from cudamem._history import (
+    annotate,
+    dump_snapshot,
+    record_history,
+    snapshot,
+)
 from cudamem._cudamem import (
     ManagedMemory,
     MappedMemory,
@@ -28,7 +34,8 @@ from cudamem.ipc import GetIpcHandleMixin
 __all__ = ["BaseCUDAMemoryManager", "HostOnlyCUDAMemoryManager",
            "DefaultMemoryManager", "NumbaCUDAMemoryManager", "ManagedMemory",
            "MappedMemory", "MemoryPointer", "MemoryInfo", "PinnedMemory",
-           "UniqueDict", "set_memory_manager", "using_memory_manager"]
+           "UniqueDict", "annotate", "dump_snapshot", "record_history",
+           "set_memory_manager", "snapshot", "using_memory_manager"]
 
 _SUPPORTED_EMM_INTERFACE_VERSION = 1
 
