@@ -7,11 +7,12 @@
  * The hook runs on any thread, with or without the GIL, sometimes under a
  * core lock, so it never waits for the GIL: a thread that holds it records
  * its stack and annotation at once; one that released it around a core
- * call (a pinned allocation) leaves them to cmpy_history_adopt, which its
+ * call (an allocation) leaves them to cmpy_history_adopt, which its
  * entry point calls with the GIL back; a thread with no Python (a queue's
  * flush elsewhere) records none. The ring is behind a mutex that nothing
- * else is taken under. Code objects and annotations are kept alive in
- * `keep` until the next start, so an entry holds borrowed pointers and
+ * else is taken under. Code objects and annotations are kept alive in a
+ * table of pointers (`kept`, by identity: a code object's hash walks its
+ * contents) until the next start, so an entry holds borrowed pointers and
  * overwriting it needs no GIL. One recorder per process, like core. */
 #include "module.h"
 
@@ -24,7 +25,7 @@
 #define DEPTH_MAX 64
 
 typedef struct frame {
-    PyObject *code; /* borrowed from keep */
+    PyObject *code; /* borrowed from kept */
     int line;
 } frame;
 
@@ -33,7 +34,7 @@ typedef struct entry {
     int64_t time_ns;
     unsigned long tid;
     cm_hist_event ev;
-    PyObject *annotation; /* borrowed from keep; NULL: none */
+    PyObject *annotation; /* borrowed from kept; NULL: none */
     int nframes;          /* -1: to be adopted (GIL released) */
     frame frames[];       /* depth of them */
 } entry;
@@ -48,11 +49,72 @@ static size_t head;      /* the oldest entry's slot */
 static size_t entry_size;
 static int depth;
 static uint64_t next_seq;
-/* Under the GIL: what entries point to, and the annotations' variable. */
-static PyObject *keep;
+/* Under the GIL: what entries point to (an open-addressed set of owned
+ * references, at most half full), and the annotations' variable. */
+static PyObject **kept;
+static size_t kept_cap, kept_len;
 static PyObject *annotation_var;
+/* Set once an entry waits for cmpy_history_adopt (until the next start),
+ * so that the entry points' check is one load while nothing does. */
+static int adopting;
 /* This thread's first entry left for cmpy_history_adopt; 0: none. */
 static _Thread_local uint64_t adopt_from;
+
+static size_t
+kept_slot(PyObject *const *table, size_t cap, PyObject *op)
+{
+    size_t i = ((uintptr_t)op >> 4) * (size_t)0x9E3779B97F4A7C15ULL;
+
+    for (i &= cap - 1; table[i] != NULL && table[i] != op;
+         i = (i + 1) & (cap - 1)) {
+    }
+    return i;
+}
+
+/* Keeps op alive until kept_clear; -1 (MemoryError set): no room. */
+static int
+kept_add(PyObject *op)
+{
+    size_t i;
+
+    if (2 * (kept_len + 1) > kept_cap) {
+        size_t cap = kept_cap == 0 ? 256 : 2 * kept_cap;
+        PyObject **bigger = PyMem_Calloc(cap, sizeof(*bigger));
+
+        if (bigger == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (size_t j = 0; j < kept_cap; j++) {
+            if (kept[j] != NULL) {
+                bigger[kept_slot(bigger, cap, kept[j])] = kept[j];
+            }
+        }
+        PyMem_Free(kept);
+        kept = bigger;
+        kept_cap = cap;
+    }
+    i = kept_slot(kept, kept_cap, op);
+    if (kept[i] == NULL) {
+        kept[i] = Py_NewRef(op);
+        kept_len++;
+    }
+    return 0;
+}
+
+static void
+kept_clear(void)
+{
+    PyObject **table = kept;
+    size_t cap = kept_cap;
+
+    kept = NULL;
+    kept_cap = kept_len = 0;
+    for (size_t j = 0; j < cap; j++) {
+        Py_XDECREF(table[j]);
+    }
+    PyMem_Free(table);
+}
 
 static entry *
 slot(size_t i)
@@ -78,8 +140,8 @@ capture(entry *e)
         PyCodeObject *code = PyFrame_GetCode(f);
         PyFrameObject *back;
 
-        rc = PySet_Add(keep, (PyObject *)code);
-        Py_DECREF(code); /* keep holds it */
+        rc = kept_add((PyObject *)code);
+        Py_DECREF(code); /* kept holds it */
         if (rc < 0) {
             break;
         }
@@ -95,7 +157,7 @@ capture(entry *e)
         rc = -1;
     }
     if (rc == 0 && value != NULL && value != Py_None) {
-        rc = PySet_Add(keep, value);
+        rc = kept_add(value);
         if (rc == 0) {
             e->annotation = value;
         }
@@ -117,7 +179,7 @@ grow(void)
     if (n > capacity) {
         n = capacity;
     }
-    if (n <= allocated) {
+    if (n <= allocated || n > SIZE_MAX / entry_size) {
         return -1;
     }
     bigger = realloc(ring, n * entry_size);
@@ -163,7 +225,7 @@ hook(const cm_hist_event *ev)
     e->ev = *ev;
     e->annotation = NULL;
     e->nframes = 0;
-    if (gil && keep != NULL && capture(e) < 0) {
+    if (gil && capture(e) < 0) {
         PyErr_Clear(); /* recorded without them */
     }
     else if (!gil && PyGILState_GetThisThreadState() != NULL) {
@@ -174,6 +236,7 @@ hook(const cm_hist_event *ev)
         e->seq = ++next_seq;
         if (e->nframes < 0 && adopt_from == 0) {
             adopt_from = e->seq;
+            __atomic_store_n(&adopting, 1, __ATOMIC_RELAXED);
         }
         memcpy(into, e, entry_size);
     }
@@ -186,10 +249,11 @@ cmpy_history_adopt(void)
     entry *e = NULL;
     char buf[sizeof(entry) + DEPTH_MAX * sizeof(frame)];
     entry *mine = (entry *)buf;
-    uint64_t from = adopt_from;
+    uint64_t from;
     int captured = 0;
 
-    if (from == 0) {
+    if (!__atomic_load_n(&adopting, __ATOMIC_RELAXED) ||
+        (from = adopt_from) == 0) {
         return;
     }
     adopt_from = 0;
@@ -248,6 +312,7 @@ reset(size_t max_entries, int frames)
     capacity = max_entries;
     depth = frames;
     entry_size = sizeof(entry) + (size_t)depth * sizeof(frame);
+    __atomic_store_n(&adopting, 0, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&ring_lock);
 }
 
@@ -261,7 +326,6 @@ static PyObject *
 history_start(PyObject *Py_UNUSED(module), PyObject *args)
 {
     Py_ssize_t max_entries, want;
-    PyObject *fresh;
 
     if (!PyArg_ParseTuple(args, "nn:_history_start", &max_entries, &want)) {
         return NULL;
@@ -275,13 +339,9 @@ history_start(PyObject *Py_UNUSED(module), PyObject *args)
         return PyErr_Format(PyExc_ValueError, "depth must be 0 to %d, not %zd",
                             DEPTH_MAX, want);
     }
-    fresh = PySet_New(NULL);
-    if (fresh == NULL) {
-        return NULL;
-    }
     reset((size_t)max_entries, (int)want);
-    /* No entry points into the old set any more. */
-    Py_XSETREF(keep, fresh);
+    /* No entry points into the old table any more. */
+    kept_clear();
     cm_history_set_hook(hook);
     Py_RETURN_NONE;
 }
@@ -392,5 +452,5 @@ void
 cmpy_history_uninstall(void)
 {
     reset(0, 0);
-    Py_CLEAR(keep);
+    kept_clear();
 }
