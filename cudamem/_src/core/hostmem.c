@@ -622,8 +622,9 @@ stat_bytes(const cm_host *h)
     return h->kind == CM_HOST_MAPPED_WC ? h->size : h->maplen;
 }
 
-/* The history's record of h (history.h): each allocation is a segment of
- * its own, the pages the driver holds. */
+/* The history's record of h (history.h), behind the caller's
+ * cm__history_on: each allocation is a segment of its own, the pages the
+ * driver holds. */
 static void
 note(const cm_host *h, cm_hist_action action)
 {
@@ -631,7 +632,7 @@ note(const cm_host *h, cm_hist_action action)
                                                       : CM_HIST_MAPPED;
     uint64_t addr = (uint64_t)(uintptr_t)h->ptr;
 
-    if (!cm__history_on() || h->kind == CM_HOST_REGISTERED || h->ptr == NULL) {
+    if (h->kind == CM_HOST_REGISTERED || h->ptr == NULL) {
         return;
     }
     if (action == CM_HIST_ALLOC) {
@@ -669,7 +670,9 @@ cm_host_alloc(cm_device *dev, cm_host_kind kind, size_t nbytes, int portable,
     }
     if (rc == 0 && (*out)->ptr != NULL) {
         cm__stats_add(dev, stat_kind(kind), stat_bytes(*out));
-        note(*out, CM_HIST_ALLOC);
+        if (cm__history_on()) {
+            note(*out, CM_HIST_ALLOC);
+        }
     }
     return rc;
 }
@@ -768,7 +771,9 @@ host_free_now(cm_host *h, cm_error *err)
     /* After a failed unregister the driver still holds the pages: leave
      * them mapped. */
     else if (rc == 0 && h->kind != CM_HOST_REGISTERED && h->ptr != NULL) {
-        note(h, CM_HIST_FREE_COMPLETED);
+        if (cm__history_on()) {
+            note(h, CM_HIST_FREE_COMPLETED);
+        }
         munmap(h->ptr, h->maplen);
     }
     free(h);
@@ -805,7 +810,9 @@ cm_host_free(cm_host *h, cm_error *err)
         free(h);
         return -1;
     }
-    note(h, CM_HIST_FREE_REQUESTED);
+    if (cm__history_on()) {
+        note(h, CM_HIST_FREE_REQUESTED);
+    }
     return cm__host_retire(h, host_free_now, err);
 }
 

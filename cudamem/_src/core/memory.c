@@ -49,17 +49,15 @@ is_counted(cm_free_kind kind)
            kind == CM_FREE_POOL;
 }
 
-/* The history's record of m (history.h): a driver allocation is a
- * segment of its own, a pooled block lives in the pool's slab. */
+/* The history's record of m (history.h), behind the caller's
+ * cm__history_on: a driver allocation is a segment of its own, a pooled
+ * block lives in the pool's slab. */
 static void
 note(const cm_mem *m, cm_hist_action action)
 {
     cm_hist_memory memory = m->kind == CM_FREE_MANAGED ? CM_HIST_MANAGED
                                                        : CM_HIST_DEVICE;
 
-    if (!cm__history_on()) {
-        return;
-    }
     if (m->kind != CM_FREE_POOL && action == CM_HIST_ALLOC) {
         cm__history_note(CM_HIST_SEGMENT_ALLOC, memory, m->dev->ordinal,
                          m->ptr, m->size, m->stream);
@@ -286,7 +284,9 @@ mem_alloc(cm_device *dev, cm_free_kind kind, unsigned flags, size_t nbytes,
             return -1;
         }
         cm__stats_add(dev, stat_kind(kind), nbytes);
-        note(m, CM_HIST_ALLOC);
+        if (cm__history_on()) {
+            note(m, CM_HIST_ALLOC);
+        }
     }
     /* A new record is as good as checked (its first copy follows). */
     cm__ctx_note_checked(dev, generation);
@@ -637,7 +637,9 @@ release_memory(cm_mem *m, cm_error *err)
 
     if (m->ptr != 0 && is_counted(m->kind)) {
         cm__stats_sub(m->dev, stat_kind(m->kind), m->size);
-        note(m, CM_HIST_FREE_REQUESTED);
+        if (cm__history_on()) {
+            note(m, CM_HIST_FREE_REQUESTED);
+        }
     }
     if (m->kind == CM_FREE_EXTERNAL) {
         /* Zero-size memory too: the plugin's object is released. */
@@ -648,7 +650,7 @@ release_memory(cm_mem *m, cm_error *err)
     else if (m->ptr != 0 && m->ops != NULL && m->ops->release != NULL) {
         rc = m->ops->release(m, err);
         /* A pooled block is back in the pool, reusable on its stream. */
-        if (m->kind == CM_FREE_POOL) {
+        if (m->kind == CM_FREE_POOL && cm__history_on()) {
             note(m, CM_HIST_FREE_COMPLETED);
         }
     }

@@ -54,10 +54,10 @@ static uint64_t next_seq;
 static PyObject **kept;
 static size_t kept_cap, kept_len;
 static PyObject *annotation_var;
-/* Set once an entry waits for cmpy_history_adopt (until the next start),
- * so that the entry points' check is one load while nothing does. */
-static int adopting;
-/* This thread's first entry left for cmpy_history_adopt; 0: none. */
+/* module.h's: set once an entry waits for adoption (until the next
+ * start). */
+int cmpy_history_adopting;
+/* This thread's first entry left for cmpy_history_adopt_now; 0: none. */
 static _Thread_local uint64_t adopt_from;
 
 static size_t
@@ -236,7 +236,7 @@ hook(const cm_hist_event *ev)
         e->seq = ++next_seq;
         if (e->nframes < 0 && adopt_from == 0) {
             adopt_from = e->seq;
-            __atomic_store_n(&adopting, 1, __ATOMIC_RELAXED);
+            __atomic_store_n(&cmpy_history_adopting, 1, __ATOMIC_RELAXED);
         }
         memcpy(into, e, entry_size);
     }
@@ -244,42 +244,36 @@ hook(const cm_hist_event *ev)
 }
 
 void
-cmpy_history_adopt(void)
+cmpy_history_adopt_now(void)
 {
-    entry *e = NULL;
     char buf[sizeof(entry) + DEPTH_MAX * sizeof(frame)];
     entry *mine = (entry *)buf;
     uint64_t from;
-    int captured = 0;
 
-    if (!__atomic_load_n(&adopting, __ATOMIC_RELAXED) ||
-        (from = adopt_from) == 0) {
+    if ((from = adopt_from) == 0) {
         return;
     }
     adopt_from = 0;
+    /* With the GIL held throughout: no start resizes the entries. */
+    if (capture(mine) < 0) {
+        PyErr_Clear();
+        mine->nframes = 0;
+        mine->annotation = NULL;
+    }
     pthread_mutex_lock(&ring_lock);
-    for (size_t i = 0; i < count; i++) {
-        e = slot(i);
-        if (e->seq < from || e->nframes >= 0 ||
-            e->tid != (unsigned long)pthread_self()) {
-            continue;
+    /* The ring is in seq order: only its newest entries can be ours. */
+    for (size_t i = count; i-- > 0;) {
+        entry *e = slot(i);
+
+        if (e->seq < from) {
+            break;
         }
-        if (!captured) {
-            /* Captured outside the lock, once, then copied to each. */
-            pthread_mutex_unlock(&ring_lock);
-            if (capture(mine) < 0) {
-                PyErr_Clear();
-                mine->nframes = 0;
-                mine->annotation = NULL;
-            }
-            captured = 1;
-            pthread_mutex_lock(&ring_lock);
-            i = (size_t)-1; /* the ring may have moved: scan again */
-            continue;
+        if (e->nframes < 0 && e->tid == (unsigned long)pthread_self()) {
+            e->nframes = mine->nframes;
+            e->annotation = mine->annotation;
+            memcpy(e->frames, mine->frames,
+                   (size_t)mine->nframes * sizeof(frame));
         }
-        e->nframes = mine->nframes;
-        e->annotation = mine->annotation;
-        memcpy(e->frames, mine->frames, (size_t)mine->nframes * sizeof(frame));
     }
     pthread_mutex_unlock(&ring_lock);
 }
@@ -312,7 +306,7 @@ reset(size_t max_entries, int frames)
     capacity = max_entries;
     depth = frames;
     entry_size = sizeof(entry) + (size_t)depth * sizeof(frame);
-    __atomic_store_n(&adopting, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&cmpy_history_adopting, 0, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&ring_lock);
 }
 

@@ -324,7 +324,18 @@ void cmpy_stats_install(int on);
  * recorded meanwhile the calling thread's stack and annotation. */
 int cmpy_history_init(PyObject *module);
 void cmpy_history_uninstall(void);
-void cmpy_history_adopt(void);
+void cmpy_history_adopt_now(void);
+/* Set while an entry may wait for cmpy_history_adopt_now: the entry
+ * points' check is this one load. */
+extern int cmpy_history_adopting;
+
+static inline void
+cmpy_history_adopt(void)
+{
+    if (__atomic_load_n(&cmpy_history_adopting, __ATOMIC_RELAXED)) {
+        cmpy_history_adopt_now();
+    }
+}
 
 /* py/device.c: creates the Device and Context types and the attribute
  * table in the module state; 0, or -1 with an exception set. */
