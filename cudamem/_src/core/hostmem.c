@@ -13,8 +13,8 @@
 #include <unistd.h>
 
 #include "driver.h"
-#include "history.h"
 #include "event.h"
+#include "history.h"
 #include "release.h"
 #include "stats.h"
 
