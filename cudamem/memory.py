@@ -16,17 +16,17 @@ import contextlib
 import os
 
 from cudamem import _MANAGER_VARIABLES, _cudamem
-from cudamem._history import (
-    annotate,
-    dump_snapshot,
-    record_history,
-    snapshot,
-)
 from cudamem._cudamem import (
     ManagedMemory,
     MappedMemory,
     MemoryPointer,
     PinnedMemory,
+)
+from cudamem._history import (
+    annotate,
+    dump_snapshot,
+    record_history,
+    snapshot,
 )
 from cudamem.devices import MemoryInfo
 from cudamem.ipc import GetIpcHandleMixin

@@ -62,6 +62,8 @@ def test_device_array_alloc_and_free_in_order():
         "filename": __file__, "line": line,
         "name": "test_device_array_alloc_and_free_in_order"}
     assert events[2]["frames"][0]["line"] == free_line
+    # The queue's flush completed the free.
+    assert [e["frames"][0]["name"] for e in events[3:]] == ["flush", "flush"]
     assert events[1]["thread"] == threading.get_ident()
     times = [e["time_us"] for e in events]
     assert times == sorted(times)
@@ -206,7 +208,7 @@ def test_threads_keep_their_own_annotations():
         assert e["annotations"] == ["t%d" % i]
         assert e["thread"] == idents[i]
         assert e["frames"][0]["name"] in ("worker", "<listcomp>")
-    del arrays
+    arrays.clear()
 
 
 def test_ring_keeps_the_last_max_entries():
