@@ -5,7 +5,10 @@ stream handles, the test's own lines in the frames), the annotations,
 the ring bound, recording off, threads, the segments the events leave
 live, the pickle, and every error exit. PyTorch's own reading of the
 snapshot is tests/peers/test_memory_viz.py's."""
+import glob
+import os
 import pickle
+import re
 import sys
 import threading
 
@@ -14,6 +17,7 @@ import pytest
 
 import cudamem as cuda
 from cudamem import _cudamem, memory
+from tests.helpers.run import ROOT
 
 pytestmark = pytest.mark.simulator
 
@@ -354,3 +358,19 @@ def test_failed_python_allocations_drop_only_frames():
     assert not live & set(freed)
     assert events[1]["annotations"] == ["sweep"]
     del arrays
+
+
+def test_every_gil_release_adopts_its_entries():
+    """py/history.c's rule: the events a thread records while it released
+    the GIL take that call's frames, so each Py_END_ALLOW_THREADS of py/
+    is followed by cmpy_history_adopt()."""
+    sources = glob.glob(os.path.join(ROOT, "cudamem", "_src", "py", "*.c"))
+    ends = 0
+    for path in sources:
+        with open(path) as f:
+            text = f.read()
+        ends += text.count("Py_END_ALLOW_THREADS")
+        missing = re.findall(
+            r"Py_END_ALLOW_THREADS\n(?!\s*cmpy_history_adopt)", text)
+        assert not missing, path
+    assert ends > 10
