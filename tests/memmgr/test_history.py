@@ -374,3 +374,32 @@ def test_every_gil_release_adopts_its_entries():
             r"Py_END_ALLOW_THREADS\n(?!\s*cmpy_history_adopt)", text)
         assert not missing, path
     assert ends > 10
+
+
+def test_each_device_has_its_trace(run_py):
+    """Two simulated devices: each allocation is in its own device's trace,
+    and the segments name their device."""
+    r = run_py("""
+        import cudamem as cuda
+        from cudamem import memory
+        memory.record_history()
+        with cuda.gpus[1]:
+            b = cuda.device_array(30)
+            bp = b.device_ctypes_pointer.value
+        a = cuda.device_array(10)
+        snap = memory.snapshot()
+        memory.record_history(False)
+        t0, t1 = snap["device_traces"]
+        print([(e["action"], e["addr"] == a.device_ctypes_pointer.value)
+               for e in t0])
+        print([(e["action"], e["addr"] == bp, e["device"]) for e in t1])
+        print(sorted((s["device"], s["total_size"])
+                     for s in snap["segments"]))
+        del a, b
+    """, env={"CUDAMEM_SIM_DEVICES": "2", "CUDA_VISIBLE_DEVICES": None})
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines == [
+        "[('segment_alloc', True), ('alloc', True)]",
+        "[('segment_alloc', True, 1), ('alloc', True, 1)]",
+        "[(0, 80), (1, 240)]"]
