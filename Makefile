@@ -100,6 +100,12 @@ PEERS_PKGS ?= numba-cuda==$(NUMBA_CUDA_VERSION) numba==0.68.1 \
 	cuda-core==1.2.2 cuda-bindings==13.3.1 cuda-pathfinder==1.9.1 \
 	numpy==2.4.6 pytest==9.2.0 filecheck==1.0.6 cffi==2.1.1
 BUDGET_PEERS ?= 360
+# PyTorch's memory-snapshot script (torch/cuda/_memory_viz.py, standard
+# library only) for tests/peers/test_memory_viz.py, taken from the CPU-only
+# torch wheel the package index serves (the macOS arm64 one: the Linux
+# wheel is the CUDA build, gigabytes with its dependencies). About 80 MB,
+# downloaded without dependencies; only the one file is kept.
+TORCH_VIZ_VERSION ?= 2.11.0
 # test-pythons: cudamem built (-Werror) and tested on each other CPython
 # (tools/test_pythons.py); the main Python runs the whole suite in `make test`.
 PYTHONS ?= 3.10.13,3.12.1,3.13.0
@@ -254,6 +260,15 @@ $(PEERS_VENV)/.stamp: Makefile
 	$(PY) -m venv $(PEERS_VENV)
 	$(PEERS_VENV)/bin/pip install -q --upgrade pip
 	$(PEERS_VENV)/bin/pip install -q $(PEERS_PKGS)
+	$(PEERS_VENV)/bin/pip download -q --no-deps --only-binary=:all: \
+	  --platform macosx_11_0_arm64 --python-version 3.11 \
+	  -d $(PEERS_VENV)/torch-wheel torch==$(TORCH_VIZ_VERSION)
+	mkdir -p $(PEERS_VENV)/memory_viz
+	$(PEERS_VENV)/bin/python -c 'import glob, zipfile; \
+	  w = zipfile.ZipFile(glob.glob("$(PEERS_VENV)/torch-wheel/*.whl")[0]); \
+	  open("$(PEERS_VENV)/memory_viz/_memory_viz.py", "wb").write( \
+	  w.read("torch/cuda/_memory_viz.py"))'
+	rm -rf $(PEERS_VENV)/torch-wheel
 	touch $@
 
 # numba-cuda's driver-level tests, unchanged, against the expected failures
@@ -324,7 +339,7 @@ CORE_UNIT_SRC := cudamem/_src/core/pending.c cudamem/_src/core/errors.c \
 	cudamem/_src/core/lockorder.c cudamem/_src/core/env.c
 CORE_LAYOUT_SRC := cudamem/_src/core/layout.c cudamem/_src/core/errors.c
 CORE_COPY_SRC := $(addprefix cudamem/_src/core/,driver.c context.c device.c \
-	release.c pending.c memory.c ipc.c pool.c event.c stream.c stats.c \
+	release.c pending.c memory.c ipc.c pool.c event.c stream.c stats.c history.c \
 	copy.c copyarray.c layout.c errors.c hostmem.c hostpool.c staging.c \
 	lockorder.c oom.c env.c asyncpool.c) $(LIB_SRC)
 CTEST_DEPS = $(SIM_SRC) $(SIM_HDR) $(CORE_UNIT_SRC) $(CORE_LAYOUT_SRC) \

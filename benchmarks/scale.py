@@ -11,7 +11,8 @@ rest).
     python -m benchmarks.scale --callgrind CASE N [ITERS]
     python -m benchmarks.scale --curve CASE [MAX]  # N = 1, 10, ... MAX
 
-CASE is arrays (alloc+free 8 B, pool off, N live arrays), pool (alloc+free
+CASE is arrays (alloc+free 8 B, pool off, N live arrays), history (the
+same with the memory history recording), pool (alloc+free
 8 B, N free blocks), streams (pooled alloc+free on a live stream after N
 streams, all made first, each freed pooled memory and died), batches (the
 same with one temporary stream per batch, made and released in turn),
@@ -48,8 +49,12 @@ def setup(case, n):
     import cudamem
     from cudamem import _cudamem
     keep = []
-    if case == "arrays":
+    if case in ("arrays", "history"):
         keep = [cudamem.device_array(1) for _ in range(n)]
+        if case == "history":
+            # The memory history on, with its default stack depth.
+            from cudamem import memory
+            memory.record_history(max_entries=100_000)
 
         def op():
             a = cudamem.device_array(1)

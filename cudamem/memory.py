@@ -22,13 +22,20 @@ from cudamem._cudamem import (
     MemoryPointer,
     PinnedMemory,
 )
+from cudamem._history import (
+    annotate,
+    dump_snapshot,
+    record_history,
+    snapshot,
+)
 from cudamem.devices import MemoryInfo
 from cudamem.ipc import GetIpcHandleMixin
 
 __all__ = ["BaseCUDAMemoryManager", "HostOnlyCUDAMemoryManager",
            "DefaultMemoryManager", "NumbaCUDAMemoryManager", "ManagedMemory",
            "MappedMemory", "MemoryPointer", "MemoryInfo", "PinnedMemory",
-           "UniqueDict", "set_memory_manager", "using_memory_manager"]
+           "UniqueDict", "annotate", "dump_snapshot", "record_history",
+           "set_memory_manager", "snapshot", "using_memory_manager"]
 
 _SUPPORTED_EMM_INTERFACE_VERSION = 1
 

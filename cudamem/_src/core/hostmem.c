@@ -14,6 +14,7 @@
 
 #include "driver.h"
 #include "event.h"
+#include "history.h"
 #include "release.h"
 #include "stats.h"
 
@@ -637,6 +638,30 @@ stat_bytes(const cm_host *h)
     return h->kind == CM_HOST_MAPPED_WC ? h->size : h->maplen;
 }
 
+/* The history's record of h (history.h), behind the caller's
+ * cm__history_on: each allocation is a segment of its own, the pages the
+ * driver holds. */
+static void
+note(const cm_host *h, cm_hist_action action)
+{
+    cm_hist_memory memory = h->kind == CM_HOST_PINNED ? CM_HIST_PINNED
+                                                      : CM_HIST_MAPPED;
+    uint64_t addr = (uint64_t)(uintptr_t)h->ptr;
+
+    if (h->kind == CM_HOST_REGISTERED || h->ptr == NULL) {
+        return;
+    }
+    if (action == CM_HIST_ALLOC) {
+        cm__history_note(CM_HIST_SEGMENT_ALLOC, memory, h->dev->ordinal, addr,
+                         stat_bytes(h), NULL);
+    }
+    cm__history_note(action, memory, h->dev->ordinal, addr, h->size, NULL);
+    if (action == CM_HIST_FREE_COMPLETED) {
+        cm__history_note(CM_HIST_SEGMENT_FREE, memory, h->dev->ordinal, addr,
+                         stat_bytes(h), NULL);
+    }
+}
+
 int
 cm_host_alloc(cm_device *dev, cm_host_kind kind, size_t nbytes, int portable,
               cm_host **out, cm_error *err)
@@ -669,6 +694,9 @@ cm__host_alloc_for(cm_device *dev, cm_host_kind kind, size_t nbytes,
     }
     if (rc == 0 && (*out)->ptr != NULL) {
         cm__stats_add(dev, stat_kind(kind), stat_bytes(*out), requested);
+        if (cm__history_on()) {
+            note(*out, CM_HIST_ALLOC);
+        }
     }
     return rc;
 }
@@ -765,6 +793,9 @@ host_free_now(cm_host *h, cm_error *err)
     /* After a failed unregister the driver still holds the pages: leave
      * them mapped. */
     else if (rc == 0 && h->kind != CM_HOST_REGISTERED && h->ptr != NULL) {
+        if (cm__history_on()) {
+            note(h, CM_HIST_FREE_COMPLETED);
+        }
         munmap(h->ptr, h->maplen);
     }
     free(h);
@@ -799,6 +830,9 @@ cm_host_free(cm_host *h, cm_error *err)
     if (cm_fork_check(err) < 0) {
         free(h);
         return -1;
+    }
+    if (cm__history_on()) {
+        note(h, CM_HIST_FREE_REQUESTED);
     }
     return cm__host_retire(h, host_free_now, err);
 }

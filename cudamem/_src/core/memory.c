@@ -14,6 +14,7 @@
 #include "device.h"
 #include "driver.h"
 #include "event.h"
+#include "history.h"
 #include "release.h"
 #include "stream.h"
 #include "stats.h"
@@ -54,6 +55,23 @@ is_counted(cm_free_kind kind)
 {
     return kind == CM_FREE_DEVICE || kind == CM_FREE_MANAGED ||
            kind == CM_FREE_POOL || kind == CM_FREE_ASYNC;
+}
+
+/* The history's record of m (history.h), behind the caller's
+ * cm__history_on: a driver allocation is a segment of its own, a pooled
+ * block lives in the pool's slab. */
+static void
+note(const cm_mem *m, cm_hist_action action)
+{
+    cm_hist_memory memory = m->kind == CM_FREE_MANAGED ? CM_HIST_MANAGED
+                                                       : CM_HIST_DEVICE;
+
+    if (m->kind != CM_FREE_POOL && action == CM_HIST_ALLOC) {
+        cm__history_note(CM_HIST_SEGMENT_ALLOC, memory, m->dev->ordinal,
+                         m->ptr, m->size, m->stream);
+    }
+    cm__history_note(action, memory, m->dev->ordinal, m->ptr, m->size,
+                     m->stream);
 }
 
 /* One allocation of `kind` in the current context. */
@@ -284,6 +302,9 @@ mem_alloc(cm_device *dev, cm_free_kind kind, unsigned flags, size_t nbytes,
                           ? m->ops->occupied(m)
                           : nbytes;
         cm__stats_add(dev, stat_kind(kind), m->occupies, nbytes);
+        if (cm__history_on()) {
+            note(m, CM_HIST_ALLOC);
+        }
     }
     /* A new record is as good as checked (its first copy follows). */
     cm__ctx_note_checked(dev, generation);
@@ -639,6 +660,9 @@ release_memory(cm_mem *m, cm_error *err)
 
     if (m->ptr != 0 && is_counted(m->kind)) {
         cm__stats_sub(m->dev, stat_kind(m->kind), m->occupies, m->size);
+        if (cm__history_on()) {
+            note(m, CM_HIST_FREE_REQUESTED);
+        }
     }
     if (m->kind == CM_FREE_EXTERNAL) {
         /* Zero-size memory too: the plugin's object is released. */
@@ -648,6 +672,10 @@ release_memory(cm_mem *m, cm_error *err)
     }
     else if (m->ptr != 0 && m->ops != NULL && m->ops->release != NULL) {
         rc = m->ops->release(m, err);
+        /* A pooled block is back in the pool, reusable on its stream. */
+        if (m->kind == CM_FREE_POOL && cm__history_on()) {
+            note(m, CM_HIST_FREE_COMPLETED);
+        }
     }
     else if (m->ptr != 0 && m->kind == CM_FREE_MANAGED) {
         rc = cm__release_retained(m->dev, m->generation, m->resets, m->kind,

@@ -14,6 +14,7 @@
 
 #include "driver.h"
 #include "event.h"
+#include "history.h"
 #include "memory.h"
 #include "release.h"
 #include "stats.h"
@@ -899,6 +900,8 @@ grow(cm_device *dev, cm_pool *pool, uint64_t generation, size_t size,
         cm__lock(&pool->lock, CM_LOCK_POOL);
         return cm_fail(err, CM_ERR_NOMEM, "out of host memory");
     }
+    cm__history_note(CM_HIST_SEGMENT_ALLOC, CM_HIST_DEVICE, dev->ordinal, ptr,
+                     size, NULL);
     return 0;
 }
 
@@ -1259,6 +1262,8 @@ trim(cm_device *dev, int wait, cm_error *err)
             rc = -1;
         }
         cm__stats_unhold(dev, slabs->size);
+        cm__history_note(CM_HIST_SEGMENT_FREE, CM_HIST_DEVICE, dev->ordinal,
+                         slabs->ptr, slabs->size, NULL);
         slab_forget(slabs);
     }
     for (size_t i = 0; i < nevents; i++) {

@@ -5,6 +5,7 @@
 #include "lockorder.h"
 
 #include "driver.h"
+#include "history.h"
 #include "stats.h"
 
 /* Frees one handle in ctx. Runs with dev->qlock held, so the context
@@ -94,6 +95,26 @@ unhold(cm_device *dev, cm_free_kind kind, size_t nbytes)
     }
 }
 
+/* The history's end of a queued free (history.h), behind the caller's
+ * cm__history_on: the memory is the driver's again (or went with its
+ * context) when this runs. */
+static void
+note_freed(cm_device *dev, cm_free_kind kind, uint64_t handle, size_t nbytes)
+{
+    cm_hist_memory memory = kind == CM_FREE_MANAGED ? CM_HIST_MANAGED
+                            : kind == CM_FREE_HOST  ? CM_HIST_MAPPED
+                                                    : CM_HIST_DEVICE;
+
+    if (kind != CM_FREE_DEVICE && kind != CM_FREE_MANAGED &&
+        kind != CM_FREE_HOST) {
+        return;
+    }
+    cm__history_note(CM_HIST_FREE_COMPLETED, memory, dev->ordinal, handle,
+                     nbytes, NULL);
+    cm__history_note(CM_HIST_SEGMENT_FREE, memory, dev->ordinal, handle,
+                     nbytes, NULL);
+}
+
 /* A queue's free function: one handle of dev's primary context. */
 static int
 free_one(void *arg, cm_free_kind kind, uint64_t handle, size_t nbytes,
@@ -105,6 +126,9 @@ free_one(void *arg, cm_free_kind kind, uint64_t handle, size_t nbytes,
     int rc;
 
     unhold(dev, kind, nbytes);
+    if (cm__history_on()) {
+        note_freed(dev, kind, handle, nbytes);
+    }
     /* In a poisoned context every free fails: what it holds goes with the
      * process, so drop it quietly (but give back a record's retain). */
     if (is_retained(kind)) {
@@ -222,6 +246,9 @@ cm__release(cm_device *dev, uint64_t generation, cm_free_kind kind,
     }
     else {
         unhold(dev, kind, nbytes);
+        if (cm__history_on()) {
+            note_freed(dev, kind, handle, nbytes);
+        }
     }
     cm__unlock(&dev->qlock);
     return rc;
@@ -244,6 +271,9 @@ cm__release_retained(cm_device *dev, uint64_t generation, uint64_t resets,
     else {
         /* Its queue is gone: free it now, unless a reset did. */
         unhold(dev, kind, nbytes);
+        if (cm__history_on()) {
+            note_freed(dev, kind, handle, nbytes);
+        }
         rc = free_retained(
             dev, __atomic_load_n(&dev->resets, __ATOMIC_ACQUIRE) == resets,
             kind, handle, err);
@@ -380,6 +410,9 @@ salvage_one(void *arg, cm_free_kind kind, uint64_t handle, size_t nbytes,
     salvage_arg *sa = arg;
 
     unhold(sa->dev, kind, nbytes);
+    if (cm__history_on()) {
+        note_freed(sa->dev, kind, handle, nbytes);
+    }
     if (!is_retained(kind)) {
         return 0;
     }

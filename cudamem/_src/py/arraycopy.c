@@ -240,6 +240,7 @@ run_copy(cmpy_state *st, cm_device *dev, const cm_side *dst,
     Py_BEGIN_ALLOW_THREADS
     rc = cm_copy_array(dev, dst, src, itemsize, ref->handle, ref->async, &err);
     Py_END_ALLOW_THREADS
+    cmpy_history_adopt();
     if (rc < 0) {
         cmpy_raise(st, &err);
         return -1;
@@ -408,6 +409,7 @@ staged_through_host(cmpy_state *st, cm_device *dev, CUdeviceptr to,
         rc = cm_copy_htod(dev, to, h->ptr, n, ref->handle, ref->async, &err);
     }
     Py_END_ALLOW_THREADS
+    cmpy_history_adopt();
     if (rc < 0) {
         cmpy_raise(st, &err);
     }
@@ -423,6 +425,7 @@ staged_through_host(cmpy_state *st, cm_device *dev, CUdeviceptr to,
     }
     freed = cm_hostpool_free(h, &free_err);
     Py_END_ALLOW_THREADS
+    cmpy_history_adopt();
     if (freed < 0 && rc == 0) {
         cmpy_raise(st, &free_err);
         return -1;
@@ -493,6 +496,7 @@ cross_device(cmpy_state *st, cmpy_DeviceNDArray *self, cmpy_DeviceNDArray *src,
                                     CU_STREAM_LEGACY, &err);
         }
         Py_END_ALLOW_THREADS
+        cmpy_history_adopt();
         if (rc < 0) {
             cmpy_raise(st, &err);
         }
@@ -546,6 +550,7 @@ order_pending(cmpy_state *st, cm_mem *m, CUstream into)
     Py_BEGIN_ALLOW_THREADS
     rc = cm_mem_order_pending(m, into, &ordered, &err);
     Py_END_ALLOW_THREADS
+    cmpy_history_adopt();
     if (rc < 0) {
         cmpy_raise(st, &err);
     }
@@ -905,6 +910,7 @@ fill_layout(cmpy_state *st, cmpy_DeviceNDArray *self, int ndim,
     rc = cm_fill(dev, &dst, PyArray_DATA(value), itemsize, ref->handle,
                  ref->async, &err);
     Py_END_ALLOW_THREADS
+    cmpy_history_adopt();
     if (rc < 0) {
         cmpy_raise(st, &err);
         return -1;

@@ -208,6 +208,7 @@ cmpy_array_read_scalar(cmpy_state *st, cmpy_DeviceNDArray *self,
                       (size_t)PyDataType_ELSIZE(dtype), self->stream_handle,
                       self->stream_async, &err);
     Py_END_ALLOW_THREADS
+    cmpy_history_adopt();
     if (rc < 0) {
         cmpy_raise(st, &err);
     }

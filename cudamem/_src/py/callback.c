@@ -115,6 +115,7 @@ dispatch_loop(PyObject *module, PyObject *Py_UNUSED(ignored))
         Py_BEGIN_ALLOW_THREADS
         rc = cm_callback_next(CMPY_DISPATCH_POLL_MS, &payload, &status);
         Py_END_ALLOW_THREADS
+        cmpy_history_adopt();
         if (rc < 0) {
             Py_RETURN_NONE;
         }
@@ -229,6 +230,7 @@ dispatch_drain(PyObject *Py_UNUSED(module), PyObject *arg)
         Py_BEGIN_ALLOW_THREADS
         busy = cm_callback_drain(slice);
         Py_END_ALLOW_THREADS
+        cmpy_history_adopt();
         left -= slice;
         if (!busy || left <= 0) {
             break;

@@ -51,6 +51,7 @@ cmpy_hostbuf_discard(cmpy_state *st, cm_host *host)
     rc = host->pooled ? cm_hostpool_free(host, &err)
                       : cm_host_free(host, &err);
     Py_END_ALLOW_THREADS
+    cmpy_history_adopt();
     if (rc < 0) {
         cmpy_warn_release(st, &err);
     }

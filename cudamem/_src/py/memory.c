@@ -66,6 +66,7 @@ cmpy_memory_native_alloc(cmpy_state *st, cm_device *dev, size_t nbytes,
     Py_BEGIN_ALLOW_THREADS
     made = cm_mem_alloc(dev, nbytes, stream, &mem, &err);
     Py_END_ALLOW_THREADS
+    cmpy_history_adopt();
     return own_record(st, made, mem, &err);
 }
 
@@ -173,6 +174,7 @@ cmpy_memory_native_managed(cmpy_state *st, cm_device *dev, size_t nbytes,
     Py_BEGIN_ALLOW_THREADS
     made = cm_mem_alloc_managed(dev, nbytes, attach_global, &mem, &err);
     Py_END_ALLOW_THREADS
+    cmpy_history_adopt();
     return own_record(st, made, mem, &err);
 }
 
@@ -187,6 +189,7 @@ cmpy_memory_ipc_open(cmpy_state *st, cm_device *dev,
     Py_BEGIN_ALLOW_THREADS
     made = cm_ipc_open(dev, handle, &mem, &err);
     Py_END_ALLOW_THREADS
+    cmpy_history_adopt();
     return own_record(st, made, mem, &err);
 }
 
@@ -527,6 +530,7 @@ cmpy_memory_note_work(cmpy_state *st, cm_mem *mem, cm_device *dev,
     Py_BEGIN_ALLOW_THREADS
     rc = cm_mem_note_stream(mem, dev, ref->handle, &err);
     Py_END_ALLOW_THREADS
+    cmpy_history_adopt();
     if (rc < 0) {
         cmpy_raise(st, &err);
     }
@@ -552,6 +556,7 @@ cmpy_memory_note_done(cmpy_state *st, cm_mem *a, cm_mem *b, cm_device *dev,
         cm_stream_synchronize(dev, ref->handle, &ignored);
     }
     Py_END_ALLOW_THREADS
+    cmpy_history_adopt();
     if (rc < 0) {
         cmpy_raise(st, &err);
     }
@@ -693,6 +698,7 @@ pointer_memset(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
     Py_BEGIN_ALLOW_THREADS
     rc = cm_fill(dev, &dst, &byte, 1, ref.handle, ref.async, &err);
     Py_END_ALLOW_THREADS
+    cmpy_history_adopt();
     if (rc < 0) {
         return cmpy_raise(st, &err);
     }

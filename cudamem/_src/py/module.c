@@ -208,6 +208,8 @@ cudamem_exec(PyObject *module)
         PyModule_AddFunctions(module, cmpy_asyncpool_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_ipc_methods) < 0 ||
         PyModule_AddFunctions(module, cmpy_stats_methods) < 0 ||
+        PyModule_AddFunctions(module, cmpy_history_methods) < 0 ||
+        cmpy_history_init(module) < 0 ||
         cmpy_device_types_init(module, st) < 0 ||
         cmpy_stream_type_init(module, st) < 0 ||
         cmpy_event_type_init(module, st) < 0 ||
@@ -284,6 +286,7 @@ cudamem_free(void *module)
     cm_mem_set_release_hook(NULL, NULL);
     cmpy_stats_install(0);
     cmpy_poll_install(0);
+    cmpy_history_uninstall();
     cudamem_clear((PyObject *)module);
     PyMem_Free(st->sim_path);
     st->sim_path = NULL;

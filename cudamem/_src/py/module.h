@@ -312,10 +312,31 @@ extern PyMethodDef cmpy_pool_methods[];
 extern PyMethodDef cmpy_asyncpool_methods[];
 extern PyMethodDef cmpy_ipc_methods[];
 extern PyMethodDef cmpy_stats_methods[];
+extern PyMethodDef cmpy_history_methods[];
 
 /* py/stats.c: installs (on) or removes the garbage-collector hook of
  * core's out-of-memory recovery (process-wide). */
 void cmpy_stats_install(int on);
+
+/* py/history.c: adds _history_annotation (the annotations' context
+ * variable; 0, or -1 with an exception set); stops the memory history and
+ * drops what it recorded (at module free); and, after a call that
+ * released the GIL around core's allocations, gives the entries it
+ * recorded meanwhile the calling thread's stack and annotation. */
+int cmpy_history_init(PyObject *module);
+void cmpy_history_uninstall(void);
+void cmpy_history_adopt_now(void);
+/* Set while an entry may wait for cmpy_history_adopt_now: the entry
+ * points' check is this one load. */
+extern int cmpy_history_adopting;
+
+static inline void
+cmpy_history_adopt(void)
+{
+    if (__atomic_load_n(&cmpy_history_adopting, __ATOMIC_RELAXED)) {
+        cmpy_history_adopt_now();
+    }
+}
 
 /* py/device.c: creates the Device and Context types and the attribute
  * table in the module state; 0, or -1 with an exception set. */

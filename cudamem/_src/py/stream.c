@@ -133,6 +133,7 @@ cmpy_wait_polled(cmpy_state *st, cm_device *dev, void *handle,
             rc = finish(dev, handle, &err);
         }
         Py_END_ALLOW_THREADS
+        cmpy_history_adopt();
         if (rc < 0) {
             cmpy_raise(st, &err);
             return -1;
