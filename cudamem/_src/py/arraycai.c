@@ -28,8 +28,7 @@ export_stream(cmpy_state *st, cmpy_DeviceNDArray *self)
     else {
         Py_BEGIN_ALLOW_THREADS
         rc = cm_mem_order_pending(m, into, &ordered, &err);
-        Py_END_ALLOW_THREADS
-        cmpy_history_adopt();
+        CMPY_END_ALLOW_THREADS
         if (rc < 0) {
             return cmpy_raise(st, &err);
         }

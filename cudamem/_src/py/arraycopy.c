@@ -239,8 +239,7 @@ run_copy(cmpy_state *st, cm_device *dev, const cm_side *dst,
     /* Even async copies can wait: a temporary waits for its stream. */
     Py_BEGIN_ALLOW_THREADS
     rc = cm_copy_array(dev, dst, src, itemsize, ref->handle, ref->async, &err);
-    Py_END_ALLOW_THREADS
-    cmpy_history_adopt();
+    CMPY_END_ALLOW_THREADS
     if (rc < 0) {
         cmpy_raise(st, &err);
         return -1;
@@ -408,8 +407,7 @@ staged_through_host(cmpy_state *st, cm_device *dev, CUdeviceptr to,
     if (rc == 0) {
         rc = cm_copy_htod(dev, to, h->ptr, n, ref->handle, ref->async, &err);
     }
-    Py_END_ALLOW_THREADS
-    cmpy_history_adopt();
+    CMPY_END_ALLOW_THREADS
     if (rc < 0) {
         cmpy_raise(st, &err);
     }
@@ -424,8 +422,7 @@ staged_through_host(cmpy_state *st, cm_device *dev, CUdeviceptr to,
         (void)cm_stream_synchronize(dev, ref->handle, &free_err);
     }
     freed = cm_hostpool_free(h, &free_err);
-    Py_END_ALLOW_THREADS
-    cmpy_history_adopt();
+    CMPY_END_ALLOW_THREADS
     if (freed < 0 && rc == 0) {
         cmpy_raise(st, &free_err);
         return -1;
@@ -495,8 +492,7 @@ cross_device(cmpy_state *st, cmpy_DeviceNDArray *self, cmpy_DeviceNDArray *src,
             rc = cm_mem_note_stream(src->gpu_data->mem, src_dev,
                                     CU_STREAM_LEGACY, &err);
         }
-        Py_END_ALLOW_THREADS
-        cmpy_history_adopt();
+        CMPY_END_ALLOW_THREADS
         if (rc < 0) {
             cmpy_raise(st, &err);
         }
@@ -549,8 +545,7 @@ order_pending(cmpy_state *st, cm_mem *m, CUstream into)
     }
     Py_BEGIN_ALLOW_THREADS
     rc = cm_mem_order_pending(m, into, &ordered, &err);
-    Py_END_ALLOW_THREADS
-    cmpy_history_adopt();
+    CMPY_END_ALLOW_THREADS
     if (rc < 0) {
         cmpy_raise(st, &err);
     }
@@ -909,8 +904,7 @@ fill_layout(cmpy_state *st, cmpy_DeviceNDArray *self, int ndim,
     Py_BEGIN_ALLOW_THREADS
     rc = cm_fill(dev, &dst, PyArray_DATA(value), itemsize, ref->handle,
                  ref->async, &err);
-    Py_END_ALLOW_THREADS
-    cmpy_history_adopt();
+    CMPY_END_ALLOW_THREADS
     if (rc < 0) {
         cmpy_raise(st, &err);
         return -1;

@@ -207,8 +207,7 @@ cmpy_array_read_scalar(cmpy_state *st, cmpy_DeviceNDArray *self,
     rc = cm_copy_dtoh(dev, PyArray_DATA(host), ptr,
                       (size_t)PyDataType_ELSIZE(dtype), self->stream_handle,
                       self->stream_async, &err);
-    Py_END_ALLOW_THREADS
-    cmpy_history_adopt();
+    CMPY_END_ALLOW_THREADS
     if (rc < 0) {
         cmpy_raise(st, &err);
     }

@@ -96,7 +96,7 @@ asyncpool_trim(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     }
     Py_BEGIN_ALLOW_THREADS
     rc = cm_asyncpool_trim(dev, (size_t)keep, &err);
-    Py_END_ALLOW_THREADS
+    CMPY_END_ALLOW_THREADS
     if (rc < 0) {
         return cmpy_raise(st, &err);
     }

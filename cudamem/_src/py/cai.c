@@ -524,8 +524,7 @@ cmpy_check_extent(cmpy_state *st, cm_device *dev, CUdeviceptr ptr,
     }
     Py_BEGIN_ALLOW_THREADS
     rc = cm_pointer_range(dev, ptr, &base, &size, &err);
-    Py_END_ALLOW_THREADS
-    cmpy_history_adopt();
+    CMPY_END_ALLOW_THREADS
     if (rc < 0) {
         cmpy_raise(st, &err);
         return -1;
@@ -594,8 +593,7 @@ order_streams(cmpy_state *st, const cai_desc *d, cm_device *dev, int sync,
     }
     Py_BEGIN_ALLOW_THREADS
     rc = cm_event_order(dev, d->stream, consumer->handle, &err);
-    Py_END_ALLOW_THREADS
-    cmpy_history_adopt();
+    CMPY_END_ALLOW_THREADS
     if (rc < 0) {
         cmpy_raise(st, &err);
     }

@@ -114,8 +114,7 @@ dispatch_loop(PyObject *module, PyObject *Py_UNUSED(ignored))
     for (;;) {
         Py_BEGIN_ALLOW_THREADS
         rc = cm_callback_next(CMPY_DISPATCH_POLL_MS, &payload, &status);
-        Py_END_ALLOW_THREADS
-        cmpy_history_adopt();
+        CMPY_END_ALLOW_THREADS
         if (rc < 0) {
             Py_RETURN_NONE;
         }
@@ -229,8 +228,7 @@ dispatch_drain(PyObject *Py_UNUSED(module), PyObject *arg)
         slice = left < CMPY_DISPATCH_POLL_MS ? left : CMPY_DISPATCH_POLL_MS;
         Py_BEGIN_ALLOW_THREADS
         busy = cm_callback_drain(slice);
-        Py_END_ALLOW_THREADS
-        cmpy_history_adopt();
+        CMPY_END_ALLOW_THREADS
         left -= slice;
         if (!busy || left <= 0) {
             break;

@@ -230,8 +230,7 @@ blocking(PyObject *self, int (*fn)(cm_device *, uint64_t, cm_error *))
 
     Py_BEGIN_ALLOW_THREADS
     rc = fn(ctx->device->dev, ctx->generation, &err);
-    Py_END_ALLOW_THREADS
-    cmpy_history_adopt();
+    CMPY_END_ALLOW_THREADS
     if (rc < 0) {
         return cmpy_raise(cmpy_type_state(self), &err);
     }

@@ -357,8 +357,7 @@ device_end_context(PyObject *self, int (*end)(cm_device *, cm_error *))
 
     Py_BEGIN_ALLOW_THREADS
     rc = end(dev, &err);
-    Py_END_ALLOW_THREADS
-    cmpy_history_adopt();
+    CMPY_END_ALLOW_THREADS
     if (rc < 0) {
         return cmpy_raise(cmpy_type_state(self), &err);
     }
@@ -914,8 +913,7 @@ close_(PyObject *module, PyObject *Py_UNUSED(ignored))
     }
     Py_BEGIN_ALLOW_THREADS
     rc = cm_devices_close(main_thread, &err);
-    Py_END_ALLOW_THREADS
-    cmpy_history_adopt();
+    CMPY_END_ALLOW_THREADS
     if (rc < 0) {
         return cmpy_raise(st, &err);
     }
@@ -1072,8 +1070,7 @@ pointer_range(PyObject *module, PyObject *arg)
     if (rc == 0) {
         rc = cm_pointer_range(dev, (CUdeviceptr)value, &base, &size, &err);
     }
-    Py_END_ALLOW_THREADS
-    cmpy_history_adopt();
+    CMPY_END_ALLOW_THREADS
     /* `!= 0`: core returns 0 or -1, and only a 0 from both fills base. */
     if (rc != 0) {
         return cmpy_raise(st, &err);

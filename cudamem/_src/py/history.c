@@ -7,10 +7,10 @@
  * The hook runs on any thread, with or without the GIL, sometimes under a
  * core lock, so it never waits for the GIL: a thread that holds it records
  * its stack and annotation at once; one that released it around a core
- * call (an allocation, a flush) leaves them to cmpy_history_adopt
- * (module.h), which every Py_END_ALLOW_THREADS of py/ is followed by; a
- * thread that never ran Python records none. The ring is behind a mutex that nothing
- * else is taken under. Code objects and annotations are kept alive in a
+ * call (an allocation, a flush) leaves them to cmpy_history_adopt, which
+ * py/'s CMPY_END_ALLOW_THREADS (module.h) runs after each GIL release; a
+ * thread that never ran Python records none. The ring is behind a mutex
+ * that nothing else is taken under. Code objects and annotations are kept alive in a
  * table of pointers (`kept`, by identity: a code object's hash walks its
  * contents) until the next start, so an entry holds borrowed pointers and
  * overwriting it needs no GIL. One recorder per process, like core. */

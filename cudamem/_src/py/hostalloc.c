@@ -32,8 +32,7 @@ native_buffer(cmpy_state *st, cm_device *dev, cm_host_kind kind, int portable,
     else {
         rc = cm_host_alloc(dev, kind, nbytes, portable, &host, &err);
     }
-    Py_END_ALLOW_THREADS
-    cmpy_history_adopt();
+    CMPY_END_ALLOW_THREADS
     if (rc < 0) {
         return cmpy_raise(st, &err);
     }
@@ -131,8 +130,7 @@ cmpy_hostbuf_pin_temporary(cmpy_state *st, cm_device *dev,
     }
     Py_BEGIN_ALLOW_THREADS
     rc = cm_hostpool_alloc(dev, nbytes, &block, &err);
-    Py_END_ALLOW_THREADS
-    cmpy_history_adopt();
+    CMPY_END_ALLOW_THREADS
     if (rc < 0) {
         cmpy_raise(st, &err);
         return -1;

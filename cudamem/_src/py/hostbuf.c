@@ -50,8 +50,7 @@ cmpy_hostbuf_discard(cmpy_state *st, cm_host *host)
     Py_BEGIN_ALLOW_THREADS
     rc = host->pooled ? cm_hostpool_free(host, &err)
                       : cm_host_free(host, &err);
-    Py_END_ALLOW_THREADS
-    cmpy_history_adopt();
+    CMPY_END_ALLOW_THREADS
     if (rc < 0) {
         cmpy_warn_release(st, &err);
     }

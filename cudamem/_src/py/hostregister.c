@@ -52,8 +52,7 @@ unregister_all(cmpy_state *st, PyObject *const *buffers, Py_ssize_t n)
 
         Py_BEGIN_ALLOW_THREADS
         one = cm_host_unregister(host, rc < 0 ? &later : &err);
-        Py_END_ALLOW_THREADS
-        cmpy_history_adopt();
+        CMPY_END_ALLOW_THREADS
         if (one < 0) {
             rc = -1;
         }
@@ -121,8 +120,7 @@ register_seq(cmpy_state *st, PyObject *items, int mapped)
         Py_BEGIN_ALLOW_THREADS
         /* NOLINTNEXTLINE(clang-analyzer-core.CallAndMessage): lo is set */
         rc = cm_host_register(dev, lo, size, readonly, mapped, &host, &err);
-        Py_END_ALLOW_THREADS
-        cmpy_history_adopt();
+        CMPY_END_ALLOW_THREADS
         if (rc < 0) {
             cmpy_raise(st, &err);
             goto fail;

@@ -42,8 +42,7 @@ export_ptr(cmpy_state *st, cm_device *dev, CUdeviceptr ptr, cm_ipc_export *ex)
 
     Py_BEGIN_ALLOW_THREADS
     rc = cm_ipc_export_ptr(dev, ptr, ex, &err);
-    Py_END_ALLOW_THREADS
-    cmpy_history_adopt();
+    CMPY_END_ALLOW_THREADS
     if (rc < 0) {
         cmpy_raise(st, &err);
     }

@@ -98,8 +98,7 @@ managed_prefetch(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
     }
     Py_BEGIN_ALLOW_THREADS
     rc = cm_managed_prefetch(home, ptr, nbytes, to, ref.handle, &err);
-    Py_END_ALLOW_THREADS
-    cmpy_history_adopt();
+    CMPY_END_ALLOW_THREADS
     if (rc < 0) {
         return cmpy_raise(st, &err);
     }
@@ -214,8 +213,7 @@ managed_advise(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
     rc = cm_managed_advise(
         home, ptr, nbytes,
         (CUmem_advise)(index + CU_MEM_ADVISE_SET_READ_MOSTLY), to, &err);
-    Py_END_ALLOW_THREADS
-    cmpy_history_adopt();
+    CMPY_END_ALLOW_THREADS
     if (rc < 0) {
         return cmpy_raise(st, &err);
     }

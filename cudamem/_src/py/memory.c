@@ -65,8 +65,7 @@ cmpy_memory_native_alloc(cmpy_state *st, cm_device *dev, size_t nbytes,
     /* The recovery on out-of-memory can wait for the device. */
     Py_BEGIN_ALLOW_THREADS
     made = cm_mem_alloc(dev, nbytes, stream, &mem, &err);
-    Py_END_ALLOW_THREADS
-    cmpy_history_adopt();
+    CMPY_END_ALLOW_THREADS
     return own_record(st, made, mem, &err);
 }
 
@@ -173,8 +172,7 @@ cmpy_memory_native_managed(cmpy_state *st, cm_device *dev, size_t nbytes,
 
     Py_BEGIN_ALLOW_THREADS
     made = cm_mem_alloc_managed(dev, nbytes, attach_global, &mem, &err);
-    Py_END_ALLOW_THREADS
-    cmpy_history_adopt();
+    CMPY_END_ALLOW_THREADS
     return own_record(st, made, mem, &err);
 }
 
@@ -188,8 +186,7 @@ cmpy_memory_ipc_open(cmpy_state *st, cm_device *dev,
 
     Py_BEGIN_ALLOW_THREADS
     made = cm_ipc_open(dev, handle, &mem, &err);
-    Py_END_ALLOW_THREADS
-    cmpy_history_adopt();
+    CMPY_END_ALLOW_THREADS
     return own_record(st, made, mem, &err);
 }
 
@@ -529,8 +526,7 @@ cmpy_memory_note_work(cmpy_state *st, cm_mem *mem, cm_device *dev,
     /* A full set orders its oldest work with an event. */
     Py_BEGIN_ALLOW_THREADS
     rc = cm_mem_note_stream(mem, dev, ref->handle, &err);
-    Py_END_ALLOW_THREADS
-    cmpy_history_adopt();
+    CMPY_END_ALLOW_THREADS
     if (rc < 0) {
         cmpy_raise(st, &err);
     }
@@ -555,8 +551,7 @@ cmpy_memory_note_done(cmpy_state *st, cm_mem *a, cm_mem *b, cm_device *dev,
     if (rc < 0) {
         cm_stream_synchronize(dev, ref->handle, &ignored);
     }
-    Py_END_ALLOW_THREADS
-    cmpy_history_adopt();
+    CMPY_END_ALLOW_THREADS
     if (rc < 0) {
         cmpy_raise(st, &err);
     }
@@ -697,8 +692,7 @@ pointer_memset(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
     shape[0] = (Py_ssize_t)count;
     Py_BEGIN_ALLOW_THREADS
     rc = cm_fill(dev, &dst, &byte, 1, ref.handle, ref.async, &err);
-    Py_END_ALLOW_THREADS
-    cmpy_history_adopt();
+    CMPY_END_ALLOW_THREADS
     if (rc < 0) {
         return cmpy_raise(st, &err);
     }

@@ -338,6 +338,11 @@ cmpy_history_adopt(void)
     }
 }
 
+/* py/'s end of a GIL release: Python's, then the history's adoption. */
+#define CMPY_END_ALLOW_THREADS                                                \
+    Py_END_ALLOW_THREADS                                                      \
+    cmpy_history_adopt();
+
 /* py/device.c: creates the Device and Context types and the attribute
  * table in the module state; 0, or -1 with an exception set. */
 int cmpy_device_types_init(PyObject *module, cmpy_state *st);

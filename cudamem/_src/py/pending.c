@@ -306,8 +306,7 @@ shutdown(PyObject *module, PyObject *Py_UNUSED(ignored))
     /* Host memory waiting for its copies goes first: the queues stop. */
     Py_BEGIN_ALLOW_THREADS
     rc = cm_host_drain(&err);
-    Py_END_ALLOW_THREADS
-    cmpy_history_adopt();
+    CMPY_END_ALLOW_THREADS
     if (cm_queues_shutdown(rc < 0 ? &later : &err) < 0 || rc < 0) {
         PyObject *exc;
 
@@ -343,8 +342,7 @@ flush_pending(PyObject *module, PyObject *Py_UNUSED(ignored))
     }
     Py_BEGIN_ALLOW_THREADS
     rc = cm_host_drain(&err);
-    Py_END_ALLOW_THREADS
-    cmpy_history_adopt();
+    CMPY_END_ALLOW_THREADS
     if (rc < 0) {
         return cmpy_raise(st, &err);
     }

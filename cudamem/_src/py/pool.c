@@ -74,8 +74,7 @@ pool_trim(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     }
     Py_BEGIN_ALLOW_THREADS
     rc = cm_pool_trim(dev, &err);
-    Py_END_ALLOW_THREADS
-    cmpy_history_adopt();
+    CMPY_END_ALLOW_THREADS
     if (rc < 0) {
         return cmpy_raise(st, &err);
     }
@@ -189,8 +188,7 @@ hostpool_trim(PyObject *module, PyObject *Py_UNUSED(ignored))
 
     Py_BEGIN_ALLOW_THREADS
     rc = cm_hostpool_trim(&err);
-    Py_END_ALLOW_THREADS
-    cmpy_history_adopt();
+    CMPY_END_ALLOW_THREADS
     if (rc < 0) {
         return cmpy_raise(cmpy_get_state(module), &err);
     }
@@ -220,8 +218,7 @@ hostpool_set_limit(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     }
     Py_BEGIN_ALLOW_THREADS
     rc = cm_hostpool_set_limit(limit, &err);
-    Py_END_ALLOW_THREADS
-    cmpy_history_adopt();
+    CMPY_END_ALLOW_THREADS
     if (rc < 0) {
         return cmpy_raise(cmpy_get_state(module), &err);
     }

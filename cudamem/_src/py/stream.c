@@ -132,8 +132,7 @@ cmpy_wait_polled(cmpy_state *st, cm_device *dev, void *handle,
         if (rc == 0 && done) {
             rc = finish(dev, handle, &err);
         }
-        Py_END_ALLOW_THREADS
-        cmpy_history_adopt();
+        CMPY_END_ALLOW_THREADS
         if (rc < 0) {
             cmpy_raise(st, &err);
             return -1;
