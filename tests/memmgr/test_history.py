@@ -145,6 +145,26 @@ def test_pooled_blocks_live_in_the_slab_segment(pool):
     memory.record_history(False)
 
 
+def test_stream_ordered_frees_complete_with_their_segment():
+    # cuMemFreeAsync hands the memory to the driver's pool in stream
+    # order: cudamem's part of the free is done, and each allocation was
+    # a segment of its own.
+    with cuda.using_memory_manager(cuda.AsyncMemoryManager):
+        stream = cuda.stream()
+        memory.record_history()
+        a = cuda.device_array(100, dtype=np.int8, stream=stream)
+        addr = a.device_ctypes_pointer.value
+        del a
+        stream.synchronize()
+        memory.record_history(False)
+    assert [(e["action"], e["addr"], e["size"], e["stream"])
+            for e in device_events()] == [
+        (action, addr, 100, stream.handle.value)
+        for action in ("segment_alloc", "alloc", "free_requested",
+                       "free_completed", "segment_free")]
+    assert memory.snapshot()["segments"] == []
+
+
 def test_host_and_managed_memory():
     memory.record_history()
     p = cuda.pinned_array(10)

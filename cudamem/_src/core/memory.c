@@ -72,6 +72,10 @@ note(const cm_mem *m, cm_hist_action action)
     }
     cm__history_note(action, memory, m->dev->ordinal, m->ptr, m->size,
                      m->stream);
+    if (m->kind == CM_FREE_ASYNC && action == CM_HIST_FREE_COMPLETED) {
+        cm__history_note(CM_HIST_SEGMENT_FREE, memory, m->dev->ordinal,
+                         m->ptr, m->size, m->stream);
+    }
 }
 
 /* One allocation of `kind` in the current context. */
@@ -672,8 +676,9 @@ release_memory(cm_mem *m, cm_error *err)
     }
     else if (m->ptr != 0 && m->ops != NULL && m->ops->release != NULL) {
         rc = m->ops->release(m, err);
-        /* A pooled block is back in the pool, reusable on its stream. */
-        if (m->kind == CM_FREE_POOL && cm__history_on()) {
+        /* A pooled block is back in the pool, reusable on its stream; a
+         * stream-ordered free is the driver's from here on. */
+        if (cm__history_on()) {
             note(m, CM_HIST_FREE_COMPLETED);
         }
     }
