@@ -166,8 +166,23 @@ class AsyncMemoryManager(memory.DefaultMemoryManager):
         Sets the pool's ``CU_MEMPOOL_ATTR_RELEASE_THRESHOLD``: the unused
         memory it keeps reserved past a synchronization, for reuse (None:
         all of it; the driver's default is 0). Not a cap on what is in
-        use: ``cudamem.set_memory_limit()`` is that."""
+        use: ``set_limit()`` and ``cudamem.set_memory_limit()`` are."""
         _cudamem._asyncpool_set_release_threshold(self._device(), nbytes)
+
+    def set_limit(self, nbytes):
+        """set_limit(nbytes)
+
+        Caps the bytes this manager's arrays hold from the pool on the
+        device, counted by cudamem (the pool's own attributes count other
+        libraries' use too); None: no cap. An allocation that would pass
+        it goes through out-of-memory recovery (which trims the pool)
+        first, then raises CudaOutOfMemoryError without calling the
+        driver: ``call`` is None, ``limit`` is the cap and ``pool_used``
+        the bytes held. An array counts until its last reference goes
+        (its free is then queued on its stream). Lowering the cap frees
+        nothing; the cap stays with the device across managers and
+        contexts."""
+        _cudamem._asyncpool_set_limit(self._device(), nbytes)
 
     def trim(self, min_bytes_to_keep=0):
         """trim(min_bytes_to_keep=0)
@@ -181,7 +196,9 @@ class AsyncMemoryManager(memory.DefaultMemoryManager):
         """stats() -> dict
 
         The pool's attributes: ``enabled``, ``release_threshold`` (None:
-        keeps all), ``reserved_bytes`` and ``reserved_bytes_high``
+        keeps all), ``limit`` (``set_limit()``'s; None: no cap) and
+        ``held_bytes`` (what the limit caps: the bytes this manager's
+        arrays hold), ``reserved_bytes`` and ``reserved_bytes_high``
         (``CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT`` / ``_HIGH``: what the
         driver holds for the pool) and ``used_bytes`` and
         ``used_bytes_high`` (``USED_MEM_CURRENT`` / ``_HIGH``: handed

@@ -8,6 +8,7 @@ attributes (the CUDA driver's CU_MEMPOOL_ATTR_*) for trim and the release
 threshold; the hazard checker for frees queued behind work on delayed
 streams.
 """
+import threading
 import warnings
 
 import numpy as np
@@ -43,6 +44,7 @@ def _queue_work(arr, stream):
 def manager():
     with cudamem.using_memory_manager(cudamem.AsyncMemoryManager) as m:
         yield m
+        m.set_limit(None)
         # Nothing the test made stays reserved in the pool.
         m.trim()
 
@@ -188,6 +190,97 @@ def test_bad_byte_counts_are_refused(manager, bad, exc):
         manager.set_release_threshold(bad)
     with pytest.raises(exc, match="nbytes"):
         manager.trim(bad)
+    with pytest.raises(exc, match="nbytes"):
+        manager.set_limit(bad)
+    assert manager.stats()["limit"] is None
+
+
+def test_the_limit_refuses_without_the_driver(manager, sim):
+    cap = 2 * MIB + MIB // 2
+    manager.set_limit(cap)
+    stats = manager.stats()
+    assert stats["limit"] == cap and stats["held_bytes"] == 0
+    sim.reset()
+    arrays = [cudamem.device_array(MIB, np.uint8) for _ in range(2)]
+    # cudamem's count agrees with the simulated pool's
+    # CU_MEMPOOL_ATTR_USED_MEM_CURRENT.
+    stats = manager.stats()
+    assert stats["held_bytes"] == 2 * MIB == stats["used_bytes"]
+    assert _calls(sim, "cuMemAllocAsync") == 2
+    sim.reset()
+    with pytest.raises(CudaOutOfMemoryError) as info:
+        cudamem.device_array(MIB, np.uint8)
+    exc = info.value
+    assert exc.call is None and exc.limit == cap
+    assert exc.pool_used == 2 * MIB and exc.requested == MIB
+    assert "limit of %d bytes" % cap in str(exc)
+    # Recovery trimmed the pool; the driver was not asked for memory.
+    assert _calls(sim, "cuMemAllocAsync") == 0
+    assert _calls(sim, "cuMemPoolTrimTo") == 1
+    assert manager.stats()["held_bytes"] == 2 * MIB
+    # What is given back makes room; a smaller request fits beside.
+    small = cudamem.device_array(MIB // 2, np.uint8)
+    del arrays[0]
+    arrays.append(cudamem.device_array(MIB, np.uint8))
+    assert manager.stats()["held_bytes"] == cap
+    manager.set_limit(None)
+    assert manager.stats()["limit"] is None
+    arrays.append(cudamem.device_array(MIB, np.uint8))
+    assert manager.stats()["held_bytes"] == cap + MIB
+    del arrays, small
+    assert manager.stats()["held_bytes"] == 0
+
+
+def test_a_cap_of_zero_refuses_all_but_empty_arrays(manager, sim):
+    manager.set_limit(0)
+    empty = cudamem.device_array(0)
+    assert empty.size == 0
+    with pytest.raises(CudaOutOfMemoryError, match="limit of 0 bytes"):
+        cudamem.device_array(1, np.uint8)
+
+
+def test_threads_racing_at_the_limit_pass_it_together_never(manager, sim):
+    manager.set_limit(4 * MIB)
+    workers = 12
+    barrier = threading.Barrier(workers)
+    made, refused, other = [], [], []
+
+    def allocate():
+        barrier.wait()
+        try:
+            made.append(cudamem.device_array(MIB, np.uint8))
+        except CudaOutOfMemoryError as exc:
+            refused.append(exc.limit)
+        except BaseException as exc:  # reported below
+            other.append(exc)
+
+    threads = [threading.Thread(target=allocate) for _ in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert other == []
+    # Nothing is freed during the race: exactly the cap's worth is made.
+    assert len(made) == 4 and refused == [4 * MIB] * (workers - 4)
+    assert manager.stats()["held_bytes"] == 4 * MIB
+    assert manager.stats()["used_bytes"] == 4 * MIB
+    made.clear()
+    assert manager.stats()["held_bytes"] == 0
+
+
+def test_the_limit_counts_only_this_managers_arrays(sim):
+    plain = cudamem.device_array(MIB, np.uint8)
+    with cudamem.using_memory_manager(cudamem.AsyncMemoryManager) as m:
+        try:
+            m.set_limit(MIB)
+            # The default manager's megabyte is not the pool's.
+            arr = cudamem.device_array(MIB, np.uint8)
+            assert m.stats()["held_bytes"] == MIB
+            del arr
+        finally:
+            m.set_limit(None)
+            m.trim()
+    del plain
 
 
 def test_memory_stats_and_the_memory_limit_count_it(manager, sim):

@@ -1,9 +1,10 @@
 /* asyncpool.c: the stream-ordered allocator (asyncpool.h): memory.c's
  * operations of CM_FREE_ASYNC records (cuMemAllocAsync on the record's
  * stream, cuMemFreeAsync on it, or on the legacy default stream once that
- * stream is released), the per-device switch, and trim, release
- * threshold and attributes of the device's current pool. Keeps no pool of
- * its own: the driver's is the cache. */
+ * stream is released), the per-device switch, the limit on what its
+ * allocations hold, and trim, release threshold and attributes of the
+ * device's current pool. Keeps no pool of its own: the driver's is the
+ * cache. */
 #include "asyncpool.h"
 #include "lockorder.h"
 
@@ -86,17 +87,58 @@ cm__asyncpool_active(cm_device *dev)
 /* ---------------------------------------------------------------------
  * Allocation and free. */
 
-/* cuMemAllocAsync of m->size bytes on m->stream, counted in the held
- * bytes (the memory limit sees it as device memory), and a reference to
- * the stream's record, which tells the free whether the handle is still
- * good. */
+const char cm_asyncpool_limit[] = "the stream-ordered pool's limit";
+
+void
+cm_asyncpool_set_limit(cm_device *dev, size_t limit)
+{
+    __atomic_store_n(&dev->async_limit, limit, __ATOMIC_RELAXED);
+}
+
+/* nbytes counted in what dev's stream-ordered allocations hold, within
+ * their limit, and in the held bytes (the memory limit sees them as
+ * device memory); or the refusal of either. */
+static int
+async_hold(cm_device *dev, size_t nbytes, cm_error *err)
+{
+    size_t limit = __atomic_load_n(&dev->async_limit, __ATOMIC_RELAXED);
+    size_t held;
+
+    if (cm__count_within(&dev->async_held, nbytes, limit, &held) < 0) {
+        *err = (cm_error){.kind = CM_ERR_DRIVER,
+                          .code = CUDA_ERROR_OUT_OF_MEMORY,
+                          .call = cm_asyncpool_limit,
+                          .oom_dev = dev,
+                          .oom_bytes = nbytes,
+                          .oom_limit = limit,
+                          .oom_held = held,
+                          .device = -1};
+        return -1;
+    }
+    if (cm__mem_hold(dev, nbytes, err) < 0) {
+        __atomic_sub_fetch(&dev->async_held, nbytes, __ATOMIC_RELAXED);
+        return -1;
+    }
+    return 0;
+}
+
+static void
+async_unhold(cm_device *dev, size_t nbytes)
+{
+    __atomic_sub_fetch(&dev->async_held, nbytes, __ATOMIC_RELAXED);
+    cm__stats_unhold(dev, nbytes);
+}
+
+/* cuMemAllocAsync of m->size bytes on m->stream, counted (async_hold),
+ * and a reference to the stream's record, which tells the free whether
+ * the handle is still good. */
 static int
 async_alloc(cm_mem *m, cm_error *err)
 {
     cm_device *dev = m->dev;
     cm_ctx_guard guard;
 
-    if (cm__mem_hold(dev, m->size, err) < 0) {
+    if (async_hold(dev, m->size, err) < 0) {
         return -1;
     }
     if (cm_ctx_enter(dev, &guard, err) < 0 ||
@@ -105,7 +147,7 @@ async_alloc(cm_mem *m, cm_error *err)
             err) < 0) {
         /* Memory made but the context not left: its release unholds. */
         if (m->ptr == 0) {
-            cm__stats_unhold(dev, m->size);
+            async_unhold(dev, m->size);
         }
         return -1;
     }
@@ -147,7 +189,7 @@ async_free(cm_mem *m, cm_error *err)
     int state = 1, rc = 0;
 
     m->srec = NULL;
-    cm__stats_unhold(dev, m->size);
+    async_unhold(dev, m->size);
     if (cm_fork_check(err) < 0) {
         return -1;
     }
@@ -254,11 +296,14 @@ cm_asyncpool_get_stats(cm_device *dev, cm_asyncpool_stats *out, cm_error *err)
     if (cm_ctx_leave(&guard, rc, err) < 0) {
         return -1;
     }
-    *out = (cm_asyncpool_stats){.enabled = cm__asyncpool_active(dev),
-                                .release_threshold = values[0],
-                                .reserved_current = values[1],
-                                .reserved_high = values[2],
-                                .used_current = values[3],
-                                .used_high = values[4]};
+    *out = (cm_asyncpool_stats){
+        .enabled = cm__asyncpool_active(dev),
+        .limit = __atomic_load_n(&dev->async_limit, __ATOMIC_RELAXED),
+        .held_bytes = __atomic_load_n(&dev->async_held, __ATOMIC_RELAXED),
+        .release_threshold = values[0],
+        .reserved_current = values[1],
+        .reserved_high = values[2],
+        .used_current = values[3],
+        .used_high = values[4]};
     return 0;
 }

@@ -14,6 +14,8 @@
 
 typedef struct cm_asyncpool_stats {
     int enabled;
+    size_t limit;               /* cm_asyncpool_set_limit's; SIZE_MAX: none */
+    size_t held_bytes;          /* what the limit caps */
     uint64_t release_threshold; /* UINT64_MAX: keeps all it reserved */
     uint64_t reserved_current, reserved_high; /* the driver's reserve */
     uint64_t used_current, used_high;         /* handed out */
@@ -35,7 +37,16 @@ int cm_asyncpool_trim(cm_device *dev, size_t min_bytes, cm_error *err);
  * driver keeps past a synchronization (UINT64_MAX: all of it). */
 int cm_asyncpool_set_release_threshold(cm_device *dev, uint64_t nbytes,
                                        cm_error *err);
-/* The pool's attributes. */
+/* Caps the bytes dev's stream-ordered allocations hold from the pool,
+ * counted by cudamem (the pool's own attributes count other libraries'
+ * use too); SIZE_MAX: no cap. An allocation that would pass it fails,
+ * without a driver call, as CUDA_ERROR_OUT_OF_MEMORY of the call
+ * cm_asyncpool_limit, with oom_limit and oom_held (the bytes held) set;
+ * memory.c's recovery (which trims the pool) and retry follow. Lowering
+ * it frees nothing. */
+extern const char cm_asyncpool_limit[];
+void cm_asyncpool_set_limit(cm_device *dev, size_t limit);
+/* The pool's attributes, and the limit with what it caps. */
 int cm_asyncpool_get_stats(cm_device *dev, cm_asyncpool_stats *out,
                            cm_error *err);
 

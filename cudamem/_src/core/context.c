@@ -147,6 +147,7 @@ table_ready(cm_error *err)
             goto done;
         }
         devices[i].ordinal = i;
+        devices[i].async_limit = SIZE_MAX; /* asyncpool.c's: no cap */
         pthread_mutex_init(&devices[i].lock, NULL);
         pthread_mutex_init(&devices[i].qlock, &recursive);
         pthread_mutex_init(&devices[i].hold_lock, NULL);

@@ -41,8 +41,10 @@ typedef struct cm_device {
     struct cm_pool *pool;
     struct cm_pool *pool_on;
     /* asyncpool.c's: nonzero while memory.c allocates from the driver's
-     * pool (atomic). */
+     * pool (atomic); the bytes its allocations hold from the pool and
+     * their cap (SIZE_MAX: none), atomic. */
     int async_on;
+    size_t async_held, async_limit;
     cm_counts counts[CM_STAT_KINDS]; /* stats.c's, atomic */
     /* stats.c's, atomic: device and managed bytes the driver holds for
      * cudamem (pool slabs whole, queued frees until freed) and the

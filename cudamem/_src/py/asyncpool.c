@@ -1,8 +1,8 @@
 /* asyncpool.c (py/): the module functions behind AsyncMemoryManager:
- * switching a device's stream-ordered allocation on and off, and trim,
- * release threshold and attributes of the device's driver pool. The
- * allocator is core/asyncpool.c's; the class that calls these lives in
- * cudamem/pool.py. */
+ * switching a device's stream-ordered allocation on and off, its limit,
+ * and trim, release threshold and attributes of the device's driver
+ * pool. The allocator is core/asyncpool.c's; the class that calls these
+ * lives in cudamem/pool.py. */
 #include "device.h"
 
 #include <stdint.h>
@@ -133,12 +133,42 @@ asyncpool_set_release_threshold(PyObject *module, PyObject *const *args,
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(asyncpool_set_limit_doc,
+             "_asyncpool_set_limit($module, device, nbytes)\n--\n\n"
+             "Caps the bytes *device*'s stream-ordered allocations hold "
+             "from the pool\n(None: no cap). An allocation beyond it goes "
+             "through out-of-memory\nrecovery (which trims the pool), then "
+             "raises CudaOutOfMemoryError naming\nthe limit, without a "
+             "driver call. Lowering it frees nothing.");
+
+static PyObject *
+asyncpool_set_limit(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+                    PyObject *kwnames)
+{
+    static const char *const names[] = {"device", "nbytes"};
+    cmpy_state *st = cmpy_get_state(module);
+    PyObject *argv[2];
+    uint64_t nbytes = UINT64_MAX;
+    cm_device *dev;
+
+    if (cmpy_parse_args("_asyncpool_set_limit", names, 2, 2, args, nargs,
+                        kwnames, argv) < 0 ||
+        (argv[1] != Py_None && bytes_arg(argv[1], &nbytes) < 0) ||
+        cmpy_device_arg(st, argv[0], 0, &dev) < 0) {
+        return NULL;
+    }
+    cm_asyncpool_set_limit(dev, nbytes > SIZE_MAX ? SIZE_MAX : (size_t)nbytes);
+    Py_RETURN_NONE;
+}
+
 PyDoc_STRVAR(asyncpool_stats_doc,
              "_asyncpool_stats($module, device)\n--\n\n"
              "The attributes of *device*'s current pool: enabled, "
              "release_threshold\n(None: keeps all), reserved_bytes and "
              "reserved_bytes_high (what the\ndriver reserved), used_bytes "
-             "and used_bytes_high (handed out).");
+             "and used_bytes_high (handed out); and\ncudamem's: limit "
+             "(None: no cap) and held_bytes (what cudamem's\nallocations "
+             "hold from the pool, which the limit caps).");
 
 static PyObject *
 asyncpool_stats(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
@@ -147,7 +177,7 @@ asyncpool_stats(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     static const char *const names[] = {"device"};
     cmpy_state *st = cmpy_get_state(module);
     cm_asyncpool_stats s;
-    PyObject *argv[1], *threshold;
+    PyObject *argv[1], *threshold, *limit;
     cm_device *dev;
     cm_error err;
 
@@ -165,12 +195,16 @@ asyncpool_stats(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     if (threshold == NULL) {
         return NULL;
     }
+    /* Py_BuildValue fails on a NULL "N" and drops the rest. */
+    limit = s.limit == SIZE_MAX ? Py_NewRef(Py_None)
+                                : PyLong_FromSize_t(s.limit);
     return Py_BuildValue(
-        "{s:O,s:N,s:K,s:K,s:K,s:K}", "enabled", s.enabled ? Py_True : Py_False,
-        "release_threshold", threshold, "reserved_bytes",
-        (unsigned long long)s.reserved_current, "reserved_bytes_high",
-        (unsigned long long)s.reserved_high, "used_bytes",
-        (unsigned long long)s.used_current, "used_bytes_high",
+        "{s:O,s:N,s:N,s:n,s:K,s:K,s:K,s:K}", "enabled",
+        s.enabled ? Py_True : Py_False, "release_threshold", threshold,
+        "limit", limit, "held_bytes", (Py_ssize_t)s.held_bytes,
+        "reserved_bytes", (unsigned long long)s.reserved_current,
+        "reserved_bytes_high", (unsigned long long)s.reserved_high,
+        "used_bytes", (unsigned long long)s.used_current, "used_bytes_high",
         (unsigned long long)s.used_high);
 }
 
@@ -182,6 +216,8 @@ PyMethodDef cmpy_asyncpool_methods[] = {
     {"_asyncpool_set_release_threshold",
      (PyCFunction)(void (*)(void))asyncpool_set_release_threshold,
      METH_FASTCALL | METH_KEYWORDS, asyncpool_set_release_threshold_doc},
+    {"_asyncpool_set_limit", (PyCFunction)(void (*)(void))asyncpool_set_limit,
+     METH_FASTCALL | METH_KEYWORDS, asyncpool_set_limit_doc},
     {"_asyncpool_stats", (PyCFunction)(void (*)(void))asyncpool_stats,
      METH_FASTCALL | METH_KEYWORDS, asyncpool_stats_doc},
     {NULL, NULL, 0, NULL},

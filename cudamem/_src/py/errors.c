@@ -4,6 +4,7 @@
 
 #include <cuda.h>
 
+#include "../core/asyncpool.h"
 #include "../core/context.h"
 #include "../core/memory.h"
 #include "../core/oom.h"
@@ -39,13 +40,15 @@ tell_observer(cmpy_state *st, const cm_error *err)
 /* CudaOutOfMemoryError for an allocation that recovery did not help,
  * with the numbers of its device as they are now; when a limit refused
  * it, no driver call failed: `call` is None, and the limit with the
- * pool's bytes in use (the pool's limit) or the bytes held (the memory
- * limit) say why. */
+ * pool's bytes in use (the pool's limit, or the stream-ordered pool's:
+ * what its allocations hold) or the bytes held (the memory limit) say
+ * why. */
 static PyObject *
 oom_error(cmpy_state *st, PyObject *cls, const cm_error *err, const char *name)
 {
     int by_limit = err->call == cm_mem_limit_call;
-    int by_pool = err->call == cm_pool_limit;
+    int by_async = err->call == cm_asyncpool_limit;
+    int by_pool = by_async || err->call == cm_pool_limit;
     size_t free_bytes, total, pending, cached;
     cm_pool_stats pool;
     cm_error ignored;
@@ -66,7 +69,12 @@ oom_error(cmpy_state *st, PyObject *cls, const cm_error *err, const char *name)
         name, (unsigned long long)err->oom_bytes,
         (unsigned long long)free_bytes, (unsigned long long)total,
         (unsigned long long)pending, (unsigned long long)cached);
-    if (args != NULL && by_pool) {
+    if (args != NULL && by_async) {
+        kwargs = Py_BuildValue("{s:K,s:K}", "limit",
+                               (unsigned long long)err->oom_limit, "pool_used",
+                               (unsigned long long)err->oom_held);
+    }
+    else if (args != NULL && by_pool) {
         cm_pool_get_stats(err->oom_dev, &pool);
         kwargs = Py_BuildValue("{s:K,s:K}", "limit",
                                (unsigned long long)pool.limit, "pool_used",
