@@ -147,24 +147,6 @@ void cm__mem_set_async_ops(const cm_mem_ops *ops);
  * the memory limit's refusal (cm_mem_limit_call); cm__stats_unhold gives
  * them back. */
 int cm__mem_hold(cm_device *dev, size_t nbytes, cm_error *err);
-/* Adds nbytes to *counter unless that would take it past limit (SIZE_MAX:
- * none): then -1, *seen what it counts, and nothing added. The check and
- * the addition are one atomic step (a compare-and-swap loop), so threads
- * racing at the limit cannot pass it together. */
-static inline int
-cm__count_within(size_t *counter, size_t nbytes, size_t limit, size_t *seen)
-{
-    size_t now = __atomic_load_n(counter, __ATOMIC_RELAXED);
-
-    do {
-        if (nbytes > limit || now > limit - nbytes) {
-            *seen = now;
-            return -1;
-        }
-    } while (!__atomic_compare_exchange_n(counter, &now, now + nbytes, 1,
-                                          __ATOMIC_RELAXED, __ATOMIC_RELAXED));
-    return 0;
-}
 /* cuMemAllocManaged of nbytes (CU_MEM_ATTACH_GLOBAL, or CU_MEM_ATTACH_HOST
  * without `attach_global`) in dev's primary context, with cm_mem_alloc's
  * recovery and retry (CM_STAT_MANAGED). The record (kind CM_FREE_MANAGED)

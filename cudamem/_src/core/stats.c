@@ -107,17 +107,8 @@ cm_stats_reset_accumulated(cm_device *dev)
 int
 cm__stats_hold(cm_device *dev, size_t nbytes, size_t limit, size_t *held)
 {
-    size_t seen = __atomic_load_n(&dev->held_bytes, __ATOMIC_RELAXED);
-
-    do {
-        if (limit != 0 && (nbytes > limit || seen > limit - nbytes)) {
-            *held = seen;
-            return -1;
-        }
-    } while (!__atomic_compare_exchange_n(&dev->held_bytes, &seen,
-                                          seen + nbytes, 1, __ATOMIC_RELAXED,
-                                          __ATOMIC_RELAXED));
-    return 0;
+    return cm__count_within(&dev->held_bytes, nbytes,
+                            limit != 0 ? limit : SIZE_MAX, held);
 }
 
 void

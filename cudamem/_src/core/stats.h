@@ -8,6 +8,7 @@
 #define CM_STATS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "status.h"
 
@@ -49,6 +50,25 @@ typedef struct cm_stats {
      * allocations memory.h's limit refused. */
     size_t held_bytes, oom_rejections;
 } cm_stats;
+
+/* Adds nbytes to *counter unless that would take it past limit (SIZE_MAX:
+ * none): then -1, *seen what it counts, and nothing added. The check and
+ * the addition are one atomic step (a compare-and-swap loop), so threads
+ * racing at the limit cannot pass it together. */
+static inline int
+cm__count_within(size_t *counter, size_t nbytes, size_t limit, size_t *seen)
+{
+    size_t now = __atomic_load_n(counter, __ATOMIC_RELAXED);
+
+    do {
+        if (nbytes > limit || now > limit - nbytes) {
+            *seen = now;
+            return -1;
+        }
+    } while (!__atomic_compare_exchange_n(counter, &now, now + nbytes, 1,
+                                          __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+    return 0;
+}
 
 /* dev's counters of every kind, each read atomically. */
 void cm__stats_read(struct cm_device *dev, cm_counts out[CM_STAT_KINDS]);
