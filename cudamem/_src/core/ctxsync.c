@@ -4,19 +4,13 @@
  * while it is busy a synchronize gets a thread of its own, so that one
  * device's long wait never holds up another's. The thread keeps the
  * context current between jobs (no push and pop per call) and hands the
- * driver's verdict to the caller, which does not ask the driver again.
- * After a job it polls for the next one a short while before it sleeps,
- * so back-to-back synchronizes hand off without a system call. */
+ * driver's verdict to the caller, which does not ask the driver again. */
 #include "ctxsync.h"
 #include "lockorder.h"
 
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <time.h>
-
-/* How long the worker polls for a next job before it sleeps. */
-#define SPIN_NS 50000L
 
 struct cm_ctx_sync {
     int refs; /* atomic: the caller's and the thread's */
@@ -27,9 +21,8 @@ struct cm_ctx_sync {
     uint64_t generation;
 };
 
-/* The worker: `job` is its next one (written under the lock, polled
- * without it); busy from hand-off until done. A forked child never gets
- * here (cm_ctx_check refuses it first). */
+/* The worker: `job` is its next one; busy from hand-off until done. A
+ * forked child never gets here (cm_ctx_check refuses it first). */
 static struct {
     pthread_mutex_t lock;
     pthread_cond_t wake;
@@ -61,56 +54,23 @@ one_shot_main(void *arg)
     return NULL;
 }
 
-static long
-elapsed_ns(const struct timespec *from)
-{
-    struct timespec now;
-
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (now.tv_sec - from->tv_sec) * 1000000000L + now.tv_nsec -
-           from->tv_nsec;
-}
-
-/* The next job, taken under the lock (held on return). A caller hands a
- * job over under the lock and then signals, and the worker checks `job`
- * under the lock before it waits: no hand-off is lost, and a signal with
- * nobody waiting costs no system call. */
-static cm_ctx_sync *
-next_job(void)
-{
-    struct timespec start;
-    cm_ctx_sync *job;
-
-    clock_gettime(CLOCK_MONOTONIC, &start);
-    for (unsigned i = 1;
-         __atomic_load_n(&worker.job, __ATOMIC_ACQUIRE) == NULL; i++) {
-        cm_cpu_relax();
-        if (i % 64 == 0 && elapsed_ns(&start) > SPIN_NS) {
-            break;
-        }
-    }
-    cm__lock(&worker.lock, CM_LOCK_CTXSYNC);
-    while (worker.job == NULL) {
-        pthread_cond_wait(&worker.wake, &worker.lock);
-    }
-    job = worker.job;
-    __atomic_store_n(&worker.job, NULL, __ATOMIC_RELAXED);
-    return job;
-}
-
 static void *
 worker_main(void *arg)
 {
     cm_ctx_sync *job;
 
     (void)arg;
+    cm__lock(&worker.lock, CM_LOCK_CTXSYNC);
     for (;;) {
-        job = next_job();
+        while (worker.job == NULL) {
+            pthread_cond_wait(&worker.wake, &worker.lock);
+        }
+        job = worker.job;
+        worker.job = NULL;
         cm__unlock(&worker.lock);
         run_job(job);
         cm__lock(&worker.lock, CM_LOCK_CTXSYNC);
         worker.busy = 0;
-        cm__unlock(&worker.lock);
     }
     return NULL;
 }
@@ -157,13 +117,14 @@ cm_ctx_sync_start(cm_device *dev, uint64_t generation, cm_ctx_sync **out,
         worker.started = 1;
     }
     if (worker.started && !worker.busy) {
-        __atomic_store_n(&worker.job, job, __ATOMIC_RELEASE);
+        worker.job = job;
         worker.busy = 1;
         handed = 1;
     }
     cm__unlock(&worker.lock);
     /* After the unlock: a worker woken under the lock would block on it
-     * at once (two more system calls). */
+     * at once (two more system calls). It reads `job` under the lock, so
+     * the wake-up cannot be lost. */
     if (handed) {
         pthread_cond_signal(&worker.wake);
     }

@@ -24,16 +24,4 @@ int cm_ctx_sync_finish(cm_device *dev, void *job, cm_error *err);
 /* Gives up the caller's reference. */
 void cm_ctx_sync_release(cm_ctx_sync *job);
 
-/* One pause of a spin-wait: lets the other hyperthread run, and costs no
- * system call. */
-static inline void
-cm_cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
-
 #endif

@@ -22,9 +22,6 @@
 
 /* Polls of a wait before it starts sleeping, and its longest sleep. */
 #define CMPY_WAIT_SPINS 64
-/* The first polls pause without a system call (short work: a hand-off to
- * ctxsync.c's worker, an idle stream). */
-#define CMPY_WAIT_PAUSES 16
 #define CMPY_WAIT_MAX_NAP_NS 1000000L
 
 static unsigned long long
@@ -117,12 +114,7 @@ cmpy_wait_polled(cmpy_state *st, cm_device *dev, void *handle,
         for (int spin = 0;
              nap.tv_nsec == 0 && rc == 0 && !done && spin < CMPY_WAIT_SPINS;
              spin++) {
-            if (spin < CMPY_WAIT_PAUSES) {
-                cm_cpu_relax();
-            }
-            else {
-                sched_yield();
-            }
+            sched_yield();
             rc = cm_ctx_unchanged(dev, generation, &err) < 0
                      ? -1
                      : query(dev, handle, &done, &err);
