@@ -73,8 +73,8 @@ note(const cm_mem *m, cm_hist_action action)
     cm__history_note(action, memory, m->dev->ordinal, m->ptr, m->size,
                      m->stream);
     if (m->kind == CM_FREE_ASYNC && action == CM_HIST_FREE_COMPLETED) {
-        cm__history_note(CM_HIST_SEGMENT_FREE, memory, m->dev->ordinal,
-                         m->ptr, m->size, m->stream);
+        cm__history_note(CM_HIST_SEGMENT_FREE, memory, m->dev->ordinal, m->ptr,
+                         m->size, m->stream);
     }
 }
 
