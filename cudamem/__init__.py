@@ -178,6 +178,7 @@ _HOOKS = {
     "MemoryStats": ("devices", "MemoryStats"),
     "IpcHandle": ("ipc", "IpcHandle"),
     "array_handle": ("ipc", "_array_handle"),
+    "PoolIpcHandle": ("ipc", "PoolIpcHandle"),
 }
 
 

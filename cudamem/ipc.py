@@ -1,7 +1,8 @@
 """Sharing device memory with other processes (numba's IPC API):
 ``IpcArrayHandle`` (from ``DeviceNDArray.get_ipc_handle()``),
-``open_ipc_array`` for raw handles, and the External Memory Management
-pieces ``IpcHandle`` and ``GetIpcHandleMixin``.
+``open_ipc_array`` for raw handles, the External Memory Management
+pieces ``IpcHandle`` and ``GetIpcHandleMixin``, and ``PoolIpcHandle`` for
+memory of AsyncMemoryManager's exportable pool.
 
 This module decides where a handle opens (mapped on the current device, or
 copied there when it cannot reach the exporting device) and keeps the plain
@@ -12,11 +13,13 @@ pending deallocations once no memory from it is left.
 import contextlib
 import operator
 import os
+import threading
+import weakref
 
 from cudamem import _cudamem
 
 __all__ = ["GetIpcHandleMixin", "IpcArrayHandle", "IpcHandle",
-           "open_ipc_array"]
+           "PoolIpcHandle", "open_ipc_array"]
 
 # Which process made a handle: its pid and a nonce drawn once per process
 # (a pid can be reused by a later process; a forked child has its own).
@@ -172,7 +175,7 @@ class IpcHandle:
         if self.base is not None or self._exporter == _this_process():
             raise ValueError("opening IpcHandle from original process")
         if direct:
-            mapped = _cudamem._ipc_open(self.handle, context.device)
+            mapped = self._map(context.device)
             mem = mapped.view(self.offset, self.offset + self.size)
         else:
             mem = self._open_staged(context.device)
@@ -184,13 +187,17 @@ class IpcHandle:
         # stages through the host), unmapped when `source` goes.
         from cudamem.devices import gpus
 
-        mapped = _cudamem._ipc_open(self.handle, _device_of(self.source_info))
+        mapped = self._map(_device_of(self.source_info))
         source = _cudamem._ipc_array(mapped, self.size, "u1",
                                      offset=self.offset)
         with gpus[device.id]:
             copy = _cudamem.device_array(self.size, "u1")
             copy.copy_to_device(source)
             return copy.gpu_data
+
+    def _map(self, device):
+        # The whole exported allocation mapped on `device`.
+        return _cudamem._ipc_open(self.handle, device)
 
     def open_array(self, context, shape, dtype, strides=None):
         """open_array(context, shape, dtype, strides=None) -> DeviceNDArray
@@ -211,6 +218,95 @@ class IpcHandle:
 
     def __repr__(self):
         return "<cudamem.IpcHandle of %d bytes at offset %d from %s>" % (
+            self.size, self.offset, self.source_info)
+
+
+# An exporter's pool is its process's and its device's: (exporter,
+# source_info). One descriptor received of each: {pool key: fd}; and the
+# pools imported in this process: {(pool key, device ordinal): pool}. Both
+# are kept for the process, as the exporter keeps its pool.
+_POOLS = {}
+_FDS = {}
+_POOLS_LOCK = threading.Lock()
+
+# The DupFd of each descriptor in the pickle a process start is making:
+# one per descriptor, so that pickle's memo sends it once however many
+# handles carry it (a descriptor passed twice fails the start).
+_SPAWNING = weakref.WeakKeyDictionary()
+
+
+def _dup_fd(fd):
+    from multiprocessing import context, reduction
+
+    popen = context.get_spawning_popen()
+    if popen is None:
+        return reduction.DupFd(fd)
+    sent = _SPAWNING.setdefault(popen, {})
+    if fd not in sent:
+        sent[fd] = reduction.DupFd(fd)
+    return sent[fd]
+
+
+def _received_fd(key, dupfd):
+    # The descriptor kept for pool `key`: the first received; another copy
+    # is closed (handles sent by one process start share one).
+    fd = dupfd.detach()
+    with _POOLS_LOCK:
+        kept = _FDS.setdefault(key, fd)
+    if kept != fd:
+        os.close(fd)
+    return kept
+
+
+def _rebuild_pool_handle(handle, size, source_info, offset, exporter, fd):
+    # A PoolIpcHandle unpickled: `fd` is multiprocessing's DupFd.
+    self = PoolIpcHandle(None, handle, size, source_info, offset,
+                         _received_fd((exporter, source_info), fd))
+    self._exporter = exporter
+    return self
+
+
+class PoolIpcHandle(IpcHandle):
+    """PoolIpcHandle(base, handle, size, source_info, offset, fd)
+
+    An ``IpcHandle`` of memory from AsyncMemoryManager's exportable pool
+    (``AsyncMemoryManager.set_ipc(True)``): *handle* is the allocation's
+    64 bytes of ``cuMemPoolExportPointer`` data and *fd* the POSIX file
+    descriptor of its pool, which the handle carries to the other process.
+
+    A descriptor only travels between processes that ``multiprocessing``
+    connects: the handle pickles it as ``multiprocessing.reduction.DupFd``
+    (as cuda.core does), so send it as an argument of a process or pool
+    started by ``multiprocessing`` (any start method) or through its
+    ``Queue`` or ``Pipe``; a handle pickled to a file or to an unrelated
+    process cannot be opened there. The receiving process imports the pool
+    once per exporting process and device, then each allocation; a second
+    open of the same allocation shares its mapping, and the mapping is
+    freed (``cuMemFree``) once no array uses it. The exporting array stays
+    alive while the handle does in the exporting process; free the opened
+    arrays before the exporter lets its array go, as the driver requires.
+    """
+
+    def __init__(self, base, handle, size, source_info, offset, fd):
+        super().__init__(base, handle, size, source_info, offset)
+        self.fd = fd
+
+    def __reduce__(self):
+        return (_rebuild_pool_handle,
+                (self.handle, self.size, self.source_info, self.offset,
+                 self._exporter, _dup_fd(self.fd)))
+
+    def _map(self, device):
+        key = ((self._exporter, self.source_info), device.id)
+        with _POOLS_LOCK:
+            pool = _POOLS.get(key)
+            if pool is None:
+                pool = _POOLS[key] = _cudamem._ipc_import_pool(self.fd,
+                                                               device)
+        return _cudamem._ipc_open_pool(pool, bytes(self.handle), device)
+
+    def __repr__(self):
+        return "<cudamem.PoolIpcHandle of %d bytes at offset %d from %s>" % (
             self.size, self.offset, self.source_info)
 
 

@@ -143,8 +143,9 @@ class AsyncMemoryManager(memory.DefaultMemoryManager):
 
     Initializing it raises CudaSupportError on a device without memory
     pools (``CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED`` 0). Arrays of
-    the default pool cannot be shared with IPC: ``get_ipc_handle()``
-    raises NotImplementedError."""
+    the default pool cannot be shared with IPC (``get_ipc_handle()``
+    raises NotImplementedError); after ``set_ipc(True)`` arrays come from
+    an exportable pool and can be."""
 
     def _device(self):
         return self.context.device
@@ -159,6 +160,25 @@ class AsyncMemoryManager(memory.DefaultMemoryManager):
         # using_memory_manager() restoring another manager: new arrays
         # stop coming from the pool; those out still free on their stream.
         _cudamem._asyncpool_enable(self._device(), False)
+
+    def set_ipc(self, enabled=True):
+        """set_ipc(enabled=True)
+
+        From now on allocates from the device's exportable pool, whose
+        arrays ``get_ipc_handle()`` shares with other processes (a
+        ``PoolIpcHandle``, which travels through ``multiprocessing``). The
+        first call makes the pool (``cuMemPoolCreate`` with POSIX file
+        descriptor handles, on the device, with the current pool's release
+        threshold) and exports its descriptor; both are kept for the
+        process. ``trim()``, ``set_release_threshold()`` and ``stats()``
+        apply to the pool in use. ``set_ipc(False)`` goes back to the
+        device's current pool; arrays keep the pool they came from, and
+        those of the default pool keep raising NotImplementedError from
+        ``get_ipc_handle()``. A context teardown turns it off with the
+        manager. Raises CudaSupportError on a device whose pools cannot be
+        exported as POSIX file descriptors
+        (``CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES``)."""
+        _cudamem._asyncpool_set_ipc(self._device(), enabled)
 
     def set_release_threshold(self, nbytes):
         """set_release_threshold(nbytes)
@@ -206,14 +226,18 @@ class AsyncMemoryManager(memory.DefaultMemoryManager):
         return _cudamem._asyncpool_stats(self._device())
 
     def get_ipc_handle(self, memory):
-        """get_ipc_handle(memory)
+        """get_ipc_handle(memory) -> PoolIpcHandle
 
-        Raises NotImplementedError: the device's default pool is not
-        exportable, so its memory has no IPC handle."""
-        raise NotImplementedError(
-            "memory of the stream-ordered pool (AsyncMemoryManager) cannot "
-            "be shared with IPC: the device's default memory pool is not "
-            "exportable; allocate arrays to share with another manager")
+        A ``PoolIpcHandle`` of *memory* (a MemoryPointer of this manager's
+        exportable pool: see ``set_ipc()``), after waiting for the
+        device's work. Raises NotImplementedError for memory of the
+        device's default pool, which is not exportable."""
+        if not getattr(memory, "size", None):
+            from cudamem.ipc import IpcHandle
+
+            # Zero-size memory shares nothing, as GetIpcHandleMixin's.
+            return IpcHandle(memory, None, 0, self._device().uuid)
+        return _cudamem._ipc_pool_handle(memory)
 
     def reset(self):
         """reset()

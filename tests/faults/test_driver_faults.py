@@ -16,6 +16,9 @@ pytestmark = pytest.mark.simulator
 LOAD = "load"  # called while loading: observed in a fresh process
 TWO = "two devices"  # needs a second device: observed in a fresh process
 IPC = "another process"  # opens a handle this process exported
+# The exportable pool (made once per process) and its imports (in a
+# multiprocessing child): tests/ipc/test_async_ipc.py injects them.
+POOL_IPC = "tests/ipc/test_async_ipc.py"
 
 
 def _dev():
@@ -113,6 +116,15 @@ def _async(action):
                 cudamem.AsyncMemoryManager) as manager:
             action(manager)
     return run
+
+
+def _async_ipc(action):
+    """`action(manager)` with the stream-ordered manager on its exportable
+    pool."""
+    def run(manager):
+        manager.set_ipc(True)
+        action(manager)
+    return _async(run)
 
 
 def _async_free(manager):
@@ -290,6 +302,13 @@ REACH = {
     "cuMemPoolSetAttribute": _async(lambda m: m.set_release_threshold(0)),
     "cuMemPoolTrimTo": _async(lambda m: m.trim()),
     "cuIpcGetMemHandle": lambda: cudamem.device_array(4).get_ipc_handle(),
+    "cuMemAllocFromPoolAsync": _async_ipc(lambda m: cudamem.device_array(4)),
+    "cuMemPoolExportPointer": _async_ipc(
+        lambda m: cudamem.device_array(4).get_ipc_handle()),
+    "cuMemPoolCreate": POOL_IPC,
+    "cuMemPoolExportToShareableHandle": POOL_IPC,
+    "cuMemPoolImportFromShareableHandle": POOL_IPC,
+    "cuMemPoolImportPointer": POOL_IPC,
     "cuIpcOpenMemHandle": IPC,
     "cuIpcCloseMemHandle": IPC,
 }
@@ -310,7 +329,7 @@ def test_rows_are_resolved():
 
 
 IN_PROCESS = [name for name in ROWS
-              if REACH.get(name) not in (LOAD, TWO, IPC)]
+              if REACH.get(name) not in (LOAD, TWO, IPC, POOL_IPC)]
 AT_LOAD = [name for name in ROWS if REACH.get(name) is LOAD]
 IN_TWO = [name for name in ROWS if REACH.get(name) is TWO]
 IN_IPC = [name for name in ROWS if REACH.get(name) is IPC]
@@ -347,7 +366,8 @@ def test_row_failure_raises_api_error(sim, row):
 # Rows whose out-of-memory cudamem recovers from with one more try
 # (tests/memmgr/test_oom.py): both tries must fail for the error to show.
 OOM_RETRIED = {"cuMemAlloc", "cuMemAllocManaged", "cuMemHostAlloc",
-               "cuMemHostGetDevicePointer", "cuMemAllocAsync"}
+               "cuMemHostGetDevicePointer", "cuMemAllocAsync",
+               "cuMemAllocFromPoolAsync"}
 
 
 @pytest.mark.parametrize("row", IN_PROCESS)

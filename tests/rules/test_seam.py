@@ -16,7 +16,8 @@ PY_SRC = pathlib.Path(cudamem.__file__).parent / "_src" / "py"
 
 HOOKS = ("make_memory_manager", "assign_memory_manager",
          "plugin_defer_cleanup", "UniqueDict", "MemoryInfo", "MemoryStats",
-         "IpcHandle", "array_handle", "load_streams", "load_handles")
+         "IpcHandle", "array_handle", "PoolIpcHandle", "load_streams",
+         "load_handles")
 
 # A second instance of the extension, made without the package's
 # _install(): its state holds no hook.

@@ -40,6 +40,7 @@ async_drop(cm_device *dev, int reset, cm_error *err)
     (void)reset;
     (void)err;
     __atomic_store_n(&dev->async_on, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&dev->async_ipc, 0, __ATOMIC_RELEASE);
     return 0;
 }
 
@@ -74,6 +75,9 @@ cm_asyncpool_enable(cm_device *dev, int enabled, cm_error *err)
         cm__mem_set_async_ops(&async_ops);
         cm__subsystem_register(CM_SUB_ASYNCPOOL, &async_subsystem);
     }
+    /* A manager starts on the device's pool: cm_asyncpool_set_ipc
+     * switches it. */
+    __atomic_store_n(&dev->async_ipc, 0, __ATOMIC_RELEASE);
     __atomic_store_n(&dev->async_on, enabled != 0, __ATOMIC_RELEASE);
     return 0;
 }
@@ -129,9 +133,22 @@ async_unhold(cm_device *dev, size_t nbytes)
     cm__stats_unhold(dev, nbytes);
 }
 
-/* cuMemAllocAsync of m->size bytes on m->stream, counted (async_hold),
- * and a reference to the stream's record, which tells the free whether
- * the handle is still good. */
+/* m's memory from its pool on m->stream, in dev's context. */
+static int
+alloc_in(cm_mem *m, cm_error *err)
+{
+    if (m->mempool != NULL) {
+        return CM_CALL(err, cuMemAllocFromPoolAsync, &m->ptr, m->size,
+                       m->mempool, m->stream);
+    }
+    return CM_CALL(err, cuMemAllocAsync, &m->ptr, m->size, m->stream);
+}
+
+/* cuMemAllocAsync (or cuMemAllocFromPoolAsync from the exportable pool)
+ * of m->size bytes on m->stream, counted (async_hold), and a reference to
+ * the stream's record, which tells the free whether the handle is still
+ * good. */
+
 static int
 async_alloc(cm_mem *m, cm_error *err)
 {
@@ -141,10 +158,12 @@ async_alloc(cm_mem *m, cm_error *err)
     if (async_hold(dev, m->size, err) < 0) {
         return -1;
     }
+    /* The exportable pool once cm_asyncpool_set_ipc made it current. */
+    m->mempool = __atomic_load_n(&dev->async_ipc, __ATOMIC_ACQUIRE)
+                     ? dev->ipc_pool
+                     : NULL;
     if (cm_ctx_enter(dev, &guard, err) < 0 ||
-        cm_ctx_leave(
-            &guard, CM_CALL(err, cuMemAllocAsync, &m->ptr, m->size, m->stream),
-            err) < 0) {
+        cm_ctx_leave(&guard, alloc_in(m, err), err) < 0) {
         /* Memory made but the context not left: its release unholds. */
         if (m->ptr == 0) {
             async_unhold(dev, m->size);
@@ -220,11 +239,16 @@ async_free(cm_mem *m, cm_error *err)
 /* ---------------------------------------------------------------------
  * The pool: trim, release threshold, attributes. */
 
-/* dev's current pool (what cuMemAllocAsync draws from). In dev's
- * context. */
+/* The pool dev's allocations draw from: the exportable one while
+ * cm_asyncpool_set_ipc has it on, else the device's current pool (what
+ * cuMemAllocAsync draws from). In dev's context. */
 static int
 current_pool(cm_device *dev, CUmemoryPool *pool, cm_error *err)
 {
+    if (__atomic_load_n(&dev->async_ipc, __ATOMIC_ACQUIRE)) {
+        *pool = dev->ipc_pool;
+        return 0;
+    }
     return CM_CALL(err, cuDeviceGetMemPool, pool, dev->cudev);
 }
 
@@ -306,4 +330,108 @@ cm_asyncpool_get_stats(cm_device *dev, cm_asyncpool_stats *out, cm_error *err)
         .used_current = values[3],
         .used_high = values[4]};
     return 0;
+}
+
+/* ---------------------------------------------------------------------
+ * The exportable pool (IPC). */
+
+/* Caller holds dev->qlock, in dev's context, async_ipc off: makes dev's
+ * exportable pool, gives it the current pool's release threshold and
+ * exports its descriptor. A pool made is kept whatever fails after, and
+ * the rest tried again next time. */
+static int
+ipc_pool_make(cm_device *dev, cm_error *err)
+{
+    CUmemPoolProps props = {
+        .allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
+        .handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+        .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev->ordinal}};
+    CUmemoryPool pool, current;
+    cuuint64_t threshold;
+    int fd;
+
+    if (dev->ipc_pool == NULL) {
+        if (CM_CALL(err, cuMemPoolCreate, &pool, &props) < 0) {
+            return -1;
+        }
+        dev->ipc_pool = pool;
+    }
+    if (current_pool(dev, &current, err) < 0 ||
+        CM_CALL(err, cuMemPoolGetAttribute, current,
+                CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold) < 0 ||
+        CM_CALL(err, cuMemPoolSetAttribute, dev->ipc_pool,
+                CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold) < 0 ||
+        CM_CALL(err, cuMemPoolExportToShareableHandle, &fd, dev->ipc_pool,
+                CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0) < 0) {
+        return -1;
+    }
+    dev->ipc_fd = fd;
+    dev->ipc_ready = 1;
+    return 0;
+}
+
+int
+cm_asyncpool_set_ipc(cm_device *dev, int enabled, cm_error *err)
+{
+    cm_ctx_guard guard;
+    int types = 0, rc = 0;
+
+    if (cm_fork_check(err) < 0 ||
+        (enabled &&
+         cm_device_attribute(
+             dev->ordinal, CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES,
+             &types, err) < 0)) {
+        return -1;
+    }
+    if (!enabled) {
+        __atomic_store_n(&dev->async_ipc, 0, __ATOMIC_RELEASE);
+        return 0;
+    }
+    if (!(types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
+        return cm__fail_fmt(err, CM_ERR_SUPPORT,
+                            "device %d's memory pools cannot be shared with "
+                            "other processes: "
+                            "CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_"
+                            "TYPES is %d, without POSIX file descriptors",
+                            dev->ordinal, types);
+    }
+    if (cm_ctx_enter(dev, &guard, err) < 0) {
+        return -1;
+    }
+    /* qlock: two threads must not both make the pool. */
+    cm__lock(&dev->qlock, CM_LOCK_QUEUES);
+    if (!dev->ipc_ready) {
+        rc = ipc_pool_make(dev, err);
+    }
+    cm__unlock(&dev->qlock);
+    if (cm_ctx_leave(&guard, rc, err) < 0) {
+        return -1;
+    }
+    __atomic_store_n(&dev->async_ipc, 1, __ATOMIC_RELEASE);
+    return 0;
+}
+
+int
+cm_asyncpool_exportable(const cm_mem *m)
+{
+    return m->kind == CM_FREE_ASYNC && m->mempool != NULL;
+}
+
+int
+cm_asyncpool_export(cm_mem *m, cm_asyncpool_export_data *out, cm_error *err)
+{
+    cm_ctx_guard guard;
+    int rc;
+
+    if (cm_fork_check(err) < 0 || cm_ctx_enter(m->dev, &guard, err) < 0) {
+        return -1;
+    }
+    /* The allocation and the writes queued on it are done before another
+     * process can use them. */
+    rc = CM_CALL0(err, cuCtxSynchronize) < 0 ||
+                 CM_CALL(err, cuMemPoolExportPointer, &out->data, m->ptr) < 0
+             ? -1
+             : 0;
+    out->fd = m->dev->ipc_fd;
+    return cm_ctx_leave(&guard, rc, err);
 }

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "context.h"
+#include "memory.h"
 
 typedef struct cm_asyncpool_stats {
     int enabled;
@@ -25,7 +26,8 @@ typedef struct cm_asyncpool_stats {
  * with CM_ERR_SUPPORT when the device reports
  * CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED 0. Memory allocated while on
  * is freed on its stream whenever it goes. A context teardown turns it
- * off: the next context's manager decides. */
+ * off: the next context's manager decides. Either way allocation starts
+ * again from the device's current pool (cm_asyncpool_set_ipc off). */
 int cm_asyncpool_enable(cm_device *dev, int enabled, cm_error *err);
 /* Nonzero while dev allocates from its pool. */
 int cm__asyncpool_active(cm_device *dev);
@@ -49,5 +51,30 @@ void cm_asyncpool_set_limit(cm_device *dev, size_t limit);
 /* The pool's attributes, and the limit with what it caps. */
 int cm_asyncpool_get_stats(cm_device *dev, cm_asyncpool_stats *out,
                            cm_error *err);
+
+/* IPC through an exportable pool. Turning it on makes dev's pool of
+ * POSIX file descriptor handles (cuMemPoolCreate, with the current pool's
+ * release threshold) and exports its descriptor, both once for the
+ * process (the pool is the device's, not a context's), and from then on
+ * dev's stream-ordered allocations come from it (cuMemAllocFromPoolAsync)
+ * until it is turned off or a context teardown (as the switch of
+ * cm_asyncpool_enable); trim, release threshold and attributes apply to
+ * it meanwhile. Fails with CM_ERR_SUPPORT when the device reports no
+ * POSIX descriptors in CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES.
+ * Memory allocated before stays in the pool it came from. */
+int cm_asyncpool_set_ipc(cm_device *dev, int enabled, cm_error *err);
+/* Nonzero for a record of the exportable pool. */
+int cm_asyncpool_exportable(const cm_mem *m);
+
+typedef struct cm_asyncpool_export_data {
+    CUmemPoolPtrExportData data; /* cuMemPoolExportPointer's */
+    int fd; /* the pool's descriptor: dev's, not the caller's to close */
+} cm_asyncpool_export_data;
+
+/* Waits for m's context's work (the allocation and writes queued on it),
+ * then exports m (cm_asyncpool_exportable) with cuMemPoolExportPointer.
+ * Blocks. */
+int cm_asyncpool_export(cm_mem *m, cm_asyncpool_export_data *out,
+                        cm_error *err);
 
 #endif

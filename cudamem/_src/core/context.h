@@ -45,6 +45,13 @@ typedef struct cm_device {
      * their cap (SIZE_MAX: none), atomic. */
     int async_on;
     size_t async_held, async_limit;
+    /* asyncpool.c's exportable pool (cm_asyncpool_set_ipc), made once
+     * under qlock and kept for the process, and the POSIX file descriptor
+     * exported from it (ipc_ready once both are); async_ipc (atomic) is
+     * nonzero while the stream-ordered allocations come from it. */
+    CUmemoryPool ipc_pool;
+    int ipc_fd, ipc_ready;
+    int async_ipc;
     cm_counts counts[CM_STAT_KINDS]; /* stats.c's, atomic */
     /* stats.c's, atomic: device and managed bytes the driver holds for
      * cudamem (pool slabs whole, queued frees until freed) and the

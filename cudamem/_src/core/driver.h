@@ -104,7 +104,13 @@
     X(cuDeviceGetMemPool, 11020, CM_ROW_REQUIRED)                             \
     X(cuMemPoolTrimTo, 11020, CM_ROW_REQUIRED)                                \
     X(cuMemPoolSetAttribute, 11020, CM_ROW_REQUIRED)                          \
-    X(cuMemPoolGetAttribute, 11020, CM_ROW_REQUIRED)
+    X(cuMemPoolGetAttribute, 11020, CM_ROW_REQUIRED)                          \
+    X(cuMemPoolCreate, 11020, CM_ROW_REQUIRED)                                \
+    X(cuMemAllocFromPoolAsync, 11020, CM_ROW_REQUIRED | CM_ROW_PTDS)          \
+    X(cuMemPoolExportToShareableHandle, 11020, CM_ROW_REQUIRED)               \
+    X(cuMemPoolImportFromShareableHandle, 11020, CM_ROW_REQUIRED)             \
+    X(cuMemPoolExportPointer, 11020, CM_ROW_REQUIRED)                         \
+    X(cuMemPoolImportPointer, 11020, CM_ROW_REQUIRED)
 
 typedef struct cm_driver_table {
 #define CM_DRIVER_FIELD(name, version, flags) PFN_##name##_v##version name;

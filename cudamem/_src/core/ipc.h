@@ -35,4 +35,22 @@ int cm_ipc_export_ptr(cm_device *dev, CUdeviceptr ptr, cm_ipc_export *out,
 int cm_ipc_open(cm_device *dev, const CUipcMemHandle *handle, cm_mem **out,
                 cm_error *err);
 
+/* cuMemPoolImportFromShareableHandle of the POSIX file descriptor fd
+ * (another process's exportable pool; the caller still owns fd) in dev's
+ * primary context. The pool is kept for the process: cudamem/ipc.py
+ * imports each exporter's pool once per device. Blocks. */
+int cm_ipc_import_pool(cm_device *dev, int fd, CUmemoryPool *out,
+                       cm_error *err);
+
+/* The allocation that `data` (cuMemPoolExportPointer's) names in `pool`
+ * (cm_ipc_import_pool's), as cm_ipc_open maps a handle: a record of the
+ * whole allocation (kind CM_FREE_POOL_IMPORT, not counted as cudamem's
+ * memory) with one new reference, shared by every open of the same data
+ * until its last reference goes, which queues its cuMemFree in dev's
+ * memory queue (the driver's way to free an imported pointer). The first
+ * open calls cuMemPoolImportPointer and cuMemGetAddressRange. Blocks. */
+int cm_ipc_open_pool_ptr(cm_device *dev, CUmemoryPool pool,
+                         const CUmemPoolPtrExportData *data, cm_mem **out,
+                         cm_error *err);
+
 #endif

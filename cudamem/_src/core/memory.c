@@ -719,8 +719,9 @@ cm_mem_decref(cm_mem *m, cm_error *err)
 int
 cm_mem_release_now(cm_mem *m, cm_error *err)
 {
-    if (m->kind == CM_FREE_NONE || m->kind == CM_FREE_IPC) {
-        return 0; /* never cudamem's to free */
+    if (m->kind == CM_FREE_NONE || m->kind == CM_FREE_IPC ||
+        m->kind == CM_FREE_POOL_IMPORT) {
+        return 0; /* never cudamem's to free, or shared (ipc.c) */
     }
     if (__atomic_exchange_n(&m->released, 1, __ATOMIC_ACQ_REL)) {
         return 0; /* freed already */

@@ -75,6 +75,9 @@ struct cm_mem {
     /* CM_FREE_ASYNC: asyncpool.c's reference to the record of `stream`
      * (NULL for a default stream's handle or one cudamem did not make). */
     struct cm_stream_rec *srec;
+    /* CM_FREE_ASYNC: the exportable pool it came from (asyncpool.h's
+     * cm_asyncpool_set_ipc); NULL for the device's current pool. */
+    CUmemoryPool mempool;
     /* Borrowed read-only (a producer's flag): writes through any array or
      * view over the record are refused. */
     int readonly;

@@ -12,16 +12,17 @@
 #include "status.h"
 
 typedef enum cm_free_kind {
-    CM_FREE_DEVICE = 1, /* cuMemFree */
-    CM_FREE_HOST,       /* cuMemFreeHost */
-    CM_FREE_MANAGED,    /* cuMemFree of managed memory */
-    CM_FREE_IPC,        /* cuIpcCloseMemHandle */
-    CM_FREE_STREAM,     /* cuStreamDestroy */
-    CM_FREE_EVENT,      /* cuEventDestroy */
-    CM_FREE_EXTERNAL,   /* memory owned by an EMM plugin: its release hook */
-    CM_FREE_POOL,       /* a block of the device's pool: returned to it */
-    CM_FREE_ASYNC,      /* the driver's pool: cuMemFreeAsync on its stream */
-    CM_FREE_NONE        /* memory another library owns: never freed here */
+    CM_FREE_DEVICE = 1,  /* cuMemFree */
+    CM_FREE_HOST,        /* cuMemFreeHost */
+    CM_FREE_MANAGED,     /* cuMemFree of managed memory */
+    CM_FREE_IPC,         /* cuIpcCloseMemHandle */
+    CM_FREE_STREAM,      /* cuStreamDestroy */
+    CM_FREE_EVENT,       /* cuEventDestroy */
+    CM_FREE_EXTERNAL,    /* memory owned by an EMM plugin: its release hook */
+    CM_FREE_POOL,        /* a block of the device's pool: returned to it */
+    CM_FREE_ASYNC,       /* the driver's pool: cuMemFreeAsync on its stream */
+    CM_FREE_POOL_IMPORT, /* imported from another process's pool: cuMemFree */
+    CM_FREE_NONE         /* memory another library owns: never freed here */
 } cm_free_kind;
 
 /* Frees one queued item; 0, or -1 with err filled. `arg` is the queue's. */

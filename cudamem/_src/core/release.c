@@ -29,6 +29,7 @@ free_in(CUcontext ctx, cm_free_kind kind, uint64_t handle, cm_error *err)
     switch (kind) {
     case CM_FREE_DEVICE:
     case CM_FREE_MANAGED:
+    case CM_FREE_POOL_IMPORT: /* cuMemPoolImportPointer's docs */
         rc = CM_CALL(err, cuMemFree, (CUdeviceptr)handle);
         break;
     case CM_FREE_HOST:

@@ -44,6 +44,43 @@ asyncpool_enable(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(asyncpool_set_ipc_doc,
+             "_asyncpool_set_ipc($module, device, enabled)\n--\n\n"
+             "Turns allocation from *device*'s exportable pool on or off. "
+             "Turning it\non makes the pool (POSIX file descriptor "
+             "handles, the current pool's\nrelease threshold) and exports "
+             "its descriptor, once for the process;\nCudaSupportError on "
+             "a device whose pools cannot be exported so.");
+
+static PyObject *
+asyncpool_set_ipc(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+                  PyObject *kwnames)
+{
+    static const char *const names[] = {"device", "enabled"};
+    cmpy_state *st = cmpy_get_state(module);
+    PyObject *argv[2];
+    cm_device *dev;
+    cm_error err;
+    int enabled, rc;
+
+    if (cmpy_parse_args("_asyncpool_set_ipc", names, 2, 2, args, nargs,
+                        kwnames, argv) < 0 ||
+        cmpy_device_arg(st, argv[0], 0, &dev) < 0) {
+        return NULL;
+    }
+    enabled = PyObject_IsTrue(argv[1]);
+    if (enabled < 0) {
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = cm_asyncpool_set_ipc(dev, enabled, &err);
+    CMPY_END_ALLOW_THREADS
+    if (rc < 0) {
+        return cmpy_raise(st, &err);
+    }
+    Py_RETURN_NONE;
+}
+
 /* A byte count >= 0 for `what`. */
 static int
 bytes_arg(PyObject *arg, uint64_t *out)
@@ -211,6 +248,8 @@ asyncpool_stats(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
 PyMethodDef cmpy_asyncpool_methods[] = {
     {"_asyncpool_enable", (PyCFunction)(void (*)(void))asyncpool_enable,
      METH_FASTCALL | METH_KEYWORDS, asyncpool_enable_doc},
+    {"_asyncpool_set_ipc", (PyCFunction)(void (*)(void))asyncpool_set_ipc,
+     METH_FASTCALL | METH_KEYWORDS, asyncpool_set_ipc_doc},
     {"_asyncpool_trim", (PyCFunction)(void (*)(void))asyncpool_trim,
      METH_FASTCALL | METH_KEYWORDS, asyncpool_trim_doc},
     {"_asyncpool_set_release_threshold",

@@ -1,12 +1,15 @@
 /* ipc.c (py/): the C side of IPC: DeviceNDArray.get_ipc_handle() (asking
- * the context's EMM plugin when it has one) and the private functions
- * cudamem/ipc.py builds on (_ipc_get, _ipc_open, _ipc_array). Where a
+ * the context's EMM plugin when it has one; through the exportable pool for
+ * AsyncMemoryManager's arrays) and the private functions cudamem/ipc.py
+ * builds on (_ipc_get, _ipc_open, _ipc_array, _ipc_pool_handle,
+ * _ipc_import_pool, _ipc_open_pool). Where a
  * handle opens, staged copies and pickling are cudamem/ipc.py's; exports
  * and the cache of mappings are core/ipc.c's. */
 #include "npy.h"
 
 #include <string.h>
 
+#include "../core/asyncpool.h"
 #include "../core/ipc.h"
 #include "array.h"
 #include "device.h"
@@ -66,6 +69,47 @@ const char cmpy_array_get_ipc_handle_doc[] =
     "process. A zero-size array shares\nnothing: it opens as an empty "
     "array.";
 
+/* The PoolIpcHandle (the POOL_IPC_HANDLE hook: cudamem.ipc's) of the
+ * `size` (> 0) bytes at `lowest` in mp's memory, a record of the
+ * stream-ordered allocator: its export data and its pool's descriptor.
+ * NotImplementedError for memory of a pool that is not exportable. */
+static PyObject *
+pool_handle_of(cmpy_state *st, cmpy_MemoryPointer *mp, CUdeviceptr lowest,
+               size_t size)
+{
+    cm_mem *mem = mp->mem;
+    cm_asyncpool_export_data ex;
+    PyObject *cls;
+    cm_error err;
+    int rc;
+
+    if (!cm_asyncpool_exportable(mem)) {
+        /* cuMemPoolExportPointer refuses it with a bare INVALID_VALUE. */
+        PyErr_SetString(PyExc_NotImplementedError,
+                        "this memory of the stream-ordered pool "
+                        "(AsyncMemoryManager) cannot be shared with IPC: it "
+                        "came from the device's default memory pool, which "
+                        "is not exportable; call the manager's "
+                        "set_ipc(True) before allocating arrays to share");
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = cm_asyncpool_export(mem, &ex, &err);
+    CMPY_END_ALLOW_THREADS
+    if (rc < 0) {
+        return cmpy_raise(st, &err);
+    }
+    cls = cmpy_hook(st, CMPY_HOOK_POOL_IPC_HANDLE);
+    if (cls == NULL) {
+        return NULL;
+    }
+    return PyObject_CallFunction(cls, "Oy#nOni", (PyObject *)mp,
+                                 (const char *)&ex.data,
+                                 (Py_ssize_t)sizeof(ex.data), (Py_ssize_t)size,
+                                 cmpy_device_of(st, mem->dev)->uuid,
+                                 (Py_ssize_t)(lowest - mem->ptr), ex.fd);
+}
+
 /* The IpcHandle (the IPC_HANDLE hook: cudamem.ipc's) of the `size` bytes at
  * `lowest` in self's memory: numba's context.get_ipc_handle(), which asks
  * the context's plugin (with a MemoryPointer of those bytes) when it has
@@ -101,13 +145,8 @@ ipc_handle_of(cmpy_state *st, cmpy_DeviceNDArray *self, CUdeviceptr lowest,
         handle = Py_NewRef(Py_None);
     }
     else if (self->gpu_data->mem->kind == CM_FREE_ASYNC) {
-        /* cuIpcGetMemHandle refuses it with a bare INVALID_VALUE. */
-        PyErr_SetString(PyExc_NotImplementedError,
-                        "memory of the stream-ordered pool "
-                        "(AsyncMemoryManager) cannot be shared with IPC: the "
-                        "device's default memory pool is not exportable; "
-                        "allocate arrays to share with another manager");
-        return NULL;
+        /* cuIpcGetMemHandle refuses it: shared through its pool. */
+        return pool_handle_of(st, self->gpu_data, lowest, size);
     }
     else if (export_ptr(st, dev, lowest, &ex) < 0) {
         return NULL;
@@ -237,6 +276,122 @@ ipc_open(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     return cmpy_memory_ipc_open(st, device->dev, &handle);
 }
 
+PyDoc_STRVAR(ipc_pool_handle_doc,
+             "_ipc_pool_handle($module, memory)\n--\n\n"
+             "A PoolIpcHandle of MemoryPointer *memory*, memory of "
+             "AsyncMemoryManager's\nexportable pool (set_ipc(True)); "
+             "NotImplementedError for other memory of\nthe "
+             "stream-ordered allocator. Waits for the device's work "
+             "first.");
+
+static PyObject *
+ipc_pool_handle(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+                PyObject *kwnames)
+{
+    static const char *const names[] = {"memory"};
+    cmpy_state *st = cmpy_get_state(module);
+    cmpy_MemoryPointer *mp;
+    PyObject *argv[1];
+
+    if (cmpy_parse_args("_ipc_pool_handle", names, 1, 1, args, nargs, kwnames,
+                        argv) < 0) {
+        return NULL;
+    }
+    if (!Py_IS_TYPE(argv[0], (PyTypeObject *)st->MemoryPointerType) ||
+        ((cmpy_MemoryPointer *)argv[0])->mem->kind != CM_FREE_ASYNC ||
+        ((cmpy_MemoryPointer *)argv[0])->size == 0) {
+        PyErr_Format(PyExc_TypeError,
+                     "memory must be a MemoryPointer of AsyncMemoryManager's "
+                     "memory, not %R",
+                     argv[0]);
+        return NULL;
+    }
+    mp = (cmpy_MemoryPointer *)argv[0];
+    return pool_handle_of(st, mp, mp->ptr, mp->size);
+}
+
+PyDoc_STRVAR(ipc_import_pool_doc,
+             "_ipc_import_pool($module, fd, device)\n--\n\n"
+             "The memory pool another process exported as the POSIX file "
+             "descriptor\n*fd* (which stays the caller's), imported on "
+             "*device* (a Device or an\nordinal), as an int handle "
+             "(cuMemPoolImportFromShareableHandle). The\npool is kept "
+             "for the process.");
+
+static PyObject *
+ipc_import_pool(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+                PyObject *kwnames)
+{
+    static const char *const names[] = {"fd", "device"};
+    cmpy_state *st = cmpy_get_state(module);
+    CUmemoryPool pool;
+    PyObject *argv[2];
+    cm_device *dev;
+    cm_error err;
+    int fd, rc;
+
+    if (cmpy_parse_args("_ipc_import_pool", names, 2, 2, args, nargs, kwnames,
+                        argv) < 0) {
+        return NULL;
+    }
+    fd = PyObject_AsFileDescriptor(argv[0]);
+    if (fd < 0 || cmpy_device_arg(st, argv[1], 0, &dev) < 0) {
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = cm_ipc_import_pool(dev, fd, &pool, &err);
+    CMPY_END_ALLOW_THREADS
+    if (rc < 0) {
+        return cmpy_raise(st, &err);
+    }
+    return PyLong_FromVoidPtr(pool);
+}
+
+PyDoc_STRVAR(ipc_open_pool_doc,
+             "_ipc_open_pool($module, pool, data, device)\n--\n\n"
+             "A MemoryPointer of the whole allocation that *data* (64 bytes "
+             "of\ncuMemPoolExportPointer) names in *pool* "
+             "(_ipc_import_pool's), mapped on\n*device*; every open of the "
+             "same data shares one mapping, freed once\nnothing uses it.");
+
+static PyObject *
+ipc_open_pool(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+              PyObject *kwnames)
+{
+    static const char *const names[] = {"pool", "data", "device"};
+    cmpy_state *st = cmpy_get_state(module);
+    CUmemPoolPtrExportData data;
+    CUmemoryPool pool;
+    PyObject *argv[3];
+    cm_device *dev;
+
+    if (cmpy_parse_args("_ipc_open_pool", names, 3, 3, args, nargs, kwnames,
+                        argv) < 0) {
+        return NULL;
+    }
+    pool = PyLong_Check(argv[0]) ? PyLong_AsVoidPtr(argv[0]) : NULL;
+    if (pool == NULL) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError,
+                     "pool must be an imported pool's handle, not %R",
+                     argv[0]);
+        return NULL;
+    }
+    if (!PyBytes_Check(argv[1]) ||
+        PyBytes_GET_SIZE(argv[1]) != (Py_ssize_t)sizeof(data)) {
+        PyErr_Format(PyExc_ValueError,
+                     "data must be the %zu bytes of an allocation's export "
+                     "data, not %R",
+                     sizeof(data), argv[1]);
+        return NULL;
+    }
+    memcpy(&data, PyBytes_AS_STRING(argv[1]), sizeof(data));
+    if (cmpy_device_arg(st, argv[2], 0, &dev) < 0) {
+        return NULL;
+    }
+    return cmpy_memory_pool_open(st, dev, pool, &data);
+}
+
 PyDoc_STRVAR(ipc_array_doc,
              "_ipc_array($module, mem, shape, dtype, strides=None, "
              "offset=0)\n--\n\n"
@@ -303,5 +458,8 @@ PyMethodDef cmpy_ipc_methods[] = {
     {"_ipc_get", FASTKW(ipc_get), ipc_get_doc},
     {"_ipc_open", FASTKW(ipc_open), ipc_open_doc},
     {"_ipc_array", FASTKW(ipc_array), ipc_array_doc},
+    {"_ipc_pool_handle", FASTKW(ipc_pool_handle), ipc_pool_handle_doc},
+    {"_ipc_import_pool", FASTKW(ipc_import_pool), ipc_import_pool_doc},
+    {"_ipc_open_pool", FASTKW(ipc_open_pool), ipc_open_pool_doc},
     {NULL, NULL, 0, NULL},
 };

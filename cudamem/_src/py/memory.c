@@ -191,6 +191,20 @@ cmpy_memory_ipc_open(cmpy_state *st, cm_device *dev,
 }
 
 PyObject *
+cmpy_memory_pool_open(cmpy_state *st, cm_device *dev, CUmemoryPool pool,
+                      const CUmemPoolPtrExportData *data)
+{
+    cm_error err;
+    cm_mem *mem = NULL;
+    int made;
+
+    Py_BEGIN_ALLOW_THREADS
+    made = cm_ipc_open_pool_ptr(dev, pool, data, &mem, &err);
+    CMPY_END_ALLOW_THREADS
+    return own_record(st, made, mem, &err);
+}
+
+PyObject *
 cmpy_memory_borrow(cmpy_state *st, cm_device *dev, CUdeviceptr ptr,
                    size_t size, PyObject *owner)
 {

@@ -54,6 +54,11 @@ PyObject *cmpy_memory_alloc_managed(cmpy_state *st, cm_device *dev,
  * handle on dev in this process. */
 PyObject *cmpy_memory_ipc_open(cmpy_state *st, cm_device *dev,
                                const CUipcMemHandle *handle);
+/* The same for an allocation of another process's pool (core's
+ * cm_ipc_open_pool_ptr). */
+PyObject *cmpy_memory_pool_open(cmpy_state *st, cm_device *dev,
+                                CUmemoryPool pool,
+                                const CUmemPoolPtrExportData *data);
 
 /* The `size` bytes at ptr on dev, allocated by another library: never
  * freed by cudamem. `owner` (None or NULL: the pointer itself) is kept

@@ -43,6 +43,7 @@
     X(MEMORY_STATS, "MemoryStats")                    /* devices.py */        \
     X(IPC_HANDLE, "IpcHandle")                        /* ipc.py */            \
     X(ARRAY_HANDLE, "array_handle")                   /* ipc.py */            \
+    X(POOL_IPC_HANDLE, "PoolIpcHandle")               /* ipc.py */            \
     X(LOAD_STREAMS, "load_streams") /* -> CMPY_GLUE_COUNT */                  \
     X(LOAD_HANDLES, "load_handles") /* -> CMPY_HANDLES_COUNT */
 
