@@ -431,6 +431,26 @@ def test_synchronize_in_threads(slow_work):
     assert s.query() is True
 
 
+def test_synchronize_off_the_main_thread_is_its_own_call(sim, slow_work):
+    # Only the main thread runs signal handlers, so elsewhere nothing could
+    # end the wait early: cudamem.synchronize() makes the call on the
+    # calling thread (fault injection there reaches it) and still waits.
+    s = cudamem.stream()
+    slow_work(s, 100_000)
+
+    def body():
+        cudamem.synchronize()
+        assert s.query() is True
+        sim.inject("cuCtxSynchronize", "CUDA_ERROR_UNKNOWN")
+        with pytest.raises(CudaAPIError) as info:
+            cudamem.synchronize()
+        sim.clear_faults()
+        _api_error(info, "cuCtxSynchronize")
+        cudamem.current_context().synchronize()
+
+    in_thread(body)
+
+
 def test_ctrl_c_interrupts_synchronize(run_py):
     proc = run_py("""
         import ctypes, os, signal, threading, time

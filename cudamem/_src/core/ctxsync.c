@@ -137,6 +137,12 @@ cm_ctx_sync_start(cm_device *dev, uint64_t generation, cm_ctx_sync **out,
 }
 
 int
+cm_ctx_sync_here(cm_device *dev, uint64_t generation, cm_error *err)
+{
+    return cm__ctx_synchronize(dev, generation, err);
+}
+
+int
 cm_ctx_sync_query(cm_device *dev, void *job, int *done, cm_error *err)
 {
     (void)dev;

@@ -24,4 +24,9 @@ int cm_ctx_sync_finish(cm_device *dev, void *job, cm_error *err);
 /* Gives up the caller's reference. */
 void cm_ctx_sync_release(cm_ctx_sync *job);
 
+/* cuCtxSynchronize of dev's primary context (of `generation`) on the
+ * calling thread, for a caller that has nothing to poll for (a thread
+ * that runs no signal handler): no hand-off, and no way to stop early. */
+int cm_ctx_sync_here(cm_device *dev, uint64_t generation, cm_error *err);
+
 #endif

@@ -144,18 +144,32 @@ cmpy_wait_polled(cmpy_state *st, cm_device *dev, void *handle,
     }
 }
 
+/* Whether this thread is the process's first, the one that runs Python's
+ * signal handlers (Ctrl-C): on Linux its thread id is the process id.
+ * Asked once per thread. */
+static int
+on_main_thread(void)
+{
+    static _Thread_local int main_thread = -1;
+
+    if (main_thread < 0) {
+        main_thread = (pid_t)syscall(SYS_gettid) == getpid();
+    }
+    return main_thread;
+}
+
 /* Core's poll hook (staging.h), on the thread of a long copy that most
  * likely released the GIL: runs the pending signal handlers, and asks the
  * copy to stop when one raised (the exception stays set on the thread for
- * the caller to raise). Only the main thread runs signal handlers, and on
- * Linux its thread id is the process id: elsewhere this takes no GIL. */
+ * the caller to raise). Only the main thread runs signal handlers:
+ * elsewhere this takes no GIL. */
 static int
 poll_signals(void)
 {
     PyGILState_STATE gil;
     int rc;
 
-    if ((pid_t)syscall(SYS_gettid) != getpid()) {
+    if (!on_main_thread()) {
         return 0;
     }
     gil = PyGILState_Ensure();
@@ -177,6 +191,17 @@ cmpy_ctx_wait(cmpy_state *st, cm_device *dev, uint64_t generation)
     cm_error err;
     int rc;
 
+    /* Off the main thread no signal handler can end the wait: synchronize
+     * here, without the hand-off to ctxsync.c's worker. */
+    if (!on_main_thread()) {
+        Py_BEGIN_ALLOW_THREADS
+        rc = cm_ctx_sync_here(dev, generation, &err);
+        CMPY_END_ALLOW_THREADS
+        if (rc < 0) {
+            cmpy_raise(st, &err);
+        }
+        return rc;
+    }
     if (cm_ctx_sync_start(dev, generation, &job, &err) < 0) {
         cmpy_raise(st, &err);
         return -1;
