@@ -188,7 +188,7 @@ def test_trim_and_release_threshold_against_the_pool(manager, sim):
 def test_bad_byte_counts_are_refused(manager, bad, exc):
     with pytest.raises(exc, match="nbytes"):
         manager.set_release_threshold(bad)
-    with pytest.raises(exc, match="nbytes"):
+    with pytest.raises(exc, match="min_bytes_to_keep"):
         manager.trim(bad)
     with pytest.raises(exc, match="nbytes"):
         manager.set_limit(bad)

@@ -22,26 +22,8 @@ static PyObject *
 asyncpool_enable(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                  PyObject *kwnames)
 {
-    static const char *const names[] = {"device", "enabled"};
-    cmpy_state *st = cmpy_get_state(module);
-    PyObject *argv[2];
-    cm_device *dev;
-    cm_error err;
-    int enabled;
-
-    if (cmpy_parse_args("_asyncpool_enable", names, 2, 2, args, nargs, kwnames,
-                        argv) < 0 ||
-        cmpy_device_arg(st, argv[0], 0, &dev) < 0) {
-        return NULL;
-    }
-    enabled = PyObject_IsTrue(argv[1]);
-    if (enabled < 0) {
-        return NULL;
-    }
-    if (cm_asyncpool_enable(dev, enabled, &err) < 0) {
-        return cmpy_raise(st, &err);
-    }
-    Py_RETURN_NONE;
+    return cmpy_device_switch(module, "_asyncpool_enable", args, nargs,
+                              kwnames, cm_asyncpool_enable);
 }
 
 PyDoc_STRVAR(asyncpool_set_ipc_doc,
@@ -56,52 +38,8 @@ static PyObject *
 asyncpool_set_ipc(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                   PyObject *kwnames)
 {
-    static const char *const names[] = {"device", "enabled"};
-    cmpy_state *st = cmpy_get_state(module);
-    PyObject *argv[2];
-    cm_device *dev;
-    cm_error err;
-    int enabled, rc;
-
-    if (cmpy_parse_args("_asyncpool_set_ipc", names, 2, 2, args, nargs,
-                        kwnames, argv) < 0 ||
-        cmpy_device_arg(st, argv[0], 0, &dev) < 0) {
-        return NULL;
-    }
-    enabled = PyObject_IsTrue(argv[1]);
-    if (enabled < 0) {
-        return NULL;
-    }
-    Py_BEGIN_ALLOW_THREADS
-    rc = cm_asyncpool_set_ipc(dev, enabled, &err);
-    CMPY_END_ALLOW_THREADS
-    if (rc < 0) {
-        return cmpy_raise(st, &err);
-    }
-    Py_RETURN_NONE;
-}
-
-/* A byte count >= 0 for `what`. */
-static int
-bytes_arg(PyObject *arg, uint64_t *out)
-{
-    unsigned long long v;
-
-    if (PyBool_Check(arg) || !PyLong_Check(arg)) {
-        PyErr_Format(PyExc_TypeError,
-                     "nbytes must be an int or None, not "
-                     "%.200s",
-                     Py_TYPE(arg)->tp_name);
-        return -1;
-    }
-    v = PyLong_AsUnsignedLongLong(arg);
-    if (v == (unsigned long long)-1 && PyErr_Occurred()) {
-        PyErr_Format(PyExc_ValueError,
-                     "nbytes must be a byte count >= 0, not %R", arg);
-        return -1;
-    }
-    *out = v;
-    return 0;
+    return cmpy_device_switch(module, "_asyncpool_set_ipc", args, nargs,
+                              kwnames, cm_asyncpool_set_ipc);
 }
 
 PyDoc_STRVAR(asyncpool_trim_doc,
@@ -117,22 +55,19 @@ asyncpool_trim(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     static const char *const names[] = {"device", "min_bytes_to_keep"};
     cmpy_state *st = cmpy_get_state(module);
     PyObject *argv[2];
-    uint64_t keep;
+    size_t keep;
     cm_device *dev;
     cm_error err;
     int rc;
 
     if (cmpy_parse_args("_asyncpool_trim", names, 2, 2, args, nargs, kwnames,
                         argv) < 0 ||
-        bytes_arg(argv[1], &keep) < 0 ||
+        cmpy_nbytes_arg(argv[1], "min_bytes_to_keep", 0, &keep) < 0 ||
         cmpy_device_arg(st, argv[0], 0, &dev) < 0) {
         return NULL;
     }
-    if (keep > SIZE_MAX) {
-        keep = SIZE_MAX;
-    }
     Py_BEGIN_ALLOW_THREADS
-    rc = cm_asyncpool_trim(dev, (size_t)keep, &err);
+    rc = cm_asyncpool_trim(dev, keep, &err);
     CMPY_END_ALLOW_THREADS
     if (rc < 0) {
         return cmpy_raise(st, &err);
@@ -154,17 +89,18 @@ asyncpool_set_release_threshold(PyObject *module, PyObject *const *args,
     static const char *const names[] = {"device", "nbytes"};
     cmpy_state *st = cmpy_get_state(module);
     PyObject *argv[2];
-    uint64_t nbytes = UINT64_MAX;
+    size_t nbytes;
     cm_device *dev;
     cm_error err;
 
     if (cmpy_parse_args("_asyncpool_set_release_threshold", names, 2, 2, args,
                         nargs, kwnames, argv) < 0 ||
-        (argv[1] != Py_None && bytes_arg(argv[1], &nbytes) < 0) ||
+        cmpy_nbytes_arg(argv[1], "nbytes", 1, &nbytes) < 0 ||
         cmpy_device_arg(st, argv[0], 0, &dev) < 0) {
         return NULL;
     }
-    if (cm_asyncpool_set_release_threshold(dev, nbytes, &err) < 0) {
+    if (cm_asyncpool_set_release_threshold(
+            dev, nbytes == SIZE_MAX ? UINT64_MAX : nbytes, &err) < 0) {
         return cmpy_raise(st, &err);
     }
     Py_RETURN_NONE;
@@ -185,16 +121,16 @@ asyncpool_set_limit(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     static const char *const names[] = {"device", "nbytes"};
     cmpy_state *st = cmpy_get_state(module);
     PyObject *argv[2];
-    uint64_t nbytes = UINT64_MAX;
+    size_t nbytes;
     cm_device *dev;
 
     if (cmpy_parse_args("_asyncpool_set_limit", names, 2, 2, args, nargs,
                         kwnames, argv) < 0 ||
-        (argv[1] != Py_None && bytes_arg(argv[1], &nbytes) < 0) ||
+        cmpy_nbytes_arg(argv[1], "nbytes", 1, &nbytes) < 0 ||
         cmpy_device_arg(st, argv[0], 0, &dev) < 0) {
         return NULL;
     }
-    cm_asyncpool_set_limit(dev, nbytes > SIZE_MAX ? SIZE_MAX : (size_t)nbytes);
+    cm_asyncpool_set_limit(dev, nbytes);
     Py_RETURN_NONE;
 }
 

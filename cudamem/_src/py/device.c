@@ -95,6 +95,35 @@ cmpy_device_arg(cmpy_state *st, PyObject *arg, int none_is_current,
     return 0;
 }
 
+PyObject *
+cmpy_device_switch(PyObject *module, const char *fname, PyObject *const *args,
+                   Py_ssize_t nargs, PyObject *kwnames,
+                   int (*set)(cm_device *, int, cm_error *))
+{
+    static const char *const names[] = {"device", "enabled"};
+    cmpy_state *st = cmpy_get_state(module);
+    PyObject *argv[2];
+    cm_device *dev;
+    cm_error err;
+    int enabled, rc;
+
+    if (cmpy_parse_args(fname, names, 2, 2, args, nargs, kwnames, argv) < 0 ||
+        cmpy_device_arg(st, argv[0], 0, &dev) < 0) {
+        return NULL;
+    }
+    enabled = PyObject_IsTrue(argv[1]);
+    if (enabled < 0) {
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = set(dev, enabled, &err);
+    CMPY_END_ALLOW_THREADS
+    if (rc < 0) {
+        return cmpy_raise(st, &err);
+    }
+    Py_RETURN_NONE;
+}
+
 int
 cmpy_device_parse(cmpy_state *st, PyObject *arg, cmpy_Device **out)
 {

@@ -49,6 +49,13 @@ int cmpy_device_parse(cmpy_state *st, PyObject *arg, cmpy_Device **out);
  * `none_is_current`, else refused as any other non-device. */
 int cmpy_device_arg(cmpy_state *st, PyObject *arg, int none_is_current,
                     cm_device **out);
+/* A module function `fname(device, enabled)` that switches something of
+ * a device on or off: parses its arguments, then calls `set` with the GIL
+ * released. None, or NULL with an exception set. */
+PyObject *cmpy_device_switch(PyObject *module, const char *fname,
+                             PyObject *const *args, Py_ssize_t nargs,
+                             PyObject *kwnames,
+                             int (*set)(cm_device *, int, cm_error *));
 /* The calling thread's device (DESIGN rule 6), loading the driver; 0, or
  * -1 with an exception set. */
 int cmpy_current_device(cmpy_state *st, cm_device **dev);

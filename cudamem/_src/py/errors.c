@@ -224,6 +224,27 @@ cmpy_warn_release(cmpy_state *st, const cm_error *err)
 }
 
 int
+cmpy_nbytes_arg(PyObject *arg, const char *what, int none_ok, size_t *out)
+{
+    if (none_ok && arg == Py_None) {
+        *out = SIZE_MAX;
+        return 0;
+    }
+    if (PyBool_Check(arg) || !PyLong_Check(arg)) {
+        PyErr_Format(PyExc_TypeError, "%s must be an int%s, not %.200s", what,
+                     none_ok ? " or None" : "", Py_TYPE(arg)->tp_name);
+        return -1;
+    }
+    *out = PyLong_AsSize_t(arg);
+    if (*out == (size_t)-1 && PyErr_Occurred()) {
+        PyErr_Format(PyExc_ValueError, "%s must be a byte count >= 0, not %R",
+                     what, arg);
+        return -1;
+    }
+    return 0;
+}
+
+int
 cmpy_parse_args(const char *fname, const char *const *names, int nnames,
                 int required, PyObject *const *args, Py_ssize_t nargs,
                 PyObject *kwnames, PyObject **out)

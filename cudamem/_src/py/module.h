@@ -294,6 +294,9 @@ void cmpy_warn_release(cmpy_state *st, const cm_error *err);
 int cmpy_parse_args(const char *fname, const char *const *names, int nnames,
                     int required, PyObject *const *args, Py_ssize_t nargs,
                     PyObject *kwnames, PyObject **out);
+/* A byte count argument called `what`: an int >= 0, or None (SIZE_MAX)
+ * where `none_ok`; 0, or -1 with TypeError or ValueError naming it. */
+int cmpy_nbytes_arg(PyObject *arg, const char *what, int none_ok, size_t *out);
 /* Loads the driver (once per process); 0, or -1 with an exception set. */
 int cmpy_ensure_driver(cmpy_state *st);
 

@@ -27,26 +27,8 @@ static PyObject *
 pool_enable(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
             PyObject *kwnames)
 {
-    static const char *const names[] = {"device", "enabled"};
-    cmpy_state *st = cmpy_get_state(module);
-    PyObject *argv[2];
-    cm_device *dev;
-    cm_error err;
-    int enabled;
-
-    if (cmpy_parse_args("_pool_enable", names, 2, 2, args, nargs, kwnames,
-                        argv) < 0 ||
-        cmpy_device_arg(st, argv[0], 0, &dev) < 0) {
-        return NULL;
-    }
-    enabled = PyObject_IsTrue(argv[1]);
-    if (enabled < 0) {
-        return NULL;
-    }
-    if (cm_pool_enable(dev, enabled, &err) < 0) {
-        return cmpy_raise(st, &err);
-    }
-    Py_RETURN_NONE;
+    return cmpy_device_switch(module, "_pool_enable", args, nargs, kwnames,
+                              cm_pool_enable);
 }
 
 PyDoc_STRVAR(pool_trim_doc,
@@ -81,29 +63,6 @@ pool_trim(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     Py_RETURN_NONE;
 }
 
-/* A limit argument: a byte count, or None for no cap (SIZE_MAX). */
-static int
-limit_arg(PyObject *arg, size_t *limit)
-{
-    *limit = SIZE_MAX;
-    if (arg == Py_None) {
-        return 0;
-    }
-    if (PyBool_Check(arg) || !PyLong_Check(arg)) {
-        PyErr_Format(PyExc_TypeError,
-                     "nbytes must be an int or None, not %.200s",
-                     Py_TYPE(arg)->tp_name);
-        return -1;
-    }
-    *limit = PyLong_AsSize_t(arg);
-    if (*limit == (size_t)-1 && PyErr_Occurred()) {
-        PyErr_Format(PyExc_ValueError,
-                     "nbytes must be a byte count >= 0, not %R", arg);
-        return -1;
-    }
-    return 0;
-}
-
 PyDoc_STRVAR(pool_set_limit_doc,
              "_pool_set_limit($module, device, nbytes)\n--\n\n"
              "Caps the bytes of cuMemAlloc slabs *device*'s pool holds "
@@ -125,7 +84,7 @@ pool_set_limit(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
 
     if (cmpy_parse_args("_pool_set_limit", names, 2, 2, args, nargs, kwnames,
                         argv) < 0 ||
-        limit_arg(argv[1], &limit) < 0 ||
+        cmpy_nbytes_arg(argv[1], "nbytes", 1, &limit) < 0 ||
         cmpy_device_arg(st, argv[0], 0, &dev) < 0) {
         return NULL;
     }
@@ -213,7 +172,7 @@ hostpool_set_limit(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
 
     if (cmpy_parse_args("_hostpool_set_limit", names, 1, 1, args, nargs,
                         kwnames, argv) < 0 ||
-        limit_arg(argv[0], &limit) < 0) {
+        cmpy_nbytes_arg(argv[0], "nbytes", 1, &limit) < 0) {
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
