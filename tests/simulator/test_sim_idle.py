@@ -135,8 +135,12 @@ def test_many_live_streams_few_workers(sim):
     streams = [cudamem.stream() for _ in range(n)]
     d = cudamem.device_array((n, 4), np.int32)
     host = np.arange(n * 4, dtype=np.int32).reshape(n, 4)
+    # A stream with work holds a worker: a hundred at a time bounds the
+    # threads (the sanitizer runs have limits of their own).
     for i, s in enumerate(streams):
         d[i].copy_to_device(host[i], stream=s)
+        if i % 100 == 99:
+            cudamem.synchronize()
     cudamem.synchronize()
     np.testing.assert_array_equal(d.copy_to_host(), host)
     # All still alive: the simulator keeps at most 16 workers parked,
