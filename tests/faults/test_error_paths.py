@@ -17,7 +17,7 @@ import pytest
 import cudamem
 from cudamem import _cudamem
 from cudamem.errors import CudaAPIError
-from tests.faults.test_driver_faults import IPC, LOAD, REACH, ROWS, TWO
+from tests.faults.test_driver_faults import IN_PROCESS, REACH, ROWS
 from tests.helpers.run import ROOT, run_python
 
 pytestmark = pytest.mark.simulator
@@ -230,9 +230,7 @@ EXTRA = {
     "pool trims": _pool_trims,
     "device attributes": _device_attributes,
 }
-SCENARIOS = {**{name: REACH[name] for name in ROWS
-                if REACH.get(name) not in (LOAD, TWO, IPC)},
-             **EXTRA}
+SCENARIOS = {**{name: REACH[name] for name in IN_PROCESS}, **EXTRA}
 
 
 def _counts(sim):
