@@ -263,6 +263,10 @@ cm_hostpool_alloc(cm_device *dev, size_t nbytes, cm_host **out, cm_error *err)
 static int
 keep(cm_host *h, cm_error *err)
 {
+    /* Read before the block is cached: another thread may take it, and
+     * set its size, as soon as the lock is released. */
+    cm_device *dev = h->dev;
+    size_t maplen = h->maplen, requested = h->size;
     cm_error forked;
     int kept = 0;
 
@@ -295,7 +299,7 @@ keep(cm_host *h, cm_error *err)
     if (!kept) {
         return cm_host_free(h, err);
     }
-    cm__stats_sub(h->dev, CM_STAT_PINNED, h->maplen, h->size);
+    cm__stats_sub(dev, CM_STAT_PINNED, maplen, requested);
     return 0;
 }
 
