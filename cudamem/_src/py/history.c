@@ -18,6 +18,10 @@
 
 #include <pthread.h>
 #include <time.h>
+#if PY_VERSION_HEX < 0x030B0000
+/* PyFrame_GetBack: in Python.h from 3.11 on. */
+#include <frameobject.h>
+#endif
 
 #include "../core/history.h"
 
