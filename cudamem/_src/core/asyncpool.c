@@ -109,15 +109,8 @@ async_hold(cm_device *dev, size_t nbytes, cm_error *err)
     size_t held;
 
     if (cm__count_within(&dev->async_held, nbytes, limit, &held) < 0) {
-        *err = (cm_error){.kind = CM_ERR_DRIVER,
-                          .code = CUDA_ERROR_OUT_OF_MEMORY,
-                          .call = cm_asyncpool_limit,
-                          .oom_dev = dev,
-                          .oom_bytes = nbytes,
-                          .oom_limit = limit,
-                          .oom_held = held,
-                          .device = -1};
-        return -1;
+        return cm__mem_refuse(dev, cm_asyncpool_limit, nbytes, limit, held,
+                              err);
     }
     if (cm__mem_hold(dev, nbytes, err) < 0) {
         __atomic_sub_fetch(&dev->async_held, nbytes, __ATOMIC_RELAXED);

@@ -101,9 +101,16 @@ hold(cm_device *dev, size_t nbytes, cm_error *err)
     if (cm__stats_hold(dev, nbytes, limit, &held) == 0) {
         return 0;
     }
+    return cm__mem_refuse(dev, cm_mem_limit_call, nbytes, limit, held, err);
+}
+
+int
+cm__mem_refuse(cm_device *dev, const char *call, size_t nbytes, size_t limit,
+               size_t held, cm_error *err)
+{
     *err = (cm_error){.kind = CM_ERR_DRIVER,
                       .code = CUDA_ERROR_OUT_OF_MEMORY,
-                      .call = cm_mem_limit_call,
+                      .call = call,
                       .oom_dev = dev,
                       .oom_bytes = nbytes,
                       .oom_limit = limit,

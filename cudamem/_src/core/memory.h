@@ -150,6 +150,10 @@ void cm__mem_set_async_ops(const cm_mem_ops *ops);
  * the memory limit's refusal (cm_mem_limit_call); cm__stats_unhold gives
  * them back. */
 int cm__mem_hold(cm_device *dev, size_t nbytes, cm_error *err);
+/* Fills err with a limit's refusal of nbytes on dev: CUDA_ERROR_OUT_OF_MEMORY
+ * of `call` (which limit), with the limit and the bytes it held; -1. */
+int cm__mem_refuse(cm_device *dev, const char *call, size_t nbytes,
+                   size_t limit, size_t held, cm_error *err);
 /* cuMemAllocManaged of nbytes (CU_MEM_ATTACH_GLOBAL, or CU_MEM_ATTACH_HOST
  * without `attach_global`) in dev's primary context, with cm_mem_alloc's
  * recovery and retry (CM_STAT_MANAGED). The record (kind CM_FREE_MANAGED)
