@@ -5,6 +5,8 @@
 - interop: Producer, a foreign array seen only through its CUDA Array
   Interface, and DLPack's structures read back through ctypes;
 - hostmem: page-aligned host buffers;
+- memmgr: driver call counts, device addresses and queued work of the
+  memory-manager tests;
 - devmem: device_memory, device 0 with a chosen memory size;
 - simref: SimDriver, the simulated driver called through ctypes as a
   second client of the driver;

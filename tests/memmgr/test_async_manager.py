@@ -16,28 +16,17 @@ import pytest
 
 import cudamem
 from cudamem.errors import CudaAPIError, CudaOutOfMemoryError, CudaStickyError
+from tests.helpers.memmgr import calls as _calls
+from tests.helpers.memmgr import queue_work as _queue_work
 
 pytestmark = pytest.mark.simulator
 
 MIB = 1 << 20
 # Enough queued work that a loaded machine cannot finish it first.
 DELAY_US = 25000
-QUEUED = 8  # operations: 200 ms
 
 
-def _calls(sim, entry):
-    return sim.stats()["calls"][entry]["calls"]
 
-
-def _ptr(arr):
-    return arr.__cuda_array_interface__["data"][0]
-
-
-def _queue_work(arr, stream):
-    """At least 200 ms of work on `stream` that writes arr (zeros)."""
-    host = np.zeros(arr.shape, arr.dtype)
-    for _ in range(QUEUED):
-        arr.copy_to_device(host, stream=stream)
 
 
 @pytest.fixture

@@ -19,6 +19,9 @@ from hypothesis import strategies as st
 import cudamem
 from cudamem import _cudamem
 from cudamem.errors import CudaAPIError
+from tests.helpers.memmgr import calls as _calls
+from tests.helpers.memmgr import ptr as _ptr
+from tests.helpers.memmgr import queue_work as _queue_work
 
 pytestmark = pytest.mark.simulator
 
@@ -26,7 +29,6 @@ MIB = 1 << 20
 SLAB = 2 * MIB
 # Enough queued work that a loaded machine cannot finish it first.
 DELAY_US = 25000
-QUEUED = 8  # operations: 200 ms
 
 
 
@@ -38,19 +40,7 @@ def _allocs(sim):
     return sim.stats()["calls"]["cuMemAlloc"]["calls"]
 
 
-def _calls(sim, entry):
-    return sim.stats()["calls"][entry]["calls"]
 
-
-def _ptr(arr):
-    return arr.__cuda_array_interface__["data"][0]
-
-
-def _queue_work(arr, stream):
-    """At least 200 ms of work on `stream` that writes arr."""
-    host = np.zeros(arr.shape, arr.dtype)
-    for _ in range(QUEUED):
-        arr.copy_to_device(host, stream=stream)
 
 
 def test_off_by_default_and_stats_keys():
