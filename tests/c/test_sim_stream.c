@@ -2,6 +2,7 @@
  * stream rules and hazard checker, through the driver API. Orders are
  * observed with host functions appending to a log under a delay. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -744,6 +745,99 @@ test_destroy_idle(void)
     CHECK_EQ(v, 1);
 }
 
+/* A synchronous copy on an idle stream runs on the calling thread: no
+ * worker starts. Behind queued work it waits for that work, in order. */
+static void
+test_sync_copy_runs_here(void)
+{
+    static const step slow = {'q', 20};
+    enum { N = 4096 };
+    unsigned char src[N], dst[N];
+    CUdeviceptr d;
+    CUstream s;
+    int i;
+
+    for (i = 0; i < N; i++)
+        src[i] = (unsigned char)(i * 7 + 1);
+    CHECK_OK(cuMemAlloc(&d, N));
+    CHECK_EQ(workers_settle(0), 0);
+    CHECK_OK(cuMemcpyHtoD(d, src, N));
+    memset(dst, 0, N);
+    CHECK_OK(cuMemcpyDtoH(dst, d, N));
+    CHECK_MEM_EQ(dst, src, N);
+    CHECK_EQ(workers(), 0);
+    /* The legacy stream waits for a blocking stream's queued work: the
+     * copy goes to the worker, after it. */
+    CHECK_OK(cuStreamCreate(&s, 0));
+    log_reset();
+    CHECK_OK(cuLaunchHostFunc(s, log_step, (void *)&slow));
+    CHECK_OK(cuMemsetD8Async(d, 0x5a, N, s));
+    memset(dst, 0, N);
+    CHECK_OK(cuMemcpyDtoH(dst, d, N));
+    CHECK_TRUE(log_is("q"));
+    for (i = 0; i < N && dst[i] == 0x5a; i++)
+        ;
+    CHECK_EQ(i, N);
+    CHECK_OK(cuStreamDestroy(s));
+    CHECK_OK(cuMemFree(d));
+}
+
+enum { BIG = 8 << 20 };
+static volatile int queued_meanwhile, copier_done;
+static CUresult copier_rc;
+
+/* Synchronous copies on the legacy stream until the main thread has queued
+ * its work during one of them. */
+static void *
+copier(void *arg)
+{
+    CUdeviceptr d = *(CUdeviceptr *)arg;
+    unsigned char *src = calloc(1, BIG);
+    int i;
+
+    copier_rc = src == NULL ? CUDA_ERROR_OUT_OF_MEMORY : cuCtxSetCurrent(ctx);
+    for (i = 0; i < 1000 && copier_rc == CUDA_SUCCESS &&
+                !__atomic_load_n(&queued_meanwhile, __ATOMIC_ACQUIRE);
+         i++)
+        copier_rc = cuMemcpyHtoD(d, src, BIG);
+    free(src);
+    __atomic_store_n(&copier_done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* Work another thread queues on a stream while a synchronous copy runs on
+ * its caller's thread still runs, after the copy. */
+static void
+test_work_queued_during_caller_copy(void)
+{
+    enum { N = 4096 };
+    unsigned char dst[N];
+    CUdeviceptr d, e;
+    pthread_t t;
+    int i, busy;
+
+    CHECK_OK(cuMemAlloc(&d, BIG));
+    CHECK_OK(cuMemAlloc(&e, N));
+    queued_meanwhile = copier_done = 0;
+    CHECK_EQ(pthread_create(&t, NULL, copier, &d), 0);
+    while (!(busy = cuStreamQuery(CU_STREAM_LEGACY) == CUDA_ERROR_NOT_READY) &&
+           !__atomic_load_n(&copier_done, __ATOMIC_ACQUIRE))
+        sched_yield();
+    CHECK_TRUE(busy);
+    CHECK_OK(cuMemsetD8Async(e, 0x3c, N, CU_STREAM_LEGACY));
+    __atomic_store_n(&queued_meanwhile, 1, __ATOMIC_RELEASE);
+    CHECK_OK(cuStreamSynchronize(CU_STREAM_LEGACY));
+    pthread_join(t, NULL);
+    CHECK_OK(copier_rc);
+    memset(dst, 0, N);
+    CHECK_OK(cuMemcpyDtoH(dst, e, N));
+    for (i = 0; i < N && dst[i] == 0x3c; i++)
+        ;
+    CHECK_EQ(i, N);
+    CHECK_OK(cuMemFree(d));
+    CHECK_OK(cuMemFree(e));
+}
+
 /* A fork with idle streams: the child has no workers and cannot use the
  * driver; the parent's streams go on working. */
 static void
@@ -817,6 +911,8 @@ static const check_test tests[] = {
     {"worker_returns", test_worker_returns, 0},
     {"destroy_idle", test_destroy_idle, 0},
     {"fork_idle_streams", test_fork_idle_streams, 0},
+    {"sync_copy_runs_here", test_sync_copy_runs_here, 0},
+    {"work_queued_during_caller_copy", test_work_queued_during_caller_copy, 0},
     {NULL, NULL, 0},
 };
 

@@ -368,3 +368,25 @@ def test_crash_on_a_stream_worker_is_reported(run_py):
     assert ("cusim: fatal signal 11 (fault address 0x10) on the worker of "
             "stream %s while running cuLaunchHostFunc (operation #2)\n"
             % stream) in proc.stderr
+
+
+def test_crash_in_a_synchronous_copy_is_reported_on_its_caller(run_py):
+    # A synchronous copy on an idle stream runs on the calling thread: a
+    # wild host pointer crashes there, and the report names that thread,
+    # the stream and the copy.
+    proc = run_driver(run_py, body="""
+        d = c_uint64()
+        ok(lib.cuMemAlloc_v2(byref(d), c_size_t(16)), "cuMemAlloc")
+        ctx = c_void_p()
+        ok(lib.cuCtxGetCurrent(byref(ctx)), "cuCtxGetCurrent")
+        print("0x%x 0x%x" % (ctx.value, d.value), flush=True)
+        lib.cuMemcpyHtoD_v2(d, c_void_p(16), c_size_t(16))
+        print("survived")
+    """, env={
+        "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") + ":handle_segv=0"})
+    assert proc.returncode == -11, proc.stdout + proc.stderr  # SIGSEGV
+    ctx, dptr = proc.stdout.split()[:2]
+    assert ("cusim: fatal signal 11 (fault address 0x10) on the calling "
+            "thread of the legacy default stream of context %s while "
+            "running cuMemcpyHtoD (operation #1), writes [%s, +16), reads "
+            "[0x10, +16)\n" % (ctx, dptr)) in proc.stderr, proc.stderr

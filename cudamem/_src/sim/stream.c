@@ -366,6 +366,7 @@ typedef struct worker_info {
      * back to op_run instead of ending the process. */
     volatile unsigned foreign;
     volatile int caught; /* the range that faulted */
+    int caller;          /* the thread is the op's caller (serve_inline) */
     sigjmp_buf resume;
 } worker_info;
 
@@ -406,9 +407,9 @@ out_num(outbuf *b, unsigned long long v, unsigned base)
 
 /* ") on the worker of " and s, for a crash report. */
 static void
-out_stream(outbuf *b, CUstream s)
+out_stream(outbuf *b, CUstream s, int caller)
 {
-    out_str(b, ") on the worker of ");
+    out_str(b, caller ? ") on the calling thread of " : ") on the worker of ");
     switch (s->kind) {
     case KIND_LEGACY:
         out_str(b, "the legacy default stream of context ");
@@ -440,7 +441,7 @@ crash_report(int sig, const siginfo_t *info, const worker_info *w)
     if (s == NULL)
         out_str(&b, ") on a parked stream worker");
     else
-        out_stream(&b, s);
+        out_stream(&b, s, w->caller);
     if (op == NULL) {
         out_str(&b, ", between operations\n");
     }
@@ -556,6 +557,48 @@ op_run(worker_info *w, sim_op *op, unsigned foreign)
     return NULL;
 }
 
+/* Runs op, the head of s, and completes it (lock held but while it runs or
+ * sleeps). */
+static void
+op_serve(worker_info *info, CUstream s, sim_op *op)
+{
+    const sim_range *stale, *unmapped = NULL;
+    unsigned delay, foreign;
+
+    /* Read per op: cusim_set_delay_us changes it at run time. */
+    delay = op->sched && ((sched *)op->sched)->nodelay
+                ? 0
+                : __atomic_load_n(&sim.delay_us, __ATOMIC_RELAXED);
+    if (delay) {
+        sim_unlock();
+        sleep_us(delay);
+        sim_lock();
+    }
+    /* Frees wait for queued ops; a context reset only for running ones,
+     * so memory may be gone by now. */
+    stale = op_check_ranges(op, &foreign);
+    if (stale != NULL)
+        op_fault(s, op, stale, "memory freed before it ran");
+    else
+        s->running = op;
+    sim_unlock();
+    if (stale == NULL)
+        unmapped = op_run(info, op, foreign);
+    sim_lock();
+    if (unmapped != NULL)
+        op_fault(s, op, unmapped, "registered pages unmapped by their owner");
+    s->running = NULL;
+    s->head = op->next;
+    if (s->head == NULL)
+        s->tail = NULL;
+    s->completed = op->seq;
+    sim__event_op_done(op);
+    pthread_cond_broadcast(&sim.progress);
+    sim_unlock();
+    sim__op_free(op);
+    sim_lock();
+}
+
 /* Runs s's ops until it has none left (lock held throughout but while an
  * op runs or sleeps). */
 static void
@@ -564,46 +607,10 @@ worker_serve(worker_info *info, CUstream s)
     sim_op *op;
 
     while ((op = s->head) != NULL) {
-        const sim_range *stale, *unmapped = NULL;
-        unsigned delay, foreign;
-
-        if (!op_ready(op)) {
+        if (!op_ready(op))
             pthread_cond_wait(&sim.progress, &sim.lock);
-            continue;
-        }
-        /* Read per op: cusim_set_delay_us changes it at run time. */
-        delay = op->sched && ((sched *)op->sched)->nodelay
-                    ? 0
-                    : __atomic_load_n(&sim.delay_us, __ATOMIC_RELAXED);
-        if (delay) {
-            sim_unlock();
-            sleep_us(delay);
-            sim_lock();
-        }
-        /* Frees wait for queued ops; a context reset only for running
-         * ones, so memory may be gone by now. */
-        stale = op_check_ranges(op, &foreign);
-        if (stale != NULL)
-            op_fault(s, op, stale, "memory freed before it ran");
         else
-            s->running = op;
-        sim_unlock();
-        if (stale == NULL)
-            unmapped = op_run(info, op, foreign);
-        sim_lock();
-        if (unmapped != NULL)
-            op_fault(s, op, unmapped,
-                     "registered pages unmapped by their owner");
-        s->running = NULL;
-        s->head = op->next;
-        if (s->head == NULL)
-            s->tail = NULL;
-        s->completed = op->seq;
-        sim__event_op_done(op);
-        pthread_cond_broadcast(&sim.progress);
-        sim_unlock();
-        sim__op_free(op);
-        sim_lock();
+            op_serve(info, s, op);
     }
 }
 
@@ -639,6 +646,18 @@ worker_park(worker *w)
     return w->s;
 }
 
+/* s has run dry and its worker leaves it: a closed stream is freed. */
+static void
+worker_leave(CUstream s)
+{
+    s->has_worker = 0;
+    if (s->destroyed) {
+        nclosing--;
+        stream_free(s);
+        pthread_cond_broadcast(&sim.progress);
+    }
+}
+
 static void *
 worker_main(void *arg)
 {
@@ -661,12 +680,7 @@ worker_main(void *arg)
         info.s = s;
         worker_serve(&info, s);
         info.s = NULL;
-        s->has_worker = 0;
-        if (s->destroyed) {
-            nclosing--;
-            stream_free(s);
-            pthread_cond_broadcast(&sim.progress);
-        }
+        worker_leave(s);
     }
     zombie_add();
     sim_unlock();
@@ -720,6 +734,31 @@ worker_start(CUstream s)
     (void)pthread_setname_np(thread, SIM_WORKER_NAME);
     s->has_worker = 1;
     return 0;
+}
+
+/* Runs op, a synchronous call's op just queued on the idle stream s, on the
+ * calling thread, which serves as s's worker meanwhile (the caller set
+ * s->has_worker): a hand-off to a worker thread and back costs two
+ * wake-ups, tens of microseconds when the other CPU sleeps. Work other
+ * threads queue on s meanwhile goes to a worker afterwards, or is served
+ * here if none can start. */
+static void
+serve_inline(CUstream s, sim_op *op)
+{
+    worker_info info = {.s = s, .caller = 1};
+    void *prev;
+
+    pthread_once(&crash_once, crash_install);
+    prev = crash_ready ? pthread_getspecific(worker_key) : NULL;
+    if (crash_ready)
+        pthread_setspecific(worker_key, &info);
+    op_serve(&info, s, op);
+    if (s->head == NULL || worker_start(s) < 0) {
+        worker_serve(&info, s);
+        worker_leave(s);
+    }
+    if (crash_ready)
+        pthread_setspecific(worker_key, prev);
 }
 
 /* Closes s: queued work still runs, then its worker frees it. */
@@ -1046,8 +1085,21 @@ sim_stream_submit(CUstream hStream, int ptds, sim_op *op, sim_sync mode)
             sim__op_free(op);
         return r;
     }
-    if (r == CUDA_SUCCESS)
+    if (r == CUDA_SUCCESS && mode == SIM_BLOCK && !s->has_worker &&
+        sim__stream_idle(s)) {
+        s->has_worker = 1;
         r = sim__enqueue(s, op, NULL, NULL, 0);
+        if (r == CUDA_SUCCESS) {
+            serve_inline(s, op);
+            r = ctx_sticky(ctx);
+            sim_unlock();
+            return r;
+        }
+        s->has_worker = 0;
+    }
+    else if (r == CUDA_SUCCESS) {
+        r = sim__enqueue(s, op, NULL, NULL, 0);
+    }
     if (r != CUDA_SUCCESS) {
         sim_unlock();
         sim__op_free(op);
