@@ -286,13 +286,16 @@ def test_queued_op_on_memory_a_reset_freed_is_an_illegal_address(run_py, op):
             % (entry, stream, access, mem)) in proc.stderr
 
 
-@pytest.mark.parametrize("op", ["dtoh", "htod", "memset", "sync dtoh"])
+@pytest.mark.parametrize("op", ["dtoh", "htod", "memset", "sync dtoh",
+                                "sync dtoh here"])
 def test_registered_pages_unmapped_under_queued_work(run_py, op):
     # The owner unmaps registered pages before unregistering them while
     # work on them is queued. A GPU goes on using the pages the driver
     # pinned; the simulator cannot, so the op stops where it faults, fails
     # with CUDA_ERROR_ILLEGAL_ADDRESS (sticky for its context) and the
-    # hazard checker names it. The process lives on.
+    # hazard checker names it. The process lives on. "here": the legacy
+    # stream is idle, so the copy runs on the calling thread, whose signal
+    # mask is as it was before the fault.
     proc = run_driver(run_py, prelude=GATE, body="""
         import mmap
         N = 1 << 16
@@ -320,10 +323,15 @@ def test_registered_pages_unmapped_under_queued_work(run_py, op):
                                    c_size_t(N), s), "cuMemsetD8Async")
         assert libc.munmap(host, N) == 0
         gate.set()
-        if op == "sync dtoh":
+        if op.startswith("sync dtoh"):
             # The legacy stream runs it; the call waits and answers.
+            if op == "sync dtoh here":
+                ok(lib.cuStreamSynchronize(s), "cuStreamSynchronize")
             s = c_void_p(0)
             print(lib.cuMemcpyDtoH_v2(c_void_p(host), d, c_size_t(N)))
+            import signal
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+            assert signal.SIGSEGV not in blocked, blocked
         else:
             print(lib.cuStreamSynchronize(s))
         print(lib.cuMemAlloc_v2(byref(c_uint64()), c_size_t(N)))  # sticky
@@ -331,14 +339,15 @@ def test_registered_pages_unmapped_under_queued_work(run_py, op):
     """.replace("sys.argv[1]", repr(op)), env={"CUDAMEM_SIM_HAZARDS": "1"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     sync_rc, alloc_rc, host, stream = proc.stdout.split()
-    stream = ("legacy default stream of context 0x" if op == "sync dtoh"
-              else "stream 0x%x" % int(stream))
+    stream = ("legacy default stream of context 0x"
+              if op.startswith("sync dtoh") else "stream 0x%x" % int(stream))
     assert int(sync_rc) == 700  # CUDA_ERROR_ILLEGAL_ADDRESS
     assert int(alloc_rc) == 700
     entry, access = {"dtoh": ("cuMemcpyDtoHAsync", "writes"),
                      "htod": ("cuMemcpyHtoDAsync", "reads"),
                      "memset": ("cuMemsetD8Async", "writes"),
-                     "sync dtoh": ("cuMemcpyDtoH", "writes")}[op]
+                     "sync dtoh": ("cuMemcpyDtoH", "writes"),
+                     "sync dtoh here": ("cuMemcpyDtoH", "writes")}[op]
     assert ("cusim hazard: %s on %s" % (entry, stream)) in proc.stderr
     assert ("%s [%s, +65536), registered "
             "pages unmapped by their owner: CUDA_ERROR_ILLEGAL_ADDRESS"

@@ -366,6 +366,7 @@ typedef struct worker_info {
      * back to op_run instead of ending the process. */
     volatile unsigned foreign;
     volatile int caught; /* the range that faulted */
+    volatile int signo;  /* and the signal it raised */
     int caller;          /* the thread is the op's caller (serve_inline) */
     sigjmp_buf resume;
 } worker_info;
@@ -494,6 +495,7 @@ crash_handler(int sig, siginfo_t *info, void *uctx)
 
         if (r >= 0) {
             w->caught = r;
+            w->signo = sig;
             siglongjmp(w->resume, 1);
         }
     }
@@ -540,11 +542,19 @@ crash_install(void)
 }
 
 /* Runs op on its worker; returns the range of registered memory that was
- * unmapped under it (the op stopped there), or NULL. */
+ * unmapped under it (the op stopped there), or NULL. The jump buffer does
+ * not save the signal mask, which would cost a system call per op: the
+ * handler's signal, the one signal the kernel blocked for it, is unblocked
+ * again after a jump. */
 static const sim_range *
 op_run(worker_info *w, sim_op *op, unsigned foreign)
 {
-    if (foreign != 0 && sigsetjmp(w->resume, 1) != 0) {
+    if (foreign != 0 && sigsetjmp(w->resume, 0) != 0) {
+        sigset_t caught;
+
+        sigemptyset(&caught);
+        sigaddset(&caught, w->signo);
+        pthread_sigmask(SIG_UNBLOCK, &caught, NULL);
         w->foreign = 0;
         w->op = NULL;
         return &op->ranges[w->caught];
