@@ -206,6 +206,15 @@ def _pool_trims():
             mm.trim()
 
 
+def _async_pool_reset():
+    """Context.reset() with the stream-ordered pool: the pool is trimmed
+    after the context's deallocations are flushed."""
+    with cudamem.using_memory_manager(cudamem.AsyncMemoryManager):
+        a = cudamem.device_array(256)
+        del a
+        cudamem.current_context().reset()
+
+
 def _device_attributes():
     """Attributes read from the driver on each access, the identity numba
     reports, and current_context() selecting a device by number."""
@@ -228,6 +237,7 @@ EXTRA = {
     "releases after a reset": _releases_after_reset,
     "external host memory": _external_host_memory,
     "pool trims": _pool_trims,
+    "async pool reset": _async_pool_reset,
     "device attributes": _device_attributes,
 }
 SCENARIOS = {**{name: REACH[name] for name in IN_PROCESS}, **EXTRA}

@@ -231,6 +231,9 @@ def test_reset_ends_the_device_side(sim):
     for ary in (m, wc):
         with pytest.raises(cudamem.CudaDriverError, match="was reset"):
             ary.device_array()
+        # numba's MappedMemory view of the buffer: its device address.
+        with pytest.raises(cudamem.CudaDriverError, match="was reset"):
+            ary.base.base.view(0)
     # Write-combined memory went with the context: only drop it.
     del wc
     gc.collect()
