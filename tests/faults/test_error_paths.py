@@ -28,7 +28,8 @@ pytestmark = pytest.mark.simulator
 RELEASES = {"cuMemHostRegister", "cuMemHostUnregister", "cuMemFree",
             "cuMemFreeHost", "cuStreamDestroy", "cuEventDestroy",
             "pool and context", "host memory after a reset",
-            "external host memory", "pool trims"}
+            "external host memory", "pool trims",
+            "registered async copies"}
 # At most this many calls of one row are failed in turn per operation.
 MAX_CALLS = 6
 
@@ -206,6 +207,20 @@ def _pool_trims():
             mm.trim()
 
 
+def _registered_async_copies():
+    """Async copies from registered pages on five streams: each stream's
+    work on the pages is noted with an event, and the fifth, every slot
+    taken, first waits for the oldest's work."""
+    host = np.arange(64.0)
+    streams = [cudamem.stream() for _ in range(5)]
+    d = cudamem.device_array(64)
+    with cudamem.pinned(host):
+        for s in streams:
+            d.copy_to_device(host, stream=s)
+        for s in streams:
+            s.synchronize()
+
+
 def _async_pool_reset():
     """Context.reset() with the stream-ordered pool: the pool is trimmed
     after the context's deallocations are flushed."""
@@ -238,6 +253,7 @@ EXTRA = {
     "external host memory": _external_host_memory,
     "pool trims": _pool_trims,
     "async pool reset": _async_pool_reset,
+    "registered async copies": _registered_async_copies,
     "device attributes": _device_attributes,
 }
 SCENARIOS = {**{name: REACH[name] for name in IN_PROCESS}, **EXTRA}
