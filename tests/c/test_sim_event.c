@@ -447,6 +447,35 @@ test_ipc(void)
 }
 
 static void
+nothing(void *arg)
+{
+    (void)arg;
+}
+
+/* An event recorded on a stream that is gone is complete, even once every
+ * stream is gone and a new one takes the first slot of the stream table:
+ * the record names its stream by a uid that no later stream gets. */
+static void
+test_record_outlives_streams(void)
+{
+    CUstream s, t;
+    CUevent e;
+    int i;
+
+    CHECK_OK(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+    CHECK_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    for (i = 0; i < 3; i++)
+        CHECK_OK(cuLaunchHostFunc(s, nothing, NULL));
+    CHECK_OK(cuEventRecord(e, s));
+    CHECK_OK(cuStreamSynchronize(s));
+    CHECK_OK(cuStreamDestroy(s));
+    CHECK_OK(cuStreamCreate(&t, CU_STREAM_NON_BLOCKING));
+    CHECK_OK(cuEventQuery(e));
+    CHECK_OK(cuStreamDestroy(t));
+    CHECK_OK(cuEventDestroy(e));
+}
+
+static void
 setup(void)
 {
     CHECK_OK(cuInit(0));
@@ -475,6 +504,7 @@ static const check_test tests[] = {
     {"fault", test_fault, 0},
     {"hazards", test_hazards, 0},
     {"ipc", test_ipc, 0},
+    {"record_outlives_streams", test_record_outlives_streams, 0},
     {NULL, NULL, 0},
 };
 

@@ -57,6 +57,10 @@ typedef struct slot {
 
 static slot *slots;
 static uint32_t nslots, slots_cap, slots_used, free_slot = UINT32_MAX;
+/* The generation new slots start at: above every one handed out, so that
+ * a uid outlives the table (an event's record of a stream gone with its
+ * context must not name the next stream to take its slot). */
+static uint32_t slots_gen = 1;
 
 /* Workers are joinable: one that ended (its stream gone, or idle) leaves
  * its id here and the next worker_start (or the exit hook) joins it. */
@@ -107,7 +111,7 @@ slot_add(CUstream s)
             slots_cap = cap;
         }
         i = nslots++;
-        slots[i].gen = 1;
+        slots[i].gen = slots_gen;
     }
     slots[i].s = s;
     slots_used++;
@@ -126,6 +130,10 @@ slot_remove(uint64_t uid)
     free_slot = i;
     if (--slots_used == 0) {
         /* Nothing live: give the table back so that leak checks see none. */
+        for (i = 0; i < nslots; i++) {
+            if (slots[i].gen >= slots_gen)
+                slots_gen = slots[i].gen + 1;
+        }
         free(slots);
         slots = NULL;
         nslots = slots_cap = 0;
