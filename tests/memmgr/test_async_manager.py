@@ -26,9 +26,6 @@ MIB = 1 << 20
 DELAY_US = 25000
 
 
-
-
-
 @pytest.fixture
 def manager():
     with cudamem.using_memory_manager(cudamem.AsyncMemoryManager) as m:
@@ -379,7 +376,6 @@ def test_a_device_without_pools_refuses_it(run_py):
         "device 0 does not support stream-ordered memory pools "
         "(CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED is 0)",
         "DefaultMemoryManager"]
-
 
 
 def test_a_failed_support_query_raises_and_keeps_the_manager(sim):

@@ -31,16 +31,12 @@ SLAB = 2 * MIB
 DELAY_US = 25000
 
 
-
 def _stats():
     return _cudamem._pool_stats(0)
 
 
 def _allocs(sim):
-    return sim.stats()["calls"]["cuMemAlloc"]["calls"]
-
-
-
+    return _calls(sim, "cuMemAlloc")
 
 
 def test_off_by_default_and_stats_keys():
