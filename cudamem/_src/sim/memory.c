@@ -747,15 +747,24 @@ find_base(uintptr_t base, sim_mem_kind kind, sim_alloc **out)
     return CUDA_SUCCESS;
 }
 
+/* cuMemFree and cuMemFreeHost free in the memory's own context whatever
+ * is current, none included (an H100 with driver 580 answers so:
+ * tests/gpu/driver_facts.py); a current context is still checked. */
+static CUresult
+free_ctx_check(void)
+{
+    return sim_ctx_current() != NULL ? sim_ctx_get(NULL) : CUDA_SUCCESS;
+}
+
 SIM_EXPORT CUresult CUDAAPI
 cuMemFree(CUdeviceptr dptr)
 {
     SIM_ENTER(cuMemFree);
-    CUcontext cur, owner;
+    CUcontext owner;
     sim_alloc *a;
     unsigned long long id;
     sim_lock();
-    CUresult r = sim_ctx_get(&cur);
+    CUresult r = free_ctx_check();
     if (r != CUDA_SUCCESS || dptr == 0)
         goto done;
     r = find_base(dptr, SIM_MEM_DEVICE, &a);
@@ -848,10 +857,9 @@ SIM_EXPORT CUresult CUDAAPI
 cuMemFreeHost(void *p)
 {
     SIM_ENTER(cuMemFreeHost);
-    CUcontext ctx;
     sim_alloc *a;
     sim_lock();
-    CUresult r = sim_ctx_get(&ctx);
+    CUresult r = free_ctx_check();
     if (r == CUDA_SUCCESS)
         r = find_base((uintptr_t)p, SIM_MEM_HOST, &a);
     /* Queued copies into the pages finish before they are unmapped. */
