@@ -8,10 +8,22 @@
 #include "history.h"
 #include "stats.h"
 
+/* Whether the driver frees kind in its own context whatever context is
+ * current, none included: a stream, an event, and memory from cuMemAlloc,
+ * cuMemAllocManaged and cuMemHostAlloc (an H100 with driver 580 answers
+ * so: tests/gpu/driver_facts.py). Imported pool and IPC memory were not
+ * asked, and get their context pushed. */
+static int
+frees_in_own_context(cm_free_kind kind)
+{
+    return kind == CM_FREE_STREAM || kind == CM_FREE_EVENT ||
+           kind == CM_FREE_DEVICE || kind == CM_FREE_MANAGED ||
+           kind == CM_FREE_HOST;
+}
+
 /* Frees one handle in ctx. Runs with dev->qlock held, so the context
  * cannot be released meanwhile: push it directly rather than through
- * cm_ctx_enter, which could need dev->lock. A stream or an event names its
- * own context: the driver destroys it whatever context is current. */
+ * cm_ctx_enter, which could need dev->lock. */
 static int
 free_in(CUcontext ctx, cm_free_kind kind, uint64_t handle, cm_error *err)
 {
@@ -19,7 +31,7 @@ free_in(CUcontext ctx, cm_free_kind kind, uint64_t handle, cm_error *err)
     cm_error ignored;
     int rc;
 
-    if (kind != CM_FREE_STREAM && kind != CM_FREE_EVENT &&
+    if (!frees_in_own_context(kind) &&
         CM_CALL(err, cuCtxGetCurrent, &cur) < 0) {
         return -1;
     }
