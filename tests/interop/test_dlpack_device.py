@@ -513,7 +513,8 @@ def test_copy_faults_leak_nothing(sim, entry):
 ])
 def test_tensor_leaving_its_allocation_is_refused(mutate):
     # As for a CUDA Array Interface import: the extent is checked against
-    # the allocation (cuMemGetAddressRange) before anything is made.
+    # the allocation (cuPointerGetAttributes' range) before anything is
+    # made.
     cap, alive = _malformed(mutate)
     with pytest.raises(ValueError, match="outside its allocation of 32 "
                        "bytes"):

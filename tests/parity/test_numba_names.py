@@ -757,10 +757,9 @@ def faults():
 def test_pointer_range_failures(faults):
     from cudamem.cudadrv import driver
     d = cudamem.device_array(4)
-    for call in ("cuPointerGetAttributes", "cuMemGetAddressRange"):
-        faults.inject(call, "CUDA_ERROR_UNKNOWN")
-        with pytest.raises(CudaAPIError, match=call):
-            driver.device_extents(d)
+    faults.inject("cuPointerGetAttributes", "CUDA_ERROR_UNKNOWN")
+    with pytest.raises(CudaAPIError, match="cuPointerGetAttributes"):
+        driver.device_extents(d)
     with pytest.raises(TypeError, match="must be an int"):
         cudamem._cudamem._pointer_range(1.0)
     with pytest.raises(ValueError, match="invalid device pointer"):

@@ -414,22 +414,25 @@ cm_mem_set_release_hook(cm_release_hook hook, void *hook_arg)
     release_hook_arg = hook_arg;
 }
 
+/* cuPointerGetAttributes answers with no context current, and gives the
+ * range as cuMemGetAddressRange does, for device, managed, mapped and
+ * registered memory (an H100 with driver 580: tests/gpu/driver_facts.py),
+ * so neither question enters a context. */
 int
-cm_pointer_device(CUdeviceptr ptr, cm_device **dev, cm_error *err)
+cm_pointer_device(CUdeviceptr ptr, cm_device **dev, CUdeviceptr *base,
+                  size_t *size, cm_error *err)
 {
-    CUpointer_attribute attrs[2] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-                                    CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL};
+    CUpointer_attribute attrs[4] = {
+        CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+        CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE};
     unsigned int type = 0;
     int ordinal = -1;
-    void *data[2] = {&type, &ordinal};
-    cm_ctx_guard guard;
-    cm_device *cur;
+    CUdeviceptr start = 0;
+    size_t nbytes = 0;
+    void *data[4] = {&type, &ordinal, &start, &nbytes};
 
-    /* The driver answers only with some context current. */
-    if (cm_ctx_enter_current(&cur, &guard, err) < 0 ||
-        cm_ctx_leave(&guard,
-                     CM_CALL(err, cuPointerGetAttributes, 2, attrs, data, ptr),
-                     err) < 0) {
+    if (CM_CALL(err, cuPointerGetAttributes, base != NULL ? 4 : 2, attrs,
+                data, ptr) < 0) {
         return -1;
     }
     /* Unknown memory is not an error to the driver: it reports type 0. */
@@ -449,20 +452,24 @@ cm_pointer_device(CUdeviceptr ptr, cm_device **dev, cm_error *err)
                             (unsigned long long)ptr, ordinal,
                             cm_error_msg(err));
     }
+    if (base != NULL) {
+        *base = start;
+        *size = nbytes;
+    }
     return 0;
 }
 
 int
-cm_pointer_range(cm_device *dev, CUdeviceptr ptr, CUdeviceptr *base,
-                 size_t *size, cm_error *err)
+cm_pointer_range(CUdeviceptr ptr, CUdeviceptr *base, size_t *size,
+                 cm_error *err)
 {
-    cm_ctx_guard guard;
+    CUpointer_attribute attrs[2] = {CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                                    CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+    void *data[2] = {base, size};
 
-    if (cm_ctx_enter(dev, &guard, err) < 0) {
-        return -1;
-    }
-    return cm_ctx_leave(
-        &guard, CM_CALL(err, cuMemGetAddressRange, base, size, ptr), err);
+    *base = 0;
+    *size = 0;
+    return CM_CALL(err, cuPointerGetAttributes, 2, attrs, data, ptr);
 }
 
 /* ------------------------------------------------------------------------

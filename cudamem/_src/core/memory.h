@@ -191,14 +191,17 @@ int cm_mem_external(cm_device *dev, CUdeviceptr ptr, size_t size,
 /* Installs the release hook of external records (NULL: none, their
  * `external` then leaks, as releases do after shutdown). */
 void cm_mem_set_release_hook(cm_release_hook hook, void *hook_arg);
-/* The device that owns ptr, from one cuPointerGetAttributes call in the
- * current device's context. Memory the driver does not know fails with
- * CM_ERR_VALUE naming the pointer. */
-int cm_pointer_device(CUdeviceptr ptr, cm_device **dev, cm_error *err);
-/* The allocation ptr lies in (cuMemGetAddressRange in dev's context):
- * its base and size. */
-int cm_pointer_range(cm_device *dev, CUdeviceptr ptr, CUdeviceptr *base,
-                     size_t *size, cm_error *err);
+/* The device that owns ptr and, when base is not NULL, the allocation it
+ * lies in (base and size), from one cuPointerGetAttributes call in
+ * whatever context is current, none included. Memory the driver does not
+ * know fails with CM_ERR_VALUE naming the pointer. */
+int cm_pointer_device(CUdeviceptr ptr, cm_device **dev, CUdeviceptr *base,
+                      size_t *size, cm_error *err);
+/* The allocation ptr lies in: its base and size (one
+ * cuPointerGetAttributes call, in any context); 0 and 0 for memory the
+ * driver does not know. */
+int cm_pointer_range(CUdeviceptr ptr, CUdeviceptr *base, size_t *size,
+                     cm_error *err);
 
 void cm_mem_incref(cm_mem *m);
 /* Drops a reference; the last one queues the free (none for borrowed

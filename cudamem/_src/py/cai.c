@@ -483,10 +483,12 @@ sync_enabled(void)
     return end == v || *end != '\0' || n != 0;
 }
 
-/* The device the memory is on: the pointer's owner; for a zero-size array
- * (no memory) the stream's, or else the current one. */
+/* The device the memory is on: the pointer's owner, with the allocation
+ * it lies in (*base, *size); for a zero-size array (no memory) the
+ * stream's, or else the current one. */
 static int
-find_device(cmpy_state *st, const cai_desc *d, cm_device **dev)
+find_device(cmpy_state *st, const cai_desc *d, cm_device **dev,
+            CUdeviceptr *base, size_t *size)
 {
     cm_error err;
     int rc;
@@ -495,7 +497,7 @@ find_device(cmpy_state *st, const cai_desc *d, cm_device **dev)
         return -1;
     }
     if (d->size != 0) {
-        rc = cm_pointer_device(d->ptr, dev, &err);
+        rc = cm_pointer_device(d->ptr, dev, base, size, &err);
     }
     else if (d->has_stream && !cm_stream_is_default(d->stream)) {
         /* The stream's own device: it then matches by construction. */
@@ -510,9 +512,30 @@ find_device(cmpy_state *st, const cai_desc *d, cm_device **dev)
     return rc;
 }
 
+/* cmpy_check_extent's test, against the allocation [base, base + size). */
+static int
+extent_within(CUdeviceptr ptr, Py_ssize_t low, Py_ssize_t high,
+              CUdeviceptr base, size_t size, const char *what)
+{
+    /* PyErr_Format has no %llx. */
+    char msg[200];
+
+    if (low == high || (ptr + (CUdeviceptr)low >= base &&
+                        ptr + (CUdeviceptr)high <= base + size)) {
+        return 0;
+    }
+    PyOS_snprintf(msg, sizeof(msg),
+                  "%s at %#llx spans bytes %zd to %zd around it, outside "
+                  "its allocation of %zu bytes at %#llx",
+                  what, (unsigned long long)ptr, low, high, size,
+                  (unsigned long long)base);
+    PyErr_SetString(PyExc_ValueError, msg);
+    return -1;
+}
+
 int
-cmpy_check_extent(cmpy_state *st, cm_device *dev, CUdeviceptr ptr,
-                  Py_ssize_t low, Py_ssize_t high, const char *what)
+cmpy_check_extent(cmpy_state *st, CUdeviceptr ptr, Py_ssize_t low,
+                  Py_ssize_t high, const char *what)
 {
     CUdeviceptr base;
     size_t size;
@@ -523,26 +546,13 @@ cmpy_check_extent(cmpy_state *st, cm_device *dev, CUdeviceptr ptr,
         return 0;
     }
     Py_BEGIN_ALLOW_THREADS
-    rc = cm_pointer_range(dev, ptr, &base, &size, &err);
+    rc = cm_pointer_range(ptr, &base, &size, &err);
     CMPY_END_ALLOW_THREADS
     if (rc < 0) {
         cmpy_raise(st, &err);
         return -1;
     }
-    if (ptr + (CUdeviceptr)low < base ||
-        ptr + (CUdeviceptr)high > base + size) {
-        /* PyErr_Format has no %llx. */
-        char msg[200];
-
-        PyOS_snprintf(msg, sizeof(msg),
-                      "%s at %#llx spans bytes %zd to %zd around it, outside "
-                      "its allocation of %zu bytes at %#llx",
-                      what, (unsigned long long)ptr, low, high, size,
-                      (unsigned long long)base);
-        PyErr_SetString(PyExc_ValueError, msg);
-        return -1;
-    }
-    return 0;
+    return extent_within(ptr, low, high, base, size, what);
 }
 
 /* A foreign stream must be one of the memory's device: cudamem uses it in
@@ -610,9 +620,9 @@ cmpy_cai_from_desc(cmpy_state *st, PyObject *desc, PyObject *owner, int sync,
     cai_desc d = {.dtype = NULL};
     PyObject *stream = NULL, *mem, *result = NULL;
     cmpy_stream_ref ref = {NULL, 0, NULL, 1}, cref = {NULL, 0, NULL, 1};
-    cm_ctx_guard guard;
-    cm_device *dev, *cur;
-    int found;
+    cm_device *dev;
+    CUdeviceptr base = 0;
+    size_t size = 0;
 
     if (cmpy_numpy_init() < 0) {
         return NULL;
@@ -634,17 +644,10 @@ cmpy_cai_from_desc(cmpy_state *st, PyObject *desc, PyObject *owner, int sync,
         parse_shape(desc, &d) < 0 || parse_dtype(desc, &d) < 0 ||
         cmpy_check_dtype(d.dtype) < 0 || parse_strides(desc, &d) < 0 ||
         parse_data(desc, &d) < 0 || parse_stream(desc, &d) < 0 ||
-        cmpy_current_enter(st, &cur, &guard) < 0) {
-        goto done;
-    }
-    /* Inside one enter of the current device: the pointer's questions
-     * ask the driver nothing more about the current context. */
-    found = find_device(st, &d, &dev);
-    if (found == 0 && d.size != 0) {
-        found = cmpy_check_extent(st, dev, d.ptr, d.low, d.high,
-                                  "the CUDA Array Interface's array");
-    }
-    if (cmpy_ctx_leave(st, &guard, found) < 0 || found < 0 ||
+        find_device(st, &d, &dev, &base, &size) < 0 ||
+        (d.size != 0 &&
+         extent_within(d.ptr, d.low, d.high, base, size,
+                       "the CUDA Array Interface's array") < 0) ||
         check_stream_device(st, &d, dev) < 0 ||
         (consumer != NULL && consumer != Py_None &&
          cmpy_stream_arg(st, consumer, dev, &cref) < 0)) {

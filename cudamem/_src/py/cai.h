@@ -32,11 +32,11 @@ PyObject *cmpy_cai_from_desc(cmpy_state *st, PyObject *desc, PyObject *owner,
                              int sync, PyObject *consumer);
 
 /* Refuses (ValueError naming `what` and the bytes) foreign memory whose
- * extent [ptr + low, ptr + high) leaves the allocation ptr lies in on dev
- * (cuMemGetAddressRange): an importer's check, before a kernel faults. An
+ * extent [ptr + low, ptr + high) leaves the allocation ptr lies in
+ * (cm_pointer_range): an importer's check, before a kernel faults. An
  * empty extent (low == high) is not checked. 0 or -1. */
-int cmpy_check_extent(cmpy_state *st, cm_device *dev, CUdeviceptr ptr,
-                      Py_ssize_t low, Py_ssize_t high, const char *what);
+int cmpy_check_extent(cmpy_state *st, CUdeviceptr ptr, Py_ssize_t low,
+                      Py_ssize_t high, const char *what);
 
 /* from_cuda_array_interface, as_cuda_array, is_cuda_array; merged by
  * module.c. */

@@ -1065,8 +1065,8 @@ active_device(PyObject *module, PyObject *Py_UNUSED(ignored))
 PyDoc_STRVAR(pointer_range_doc,
              "_pointer_range($module, pointer)\n--\n\n"
              "(base, size) of the allocation the device address *pointer* "
-             "lies in,\non the device that owns it (cuPointerGetAttributes, "
-             "\ncuMemGetAddressRange).");
+             "lies in\n(one cuPointerGetAttributes call, in any "
+             "context).");
 
 static PyObject *
 pointer_range(PyObject *module, PyObject *arg)
@@ -1095,12 +1095,9 @@ pointer_range(PyObject *module, PyObject *arg)
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
-    rc = cm_pointer_device((CUdeviceptr)value, &dev, &err);
-    if (rc == 0) {
-        rc = cm_pointer_range(dev, (CUdeviceptr)value, &base, &size, &err);
-    }
+    rc = cm_pointer_device((CUdeviceptr)value, &dev, &base, &size, &err);
     CMPY_END_ALLOW_THREADS
-    /* `!= 0`: core returns 0 or -1, and only a 0 from both fills base. */
+    /* `!= 0`: core returns 0 or -1, and only a 0 fills base. */
     if (rc != 0) {
         return cmpy_raise(st, &err);
     }

@@ -562,7 +562,7 @@ from_dlpack(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     /* Device memory is checked as a CAI import is: a tensor that leaves
      * its allocation is refused before a kernel faults on it. */
     if (tk.tensor->device.device_type == CMPY_DL_CUDA && l.size != 0 &&
-        cmpy_check_extent(st, src_dev, (CUdeviceptr)l.ptr, l.low, l.high,
+        cmpy_check_extent(st, (CUdeviceptr)l.ptr, l.low, l.high,
                           "the DLPack tensor") < 0) {
         goto done;
     }
