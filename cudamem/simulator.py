@@ -165,13 +165,35 @@ def error_code(code):
         raise ValueError("unknown CUDA error name %r" % (code,)) from None
 
 
+def _observed():
+    """The control library, for a question about what cudamem did: refused
+    when cudamem's driver is another one, whose work this copy of the
+    simulator never saw (it would answer zeros)."""
+    global _serves_cudamem
+    if not _serves_cudamem:
+        if not is_active():
+            try:
+                where = "the driver %r" % _cudamem.driver_info()["path"]
+            except Exception as e:
+                where = "no driver (%s)" % e
+            raise RuntimeError(
+                "cudamem runs on %s, not on the simulator: the simulator's "
+                "counts would describe nothing it did" % where)
+        _serves_cudamem = True
+    return _library()
+
+
+_serves_cudamem = False
+
+
 def live():
     """live() -> dict[str, int]
 
     Live objects in the simulator: allocations and bytes per kind, streams,
-    events, open IPC mappings and active contexts."""
+    events, open IPC mappings and active contexts. RuntimeError when
+    cudamem's driver is not the simulator."""
     out = _Stats()
-    _library().cusim_get_stats(ctypes.byref(out))
+    _observed().cusim_get_stats(ctypes.byref(out))
     return {name: getattr(out, name) for name in _LIVE_FIELDS}
 
 
@@ -181,7 +203,7 @@ def stats():
     ``live()`` plus ``calls``: for every entry point the simulator has,
     ``{"calls": n, "bytes": b}`` counted over all threads since the last
     ``reset()``."""
-    lib = _library()
+    lib = _observed()
     result = live()
     calls = {}
     n, nbytes = ctypes.c_ulonglong(), ctypes.c_ulonglong()
@@ -279,12 +301,12 @@ def hazard_count():
     """hazard_count() -> int
 
     Hazards reported since the last ``reset()``."""
-    return _library().cusim_hazard_count()
+    return _observed().cusim_hazard_count()
 
 
 def last_hazard():
     """last_hazard() -> str | None"""
-    text = _library().cusim_last_hazard()
+    text = _observed().cusim_last_hazard()
     return text.decode() if text else None
 
 

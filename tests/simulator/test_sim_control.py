@@ -8,6 +8,7 @@ import pytest
 import cudamem
 from cudamem import _cudamem, driver
 from cudamem.errors import CudaAPIError
+from tests.helpers.run import run_python
 
 pytestmark = pytest.mark.simulator
 
@@ -171,3 +172,24 @@ def test_programs_load_the_simulator_as_libcuda(run_py, sim):
     """, env={"LD_LIBRARY_PATH": sim.libcuda_dir()})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["1", "0"]
+
+
+def test_counts_are_refused_for_another_driver():
+    # Without the simulator, this copy of it saw none of cudamem's work: its
+    # counts would be zeros, which a check could take for no leak.
+    out = run_python("""
+        from cudamem import simulator
+        for ask in (simulator.live, simulator.stats, simulator.hazard_count,
+                    simulator.last_hazard):
+            try:
+                ask()
+            except RuntimeError as e:
+                print(ask.__name__, e)
+    """, env={"CUDAMEM_SIMULATOR": None, "CUDAMEM_DRIVER": None,
+              "LD_LIBRARY_PATH": None})
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert [line.split()[0] for line in lines] == [
+        "live", "stats", "hazard_count", "last_hazard"]
+    for line in lines:
+        assert "not on the simulator" in line and "cudamem runs on" in line
