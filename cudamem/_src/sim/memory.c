@@ -747,9 +747,10 @@ find_base(uintptr_t base, sim_mem_kind kind, sim_alloc **out)
     return CUDA_SUCCESS;
 }
 
-/* cuMemFree and cuMemFreeHost free in the memory's own context whatever
- * is current, none included (an H100 with driver 580 answers so:
- * tests/gpu/driver_facts.py); a current context is still checked. */
+/* cuMemFree, cuMemFreeHost and cuMemHostUnregister work in the memory's
+ * own context whatever is current, none included (an H100 with driver 580
+ * answers so: tests/gpu/driver_facts.json); a current context is still
+ * checked. */
 static CUresult
 free_ctx_check(void)
 {
@@ -958,9 +959,8 @@ SIM_EXPORT CUresult CUDAAPI
 cuMemHostUnregister(void *p)
 {
     SIM_ENTER(cuMemHostUnregister);
-    CUcontext ctx;
     sim_lock();
-    CUresult r = sim_ctx_get(&ctx);
+    CUresult r = free_ctx_check();
     if (r == CUDA_SUCCESS) {
         sim_alloc *a = record_at((uintptr_t)p);
         if (!p || !a || a->kind != SIM_MEM_REGISTERED ||

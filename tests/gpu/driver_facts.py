@@ -1,0 +1,276 @@
+"""Ask the driver the facts cudamem's free path and pool rely on.
+
+    python tests/gpu/driver_facts.py [--json PATH]
+
+Each fact is a question put straight to ``libcuda.so.1`` through ctypes
+(no cudamem code in between), so the same script answers it for a GPU's
+driver and for the simulator (with its folder first on LD_LIBRARY_PATH);
+tests/gpu/driver_facts.json holds a GPU's answers (its header says
+which), and tests/simulator/test_driver_facts.py holds the simulator to
+them.
+
+- ``free_other_context``: cuMemFree of memory from context A while another
+  context B of the same device is current; then whether the pointer is
+  gone (cuPointerGetAttribute answers CUDA_ERROR_INVALID_VALUE).
+- ``free_no_context``: cuMemFree with no context current.
+- ``pool_after_reset``: a pool made by cuMemPoolCreate, used after
+  cuDevicePrimaryCtxReset (an attribute read and an allocation from it).
+- ``free_host_*`` and ``unregister_*``: cuMemFreeHost and
+  cuMemHostUnregister with another context current and with none.
+- ``range_*``: cuPointerGetAttributes' memory type, device ordinal, range
+  start and range size for a pointer 100 bytes into device, managed,
+  mapped (cuMemHostAlloc) and registered memory, against
+  cuMemGetAddressRange, with the memory's context current and with none.
+"""
+
+import ctypes
+import json
+import mmap
+import sys
+
+CU_POINTER_ATTRIBUTE_CONTEXT = 1
+RANGE_ATTRS = (2, 9, 11, 12)  # type, ordinal, range start, range size
+CU_MEMPOOL_ATTR_RELEASE_THRESHOLD = 4
+SIZE = 1 << 20
+
+
+class _Location(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+
+
+class _PoolProps(ctypes.Structure):
+    _fields_ = [
+        ("allocType", ctypes.c_int),
+        ("handleTypes", ctypes.c_int),
+        ("location", _Location),
+        ("win32SecurityAttributes", ctypes.c_void_p),
+        ("maxSize", ctypes.c_size_t),
+        ("usage", ctypes.c_ushort),
+        ("reserved", ctypes.c_ubyte * 54),
+    ]
+
+
+class Driver:
+    def __init__(self):
+        self.lib = ctypes.CDLL("libcuda.so.1")
+        self.check("cuInit", 0)
+        dev = ctypes.c_int()
+        self.check("cuDeviceGet", ctypes.byref(dev), 0)
+        self.dev = dev.value
+
+    def call(self, name, *args):
+        return getattr(self.lib, name)(*args)
+
+    def check(self, name, *args):
+        rc = self.call(name, *args)
+        if rc != 0:
+            raise RuntimeError(f"{name} returned {self.error_name(rc)}")
+
+    def error_name(self, rc):
+        s = ctypes.c_char_p()
+        if self.lib.cuGetErrorName(rc, ctypes.byref(s)) != 0 or not s.value:
+            return str(rc)
+        return s.value.decode()
+
+    def primary(self):
+        ctx = ctypes.c_void_p()
+        self.check("cuDevicePrimaryCtxRetain", ctypes.byref(ctx), self.dev)
+        self.check("cuCtxSetCurrent", ctx)
+        return ctx
+
+    def alloc(self):
+        ptr = ctypes.c_uint64()
+        self.check("cuMemAlloc_v2", ctypes.byref(ptr), ctypes.c_size_t(SIZE))
+        return ptr
+
+    def pointer_context(self, ptr):
+        ctx = ctypes.c_void_p()
+        rc = self.call("cuPointerGetAttribute", ctypes.byref(ctx),
+                       CU_POINTER_ATTRIBUTE_CONTEXT, ptr)
+        return self.error_name(rc)
+
+
+def free_other_context(d):
+    d.primary()
+    ptr = d.alloc()
+    other = ctypes.c_void_p()
+    d.check("cuCtxCreate_v2", ctypes.byref(other), 0, d.dev)
+    rc = d.error_name(d.call("cuMemFree_v2", ptr))
+    after = d.pointer_context(ptr)
+    d.check("cuCtxDestroy_v2", other)
+    d.primary()
+    if rc != "CUDA_SUCCESS":
+        d.check("cuMemFree_v2", ptr)
+    d.check("cuDevicePrimaryCtxRelease_v2", d.dev)
+    d.check("cuDevicePrimaryCtxRelease_v2", d.dev)
+    return {"cuMemFree": rc, "cuPointerGetAttribute after": after}
+
+
+def free_no_context(d):
+    d.primary()
+    ptr = d.alloc()
+    d.check("cuCtxSetCurrent", None)
+    rc = d.error_name(d.call("cuMemFree_v2", ptr))
+    d.primary()
+    after = d.pointer_context(ptr)
+    if rc != "CUDA_SUCCESS":
+        d.check("cuMemFree_v2", ptr)
+    d.check("cuDevicePrimaryCtxRelease_v2", d.dev)
+    d.check("cuDevicePrimaryCtxRelease_v2", d.dev)
+    return {"cuMemFree": rc, "cuPointerGetAttribute after": after}
+
+
+def pool_after_reset(d):
+    d.primary()
+    props = _PoolProps(allocType=1, location=_Location(1, d.dev))
+    pool = ctypes.c_void_p()
+    d.check("cuMemPoolCreate", ctypes.byref(pool), ctypes.byref(props))
+    d.check("cuDevicePrimaryCtxRelease_v2", d.dev)
+    d.check("cuDevicePrimaryCtxReset_v2", d.dev)
+    d.primary()
+    value = ctypes.c_uint64()
+    attr = d.error_name(d.call("cuMemPoolGetAttribute", pool,
+                               CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                               ctypes.byref(value)))
+    ptr = ctypes.c_uint64()
+    alloc = d.error_name(d.call("cuMemAllocFromPoolAsync", ctypes.byref(ptr),
+                                ctypes.c_size_t(SIZE), pool, None))
+    if alloc == "CUDA_SUCCESS":
+        d.check("cuMemFreeAsync", ptr, None)
+        d.check("cuCtxSynchronize")
+    destroy = d.error_name(d.call("cuMemPoolDestroy", pool))
+    d.check("cuDevicePrimaryCtxRelease_v2", d.dev)
+    return {"cuMemPoolGetAttribute": attr, "cuMemAllocFromPoolAsync": alloc,
+            "cuMemPoolDestroy": destroy}
+
+
+def with_none_or_other(d, run):
+    """run(d) with another context current, then with none; both
+    answers, each as an error name."""
+    out = {}
+    for where in ("other context", "no context"):
+        d.primary()
+        other = ctypes.c_void_p()
+        if where == "other context":
+            # cuCtxCreate pushes; popped, so that the stack stays one deep
+            # and cuCtxSetCurrent(NULL) leaves none current.
+            d.check("cuCtxCreate_v2", ctypes.byref(other), 0, d.dev)
+            d.check("cuCtxPopCurrent_v2", ctypes.byref(ctypes.c_void_p()))
+        out[where] = run(d, other if where == "other context" else None)
+        if other:
+            d.check("cuCtxDestroy_v2", other)
+        d.check("cuDevicePrimaryCtxRelease_v2", d.dev)
+    return out
+
+
+def free_host(d):
+    def run(d, other):
+        p = ctypes.c_void_p()
+        d.check("cuCtxSetCurrent", None)
+        d.primary()
+        d.check("cuMemHostAlloc", ctypes.byref(p), ctypes.c_size_t(SIZE), 0)
+        d.check("cuCtxSetCurrent", other)
+        rc = d.error_name(d.call("cuMemFreeHost", p))
+        d.primary()
+        if rc != "CUDA_SUCCESS":
+            d.check("cuMemFreeHost", p)
+        d.check("cuDevicePrimaryCtxRelease_v2", d.dev)
+        return rc
+    return with_none_or_other(d, run)
+
+
+def unregister(d):
+    buf = mmap.mmap(-1, SIZE)
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+
+    def run(d, other):
+        d.primary()
+        d.check("cuMemHostRegister_v2", ctypes.c_void_p(addr),
+                ctypes.c_size_t(SIZE), 0)
+        d.check("cuCtxSetCurrent", other)
+        rc = d.error_name(d.call("cuMemHostUnregister", ctypes.c_void_p(addr)))
+        d.primary()
+        if rc != "CUDA_SUCCESS":
+            d.check("cuMemHostUnregister", ctypes.c_void_p(addr))
+        d.check("cuDevicePrimaryCtxRelease_v2", d.dev)
+        return rc
+    return with_none_or_other(d, run)
+
+
+def pointer_range(d, ptr):
+    """Both ways of asking for ptr's allocation, with the memory's context
+    current and with none."""
+    out = {}
+    for where in ("current", "no context"):
+        if where == "no context":
+            d.check("cuCtxSetCurrent", None)
+        vals = [ctypes.c_uint(), ctypes.c_int(), ctypes.c_uint64(),
+                ctypes.c_size_t()]
+        data = (ctypes.c_void_p * 4)(*(ctypes.addressof(v) for v in vals))
+        attrs = (ctypes.c_int * 4)(*RANGE_ATTRS)
+        rc = d.error_name(d.call("cuPointerGetAttributes", 4, attrs, data,
+                                 ctypes.c_uint64(ptr)))
+        base, size = ctypes.c_uint64(), ctypes.c_size_t()
+        rc2 = d.error_name(d.call("cuMemGetAddressRange_v2",
+                                  ctypes.byref(base), ctypes.byref(size),
+                                  ctypes.c_uint64(ptr)))
+        out[where] = {
+            "cuPointerGetAttributes": rc,
+            "type, ordinal, ptr - start, size": [
+                vals[0].value, vals[1].value, ptr - vals[2].value,
+                vals[3].value],
+            "cuMemGetAddressRange": rc2,
+            "ptr - base, size": ([ptr - base.value, size.value]
+                                 if rc2 == "CUDA_SUCCESS" else None)}
+        d.primary()
+        d.check("cuDevicePrimaryCtxRelease_v2", d.dev)
+    return out
+
+
+def ranges(d):
+    d.primary()
+    out = {}
+    ptr = d.alloc()
+    out["device"] = pointer_range(d, ptr.value + 100)
+    d.check("cuMemFree_v2", ptr)
+    d.check("cuMemAllocManaged", ctypes.byref(ptr), ctypes.c_size_t(SIZE), 1)
+    out["managed"] = pointer_range(d, ptr.value + 100)
+    d.check("cuMemFree_v2", ptr)
+    host = ctypes.c_void_p()
+    d.check("cuMemHostAlloc", ctypes.byref(host), ctypes.c_size_t(SIZE), 2)
+    d.check("cuMemHostGetDevicePointer_v2", ctypes.byref(ptr), host, 0)
+    out["mapped"] = pointer_range(d, ptr.value + 100)
+    d.check("cuMemFreeHost", host)
+    buf = mmap.mmap(-1, SIZE)
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    d.check("cuMemHostRegister_v2", ctypes.c_void_p(addr),
+            ctypes.c_size_t(SIZE), 2)
+    d.check("cuMemHostGetDevicePointer_v2", ctypes.byref(ptr),
+            ctypes.c_void_p(addr), 0)
+    out["registered"] = pointer_range(d, ptr.value + 100)
+    d.check("cuMemHostUnregister", ctypes.c_void_p(addr))
+    d.check("cuDevicePrimaryCtxRelease_v2", d.dev)
+    return out
+
+
+FACTS = (free_other_context, free_no_context, pool_after_reset, free_host,
+         unregister, ranges)
+
+
+def main(argv):
+    d = Driver()
+    out = {}
+    for fact in FACTS:
+        try:
+            out[fact.__name__] = fact(d)
+        except RuntimeError as e:
+            out[fact.__name__] = {"failed": str(e)}
+    for name, answer in out.items():
+        print(name, json.dumps(answer))
+    if len(argv) == 2 and argv[0] == "--json":
+        with open(argv[1], "w") as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
