@@ -82,6 +82,9 @@ fi
 read -r -d "" -a TESTS <<< "${GPU_CHECK_TESTS:-tests}"
 
 step info 20 $PY -m cudamem info
+# Before the suite: tests/tools/test_benchmarks.py runs the floor, as
+# `make test` builds it first.
+step floor-build 20 make -s VENV=none build/floor
 step interop 60 env CUDAMEM_TEST_DRIVER=$DRIVER $PY -m pytest -q -rs \
     -p no:cacheprovider --junitxml="$R/interop.xml" tests/gpu
 PAR=()
@@ -91,7 +94,6 @@ fi
 step pytest 240 env CUDAMEM_TEST_DRIVER=$DRIVER $PY -m pytest -q -rs \
     -p no:cacheprovider ${PAR[@]+"${PAR[@]}"} --junitxml="$R/pytest.xml" \
     --ignore=tests/gpu "${TESTS[@]}"
-step floor-build 20 make -s VENV=none build/floor
 step floor 40 env CUDAMEM_DRIVER=libcuda.so.1 build/floor \
     "${FLOOR_MODE[@]}" --json "$R/floor.json"
 step bench 120 $PY -m benchmarks --out "$R/bench" --floor build/floor \

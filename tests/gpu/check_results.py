@@ -18,7 +18,7 @@ import sys
 import xml.etree.ElementTree as ET
 
 # check.sh's steps, in its order.
-STEPS = ("build", "info", "interop", "pytest", "floor-build", "floor",
+STEPS = ("build", "info", "floor-build", "interop", "pytest", "floor",
          "bench")
 # The data a run writes (not empty), and each step's log (maybe empty:
 # make -s prints nothing).
