@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import cudamem
+from tests.helpers.run import run_python
 
 
 def calls(sim):
@@ -802,3 +803,45 @@ def test_copy_from_an_ndarray_subclass_follows_its_interface():
     np.testing.assert_array_equal(d.copy_to_host(), np.arange(4.0))
     d.copy_to_device(np.full(4, 7.0))
     np.testing.assert_array_equal(d.copy_to_host(), np.full(4, 7.0))
+
+
+@pytest.mark.simulator
+def test_first_use_of_the_device_is_the_import():
+    # Memory another library made before cudamem did anything: the import
+    # asks its pointer in no context, so its record's retain of the
+    # device's primary context is cudamem's first, and its failure leaves
+    # nothing behind.
+    out = run_python("""
+        import ctypes
+        import numpy as np
+        import cudamem
+        from cudamem import simulator
+        from tests.helpers.simref import SimDriver
+
+        drv = SimDriver(simulator.library_path())
+        drv.call("cuInit", 0)
+        ctx = drv.retain_primary(0)
+        drv.set_current(ctx)
+        host = np.arange(8.0)
+        ptr = drv.mem_alloc(host.nbytes)
+        drv.call("cuMemcpyHtoD_v2", ctypes.c_uint64(ptr),
+                 ctypes.c_void_p(host.ctypes.data),
+                 ctypes.c_size_t(host.nbytes))
+        drv.set_current(None)
+        desc = {"shape": (8,), "typestr": "<f8", "data": (ptr, False),
+                "version": 3, "strides": None, "stream": None}
+        simulator.inject("cuDevicePrimaryCtxRetain", "CUDA_ERROR_UNKNOWN")
+        try:
+            cudamem.from_cuda_array_interface(desc)
+        except cudamem.CudaAPIError as e:
+            print("refused", e.name, "cuDevicePrimaryCtxRetain" in str(e))
+        simulator.clear_faults()
+        d = cudamem.from_cuda_array_interface(desc)
+        print("data", (d.copy_to_host() == host).all())
+        del d
+        cudamem.close()
+        print("live", simulator.live()["device_allocations"])
+    """)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:3] == [
+        "refused CUDA_ERROR_UNKNOWN True", "data True", "live 1"]
