@@ -1,7 +1,7 @@
 """The driver calls of cudamem's small operations, counted by the simulator:
 at most one question about the current context per operation (none for a
 call on a handle that names its own context: cuEventQuery,
-cuStreamDestroy, cuMemFree, nor for a CAI import, whose pointer names its
+cuStreamDestroy, cuMemFree, cuMemHostUnregister, nor for a CAI import, whose pointer names its
 device), no push or pop when the context is current, and
 synchronize() calls cuCtxSynchronize once. The current context is still
 asked for anew by every operation: another library's push between two of
@@ -90,7 +90,8 @@ def test_driver_calls_per_operation(sim, op):
     (lambda: cudamem.device_array(8), "cuMemFree"),
     (lambda: cudamem.managed_array(8), "cuMemFree"),
     (lambda: cudamem.mapped_array(8, wc=True), "cuMemFreeHost"),
-], ids=["stream", "device", "managed", "write-combined"])
+    (lambda: cudamem.pinned_array(8), "cuMemHostUnregister"),
+], ids=["stream", "device", "managed", "write-combined", "pinned"])
 def test_destroy_asks_nothing(sim, make, destroy):
     """A stream's destroy and a free (queued, then flushed in a batch) need
     no context of theirs current (tests/gpu/driver_facts.py, on an H100):

@@ -234,7 +234,6 @@ reg_busy(node *const *nodes, size_t count)
 static int
 node_drop(node *n, cm_error *err)
 {
-    CUcontext popped;
     cm_error ignored;
     int rc = 0;
 
@@ -251,12 +250,11 @@ node_drop(node *n, cm_error *err)
         free(n);
         return 0;
     }
-    /* In the context the node keeps alive, whatever cudamem holds. */
-    if (!stale(n) && (rc = CM_CALL(err, cuCtxPushCurrent, n->ctx)) == 0) {
+    /* The driver unregisters in the pages' own context whatever is
+     * current, none included (tests/gpu/driver_facts.json): no push. The
+     * node's retain keeps that context alive until here. */
+    if (!stale(n)) {
         rc = CM_CALL(err, cuMemHostUnregister, (void *)n->link.base);
-        if (CM_CALL(rc < 0 ? &ignored : err, cuCtxPopCurrent, &popped) < 0) {
-            rc = -1;
-        }
     }
     if (CM_CALL(rc < 0 ? &ignored : err, cuDevicePrimaryCtxRelease,
                 n->dev->cudev) < 0) {
