@@ -422,17 +422,18 @@ int
 cm_pointer_device(CUdeviceptr ptr, cm_device **dev, CUdeviceptr *base,
                   size_t *size, cm_error *err)
 {
-    CUpointer_attribute attrs[4] = {
-        CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-        CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+    CUpointer_attribute attrs[4] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                    CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                    CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                                    CU_POINTER_ATTRIBUTE_RANGE_SIZE};
     unsigned int type = 0;
     int ordinal = -1;
     CUdeviceptr start = 0;
     size_t nbytes = 0;
     void *data[4] = {&type, &ordinal, &start, &nbytes};
 
-    if (CM_CALL(err, cuPointerGetAttributes, base != NULL ? 4 : 2, attrs,
-                data, ptr) < 0) {
+    if (CM_CALL(err, cuPointerGetAttributes, base != NULL ? 4 : 2, attrs, data,
+                ptr) < 0) {
         return -1;
     }
     /* Unknown memory is not an error to the driver: it reports type 0. */
