@@ -1,11 +1,11 @@
-"""The driver calls of cudamem's small operations, counted by the simulator:
-at most one question about the current context per operation (none for a
-call on a handle that names its own context: cuEventQuery,
-cuStreamDestroy, cuMemFree, cuMemHostUnregister, nor for a CAI import, whose pointer names its
-device), no push or pop when the context is current, and
-synchronize() calls cuCtxSynchronize once. The current context is still
-asked for anew by every operation: another library's push between two of
-cudamem's calls moves the next one to that context's device."""
+"""The driver calls of cudamem's small operations, counted by the simulator: at
+most one question about the current context per operation (none for a call on a
+handle that names its own context: cuEventQuery, cuStreamDestroy, cuMemFree,
+cuMemHostUnregister, nor for a CAI import, whose pointer names its device), no
+push or pop when the context is current, and synchronize() calls
+cuCtxSynchronize once. The current context is still asked for anew by every
+operation: another library's push between two of cudamem's calls moves the next
+one to that context's device."""
 import gc
 
 import numpy as np
