@@ -542,3 +542,19 @@ def test_numpy_bool_copy_is_a_bool():
     x = cudamem.from_dlpack(d, copy=np.True_)
     assert x.device_ctypes_pointer.value != d.device_ctypes_pointer.value
     np.testing.assert_array_equal(x.copy_to_host(), np.arange(4.0))
+
+
+def test_extent_question_fault_deletes_the_tensor(sim):
+    # The extent check's one driver call failing: the error names it, the
+    # producer's deleter runs, and a second import of the same data works.
+    cap, alive = _malformed(lambda t: None)
+    sim.inject("cuPointerGetAttributes", sim.error_code("CUDA_ERROR_UNKNOWN"))
+    with pytest.raises(cudamem.CudaAPIError, match="cuPointerGetAttributes"):
+        cudamem.from_dlpack(cap)
+    del cap
+    gc.collect()
+    assert alive() is None
+    d = cudamem.to_device(np.arange(4.0))
+    np.testing.assert_array_equal(
+        cudamem.from_dlpack(d.__dlpack__(max_version=(1, 1))).copy_to_host(),
+        np.arange(4.0))
