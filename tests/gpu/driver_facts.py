@@ -15,9 +15,9 @@ them.
 - ``free_no_context``: cuMemFree with no context current.
 - ``pool_after_reset``: a pool made by cuMemPoolCreate, used after
   cuDevicePrimaryCtxReset (an attribute read and an allocation from it).
-- ``free_host_*`` and ``unregister_*``: cuMemFreeHost and
+- ``free_host`` and ``unregister``: cuMemFreeHost and
   cuMemHostUnregister with another context current and with none.
-- ``range_*``: cuPointerGetAttributes' memory type, device ordinal, range
+- ``ranges``: cuPointerGetAttributes' memory type, device ordinal, range
   start and range size for a pointer 100 bytes into device, managed,
   mapped (cuMemHostAlloc) and registered memory, against
   cuMemGetAddressRange, with the memory's context current and with none.
