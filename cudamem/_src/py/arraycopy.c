@@ -767,6 +767,8 @@ copy_into(cmpy_state *st, cmpy_DeviceNDArray *self, int ndim,
           const Py_ssize_t *shape, const Py_ssize_t *strides, CUdeviceptr ptr,
           PyObject *obj, int broadcast, const cmpy_stream_ref *ref)
 {
+    /* An exact ndarray has no __cuda_array_interface__ to look for. */
+    int plain = PyArray_CheckExact(obj);
     Py_ssize_t sstrides[NPY_MAXDIMS];
     PyArrayObject *host;
     int rc;
@@ -774,7 +776,8 @@ copy_into(cmpy_state *st, cmpy_DeviceNDArray *self, int ndim,
     if (check_writable(self) < 0) {
         return -1;
     }
-    if (!cmpy_is_array(st, obj) && (rc = cmpy_cai_check(st, obj)) != 0) {
+    if (!plain && !cmpy_is_array(st, obj) &&
+        (rc = cmpy_cai_check(st, obj)) != 0) {
         PyObject *imported = rc > 0 ? cmpy_cai_import(st, obj, 1, NULL) : NULL;
 
         if (imported == NULL) {
@@ -785,7 +788,7 @@ copy_into(cmpy_state *st, cmpy_DeviceNDArray *self, int ndim,
         Py_DECREF(imported);
         return rc;
     }
-    if (cmpy_is_array(st, obj)) {
+    if (!plain && cmpy_is_array(st, obj)) {
         cmpy_DeviceNDArray *src = (cmpy_DeviceNDArray *)obj;
         cmpy_DeviceNDArray *dst;
 
@@ -820,6 +823,11 @@ copy_into(cmpy_state *st, cmpy_DeviceNDArray *self, int ndim,
         Py_INCREF(self->dtype);
         host = (PyArrayObject *)PyArray_FromAny(obj, self->dtype, 0, 0,
                                                 NPY_ARRAY_FORCECAST, NULL);
+    }
+    else if (PyArray_Check(obj)) {
+        /* What PyArray_FROM_O returns for an ndarray, without its
+         * dtype discovery (half a copy's own cost). */
+        host = (PyArrayObject *)Py_NewRef(obj);
     }
     else {
         host = (PyArrayObject *)PyArray_FROM_O(obj);
