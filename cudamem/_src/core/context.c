@@ -29,29 +29,66 @@ static struct {
     int count;
 } table = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-/* Per thread: the device select_device chose (-1: none) and how many
- * contexts cudamem pushed and has not popped. */
-static _Thread_local int tls_selected = -1;
-static _Thread_local int tls_pushed;
-/* How many cm_ctx_enter of this thread have not been left, all devices. */
-static _Thread_local int tls_holding;
-
-/* The oldest generation of each of the last two devices that this thread
- * found usable (a check of an object, a new object) outside an operation
- * and has not entered since: its next enter of that device refuses a
- * generation that moved on since, for what the call uses was stale
- * before the call held the context. The oldest, because one call may
- * check several objects (or make a temporary) before it enters. A pin
- * left by a look that no enter followed (a call that failed before it
- * entered, an array made and not used yet) refuses the thread's next call
- * on that device once if a teardown came in between: the price of never
- * using a stale pointer. An enter refused during a teardown drops it. */
 #define PINS 2
-static _Thread_local struct {
-    cm_device *dev;
-    uint64_t generation;
-} tls_pins[PINS];
-static _Thread_local int tls_pin_next;
+
+/* This thread's state, in one struct reached through one pointer per
+ * function (thread_state): in a shared object each read of a
+ * _Thread_local is a call to __tls_get_addr. */
+typedef struct {
+    /* The device select_device chose (-1: none), and how many contexts
+     * cudamem pushed and has not popped. */
+    int selected;
+    int pushed;
+    /* How many cm_ctx_enter of this thread have not been left, all
+     * devices. */
+    int holding;
+    /* The oldest generation of each of the last two devices that this
+     * thread found usable (a check of an object, a new object) outside an
+     * operation and has not entered since: its next enter of that device
+     * refuses a generation that moved on since, for what the call uses was
+     * stale before the call held the context. The oldest, because one
+     * call may check several objects (or make a temporary) before it
+     * enters. A pin left by a look that no enter followed (a call that
+     * failed before it entered, an array made and not used yet) refuses
+     * the thread's next call on that device once if a teardown came in
+     * between: the price of never using a stale pointer. An enter refused
+     * during a teardown drops it. */
+    struct {
+        cm_device *dev;
+        uint64_t generation;
+    } pins[PINS];
+    int pin_next;
+    /* On a thread of cudamem's own (ctxsync.c's), which nothing else makes
+     * a context current on: the context it made current, and the
+     * generation of the device then. Left current between calls, so that
+     * a call there costs neither a question nor a push and pop; a release
+     * since (a new generation) may have made the handle stale, so it is
+     * set again. */
+    CUcontext own_ctx;
+    uint64_t own_generation;
+    /* The device of the innermost enter of this thread that made its
+     * context current (or found it so), NULL outside one. cudamem's own
+     * pushes and pops in between are balanced, so until that enter is
+     * left the context is still current: a nested enter of the same
+     * device, and a question for the current device, need not ask the
+     * driver. Across operations nothing is remembered: other libraries
+     * change the current context between them. */
+    cm_device *current;
+} ctx_thread;
+
+static _Thread_local ctx_thread tls = {.selected = -1};
+
+/* &tls, hidden from the optimizer: it would otherwise recompute the
+ * address (another __tls_get_addr call) after each call rather than keep
+ * it in a register. */
+static inline ctx_thread *
+thread_state(void)
+{
+    ctx_thread *t = &tls;
+
+    __asm__("" : "+r"(t));
+    return t;
+}
 
 /* The subsystems' teardown, by slot (cm__subsystem_register). */
 static const cm_subsystem_ops *subsystems[CM_SUBSYSTEMS];
@@ -191,21 +228,22 @@ cm_device_get(int ordinal, cm_device **dev, cm_error *err)
 void
 cm__ctx_note_checked(cm_device *dev, uint64_t generation)
 {
+    ctx_thread *t = thread_state();
     int slot;
 
     /* Inside an operation the hold keeps the generation. */
-    if (tls_holding > 0) {
+    if (t->holding > 0) {
         return;
     }
     for (slot = 0; slot < PINS; slot++) {
-        if (tls_pins[slot].dev == dev) {
+        if (t->pins[slot].dev == dev) {
             return; /* the older look stays */
         }
     }
-    slot = tls_pin_next;
-    tls_pin_next = (tls_pin_next + 1) % PINS;
-    tls_pins[slot].dev = dev;
-    tls_pins[slot].generation = generation;
+    slot = t->pin_next;
+    t->pin_next = (t->pin_next + 1) % PINS;
+    t->pins[slot].dev = dev;
+    t->pins[slot].generation = generation;
 }
 
 /* ------------------------------------------------------------------------
@@ -214,15 +252,15 @@ cm__ctx_note_checked(cm_device *dev, uint64_t generation)
 /* Forgets what this thread checked of dev; 1 when its generation moved
  * on since. */
 static int
-pin_moved(cm_device *dev)
+pin_moved(ctx_thread *t, cm_device *dev)
 {
     int moved = 0;
 
     for (int i = 0; i < PINS; i++) {
-        if (tls_pins[i].dev == dev) {
-            moved = tls_pins[i].generation !=
+        if (t->pins[i].dev == dev) {
+            moved = t->pins[i].generation !=
                     __atomic_load_n(&dev->generation, __ATOMIC_ACQUIRE);
-            tls_pins[i].dev = NULL;
+            t->pins[i].dev = NULL;
         }
     }
     return moved;
@@ -286,7 +324,7 @@ cm_device_primary(cm_device *dev, CUcontext *ctx, uint64_t *generation,
  * flag is read, and the tearer sets the flag before it reads the count
  * (both sequentially consistent): one of them sees the other. */
 static int
-hold_take(cm_device *dev, cm_error *err)
+hold_take(ctx_thread *t, cm_device *dev, cm_error *err)
 {
     int ok = 1;
 
@@ -295,7 +333,7 @@ hold_take(cm_device *dev, cm_error *err)
         cm__lock(&dev->hold_lock, CM_LOCK_HOLD);
         if (dev->tearing) {
             ok = dev->exclusive ? pthread_equal(dev->tearer, pthread_self())
-                                : tls_holding > 0;
+                                : t->holding > 0;
         }
         if (!ok && __atomic_sub_fetch(&dev->users, 1, __ATOMIC_SEQ_CST) == 0) {
             pthread_cond_broadcast(&dev->hold_cond);
@@ -308,14 +346,14 @@ hold_take(cm_device *dev, cm_error *err)
                             "is resetting or closing its context",
                             dev->ordinal);
     }
-    tls_holding++;
+    t->holding++;
     return 0;
 }
 
 static void
-hold_drop(cm_device *dev)
+hold_drop(ctx_thread *t, cm_device *dev)
 {
-    tls_holding--;
+    t->holding--;
     if (__atomic_sub_fetch(&dev->users, 1, __ATOMIC_SEQ_CST) == 0 &&
         __atomic_load_n(&dev->tearing, __ATOMIC_SEQ_CST)) {
         cm__lock(&dev->hold_lock, CM_LOCK_HOLD);
@@ -331,7 +369,7 @@ teardown_begin(cm_device *dev, cm_error *err)
 {
     /* The calls in flight would include this thread's own (a signal
      * handler run by a staged copy's poll for signals). */
-    if (tls_holding > 0) {
+    if (tls.holding > 0) {
         return cm__fail_fmt(err, CM_ERR_STATE,
                             "device %d cannot be reset or closed from "
                             "inside an operation on a context",
@@ -349,7 +387,7 @@ teardown_begin(cm_device *dev, cm_error *err)
     dev->exclusive = 1;
     cm__unlock(&dev->hold_lock);
     /* What this thread checked before is stale once it returns. */
-    (void)pin_moved(dev);
+    (void)pin_moved(thread_state(), dev);
     return 0;
 }
 
@@ -506,27 +544,10 @@ cm_device_poisoned(cm_device *dev, cm_error *err)
 /* ------------------------------------------------------------------------
  * Entering a context, and the current device. */
 
-/* On a thread of cudamem's own (ctxsync.c's), which nothing else makes a
- * context current on: the context it made current, and the generation of
- * the device then. Left current between calls, so that a call there
- * costs neither a question nor a push and pop; a release since (a new
- * generation) may have made the handle stale, so it is set again. */
-static _Thread_local CUcontext tls_own_ctx;
-static _Thread_local uint64_t tls_own_generation;
-
-/* The device of the innermost enter of this thread that made its context
- * current (or found it so), NULL outside one. cudamem's own pushes and
- * pops in between are balanced, so until that enter is left the context
- * is still current: a nested enter of the same device, and a question for
- * the current device, need not ask the driver. Across operations nothing
- * is remembered: other libraries change the current context between
- * them. */
-static _Thread_local cm_device *tls_current;
-
 typedef enum {
     ENTER_ASK,    /* ask the driver which context is current */
     ENTER_KNOWN,  /* `known` was made or found current just before */
-    ENTER_OWN,    /* on a thread of cudamem's own (tls_own_ctx) */
+    ENTER_OWN,    /* on a thread of cudamem's own (own_ctx) */
     ENTER_HANDLE, /* for a call on a handle that names its context */
 } enter_mode;
 
@@ -534,29 +555,30 @@ static int
 ctx_enter(cm_device *dev, cm_ctx_guard *guard, enter_mode mode,
           CUcontext known, cm_error *err)
 {
+    ctx_thread *t = thread_state();
     CUcontext cur, ctx;
     uint64_t generation;
 
     guard->pushed = NULL;
     guard->dev = dev;
-    guard->prev = tls_current;
+    guard->prev = t->current;
     if (cm_fork_check(err) < 0) {
         return -1;
     }
-    if (tls_current == dev) {
+    if (t->current == dev) {
         /* Nested in this thread's enter of dev, whose hold keeps the
          * context: only a sticky error since is news. */
         return cm_device_poisoned(dev, err);
     }
-    if (hold_take(dev, err) < 0) {
+    if (hold_take(t, dev, err) < 0) {
         /* This call is over: its retry must not find its pin. */
-        if (tls_holding == 0) {
-            (void)pin_moved(dev);
+        if (t->holding == 0) {
+            (void)pin_moved(t, dev);
         }
         return -1;
     }
-    if (tls_holding == 1 && pin_moved(dev)) {
-        hold_drop(dev);
+    if (t->holding == 1 && pin_moved(t, dev)) {
+        hold_drop(t, dev);
         return cm__fail_fmt(err, CM_ERR_STATE,
                             "device %d's context was reset or closed by "
                             "another thread as this call began: what it "
@@ -564,47 +586,47 @@ ctx_enter(cm_device *dev, cm_ctx_guard *guard, enter_mode mode,
                             dev->ordinal);
     }
     if (cm_device_poisoned(dev, err) < 0) {
-        hold_drop(dev);
+        hold_drop(t, dev);
         return -1;
     }
     if (mode == ENTER_HANDLE) {
         return 0;
     }
     if (primary_retain(dev, &ctx, err) < 0) {
-        hold_drop(dev);
+        hold_drop(t, dev);
         return -1;
     }
     if (mode == ENTER_OWN) {
         /* The hold keeps the generation until leave. */
         generation = __atomic_load_n(&dev->generation, __ATOMIC_ACQUIRE);
-        if (ctx == tls_own_ctx && generation == tls_own_generation) {
+        if (ctx == t->own_ctx && generation == t->own_generation) {
             return 0;
         }
-        tls_own_ctx = NULL;
+        t->own_ctx = NULL;
         if (CM_CALL(err, cuCtxSetCurrent, ctx) < 0) {
-            hold_drop(dev);
+            hold_drop(t, dev);
             return -1;
         }
-        tls_own_ctx = ctx;
-        tls_own_generation = generation;
+        t->own_ctx = ctx;
+        t->own_generation = generation;
         return 0;
     }
     /* A teardown between the caller's question and the hold may have
      * replaced the context: then ask. */
     if (mode == ENTER_ASK || known != ctx) {
         if (CM_CALL(err, cuCtxGetCurrent, &cur) < 0) {
-            hold_drop(dev);
+            hold_drop(t, dev);
             return -1;
         }
         if (cur != ctx) {
             if (CM_CALL(err, cuCtxPushCurrent, ctx) < 0) {
-                hold_drop(dev);
+                hold_drop(t, dev);
                 return -1;
             }
             guard->pushed = ctx;
         }
     }
-    tls_current = dev;
+    t->current = dev;
     return 0;
 }
 
@@ -625,6 +647,7 @@ cm_ctx_leave(cm_ctx_guard *guard, int status, cm_error *err)
 {
     cm_error ignored;
     CUcontext popped;
+    ctx_thread *t;
 
     if (status < 0) {
         cm__device_poison(guard->dev, err);
@@ -632,7 +655,8 @@ cm_ctx_leave(cm_ctx_guard *guard, int status, cm_error *err)
     if (guard->prev == guard->dev) {
         return status; /* nested: the enclosing enter leaves */
     }
-    tls_current = guard->prev;
+    t = thread_state();
+    t->current = guard->prev;
     if (guard->pushed != NULL) {
         guard->pushed = NULL;
         if (CM_CALL(status < 0 ? &ignored : err, cuCtxPopCurrent, &popped) <
@@ -640,7 +664,7 @@ cm_ctx_leave(cm_ctx_guard *guard, int status, cm_error *err)
             status = -1;
         }
     }
-    hold_drop(guard->dev);
+    hold_drop(t, guard->dev);
     return status;
 }
 
@@ -758,8 +782,8 @@ current_device(cm_device **out, CUcontext *now, cm_error *err)
     if (cm_fork_check(err) < 0 || table_ready(err) < 0) {
         return -1;
     }
-    if (tls_current != NULL) {
-        *out = tls_current;
+    if (tls.current != NULL) {
+        *out = tls.current;
         return 0;
     }
     if (CM_CALL(err, cuCtxGetCurrent, &cur) < 0) {
@@ -771,12 +795,12 @@ current_device(cm_device **out, CUcontext *now, cm_error *err)
     if (table.count == 0) {
         return cm_fail(err, CM_ERR_VALUE, "no CUDA device is visible");
     }
-    dev = &table.devices[tls_selected >= 0 ? tls_selected : 0];
+    dev = &table.devices[tls.selected >= 0 ? tls.selected : 0];
     if (primary_retain(dev, &ctx, err) < 0 ||
         CM_CALL(err, cuCtxPushCurrent, ctx) < 0) {
         return -1;
     }
-    tls_pushed++;
+    tls.pushed++;
     *now = ctx;
     *out = dev;
     return 0;
@@ -889,7 +913,7 @@ cm_device_select(cm_device *dev, cm_error *err)
     }
     /* Replace rather than push, so that selecting often does not grow the
      * thread's context stack. */
-    if (tls_pushed > 0) {
+    if (tls.pushed > 0) {
         if (CM_CALL(err, cuCtxSetCurrent, ctx) < 0) {
             return -1;
         }
@@ -898,9 +922,9 @@ cm_device_select(cm_device *dev, cm_error *err)
         if (CM_CALL(err, cuCtxPushCurrent, ctx) < 0) {
             return -1;
         }
-        tls_pushed++;
+        tls.pushed++;
     }
-    tls_selected = dev->ordinal;
+    tls.selected = dev->ordinal;
     return 0;
 }
 
@@ -949,13 +973,13 @@ cm_devices_close(int main_thread, cm_error *err)
     if (cm_fork_check(err) < 0 || table_ready(err) < 0) {
         return -1;
     }
-    while (tls_pushed > 0) {
+    while (tls.pushed > 0) {
         if (CM_CALL(err, cuCtxPopCurrent, &popped) < 0) {
             return -1;
         }
-        tls_pushed--;
+        tls.pushed--;
     }
-    tls_selected = -1;
+    tls.selected = -1;
     if (!main_thread) {
         return 0;
     }
@@ -1024,7 +1048,7 @@ cm_ctx_push(cm_device *dev, uint64_t generation, cm_error *err)
         CM_CALL(err, cuCtxPushCurrent, ctx) < 0) {
         return -1;
     }
-    tls_pushed++;
+    tls.pushed++;
     return 0;
 }
 
@@ -1048,8 +1072,8 @@ cm_ctx_pop(cm_device *dev, uint64_t generation, cm_error *err)
     if (CM_CALL(err, cuCtxPopCurrent, &popped) < 0) {
         return -1;
     }
-    if (tls_pushed > 0) {
-        tls_pushed--;
+    if (tls.pushed > 0) {
+        tls.pushed--;
     }
     return 0;
 }
