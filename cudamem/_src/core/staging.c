@@ -32,6 +32,9 @@ static struct {
     cm_staging_config cfg;
     /* Per ordinal: 0 unread, 1 stages, 2 reads pageable memory itself. */
     int direct[ATTR_CACHE];
+    /* Copies shorter than this never stage (0 until loaded), read without
+     * the lock: most copies are small. */
+    size_t unstaged_below;
 } conf = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* One host copy split in parts: part 0 is the caller's, part i (i >= 1)
@@ -95,6 +98,9 @@ load(void)
     conf.cfg.prefault = prefault > 1 ? CM_STAGING_PREFAULT : (int)prefault;
     memset(conf.direct, 0, sizeof(conf.direct));
     conf.loaded = 1;
+    __atomic_store_n(&conf.unstaged_below,
+                     conf.cfg.threshold == 0 ? SIZE_MAX : conf.cfg.threshold,
+                     __ATOMIC_RELEASE);
 }
 
 void
@@ -511,9 +517,14 @@ cm__staging_copy(cm_device *dev, int to_dev, CUdeviceptr dptr, void *host,
     cm_staging_config cfg;
     stager p = {.stream = stream,
                 .poll = __atomic_load_n(&poll_hook, __ATOMIC_ACQUIRE)};
-    size_t chunk, half, ps = page_size();
+    size_t chunk, half, ps;
     int rc;
 
+    if (n < __atomic_load_n(&conf.unstaged_below, __ATOMIC_ACQUIRE)) {
+        *staged = 0;
+        return 0;
+    }
+    ps = page_size();
     cm_staging_get_config(&cfg);
     if (wanted(dev, host, n, &cfg, staged, err) < 0) {
         return -1;
