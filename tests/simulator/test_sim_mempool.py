@@ -408,6 +408,56 @@ def test_reuse_across_streams_follows_the_reuse_flags(run_py):
     assert proc.stdout.split() == ["True", "0", "True", "True"]
 
 
+def test_a_free_serves_the_next_allocation_on_its_stream(run_py):
+    # Stream order puts an allocation after the free before it on the same
+    # stream, so the driver's pool hands it that block at once: a loop of
+    # allocations and frees with no synchronize holds one block, on a
+    # created stream and on the legacy one.
+    proc = run_pools(run_py, """
+        dflt = default_pool()
+        ok(put(dflt, "RELEASE_THRESHOLD", 2 ** 64 - 1), "threshold")
+        for s in (stream(), c_void_p(0)):
+            first = alloc(4096, s)
+            reserved = get(dflt, "RESERVED_MEM_CURRENT")
+            free(first, s)
+            same = 0
+            for _ in range(1000):
+                p = alloc(4096, s)
+                same += p == first
+                free(p, s)
+            print(same, get(dflt, "RESERVED_MEM_HIGH") == reserved)
+            ok(lib.cuStreamSynchronize(s), "sync")
+    """)
+    assert proc.stdout.split() == ["1000", "True"] * 2
+
+
+def test_a_free_behind_queued_work_waits_for_it(run_py):
+    # Only a free on an idle stream completes as it is queued: one behind
+    # work still queued returns its block when the stream reaches it, so
+    # another stream cannot take the block before then.
+    proc = run_pools(run_py, """
+        import threading
+        s1, s2 = stream(), stream()
+        dflt = default_pool()
+        ok(put(dflt, "RELEASE_THRESHOLD", 2 ** 64 - 1), "threshold")
+        a = alloc(4096, s1)
+        go = threading.Event()
+        hold = ctypes.CFUNCTYPE(None, c_void_p)(lambda _: go.wait())
+        ok(lib.cuLaunchHostFunc(s1, hold, None), "hold")
+        free(a, s1)
+        b = alloc(4096, s2)
+        print(b != a, lib.cuStreamQuery(s1))
+        go.set()
+        ok(lib.cuStreamSynchronize(s1), "sync")
+        c = alloc(4096, s2)
+        print(c == a)
+        free(b, s2)
+        free(c, s2)
+        ok(lib.cuCtxSynchronize(), "sync")
+    """)
+    assert proc.stdout.split() == ["True", str(NOT_READY), "True"]
+
+
 def test_created_pools(run_py):
     proc = run_pools(run_py, """
         s = stream()

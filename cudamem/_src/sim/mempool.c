@@ -351,7 +351,7 @@ alloc_async(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
     CUdeviceptr base = a->base;
     unsigned long long id = a->buffer_id;
     sim_unlock();
-    r = sim_stream_submit(hStream, ptds, op, SIM_ASYNC);
+    r = sim_stream_submit(hStream, ptds, op, SIM_ASYNC_INLINE);
     sim_lock();
     if (r == CUDA_SUCCESS) {
         *dptr = base;
@@ -418,7 +418,7 @@ free_async(CUdeviceptr dptr, CUstream hStream, int ptds)
     f->op.ranges[0].buffer_id = a->buffer_id;
     f->op.nranges = 1;
     sim_unlock();
-    return sim_stream_submit(hStream, ptds, &f->op, SIM_ASYNC);
+    return sim_stream_submit(hStream, ptds, &f->op, SIM_ASYNC_INLINE);
 }
 
 /* ---------------------------------------------------------------------------

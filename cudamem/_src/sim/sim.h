@@ -517,6 +517,10 @@ struct sim_op {
 
 typedef enum sim_sync {
     SIM_ASYNC,        /* an *Async call: return once queued */
+    SIM_ASYNC_INLINE, /* one that moves no data (a pool allocation or
+                       * free): run by the caller on an idle stream, as
+                       * the driver's pool hands a block freed on a
+                       * stream to that stream's next allocation at once */
     SIM_RETURN_EARLY, /* a synchronous call the driver returns from early */
     SIM_STAGED,       /* returns once the stream's earlier work is done */
     SIM_BLOCK         /* a synchronous call that returns when done */

@@ -754,12 +754,12 @@ worker_start(CUstream s)
     return 0;
 }
 
-/* Runs op, a synchronous call's op just queued on the idle stream s, on the
- * calling thread, which serves as s's worker meanwhile (the caller set
- * s->has_worker): a hand-off to a worker thread and back costs two
- * wake-ups, tens of microseconds when the other CPU sleeps. Work other
- * threads queue on s meanwhile goes to a worker afterwards, or is served
- * here if none can start. */
+/* Runs op, a synchronous call's op (or a SIM_ASYNC_INLINE one) just
+ * queued on the idle stream s, on the calling thread, which serves as s's
+ * worker meanwhile (the caller set s->has_worker): a hand-off to a worker
+ * thread and back costs two wake-ups, tens of microseconds when the other
+ * CPU sleeps. Work other threads queue on s meanwhile goes to a worker
+ * afterwards, or is served here if none can start. */
 static void
 serve_inline(CUstream s, sim_op *op)
 {
@@ -1091,7 +1091,7 @@ sim_stream_submit(CUstream hStream, int ptds, sim_op *op, sim_sync mode)
     if (r == CUDA_SUCCESS && s->capture != NULL) {
         /* Captured, not run. A synchronous call cannot be captured: it
          * would wait for work that does not run (cuda.h). */
-        if (mode != SIM_ASYNC) {
+        if (mode != SIM_ASYNC && mode != SIM_ASYNC_INLINE) {
             sim__capture_invalidate(s->capture);
             r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
         }
@@ -1103,8 +1103,8 @@ sim_stream_submit(CUstream hStream, int ptds, sim_op *op, sim_sync mode)
             sim__op_free(op);
         return r;
     }
-    if (r == CUDA_SUCCESS && mode == SIM_BLOCK && !s->has_worker &&
-        sim__stream_idle(s)) {
+    if (r == CUDA_SUCCESS && (mode == SIM_BLOCK || mode == SIM_ASYNC_INLINE) &&
+        !s->has_worker && sim__stream_idle(s)) {
         s->has_worker = 1;
         r = sim__enqueue(s, op, NULL, NULL, 0);
         if (r == CUDA_SUCCESS) {
