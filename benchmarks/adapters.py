@@ -482,6 +482,12 @@ class CudaCoreAdapter(Adapter):
         return self.lib.LegacyPinnedMemoryResource().allocate(nbytes)
 
     def alloc(self, nbytes, pool, nbuf):
+        if not pool:
+            raise Unsupported("cuda.core allocates only from the driver's "
+                              "stream-ordered pool")
+        return self.alloc_async(nbytes, nbuf)
+
+    def alloc_async(self, nbytes, nbuf):
         dev, s = self.dev, self.stream
 
         def one():
@@ -576,6 +582,16 @@ class BindingsAdapter(Adapter):
             err, d = alloc(nbytes)
             if err or free(d)[0]:
                 raise RuntimeError("cuMemAlloc/cuMemFree failed")
+        return [one] * nbuf
+
+    def alloc_async(self, nbytes, nbuf):
+        alloc, free = self.lib.cuMemAllocAsync, self.lib.cuMemFreeAsync
+        s = self.stream
+
+        def one():
+            err, d = alloc(nbytes, s)
+            if err or free(d, s)[0]:
+                raise RuntimeError("cuMemAllocAsync/cuMemFreeAsync failed")
         return [one] * nbuf
 
     def copy(self, direction, memory, nbytes, nbuf):

@@ -47,6 +47,8 @@
     X(cuCtxSynchronize, 2000)                                                  \
     X(cuMemAlloc, 3020)                                                        \
     X(cuMemFree, 3020)                                                         \
+    X(cuMemAllocAsync, 11020)                                                  \
+    X(cuMemFreeAsync, 11020)                                                   \
     X(cuMemHostAlloc, 2020)                                                    \
     X(cuMemFreeHost, 2000)                                                     \
     X(cuMemHostRegister, 6050)                                                 \
@@ -355,6 +357,18 @@ op_alloc_free(unsigned i)
     CHECK(cuMemFree, (p));
 }
 
+/* Stream-ordered, from the device's default pool: cuda.core's only
+ * allocation, and cudamem's AsyncMemoryManager's. */
+static void
+op_alloc_free_async(unsigned i)
+{
+    CUdeviceptr p;
+
+    (void)i;
+    CHECK(cuMemAllocAsync, (&p, cur_bytes, R.stream));
+    CHECK(cuMemFreeAsync, (p, R.stream));
+}
+
 /* to_device: a new allocation filled from pageable memory, then freed. */
 static void
 op_alloc_htod_free(unsigned i)
@@ -477,7 +491,10 @@ run_latency(void)
     for (s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
         cur_bytes = sizes[s];
         time_op("cuMemAlloc+cuMemFree", cur_bytes, op_alloc_free);
+        time_op("cuMemAllocAsync+cuMemFreeAsync", cur_bytes,
+                op_alloc_free_async);
     }
+    CHECK(cuCtxSynchronize, ());
     cur_bytes = 8;
     time_op("cuMemAlloc+cuMemcpyHtoD+cuMemFree", cur_bytes,
             op_alloc_htod_free);

@@ -56,6 +56,8 @@ LIBS = (adapters.CudamemAdapter, adapters.NumbaAdapter,
 OPS = (
     ("alloc+free 8 B", "alloc", (8, False),
      ("cuMemAlloc+cuMemFree", 8)),
+    ("alloc+free 8 B stream-ordered", "alloc_async", (8,),
+     ("cuMemAllocAsync+cuMemFreeAsync", 8)),
     ("to_device 8 B", "to_device", (8,),
      ("cuMemAlloc+cuMemcpyHtoD+cuMemFree", 8)),
     ("DtoH 8 B", "copy", ("dtoh", "pageable", 8),

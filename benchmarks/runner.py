@@ -39,8 +39,8 @@ def latency_plan():
                          "cuMemAlloc+cuMemFree", "alloc", (n, pool)))
     # The driver's stream-ordered pool (AsyncMemoryManager) beside them.
     for n in SMALL:
-        plan.append(("alloc async", n, "cuMemAlloc+cuMemFree", "alloc_async",
-                     (n,)))
+        plan.append(("alloc async", n, "cuMemAllocAsync+cuMemFreeAsync",
+                     "alloc_async", (n,)))
     for direction, entry in (("htod", "cuMemcpyHtoD"),
                              ("dtoh", "cuMemcpyDtoH")):
         for memory in ("pageable", "pinned"):
