@@ -494,6 +494,7 @@ run_latency(void)
         time_op("cuMemAllocAsync+cuMemFreeAsync", cur_bytes,
                 op_alloc_free_async);
     }
+    /* The stream-ordered frees still queued run before the next timing. */
     CHECK(cuCtxSynchronize, ());
     cur_bytes = 8;
     time_op("cuMemAlloc+cuMemcpyHtoD+cuMemFree", cur_bytes,
