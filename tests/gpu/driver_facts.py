@@ -1,6 +1,6 @@
 """Ask the driver the facts cudamem's free path and pool rely on.
 
-    python tests/gpu/driver_facts.py [--json PATH]
+    python tests/gpu/driver_facts.py [--json PATH] [--time]
 
 Each fact is a question put straight to ``libcuda.so.1`` through ctypes
 (no cudamem code in between), so the same script answers it for a GPU's
@@ -21,17 +21,34 @@ them.
   start and range size for a pointer 100 bytes into device, managed,
   mapped (cuMemHostAlloc) and registered memory, against
   cuMemGetAddressRange, with the memory's context current and with none.
+- ``ctx_record_event``: cuCtxRecordEvent (drivers for CUDA 12.5 on) and
+  cuEventQuery on an idle context; with a host function holding the
+  legacy stream, then a non-blocking one (the query before and after the
+  function returns); with a stream capturing in global and in relaxed
+  mode (its answer and cuStreamEndCapture's), and cuCtxSynchronize's
+  answers in the same place, since cudamem's synchronize() would probe
+  with the one before it calls the other.
+
+``--time`` also prints what one idle probe (cuCtxRecordEvent +
+cuEventQuery) costs against cuCtxSynchronize through ctypes, min of
+5 x 20,000; timings are not facts and stay out of the JSON.
 """
 
 import ctypes
 import json
 import mmap
 import sys
+import threading
+import time
 
 CU_POINTER_ATTRIBUTE_CONTEXT = 1
 RANGE_ATTRS = (2, 9, 11, 12)  # type, ordinal, range start, range size
 CU_MEMPOOL_ATTR_RELEASE_THRESHOLD = 4
 SIZE = 1 << 20
+CU_EVENT_DISABLE_TIMING = 2
+CU_STREAM_NON_BLOCKING = 1
+CAPTURE_MODES = (("global", 0), ("relaxed", 2))
+HOSTFN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 
 class _Location(ctypes.Structure):
@@ -253,12 +270,110 @@ def ranges(d):
     return out
 
 
+def _stream(d, flags):
+    s = ctypes.c_void_p()
+    if flags is not None:
+        d.check("cuStreamCreate", ctypes.byref(s), flags)
+    return s
+
+
+def _held(d, ev, flags):
+    """Record ev on the context while a host function holds a stream:
+    the record's answer, the query's while held and after release."""
+    s = _stream(d, flags)
+    gate = threading.Event()
+    fn = HOSTFN(lambda _: gate.wait(10))
+    d.check("cuLaunchHostFunc", s, fn, None)
+    ctx = ctypes.c_void_p()
+    d.check("cuCtxGetCurrent", ctypes.byref(ctx))
+    rec = d.error_name(d.call("cuCtxRecordEvent", ctx, ev))
+    held = d.error_name(d.call("cuEventQuery", ev))
+    gate.set()
+    d.check("cuStreamSynchronize", s)
+    d.check("cuEventSynchronize", ev)
+    after = d.error_name(d.call("cuEventQuery", ev))
+    if flags is not None:
+        d.check("cuStreamDestroy_v2", s)
+    return {"cuCtxRecordEvent": rec, "cuEventQuery held": held,
+            "cuEventQuery after": after}
+
+
+def _during_capture(d, mode, call):
+    """call() while another stream captures in mode: its answer and
+    cuStreamEndCapture's."""
+    s = _stream(d, CU_STREAM_NON_BLOCKING)
+    d.check("cuStreamBeginCapture_v2", s, mode)
+    rc = d.error_name(call())
+    graph = ctypes.c_void_p()
+    end = d.error_name(d.call("cuStreamEndCapture", s, ctypes.byref(graph)))
+    if graph:
+        d.check("cuGraphDestroy", graph)
+    d.check("cuStreamDestroy_v2", s)
+    return [rc, end]
+
+
+def ctx_record_event(d):
+    try:
+        d.lib.cuCtxRecordEvent
+    except AttributeError:
+        return {"cuCtxRecordEvent": "absent"}
+    ctx = d.primary()
+    ev = ctypes.c_void_p()
+    d.check("cuEventCreate", ctypes.byref(ev), CU_EVENT_DISABLE_TIMING)
+    out = {"idle": [d.error_name(d.call("cuCtxRecordEvent", ctx, ev)),
+                    d.error_name(d.call("cuEventQuery", ev))]}
+    out["legacy stream held"] = _held(d, ev, None)
+    out["non-blocking stream held"] = _held(d, ev, CU_STREAM_NON_BLOCKING)
+    for name, mode in CAPTURE_MODES:
+        out["capture " + name] = {
+            "cuCtxRecordEvent, cuStreamEndCapture": _during_capture(
+                d, mode, lambda: d.call("cuCtxRecordEvent", ctx, ev)),
+            "cuCtxSynchronize, cuStreamEndCapture": _during_capture(
+                d, mode, lambda: d.call("cuCtxSynchronize"))}
+    d.check("cuEventDestroy_v2", ev)
+    d.check("cuDevicePrimaryCtxRelease_v2", d.dev)
+    return out
+
+
+def _best(fn, rounds=5, n=20000):
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / n)
+    return best * 1e9
+
+
+def timings(d):
+    """ns per idle probe against ns per cuCtxSynchronize, through
+    ctypes, whose own cost cuDriverGetVersion shows."""
+    ctx = d.primary()
+    ev = ctypes.c_void_p()
+    d.check("cuEventCreate", ctypes.byref(ev), CU_EVENT_DISABLE_TIMING)
+    lib, version = d.lib, ctypes.c_int()
+    rows = {"cuDriverGetVersion": lambda: lib.cuDriverGetVersion(
+                ctypes.byref(version)),
+            "cuCtxSynchronize": lib.cuCtxSynchronize}
+    if hasattr(lib, "cuCtxRecordEvent"):
+        rows["cuCtxRecordEvent + cuEventQuery"] = lambda: (
+            lib.cuCtxRecordEvent(ctx, ev), lib.cuEventQuery(ev))
+        rows["cuEventQuery"] = lambda: lib.cuEventQuery(ev)
+    for name, fn in rows.items():
+        print(f"{name}: {_best(fn):.0f} ns")
+    d.check("cuEventDestroy_v2", ev)
+    d.check("cuDevicePrimaryCtxRelease_v2", d.dev)
+
+
 FACTS = (free_other_context, free_no_context, pool_after_reset, free_host,
-         unregister, ranges)
+         unregister, ranges, ctx_record_event)
 
 
 def main(argv):
     d = Driver()
+    if "--time" in argv:
+        argv = [a for a in argv if a != "--time"]
+        timings(d)
     out = {}
     for fact in FACTS:
         try:
