@@ -342,6 +342,9 @@ class CupyAdapter(Adapter):
     def stream_create(self, nbuf):
         return [self.lib.cuda.Stream] * nbuf
 
+    def synchronize(self, nbuf):
+        return [self.lib.cuda.Device().synchronize] * nbuf
+
     def timer(self):
         cuda = self.lib.cuda
         e0, e1 = cuda.Event(), cuda.Event()
@@ -433,6 +436,9 @@ class TorchAdapter(Adapter):
 
     def stream_create(self, nbuf):
         return [self.lib.cuda.Stream] * nbuf
+
+    def synchronize(self, nbuf):
+        return [self.lib.cuda.synchronize] * nbuf
 
     def timer(self):
         cuda = self.lib.cuda

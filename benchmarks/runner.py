@@ -59,6 +59,7 @@ def latency_plan():
          "event_record_query", ()),
         ("stream create", 0, "cuStreamCreate+cuStreamDestroy",
          "stream_create", ()),
+        ("synchronize idle", 0, "cuCtxSynchronize idle", "synchronize", ()),
     ]
     return plan
 
