@@ -2,9 +2,11 @@
 that clients such as cuda.core and numba-cuda ask for (cuCtxGetId,
 cuCtxGet/SetLimit, cuCtxGetApiVersion, cuDeviceGetP2PAttribute,
 cuStreamGetId, cuStreamGet/SetAttribute, cuEventRecordWithFlags,
-cuMemAllocPitch, cuPointerSetAttribute, cuMemRangeGetAttribute(s),
+cuCtxRecordEvent, cuMemAllocPitch, cuPointerSetAttribute, cuMemRangeGetAttribute(s),
 cuMemcpyBatchAsync) against the CUDA driver documentation, driven through
 ctypes as such a client drives it. Each case runs in a fresh process."""
+import textwrap
+
 import pytest
 
 from tests.helpers.run import ROOT
@@ -204,6 +206,132 @@ def test_event_record_with_flags(run_py):
     assert out == ["0", "%d %d %d" % (INVALID_VALUE, INVALID_VALUE,
                                       INVALID_HANDLE),
                    str(NOT_READY), "0"]
+
+
+# Holds a stream with a host function until its gate is set.
+HOLD = """
+import threading
+HOSTFN = ctypes.CFUNCTYPE(None, c_void_p)
+
+
+def hold(s, launch=lib.cuLaunchHostFunc):
+    gate = threading.Event()
+    fn = HOSTFN(lambda _: gate.wait(30))
+    ok(launch(s, fn, None), "cuLaunchHostFunc")
+    return gate, fn
+
+
+def event(flags=2):
+    ev = c_void_p()
+    ok(lib.cuEventCreate(byref(ev), flags), "cuEventCreate")
+    return ev
+"""
+
+
+def run_held(run_py, body):
+    return run_entries(run_py, HOLD + textwrap.dedent(body))
+
+
+def test_ctx_record_event_arguments(run_py):
+    # "hEvent and hCtx must be from the same CUDA context, otherwise
+    # CUDA_ERROR_INVALID_HANDLE" (cuda.h); no current context is needed.
+    out = run_held(run_py, """
+        ev = event()
+        other = c_void_p()
+        ok(lib.cuCtxCreate_v2(byref(other), 0, 0), "cuCtxCreate")
+        theirs = event()
+        ok(lib.cuCtxPopCurrent_v2(byref(c_void_p())), "pop")
+        show(lib.cuCtxRecordEvent(None, ev),
+             lib.cuCtxRecordEvent(c_void_p(0xdead), ev),
+             lib.cuCtxRecordEvent(ctx0, c_void_p(0xdead)),
+             lib.cuCtxRecordEvent(ctx0, theirs),
+             lib.cuCtxRecordEvent(other, ev))
+        ok(lib.cuCtxSetCurrent(None), "none current")
+        show(lib.cuCtxRecordEvent(ctx0, ev), lib.cuEventQuery(ev))
+        ok(lib.cuCtxSetCurrent(ctx0), "current")
+        ok(lib.cuEventDestroy_v2(theirs), "destroy")
+        ok(lib.cuCtxDestroy_v2(other), "cuCtxDestroy")
+        ok(lib.cuEventDestroy_v2(ev), "destroy")
+    """)
+    assert out == ["%d %d %d %d %d" % (INVALID_CONTEXT, INVALID_CONTEXT,
+                                       INVALID_HANDLE, INVALID_HANDLE,
+                                       INVALID_HANDLE),
+                   "0 0"]
+
+
+def test_ctx_record_event_covers_every_stream(run_py):
+    # The event completes once every stream of the context has run what it
+    # held at the record: the legacy stream, a blocking and a non-blocking
+    # stream, another thread's per-thread default stream.
+    out = run_held(run_py, """
+        ev = event()
+        ok(lib.cuCtxRecordEvent(ctx0, ev), "idle")
+        show(lib.cuEventQuery(ev))
+        ptds = c_void_p(2)  # CU_STREAM_PER_THREAD
+
+
+        def held_elsewhere(box):
+            ok(lib.cuCtxSetCurrent(ctx0), "current")
+            box.append(hold(ptds, lib.cuLaunchHostFunc_ptsz))
+
+
+        for name, where in (("legacy", None), ("blocking", stream(0)),
+                            ("non-blocking", stream(1)), ("per-thread", 0)):
+            if where == 0:
+                box = []
+                t = threading.Thread(target=held_elsewhere, args=(box,))
+                t.start()
+                t.join()
+                gate = box[0][0]
+            else:
+                gate, fn = hold(where)
+            ok(lib.cuCtxRecordEvent(ctx0, ev), name)
+            busy = lib.cuEventQuery(ev)
+            gate.set()
+            ok(lib.cuEventSynchronize(ev), "cuEventSynchronize")
+            show(name, busy, lib.cuEventQuery(ev))
+        ok(lib.cuCtxSynchronize(), "cuCtxSynchronize")
+    """)
+    assert out == ["0", "legacy %d 0" % NOT_READY,
+                   "blocking %d 0" % NOT_READY,
+                   "non-blocking %d 0" % NOT_READY,
+                   "per-thread %d 0" % NOT_READY]
+
+
+def test_ctx_record_event_orders_like_a_record(run_py):
+    # Work queued after the record does not move it ("uses of hCtx after
+    # this call do not modify hEvent"); a stream waiting for the event
+    # waits for all it covers; cuCtxSynchronize leaves it complete; timing
+    # events give an elapsed time.
+    out = run_held(run_py, """
+        a, b, c = stream(1), stream(1), stream(1)
+        ev = event()
+        gate, fn = hold(a)
+        ok(lib.cuCtxRecordEvent(ctx0, ev), "record")
+        gate2, fn2 = hold(b)
+        ok(lib.cuStreamWaitEvent(c, ev, 0), "wait")
+        show(lib.cuEventQuery(ev), lib.cuStreamQuery(c))
+        gate.set()
+        ok(lib.cuStreamSynchronize(c), "c")
+        show(lib.cuEventQuery(ev), lib.cuStreamQuery(b))
+        gate2.set()
+        gate3, fn3 = hold(a)
+        ok(lib.cuCtxRecordEvent(ctx0, ev), "record")
+        threading.Timer(0.1, gate3.set).start()
+        ok(lib.cuCtxSynchronize(), "cuCtxSynchronize")
+        show(lib.cuEventQuery(ev))
+        t0, t1 = event(0), event(0)
+        ok(lib.cuCtxRecordEvent(ctx0, t0), "t0")
+        gate4, fn4 = hold(a)
+        ok(lib.cuCtxRecordEvent(ctx0, t1), "t1")
+        threading.Timer(0.05, gate4.set).start()
+        ok(lib.cuEventSynchronize(t1), "t1")
+        ms = ctypes.c_float()
+        ok(lib.cuEventElapsedTime_v2(byref(ms), t0, t1), "elapsed")
+        show(ms.value >= 40)
+    """)
+    assert out == ["%d %d" % (NOT_READY, NOT_READY), "0 %d" % NOT_READY,
+                   "0", "True"]
 
 
 def test_mem_alloc_pitch(run_py):
@@ -435,7 +563,7 @@ NEW_ENTRIES = [
     "cuDeviceGetP2PAttribute", "cuMemAllocPitch", "cuPointerSetAttribute",
     "cuMemRangeGetAttribute", "cuMemRangeGetAttributes",
     "cuMemcpyBatchAsync", "cuStreamGetId", "cuStreamGetAttribute",
-    "cuStreamSetAttribute", "cuEventRecordWithFlags"]
+    "cuStreamSetAttribute", "cuEventRecordWithFlags", "cuCtxRecordEvent"]
 
 
 def test_found_counted_and_faulted(run_py):

@@ -302,6 +302,12 @@ cuEventDestroy(CUevent hEvent)
     return CUDA_SUCCESS;
 }
 
+CUcontext
+sim__event_ctx(CUevent ev)
+{
+    return ev->ctx;
+}
+
 void
 sim__event_ref(CUevent ev)
 {
@@ -329,12 +335,12 @@ record_set(CUevent ev, CUstream s, uint64_t seq)
  * time is now, and no worker is woken for it. */
 CUresult
 sim__event_record_on(CUevent ev, CUstream s, const sim_dep *after,
-                     const sim_vclock *after_vc)
+                     size_t nafter, const sim_vclock *after_vc)
 {
     record_op *op;
     CUresult r;
 
-    if (after == NULL && after_vc == NULL && sim__stream_idle(s)) {
+    if (nafter == 0 && after_vc == NULL && sim__stream_idle(s)) {
         record_set(ev, s, sim__stream_pass(s));
         ev->t_ns = sim_now_ns();
         ev->stamped = 1;
@@ -349,7 +355,7 @@ sim__event_record_on(CUevent ev, CUstream s, const sim_dep *after,
     op->op.run = record_run;
     op->op.entry = SIM_cuEventRecord;
     op->ev = ev;
-    r = sim__enqueue(s, &op->op, after, after_vc, 0);
+    r = sim__enqueue(s, &op->op, after, nafter, after_vc, 0);
     if (r != CUDA_SUCCESS) {
         free(op->op.sched);
         free(op);
@@ -411,7 +417,7 @@ event_record(CUevent ev, CUstream h, int ptds, unsigned flags)
     else if (flags & CU_EVENT_RECORD_EXTERNAL)
         r = CUDA_ERROR_INVALID_VALUE;
     else
-        r = sim__event_record_on(ev, s, NULL, NULL);
+        r = sim__event_record_on(ev, s, NULL, 0, NULL);
 done:
     sim_unlock();
     return r;

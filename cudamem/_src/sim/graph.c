@@ -1098,7 +1098,8 @@ graph_launch(CUgraphExec e, CUstream h, int ptds)
         node_op *w;
 
         if (nd->kind == NODE_EVENT) {
-            r = sim__event_record_on(nd->ev, s, after, after ? &e->vc : NULL);
+            r = sim__event_record_on(nd->ev, s, after, after != NULL,
+                                     after ? &e->vc : NULL);
             first = 0;
             continue;
         }
@@ -1114,7 +1115,8 @@ graph_launch(CUgraphExec e, CUstream h, int ptds)
         w->op.nranges = nd->op->nranges;
         w->inner = nd->op;
         w->b = e->b;
-        r = sim__enqueue(s, &w->op, after, after ? &e->vc : NULL, 0);
+        r = sim__enqueue(s, &w->op, after, after != NULL,
+                         after ? &e->vc : NULL, 0);
         if (r != CUDA_SUCCESS) {
             free(w->op.sched);
             free(w);

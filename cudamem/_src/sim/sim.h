@@ -54,6 +54,7 @@
     X(cuCtxGetDevice)                                                         \
     X(cuCtxGetFlags)                                                          \
     X(cuCtxSynchronize)                                                       \
+    X(cuCtxRecordEvent)                                                       \
     X(cuCtxGetStreamPriorityRange)                                            \
     X(cuCtxEnablePeerAccess)                                                  \
     X(cuCtxDisablePeerAccess)                                                 \
@@ -370,6 +371,9 @@ struct CUctx_st {
     unsigned flags;
     CUresult sticky; /* CUDA_SUCCESS, or the code that poisoned it */
     struct CUstream_st *legacy;  /* the legacy default stream */
+    /* cuCtxRecordEvent's records queue here, each behind the last op of
+     * every stream above: made on first need, never a handle. */
+    struct CUstream_st *recorder;
     struct CUstream_st *streams; /* every other stream (list via `next`) */
     unsigned char peer[SIM_MAX_DEVICES]; /* peer access enabled to device */
     unsigned long long id;       /* cuCtxGetId: new at each activation */

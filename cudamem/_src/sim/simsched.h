@@ -35,10 +35,11 @@ enum { SIM_RESOLVE_CREATE = 1, SIM_RESOLVE_SAME_CTX = 2 };
  * unless SIM_RESOLVE_CREATE. ctx may be NULL for a user handle. */
 CUresult sim__stream_resolve(CUstream h, int ptds, CUcontext ctx, int flags,
                              CUstream *out);
-/* Queues op on s after `extra` (may be NULL) with the legacy rules; joins
- * extra_vc into the stream's clock. Does not free op on failure. */
+/* Queues op on s after the nextra ops of `extra` with the legacy rules;
+ * joins extra_vc (may be NULL) into the stream's clock. Does not free op
+ * on failure. */
 CUresult sim__enqueue(CUstream s, sim_op *op, const sim_dep *extra,
-                      const sim_vclock *extra_vc, int nodelay);
+                      size_t nextra, const sim_vclock *extra_vc, int nodelay);
 const sim_vclock *sim__stream_vc(CUstream s);
 uint64_t sim__stream_uid(CUstream s);
 CUcontext sim__stream_ctx(CUstream s);
@@ -83,12 +84,14 @@ CUresult cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream,
  * CUDA_SUCCESS (s may have joined the capture ev was recorded in), or the
  * error a capture boundary gives (the capture is invalidated). */
 CUresult sim__event_capture_wait(CUevent ev, CUstream s, int legacy);
+CUcontext sim__event_ctx(CUevent ev);
 void sim__event_ref(CUevent ev);
 void sim__event_unref(CUevent ev);
-/* Records ev on s after `after` and what after_vc says it follows (both
- * may be NULL), as cuEventRecord would: a graph's event record node. */
+/* Records ev on s after the nafter ops of `after` and what after_vc says
+ * it follows (may be NULL), as cuEventRecord would: a graph's event record
+ * node, cuCtxRecordEvent's record behind every stream of a context. */
 CUresult sim__event_record_on(CUevent ev, CUstream s, const sim_dep *after,
-                              const sim_vclock *after_vc);
+                              size_t nafter, const sim_vclock *after_vc);
 
 /* graph.c */
 /* Takes op, given to s, into s's capture c as a node, or fails (op not

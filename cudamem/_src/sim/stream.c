@@ -15,7 +15,7 @@
 #include "sim.h"
 #include "simsched.h"
 
-enum { KIND_USER, KIND_LEGACY, KIND_PTDS };
+enum { KIND_USER, KIND_LEGACY, KIND_PTDS, KIND_RECORDER };
 
 struct CUstream_st {
     uint32_t magic;
@@ -184,6 +184,9 @@ stream_new(CUcontext ctx, int kind, unsigned flags, int priority)
     if (kind == KIND_LEGACY) {
         ctx->legacy = s;
     }
+    else if (kind == KIND_RECORDER) {
+        ctx->recorder = s;
+    }
     else {
         s->next = ctx->streams;
         ctx->streams = s;
@@ -201,6 +204,9 @@ stream_unlink(CUstream s)
         return;
     if (s->ctx->legacy == s) {
         s->ctx->legacy = NULL;
+    }
+    else if (s->ctx->recorder == s) {
+        s->ctx->recorder = NULL;
     }
     else {
         for (pp = &s->ctx->streams; *pp != NULL; pp = &(*pp)->next) {
@@ -273,6 +279,7 @@ ctx_sticky(CUcontext ctx)
     return __atomic_load_n(&ctx->sticky, __ATOMIC_ACQUIRE);
 }
 
+/* The recorder is made non-blocking: the legacy rules pass it by. */
 static int
 stream_blocking(CUstream s)
 {
@@ -427,6 +434,10 @@ out_stream(outbuf *b, CUstream s, int caller)
     case KIND_PTDS:
         out_str(b, "per-thread default stream #");
         out_num(b, s->owner, 10);
+        break;
+    case KIND_RECORDER:
+        out_str(b, "the event recorder of context ");
+        out_num(b, (uintptr_t)s->ctx, 16);
         break;
     default:
         out_str(b, "stream ");
@@ -912,7 +923,7 @@ deps_add(sim_dep **deps, size_t *n, size_t *cap, uint64_t uid, uint64_t seq)
 }
 
 CUresult
-sim__enqueue(CUstream s, sim_op *op, const sim_dep *extra,
+sim__enqueue(CUstream s, sim_op *op, const sim_dep *extra, size_t nextra,
              const sim_vclock *extra_vc, int nodelay)
 {
     CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
@@ -944,8 +955,10 @@ sim__enqueue(CUstream s, sim_op *op, const sim_dep *extra,
         if (deps_add(&deps, &n, &cap, b->uid, b->submitted) < 0)
             goto done;
     }
-    if (extra != NULL && deps_add(&deps, &n, &cap, extra->uid, extra->seq) < 0)
-        goto done;
+    for (size_t i = 0; i < nextra; i++) {
+        if (deps_add(&deps, &n, &cap, extra[i].uid, extra[i].seq) < 0)
+            goto done;
+    }
     if (n > 0 || nodelay) {
         sc = malloc(sizeof *sc + n * sizeof(sim_dep));
         if (sc == NULL)
@@ -1106,7 +1119,7 @@ sim_stream_submit(CUstream hStream, int ptds, sim_op *op, sim_sync mode)
     if (r == CUDA_SUCCESS && (mode == SIM_BLOCK || mode == SIM_ASYNC_INLINE) &&
         !s->has_worker && sim__stream_idle(s)) {
         s->has_worker = 1;
-        r = sim__enqueue(s, op, NULL, NULL, 0);
+        r = sim__enqueue(s, op, NULL, 0, NULL, 0);
         if (r == CUDA_SUCCESS) {
             serve_inline(s, op);
             r = ctx_sticky(ctx);
@@ -1116,7 +1129,7 @@ sim_stream_submit(CUstream hStream, int ptds, sim_op *op, sim_sync mode)
         s->has_worker = 0;
     }
     else if (r == CUDA_SUCCESS) {
-        r = sim__enqueue(s, op, NULL, NULL, 0);
+        r = sim__enqueue(s, op, NULL, 0, NULL, 0);
     }
     if (r != CUDA_SUCCESS) {
         sim_unlock();
@@ -1452,13 +1465,13 @@ stream_wait_event(CUstream h, int ptds, CUevent ev, unsigned flags)
     /* Work captured by the event is already done (or there is none): the
      * stream has nothing to wait for. */
     if (r == CUDA_SUCCESS && dep.uid != 0) {
-        r = sim__enqueue(s, op, &dep, vc, 1);
+        r = sim__enqueue(s, op, &dep, 1, vc, 1);
         if (r == CUDA_SUCCESS)
             op = NULL;
     }
     /* Records of an interprocess event made in any process. */
     if (r == CUDA_SUCCESS && ipc_wait != NULL) {
-        r = sim__enqueue(s, ipc_wait, NULL, NULL, 1);
+        r = sim__enqueue(s, ipc_wait, NULL, 0, NULL, 1);
         if (r == CUDA_SUCCESS)
             ipc_wait = NULL;
     }
@@ -1732,6 +1745,88 @@ cuCtxSynchronize(void)
     return ctx_sticky(ctx);
 }
 
+/* Lock held. The deps and joined clock of every busy stream of ctx but
+ * the recorder: what a record behind all of them follows. */
+static int
+ctx_target(CUstream s, sim_dep **deps, size_t *n, size_t *cap, sim_vclock *vc)
+{
+    if (s == NULL || !stream_busy(s))
+        return 0;
+    sim__vc_join(vc, &s->vc);
+    return deps_add(deps, n, cap, s->uid, s->submitted);
+}
+
+static int
+ctx_targets(CUcontext ctx, sim_dep **deps, size_t *n, sim_vclock *vc)
+{
+    size_t cap = 0;
+    CUstream s;
+
+    *deps = NULL;
+    *n = 0;
+    if (ctx_target(ctx->legacy, deps, n, &cap, vc) < 0)
+        return -1;
+    for (s = ctx->streams; s != NULL; s = s->next) {
+        if (ctx_target(s, deps, n, &cap, vc) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* An event that completes once every stream of the context, non-blocking
+ * and per-thread ones included, has run what it holds now. Refused while
+ * any of them captures, whose captures end invalid (as cuCtxSynchronize;
+ * both seen on an H100, tests/gpu/driver_facts.json). */
+SIM_EXPORT CUresult
+cuCtxRecordEvent(CUcontext hCtx, CUevent hEvent)
+{
+    sim_vclock vc = {0};
+    sim_dep *deps = NULL;
+    size_t n = 0;
+    CUstream s;
+    CUresult r = CUDA_SUCCESS;
+
+    SIM_ENTER(cuCtxRecordEvent);
+    sim_lock();
+    if (hCtx == NULL || !sim_ctx_valid(hCtx)) {
+        r = CUDA_ERROR_INVALID_CONTEXT;
+        goto done;
+    }
+    if (!sim__handle_live(hEvent, SIM_MAGIC_EVENT) ||
+        sim__event_ctx(hEvent) != hCtx) {
+        r = CUDA_ERROR_INVALID_HANDLE;
+        goto done;
+    }
+    r = ctx_sticky(hCtx);
+    if (r != CUDA_SUCCESS)
+        goto done;
+    for (s = hCtx->streams; s != NULL; s = s->next) {
+        if (s->capture != NULL) {
+            sim__capture_invalidate(s->capture);
+            r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+        }
+    }
+    if (r != CUDA_SUCCESS)
+        goto done;
+    s = hCtx->recorder;
+    if (s == NULL &&
+        (s = stream_new(hCtx, KIND_RECORDER, CU_STREAM_NON_BLOCKING, 0)) ==
+            NULL) {
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+        goto done;
+    }
+    if (ctx_targets(hCtx, &deps, &n, &vc) < 0) {
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+        goto done;
+    }
+    r = sim__event_record_on(hEvent, s, deps, n, n > 0 ? &vc : NULL);
+done:
+    sim_unlock();
+    free(deps);
+    sim__vc_free(&vc);
+    return r;
+}
+
 SIM_EXPORT CUresult
 cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPriority)
 {
@@ -1757,7 +1852,8 @@ ctx_busy(CUcontext ctx)
 {
     CUstream s;
 
-    if (ctx->legacy != NULL && stream_busy(ctx->legacy))
+    if ((ctx->legacy != NULL && stream_busy(ctx->legacy)) ||
+        (ctx->recorder != NULL && stream_busy(ctx->recorder)))
         return 1;
     for (s = ctx->streams; s != NULL; s = s->next) {
         if (stream_busy(s))
@@ -1799,6 +1895,8 @@ sim_streams_release_ctx(CUcontext ctx)
         stream_close(ctx->streams);
     if (ctx->legacy != NULL)
         stream_close(ctx->legacy);
+    if (ctx->recorder != NULL)
+        stream_close(ctx->recorder);
     sim__events_release_ctx(ctx);
 }
 
@@ -1870,6 +1968,9 @@ sim__stream_label(CUstream s, char *buf, size_t size)
     case KIND_PTDS:
         snprintf(buf, size, "per-thread default stream #%llu",
                  (unsigned long long)s->owner);
+        break;
+    case KIND_RECORDER:
+        snprintf(buf, size, "event recorder of context %p", (void *)s->ctx);
         break;
     default:
         snprintf(buf, size, "stream %p", (void *)s);
@@ -1952,6 +2053,7 @@ sim__stream_label(CUstream s, char *buf, size_t size)
       stream_attribute, (CUstream hStream, CUstreamAttrID attr,               \
       const CUstreamAttrValue *value), (hStream, 1, attr, NULL, value))       \
     R(cuCtxSynchronize, cuCtxSynchronize, 2000, )                             \
+    R(cuCtxRecordEvent, cuCtxRecordEvent, 12050, )                            \
     R(cuCtxGetStreamPriorityRange, cuCtxGetStreamPriorityRange, 5050, )
 
 STREAM_ALIASES(SIM_ALIAS_WRAPPER, SIM_ALIAS_SKIP)
