@@ -80,16 +80,19 @@ def quiesce():
 
     Release everything cudamem holds that the program let go of, then
     bring the contexts to one fixed state: device 0's primary context
-    retained by cudamem. A context released by ``close()`` or a device
-    reset, or first retained during a test, then counts the same before
-    and after it, while a context created and not destroyed still shows.
-    Does nothing unless cudamem runs on the simulated driver."""
+    retained by cudamem, and every context cudamem holds with the event
+    ``synchronize()`` probes it with. A context released by ``close()`` or
+    a device reset, or first retained during a test, then counts the same
+    before and after it, while a context created and not destroyed still
+    shows. Does nothing unless cudamem runs on the simulated driver."""
     gc.collect()
     if on_simulator() and _cudamem.is_available():
         # Trimmed first: a freed block gives its events to the queues.
         _cudamem._hostpool_trim()  # staging buffers, cached blocks
         _cudamem._flush_pending()
         _cudamem.list_devices()[0].get_primary_context()
+        # synchronize()'s probe event lives as long as its context.
+        _cudamem._sync_probe_ready()
 
 
 @contextlib.contextmanager

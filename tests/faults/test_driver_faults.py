@@ -19,6 +19,10 @@ IPC = "another process"  # opens a handle this process exported
 # The exportable pool (made once per process) and its imports (in a
 # multiprocessing child): tests/ipc/test_async_ipc.py injects them.
 POOL_IPC = "tests/ipc/test_async_ipc.py"
+# synchronize()'s idle probe: a failure is absorbed (the hand-off's
+# cuCtxSynchronize runs and reports), checked by
+# test_a_failed_probe_falls_back below.
+PROBE = "absorbed by synchronize()"
 
 
 def _dev():
@@ -238,6 +242,7 @@ REACH = {
     # injected on this one does not reach (tests/faults/test_sticky.py
     # checks that the worker's verdict is raised): reset() calls it here.
     "cuCtxSynchronize": lambda: cudamem.current_context().reset(),
+    "cuCtxRecordEvent": PROBE,
     "cuMemGetInfo": lambda: cudamem.current_context().get_memory_info(),
     "cuDeviceCanAccessPeer": lambda: cudamem.can_access_peer(0, 0),
     "cuCtxEnablePeerAccess": TWO,
@@ -329,7 +334,7 @@ def test_rows_are_resolved():
 
 
 IN_PROCESS = [name for name in ROWS
-              if REACH.get(name) not in (LOAD, TWO, IPC, POOL_IPC)]
+              if REACH.get(name) not in (LOAD, TWO, IPC, POOL_IPC, PROBE)]
 AT_LOAD = [name for name in ROWS if REACH.get(name) is LOAD]
 IN_TWO = [name for name in ROWS if REACH.get(name) is TWO]
 IN_IPC = [name for name in ROWS if REACH.get(name) is IPC]
@@ -361,6 +366,49 @@ def test_row_failure_raises_api_error(sim, row):
     assert (exc.code, exc.name, exc.call) == (999, "CUDA_ERROR_UNKNOWN", row)
     assert str(exc) == "[999] Call to %s results in CUDA_ERROR_UNKNOWN" % row
     REACH[row]()  # the fault was used up: the next call works
+
+
+def _calls(sim, *rows):
+    calls = sim.stats()["calls"]
+    return [calls[row]["calls"] for row in rows]
+
+
+# The probe's three calls: its event is made on the first synchronize()
+# of a context, so a reset comes before the cuEventCreate case.
+@pytest.mark.parametrize("row", ["cuCtxRecordEvent", "cuEventQuery",
+                                 "cuEventCreate"])
+@pytest.mark.parametrize("code", ["CUDA_ERROR_UNKNOWN",
+                                  "CUDA_ERROR_OUT_OF_MEMORY"])
+def test_a_failed_probe_falls_back(sim, row, code):
+    # An idle context answers the probe: no cuCtxSynchronize. When a
+    # probe call fails, synchronize() hands the cuCtxSynchronize off as
+    # on a busy context, and succeeds; the next one probes again.
+    cudamem.synchronize()
+    if row == "cuEventCreate":
+        _dev().reset()
+    rows = ("cuCtxSynchronize", "cuCtxRecordEvent", row)
+    before = _calls(sim, *rows)
+    sim.inject(row, code)
+    cudamem.synchronize()
+    failed = _calls(sim, *rows)
+    cudamem.synchronize()
+    again = _calls(sim, *rows)
+    assert failed[0] - before[0] == 1 and failed[2] - before[2] == 1
+    assert again[0] == failed[0] and again[1] == failed[1] + 1
+
+
+def test_a_sticky_error_in_the_probe_is_raised_by_the_synchronize(sim):
+    # The probe does not report what it sees: the cuCtxSynchronize after it
+    # does, as before the probe existed.
+    cudamem.synchronize()
+    sim.inject("cuCtxRecordEvent", "CUDA_ERROR_ILLEGAL_ADDRESS")
+    with pytest.raises(CudaStickyError) as info:
+        cudamem.synchronize()
+    assert info.value.call == "cuCtxSynchronize"
+    assert cudamem.context_is_poisoned()
+    sim.reset()
+    cudamem.get_current_device().reset()
+    cudamem.synchronize()
 
 
 # Rows whose out-of-memory cudamem recovers from with one more try

@@ -451,6 +451,66 @@ def test_synchronize_off_the_main_thread_is_its_own_call(sim, slow_work):
     in_thread(body)
 
 
+def _calls(sim, *rows):
+    calls = sim.stats()["calls"]
+    return [calls[row]["calls"] for row in rows]
+
+
+def test_synchronize_probes_an_idle_context(sim, slow_work):
+    # Idle, the probe answers (cuCtxRecordEvent, cuEventQuery) and no
+    # cuCtxSynchronize is made. Work on a non-blocking stream, which the
+    # legacy stream does not wait for, makes the probe say "not ready":
+    # the hand-off's cuCtxSynchronize then waits for it.
+    rows = ("cuCtxSynchronize", "cuCtxRecordEvent", "cuEventQuery")
+    cudamem.synchronize()
+    before = _calls(sim, *rows)
+    cudamem.synchronize()
+    idle = _calls(sim, *rows)
+    assert idle == [before[0], before[1] + 1, before[2] + 1]
+    s = cudamem.stream(non_blocking=True)
+    slow_work(s, 200_000)
+    cudamem.synchronize()
+    assert s.query() is True
+    busy = _calls(sim, *rows)
+    assert busy[:2] == [idle[0] + 1, idle[1] + 1]
+
+
+def test_close_destroys_the_probe_event_that_another_retain_keeps(ref, sim):
+    # Another library (numba-cuda) retains the same primary context, so
+    # it outlives cudamem's close(); the probe's event must not, or each
+    # close and synchronize would leave one more event in it.
+    cudamem.synchronize()
+    events = sim.live()["events"]
+    ref.retain_primary(0)
+    try:
+        for _ in range(3):
+            cudamem.close()
+            assert ref.primary_active(0)
+            assert sim.live()["events"] == events - 1
+            cudamem.synchronize()
+            assert sim.live()["events"] == events
+    finally:
+        ref.release_primary(0)
+
+
+def test_synchronize_without_ctx_record_event(run_py):
+    # A driver before CUDA 12.5 has no cuCtxRecordEvent: the row stays
+    # unresolved and every synchronize() is the hand-off's cuCtxSynchronize.
+    proc = run_py("""
+        import cudamem
+        from cudamem import driver, simulator
+        cudamem.synchronize()
+        cudamem.synchronize()
+        present = {row[0]: row[4] for row in driver.table()}
+        calls = simulator.stats()["calls"]
+        print(present["cuCtxRecordEvent"],
+              calls["cuCtxRecordEvent"]["calls"],
+              calls["cuCtxSynchronize"]["calls"])
+    """, env={"CUDAMEM_SIM_DRIVER_VERSION": "12040"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False", "0", "2"]
+
+
 def test_ctrl_c_interrupts_synchronize(run_py):
     proc = run_py("""
         import ctypes, os, signal, threading, time

@@ -124,6 +124,19 @@ before_release(cm_error *err)
     return rc;
 }
 
+/* Every subsystem's unmake. */
+static void
+unmake_subsystems(cm_device *dev)
+{
+    for (int i = 0; i < CM_SUBSYSTEMS; i++) {
+        const cm_subsystem_ops *ops = subsystem(i);
+
+        if (ops != NULL && ops->unmake != NULL) {
+            ops->unmake(dev);
+        }
+    }
+}
+
 /* Every subsystem's drop, as before_release. */
 static int
 drop_subsystems(cm_device *dev, int reset, cm_error *err)
@@ -415,6 +428,7 @@ release_locked(cm_device *dev, int reset, cm_error *err)
      * the queues are emptied. */
     cm__lock(&dev->qlock, CM_LOCK_QUEUES);
     if (dev->primary != NULL) {
+        unmake_subsystems(dev);
         rc = CM_CALL(err, cuDevicePrimaryCtxRelease, dev->cudev);
         if (rc == 0) {
             __atomic_store_n(&dev->primary, NULL, __ATOMIC_RELEASE);

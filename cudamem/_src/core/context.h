@@ -52,6 +52,13 @@ typedef struct cm_device {
     CUmemoryPool ipc_pool;
     int ipc_fd, ipc_ready;
     int async_ipc;
+    /* ctxsync.c's idle probe: the event cuCtxRecordEvent records into,
+     * made in the context of generation idle_made - 1 (0: none; a
+     * teardown destroys it), atomic; idle_probing (atomic) is set while a
+     * thread uses them. */
+    CUevent idle_event;
+    uint64_t idle_made;
+    int idle_probing;
     cm_counts counts[CM_STAT_KINDS]; /* stats.c's, atomic */
     /* stats.c's, atomic: device and managed bytes the driver holds for
      * cudamem (pool slabs whole, queued frees until freed) and the
@@ -210,6 +217,7 @@ typedef enum cm_subsystem {
     CM_SUB_HOSTMEM,    /* hostmem.c's records waiting for their work */
     CM_SUB_HOSTPOOL,   /* hostpool.c's cached page-locked blocks */
     CM_SUB_ASYNCPOOL,  /* asyncpool.c's switch of the driver's pool */
+    CM_SUB_CTXSYNC,    /* ctxsync.c's idle probe event */
     CM_SUBSYSTEMS
 } cm_subsystem;
 
@@ -217,6 +225,12 @@ typedef struct cm_subsystem_ops {
     /* close() and release_primary_context(), before any lock is taken:
      * gives back what holds contexts from outside them (may be NULL). */
     int (*before_release)(cm_error *err);
+    /* With dev->lock and dev->qlock held, before cudamem's retain is
+     * dropped: destroys the objects of its own it made in the context,
+     * which another retain (another library's, memory's) may keep alive.
+     * What the driver refuses to destroy goes with the context: nothing
+     * to report to a caller that never saw it (may be NULL). */
+    void (*unmake)(cm_device *dev);
     /* With dev->lock and dev->qlock held, cudamem's retain dropped and
      * the generation not bumped yet: forgets dev's state of the old
      * context; `reset` when the context is about to be reset. -1 with err

@@ -1,12 +1,17 @@
 /* ctxsync.c: context synchronizes run on another thread so that the
- * caller can poll them (ctxsync.h). One worker thread, made on first use,
- * takes them one at a time (a hand-off costs far less than a new thread);
- * while it is busy a synchronize gets a thread of its own, so that one
- * device's long wait never holds up another's. The thread keeps the
- * context current between jobs (no push and pop per call) and hands the
- * driver's verdict to the caller, which does not ask the driver again. */
+ * caller can poll them (ctxsync.h), unless a probe finds the context
+ * idle: the probe's event is the device's, made on first use in each
+ * context and destroyed by the teardown (context.h's unmake). One worker
+ * thread, made on first use, takes them one at a time (a hand-off costs
+ * far less than a new thread); while it is busy a synchronize gets a
+ * thread of its own, so that one device's long wait never holds up
+ * another's. The thread keeps the context current between jobs (no push
+ * and pop per call) and hands the driver's verdict to the caller, which
+ * does not ask the driver again. */
 #include "ctxsync.h"
 #include "lockorder.h"
+
+#include "driver.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -134,6 +139,128 @@ cm_ctx_sync_start(cm_device *dev, uint64_t generation, cm_ctx_sync **out,
     }
     *out = job;
     return 0;
+}
+
+/* A teardown destroys the probe's event while its context is still
+ * cudamem's: another retain may keep the context alive past the release,
+ * and the next generation's probe makes an event of its own. */
+static void
+probe_unmake(cm_device *dev)
+{
+    cm_error ignored;
+
+    if (__atomic_load_n(&dev->idle_made, __ATOMIC_ACQUIRE) == 0) {
+        return;
+    }
+    __atomic_store_n(&dev->idle_made, 0, __ATOMIC_RELEASE);
+    (void)CM_CALL(&ignored, cuEventDestroy, dev->idle_event);
+    dev->idle_event = NULL;
+}
+
+static const cm_subsystem_ops probe_ops = {
+    .unmake = probe_unmake,
+};
+
+/* dev's probe event, made on first use in each generation in the current
+ * context (dev's, entered); NULL when it cannot be made. Probing set. */
+static CUevent
+probe_event(cm_device *dev, uint64_t generation)
+{
+    cm_error ignored;
+    CUevent ev;
+
+    if (dev->idle_made == generation + 1) {
+        return dev->idle_event;
+    }
+    /* Registered before the event is made: the hold keeps teardowns out
+     * until it is recorded. */
+    cm__subsystem_register(CM_SUB_CTXSYNC, &probe_ops);
+    if (CM_CALL(&ignored, cuEventCreate, &ev, CU_EVENT_DISABLE_TIMING) < 0) {
+        return NULL;
+    }
+    /* The event before its generation: a thread that reads this
+     * generation finds this event. */
+    __atomic_store_n(&dev->idle_event, ev, __ATOMIC_RELAXED);
+    __atomic_store_n(&dev->idle_made, generation + 1, __ATOMIC_RELEASE);
+    return ev;
+}
+
+/* Enters dev's context (by its handle when the event of `generation` is
+ * made: nothing to make current) and takes the probe for this thread:
+ * 1, or 0 when another thread has it or the context is not of
+ * `generation` any more (then the guard is left), or -1. */
+static int
+probe_take(cm_device *dev, uint64_t generation, cm_ctx_guard *guard,
+           cm_error *err)
+{
+    int made = __atomic_load_n(&dev->idle_made, __ATOMIC_ACQUIRE) ==
+               generation + 1;
+
+    if ((made ? cm__ctx_enter_handle(dev, guard, err)
+              : cm_ctx_enter(dev, guard, err)) < 0) {
+        return -1;
+    }
+    /* The hold keeps the context until leave; one torn down since the
+     * caller's check is the caller's to report. */
+    if (cm_device_generation(dev) != generation ||
+        __atomic_exchange_n(&dev->idle_probing, 1, __ATOMIC_ACQUIRE) != 0) {
+        return cm_ctx_leave(guard, 0, err);
+    }
+    return 1;
+}
+
+static int
+probe_give(cm_device *dev, cm_ctx_guard *guard, cm_error *err)
+{
+    __atomic_store_n(&dev->idle_probing, 0, __ATOMIC_RELEASE);
+    return cm_ctx_leave(guard, 0, err);
+}
+
+int
+cm_ctx_sync_idle(cm_device *dev, uint64_t generation, int *idle, cm_error *err)
+{
+    cm_ctx_guard guard;
+    cm_error ignored;
+    CUevent ev;
+    int rc;
+
+    *idle = 0;
+    if (cm__drv.cuCtxRecordEvent == NULL) {
+        return 0;
+    }
+    if (cm_ctx_check(dev, generation, err) < 0) {
+        return -1;
+    }
+    if ((rc = probe_take(dev, generation, &guard, err)) <= 0) {
+        return rc;
+    }
+    /* Whatever fails here, cuCtxSynchronize fails too and says why. */
+    ev = probe_event(dev, generation);
+    *idle = ev != NULL &&
+            CM_CALL(&ignored, cuCtxRecordEvent,
+                    __atomic_load_n(&dev->primary, __ATOMIC_ACQUIRE),
+                    ev) == 0 &&
+            CM_CALL(&ignored, cuEventQuery, ev) == 0;
+    return probe_give(dev, &guard, err);
+}
+
+int
+cm_ctx_sync_prepare(cm_device *dev, cm_error *err)
+{
+    cm_ctx_guard guard;
+    uint64_t generation;
+    int rc;
+
+    if (cm__drv.cuCtxRecordEvent == NULL ||
+        __atomic_load_n(&dev->primary, __ATOMIC_ACQUIRE) == NULL) {
+        return 0;
+    }
+    generation = cm_device_generation(dev);
+    if ((rc = probe_take(dev, generation, &guard, err)) <= 0) {
+        return rc;
+    }
+    (void)probe_event(dev, generation);
+    return probe_give(dev, &guard, err);
 }
 
 int

@@ -1,7 +1,9 @@
 /* ctxsync.h: a context synchronize the caller can poll. cuCtxSynchronize
  * has no query form, so it runs on another thread while the caller polls
  * the job; a caller that stops waiting (Ctrl-C) releases its
- * reference and the thread frees the job when the synchronize returns. */
+ * reference and the thread frees the job when the synchronize returns.
+ * An idle context needs neither: cuCtxRecordEvent and cuEventQuery say
+ * so without a wait. */
 #ifndef CM_CTXSYNC_H
 #define CM_CTXSYNC_H
 
@@ -10,6 +12,24 @@
 #include "context.h"
 
 typedef struct cm_ctx_sync cm_ctx_sync;
+
+/* *idle 1 when every stream of dev's primary context (of `generation`)
+ * has finished its work, by cuCtxRecordEvent into an event of the
+ * device's and cuEventQuery: what a cuCtxSynchronize would then return
+ * at once. *idle 0 when work is pending, when the driver has no
+ * cuCtxRecordEvent (before CUDA 12.5), when another thread is probing
+ * the device, or when the probe failed: the caller synchronizes, and
+ * reports what that says. -1 only when the context cannot be entered.
+ * Like cuCtxSynchronize, the probe invalidates any capture in the
+ * context (and is refused). */
+int cm_ctx_sync_idle(cm_device *dev, uint64_t generation, int *idle,
+                     cm_error *err);
+/* Makes the probe's event now if cudamem holds dev's primary context and
+ * the driver has cuCtxRecordEvent, so that the first synchronize() does
+ * not add a driver object: for callers that compare the driver's live
+ * objects before and after (cudamem.testing.quiesce). The event lives as
+ * long as the context. */
+int cm_ctx_sync_prepare(cm_device *dev, cm_error *err);
 
 /* Starts cuCtxSynchronize of dev's primary context (of `generation`,
  * checked here first) on a thread that has every signal blocked. */

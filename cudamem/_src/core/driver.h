@@ -85,6 +85,7 @@
     X(cuEventSynchronize, 2000, CM_ROW_REQUIRED)                              \
     X(cuEventQuery, 2000, CM_ROW_REQUIRED)                                    \
     X(cuEventElapsedTime, 2000, CM_ROW_REQUIRED)                              \
+    X(cuCtxRecordEvent, 12050, 0)                                             \
     X(cuStreamWaitEvent, 3020, CM_ROW_REQUIRED | CM_ROW_PTDS)                 \
     X(cuStreamAddCallback, 5000, CM_ROW_REQUIRED | CM_ROW_PTDS)               \
     X(cuMemHostAlloc, 2020, CM_ROW_REQUIRED)                                  \

@@ -6,6 +6,7 @@
 
 #include <limits.h>
 
+#include "../core/ctxsync.h"
 #include "../core/cuattrs.h"
 #include "../core/device.h"
 #include "../core/driver.h"
@@ -1104,6 +1105,35 @@ pointer_range(PyObject *module, PyObject *arg)
     return Py_BuildValue("(Kn)", (unsigned long long)base, (Py_ssize_t)size);
 }
 
+PyDoc_STRVAR(sync_probe_ready_doc,
+             "_sync_probe_ready($module)\n--\n\n"
+             "Makes the event synchronize() probes an idle context with, "
+             "for every\ndevice whose primary context cudamem holds; for "
+             "tests that compare\nlive driver objects.");
+
+static PyObject *
+sync_probe_ready(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    cmpy_state *st = cmpy_get_state(module);
+    cm_device *dev;
+    cm_error err;
+    int count;
+
+    if (!cm_driver_ready()) {
+        Py_RETURN_NONE;
+    }
+    if (cm_devices_count(&count, &err) < 0) {
+        return cmpy_raise(st, &err);
+    }
+    for (int i = 0; i < count; i++) {
+        if (cm_device_get(i, &dev, &err) < 0 ||
+            cm_ctx_sync_prepare(dev, &err) < 0) {
+            return cmpy_raise(st, &err);
+        }
+    }
+    Py_RETURN_NONE;
+}
+
 PyMethodDef cmpy_device_methods[] = {
     {"_pointer_range", pointer_range, METH_O, pointer_range_doc},
     {"select_device", (PyCFunction)(void (*)(void))select_device,
@@ -1124,5 +1154,6 @@ PyMethodDef cmpy_device_methods[] = {
     {"_active_device", active_device, METH_NOARGS, active_device_doc},
     {"_attach_device", attach_device, METH_O, attach_device_doc},
     {"_check_switch", check_switch_fn, METH_O, check_switch_doc},
+    {"_sync_probe_ready", sync_probe_ready, METH_NOARGS, sync_probe_ready_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -189,7 +189,7 @@ cmpy_ctx_wait(cmpy_state *st, cm_device *dev, uint64_t generation)
 {
     cm_ctx_sync *job;
     cm_error err;
-    int rc;
+    int rc, idle;
 
     /* Off the main thread no signal handler can end the wait: synchronize
      * here, without the hand-off to ctxsync.c's worker. */
@@ -201,6 +201,15 @@ cmpy_ctx_wait(cmpy_state *st, cm_device *dev, uint64_t generation)
             cmpy_raise(st, &err);
         }
         return rc;
+    }
+    /* An idle context answers at once, without a hand-off: two calls
+     * that do not block, with the GIL held as for an event query. */
+    if (cm_ctx_sync_idle(dev, generation, &idle, &err) < 0) {
+        cmpy_raise(st, &err);
+        return -1;
+    }
+    if (idle) {
+        return 0;
     }
     if (cm_ctx_sync_start(dev, generation, &job, &err) < 0) {
         cmpy_raise(st, &err);

@@ -79,7 +79,8 @@ int cmpy_stream_wait(cmpy_state *st, cm_device *dev, CUstream handle);
  * CM_ERR_INTERRUPTED. */
 void cmpy_poll_install(int on);
 
-/* Waits for all work in dev's primary context (of `generation`): its
+/* Waits for all work in dev's primary context (of `generation`). On the
+ * main thread an idle context answers a probe at once; else its
  * cuCtxSynchronize runs on a thread of its own (core/ctxsync.h) while
  * this polls, so that Ctrl-C interrupts the wait. 0, or -1 with an
  * exception set. */
