@@ -2,9 +2,10 @@
 that clients such as cuda.core and numba-cuda ask for (cuCtxGetId,
 cuCtxGet/SetLimit, cuCtxGetApiVersion, cuDeviceGetP2PAttribute,
 cuStreamGetId, cuStreamGet/SetAttribute, cuEventRecordWithFlags,
-cuCtxRecordEvent, cuMemAllocPitch, cuPointerSetAttribute, cuMemRangeGetAttribute(s),
-cuMemcpyBatchAsync) against the CUDA driver documentation, driven through
-ctypes as such a client drives it. Each case runs in a fresh process."""
+cuCtxRecordEvent, cuMemAllocPitch, cuPointerSetAttribute,
+cuMemRangeGetAttribute(s), cuMemcpyBatchAsync) against the CUDA driver
+documentation, driven through ctypes as such a client drives it. Each case
+runs in a fresh process."""
 import textwrap
 
 import pytest

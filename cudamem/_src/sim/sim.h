@@ -370,7 +370,7 @@ struct CUctx_st {
     int retain; /* primary retain count */
     unsigned flags;
     CUresult sticky; /* CUDA_SUCCESS, or the code that poisoned it */
-    struct CUstream_st *legacy;  /* the legacy default stream */
+    struct CUstream_st *legacy; /* the legacy default stream */
     /* cuCtxRecordEvent's records queue here, each behind the last op of
      * every stream above: made on first need, never a handle. */
     struct CUstream_st *recorder;

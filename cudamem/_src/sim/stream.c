@@ -1809,9 +1809,8 @@ cuCtxRecordEvent(CUcontext hCtx, CUevent hEvent)
     if (r != CUDA_SUCCESS)
         goto done;
     s = hCtx->recorder;
-    if (s == NULL &&
-        (s = stream_new(hCtx, KIND_RECORDER, CU_STREAM_NON_BLOCKING, 0)) ==
-            NULL) {
+    if (s == NULL && (s = stream_new(hCtx, KIND_RECORDER,
+                                     CU_STREAM_NON_BLOCKING, 0)) == NULL) {
         r = CUDA_ERROR_OUT_OF_MEMORY;
         goto done;
     }
