@@ -373,10 +373,10 @@ def _calls(sim, *rows):
     return [calls[row]["calls"] for row in rows]
 
 
-# The probe's three calls: its event is made on the first synchronize()
-# of a context, so a reset comes before the cuEventCreate case.
+# The probe's calls: its event is made on the first synchronize() of a
+# context, so a reset comes before the cuEventCreate case.
 @pytest.mark.parametrize("row", ["cuCtxRecordEvent", "cuEventQuery",
-                                 "cuEventCreate"])
+                                 "cuEventSynchronize", "cuEventCreate"])
 @pytest.mark.parametrize("code", ["CUDA_ERROR_UNKNOWN",
                                   "CUDA_ERROR_OUT_OF_MEMORY"])
 def test_a_failed_probe_falls_back(sim, row, code):

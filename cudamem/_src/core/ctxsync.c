@@ -234,13 +234,17 @@ cm_ctx_sync_idle(cm_device *dev, uint64_t generation, int *idle, cm_error *err)
     if ((rc = probe_take(dev, generation, &guard, err)) <= 0) {
         return rc;
     }
-    /* Whatever fails here, cuCtxSynchronize fails too and says why. */
+    /* Whatever fails here, cuCtxSynchronize fails too and says why. The
+     * event done, its synchronize returns at once, and is what a context
+     * synchronize also is: the point where the driver's memory pools give
+     * back what they hold over their release threshold. */
     ev = probe_event(dev, generation);
     *idle = ev != NULL &&
             CM_CALL(&ignored, cuCtxRecordEvent,
                     __atomic_load_n(&dev->primary, __ATOMIC_ACQUIRE),
                     ev) == 0 &&
-            CM_CALL(&ignored, cuEventQuery, ev) == 0;
+            CM_CALL(&ignored, cuEventQuery, ev) == 0 &&
+            CM_CALL(&ignored, cuEventSynchronize, ev) == 0;
     return probe_give(dev, &guard, err);
 }
 
