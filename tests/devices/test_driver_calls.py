@@ -4,9 +4,9 @@ handle that names its own context: cuEventQuery, cuStreamDestroy, cuMemFree,
 cuMemHostUnregister, nor for a CAI import, whose pointer names its device), no
 push or pop when the context is current, and synchronize() on an idle
 context probes it (cuCtxRecordEvent, cuEventQuery, cuEventSynchronize)
-instead of calling cuCtxSynchronize. The current context is still asked for anew by every
-operation: another library's push between two of cudamem's calls moves the next
-one to that context's device."""
+instead of calling cuCtxSynchronize. The current context is still asked for
+anew by every operation: another library's push between two of cudamem's
+calls moves the next one to that context's device."""
 import gc
 
 import numpy as np
