@@ -3,7 +3,7 @@
  * the job; a caller that stops waiting (Ctrl-C) releases its
  * reference and the thread frees the job when the synchronize returns.
  * An idle context needs neither: cuCtxRecordEvent and cuEventQuery say
- * so without a wait. */
+ * so without a wait (cm_ctx_sync_idle). */
 #ifndef CM_CTXSYNC_H
 #define CM_CTXSYNC_H
 

@@ -202,8 +202,9 @@ cmpy_ctx_wait(cmpy_state *st, cm_device *dev, uint64_t generation)
         }
         return rc;
     }
-    /* An idle context answers at once, without a hand-off: two calls
-     * that do not block, with the GIL held as for an event query. */
+    /* An idle context answers at once, without a hand-off: calls that do
+     * not block (the event synchronized is done), with the GIL held as
+     * for an event query. */
     if (cm_ctx_sync_idle(dev, generation, &idle, &err) < 0) {
         cmpy_raise(st, &err);
         return -1;
