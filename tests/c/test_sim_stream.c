@@ -787,18 +787,20 @@ static volatile int queued_meanwhile, copier_done;
 static CUresult copier_rc;
 
 /* Synchronous copies on the legacy stream until the main thread has queued
- * its work during one of them. */
+ * its work during one of them, for a minute at most. Bounded by time, not
+ * by a count: under valgrind, which runs one thread at a time, the main
+ * thread may miss every copy of a fixed number. */
 static void *
 copier(void *arg)
 {
     CUdeviceptr d = *(CUdeviceptr *)arg;
     unsigned char *src = calloc(1, BIG);
-    int i;
+    double end = now_ms() + 60e3;
 
     copier_rc = src == NULL ? CUDA_ERROR_OUT_OF_MEMORY : cuCtxSetCurrent(ctx);
-    for (i = 0; i < 1000 && copier_rc == CUDA_SUCCESS &&
-                !__atomic_load_n(&queued_meanwhile, __ATOMIC_ACQUIRE);
-         i++)
+    while (copier_rc == CUDA_SUCCESS &&
+           !__atomic_load_n(&queued_meanwhile, __ATOMIC_ACQUIRE) &&
+           now_ms() < end)
         copier_rc = cuMemcpyHtoD(d, src, BIG);
     free(src);
     __atomic_store_n(&copier_done, 1, __ATOMIC_RELEASE);
