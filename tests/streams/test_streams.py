@@ -464,6 +464,9 @@ def test_synchronize_probes_an_idle_context(sim, slow_work):
     # the hand-off's cuCtxSynchronize then waits for it.
     rows = ("cuCtxSynchronize", "cuCtxRecordEvent", "cuEventQuery",
             "cuEventSynchronize")
+    # A delay on every op (make test-stress) keeps even the record pending;
+    # slow_work gives the delay back after the test.
+    sim.set_delay_us(0)
     cudamem.synchronize()
     before = _calls(sim, *rows)
     cudamem.synchronize()
