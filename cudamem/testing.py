@@ -52,6 +52,8 @@ __all__ = ["on_simulator", "quiesce", "leak_check", "hazard_check"]
 
 _SIM_ENV = "CUDAMEM_SIMULATOR"
 _HAZARD_ENV = "CUDAMEM_SIM_HAZARDS"
+# quiesce()'s wait for stream callbacks, in seconds.
+CALLBACK_WAIT = 10.0
 
 
 def _env_true(name):
@@ -84,9 +86,15 @@ def quiesce():
     ``synchronize()`` probes it with. A context released by ``close()`` or
     a device reset, or first retained during a test, then counts the same
     before and after it, while a context created and not destroyed still
-    shows. Does nothing unless cudamem runs on the simulated driver."""
+    shows. Stream callbacks added are waited for first, up to
+    CALLBACK_WAIT seconds: each holds its stream, callable and argument
+    until it has run. Does nothing unless cudamem runs on the simulated
+    driver."""
+    sim = on_simulator() and _cudamem.is_available()
+    if sim:
+        _cudamem._dispatch_drain(CALLBACK_WAIT)
     gc.collect()
-    if on_simulator() and _cudamem.is_available():
+    if sim:
         # Trimmed first: a freed block gives its events to the queues.
         _cudamem._hostpool_trim()  # staging buffers, cached blocks
         _cudamem._flush_pending()

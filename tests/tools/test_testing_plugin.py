@@ -101,6 +101,20 @@ def test_without_the_leak_check_a_leak_passes(downstream):
     result.assert_outcomes(passed=1)
 
 
+def test_leak_check_waits_for_the_stream_callbacks_added(downstream):
+    # The callback holds its stream until it returns, half a second after
+    # the test: the check waits for it rather than counting the stream.
+    result = downstream("""
+        import time
+
+
+        def test_lets_go_of_a_stream_with_a_callback():
+            stream = cudamem.stream()
+            stream.add_callback(lambda s, status, arg: time.sleep(0.5))
+    """, "--cudamem-simulator", "--cudamem-leak-check")
+    result.assert_outcomes(passed=1)
+
+
 RACES = """
 def _copy_in(stream):
     d_ary = cudamem.device_array_like(HOST)
