@@ -6,8 +6,10 @@
  * make_memory_manager hook, on a Context's first memory_manager read (or
  * _set_memory_manager); both are kept on the Context, and read here.
  * Until _enable_plugins() (memory.py, when a plugin may be in use) no
- * allocation looks further. After it, each asks cmpy_manager_call(), the
- * one place a plugin's method is called (its context current):
+ * allocation looks further. After it, each asks cmpy_manager_plugin()
+ * whether the manager is a plugin, and only then builds the arguments for
+ * cmpy_manager_call(), the one place a plugin's method is called (its
+ * context current):
  * memalloc (cmpy_memory_alloc), memallocmanaged
  * (cmpy_memory_alloc_managed), memhostalloc (hostalloc.c's host_buffer)
  * and get_ipc_handle (ipc.c); a native manager, or a plugin without an
@@ -264,78 +266,78 @@ done:
 }
 
 int
-cmpy_manager_call(cmpy_state *st, cm_device *dev, const char *method,
-                  int optional, PyObject *args, PyObject *kwargs,
-                  PyObject **plugin, PyObject **got)
+cmpy_manager_plugin(cmpy_state *st, cm_device *dev, PyObject **plugin)
 {
     cmpy_manager_mode mode;
-    PyObject *manager, *fn = NULL;
-    cm_ctx_guard guard;
-    cm_error err;
-    int rc = -1;
 
-    *got = NULL;
+    *plugin = NULL;
     if (!st->plugins) {
         return 0;
     }
-    manager = cmpy_context_manager(st, dev, &mode);
-    if (manager == NULL) {
+    *plugin = cmpy_context_manager(st, dev, &mode);
+    if (*plugin == NULL) {
         return -1;
     }
     if (mode != CMPY_MANAGER_PLUGIN) {
-        rc = 0;
-        goto done;
+        Py_CLEAR(*plugin);
+        return 0;
     }
-    if (optional ? cmpy_optional_attr(manager, method, &fn) < 0
-                 : (fn = PyObject_GetAttrString(manager, method)) == NULL) {
-        goto done;
+    return 1;
+}
+
+int
+cmpy_manager_call(cmpy_state *st, cm_device *dev, PyObject *plugin,
+                  const char *method, int optional, PyObject *args,
+                  PyObject *kwargs, PyObject **got)
+{
+    PyObject *fn = NULL;
+    cm_ctx_guard guard;
+    cm_error err;
+
+    *got = NULL;
+    if (args == NULL ||
+        (optional ? cmpy_optional_attr(plugin, method, &fn) < 0
+                  : (fn = PyObject_GetAttrString(plugin, method)) == NULL)) {
+        return -1;
     }
     if (fn == NULL) {
-        rc = 0;
-        goto done;
+        return 0;
     }
     if (cm_ctx_enter(dev, &guard, &err) < 0) {
+        Py_DECREF(fn);
         cmpy_raise(st, &err);
-        goto done;
+        return -1;
     }
     *got = PyObject_Call(fn, args, kwargs);
+    Py_DECREF(fn);
     if (cm_ctx_leave(&guard, 0, &err) < 0 && *got != NULL) {
         Py_CLEAR(*got);
         cmpy_raise(st, &err);
     }
-    if (*got != NULL) {
-        *plugin = Py_NewRef(manager);
-        rc = 1;
-    }
-done:
-    Py_XDECREF(fn);
-    Py_DECREF(manager);
-    return rc;
+    return *got != NULL ? 1 : -1;
 }
 
 PyObject *
 cmpy_memory_alloc(cmpy_state *st, cm_device *dev, size_t nbytes,
                   CUstream stream)
 {
-    PyObject *args, *plugin, *got, *out;
+    PyObject *args, *plugin, *got, *out = NULL;
     int rc;
 
     /* numba asks no plugin for zero bytes: the pointer is NULL. */
-    if (!st->plugins || nbytes == 0) {
-        return cmpy_memory_native_alloc(st, dev, nbytes, stream);
-    }
-    if ((args = Py_BuildValue("(n)", (Py_ssize_t)nbytes)) == NULL) {
-        return NULL;
-    }
-    rc = cmpy_manager_call(st, dev, "memalloc", 0, args, NULL, &plugin, &got);
-    Py_DECREF(args);
+    rc = nbytes == 0 ? 0 : cmpy_manager_plugin(st, dev, &plugin);
     if (rc <= 0) {
         return rc == 0 ? cmpy_memory_native_alloc(st, dev, nbytes, stream)
                        : NULL;
     }
-    out = adopt(st, dev, plugin, got, nbytes);
+    args = Py_BuildValue("(n)", (Py_ssize_t)nbytes);
+    if (cmpy_manager_call(st, dev, plugin, "memalloc", 0, args, NULL, &got) >
+        0) {
+        out = adopt(st, dev, plugin, got, nbytes);
+        Py_DECREF(got);
+    }
+    Py_XDECREF(args);
     Py_DECREF(plugin);
-    Py_DECREF(got);
     return out;
 }
 
@@ -369,30 +371,30 @@ PyObject *
 cmpy_memory_alloc_managed(cmpy_state *st, cm_device *dev, size_t nbytes,
                           int attach_global)
 {
-    PyObject *args, *kwargs, *plugin, *got, *out;
-    int made;
+    PyObject *args = NULL, *kwargs = NULL, *plugin, *got = NULL, *out = NULL;
+    int rc;
 
     /* A plugin's memallocmanaged() when it has one (beyond numba's
      * interface); never for zero bytes, as memalloc(). */
-    if (st->plugins && nbytes > 0) {
+    rc = nbytes == 0 ? 0 : cmpy_manager_plugin(st, dev, &plugin);
+    if (rc > 0) {
         args = Py_BuildValue("(n)", (Py_ssize_t)nbytes);
-        kwargs = Py_BuildValue("{s:O}", "attach_global",
-                               attach_global ? Py_True : Py_False);
-        made = args != NULL && kwargs != NULL
-                   ? cmpy_manager_call(st, dev, "memallocmanaged", 1, args,
-                                       kwargs, &plugin, &got)
-                   : -1;
+        if (args != NULL) {
+            kwargs = Py_BuildValue("{s:O}", "attach_global",
+                                   attach_global ? Py_True : Py_False);
+        }
+        rc = cmpy_manager_call(st, dev, plugin, "memallocmanaged", 1,
+                               kwargs == NULL ? NULL : args, kwargs, &got);
+        if (rc > 0) {
+            out = adopt_managed(st, dev, plugin, got, nbytes);
+            Py_DECREF(got);
+        }
         Py_XDECREF(args);
         Py_XDECREF(kwargs);
-        if (made < 0) {
-            return NULL;
-        }
-        if (made > 0) {
-            out = adopt_managed(st, dev, plugin, got, nbytes);
-            Py_DECREF(plugin);
-            Py_DECREF(got);
-            return out;
-        }
+        Py_DECREF(plugin);
+    }
+    if (rc != 0) {
+        return out;
     }
     return cmpy_memory_native_managed(st, dev, nbytes, attach_global);
 }
@@ -572,21 +574,18 @@ static PyObject *
 plugin_manager(PyObject *module, PyObject *Py_UNUSED(ignored))
 {
     cmpy_state *st = cmpy_get_state(module);
-    cmpy_manager_mode mode;
     PyObject *manager;
     cm_device *dev;
+    int rc;
 
     if (!st->plugins) {
         Py_RETURN_NONE;
     }
     if (cmpy_current_device(st, &dev) < 0 ||
-        (manager = cmpy_context_manager(st, dev, &mode)) == NULL) {
+        (rc = cmpy_manager_plugin(st, dev, &manager)) < 0) {
         return NULL;
     }
-    if (mode != CMPY_MANAGER_PLUGIN) {
-        Py_SETREF(manager, Py_NewRef(Py_None));
-    }
-    return manager;
+    return rc > 0 ? manager : Py_NewRef(Py_None);
 }
 
 PyDoc_STRVAR(enable_plugins_doc,

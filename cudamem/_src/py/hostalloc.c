@@ -51,11 +51,12 @@ host_buffer(cmpy_state *st, cm_device *dev, cm_host_kind kind, int portable,
             size_t nbytes)
 {
     int mapped = kind != CM_HOST_PINNED, rc;
-    PyObject *args, *kwargs = NULL, *plugin, *got;
+    PyObject *args, *kwargs = NULL, *plugin, *got = NULL;
 
     /* As memalloc(): no plugin is asked for zero bytes. */
-    if (!st->plugins || nbytes == 0) {
-        return native_buffer(st, dev, kind, portable, nbytes);
+    rc = nbytes == 0 ? 0 : cmpy_manager_plugin(st, dev, &plugin);
+    if (rc <= 0) {
+        return rc == 0 ? native_buffer(st, dev, kind, portable, nbytes) : NULL;
     }
     args = Py_BuildValue("(n)", (Py_ssize_t)nbytes);
     if (args != NULL && mapped) {
@@ -63,18 +64,14 @@ host_buffer(cmpy_state *st, cm_device *dev, cm_host_kind kind, int portable,
                                portable ? Py_True : Py_False, "wc",
                                kind == CM_HOST_MAPPED_WC ? Py_True : Py_False);
     }
-    rc = args != NULL && (kwargs != NULL || !mapped)
-             ? cmpy_manager_call(st, dev, "memhostalloc", 0, args, kwargs,
-                                 &plugin, &got)
-             : -1;
-    Py_XDECREF(args);
-    Py_XDECREF(kwargs);
-    if (rc <= 0) {
-        return rc == 0 ? native_buffer(st, dev, kind, portable, nbytes) : NULL;
-    }
-    if (cmpy_emm_check_host_buffer(st, dev, plugin, got, nbytes, mapped) < 0) {
+    if (cmpy_manager_call(st, dev, plugin, "memhostalloc", 0,
+                          kwargs != NULL || !mapped ? args : NULL, kwargs,
+                          &got) > 0 &&
+        cmpy_emm_check_host_buffer(st, dev, plugin, got, nbytes, mapped) < 0) {
         Py_CLEAR(got);
     }
+    Py_XDECREF(args);
+    Py_XDECREF(kwargs);
     Py_DECREF(plugin);
     return got;
 }

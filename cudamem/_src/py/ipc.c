@@ -125,21 +125,20 @@ ipc_handle_of(cmpy_state *st, cmpy_DeviceNDArray *self, CUdeviceptr lowest,
     cm_ipc_export ex;
     int rc;
 
-    if (size != 0 && st->plugins) {
+    rc = size == 0 ? 0 : cmpy_manager_plugin(st, dev, &plugin);
+    if (rc != 0) {
+        if (rc < 0) {
+            return NULL;
+        }
         view = cmpy_memory_view(st, self->gpu_data,
                                 (size_t)(lowest - self->gpu_data->ptr), size);
         args = view != NULL ? PyTuple_Pack(1, view) : NULL;
         Py_XDECREF(view);
-        rc = args != NULL ? cmpy_manager_call(st, dev, "get_ipc_handle", 0,
-                                              args, NULL, &plugin, &got)
-                          : -1;
+        cmpy_manager_call(st, dev, plugin, "get_ipc_handle", 0, args, NULL,
+                          &got);
         Py_XDECREF(args);
-        if (rc != 0) {
-            if (rc > 0) {
-                Py_DECREF(plugin);
-            }
-            return got;
-        }
+        Py_DECREF(plugin);
+        return got;
     }
     if (size == 0) {
         handle = Py_NewRef(Py_None);

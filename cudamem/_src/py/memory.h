@@ -109,14 +109,18 @@ int cmpy_address_arg(PyObject *arg, const char *what, CUdeviceptr *out);
 int cmpy_size_arg(PyObject *arg, const char *what, size_t *out);
 
 /* emm.c: the EMM plugin dispatch (its opening comment tells the whole). */
-/* Calls `method` of dev's context's memory manager with args (a tuple)
- * and kwargs (or NULL), dev's context current, when allocations ask
- * plugins and the manager is one (with `optional`: one that has the
- * method). 1 with *plugin (the manager) and *got (the result), new
- * references; 0 when cudamem allocates instead; -1 with an exception. */
-int cmpy_manager_call(cmpy_state *st, cm_device *dev, const char *method,
-                      int optional, PyObject *args, PyObject *kwargs,
-                      PyObject **plugin, PyObject **got);
+/* dev's context's memory manager when allocations ask plugins and it is
+ * one: 1 with *plugin (a new reference); 0 when cudamem allocates; -1 with
+ * an exception. */
+int cmpy_manager_plugin(cmpy_state *st, cm_device *dev, PyObject **plugin);
+/* Calls `method` of `plugin` (from cmpy_manager_plugin) with args (a
+ * tuple; NULL when making it failed, with the exception set) and kwargs
+ * (or NULL), dev's context current. 1 with *got (a new reference); 0,
+ * with `optional`, when the plugin has no such method; -1 with an
+ * exception. */
+int cmpy_manager_call(cmpy_state *st, cm_device *dev, PyObject *plugin,
+                      const char *method, int optional, PyObject *args,
+                      PyObject *kwargs, PyObject **got);
 
 /* Calls an EMM plugin's finalizer (no arguments); an exception it raises
  * becomes a CudaWarning naming it (unraisable when st is NULL: the
