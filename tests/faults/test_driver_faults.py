@@ -411,6 +411,24 @@ def test_a_sticky_error_in_the_probe_is_raised_by_the_synchronize(sim):
     cudamem.synchronize()
 
 
+def test_a_failed_enter_while_making_the_probe_event_is_raised(sim):
+    # cudamem.testing.quiesce() makes the probe's event for a context that
+    # has none yet (after a reset): entering it asks the driver for the
+    # current context, and that call's failure is raised, naming it, with
+    # nothing made; the next try makes the event.
+    _dev().reset()
+    cudamem.current_context()
+    before = sim.live()
+    sim.inject("cuCtxGetCurrent", "CUDA_ERROR_UNKNOWN")
+    with pytest.raises(CudaAPIError) as info:
+        _cudamem._sync_probe_ready()
+    assert info.value.call == "cuCtxGetCurrent"
+    assert info.value.name == "CUDA_ERROR_UNKNOWN"
+    assert sim.live() == before
+    _cudamem._sync_probe_ready()
+    assert sim.live()["events"] == before["events"] + 1
+
+
 # Rows whose out-of-memory cudamem recovers from with one more try
 # (tests/memmgr/test_oom.py): both tries must fail for the error to show.
 OOM_RETRIED = {"cuMemAlloc", "cuMemAllocManaged", "cuMemHostAlloc",
