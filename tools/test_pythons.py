@@ -25,19 +25,19 @@ REQUIREMENTS = ["numpy>=1.24", "pytest", "hypothesis", "ml_dtypes",
                 "setuptools", "wheel", "nvidia-cuda-runtime==13.0.*",
                 "nvidia-cuda-profiler-api==13.0.*",
                 "tomli; python_version < '3.11'"]
-# What may differ between interpreters, in about 3 minutes per version on
-# an idle 2-core machine (the main Python runs the whole suite in `make
-# test`, about 8 minutes): every module of cudamem (each public module is
-# imported by test_numba_names, runtime too) through the C-API paths that
-# changed between 3.10 and 3.13: finalizers, fork and exit (lifecycle),
-# the buffer protocol, DLPack capsules and the interfaces (interop, host
-# memory, records, views, repr), threads and driver-thread callbacks
-# (streams), Python subclasses called from C (memmgr), pickling and child
-# processes (ipc), hostile Python objects, and every failed Python
-# allocation of 56 operations and of the import (error paths). Left out:
-# the driver-fault sweeps and the simulator's own tests (pure C below the
-# interpreter), the fuzz, copy and multi-device files (the same C paths as
-# the views), the benchmark tools, tests/rules and tests/gpu.
+# What may differ between interpreters, in about 3 minutes per version on a
+# 2-core machine, its venv included (the main Python runs the whole suite in
+# `make test`, about 4 minutes): every module of cudamem (each public module
+# is imported by test_numba_names, runtime too) through the C-API paths that
+# changed between 3.10 and 3.13: finalizers, fork and exit (lifecycle), the
+# buffer protocol, DLPack capsules and the interfaces (interop, host memory,
+# records, views, repr), threads and driver-thread callbacks (streams),
+# Python subclasses called from C (memmgr), pickling and child processes
+# (ipc), hostile Python objects, and every failed Python allocation of 56
+# operations and of the import (error paths). Left out: the driver-fault
+# sweeps and the simulator's own tests (pure C below the interpreter), the
+# fuzz, copy and multi-device files (the same C paths as the views), the
+# benchmark tools, tests/rules and tests/gpu.
 SUBSET = ["tests/lifecycle", "tests/interop", "tests/hostmem",
           "tests/streams", "tests/memmgr", "tests/ipc",
           "tests/arrays/test_views.py", "tests/arrays/test_records.py",
