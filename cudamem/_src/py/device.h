@@ -72,10 +72,6 @@ cmpy_Device *cmpy_device_of(cmpy_state *st, cm_device *dev);
 /* The device's primary context as a Context: the same object while the
  * device's generation is unchanged. New reference. */
 PyObject *cmpy_context_of(cmpy_state *st, cmpy_Device *device);
-/* dev's Context's memory manager, made (by cudamem.memory) on first use,
- * and its mode. New reference, or NULL with an exception set. */
-PyObject *cmpy_context_manager(cmpy_state *st, cm_device *dev,
-                               cmpy_manager_mode *mode);
 /* emm.c: Context.memory_manager (get and assign), the context's manager
  * when it is an EMM plugin (new reference; NULL without an exception
  * when cudamem allocates for it, with one on failure), and

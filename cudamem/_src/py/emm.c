@@ -151,25 +151,6 @@ cmpy_context_assign_memory_manager(cmpy_Context *self, PyObject *value,
     return out == NULL ? -1 : 0;
 }
 
-PyObject *
-cmpy_context_manager(cmpy_state *st, cm_device *dev, cmpy_manager_mode *mode)
-{
-    cmpy_Device *device = cmpy_device_of(st, dev);
-    PyObject *ctx, *manager;
-
-    if (device == NULL) {
-        return NULL;
-    }
-    ctx = cmpy_context_of(st, device);
-    if (ctx == NULL) {
-        return NULL;
-    }
-    manager = cmpy_context_get_memory_manager((cmpy_Context *)ctx, NULL);
-    *mode = ((cmpy_Context *)ctx)->manager_mode;
-    Py_DECREF(ctx);
-    return manager;
-}
-
 /* The context's manager when it is a plugin (new reference); NULL without
  * an exception when cudamem allocates for it, with one on failure. */
 PyObject *
@@ -185,6 +166,25 @@ cmpy_context_plugin(cmpy_Context *self, cmpy_state *st)
         Py_CLEAR(manager);
     }
     return manager;
+}
+
+int
+cmpy_manager_plugin(cmpy_state *st, cm_device *dev, PyObject **plugin)
+{
+    cmpy_Device *device;
+    PyObject *ctx;
+
+    *plugin = NULL;
+    if (!st->plugins) {
+        return 0;
+    }
+    if ((device = cmpy_device_of(st, dev)) == NULL ||
+        (ctx = cmpy_context_of(st, device)) == NULL) {
+        return -1;
+    }
+    *plugin = cmpy_context_plugin((cmpy_Context *)ctx, st);
+    Py_DECREF(ctx);
+    return *plugin != NULL ? 1 : PyErr_Occurred() != NULL ? -1 : 0;
 }
 
 const char cmpy_context_set_memory_manager_doc[] = PyDoc_STR(
@@ -263,26 +263,6 @@ done:
     Py_XDECREF(ptr_obj);
     Py_XDECREF(size_obj);
     return out;
-}
-
-int
-cmpy_manager_plugin(cmpy_state *st, cm_device *dev, PyObject **plugin)
-{
-    cmpy_manager_mode mode;
-
-    *plugin = NULL;
-    if (!st->plugins) {
-        return 0;
-    }
-    *plugin = cmpy_context_manager(st, dev, &mode);
-    if (*plugin == NULL) {
-        return -1;
-    }
-    if (mode != CMPY_MANAGER_PLUGIN) {
-        Py_CLEAR(*plugin);
-        return 0;
-    }
-    return 1;
 }
 
 int
