@@ -4,13 +4,16 @@ patched with unittest.mock.patch.object, and the array types, which have
 numba's constructors, can be subclassed. numba-cuda's devicearray.py is
 the reference: a subclass's views (getitem, reshape, ravel) keep its type
 (``type(self)(...)``)."""
+import gc
 import pickle
+import weakref
 from unittest import mock
 
 import numpy as np
 import pytest
 
 import cudamem
+import cudamem.testing
 from cudamem import _cudamem
 
 PUBLIC = [_cudamem.DeviceNDArrayBase, _cudamem.DeviceNDArray,
@@ -94,6 +97,50 @@ def test_a_record_subclass():
     again = pickle.loads(pickle.dumps(r))
     assert type(again) is cudamem.DeviceRecord
     assert again.copy_to_host()["a"] == 7
+
+
+class Finalized(cudamem.DeviceNDArray):
+    """A subclass with what subtype_dealloc exists for: an instance dict,
+    a finalizer and weak references."""
+
+    def __del__(self):
+        released.append(self.name)
+
+
+released = []
+
+
+@pytest.mark.parametrize("make", [
+    lambda: cudamem.device_array(8, np.uint8),
+    lambda: cudamem.to_device(np.zeros(1, [("a", np.int32)]))[0],
+    lambda: Tagged((8,), (1,), np.uint8),
+    lambda: TaggedRecord(np.dtype([("a", np.int32)])),
+], ids=["DeviceNDArray", "DeviceRecord", "subclass", "record-subclass"])
+def test_releasing_an_array_frees_its_memory_and_calls_weakrefs(make):
+    from cudamem import simulator
+    before = simulator.live()
+    a = make()
+    assert simulator.live() != before
+    called = []
+    ref = weakref.ref(a, called.append)
+    del a
+    cudamem.testing.quiesce()
+    assert ref() is None and called == [ref]
+    assert simulator.live() == before
+
+
+def test_a_subclass_s_dict_and_finalizer_go_with_it():
+    from cudamem import simulator
+    before = simulator.live()
+    d = Finalized((8,), (1,), np.uint8)
+    d.name = "d"
+    d.payload = d  # a cycle through the instance dict
+    ref = weakref.ref(d)
+    del d
+    gc.collect()
+    cudamem.testing.quiesce()
+    assert ref() is None and released == ["d"]
+    assert simulator.live() == before
 
 
 def test_types_made_only_by_cudamem_are_not_subclassed():

@@ -213,9 +213,13 @@ cmpy_array_clear(PyObject *op)
     return 0;
 }
 
-static void
-array_dealloc(cmpy_DeviceNDArray *self)
+/* The dealloc of every array type: a heap type made from a spec without
+ * one would get subtype_dealloc, a generic walk for Python subclasses'
+ * slots, dicts and finalizers that arrays pay on every release. */
+void
+cmpy_array_dealloc(PyObject *op)
 {
+    cmpy_DeviceNDArray *self = (cmpy_DeviceNDArray *)op;
     PyTypeObject *type = Py_TYPE(self);
 
     PyObject_GC_UnTrack(self);
@@ -561,7 +565,7 @@ PyDoc_STRVAR(base_doc,
              "reference goes.");
 
 static PyType_Slot base_slots[] = {
-    {Py_tp_doc, (void *)base_doc},         {Py_tp_dealloc, array_dealloc},
+    {Py_tp_doc, (void *)base_doc},         {Py_tp_dealloc, cmpy_array_dealloc},
     {Py_tp_traverse, cmpy_array_traverse}, {Py_tp_clear, cmpy_array_clear},
     {Py_tp_repr, cmpy_array_repr},         {Py_tp_methods, base_methods},
     {Py_tp_getset, array_getset},          {Py_tp_members, array_members},
@@ -591,6 +595,7 @@ PyDoc_STRVAR(array_doc,
 static PyType_Slot array_slots[] = {
     {Py_tp_doc, (void *)array_doc},
     {Py_tp_new, array_new},
+    {Py_tp_dealloc, cmpy_array_dealloc},
     {Py_tp_traverse, cmpy_array_traverse},
     {Py_tp_clear, cmpy_array_clear},
     {Py_tp_methods, array_methods},

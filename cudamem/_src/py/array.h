@@ -233,9 +233,10 @@ PyObject *cmpy_array_dlpack(PyObject *, PyObject *const *, Py_ssize_t,
 PyObject *cmpy_array_dlpack_device(PyObject *, PyObject *);
 extern const char cmpy_array_dlpack_doc[], cmpy_array_dlpack_device_doc[];
 
-/* The GC slots every array type shares. */
+/* The slots every array type shares. */
 int cmpy_array_traverse(PyObject *op, visitproc visit, void *arg);
 int cmpy_array_clear(PyObject *op);
+void cmpy_array_dealloc(PyObject *op);
 
 /* record.c: DeviceRecord, made after DeviceNDArrayBase. */
 int cmpy_record_type_init(PyObject *module, cmpy_state *st);

@@ -212,10 +212,15 @@ PyDoc_STRVAR(record_doc,
              "field, rec['f'] = v writes one.");
 
 static PyType_Slot record_slots[] = {
-    {Py_tp_doc, (void *)record_doc},       {Py_tp_new, record_new},
-    {Py_tp_traverse, cmpy_array_traverse}, {Py_tp_clear, cmpy_array_clear},
-    {Py_tp_methods, record_methods},       {Py_mp_subscript, record_getitem},
-    {Py_mp_ass_subscript, record_setitem}, {0, NULL},
+    {Py_tp_doc, (void *)record_doc},
+    {Py_tp_new, record_new},
+    {Py_tp_dealloc, cmpy_array_dealloc},
+    {Py_tp_traverse, cmpy_array_traverse},
+    {Py_tp_clear, cmpy_array_clear},
+    {Py_tp_methods, record_methods},
+    {Py_mp_subscript, record_getitem},
+    {Py_mp_ass_subscript, record_setitem},
+    {0, NULL},
 };
 
 static PyType_Spec record_spec = {
