@@ -261,6 +261,37 @@ def test_zero_size_shapes_follow_numpy(shape, dtype, sim):
     assert sim.live() == before
 
 
+class _DtypeAttr:
+    """A class NumPy converts through its dtype attribute, which can be
+    reassigned."""
+    dtype = np.dtype(np.float32)
+
+
+@pytest.mark.parametrize("make", [cudamem.device_array, cudamem.pinned_array,
+                                  cudamem.mapped_array,
+                                  cudamem.managed_array],
+                         ids=lambda f: f.__name__)
+def test_each_dtype_argument_converts_as_numpy_s_does(make):
+    """One conversion is remembered (a static type's): any sequence of
+    arguments still gets what numpy.empty gets, a class whose dtype
+    attribute changed included."""
+    args = [np.uint8, float, np.uint8, "f4", np.dtype("i2"), None, bool,
+            np.complex64, np.complex64, _DtypeAttr, int, np.uint8]
+    for arg in args:
+        assert make(3, arg).dtype == np.empty(3, arg).dtype, arg
+    try:
+        _DtypeAttr.dtype = np.dtype(np.int16)
+        assert make(3, _DtypeAttr).dtype == np.int16
+        assert make(3, np.uint8).dtype == np.uint8
+        assert make(3, _DtypeAttr).dtype == np.int16
+    finally:
+        _DtypeAttr.dtype = np.dtype(np.float32)
+    with pytest.raises(TypeError, match="Python objects"):
+        make(3, object)
+    with pytest.raises(TypeError, match="Python objects"):
+        make(3, object)
+
+
 def test_device_array_bad_arguments():
     with pytest.raises(TypeError, match="Python objects"):
         cudamem.device_array(3, dtype=object)

@@ -637,7 +637,7 @@ cmpy_array_construct(PyTypeObject *type, PyObject *shape_arg,
     int ndim;
 
     if (st == NULL || cmpy_numpy_init() < 0 ||
-        cmpy_parse_layout(shape_arg, dtype_arg, strides_arg, NULL, &ndim,
+        cmpy_parse_layout(st, shape_arg, dtype_arg, strides_arg, NULL, &ndim,
                           shape, strides, &dtype) < 0) {
         return NULL;
     }

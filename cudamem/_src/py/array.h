@@ -141,7 +141,7 @@ PyObject *cmpy_shape_tuple(int ndim, const Py_ssize_t *dims);
  * expanded as cmpy_expand_subarray says, strides or order then covering
  * the whole shape. *dtype is a new reference. 0, or -1 with TypeError /
  * ValueError naming the value. */
-int cmpy_parse_layout(PyObject *shape_arg, PyObject *dtype_arg,
+int cmpy_parse_layout(cmpy_state *st, PyObject *shape_arg, PyObject *dtype_arg,
                       PyObject *strides_arg, PyObject *order_arg, int *ndim,
                       Py_ssize_t *shape, Py_ssize_t *strides,
                       PyArray_Descr **dtype);

@@ -1155,7 +1155,7 @@ device_array(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     if (cmpy_numpy_init() < 0 ||
         cmpy_parse_args("device_array", names, 5, 1, args, nargs, kwnames,
                         argv) < 0 ||
-        cmpy_parse_layout(argv[0], argv[1], argv[2], argv[3], &ndim, shape,
+        cmpy_parse_layout(st, argv[0], argv[1], argv[2], argv[3], &ndim, shape,
                           strides, &dtype) < 0) {
         return NULL;
     }

@@ -181,7 +181,7 @@ pinned_array(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     if (cmpy_numpy_init() < 0 ||
         cmpy_parse_args("pinned_array", layout_names, 4, 1, args, nargs,
                         kwnames, argv) < 0 ||
-        cmpy_parse_layout(argv[0], argv[1], argv[2], argv[3], &ndim, shape,
+        cmpy_parse_layout(st, argv[0], argv[1], argv[2], argv[3], &ndim, shape,
                           strides, &dtype) < 0) {
         return NULL;
     }
@@ -244,7 +244,7 @@ mapped_array(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     if (cmpy_numpy_init() < 0 ||
         cmpy_parse_args("mapped_array", layout_names, 7, 1, args, nargs,
                         kwnames, argv) < 0 ||
-        cmpy_parse_layout(argv[0], argv[1], argv[2], argv[3], &ndim, shape,
+        cmpy_parse_layout(st, argv[0], argv[1], argv[2], argv[3], &ndim, shape,
                           strides, &dtype) < 0) {
         return NULL;
     }

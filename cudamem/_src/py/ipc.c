@@ -437,7 +437,7 @@ ipc_array(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                      offset, mp->size);
         return NULL;
     }
-    if (cmpy_parse_layout(argv[1], argv[2], argv[3], NULL, &ndim, shape,
+    if (cmpy_parse_layout(st, argv[1], argv[2], argv[3], NULL, &ndim, shape,
                           strides, &dtype) < 0) {
         return NULL;
     }

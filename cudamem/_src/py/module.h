@@ -95,6 +95,8 @@ typedef enum cmpy_hook_id {
     X(cai_template)          /* py/arraycai.c, made on first use */           \
     X(cai_dtype)             /* py/arraycai.c: the last dtype exported */     \
     X(cai_typestr)           /* py/arraycai.c: cai_dtype's str */             \
+    X(dtype_arg)             /* py/arraylayout.c: the last static type */     \
+    X(dtype_descr)           /* py/arraylayout.c: dtype_arg's descr */        \
     X(stats_keys)            /* py/stats.c, made on first use */              \
     X(oom_observer)          /* py/stats.c: set_oom_observer()'s */
 
