@@ -91,6 +91,38 @@ def test_inputs_numpy_accepts():
     np.testing.assert_array_equal(cudamem.to_device(ro).copy_to_host(), ro)
 
 
+class _Unit(np.ndarray):
+    """An ndarray subclass, passed through as NumPy's asanyarray does."""
+
+
+def _pinned_copy(a):
+    out = cudamem.pinned_array(a.shape, a.dtype)
+    out[...] = a
+    return out
+
+
+_BASE = np.arange(12, dtype=np.int16).reshape(3, 4)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: _BASE.view(_Unit),
+    lambda: _BASE.T.view(_Unit),
+    lambda: _BASE[:, ::2].view(_Unit),
+    lambda: np.ma.masked_array(_BASE, mask=_BASE > 5),
+    lambda: _pinned_copy(_BASE),
+    lambda: np.zeros(3, [("a", np.int8), ("b", np.float32)])[["b"]],
+], ids=["subclass", "subclass-F", "subclass-strided", "masked", "pinned",
+        "structured-view"])
+def test_to_device_of_ndarray_subclasses_follows_numpy(make):
+    host = make()
+    ref = np.asarray(host)
+    dev = cudamem.to_device(host)
+    assert (dev.shape, dev.dtype) == (ref.shape, ref.dtype)
+    if ref.flags.c_contiguous or ref.flags.f_contiguous:
+        assert dev.strides == ref.strides
+    np.testing.assert_array_equal(dev.copy_to_host(), ref)
+
+
 def test_sync_copies_use_one_driver_call_each(sim):
     host = np.arange(1000, dtype=np.float64)
     sim.reset()
