@@ -250,6 +250,10 @@ def test_zero_size_allocates_nothing(sim):
     ("ab", TypeError, "shape"),
     ((2, "x"), TypeError, "not an int"),
     ((2 ** 62, 2 ** 62), ValueError, "too big"),
+    (2 ** 63, ValueError, "out of range"),
+    ((3, 2 ** 64), ValueError, "out of range"),
+    (True, TypeError, "shape"),
+    ((2, False), TypeError, "bool is not an int"),
 ])
 def test_device_array_bad_shape(bad, exc, text, sim):
     before = sim.live()

@@ -117,7 +117,8 @@ is_int(PyObject *item)
 static int
 as_ssize(PyObject *item, const char *what, PyObject *arg, Py_ssize_t *out)
 {
-    if (!is_int(item)) {
+    /* An exact int, the usual case, needs none of is_int's type checks. */
+    if (!PyLong_CheckExact(item) && !is_int(item)) {
         if (arg == NULL) {
             PyErr_Format(PyExc_TypeError,
                          "%s must be an int or a sequence of ints, not "
@@ -158,8 +159,9 @@ cmpy_parse_ints(PyObject *arg, const char *what, Py_ssize_t *out, int *n)
     }
     /* A NumPy array has __index__ (0-d only) and is iterable (1-d and
      * more): its dimensions decide. */
-    if (PyArray_Check(arg) ? PyArray_NDIM((PyArrayObject *)arg) == 0
-                           : PyIndex_Check(arg) || PyBool_Check(arg)) {
+    if (PyLong_CheckExact(arg) ||
+        (PyArray_Check(arg) ? PyArray_NDIM((PyArrayObject *)arg) == 0
+                            : PyIndex_Check(arg) || PyBool_Check(arg))) {
         *n = 1;
         return as_ssize(arg, what, NULL, &out[0]);
     }
