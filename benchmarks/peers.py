@@ -44,7 +44,7 @@ import subprocess
 import sys
 import time
 
-from benchmarks import adapters
+from benchmarks import adapters, record
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -631,8 +631,9 @@ def main(argv=None):
         f.write(md)
     if not cfg.quick:
         os.makedirs(cfg.results_dir, exist_ok=True)
-        base = os.path.join(cfg.results_dir,
-                            "%s-simulator" % now.strftime("%Y-%m-%d"))
+        base = record.unused_stem(cfg.results_dir,
+                                  "%s-simulator" % now.strftime("%Y-%m-%d"),
+                                  (".md", ".json"))
         with open(base + ".md", "w") as f:
             f.write(md)
         with open(base + ".json", "w") as f:

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 
-from benchmarks import adapters
+from benchmarks import adapters, record
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -509,12 +509,12 @@ def main(argv=None):
     if cfg.record:
         # The page of this run, in the repository and beside the outputs.
         os.makedirs(cfg.results_dir, exist_ok=True)
-        name = "%s-%s.md" % (now.strftime("%Y-%m-%d"), _slug(device))
-        for path in (os.path.join(cfg.results_dir, name),
-                     os.path.join(cfg.out, name)):
+        page = record.unused_stem(
+            cfg.results_dir, "%s-%s" % (now.strftime("%Y-%m-%d"),
+                                        _slug(device)), (".md",)) + ".md"
+        for path in (page, os.path.join(cfg.out, os.path.basename(page))):
             with open(path, "w") as f:
                 f.write(md)
-        print("benchmarks: recorded %s" % os.path.join(cfg.results_dir, name),
-              file=sys.stderr)
+        print("benchmarks: recorded %s" % page, file=sys.stderr)
     sys.stdout.write(md)
     return 0

@@ -15,7 +15,7 @@ from tests.helpers.run import ROOT
 
 sys.path.insert(0, ROOT)
 
-from benchmarks import adapters, runner  # noqa: E402
+from benchmarks import adapters, record, runner  # noqa: E402
 
 # A CuPy whose every CUDA call fails at run time, as on a machine whose
 # CuPy does not match its driver.
@@ -202,3 +202,19 @@ def test_time_calls_rotates_and_orders_percentiles():
     med, p10, p90 = runner.time_calls(fns, warmup=1, samples=3)
     assert seen == [0, 1, 2, 3] * 4
     assert 0 <= p10 <= med <= p90
+
+
+def test_a_later_run_of_the_day_gets_a_page_of_its_own(tmp_path):
+    stem = "2026-11-27-simulator"
+    exts = (".md", ".json")
+    assert record.unused_stem(str(tmp_path), stem, exts) == \
+        str(tmp_path / stem)
+    (tmp_path / (stem + ".json")).write_text("{}")
+    assert record.unused_stem(str(tmp_path), stem, exts) == \
+        str(tmp_path / (stem + "-2"))
+    (tmp_path / (stem + "-2.md")).write_text("")
+    assert record.unused_stem(str(tmp_path), stem, exts) == \
+        str(tmp_path / (stem + "-3"))
+    # Another machine's pages of the day do not count.
+    assert record.unused_stem(str(tmp_path), "2026-11-27-nvidia-h200",
+                              exts) == str(tmp_path / "2026-11-27-nvidia-h200")
