@@ -174,6 +174,10 @@ def gc_deallocs_without_untrack(root):
             if fn is None:
                 continue  # inherits a dealloc that untracks
             body = c_function_body(text, fn)
+            # One dealloc may serve the types of several files.
+            for other in sources(root, "py", (".c",)):
+                if body is None:
+                    body = c_function_body(code_only(read(other)), fn)
             if body is None or "PyObject_GC_UnTrack" not in body:
                 bad.append("%s: %s" % (where(path, raw, m.start(), root),
                                        fn))
@@ -259,6 +263,24 @@ def test_no_cm__symbol_outside_core_objects():
 
 def test_every_gc_type_untracks_in_its_dealloc():
     assert gc_deallocs_without_untrack(ROOT) == []
+
+
+@pytest.mark.parametrize("untracks", [True, False])
+def test_the_untrack_rule_reads_a_dealloc_of_another_file(tmp_path, untracks):
+    py = tmp_path / SRC / "py"
+    py.mkdir(parents=True)
+    (py / "a.c").write_text(
+        "void\nshared_dealloc(PyObject *op)\n{\n%s    tp_free(op);\n}\n"
+        % ("    PyObject_GC_UnTrack(op);\n" if untracks else ""))
+    (py / "b.c").write_text(
+        "static PyType_Slot b_slots[] = {\n"
+        "    {Py_tp_dealloc, shared_dealloc},\n    {0, NULL},\n};\n"
+        "static PyType_Spec b_spec = {\n    .name = \"b\",\n"
+        "    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,\n"
+        "    .slots = b_slots,\n};\n")
+    bad = gc_deallocs_without_untrack(str(tmp_path))
+    assert bad == ([] if untracks else
+                   ["%s:5: shared_dealloc" % os.path.join(SRC, "py", "b.c")])
 
 
 def test_gc_types_are_found():
