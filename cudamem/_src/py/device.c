@@ -81,6 +81,29 @@ cmpy_device_of(cmpy_state *st, cm_device *dev)
 }
 
 int
+cmpy_each_device(cmpy_state *st, int (*fn)(cm_device *, cm_error *))
+{
+    cm_device *dev;
+    cm_error err;
+    int count;
+
+    if (!cm_driver_ready()) {
+        return 0;
+    }
+    if (cm_devices_count(&count, &err) < 0) {
+        cmpy_raise(st, &err);
+        return -1;
+    }
+    for (int i = 0; i < count; i++) {
+        if (cm_device_get(i, &dev, &err) < 0 || fn(dev, &err) < 0) {
+            cmpy_raise(st, &err);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int
 cmpy_device_arg(cmpy_state *st, PyObject *arg, int none_is_current,
                 cm_device **out)
 {
@@ -1114,22 +1137,8 @@ PyDoc_STRVAR(sync_probe_ready_doc,
 static PyObject *
 sync_probe_ready(PyObject *module, PyObject *Py_UNUSED(ignored))
 {
-    cmpy_state *st = cmpy_get_state(module);
-    cm_device *dev;
-    cm_error err;
-    int count;
-
-    if (!cm_driver_ready()) {
-        Py_RETURN_NONE;
-    }
-    if (cm_devices_count(&count, &err) < 0) {
-        return cmpy_raise(st, &err);
-    }
-    for (int i = 0; i < count; i++) {
-        if (cm_device_get(i, &dev, &err) < 0 ||
-            cm_ctx_sync_prepare(dev, &err) < 0) {
-            return cmpy_raise(st, &err);
-        }
+    if (cmpy_each_device(cmpy_get_state(module), cm_ctx_sync_prepare) < 0) {
+        return NULL;
     }
     Py_RETURN_NONE;
 }

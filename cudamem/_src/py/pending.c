@@ -330,15 +330,11 @@ static PyObject *
 flush_pending(PyObject *module, PyObject *Py_UNUSED(ignored))
 {
     cmpy_state *st = cmpy_get_state(module);
-    cm_device *dev;
     cm_error err;
-    int count, rc;
+    int rc;
 
     if (!cm_driver_ready()) {
         Py_RETURN_NONE;
-    }
-    if (cm_devices_count(&count, &err) < 0) {
-        return cmpy_raise(st, &err);
     }
     Py_BEGIN_ALLOW_THREADS
     rc = cm_host_drain(&err);
@@ -346,11 +342,8 @@ flush_pending(PyObject *module, PyObject *Py_UNUSED(ignored))
     if (rc < 0) {
         return cmpy_raise(st, &err);
     }
-    for (int i = 0; i < count; i++) {
-        if (cm_device_get(i, &dev, &err) < 0 ||
-            cm_queues_flush(dev, &err) < 0) {
-            return cmpy_raise(st, &err);
-        }
+    if (cmpy_each_device(st, cm_queues_flush) < 0) {
+        return NULL;
     }
     Py_RETURN_NONE;
 }
