@@ -144,6 +144,10 @@ cmpy_host_address(cmpy_state *st, cmpy_MemoryPointer *mp, CUdeviceptr ptr)
            ((cmpy_MemoryPointer *)owner)->owner != NULL) {
         owner = ((cmpy_MemoryPointer *)owner)->owner;
     }
+    /* Memory made by a MemoryPointer, not borrowed, is device memory. */
+    if (Py_IS_TYPE(owner, (PyTypeObject *)st->MemoryPointerType)) {
+        return NULL;
+    }
     host = cmpy_hostbuf_host(st, root_of(owner));
     if (host == NULL || !host->mapped || ptr < host->dptr ||
         ptr - host->dptr >= host->size) {
