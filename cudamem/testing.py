@@ -103,11 +103,19 @@ def quiesce():
         _cudamem._sync_probe_ready()
 
 
+def _late_callbacks():
+    """The stream callbacks quiesce() stopped waiting for, as text: each
+    holds its stream, which the error's traceback must not keep."""
+    return ", ".join("%r on %r (%s)" % late
+                     for late in _cudamem._dispatch_drain(0.0))
+
+
 @contextlib.contextmanager
 def leak_check():
     """leak_check(): a context manager that raises AssertionError when the
     simulator's live counts after its block (injected faults cleared,
-    cudamem quiesced) differ from those before it. Does nothing on a real
+    cudamem quiesced) differ from those before it, naming the stream
+    callbacks quiesce() stopped waiting for. Does nothing on a real
     driver."""
     if not on_simulator():
         yield
@@ -122,8 +130,13 @@ def leak_check():
     leaked = {k: (before[k], after[k]) for k in before
               if before[k] != after[k]}
     if leaked:
-        raise AssertionError("cudamem: live counts changed (before, after): "
-                             "%r" % (leaked,))
+        message = "cudamem: live counts changed (before, after): %r" % (
+            leaked,)
+        late = _late_callbacks()
+        if late:
+            message += ("; stream callbacks not run after %g s, each "
+                        "holding its stream: %s" % (CALLBACK_WAIT, late))
+        raise AssertionError(message)
 
 
 @contextlib.contextmanager

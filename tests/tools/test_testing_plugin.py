@@ -6,6 +6,7 @@ catch, the code that does it right passing, skips with their reasons.
 Each run starts without the simulator's variables, so the plugin's own
 options choose the driver and the checks."""
 import os
+import re
 import shutil
 import textwrap
 
@@ -113,6 +114,31 @@ def test_leak_check_waits_for_the_stream_callbacks_added(downstream):
             stream.add_callback(lambda s, status, arg: time.sleep(0.5))
     """, "--cudamem-simulator", "--cudamem-leak-check")
     result.assert_outcomes(passed=1)
+
+
+def test_leak_check_names_the_callbacks_it_stopped_waiting_for(
+        monkeypatch):
+    import threading
+
+    import cudamem
+    import cudamem.testing
+    monkeypatch.setattr(cudamem.testing, "CALLBACK_WAIT", 0.05)
+    gate = threading.Event()
+
+    def held_open(stream, status, arg):
+        gate.wait(30)
+
+    try:
+        with pytest.raises(AssertionError) as info:
+            with cudamem.testing.leak_check():
+                cudamem.stream().add_callback(held_open)
+    finally:
+        gate.set()
+    text = str(info.value)
+    assert "'streams': (" in text
+    assert "not run after 0.05 s" in text
+    assert re.search(r"held_open at 0x[0-9a-f]+> on <CUDA stream .*> "
+                     r"\((running|queued|unreached)\)", text), text
 
 
 RACES = """
