@@ -123,6 +123,36 @@ def test_to_device_of_ndarray_subclasses_follows_numpy(make):
     np.testing.assert_array_equal(dev.copy_to_host(), ref)
 
 
+def _odd_unit_strides(a, odd):
+    """a's elements with the strides of its length-1 dimensions set to
+    `odd`: NumPy ignores those strides, and so must a copy."""
+    strides = tuple(odd if n == 1 else st for n, st in zip(a.shape, a.strides))
+    return np.lib.stride_tricks.as_strided(a, a.shape, strides)
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (5,), (1, 5), (5, 1), (2, 1, 3),
+                                   (1, 1, 1)])
+@pytest.mark.parametrize("odd", [0, -8, 999])
+def test_one_run_copies_follow_numpy_in_one_call(shape, odd, sim):
+    """A copy between a C-contiguous host array and a C-contiguous device
+    array (whatever the strides of length-1 dimensions) is one
+    cuMemcpyHtoD or cuMemcpyDtoH of the whole run, in both directions,
+    to pageable and page-locked memory."""
+    ref = np.arange(int(np.prod(shape)), dtype=np.int32).reshape(shape) + 7
+    for host in (ref.copy(), _pinned_copy(ref)):
+        src = _odd_unit_strides(host, odd)
+        dev = cudamem.device_array(shape, np.int32)
+        sim.reset()
+        dev.copy_to_device(src)
+        back = _odd_unit_strides(np.zeros_like(host), odd)
+        dev.copy_to_host(back)
+        np.testing.assert_array_equal(back, ref)
+        stats = calls(sim)
+        assert (stats["cuMemcpyHtoD"], stats["cuMemcpyDtoH"],
+                stats["cuMemcpy2D"], stats["cuMemcpy3D"]) == (1, 1, 0, 0)
+        assert moved(sim)["cuMemcpyHtoD"] == ref.nbytes
+
+
 def test_sync_copies_use_one_driver_call_each(sim):
     host = np.arange(1000, dtype=np.float64)
     sim.reset()

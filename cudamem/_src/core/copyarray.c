@@ -890,6 +890,38 @@ note_host(job *j, const cm__layout *L, cm_error *err)
                           (size_t)(hi - lo), dst, err);
 }
 
+/* Whether dst and src, one on the host and one on the device, are one
+ * C-ordered run of the same elements, the device side mapping no host
+ * memory that the host side could share: then *nbytes is the run, and
+ * the layouts cm_copy_array would build come to one contiguous copy of
+ * it. Built, they cost as much as the copy's driver call on the
+ * simulator; anything else is left to them (errors included). */
+static int
+one_run(const cm_side *dst, const cm_side *src, size_t itemsize,
+        size_t *nbytes)
+{
+    const cm_side *dev = dst->on_device ? dst : src;
+    ptrdiff_t step = (ptrdiff_t)itemsize;
+
+    if (dst->on_device == src->on_device || dev->host != NULL ||
+        itemsize == 0 || itemsize > PTRDIFF_MAX || dst->ndim != src->ndim ||
+        dst->ndim < 0 || dst->ndim > CM_LAYOUT_MAXDIM) {
+        return 0;
+    }
+    for (int i = dst->ndim - 1; i >= 0; i--) {
+        ptrdiff_t len = dst->shape[i];
+
+        if (len <= 0 || src->shape[i] != len || step > PTRDIFF_MAX / len ||
+            (len > 1 &&
+             (dst->strides[i] != step || src->strides[i] != step))) {
+            return 0;
+        }
+        step *= len;
+    }
+    *nbytes = (size_t)step;
+    return 1;
+}
+
 int
 cm_copy_array(cm_device *dev, const cm_side *dst, const cm_side *src,
               size_t itemsize, CUstream stream, int async, cm_error *err)
@@ -902,6 +934,12 @@ cm_copy_array(cm_device *dev, const cm_side *dst, const cm_side *src,
     size_t n;
     int overlap, rc;
 
+    if (one_run(dst, src, itemsize, &n)) {
+        return dst->on_device ? cm_copy_htod(dev, dst->ptr, src->host, n,
+                                             stream, async, err)
+                              : cm_copy_dtoh(dev, dst->host, src->ptr, n,
+                                             stream, async, err);
+    }
     if (cm__layout_build(dst, src, itemsize, &L, &n, err) < 0) {
         return -1;
     }
