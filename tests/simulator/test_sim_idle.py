@@ -7,6 +7,7 @@ before. Idle streams hold no worker thread: many live streams cost few.
 tests/c/test_sim_event.c and test_sim_stream.c cover the driver-level
 rules."""
 import os
+import resource
 import time
 
 import numpy as np
@@ -151,3 +152,38 @@ def test_many_live_streams_few_workers(sim):
     assert workers() <= 16
     assert all(s.query() for s in streams)
     del streams
+
+
+def voluntary_switches():
+    """Voluntary context switches of every thread of the process so far,
+    ended ones included: one per wait that slept."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
+
+
+def test_a_chain_of_streams_wakes_each_worker_for_its_own_wait(sim):
+    # Each stream waits for the one before it: all n workers wait at once
+    # while the first op sleeps. A worker is woken by the completion it
+    # waits for, not by every completion: n waits cost about n wake-ups,
+    # where a wake-up of every waiting worker per completion costs n^2/2.
+    n = 200
+    streams = [cudamem.stream() for _ in range(n)]
+    d = cudamem.device_array((n, 4), np.int32)
+    host = cudamem.pinned_array((n, 4), np.int32)
+    host[:] = np.arange(n * 4, dtype=np.int32).reshape(n, 4)
+    before = voluntary_switches()
+    with sim.delay(DELAY_US):
+        done = cudamem.event()
+        for i, s in enumerate(streams):
+            if i:
+                done.wait(s)
+            d[i].copy_to_device(host[i], stream=s)
+            done = cudamem.event()
+            done.record(s)
+        # The first copy is sleeping: every later one is waiting for it.
+        assert not streams[-1].query()
+    # The delay is read when an op starts: the rest run without it.
+    cudamem.synchronize()
+    switches = voluntary_switches() - before
+    np.testing.assert_array_equal(d.copy_to_host(), host)
+    # About 5n here; the old wake-up of every waiter made 26,000.
+    assert switches < 20 * n, switches

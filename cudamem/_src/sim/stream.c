@@ -39,7 +39,18 @@ struct CUstream_st {
     CUlaunchMemSyncDomain domain;
     CUlaunchMemSyncDomainMap domain_map;
     sim_capture *capture; /* between cuStreamBeginCapture and End */
+    struct dep_waiter *waiters; /* workers waiting for its completions */
 };
+
+/* A worker whose next op waits for another stream's op: linked on that
+ * stream, which wakes it when that op completes or the stream is freed.
+ * Waiting on sim.progress instead, every completion woke every waiting
+ * worker: n streams chained by cuStreamWaitEvent cost n^2 wake-ups. */
+typedef struct dep_waiter {
+    struct dep_waiter *next, **pprev; /* pprev NULL: not linked */
+    uint64_t seq;
+    pthread_cond_t wake;
+} dep_waiter;
 
 /* Scheduling state of a queued op (sim_op.sched); NULL when it has none. */
 typedef struct sched {
@@ -260,9 +271,30 @@ zombie_add(void)
     zombies[nzombies++] = pthread_self();
 }
 
+/* Wakes the workers waiting for s to complete what it has completed, or
+ * with `all` every one (s is going: its ops read as done). Lock held. */
+static void
+waiters_wake(CUstream s, int all)
+{
+    dep_waiter **pp = &s->waiters, *w;
+
+    while ((w = *pp) != NULL) {
+        if (!all && w->seq > s->completed) {
+            pp = &w->next;
+            continue;
+        }
+        *pp = w->next;
+        if (w->next != NULL)
+            w->next->pprev = pp;
+        w->pprev = NULL;
+        pthread_cond_signal(&w->wake);
+    }
+}
+
 static void
 stream_free(CUstream s)
 {
+    waiters_wake(s, 1);
     if (s->capture != NULL)
         sim__capture_drop(s->capture, s);
     stream_unlink(s);
@@ -306,19 +338,24 @@ sim__op_free(sim_op *op)
         free(op);
 }
 
-static int
-op_ready(const sim_op *op)
+/* The first dependency of op not done yet, or NULL when op may run. */
+static const sim_dep *
+op_blocker(const sim_op *op)
 {
     const sched *sc = op->sched;
     size_t i;
 
-    if (sc == NULL)
-        return 1;
-    for (i = 0; i < sc->ndeps; i++) {
+    for (i = 0; sc != NULL && i < sc->ndeps; i++) {
         if (!sim__dep_done(sc->deps[i].uid, sc->deps[i].seq))
-            return 0;
+            return &sc->deps[i];
     }
-    return 1;
+    return NULL;
+}
+
+static int
+op_ready(const sim_op *op)
+{
+    return op_blocker(op) == NULL;
 }
 
 static void
@@ -383,6 +420,7 @@ typedef struct worker_info {
     volatile int caught; /* the range that faulted */
     volatile int signo;  /* and the signal it raised */
     int caller;          /* the thread is the op's caller (serve_inline) */
+    dep_waiter waiter;
     sigjmp_buf resume;
 } worker_info;
 
@@ -622,22 +660,47 @@ op_serve(worker_info *info, CUstream s, sim_op *op)
         s->tail = NULL;
     s->completed = op->seq;
     sim__event_op_done(op);
+    waiters_wake(s, 0);
     pthread_cond_broadcast(&sim.progress);
     sim_unlock();
     sim__op_free(op);
     sim_lock();
 }
 
+/* Waits until the stream of dep, which is not done, completes it or is
+ * freed (lock held but while waiting). */
+static void
+dep_wait(dep_waiter *w, const sim_dep *dep)
+{
+    CUstream on = slot_lookup(dep->uid);
+
+    w->seq = dep->seq;
+    w->next = on->waiters;
+    if (w->next != NULL)
+        w->next->pprev = &w->next;
+    w->pprev = &on->waiters;
+    on->waiters = w;
+    pthread_cond_wait(&w->wake, &sim.lock);
+    /* A spurious wake-up leaves w linked. */
+    if (w->pprev != NULL) {
+        *w->pprev = w->next;
+        if (w->next != NULL)
+            w->next->pprev = w->pprev;
+        w->pprev = NULL;
+    }
+}
+
 /* Runs s's ops until it has none left (lock held throughout but while an
- * op runs or sleeps). */
+ * op runs, sleeps or waits). */
 static void
 worker_serve(worker_info *info, CUstream s)
 {
+    const sim_dep *dep;
     sim_op *op;
 
     while ((op = s->head) != NULL) {
-        if (!op_ready(op))
-            pthread_cond_wait(&sim.progress, &sim.lock);
+        if ((dep = op_blocker(op)) != NULL)
+            dep_wait(&info->waiter, dep);
         else
             op_serve(info, s, op);
     }
@@ -691,7 +754,7 @@ static void *
 worker_main(void *arg)
 {
     worker *w = arg;
-    worker_info info = {.op = NULL};
+    worker_info info = {.waiter.wake = PTHREAD_COND_INITIALIZER};
     sigset_t faults;
     CUstream s;
     size_t i;
@@ -713,6 +776,7 @@ worker_main(void *arg)
     }
     zombie_add();
     sim_unlock();
+    pthread_cond_destroy(&info.waiter.wake);
     pthread_cond_destroy(&w->wake);
     free(w);
     return NULL;
@@ -774,7 +838,9 @@ worker_start(CUstream s)
 static void
 serve_inline(CUstream s, sim_op *op)
 {
-    worker_info info = {.s = s, .caller = 1};
+    worker_info info = {.s = s,
+                        .caller = 1,
+                        .waiter.wake = PTHREAD_COND_INITIALIZER};
     void *prev;
 
     pthread_once(&crash_once, crash_install);
@@ -788,6 +854,7 @@ serve_inline(CUstream s, sim_op *op)
     }
     if (crash_ready)
         pthread_setspecific(worker_key, prev);
+    pthread_cond_destroy(&info.waiter.wake);
 }
 
 /* Closes s: queued work still runs, then its worker frees it. */
