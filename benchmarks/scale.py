@@ -17,8 +17,10 @@ same with the memory history recording), pool (alloc+free
 streams, all made first, each freed pooled memory and died), batches (the
 same with one temporary stream per batch, made and released in turn),
 busy (an 8 B pinned copy on a stream and its synchronize, N other
-streams alive that each ran a copy), register or export (export prints
-call counts and needs no callgrind).
+streams alive that each ran a copy), register (pinned_array+free with N
+live registrations, the op's pages below them all, where fresh mappings
+go), register-middle (the same in a hole amid them) or export (export
+prints call counts and needs no callgrind).
 Runs on the simulator.
 """
 import ctypes
@@ -111,8 +113,15 @@ def setup(case, n):
         def op():
             dev.copy_to_device(host, stream=live)
             live.synchronize()
-    elif case == "register":
-        keep = [cudamem.pinned_array(1) for _ in range(n)]
+    elif case in ("register", "register-middle"):
+        keep = [cudamem.pinned_array(1) for _ in range(n + 1)]
+        if case == "register-middle":
+            # A hole amid the registrations, which the op's new mapping
+            # takes (mmap fills the highest gap): its lookups start in
+            # the middle of the table rather than at an end.
+            del keep[(n + 1) // 2]
+        else:
+            del keep[-1]
 
         def op():
             a = cudamem.pinned_array(1)

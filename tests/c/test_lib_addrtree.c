@@ -86,6 +86,11 @@ check_tree(const addrtree *t)
 
     (void)check_subtree(t->root, NULL, &count, &depth);
     CHECK_TRUE(t->root == NULL || !t->root->red);
+    /* The kept first node is the leftmost one. */
+    for (n = t->root; n != NULL && n->left != NULL;) {
+        n = n->left;
+    }
+    CHECK_PTR_EQ(addrtree_first(t), n);
     CHECK_UINT_EQ(count, t->n);
     for (size_t i = 0; i < SLOTS; i++) {
         if (!ranges[i].in) {

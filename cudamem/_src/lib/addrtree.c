@@ -111,6 +111,9 @@ link_at(addrtree *t, addrnode *parent, addrnode **link, addrnode *n)
     if (parent == NULL || (parent == t->last && link == &parent->right)) {
         t->last = n;
     }
+    if (parent == NULL || (parent == t->first && link == &parent->left)) {
+        t->first = n;
+    }
     t->n++;
     insert_fixup(t, n);
 }
@@ -123,6 +126,12 @@ addrtree_insert(addrtree *t, addrnode *n)
     if (parent != NULL && n->base >= parent->base) {
         /* The last node has no right child. */
         link_at(t, parent, &parent->right, n);
+        return;
+    }
+    parent = t->first;
+    if (parent != NULL && n->base < parent->base) {
+        /* Nor the first a left one. */
+        link_at(t, parent, &parent->left, n);
         return;
     }
     parent = NULL;
@@ -231,6 +240,9 @@ addrtree_remove(addrtree *t, addrnode *n)
         /* It has no right child: its predecessor is near. */
         t->last = addrtree_prev(n);
     }
+    if (n == t->first) {
+        t->first = addrtree_next(n);
+    }
     if (n->left != NULL && n->right != NULL) {
         /* Its successor, which has no left child, takes its place and
          * colour; the successor's old position is the one that empties. */
@@ -271,12 +283,7 @@ addrtree_remove(addrtree *t, addrnode *n)
 addrnode *
 addrtree_first(const addrtree *t)
 {
-    addrnode *n = t->root;
-
-    while (n != NULL && n->left != NULL) {
-        n = n->left;
-    }
-    return n;
+    return t->first;
 }
 
 addrnode *
@@ -322,6 +329,12 @@ addrtree_floor(const addrtree *t, uintptr_t addr)
 {
     addrnode *n = t->root, *best = NULL;
 
+    if (n == NULL || addr < t->first->base) {
+        return NULL;
+    }
+    if (addr >= t->last->base) {
+        return t->last;
+    }
     while (n != NULL) {
         if (n->base <= addr) {
             best = n;
@@ -350,5 +363,9 @@ addrtree_after(const addrtree *t, uintptr_t addr)
     if (n == NULL) {
         return addrtree_first(t);
     }
-    return addr - n->base < n->size ? n : addrtree_next(n);
+    if (addr - n->base < n->size) {
+        return n;
+    }
+    /* The last node's successor would be a walk up to the root. */
+    return n != t->last ? addrtree_next(n) : NULL;
 }

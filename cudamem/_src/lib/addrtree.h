@@ -19,11 +19,13 @@ typedef struct addrnode {
     int red; /* the node's colour: 1 red, 0 black */
 } addrnode;
 
-/* Zero-initialized when empty. `last` is kept so that a range above all
- * the others goes in without a walk from the root. */
+/* Zero-initialized when empty. The ends are kept so that a range above
+ * or below all the others goes in, and an address outside them is looked
+ * up, without a walk from the root: fresh memory tends to come at one end
+ * (device addresses upward, mmap's pages downward). */
 typedef struct addrtree {
     addrnode *root;
-    addrnode *last;
+    addrnode *first, *last;
     size_t n;
 } addrtree;
 
@@ -32,7 +34,8 @@ typedef struct addrtree {
     ((type *)((char *)(n) - offsetof(type, field)))
 
 /* Links n by n->base; an equal base goes after those already in. A base
- * at or above the last one's takes O(1) amortized. */
+ * at or above the last one's, or below the first one's, takes O(1)
+ * amortized. */
 void addrtree_insert(addrtree *t, addrnode *n);
 
 /* Links n just before `next` (NULL: after the last node) without a
@@ -44,8 +47,8 @@ void addrtree_insert_before(addrtree *t, addrnode *next, addrnode *n);
 /* Unlinks n, which is in t. */
 void addrtree_remove(addrtree *t, addrnode *n);
 
-/* The first and last nodes by base (the last in O(1)), and n's
- * neighbours; NULL past an end. */
+/* The first and last nodes by base (in O(1)), and n's neighbours; NULL
+ * past an end. */
 addrnode *addrtree_first(const addrtree *t);
 addrnode *addrtree_last(const addrtree *t);
 addrnode *addrtree_next(const addrnode *n);
