@@ -17,7 +17,8 @@ same with the memory history recording), pool (alloc+free
 streams, all made first, each freed pooled memory and died), batches (the
 same with one temporary stream per batch, made and released in turn),
 busy (an 8 B pinned copy on a stream and its synchronize, N other
-streams alive that each ran a copy), register (pinned_array+free with N
+streams alive that each ran a copy), idle-streams (alloc, a copy back on
+the legacy stream and free, beside N such streams), register (pinned_array+free with N
 live registrations, the op's pages below them all, where fresh mappings
 go), register-middle (the same in a hole amid them) or export (export
 prints call counts and needs no callgrind).
@@ -113,6 +114,26 @@ def setup(case, n):
         def op():
             dev.copy_to_device(host, stream=live)
             live.synchronize()
+    elif case == "idle-streams":
+        # N streams alive and idle, each of which ran a copy; the op is
+        # what a default-stream program does beside them: an array made,
+        # copied back on the legacy stream (which follows every blocking
+        # stream) and freed (which waits for the memory's work).
+        import numpy as np
+        host = cudamem.pinned_array(8, np.uint8)
+        dev = cudamem.device_array(8, np.uint8)
+        keep = [cudamem.stream() for _ in range(n)]
+        for i, s in enumerate(keep):
+            dev.copy_to_device(host, stream=s)
+            if i % 100 == 99:
+                cudamem.synchronize()
+        cudamem.synchronize()
+        keep += [host, dev]
+
+        def op():
+            a = cudamem.device_array(8, np.uint8)
+            a.copy_to_host(host)
+            del a
     elif case in ("register", "register-middle"):
         keep = [cudamem.pinned_array(1) for _ in range(n + 1)]
         if case == "register-middle":

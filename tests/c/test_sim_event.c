@@ -306,6 +306,77 @@ test_legacy_rules(void)
     CHECK_OK(cuStreamDestroy(nb));
 }
 
+/* The context keeps its busy streams and its count of capturing ones
+ * rather than walk every stream: with many idle streams around, a legacy
+ * record still waits for the one busy blocking stream (a destroyed one
+ * too, whose queued work still runs), and is complete on return again
+ * once a capture ends, however it ends. */
+static void
+test_legacy_rules_amid_idle_streams(void)
+{
+    enum { N = 64 };
+    CUstream idle[N], b, nb;
+    CUevent e;
+    CUgraph g;
+
+    for (int i = 0; i < N; i++) {
+        CHECK_OK(cuStreamCreate(&idle[i], i % 2 ? CU_STREAM_NON_BLOCKING
+                                                : CU_STREAM_DEFAULT));
+    }
+    CHECK_OK(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+    for (int i = 0; i < N; i++) {
+        CHECK_OK(cuEventRecord(e, idle[i]));
+    }
+    CHECK_OK(cuStreamCreate(&b, CU_STREAM_DEFAULT));
+    CHECK_OK(cuStreamCreate(&nb, CU_STREAM_NON_BLOCKING));
+
+    /* The busy one amid the idle ones, then destroyed while busy. */
+    close_gate(idle[N / 2]);
+    CHECK_OK(cuEventRecord(e, NULL));
+    CHECK_CU(CUDA_ERROR_NOT_READY, cuEventQuery(e));
+    CHECK_OK(cuStreamDestroy(idle[N / 2]));
+    CHECK_OK(cuEventRecord(e, NULL));
+    CHECK_CU(CUDA_ERROR_NOT_READY, cuEventQuery(e));
+    open_gate();
+    CHECK_OK(cuEventSynchronize(e));
+
+    /* A non-blocking stream's capture does not involve the legacy one. */
+    CHECK_OK(cuStreamBeginCapture(nb, CU_STREAM_CAPTURE_MODE_RELAXED));
+    CHECK_OK(cuEventRecord(e, NULL));
+    CHECK_OK(cuEventSynchronize(e));
+    g = NULL;
+    CHECK_OK(cuStreamEndCapture(nb, &g));
+    CHECK_OK(cuGraphDestroy(g));
+    for (int i = 0; i < 100; i++) {
+        CHECK_OK(cuEventRecord(e, NULL));
+        CHECK_OK(cuEventQuery(e));
+    }
+
+    /* A blocking one's, ended by the invalid record or by its stream's
+     * destruction. */
+    CHECK_OK(cuStreamBeginCapture(b, CU_STREAM_CAPTURE_MODE_RELAXED));
+    CHECK_CU(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, cuEventRecord(e, NULL));
+    CHECK_CU(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, cuStreamEndCapture(b, &g));
+    for (int i = 0; i < 100; i++) {
+        CHECK_OK(cuEventRecord(e, NULL));
+        CHECK_OK(cuEventQuery(e));
+    }
+    CHECK_OK(cuStreamBeginCapture(b, CU_STREAM_CAPTURE_MODE_RELAXED));
+    CHECK_OK(cuStreamDestroy(b));
+    for (int i = 0; i < 100; i++) {
+        CHECK_OK(cuEventRecord(e, NULL));
+        CHECK_OK(cuEventQuery(e));
+    }
+
+    CHECK_OK(cuEventDestroy(e));
+    CHECK_OK(cuStreamDestroy(nb));
+    for (int i = 0; i < N; i++) {
+        if (i != N / 2) {
+            CHECK_OK(cuStreamDestroy(idle[i]));
+        }
+    }
+}
+
 /* With a delay every operation waits it out before it runs, a record on
  * an idle stream too: the stream is not idle early. */
 static void
@@ -500,6 +571,8 @@ static const check_test tests[] = {
     {"elapsed", test_elapsed, 0},
     {"capture", test_capture, 0},
     {"legacy_rules", test_legacy_rules, 0},
+    {"legacy_rules_amid_idle_streams", test_legacy_rules_amid_idle_streams,
+     0},
     {"delay", test_delay, 0},
     {"fault", test_fault, 0},
     {"hazards", test_hazards, 0},

@@ -375,6 +375,11 @@ struct CUctx_st {
      * every stream above: made on first need, never a handle. */
     struct CUstream_st *recorder;
     struct CUstream_st *streams; /* every other stream (list via `next`) */
+    /* Those of `streams` with work queued (list via `busy_next`), and how
+     * many capture: what the legacy stream's rules and a context-wide
+     * wait look at, without a walk over every idle stream. */
+    struct CUstream_st *busy;
+    int ncapturing;
     unsigned char peer[SIM_MAX_DEVICES]; /* peer access enabled to device */
     unsigned long long id;       /* cuCtxGetId: new at each activation */
     size_t limits[CU_LIMIT_MAX]; /* cuCtxSetLimit, reset at activation */
@@ -543,9 +548,9 @@ CUresult sim_stream_submit(CUstream hStream, int ptds, sim_op *op,
  * caller does not hold the lock. */
 CUresult sim_ctx_drain(CUcontext ctx);
 /* Lock held. Nonzero while an op of any stream, of any context, that
- * touches [addr, addr + len) is running, or with `queued` also while one
+ * touches [addr, addr + len) is running, or with `queued_too` also while one
  * is queued. Frees wait on sim.progress until it is zero. */
-int sim_range_busy(uintptr_t addr, size_t len, int queued);
+int sim_range_busy(uintptr_t addr, size_t len, int queued_too);
 /* Destroys every stream and event of ctx (reset / destroy); lock held,
  * streams drained. */
 void sim_streams_release_ctx(CUcontext ctx);

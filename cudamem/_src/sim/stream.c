@@ -25,7 +25,9 @@ struct CUstream_st {
     int priority;
     uint64_t uid;   /* slot index and generation, outlives the struct */
     uint64_t owner; /* KIND_PTDS: the owning thread's id */
-    struct CUstream_st *next; /* ctx->streams */
+    struct CUstream_st *next, **pprev;       /* ctx->streams */
+    struct CUstream_st *busy_next, **busy_pprev; /* ctx->busy, or NULL */
+    struct CUstream_st *q_next, **q_pprev;       /* queued, or NULL */
     int linked;               /* on ctx's lists */
     int destroyed;            /* closing: freed once its queue is empty */
     int has_worker;           /* has work; once closed, its worker frees it */
@@ -51,6 +53,10 @@ typedef struct dep_waiter {
     uint64_t seq;
     pthread_cond_t wake;
 } dep_waiter;
+
+/* Every stream with ops queued, of any context: what a question about
+ * memory in use walks, rather than every stream there is. */
+static struct CUstream_st *queued;
 
 /* Scheduling state of a queued op (sim_op.sched); NULL when it has none. */
 typedef struct sched {
@@ -200,17 +206,71 @@ stream_new(CUcontext ctx, int kind, unsigned flags, int priority)
     }
     else {
         s->next = ctx->streams;
+        if (s->next != NULL)
+            s->next->pprev = &s->next;
+        s->pprev = &ctx->streams;
         ctx->streams = s;
     }
     s->linked = 1;
     return s;
 }
 
+/* s is on its context's `streams`: a user or per-thread default stream
+ * whose context is alive. */
+static int
+stream_listed(CUstream s)
+{
+    return s->linked && s->kind != KIND_LEGACY && s->kind != KIND_RECORDER;
+}
+
+/* s, which is listed, has work queued: on ctx->busy until it runs dry. */
+static void
+busy_mark(CUstream s)
+{
+    if (s->busy_pprev != NULL || !stream_listed(s))
+        return;
+    s->busy_next = s->ctx->busy;
+    if (s->busy_next != NULL)
+        s->busy_next->busy_pprev = &s->busy_next;
+    s->busy_pprev = &s->ctx->busy;
+    s->ctx->busy = s;
+}
+
+static void
+busy_clear(CUstream s)
+{
+    if (s->busy_pprev == NULL)
+        return;
+    *s->busy_pprev = s->busy_next;
+    if (s->busy_next != NULL)
+        s->busy_next->busy_pprev = s->busy_pprev;
+    s->busy_pprev = NULL;
+}
+
+/* s's queue is no longer empty. */
+static void
+queued_add(CUstream s)
+{
+    s->q_next = queued;
+    if (s->q_next != NULL)
+        s->q_next->q_pprev = &s->q_next;
+    s->q_pprev = &queued;
+    queued = s;
+}
+
+/* s's queue ran dry. */
+static void
+queued_remove(CUstream s)
+{
+    *s->q_pprev = s->q_next;
+    if (s->q_next != NULL)
+        s->q_next->q_pprev = s->q_pprev;
+    s->q_pprev = NULL;
+}
+
 static void
 stream_unlink(CUstream s)
 {
-    CUstream *pp;
-
     if (!s->linked)
         return;
     if (s->ctx->legacy == s) {
@@ -220,12 +280,12 @@ stream_unlink(CUstream s)
         s->ctx->recorder = NULL;
     }
     else {
-        for (pp = &s->ctx->streams; *pp != NULL; pp = &(*pp)->next) {
-            if (*pp == s) {
-                *pp = s->next;
-                break;
-            }
-        }
+        busy_clear(s);
+        if (s->capture != NULL)
+            s->ctx->ncapturing--;
+        *s->pprev = s->next;
+        if (s->next != NULL)
+            s->next->pprev = s->pprev;
     }
     s->linked = 0;
 }
@@ -323,6 +383,40 @@ stream_busy(CUstream s)
 {
     return s->submitted > s->completed;
 }
+
+#ifdef CUDAMEM_DEBUG
+/* Debug builds (the C tests, TSan's run): the walk over every stream that
+ * ctx->busy, ctx->ncapturing and `queued` stand for must agree with them.
+ * A disagreement is a bug here, so the process stops. Lock held. */
+static void
+lists_check(CUcontext ctx)
+{
+    int capturing = 0;
+    CUstream s;
+
+    for (s = ctx->streams; s != NULL; s = s->next) {
+        capturing += s->capture != NULL;
+        if ((s->busy_pprev != NULL) != stream_busy(s) ||
+            (s->q_pprev != NULL) != (s->head != NULL)) {
+            fprintf(stderr, "cusim: stream %p is misfiled (busy %d, queued "
+                            "%d)\n",
+                    (void *)s, stream_busy(s), s->head != NULL);
+            abort();
+        }
+    }
+    if (capturing != ctx->ncapturing) {
+        fprintf(stderr, "cusim: %d streams capture, counted %d\n", capturing,
+                ctx->ncapturing);
+        abort();
+    }
+}
+#else
+static void
+lists_check(CUcontext ctx)
+{
+    (void)ctx;
+}
+#endif
 
 /* ------------------------------------------------------------------------
  * Workers. */
@@ -656,9 +750,13 @@ op_serve(worker_info *info, CUstream s, sim_op *op)
         op_fault(s, op, unmapped, "registered pages unmapped by their owner");
     s->running = NULL;
     s->head = op->next;
-    if (s->head == NULL)
+    if (s->head == NULL) {
         s->tail = NULL;
+        queued_remove(s);
+    }
     s->completed = op->seq;
+    if (!stream_busy(s))
+        busy_clear(s);
     sim__event_op_done(op);
     waiters_wake(s, 0);
     pthread_cond_broadcast(&sim.progress);
@@ -1009,10 +1107,9 @@ sim__enqueue(CUstream s, sim_op *op, const sim_dep *extra, size_t nextra,
             sim__capture_invalidate(c);
             return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
         }
-        for (b = s->ctx->streams; b != NULL; b = b->next) {
-            if (!stream_blocking(b) || !stream_busy(b))
-                continue;
-            if (deps_add(&deps, &n, &cap, b->uid, b->submitted) < 0)
+        for (b = s->ctx->busy; b != NULL; b = b->busy_next) {
+            if (stream_blocking(b) &&
+                deps_add(&deps, &n, &cap, b->uid, b->submitted) < 0)
                 goto done;
         }
     }
@@ -1041,8 +1138,8 @@ sim__enqueue(CUstream s, sim_op *op, const sim_dep *extra, size_t nextra,
     }
     /* The new op follows everything its dependencies follow. */
     if (s->kind == KIND_LEGACY) {
-        for (b = s->ctx->streams; b != NULL; b = b->next) {
-            if (stream_blocking(b) && stream_busy(b))
+        for (b = s->ctx->busy; b != NULL; b = b->busy_next) {
+            if (stream_blocking(b))
                 sim__vc_join(&s->vc, &b->vc);
         }
     }
@@ -1055,11 +1152,15 @@ sim__enqueue(CUstream s, sim_op *op, const sim_dep *extra, size_t nextra,
     op->sched = sc;
     op->stream = s;
     op->next = NULL;
+    busy_mark(s);
     op->seq = ++s->submitted;
-    if (s->tail != NULL)
+    if (s->tail != NULL) {
         s->tail->next = op;
-    else
+    }
+    else {
         s->head = op;
+        queued_add(s);
+    }
     s->tail = op;
     sim__vc_put(&s->vc, s->uid, op->seq);
     sim__vc_prune(&s->vc);
@@ -1080,10 +1181,14 @@ sim__stream_idle(CUstream s)
         __atomic_load_n(&sim.delay_us, __ATOMIC_RELAXED) != 0)
         return 0;
     /* The legacy stream's implicit synchronization (sim__enqueue): it
-     * waits for every blocking stream, and may not join a capture. */
+     * waits for every blocking stream, and may not join a capture (any
+     * capture sends it there, which tells blocking ones apart). */
     if (s->kind == KIND_LEGACY) {
-        for (b = s->ctx->streams; b != NULL; b = b->next) {
-            if (stream_blocking(b) && (stream_busy(b) || b->capture != NULL))
+        lists_check(s->ctx);
+        if (s->ctx->ncapturing > 0)
+            return 0;
+        for (b = s->ctx->busy; b != NULL; b = b->busy_next) {
+            if (stream_blocking(b))
                 return 0;
         }
         return 1;
@@ -1118,6 +1223,8 @@ sim__stream_capture(CUstream s)
 void
 sim__stream_set_capture(CUstream s, sim_capture *c)
 {
+    if (stream_listed(s) && (s->capture != NULL) != (c != NULL))
+        s->ctx->ncapturing += c != NULL ? 1 : -1;
     s->capture = c;
 }
 
@@ -1126,7 +1233,8 @@ sim__ctx_blocking_capture(CUcontext ctx)
 {
     CUstream b;
 
-    for (b = ctx->streams; b != NULL; b = b->next) {
+    for (b = ctx->ncapturing > 0 ? ctx->streams : NULL; b != NULL;
+         b = b->next) {
         if (b->capture != NULL && stream_blocking(b))
             return b->capture;
     }
@@ -1255,8 +1363,8 @@ stream_targets(CUstream s, sim_dep **deps, size_t *n)
         return -1;
     if (s->kind != KIND_LEGACY)
         return 0;
-    for (b = s->ctx->streams; b != NULL; b = b->next) {
-        if (stream_blocking(b) && stream_busy(b) &&
+    for (b = s->ctx->busy; b != NULL; b = b->busy_next) {
+        if (stream_blocking(b) &&
             deps_add(deps, n, &cap, b->uid, b->submitted) < 0)
             return -1;
     }
@@ -1794,7 +1902,8 @@ cuCtxSynchronize(void)
         return r;
     /* Not while any of its streams captures; the captures end invalid. */
     sim_lock();
-    for (s = ctx->streams; s != NULL; s = s->next) {
+    for (s = ctx->ncapturing > 0 ? ctx->streams : NULL; s != NULL;
+         s = s->next) {
         if (s->capture != NULL) {
             sim__capture_invalidate(s->capture);
             r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
@@ -1833,7 +1942,7 @@ ctx_targets(CUcontext ctx, sim_dep **deps, size_t *n, sim_vclock *vc)
     *n = 0;
     if (ctx_target(ctx->legacy, deps, n, &cap, vc) < 0)
         return -1;
-    for (s = ctx->streams; s != NULL; s = s->next) {
+    for (s = ctx->busy; s != NULL; s = s->busy_next) {
         if (ctx_target(s, deps, n, &cap, vc) < 0)
             return -1;
     }
@@ -1867,7 +1976,8 @@ cuCtxRecordEvent(CUcontext hCtx, CUevent hEvent)
     r = ctx_sticky(hCtx);
     if (r != CUDA_SUCCESS)
         goto done;
-    for (s = hCtx->streams; s != NULL; s = s->next) {
+    for (s = hCtx->ncapturing > 0 ? hCtx->streams : NULL; s != NULL;
+         s = s->next) {
         if (s->capture != NULL) {
             sim__capture_invalidate(s->capture);
             r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
@@ -1916,16 +2026,10 @@ cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPriority)
 static int
 ctx_busy(CUcontext ctx)
 {
-    CUstream s;
-
-    if ((ctx->legacy != NULL && stream_busy(ctx->legacy)) ||
-        (ctx->recorder != NULL && stream_busy(ctx->recorder)))
-        return 1;
-    for (s = ctx->streams; s != NULL; s = s->next) {
-        if (stream_busy(s))
-            return 1;
-    }
-    return 0;
+    lists_check(ctx);
+    return (ctx->legacy != NULL && stream_busy(ctx->legacy)) ||
+           (ctx->recorder != NULL && stream_busy(ctx->recorder)) ||
+           ctx->busy != NULL;
 }
 
 CUresult
@@ -1982,17 +2086,14 @@ range_overlaps(const sim_op *op, uintptr_t addr, size_t len)
 }
 
 int
-sim_range_busy(uintptr_t addr, size_t len, int queued)
+sim_range_busy(uintptr_t addr, size_t len, int queued_too)
 {
     const sim_op *e;
-    uint32_t i;
+    CUstream s;
 
-    for (i = 0; i < nslots; i++) {
-        CUstream s = slots[i].s;
-
-        if (s == NULL)
-            continue;
-        if (!queued) {
+    /* A running op is its stream's head. */
+    for (s = queued; s != NULL; s = s->q_next) {
+        if (!queued_too) {
             if (s->running != NULL && range_overlaps(s->running, addr, len))
                 return 1;
             continue;
@@ -2005,16 +2106,14 @@ sim_range_busy(uintptr_t addr, size_t len, int queued)
     return 0;
 }
 
-/* Every live stream, for the hazard checker. Lock held. */
+/* Every stream with ops queued, for the hazard checker. Lock held. */
 void
 sim__streams_each(void (*fn)(CUstream s, void *arg), void *arg)
 {
-    uint32_t i;
+    CUstream s;
 
-    for (i = 0; i < nslots; i++) {
-        if (slots[i].s != NULL)
-            fn(slots[i].s, arg);
-    }
+    for (s = queued; s != NULL; s = s->q_next)
+        fn(s, arg);
 }
 
 const sim_op *
