@@ -29,6 +29,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 
 TOGGLE_C = r"""
 #include <valgrind/callgrind.h>
@@ -99,8 +100,11 @@ def setup(case, n):
             del a
     elif case == "busy":
         # N streams alive throughout, each of which ran a copy; the op is
-        # a copy on one more live stream and its synchronize (through a
-        # simulator worker, as every stream's work is).
+        # a copy on one more live stream and a synchronize (through a
+        # simulator worker, as every stream's work is). run() calls it
+        # off the main thread, where the synchronize is one blocking call:
+        # on the main thread a wait polls (for Ctrl-C), and its count
+        # would follow the worker's timing.
         import numpy as np
         host = cudamem.pinned_array(8, np.uint8)
         dev = cudamem.device_array(8, np.uint8)
@@ -113,7 +117,7 @@ def setup(case, n):
 
         def op():
             dev.copy_to_device(host, stream=live)
-            live.synchronize()
+            cudamem.synchronize()
     elif case == "idle-streams":
         # N streams alive and idle, each of which ran a copy; the op is
         # what a default-stream program does beside them: an array made,
@@ -155,12 +159,22 @@ def setup(case, n):
 
 def run(case, n, iters, toggles=None):
     keep, op = setup(case, n)
-    if toggles is not None:
-        toggles.cg_start()
-    for _ in range(iters):
-        op()
-    if toggles is not None:
-        toggles.cg_stop()
+
+    def loop():
+        # Callgrind collects per thread: what the calling thread runs.
+        if toggles is not None:
+            toggles.cg_start()
+        for _ in range(iters):
+            op()
+        if toggles is not None:
+            toggles.cg_stop()
+
+    if case == "busy":
+        worker = threading.Thread(target=loop)
+        worker.start()
+        worker.join()
+    else:
+        loop()
     return keep
 
 
