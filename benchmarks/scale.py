@@ -16,12 +16,12 @@ same with the memory history recording), pool (alloc+free
 8 B, N free blocks), streams (pooled alloc+free on a live stream after N
 streams, all made first, each freed pooled memory and died), batches (the
 same with one temporary stream per batch, made and released in turn),
-busy (an 8 B pinned copy on a stream and its synchronize, N other
-streams alive that each ran a copy), idle-streams (alloc, a copy back on
-the legacy stream and free, beside N such streams), register (pinned_array+free with N
-live registrations, the op's pages below them all, where fresh mappings
-go), register-middle (the same in a hole amid them) or export (export
-prints call counts and needs no callgrind).
+busy (an 8 B pinned copy on a stream and a synchronize, N other streams
+alive that each ran a copy), idle-streams (alloc, a copy back on the
+legacy stream and free, beside N such streams), register
+(pinned_array+free with N live registrations, the op's pages below them
+all, where fresh mappings go), register-middle (the same in a hole amid
+them) or export (export prints call counts and needs no callgrind).
 Runs on the simulator.
 """
 import ctypes

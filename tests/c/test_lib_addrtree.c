@@ -80,7 +80,7 @@ tree_depth(const addrtree *t)
 static void
 check_tree(const addrtree *t)
 {
-    const addrnode *n = addrtree_first(t), *prev = NULL;
+    const addrnode *n, *prev = NULL;
     size_t count, in = 0;
     int depth;
 

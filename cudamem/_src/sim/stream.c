@@ -25,14 +25,15 @@ struct CUstream_st {
     int priority;
     uint64_t uid;   /* slot index and generation, outlives the struct */
     uint64_t owner; /* KIND_PTDS: the owning thread's id */
-    struct CUstream_st *next, **pprev;       /* ctx->streams */
-    struct CUstream_st *busy_next, **busy_pprev; /* ctx->busy, or NULL */
-    struct CUstream_st *q_next, **q_pprev;       /* queued, or NULL */
-    int linked;               /* on ctx's lists */
-    int destroyed;            /* closing: freed once its queue is empty */
-    int has_worker;           /* has work; once closed, its worker frees it */
-    sim_op *head, *tail;      /* queued ops; head may be running */
-    const sim_op *running;    /* head while its worker runs it, else NULL */
+    /* On ctx->streams; on ctx->busy and on `queued` (pprev NULL: off). */
+    struct CUstream_st *next, **pprev;
+    struct CUstream_st *busy_next, **busy_pprev;
+    struct CUstream_st *q_next, **q_pprev;
+    int linked;            /* on ctx's lists */
+    int destroyed;         /* closing: freed once its queue is empty */
+    int has_worker;        /* has work; once closed, its worker frees it */
+    sim_op *head, *tail;   /* queued ops; head may be running */
+    const sim_op *running; /* head while its worker runs it, else NULL */
     uint64_t submitted, completed;
     sim_vclock vc; /* what the stream's next op is known to follow */
     /* cuStreamSetAttribute: hints a CPU has no use for, kept to answer. */
@@ -40,7 +41,7 @@ struct CUstream_st {
     CUaccessPolicyWindow window;
     CUlaunchMemSyncDomain domain;
     CUlaunchMemSyncDomainMap domain_map;
-    sim_capture *capture; /* between cuStreamBeginCapture and End */
+    sim_capture *capture;       /* between cuStreamBeginCapture and End */
     struct dep_waiter *waiters; /* workers waiting for its completions */
 };
 
@@ -398,8 +399,7 @@ lists_check(CUcontext ctx)
         capturing += s->capture != NULL;
         if ((s->busy_pprev != NULL) != stream_busy(s) ||
             (s->q_pprev != NULL) != (s->head != NULL)) {
-            fprintf(stderr, "cusim: stream %p is misfiled (busy %d, queued "
-                            "%d)\n",
+            fprintf(stderr, "cusim: stream %p misfiled (busy %d, queued %d)\n",
                     (void *)s, stream_busy(s), s->head != NULL);
             abort();
         }
@@ -936,9 +936,8 @@ worker_start(CUstream s)
 static void
 serve_inline(CUstream s, sim_op *op)
 {
-    worker_info info = {.s = s,
-                        .caller = 1,
-                        .waiter.wake = PTHREAD_COND_INITIALIZER};
+    worker_info info = {
+        .s = s, .caller = 1, .waiter.wake = PTHREAD_COND_INITIALIZER};
     void *prev;
 
     pthread_once(&crash_once, crash_install);
