@@ -109,8 +109,13 @@ def setup(case, n):
         host = cudamem.pinned_array(8, np.uint8)
         dev = cudamem.device_array(8, np.uint8)
         keep = [cudamem.stream() for _ in range(n)]
-        for s in keep:
+        # Each copy follows the one before it on the same memory, so a
+        # stream holds a worker thread until its predecessor ran: a
+        # hundred at a time keeps within callgrind's --max-threads.
+        for i, s in enumerate(keep):
             dev.copy_to_device(host, stream=s)
+            if i % 100 == 99:
+                cudamem.synchronize()
         cudamem.synchronize()
         live = cudamem.stream()
         keep += [host, dev, live]
@@ -119,10 +124,11 @@ def setup(case, n):
             dev.copy_to_device(host, stream=live)
             cudamem.synchronize()
     elif case == "idle-streams":
-        # N streams alive and idle, each of which ran a copy; the op is
-        # what a default-stream program does beside them: an array made,
-        # copied back on the legacy stream (which follows every blocking
-        # stream) and freed (which waits for the memory's work).
+        # N streams alive and idle, each of which ran a copy (as in
+        # busy); the op is what a default-stream program does beside
+        # them: an array made, copied back on the legacy stream (which
+        # follows every blocking stream) and freed (which waits for the
+        # memory's work).
         import numpy as np
         host = cudamem.pinned_array(8, np.uint8)
         dev = cudamem.device_array(8, np.uint8)
