@@ -514,7 +514,6 @@ typedef struct worker_info {
     volatile int caught; /* the range that faulted */
     volatile int signo;  /* and the signal it raised */
     int caller;          /* the thread is the op's caller (serve_inline) */
-    dep_waiter waiter;
     sigjmp_buf resume;
 } worker_info;
 
@@ -758,7 +757,8 @@ op_serve(worker_info *info, CUstream s, sim_op *op)
     if (!stream_busy(s))
         busy_clear(s);
     sim__event_op_done(op);
-    waiters_wake(s, 0);
+    if (s->waiters != NULL)
+        waiters_wake(s, 0);
     pthread_cond_broadcast(&sim.progress);
     sim_unlock();
     sim__op_free(op);
@@ -768,24 +768,25 @@ op_serve(worker_info *info, CUstream s, sim_op *op)
 /* Waits until the stream of dep, which is not done, completes it or is
  * freed (lock held but while waiting). */
 static void
-dep_wait(dep_waiter *w, const sim_dep *dep)
+dep_wait(const sim_dep *dep)
 {
     CUstream on = slot_lookup(dep->uid);
+    dep_waiter w = {.next = on->waiters,
+                    .pprev = &on->waiters,
+                    .seq = dep->seq,
+                    .wake = PTHREAD_COND_INITIALIZER};
 
-    w->seq = dep->seq;
-    w->next = on->waiters;
-    if (w->next != NULL)
-        w->next->pprev = &w->next;
-    w->pprev = &on->waiters;
-    on->waiters = w;
-    pthread_cond_wait(&w->wake, &sim.lock);
+    if (w.next != NULL)
+        w.next->pprev = &w.next;
+    on->waiters = &w;
+    pthread_cond_wait(&w.wake, &sim.lock);
     /* A spurious wake-up leaves w linked. */
-    if (w->pprev != NULL) {
-        *w->pprev = w->next;
-        if (w->next != NULL)
-            w->next->pprev = w->pprev;
-        w->pprev = NULL;
+    if (w.pprev != NULL) {
+        *w.pprev = w.next;
+        if (w.next != NULL)
+            w.next->pprev = w.pprev;
     }
+    pthread_cond_destroy(&w.wake);
 }
 
 /* Runs s's ops until it has none left (lock held throughout but while an
@@ -798,7 +799,7 @@ worker_serve(worker_info *info, CUstream s)
 
     while ((op = s->head) != NULL) {
         if ((dep = op_blocker(op)) != NULL)
-            dep_wait(&info->waiter, dep);
+            dep_wait(dep);
         else
             op_serve(info, s, op);
     }
@@ -852,7 +853,7 @@ static void *
 worker_main(void *arg)
 {
     worker *w = arg;
-    worker_info info = {.waiter.wake = PTHREAD_COND_INITIALIZER};
+    worker_info info = {.op = NULL};
     sigset_t faults;
     CUstream s;
     size_t i;
@@ -874,7 +875,6 @@ worker_main(void *arg)
     }
     zombie_add();
     sim_unlock();
-    pthread_cond_destroy(&info.waiter.wake);
     pthread_cond_destroy(&w->wake);
     free(w);
     return NULL;
@@ -936,8 +936,7 @@ worker_start(CUstream s)
 static void
 serve_inline(CUstream s, sim_op *op)
 {
-    worker_info info = {
-        .s = s, .caller = 1, .waiter.wake = PTHREAD_COND_INITIALIZER};
+    worker_info info = {.s = s, .caller = 1};
     void *prev;
 
     pthread_once(&crash_once, crash_install);
@@ -951,7 +950,6 @@ serve_inline(CUstream s, sim_op *op)
     }
     if (crash_ready)
         pthread_setspecific(worker_key, prev);
-    pthread_cond_destroy(&info.waiter.wake);
 }
 
 /* Closes s: queued work still runs, then its worker frees it. */
