@@ -48,6 +48,27 @@ def _toggles():
     return ctypes.CDLL(lib)
 
 
+def streams_that_ran_a_copy(n):
+    """n live streams, each of which copied 8 B from pinned host memory
+    to the same device array, all finished; returns them with the host
+    and device arrays at the end, and the two arrays."""
+    import numpy as np
+
+    import cudamem
+    host = cudamem.pinned_array(8, np.uint8)
+    dev = cudamem.device_array(8, np.uint8)
+    streams = [cudamem.stream() for _ in range(n)]
+    # Each copy follows the one before it on the same memory, so a stream
+    # holds a worker thread until its predecessor ran: a hundred at a
+    # time keeps within callgrind's --max-threads.
+    for i, s in enumerate(streams):
+        dev.copy_to_device(host, stream=s)
+        if i % 100 == 99:
+            cudamem.synchronize()
+    cudamem.synchronize()
+    return streams + [host, dev], host, dev
+
+
 def setup(case, n):
 
     import cudamem
@@ -105,20 +126,9 @@ def setup(case, n):
         # off the main thread, where the synchronize is one blocking call:
         # on the main thread a wait polls (for Ctrl-C), and its count
         # would follow the worker's timing.
-        import numpy as np
-        host = cudamem.pinned_array(8, np.uint8)
-        dev = cudamem.device_array(8, np.uint8)
-        keep = [cudamem.stream() for _ in range(n)]
-        # Each copy follows the one before it on the same memory, so a
-        # stream holds a worker thread until its predecessor ran: a
-        # hundred at a time keeps within callgrind's --max-threads.
-        for i, s in enumerate(keep):
-            dev.copy_to_device(host, stream=s)
-            if i % 100 == 99:
-                cudamem.synchronize()
-        cudamem.synchronize()
+        keep, host, dev = streams_that_ran_a_copy(n)
         live = cudamem.stream()
-        keep += [host, dev, live]
+        keep.append(live)
 
         def op():
             dev.copy_to_device(host, stream=live)
@@ -130,15 +140,7 @@ def setup(case, n):
         # follows every blocking stream) and freed (which waits for the
         # memory's work).
         import numpy as np
-        host = cudamem.pinned_array(8, np.uint8)
-        dev = cudamem.device_array(8, np.uint8)
-        keep = [cudamem.stream() for _ in range(n)]
-        for i, s in enumerate(keep):
-            dev.copy_to_device(host, stream=s)
-            if i % 100 == 99:
-                cudamem.synchronize()
-        cudamem.synchronize()
-        keep += [host, dev]
+        keep, host, _ = streams_that_ran_a_copy(n)
 
         def op():
             a = cudamem.device_array(8, np.uint8)
