@@ -116,22 +116,20 @@ released = []
     lambda: Tagged((8,), (1,), np.uint8),
     lambda: TaggedRecord(np.dtype([("a", np.int32)])),
 ], ids=["DeviceNDArray", "DeviceRecord", "subclass", "record-subclass"])
-def test_releasing_an_array_frees_its_memory_and_calls_weakrefs(make):
-    from cudamem import simulator
-    before = simulator.live()
+def test_releasing_an_array_frees_its_memory_and_calls_weakrefs(make, sim):
+    before = sim.live()
     a = make()
-    assert simulator.live() != before
+    assert sim.live() != before
     called = []
     ref = weakref.ref(a, called.append)
     del a
     cudamem.testing.quiesce()
     assert ref() is None and called == [ref]
-    assert simulator.live() == before
+    assert sim.live() == before
 
 
-def test_a_subclass_s_dict_and_finalizer_go_with_it():
-    from cudamem import simulator
-    before = simulator.live()
+def test_a_subclass_s_dict_and_finalizer_go_with_it(sim):
+    before = sim.live()
     d = Finalized((8,), (1,), np.uint8)
     d.name = "d"
     d.payload = d  # a cycle through the instance dict
@@ -140,7 +138,7 @@ def test_a_subclass_s_dict_and_finalizer_go_with_it():
     gc.collect()
     cudamem.testing.quiesce()
     assert ref() is None and released == ["d"]
-    assert simulator.live() == before
+    assert sim.live() == before
 
 
 def test_types_made_only_by_cudamem_are_not_subclassed():

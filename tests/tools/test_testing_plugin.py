@@ -116,6 +116,7 @@ def test_leak_check_waits_for_the_stream_callbacks_added(downstream):
     result.assert_outcomes(passed=1)
 
 
+@pytest.mark.simulator
 def test_leak_check_names_the_callbacks_it_stopped_waiting_for(
         monkeypatch):
     import threading
