@@ -3,8 +3,8 @@ most one question about the current context per operation (none for a call on a
 handle that names its own context: cuEventQuery, cuStreamDestroy, cuMemFree,
 cuMemHostUnregister, nor for a CAI import, whose pointer names its device), no
 push or pop when the context is current, and synchronize() on an idle
-context probes it (cuCtxRecordEvent, cuEventQuery, cuEventSynchronize)
-instead of calling cuCtxSynchronize. The current context is still asked for
+context probes it (cuCtxRecordEvent, cuEventQuery) instead of calling
+cuCtxSynchronize. The current context is still asked for
 anew by every operation: another library's push between two of cudamem's
 calls moves the next one to that context's device."""
 import gc
@@ -61,8 +61,7 @@ def _operation(op, keep):
                 {"cuPointerGetAttributes": 1})
     if op == "synchronize":
         return cudamem.synchronize, {"cuCtxRecordEvent": 1,
-                                     "cuEventQuery": 1,
-                                     "cuEventSynchronize": 1}
+                                     "cuEventQuery": 1}
     keep += [cudamem.stream(), cudamem.event(timing=False)]
     if op == "event.record":
         return lambda: keep[1].record(keep[0]), {"cuEventRecord": 1}

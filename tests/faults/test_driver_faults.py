@@ -376,7 +376,7 @@ def _calls(sim, *rows):
 # The probe's calls: its event is made on the first synchronize() of a
 # context, so a reset comes before the cuEventCreate case.
 @pytest.mark.parametrize("row", ["cuCtxRecordEvent", "cuEventQuery",
-                                 "cuEventSynchronize", "cuEventCreate"])
+                                 "cuEventCreate"])
 @pytest.mark.parametrize("code", ["CUDA_ERROR_UNKNOWN",
                                   "CUDA_ERROR_OUT_OF_MEMORY"])
 def test_a_failed_probe_falls_back(sim, row, code):
@@ -395,6 +395,28 @@ def test_a_failed_probe_falls_back(sim, row, code):
     again = _calls(sim, *rows)
     assert failed[0] - before[0] == 1 and failed[2] - before[2] == 1
     assert again[0] == failed[0] and again[1] == failed[1] + 1
+
+
+def test_a_failed_release_in_the_probe_falls_back(sim):
+    # After a stream-ordered free the probe of an idle context ends with
+    # cuCtxSynchronize (where the pool gives the memory back). When that
+    # fails, synchronize() hands a cuCtxSynchronize off as on a busy
+    # context, which releases it; the next synchronize() releases again
+    # (the probe cannot know the hand-off did), the one after does not.
+    with cudamem.using_memory_manager(cudamem.AsyncMemoryManager) as mgr:
+        mgr.set_release_threshold(0)
+        stream = cudamem.stream(non_blocking=True)
+        arr = cudamem.device_array(1 << 20, np.uint8, stream=stream)
+        del arr
+        stream.query()
+        before = _calls(sim, "cuCtxSynchronize")[0]
+        sim.inject("cuCtxSynchronize", "CUDA_ERROR_UNKNOWN")
+        cudamem.synchronize()
+        assert _calls(sim, "cuCtxSynchronize")[0] == before + 2
+        assert mgr.stats()["reserved_bytes"] == 0
+        cudamem.synchronize()
+        cudamem.synchronize()
+        assert _calls(sim, "cuCtxSynchronize")[0] == before + 3
 
 
 def test_a_sticky_error_in_the_probe_is_raised_by_the_synchronize(sim):

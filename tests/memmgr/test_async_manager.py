@@ -169,6 +169,31 @@ def test_trim_and_release_threshold_against_the_pool(manager, sim):
     assert manager.stats()["reserved_bytes"] == 0
 
 
+SYNCS = ("cuCtxSynchronize", "cuEventSynchronize")
+
+
+def test_an_idle_synchronize_releases_the_pool_once_after_frees(manager,
+                                                                sim):
+    # synchronize() on an idle context probes it; after cudamem freed into
+    # the pool, the probe ends with the one call a GPU's pool gives memory
+    # back at (cuCtxSynchronize, which returns at once): numba's
+    # synchronize() is that call. Not before a free, nor twice after one.
+    manager.set_release_threshold(0)
+    cudamem.synchronize()
+    sim.reset()
+    cudamem.synchronize()
+    assert [_calls(sim, e) for e in SYNCS] == [0, 0]
+    stream = cudamem.stream(non_blocking=True)
+    arr = cudamem.device_array(MIB, np.uint8, stream=stream)
+    del arr
+    stream.query()
+    assert manager.stats()["reserved_bytes"] >= MIB
+    cudamem.synchronize()
+    assert manager.stats()["reserved_bytes"] == 0
+    cudamem.synchronize()
+    assert [_calls(sim, e) for e in SYNCS] == [1, 0]
+
+
 @pytest.mark.parametrize("bad, exc", [(-1, ValueError), ("1", TypeError),
                                       (True, TypeError), (1.5, TypeError)])
 def test_bad_byte_counts_are_refused(manager, bad, exc):

@@ -178,10 +178,12 @@ free_ordered(cm_mem *m, int state, CUevent ev, CUstream into, cm_error *err)
     if ((state == 0 && ev != NULL &&
          cm_event_stream_wait(m->dev, into, ev, err) < 0) ||
         (state < 0 && CM_CALL0(err, cuCtxSynchronize) < 0) ||
-        cm_mem_order_pending(m, into, &ordered, err) < 0) {
+        cm_mem_order_pending(m, into, &ordered, err) < 0 ||
+        CM_CALL(err, cuMemFreeAsync, m->ptr, into) < 0) {
         return -1;
     }
-    return CM_CALL(err, cuMemFreeAsync, m->ptr, into);
+    __atomic_store_n(&m->dev->pool_frees, 1, __ATOMIC_RELAXED);
+    return 0;
 }
 
 /* The free of m's memory, ordered on its stream: cuMemFreeAsync there

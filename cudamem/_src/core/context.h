@@ -55,10 +55,12 @@ typedef struct cm_device {
     /* ctxsync.c's idle probe: the event cuCtxRecordEvent records into,
      * made in the context of generation idle_made - 1 (0: none; a
      * teardown destroys it), atomic; idle_probing (atomic) is set while a
-     * thread uses them. */
+     * thread uses them; pool_frees (atomic) is set by each cuMemFreeAsync
+     * of asyncpool.c and cleared by the probe's cuCtxSynchronize. */
     CUevent idle_event;
     uint64_t idle_made;
     int idle_probing;
+    int pool_frees;
     cm_counts counts[CM_STAT_KINDS]; /* stats.c's, atomic */
     /* stats.c's, atomic: device and managed bytes the driver holds for
      * cudamem (pool slabs whole, queued frees until freed) and the

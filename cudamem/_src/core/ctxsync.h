@@ -15,9 +15,9 @@ typedef struct cm_ctx_sync cm_ctx_sync;
 
 /* *idle 1 when every stream of dev's primary context (of `generation`)
  * has finished its work, by cuCtxRecordEvent into an event of the
- * device's, cuEventQuery, then cuEventSynchronize, which returns at once
- * and releases pool memory over its threshold as a cuCtxSynchronize
- * would. *idle 0 when work is pending, when the driver has no
+ * device's and cuEventQuery, then, after cudamem's stream-ordered frees,
+ * cuCtxSynchronize, which returns at once and gives back pool memory
+ * over its threshold. *idle 0 when work is pending, when the driver has no
  * cuCtxRecordEvent (before CUDA 12.5), when another thread is probing
  * the device, or when the probe failed: the caller synchronizes, and
  * reports what that says. -1 only when the context cannot be entered.
