@@ -1,4 +1,4 @@
-"""Ask the driver the facts cudamem's free path and pool rely on.
+"""Ask the driver the facts cudamem's free path, pools and synchronize use.
 
     python tests/gpu/driver_facts.py [--json PATH] [--time]
 
@@ -29,6 +29,18 @@ them.
   answers in the same place, since cudamem's synchronize() would probe
   with the one before it calls the other.
 
+- ``pool_release``: which synchronize gives back what a stream-ordered
+  pool holds over its release threshold. 64 MiB is allocated and freed
+  with cuMemAllocAsync / cuMemFreeAsync on a non-blocking or a blocking
+  stream of the default pool (threshold 0), cuStreamQuery waits until
+  it ran (a query is no synchronize), then one call: cuCtxSynchronize,
+  cuStreamSynchronize of the freeing stream, of another or of the legacy
+  stream, cuEventSynchronize of an event recorded on the freeing stream
+  after the free or before it, on the legacy stream after it, or by
+  cuCtxRecordEvent after it. The answer is "released" or "kept"; with a
+  threshold of 32 MiB, the bytes a synchronize of the freeing stream
+  leaves reserved.
+
 ``--time`` also prints what one idle probe (cuCtxRecordEvent +
 cuEventQuery) costs against cuCtxSynchronize through ctypes, min of
 5 x 20,000; timings are not facts and stay out of the JSON.
@@ -44,6 +56,7 @@ import time
 CU_POINTER_ATTRIBUTE_CONTEXT = 1
 RANGE_ATTRS = (2, 9, 11, 12)  # type, ordinal, range start, range size
 CU_MEMPOOL_ATTR_RELEASE_THRESHOLD = 4
+CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT = 5
 SIZE = 1 << 20
 CU_EVENT_DISABLE_TIMING = 2
 CU_STREAM_NON_BLOCKING = 1
@@ -335,6 +348,103 @@ def ctx_record_event(d):
     return out
 
 
+class _Pool:
+    """The default pool, at a release threshold, emptied."""
+
+    def __init__(self, d, threshold=0):
+        self.d = d
+        self.pool = ctypes.c_void_p()
+        d.check("cuDeviceGetDefaultMemPool", ctypes.byref(self.pool), d.dev)
+        self.set_threshold(threshold)
+
+    def set_threshold(self, nbytes):
+        value = ctypes.c_uint64(nbytes)
+        self.d.check("cuMemPoolSetAttribute", self.pool,
+                     CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, ctypes.byref(value))
+        self.d.check("cuMemPoolTrimTo", self.pool, ctypes.c_size_t(0))
+
+    def reserved(self):
+        value = ctypes.c_uint64()
+        self.d.check("cuMemPoolGetAttribute", self.pool,
+                     CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, ctypes.byref(value))
+        return value.value
+
+    def free_on(self, stream, nbytes=64 << 20):
+        """nbytes allocated and freed on stream, run (by queries only):
+        the pool holds them."""
+        ptr = ctypes.c_uint64()
+        self.d.check("cuMemAllocAsync", ctypes.byref(ptr),
+                     ctypes.c_size_t(nbytes), stream)
+        self.d.check("cuMemFreeAsync", ptr, stream)
+        while self.d.error_name(self.d.call("cuStreamQuery", stream)) \
+                == "CUDA_ERROR_NOT_READY":
+            pass
+        assert self.reserved() >= nbytes
+
+
+def pool_release(d):
+    ctx = d.primary()
+    pool = _Pool(d)
+    other = _stream(d, CU_STREAM_NON_BLOCKING)
+    ev = ctypes.c_void_p()
+    d.check("cuEventCreate", ctypes.byref(ev), CU_EVENT_DISABLE_TIMING)
+    legacy = ctypes.c_void_p()
+
+    def record_sync(stream):
+        d.check("cuEventRecord", ev, stream)
+        return d.call("cuEventSynchronize", ev)
+
+    calls = {
+        "cuStreamQuery of the freeing stream":
+            lambda s: d.call("cuStreamQuery", s),
+        "cuCtxSynchronize": lambda s: d.call("cuCtxSynchronize"),
+        "cuStreamSynchronize of the freeing stream":
+            lambda s: d.call("cuStreamSynchronize", s),
+        "cuStreamSynchronize of another stream":
+            lambda s: d.call("cuStreamSynchronize", other),
+        "cuStreamSynchronize of the legacy stream":
+            lambda s: d.call("cuStreamSynchronize", legacy),
+        "cuEventSynchronize, recorded on the freeing stream after":
+            record_sync,
+        "cuEventSynchronize, recorded on the legacy stream after":
+            lambda s: record_sync(legacy),
+        "cuEventSynchronize, recorded by cuCtxRecordEvent after":
+            lambda s: (d.check("cuCtxRecordEvent", ctx, ev),
+                       d.call("cuEventSynchronize", ev))[1],
+    }
+    out = {}
+    for kind, flags in (("non-blocking", CU_STREAM_NON_BLOCKING),
+                        ("blocking", 0)):
+        s = _stream(d, flags)
+        answers = out[kind + " stream frees"] = {}
+        for name, call in calls.items():
+            pool.free_on(s)
+            rc = call(s)
+            if rc != 0:
+                raise RuntimeError(f"{name} returned {d.error_name(rc)}")
+            answers[name] = "released" if pool.reserved() == 0 else "kept"
+            pool.set_threshold(0)
+        d.check("cuEventRecord", ev, s)
+        pool.free_on(s)
+        d.check("cuEventSynchronize", ev)
+        answers["cuEventSynchronize, recorded on the freeing stream "
+                "before"] = "released" if pool.reserved() == 0 else "kept"
+        pool.set_threshold(0)
+        d.check("cuStreamDestroy_v2", s)
+    s = _stream(d, CU_STREAM_NON_BLOCKING)
+    pool.set_threshold(32 << 20)
+    pool.free_on(s)
+    d.check("cuStreamSynchronize", s)
+    out["threshold 32 MiB, 64 MiB freed, its stream synchronized: "
+        "reserved"] = pool.reserved()
+    pool.set_threshold(0)
+    for stream in (s, other):
+        d.check("cuStreamDestroy_v2", stream)
+    d.check("cuEventDestroy_v2", ev)
+    d.check("cuDevicePrimaryCtxRelease_v2", d.dev)
+    return out
+
+
 def _best(fn, rounds=5, n=20000):
     best = float("inf")
     for _ in range(rounds):
@@ -366,7 +476,7 @@ def timings(d):
 
 
 FACTS = (free_other_context, free_no_context, pool_after_reset, free_host,
-         unregister, ranges, ctx_record_event)
+         unregister, ranges, ctx_record_event, pool_release)
 
 
 def main(argv):

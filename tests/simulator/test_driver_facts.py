@@ -1,8 +1,10 @@
 """The simulator answers tests/gpu/driver_facts.py's questions as the GPU
 recorded in tests/gpu/driver_facts.json did: freeing with another context
-current or none, a pool used after a primary context reset, and a
-pointer's range from cuPointerGetAttributes. cudamem's free path and CAI
-import rely on these answers (release.c, memory.c)."""
+current or none, a pool used after a primary context reset, a pointer's
+range from cuPointerGetAttributes, cuCtxRecordEvent's answers and which
+synchronize gives back a stream-ordered pool's memory. cudamem's free
+path, CAI import and synchronize() rely on these answers (release.c,
+memory.c, ctxsync.c)."""
 import json
 import os
 import subprocess

@@ -123,6 +123,27 @@ def test_free_host_waits_for_a_queued_copy_into_it(run_py):
     assert proc.stdout.split() == ["0"]
 
 
+@pytest.mark.parametrize("handle", ["None", "c_void_p(1)"],
+                         ids=["NULL", "CU_STREAM_LEGACY"])
+def test_the_legacy_stream_waits_for_blocking_streams_before_its_first_use(
+        run_py, handle):
+    # "The legacy default stream ... synchronizes with all other blocking
+    # streams": a query and a synchronize of it wait for a busy blocking
+    # stream even when nothing was ever queued on the legacy stream itself
+    # (then made, it answered at once).
+    proc = run_driver(run_py, prelude=GATE, body="""
+        legacy = %s
+        s = stream()
+        print(lib.cuStreamQuery(legacy))
+        open_gate_soon()
+        ok(lib.cuStreamSynchronize(legacy), "cuStreamSynchronize")
+        print(pending(s))
+        ok(lib.cuStreamDestroy_v2(s), "cuStreamDestroy")
+    """ % handle)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.split() == ["600", "False"]
+
+
 def test_unregister_waits_for_a_queued_copy_into_it(run_py):
     proc = run_driver(run_py, prelude=GATE, body="""
         import mmap

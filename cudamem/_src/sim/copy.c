@@ -574,7 +574,7 @@ batch_copy(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count,
         numAttrs == 0 || numAttrs > count || attrsIdxs[0] != 0)
         return CUDA_ERROR_INVALID_VALUE;
     /* "Must not be legacy NULL stream." */
-    if (hStream == CU_STREAM_LEGACY || (hStream == NULL && !ptds))
+    if (sim_names_legacy(hStream, ptds))
         return CUDA_ERROR_INVALID_VALUE;
     for (k = 0; k < numAttrs; k++) {
         if ((k > 0 && attrsIdxs[k] <= attrsIdxs[k - 1]) ||

@@ -21,6 +21,7 @@ struct CUevent_st {
     int refs;            /* the handle, plus each record op in flight */
     int destroyed;       /* handle given back */
     sim_dep rec;         /* the last record op; uid 0: never recorded */
+    sim_pool_cover cover; /* the pool blocks its synchronize gives back */
     int stamped;         /* t_ns belongs to `rec` */
     uint64_t capture_id; /* last recorded into this capture, 0: not */
     uint64_t t_ns;
@@ -326,6 +327,7 @@ record_set(CUevent ev, CUstream s, uint64_t seq)
 {
     ev->rec.uid = sim__stream_uid(s);
     ev->rec.seq = seq;
+    sim__stream_pool_cover(s, &ev->cover);
     ev->capture_id = 0;
     sim__vc_copy(&ev->vc, sim__stream_vc(s));
 }
@@ -382,6 +384,7 @@ record_captured(CUevent ev, CUstream s, unsigned flags)
     ev->capture_id = sim__capture_id(sim__stream_capture(s));
     ev->rec.uid = 0;
     ev->rec.seq = 0;
+    memset(&ev->cover, 0, sizeof ev->cover);
     return CUDA_SUCCESS;
 }
 
@@ -458,6 +461,7 @@ cuEventQuery(CUevent hEvent)
 SIM_EXPORT CUresult
 cuEventSynchronize(CUevent hEvent)
 {
+    sim_pool_cover cover;
     sim_dep rec;
 
     SIM_ENTER(cuEventSynchronize);
@@ -472,6 +476,7 @@ cuEventSynchronize(CUevent hEvent)
     }
     /* What it captured now; a later record does not move the target. */
     rec = hEvent->rec;
+    cover = hEvent->cover;
     while (rec.uid != 0 && !sim__dep_done(rec.uid, rec.seq))
         pthread_cond_wait(&sim.progress, &sim.lock);
     /* Records in another process signal nothing here: poll. */
@@ -487,7 +492,7 @@ cuEventSynchronize(CUevent hEvent)
         }
         event_unref(hEvent);
     }
-    sim_pool_sync();
+    sim_pool_sync(&cover);
     sim_unlock();
     return CUDA_SUCCESS;
 }

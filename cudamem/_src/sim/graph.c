@@ -583,7 +583,7 @@ begin_capture(CUstream h, int ptds, CUstreamCaptureMode mode)
     if (r != CUDA_SUCCESS)
         return r;
     /* The legacy stream cannot be captured. */
-    if (h == CU_STREAM_LEGACY || (h == NULL && !ptds))
+    if (sim_names_legacy(h, ptds))
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     sim_lock();
     r = sim__stream_resolve(h, ptds, ctx,
@@ -720,7 +720,7 @@ is_capturing(CUstream h, int ptds, CUstreamCaptureStatus *status)
         return r;
     sim_lock();
     r = sim__stream_resolve(h, ptds, ctx, SIM_RESOLVE_SAME_CTX, &s);
-    if (r == CUDA_SUCCESS && (h == CU_STREAM_LEGACY || (h == NULL && !ptds)) &&
+    if (r == CUDA_SUCCESS && sim_names_legacy(h, ptds) &&
         sim__ctx_blocking_capture(ctx) != NULL)
         /* Asking would make the legacy stream wait on a capture. */
         r = CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
@@ -739,7 +739,7 @@ capture_of(CUstream h, int ptds, CUcontext ctx, CUstream *ps, sim_capture **pc)
 
     if (r != CUDA_SUCCESS)
         return r;
-    if ((h == CU_STREAM_LEGACY || (h == NULL && !ptds)) &&
+    if (sim_names_legacy(h, ptds) &&
         sim__ctx_blocking_capture(ctx) != NULL)
         /* Asking would make the legacy stream wait on a capture. */
         return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;

@@ -599,6 +599,22 @@ sim_mem_block_delete(sim_device *dev, uintptr_t base, size_t len,
     release_device(dev, base, len);
 }
 
+size_t
+sim_mem_block_granularity(void)
+{
+    return page_size() > SIM_ALIGN ? page_size() : SIM_ALIGN;
+}
+
+void
+sim_mem_block_shrink(sim_device *dev, uintptr_t base, size_t len,
+                     unsigned char *backing, size_t *backing_size,
+                     size_t keep)
+{
+    munmap(backing + keep, *backing_size - keep);
+    *backing_size = keep;
+    release_device(dev, base + keep, len - keep);
+}
+
 CUresult
 sim_mem_pool_record(CUcontext ctx, CUmemoryPool pool, uintptr_t base,
                     size_t size, unsigned char *backing, size_t backing_size,

@@ -23,6 +23,8 @@ typedef struct pool_block {
     unsigned char *backing;
     size_t backing_size;
     uint64_t stream_uid; /* the stream whose free returned it */
+    uint64_t ticket;     /* its free's place among frees queued */
+    CUcontext blocking_in; /* the context, when that stream is blocking */
     off_t off;           /* in the pool's file (IPC-capable pools) */
     struct pool_block *next;
 } pool_block;
@@ -53,9 +55,20 @@ static CUmemoryPool pools; /* every live pool, default ones too */
 static CUmemoryPool default_pool[SIM_MAX_DEVICES];
 static CUmemoryPool current_pool[SIM_MAX_DEVICES];
 
+/* A queued cuMemFreeAsync. */
+typedef struct free_op {
+    sim_op op;
+    uintptr_t base;
+    unsigned long long buffer_id;
+    uint64_t ticket; /* frees_queued once it was queued */
+} free_op;
+
 /* Set by a stream-ordered free while it returns a block, so that the block
- * remembers which stream freed it. */
-static __thread uint64_t tls_freeing_stream;
+ * remembers which stream freed it, and when. */
+static __thread const free_op *tls_freeing;
+
+/* Stream-ordered frees queued so far (lock held). */
+static uint64_t frees_queued;
 
 static size_t
 block_len(size_t size)
@@ -130,15 +143,58 @@ current_of(sim_device *dev)
                                       : default_of(dev);
 }
 
-/* Gives unused blocks back to the device while the pool holds more than
- * `keep` bytes, never going below it (as cuMemPoolTrimTo guarantees). */
+/* Whether a synchronize that waited for `c` gives b back (NULL: a context
+ * synchronize or a trim). A synchronous free's block (stream 0) is
+ * ordered before everything. */
+static int
+covered(const pool_block *b, const sim_pool_cover *c)
+{
+    if (c == NULL || b->stream_uid == 0)
+        return 1;
+    if (b->ticket > c->frees)
+        return 0;
+    return b->stream_uid == c->stream_uid ||
+           (c->legacy_of != NULL && b->blocking_in == c->legacy_of);
+}
+
+/* Gives back b's end, as much of it as takes the pool down to `keep`
+ * and no further: a GPU's pool over its threshold gives back part of a
+ * block (64 MiB freed, threshold 32 MiB: 32 MiB stay reserved, seen on
+ * an H100). */
 static void
-pool_release(CUmemoryPool p, size_t keep)
+block_shrink(CUmemoryPool p, pool_block *b, size_t keep)
+{
+    size_t gran = sim_mem_block_granularity();
+    size_t cut = (p->reserved - keep) / gran * gran;
+    size_t old_size = b->backing_size;
+
+    if (cut == 0 || cut >= b->len || (b->len - cut) % gran != 0)
+        return;
+    sim_mem_block_shrink(p->dev, b->base, b->len, b->backing,
+                         &b->backing_size, b->len - cut);
+    if (p->fd >= 0)
+        fallocate(p->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                  b->off + (off_t)b->backing_size,
+                  (off_t)(old_size - b->backing_size));
+    b->len -= cut;
+    p->reserved -= cut;
+}
+
+/* Gives unused blocks that `cover` covers back to the device while the
+ * pool holds more than `keep` bytes, never going below it (as
+ * cuMemPoolTrimTo guarantees). */
+static void
+pool_release_covered(CUmemoryPool p, size_t keep, const sim_pool_cover *cover)
 {
     pool_block **bp = &p->cache;
     while (*bp && p->reserved > keep) {
         pool_block *b = *bp;
+        if (!covered(b, cover)) {
+            bp = &b->next;
+            continue;
+        }
         if (p->reserved - b->len < keep) {
+            block_shrink(p, b, keep);
             bp = &b->next;
             continue;
         }
@@ -152,6 +208,12 @@ pool_release(CUmemoryPool p, size_t keep)
         p->reserved -= b->len;
         free(b);
     }
+}
+
+static void
+pool_release(CUmemoryPool p, size_t keep)
+{
+    pool_release_covered(p, keep, NULL);
 }
 
 void
@@ -176,7 +238,11 @@ sim_pool_block_freed(sim_alloc *a)
         b->len = len;
         b->backing = a->backing;
         b->backing_size = a->backing_size;
-        b->stream_uid = tls_freeing_stream;
+        if (tls_freeing != NULL) {
+            b->stream_uid = sim_op_stream_uid(&tls_freeing->op);
+            b->ticket = tls_freeing->ticket;
+            b->blocking_in = sim_op_blocking_ctx(&tls_freeing->op);
+        }
         b->off = a->pool_off;
         b->next = p->cache;
         p->cache = b;
@@ -194,11 +260,17 @@ sim_pool_block_freed(sim_alloc *a)
 }
 
 void
-sim_pool_sync(void)
+sim_pool_sync(const sim_pool_cover *cover)
 {
     for (CUmemoryPool p = pools; p; p = p->next)
         if (p->reserved > p->threshold)
-            pool_release(p, p->threshold);
+            pool_release_covered(p, p->threshold, cover);
+}
+
+uint64_t
+sim_pool_frees_queued(void)
+{
+    return frees_queued;
 }
 
 void
@@ -366,12 +438,6 @@ done:
     return r;
 }
 
-typedef struct free_op {
-    sim_op op;
-    uintptr_t base;
-    unsigned long long buffer_id;
-} free_op;
-
 /* The stream reached the free: the block goes back to its pool. */
 static void
 free_run(sim_op *op)
@@ -382,9 +448,9 @@ free_run(sim_op *op)
     sim_lock();
     a = sim_mem_find(f->base);
     if (a && a->base == f->base && a->buffer_id == f->buffer_id) {
-        tls_freeing_stream = sim_op_stream_uid(op);
+        tls_freeing = f;
         sim_mem_free(a);
-        tls_freeing_stream = 0;
+        tls_freeing = NULL;
     }
     sim_unlock();
 }
@@ -410,6 +476,7 @@ free_async(CUdeviceptr dptr, CUstream hStream, int ptds)
     }
     f->base = a->base;
     f->buffer_id = a->buffer_id;
+    f->ticket = ++frees_queued;
     f->op.run = free_run;
     f->op.entry = SIM_cuMemFreeAsync;
     f->op.ranges[0].addr = a->base;

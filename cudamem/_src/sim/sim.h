@@ -479,6 +479,13 @@ CUresult sim_mem_block_new(sim_device *dev, size_t len, int fd, off_t off,
                            size_t *backing_size);
 void sim_mem_block_delete(sim_device *dev, uintptr_t base, size_t len,
                           unsigned char *backing, size_t backing_size);
+/* The granularity in which a block can give back its end. */
+size_t sim_mem_block_granularity(void);
+/* Gives back a block's bytes from `keep` (a multiple of the granularity,
+ * below len) on: its addresses and its backing's pages. */
+void sim_mem_block_shrink(sim_device *dev, uintptr_t base, size_t len,
+                          unsigned char *backing, size_t *backing_size,
+                          size_t keep);
 /* Enters a pool allocation of `size` bytes over a block as a device
  * record of ctx. Lock held. */
 CUresult sim_mem_pool_record(CUcontext ctx, CUmemoryPool pool, uintptr_t base,
@@ -570,16 +577,36 @@ void sim_hazards_reset(void);
 /* Checks a stream handle as sim_stream_submit would, without queueing:
  * *uid is the stream's unique id (0 for a default stream not made yet). */
 CUresult sim_stream_check(CUstream hStream, int ptds, uint64_t *uid);
+/* Nonzero when h names the legacy default stream: CU_STREAM_LEGACY, or
+ * NULL unless `ptds` makes it the per-thread one. */
+int sim_names_legacy(CUstream h, int ptds);
 /* The unique id of the stream an op was queued on (lock held). */
 uint64_t sim_op_stream_uid(const sim_op *op);
+/* The context of the stream an op was queued on when that stream is a
+ * blocking one, which its legacy stream waits for; else NULL. */
+CUcontext sim_op_blocking_ctx(const sim_op *op);
 
 /* ---------------------------------------------------------------------------
  * Memory pools (mempool.c). Lock held for all. */
 /* A pool allocation's block goes back to its pool (record_free). */
 void sim_pool_block_freed(sim_alloc *a);
+/* What a synchronize waited for, which decides the pool blocks it gives
+ * back (seen on an H100, tests/gpu/driver_facts.json "pool_release"): a
+ * block freed on the stream synchronized or recorded on, by a free queued
+ * before the synchronize or the record; for the legacy stream, also those
+ * its context's blocking streams freed. A context's synchronize covers
+ * every block (a NULL cover); an event recorded by cuCtxRecordEvent
+ * none, as it is recorded on a stream of its own. */
+typedef struct sim_pool_cover {
+    uint64_t stream_uid;
+    CUcontext legacy_of; /* the stream is this context's legacy stream */
+    uint64_t frees;      /* stream-ordered frees queued before it */
+} sim_pool_cover;
 /* A synchronize point: pools holding more than their release threshold
- * give the excess back. */
-void sim_pool_sync(void);
+ * give back the blocks `cover` covers, down to the threshold. */
+void sim_pool_sync(const sim_pool_cover *cover);
+/* Stream-ordered frees queued so far in the process. */
+uint64_t sim_pool_frees_queued(void);
 /* Gives back every unused block of dev's pools (context reset). */
 void sim_pool_release_device(sim_device *dev);
 /* The device a pool's memory lives on. */

@@ -43,6 +43,9 @@ CUresult sim__enqueue(CUstream s, sim_op *op, const sim_dep *extra,
 const sim_vclock *sim__stream_vc(CUstream s);
 uint64_t sim__stream_uid(CUstream s);
 CUcontext sim__stream_ctx(CUstream s);
+/* What a synchronize of s, or of an event recorded on s now, waits for:
+ * the pool blocks it gives back (mempool.c). */
+void sim__stream_pool_cover(CUstream s, sim_pool_cover *out);
 const sim_op *sim__stream_head(CUstream s);
 void sim__stream_label(CUstream s, char *buf, size_t size);
 void sim__streams_each(void (*fn)(CUstream s, void *arg), void *arg);

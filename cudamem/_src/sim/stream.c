@@ -1000,6 +1000,12 @@ sim__is_special_stream(CUstream h)
     return h == NULL || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD;
 }
 
+int
+sim_names_legacy(CUstream h, int ptds)
+{
+    return h == CU_STREAM_LEGACY || (h == NULL && !ptds);
+}
+
 static CUstream
 ptds_get(CUcontext ctx, int create)
 {
@@ -1346,6 +1352,20 @@ sim_op_stream_uid(const sim_op *op)
     return op->stream->uid;
 }
 
+CUcontext
+sim_op_blocking_ctx(const sim_op *op)
+{
+    return stream_blocking(op->stream) ? op->stream->ctx : NULL;
+}
+
+void
+sim__stream_pool_cover(CUstream s, sim_pool_cover *out)
+{
+    out->stream_uid = s->uid;
+    out->legacy_of = s->kind == KIND_LEGACY ? s->ctx : NULL;
+    out->frees = sim_pool_frees_queued();
+}
+
 /* Work a synchronize of s waits for: its own, and for the legacy stream
  * also that of every blocking stream (as if a marker were queued). */
 static int
@@ -1530,7 +1550,7 @@ capture_wait_check(CUstream h, int ptds, CUstream s, CUcontext ctx)
     if (s != NULL && s->capture != NULL) {
         c = s->capture;
     }
-    else if (h == CU_STREAM_LEGACY || (h == NULL && !ptds)) {
+    else if (sim_names_legacy(h, ptds)) {
         c = sim__ctx_blocking_capture(ctx);
         r = CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
     }
@@ -1540,6 +1560,14 @@ capture_wait_check(CUstream h, int ptds, CUstream s, CUcontext ctx)
     return r;
 }
 
+/* How a synchronize or query resolves h: the legacy stream is made when
+ * not yet, since it still waits for the context's blocking streams. */
+static int
+legacy_resolve(CUstream h, int ptds)
+{
+    return sim_names_legacy(h, ptds) ? SIM_RESOLVE_CREATE : 0;
+}
+
 static CUresult
 stream_synchronize(CUstream h, int ptds)
 {
@@ -1547,9 +1575,10 @@ stream_synchronize(CUstream h, int ptds)
     CUcontext ctx;
     CUresult r;
     sim_dep *deps;
+    sim_pool_cover cover;
     size_t n;
 
-    r = lock_stream(h, ptds, 0, &s, &ctx);
+    r = lock_stream(h, ptds, legacy_resolve(h, ptds), &s, &ctx);
     if (r != CUDA_SUCCESS)
         return r;
     r = capture_wait_check(h, ptds, s, ctx);
@@ -1561,11 +1590,12 @@ stream_synchronize(CUstream h, int ptds)
         r = CUDA_ERROR_OUT_OF_MEMORY;
         goto done;
     }
+    sim__stream_pool_cover(s, &cover);
     while (!deps_done(deps, n))
         pthread_cond_wait(&sim.progress, &sim.lock);
     /* A destroyed context cannot have poisoned anything left here. */
     r = s->linked ? ctx_sticky(s->ctx) : CUDA_SUCCESS;
-    sim_pool_sync();
+    sim_pool_sync(&cover);
 done:
     free(deps);
     sim_unlock();
@@ -1581,7 +1611,7 @@ stream_query(CUstream h, int ptds)
     sim_dep *deps;
     size_t n;
 
-    r = lock_stream(h, ptds, 0, &s, &ctx);
+    r = lock_stream(h, ptds, legacy_resolve(h, ptds), &s, &ctx);
     if (r != CUDA_SUCCESS)
         return r;
     r = capture_wait_check(h, ptds, s, ctx);
@@ -1913,7 +1943,7 @@ cuCtxSynchronize(void)
     if (r != CUDA_SUCCESS)
         return r;
     sim_lock();
-    sim_pool_sync();
+    sim_pool_sync(NULL);
     sim_unlock();
     return ctx_sticky(ctx);
 }
