@@ -18,12 +18,12 @@ struct CUevent_st {
     uint32_t magic;
     CUcontext ctx;
     unsigned flags;
-    int refs;            /* the handle, plus each record op in flight */
-    int destroyed;       /* handle given back */
-    sim_dep rec;         /* the last record op; uid 0: never recorded */
+    int refs;             /* the handle, plus each record op in flight */
+    int destroyed;        /* handle given back */
+    sim_dep rec;          /* the last record op; uid 0: never recorded */
     sim_pool_cover cover; /* the pool blocks its synchronize gives back */
-    int stamped;         /* t_ns belongs to `rec` */
-    uint64_t capture_id; /* last recorded into this capture, 0: not */
+    int stamped;          /* t_ns belongs to `rec` */
+    uint64_t capture_id;  /* last recorded into this capture, 0: not */
     uint64_t t_ns;
     sim_vclock vc; /* what the recorded work follows */
     struct CUevent_st *prev, *next;

@@ -739,8 +739,7 @@ capture_of(CUstream h, int ptds, CUcontext ctx, CUstream *ps, sim_capture **pc)
 
     if (r != CUDA_SUCCESS)
         return r;
-    if (sim_names_legacy(h, ptds) &&
-        sim__ctx_blocking_capture(ctx) != NULL)
+    if (sim_names_legacy(h, ptds) && sim__ctx_blocking_capture(ctx) != NULL)
         /* Asking would make the legacy stream wait on a capture. */
         return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
     *pc = *ps != NULL ? sim__stream_capture(*ps) : NULL;

@@ -607,8 +607,7 @@ sim_mem_block_granularity(void)
 
 void
 sim_mem_block_shrink(sim_device *dev, uintptr_t base, size_t len,
-                     unsigned char *backing, size_t *backing_size,
-                     size_t keep)
+                     unsigned char *backing, size_t *backing_size, size_t keep)
 {
     munmap(backing + keep, *backing_size - keep);
     *backing_size = keep;

@@ -22,10 +22,10 @@ typedef struct pool_block {
     size_t len; /* rounded to SIM_ALIGN, as reserved */
     unsigned char *backing;
     size_t backing_size;
-    uint64_t stream_uid; /* the stream whose free returned it */
-    uint64_t ticket;     /* its free's place among frees queued */
+    uint64_t stream_uid;   /* the stream whose free returned it */
+    uint64_t ticket;       /* its free's place among frees queued */
     CUcontext blocking_in; /* the context, when that stream is blocking */
-    off_t off;           /* in the pool's file (IPC-capable pools) */
+    off_t off;             /* in the pool's file (IPC-capable pools) */
     struct pool_block *next;
 } pool_block;
 
@@ -170,8 +170,8 @@ block_shrink(CUmemoryPool p, pool_block *b, size_t keep)
 
     if (cut == 0 || cut >= b->len || (b->len - cut) % gran != 0)
         return;
-    sim_mem_block_shrink(p->dev, b->base, b->len, b->backing,
-                         &b->backing_size, b->len - cut);
+    sim_mem_block_shrink(p->dev, b->base, b->len, b->backing, &b->backing_size,
+                         b->len - cut);
     if (p->fd >= 0)
         fallocate(p->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
                   b->off + (off_t)b->backing_size,
