@@ -245,7 +245,9 @@ cm_ctx_sync_idle(cm_device *dev, uint64_t generation, int *idle, cm_error *err)
      * cudamem freed into them over their release threshold; the probe's
      * event is not (its synchronize leaves them, seen on an H100:
      * tests/gpu/driver_facts.json, "pool_release"). Idle, it returns at
-     * once; only after cudamem's stream-ordered frees is it needed. */
+     * once (unless another thread queues work in the instant between,
+     * which it then waits for uninterruptibly); only after cudamem's
+     * stream-ordered frees is it needed. */
     if (*idle && __atomic_exchange_n(&dev->pool_frees, 0, __ATOMIC_ACQ_REL) &&
         CM_CALL0(&ignored, cuCtxSynchronize) < 0) {
         __atomic_store_n(&dev->pool_frees, 1, __ATOMIC_RELAXED);
