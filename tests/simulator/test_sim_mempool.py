@@ -289,6 +289,8 @@ def test_release_threshold_applies_at_synchronize_points(run_py):
     # "When more than the release threshold bytes of memory are held by
     # the memory pool, the allocator will try to release memory back to
     # the OS on the next call to stream, event or context synchronize."
+    # Each here waits for the free through its stream; those that do not
+    # keep the memory (test_driver_facts.py, as an H100 answered).
     proc = run_pools(run_py, """
         s = stream()
         ev = c_void_p()
@@ -327,6 +329,56 @@ def test_release_threshold_applies_at_synchronize_points(run_py):
     lines = proc.stdout.splitlines()
     assert lines[:3] == ["stream True 0", "event True 0", "context True 0"]
     assert lines[3:] == ["True True", "0"]
+
+
+@pytest.mark.parametrize("handles", [0, 1], ids=["plain", "ipc-capable"])
+def test_a_pool_gives_back_part_of_a_block_down_to_its_threshold(run_py,
+                                                                 handles):
+    # An H100 keeps exactly the threshold: 32 MiB of a freed 64 MiB block
+    # (tests/gpu/driver_facts.json, "pool_release"). The block's end goes
+    # back to the device (cuMemGetInfo), its start stays memory that holds
+    # data, for the block's next allocation; a trim goes down the same way,
+    # and an IPC-capable pool's file loses the pages given back.
+    proc = run_pools(run_py, """
+        MIB = 1 << 20
+        s = stream()
+        pool = c_void_p()
+        ok(lib.cuMemPoolCreate(byref(pool), byref(props(handles=%d))),
+           "create")
+        free_mem, total = c_size_t(), c_size_t()
+
+        def device_free():
+            ok(lib.cuMemGetInfo_v2(byref(free_mem), byref(total)), "info")
+            return free_mem.value
+
+        start = device_free()
+
+        def device_used():
+            return (start - device_free()) // MIB
+
+        ok(put(pool.value, "RELEASE_THRESHOLD", 32 * MIB), "threshold")
+        p = alloc(64 * MIB, s, pool.value)
+        free(p, s)
+        ok(lib.cuStreamSynchronize(s), "sync")
+        print(get(pool.value, "RESERVED_MEM_CURRENT") // MIB, device_used())
+        q = alloc(32 * MIB, s, pool.value)
+        src = bytes(range(256)) * (32 * MIB // 256)
+        out = ctypes.create_string_buffer(32 * MIB)
+        ok(lib.cuMemcpyHtoDAsync_v2(c_uint64(q), src, c_size_t(32 * MIB), s),
+           "HtoD")
+        ok(lib.cuMemcpyDtoHAsync_v2(out, c_uint64(q), c_size_t(32 * MIB), s),
+           "DtoH")
+        ok(lib.cuStreamSynchronize(s), "sync")
+        print(q == p, out.raw == src,
+              get(pool.value, "RESERVED_MEM_CURRENT") // MIB)
+        free(q, s)
+        ok(lib.cuStreamSynchronize(s), "sync")
+        ok(lib.cuMemPoolTrimTo(pool, c_size_t(8 * MIB)), "trim")
+        print(get(pool.value, "RESERVED_MEM_CURRENT") // MIB, device_used())
+        ok(lib.cuMemPoolDestroy(pool), "destroy")
+        print(device_used())
+    """ % handles)
+    assert proc.stdout.splitlines() == ["32 32", "True True 32", "8 8", "0"]
 
 
 def test_statistics_trim_and_reuse(run_py):
