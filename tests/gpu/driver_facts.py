@@ -379,7 +379,9 @@ class _Pool:
         while self.d.error_name(self.d.call("cuStreamQuery", stream)) \
                 == "CUDA_ERROR_NOT_READY":
             pass
-        assert self.reserved() >= nbytes
+        if self.reserved() < nbytes:
+            raise RuntimeError(f"the pool holds {self.reserved()} bytes "
+                               f"after a free of {nbytes}")
 
 
 def pool_release(d):
