@@ -402,6 +402,14 @@ build/floor: benchmarks/floor.c
 	@mkdir -p build
 	$(CC) -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -I$(CUDA_INC_DIR) -o $@ $< -ldl -lpthread
 
+# The same rows as a library, timed inside bench-peers' own process; the
+# program's table, bandwidth and output code goes unused there.
+build/libfloor.so: benchmarks/floor.c
+	@mkdir -p build
+	$(CC) -std=c11 -D_GNU_SOURCE -DFLOOR_LIBRARY -O2 -Wall -Wextra -Werror \
+	  -Wno-unused-function -fPIC -shared -fvisibility=hidden \
+	  -I$(CUDA_INC_DIR) -o $@ $< -ldl -lpthread
+
 bench-floor: build build/floor
 	CUDAMEM_DRIVER=$${CUDAMEM_DRIVER:-$$( [ -e /dev/nvidiactl ] && echo libcuda.so.1 || echo $$PWD/cudamem/libcusim.so )} \
 	  build/floor
@@ -428,7 +436,7 @@ bench-staging: build
 # and instructions outside the driver (callgrind) per op. A full run records
 # benchmarks/results/<date>-simulator.md and .json; BENCH_ARGS=--quick is
 # CI's smoke run. strace and valgrind are required, not optional.
-bench-peers: build build/floor
+bench-peers: build build/floor build/libfloor.so
 	@for t in strace valgrind; do command -v $$t >/dev/null || { \
 	  echo "bench-peers: $$t is not installed (apt-get install $$t)" >&2; \
 	  exit 1; }; done

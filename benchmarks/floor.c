@@ -1,12 +1,20 @@
 /* floor.c: the raw driver floor, measured straight through cuGetProcAddress
  * with no cudamem code in between: allocation, small and large copies,
  * strided 2-D copies, events, streams and transfer bandwidth. It owns only
- * these numbers; comparing cudamem or its peers against them is elsewhere. */
+ * these numbers; comparing cudamem or its peers against them is elsewhere.
+ *
+ * Built as a program (build/floor) it times every row in a process of its
+ * own. Built with -DFLOOR_LIBRARY (build/libfloor.so) it exports floor_open,
+ * floor_time and floor_close instead, so that a benchmark can time the same
+ * calls in its own process, between the libraries it compares: what a
+ * driver call costs depends on the process (the simulator's cuMemAlloc maps
+ * memory, and mmap costs more in a larger address space). */
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <setjmp.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -43,6 +51,7 @@
     X(cuDeviceGetName, 2000)                                                   \
     X(cuDevicePrimaryCtxRetain, 7000)                                          \
     X(cuDevicePrimaryCtxRelease, 11000)                                        \
+    X(cuCtxGetCurrent, 4000)                                                   \
     X(cuCtxSetCurrent, 4000)                                                   \
     X(cuCtxSynchronize, 2000)                                                  \
     X(cuMemAlloc, 3020)                                                        \
@@ -87,6 +96,7 @@ static struct {
     void *lib;
     CUdevice dev;
     int ctx_retained;
+    CUcontext prev_ctx;     /* current before setup, current again after */
     CUdeviceptr dpool;      /* NBUF slots of SLOT bytes */
     char *hpool;            /* pageable, NBUF slots */
     char *ppool;            /* pinned, NBUF slots */
@@ -115,18 +125,33 @@ static void release_all(int check);
 static void die(const char *fmt, ...)
     __attribute__((format(printf, 1, 2), noreturn));
 
+#ifdef FLOOR_LIBRARY
+/* A library cannot exit its host process: die() returns to the exported
+ * call that was running, which reports the message through floor_error(). */
+static jmp_buf die_env;
+static char die_msg[512];
+#endif
+
 static void
 die(const char *fmt, ...)
 {
     va_list ap;
 
     va_start(ap, fmt);
+#ifdef FLOOR_LIBRARY
+    vsnprintf(die_msg, sizeof(die_msg), fmt, ap);
+#else
     fputs("floor: ", stderr);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
+#endif
     va_end(ap);
     release_all(0);
+#ifdef FLOOR_LIBRARY
+    longjmp(die_env, 1);
+#else
     exit(1);
+#endif
 }
 
 static void
@@ -210,7 +235,7 @@ release_all(int check)
             RELEASE(cuMemHostUnregister, (R.rpool));
             R.rpool_registered = 0;
         }
-        RELEASE(cuCtxSetCurrent, (NULL));
+        RELEASE(cuCtxSetCurrent, (R.prev_ctx));
         R.ctx_retained = 0;
         RELEASE(cuDevicePrimaryCtxRelease, (R.dev));
     }
@@ -472,57 +497,83 @@ op_ctx_synchronize(unsigned i)
     CHECK(cuCtxSynchronize, ());
 }
 
+/* The rows with a fixed name, which floor_time also finds by it. */
+static const struct {
+    const char *name;
+    op_fn fn;
+} named_ops[] = {
+    {"cuMemAlloc+cuMemFree", op_alloc_free},
+    {"cuMemAllocAsync+cuMemFreeAsync", op_alloc_free_async},
+    {"cuMemAlloc+cuMemcpyHtoD+cuMemFree", op_alloc_htod_free},
+    {"cuMemcpyHtoD pageable", op_htod_pageable},
+    {"cuMemcpyHtoD pinned", op_htod_pinned},
+    {"cuMemcpyDtoH pageable", op_dtoh_pageable},
+    {"cuMemcpyDtoH pinned", op_dtoh_pinned},
+    {"cuEventRecord+cuEventQuery", op_event_record_query},
+    {"cuStreamCreate+cuStreamDestroy", op_stream_create_destroy},
+    {"cuCtxSynchronize idle", op_ctx_synchronize},
+};
+
+static op_fn
+find_op(const char *name)
+{
+    size_t k;
+
+    for (k = 0; k < sizeof(named_ops) / sizeof(named_ops[0]); k++) {
+        if (strcmp(named_ops[k].name, name) == 0)
+            return named_ops[k].fn;
+    }
+    die("no latency row named \"%s\"", name);
+}
+
+static void
+time_named(const char *op, size_t bytes)
+{
+    cur_bytes = bytes;
+    time_op(op, bytes, find_op(op));
+}
+
 static void
 run_latency(void)
 {
     static const size_t sizes[] = {8, 4 * KIB, MIB};
-    static const struct {
-        const char *name;
-        op_fn fn;
-    } copies[] = {
-        {"cuMemcpyHtoD pageable", op_htod_pageable},
-        {"cuMemcpyHtoD pinned", op_htod_pinned},
-        {"cuMemcpyDtoH pageable", op_dtoh_pageable},
-        {"cuMemcpyDtoH pinned", op_dtoh_pinned},
+    static const char *const copies[] = {
+        "cuMemcpyHtoD pageable",
+        "cuMemcpyHtoD pinned",
+        "cuMemcpyDtoH pageable",
+        "cuMemcpyDtoH pinned",
     };
     size_t s, c;
     char name[64];
 
     for (s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
-        cur_bytes = sizes[s];
-        time_op("cuMemAlloc+cuMemFree", cur_bytes, op_alloc_free);
-        time_op("cuMemAllocAsync+cuMemFreeAsync", cur_bytes,
-                op_alloc_free_async);
+        time_named("cuMemAlloc+cuMemFree", sizes[s]);
+        time_named("cuMemAllocAsync+cuMemFreeAsync", sizes[s]);
     }
     /* The stream-ordered frees still queued run before the next timing. */
     CHECK(cuCtxSynchronize, ());
-    cur_bytes = 8;
-    time_op("cuMemAlloc+cuMemcpyHtoD+cuMemFree", cur_bytes,
-            op_alloc_htod_free);
+    time_named("cuMemAlloc+cuMemcpyHtoD+cuMemFree", 8);
     for (c = 0; c < sizeof(copies) / sizeof(copies[0]); c++) {
-        for (s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
-            cur_bytes = sizes[s];
-            time_op(copies[c].name, cur_bytes, copies[c].fn);
-        }
+        for (s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++)
+            time_named(copies[c], sizes[s]);
     }
     /* The slice and the contiguous copy of the same bytes, side by side. */
     snprintf(name, sizeof(name), "cuMemcpy2D DtoH %dx%d/%d pageable", ROWS,
              WIDTH, PITCH);
     time_op(name, (size_t)ROWS * WIDTH, op_2d_dtoh_pageable);
-    cur_bytes = (size_t)ROWS * WIDTH;
-    time_op("cuMemcpyDtoH pageable", cur_bytes, op_dtoh_pageable);
+    time_named("cuMemcpyDtoH pageable", (size_t)ROWS * WIDTH);
     snprintf(name, sizeof(name), "cuMemcpy2D DtoH %dx%d/%d pinned", ROWS,
              WIDTH, PITCH);
     time_op(name, (size_t)ROWS * WIDTH, op_2d_dtoh_pinned);
-    time_op("cuMemcpyDtoH pinned", cur_bytes, op_dtoh_pinned);
+    time_named("cuMemcpyDtoH pinned", (size_t)ROWS * WIDTH);
     snprintf(name, sizeof(name), "cuMemcpy2D DtoH %dx%d/%d registered", ROWS,
              WIDTH, PITCH);
     time_op(name, (size_t)ROWS * WIDTH, op_2d_dtoh_registered);
 
-    time_op("cuEventRecord+cuEventQuery", 0, op_event_record_query);
+    time_named("cuEventRecord+cuEventQuery", 0);
     CHECK(cuCtxSynchronize, ());
-    time_op("cuStreamCreate+cuStreamDestroy", 0, op_stream_create_destroy);
-    time_op("cuCtxSynchronize idle", 0, op_ctx_synchronize);
+    time_named("cuStreamCreate+cuStreamDestroy", 0);
+    time_named("cuCtxSynchronize idle", 0);
 }
 
 /* ---------------------------------------------------------------------------
@@ -772,6 +823,7 @@ setup(void)
     void *p;
     int i;
 
+    CHECK(cuCtxGetCurrent, (&R.prev_ctx));
     CHECK(cuDevicePrimaryCtxRetain, (&ctx, R.dev));
     R.ctx_retained = 1;
     CHECK(cuCtxSetCurrent, (ctx));
@@ -799,6 +851,8 @@ setup(void)
     CHECK(cuEventCreate, (&R.start, CU_EVENT_DEFAULT));
     CHECK(cuEventCreate, (&R.stop, CU_EVENT_DEFAULT));
 
+    if (opt.max_bytes == 0)
+        return; /* no bandwidth rows */
     CHECK(cuMemAlloc, (&R.dbig, opt.max_bytes));
     CHECK(cuMemHostAlloc, (&p, opt.max_bytes, 0));
     R.pbig = p;
@@ -808,6 +862,74 @@ setup(void)
     memset(R.hbig, 3, opt.max_bytes);
     memset(R.pbig, 4, opt.max_bytes);
 }
+
+#ifdef FLOOR_LIBRARY
+#define FLOOR_API __attribute__((visibility("default")))
+
+/* floor_open(driver): 0, or -1 with floor_error() saying why. Loads the
+ * driver at `driver` (the one the process already uses, to share its
+ * state), makes device 0's primary context current and sets up the
+ * latency rows' buffers. */
+FLOOR_API int
+floor_open(const char *driver)
+{
+    int is_sim;
+
+    if (setjmp(die_env))
+        return -1;
+    if (R.ctx_retained)
+        die("floor_open: already open");
+    load_driver(driver, &is_sim);
+    CHECK(cuInit, (0));
+    CHECK(cuDeviceGet, (&R.dev, 0));
+    opt.max_bytes = 0;
+    setup();
+    return 0;
+}
+
+/* floor_time(op, bytes, calls): ns per call of `calls` calls of the latency
+ * row named `op` (named_ops) on `bytes`, timed here, with no caller's loop
+ * in the time; negative on failure, which also closes the floor. */
+FLOOR_API double
+floor_time(const char *op, size_t bytes, unsigned calls)
+{
+    static unsigned next;
+    uint64_t t0;
+    op_fn fn;
+    unsigned k;
+
+    if (setjmp(die_env))
+        return -1.0;
+    if (!R.ctx_retained)
+        die("floor_time: not open");
+    if (calls == 0 || bytes > SLOT)
+        die("floor_time: %u calls of %zu bytes", calls, bytes);
+    fn = find_op(op);
+    cur_bytes = bytes;
+    t0 = now_ns();
+    for (k = 0; k < calls; k++)
+        fn(next++);
+    return (double)(now_ns() - t0) / calls;
+}
+
+/* floor_close(): 0, or -1 with floor_error(); releases what floor_open set
+ * up and makes the context current before it current again. */
+FLOOR_API int
+floor_close(void)
+{
+    if (setjmp(die_env))
+        return -1;
+    release_all(1);
+    return 0;
+}
+
+FLOOR_API const char *
+floor_error(void)
+{
+    return die_msg;
+}
+
+#else
 
 int
 main(int argc, char **argv)
@@ -839,3 +961,5 @@ main(int argc, char **argv)
     release_all(1);
     return 0;
 }
+
+#endif /* FLOOR_LIBRARY */

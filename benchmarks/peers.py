@@ -15,8 +15,10 @@ Method (benchmarks/README.md says more):
   library in turn (the starting library rotates), so load drifts on a
   shared machine hit every library alike; median, p10 and p90 over rounds
   of ns per call, minus the cost of an empty call timed in the same rounds;
-  floor.c (a process of its own, ``--quick``) runs every few rounds of the
-  same operation, and the median of its medians is the floor;
+  the floor is floor.c's same driver calls, built as build/libfloor.so and
+  timed inside it in this process, taking its turn in every round; floor.c
+  as a process of its own (``--quick``) runs every few rounds of the same
+  operation too, and the median of its medians is shown beside it;
 - driver calls: ``cudamem.simulator.stats()["calls"]`` before and after a
   counted loop (the simulator counts every entry point on every thread);
 - system calls: one child process under ``strace -f`` runs every counted
@@ -74,6 +76,8 @@ OPS = (
      ("cuCtxSynchronize idle", 0)),
 )
 LOOP = "(empty call)"
+FLOOR = "C floor"
+FLOOR_ROWS = {op: row for op, _m, _a, row in OPS if row}
 MARK = "/benchmarks-peers-marker"
 # CPython's ctypes callback entry (Modules/_ctypes/callbacks.c): the counted
 # loop runs inside it, called back by libc's bsearch.
@@ -150,17 +154,22 @@ def _stats(values):
             "p90_ns": round(v[int(last * 0.9 + 0.5)], 1)}
 
 
-def time_interleaved(libs, cfg, floor_once):
+def time_interleaved(libs, cfg, floor, floor_once):
     """({op: {lib: {median_ns, p10_ns, p90_ns} | {error} | {unsupported}}},
-    {op: floor's {median_ns, p10_ns, p90_ns}}); the empty call's median is
-    subtracted from every row of the same op. floor_once() runs floor.c
-    every cfg.floor_every rounds: its medians over those runs are the
-    floor, sampled through the same stretch of the machine's load."""
-    out, floors = {}, {}
+    {op: floor's {median_ns, p10_ns, p90_ns}},
+    {op: floor's own process's {median_ns, p10_ns, p90_ns}}); the empty
+    call's median is subtracted from every library's row of the same op.
+    The floor (a Floor) takes its turn in every round like a library, its
+    calls timed inside floor.c. floor_once() runs floor.c as a process of
+    its own every cfg.floor_every rounds: its medians over those runs are
+    the second floor, sampled through the same stretch of the machine's
+    load."""
+    out, floors, process_floors = {}, {}, {}
     for op, made in each_op(libs):
-        floor_ns = []
+        row = FLOOR_ROWS.get(op)
+        process_ns = []
         rows = {}
-        ok = []
+        ok = [(FLOOR, None)] if row else []
         for name, _a, fns in made:
             if isinstance(fns, adapters.Unsupported):
                 rows[name] = {"unsupported": str(fns)}
@@ -171,34 +180,46 @@ def time_interleaved(libs, cfg, floor_once):
         empty = [lambda: None] * NBUF
         samples = {name: [] for name, _ in ok}
         samples[LOOP] = []
+
+        def one(name, fns, passes, row=row):
+            if name == FLOOR:
+                return floor.time(row, passes * NBUF)
+            return _batch(fns, passes)
         for name, fns in list(ok):  # warm-up
             try:
-                _batch(fns, cfg.warmup)
+                one(name, fns, cfg.warmup)
             except Exception as exc:
                 rows[name] = {"error": _error(exc)}
                 ok.remove((name, fns))
         for r in range(cfg.rounds):
-            if op != LOOP and r % cfg.floor_every == 0:
-                floor_ns += [v for k, v in floor_once().items() if k == op]
+            if row and r % cfg.floor_every == 0:
+                process_ns += [v for k, v in floor_once().items() if k == op]
             order = ok[r % len(ok):] + ok[:r % len(ok)] if ok else []
             samples[LOOP].append(_batch(empty, cfg.passes))
             for name, fns in order:
                 try:
-                    samples[name].append(_batch(fns, cfg.passes))
+                    samples[name].append(one(name, fns, cfg.passes))
                 except Exception as exc:
                     rows[name] = {"error": _error(exc)}
                     ok.remove((name, fns))
         loop = statistics.median(samples[LOOP])
         for name, _ in ok:
-            rows[name] = _stats([max(v - loop, 0.0) for v in samples[name]])
-        if floor_ns:
-            floors[op] = _stats(floor_ns)
+            if name == FLOOR:
+                floors[op] = _stats(samples[name])
+            else:
+                rows[name] = _stats([max(v - loop, 0.0)
+                                     for v in samples[name]])
+        if FLOOR in rows:
+            raise RuntimeError("floor.c in process, %s: %s"
+                               % (op, rows[FLOOR]["error"]))
+        if process_ns:
+            process_floors[op] = _stats(process_ns)
         if op != LOOP:
             out[op] = rows
         else:
             out[LOOP] = {"median_ns": round(loop, 1)}
         print("bench-peers: timed %s" % op, file=sys.stderr, flush=True)
-    return out, floors
+    return out, floors, process_floors
 
 
 def driver_calls(libs, cfg):
@@ -422,6 +443,41 @@ def floor_once(cfg, driver):
     return {op: lat[row] for op, _m, _a, row in OPS if row}
 
 
+class Floor:
+    """floor.c's latency rows timed inside this process (build/libfloor.so):
+    the driver calls the libraries make, in the address space, heap and
+    threads they make them in."""
+
+    def __init__(self, driver):
+        path = os.path.join(ROOT, "build", "libfloor.so")
+        if not os.path.exists(path):
+            raise SystemExit("bench-peers: %s is missing (make "
+                             "build/libfloor.so)" % path)
+        lib = ctypes.CDLL(path)
+        lib.floor_open.argtypes = [ctypes.c_char_p]
+        lib.floor_time.argtypes = [ctypes.c_char_p, ctypes.c_size_t,
+                                   ctypes.c_uint]
+        lib.floor_time.restype = ctypes.c_double
+        lib.floor_error.restype = ctypes.c_char_p
+        self.lib = lib
+        if lib.floor_open(os.fsencode(driver)) != 0:
+            raise RuntimeError("floor_open: " + self._error())
+
+    def _error(self):
+        return self.lib.floor_error().decode(errors="replace")
+
+    def time(self, row, calls):
+        """ns per call of `calls` calls of floor.c's (name, bytes) row."""
+        ns = self.lib.floor_time(row[0].encode(), row[1], calls)
+        if ns < 0:
+            raise RuntimeError(self._error())
+        return ns
+
+    def close(self):
+        if self.lib.floor_close() != 0:
+            raise RuntimeError("floor_close: " + self._error())
+
+
 def _us(ns):
     return "%.2f" % (ns / 1e3)
 
@@ -475,19 +531,23 @@ def markdown(result):
                                         result["time_loop_ns"])]
     for n in names:
         out.append("- %s: %s" % (n, meta["versions"][n]))
-    head = "| op | C floor | " + " | ".join(names)
+    head = "| op | C floor | C floor, own process | " + " | ".join(names)
     out += ["", "## Time (us per op, median [p10-p90])", "",
+            "The C floor is floor.c's same driver calls timed in this "
+            "process, in the same rounds; the bound and every ratio use it. "
+            "Its own process is floor.c run apart, for comparison.", "",
             head + " | cudamem / floor | cudamem - floor | fastest peer | "
             "cudamem / fastest peer | within bound |",
-            "|---|---|" + "---|" * (len(names) + 5)]
+            "|---|---|---|" + "---|" * (len(names) + 5)]
     for op, _m, _a, _f in OPS:
         rows = result["time"][op]
         s = result["summary"].get(op, {})
-        floor = result["floor"].get(op)
         cells = [_spread(rows.get(n, {})) for n in names]
         f = result["floor_spread"].get(op)
-        out.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
-            op, _spread(f) if f else "-", " | ".join(cells),
+        fp = result["floor_process_spread"].get(op)
+        out.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            op, _spread(f) if f else "-", _spread(fp) if fp else "-",
+            " | ".join(cells),
             "%.2fx" % s["cudamem_over_floor"]
             if "cudamem_over_floor" in s else "-",
             "%+.2f" % (s["cudamem_minus_floor_ns"] / 1e3)
@@ -609,8 +669,13 @@ def main(argv=None):
         "libraries": list(libs),
         "versions": {n: a if isinstance(a, str) else a.ver
                      for n, a in libs.items()}}, "summary": {}}
-    result["time"], floors = time_interleaved(
-        libs, cfg, lambda: floor_once(cfg, driver))
+    floor = Floor(driver)
+    try:
+        result["time"], floors, result["floor_process_spread"] = \
+            time_interleaved(libs, cfg, floor,
+                             lambda: floor_once(cfg, driver))
+    finally:
+        floor.close()
     result["floor"] = {op: f["median_ns"] for op, f in floors.items()}
     result["floor_spread"] = floors
     result["time_loop_ns"] = result["time"].pop(LOOP)["median_ns"]

@@ -2,8 +2,12 @@
 and the floor bound of issue 23. The run itself needs the peers venv,
 strace and valgrind (`make bench-peers BENCH_ARGS=--quick`, in CI)."""
 import json
+import os
+import subprocess
+import sys
 
 from benchmarks import peers
+from tests.helpers.run import ROOT
 
 M = peers.MARK
 
@@ -75,3 +79,71 @@ def test_summary_bound_is_the_larger_of_ratio_and_excess():
         assert s["cudamem_over_fastest_peer"] == 0.5
         assert s["cudamem_over_floor"] == round(cm / floor, 3)
         json.dumps(r)  # what the run writes
+
+
+FLOOR_SCRIPT = r'''
+import ctypes, json, sys
+sys.path.insert(0, sys.argv[1])
+import cudamem, cudamem.simulator as sim
+from benchmarks import peers
+
+cudamem.device_array(1)  # cudamem's context current, as in a run
+drv = ctypes.CDLL(sim.library_path())
+
+
+def current():
+    c = ctypes.c_void_p()
+    assert drv.cuCtxGetCurrent(ctypes.byref(c)) == 0
+    return c.value
+
+
+ctx, live = current(), sim.live()
+out = {"calls": {}}
+floor = peers.Floor(sim.library_path())
+for op, row in peers.FLOOR_ROWS.items():
+    floor.time(row, 4)
+    before = sim.stats()["calls"]
+    ns = floor.time(row, 16)
+    after = sim.stats()["calls"]
+    out["calls"][row[0]] = {
+        k: after[k]["calls"] - before[k]["calls"] for k in after
+        if after[k]["calls"] != before[k]["calls"]}
+    assert ns > 0, (row, ns)
+floor.close()
+out["closed"] = [current() == ctx, sim.live() == live]
+floor = peers.Floor(sim.library_path())
+errors = []
+for row in (("cuNoSuchCall", 8), peers.FLOOR_ROWS["DtoH 8 B"]):
+    try:
+        floor.time(row, 1)
+    except RuntimeError as exc:
+        errors.append(str(exc))
+out["errors"] = errors
+out["after_error"] = [current() == ctx, sim.live() == live]
+print(json.dumps(out))
+'''
+
+
+def test_the_in_process_floor_makes_the_calls_its_rows_name(tmp_path):
+    # The bound's floor: build/libfloor.so inside the benchmark's process,
+    # on the simulator cudamem also runs on. Each row makes exactly the
+    # driver calls its name lists, 16 of each for 16 calls; closing gives
+    # back what it set up and the context that was current; a failure
+    # reports floor.c's message and closes the floor the same way.
+    subprocess.run(["make", "-s", "build/libfloor.so"], cwd=ROOT,
+                   check=True, stdout=subprocess.DEVNULL)
+    script = tmp_path / "floor_check.py"
+    script.write_text(FLOOR_SCRIPT)
+    env = dict(os.environ, CUDAMEM_SIMULATOR="1")
+    env.pop("CUDAMEM_DRIVER", None)
+    p = subprocess.run([sys.executable, str(script), ROOT], cwd=ROOT,
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    want = {row[0]: dict.fromkeys(row[0].split()[0].split("+"), 16)
+            for row in peers.FLOOR_ROWS.values()}
+    assert out["calls"] == want
+    assert out["closed"] == [True, True]
+    assert out["errors"] == ['no latency row named "cuNoSuchCall"',
+                             "floor_time: not open"]
+    assert out["after_error"] == [True, True]
