@@ -358,14 +358,28 @@ addrtree_find(const addrtree *t, uintptr_t addr)
 addrnode *
 addrtree_after(const addrtree *t, uintptr_t addr)
 {
-    addrnode *n = addrtree_floor(t, addr);
+    addrnode *n = t->root, *lo, *hi = NULL;
 
-    if (n == NULL) {
-        return addrtree_first(t);
+    if (n == NULL || addr < t->first->base) {
+        return t->first;
     }
-    if (addr - n->base < n->size) {
-        return n;
+    if (addr >= t->last->base) {
+        lo = t->last;
+        return addr - lo->base < lo->size ? lo : NULL;
     }
-    /* The last node's successor would be a walk up to the root. */
-    return n != t->last ? addrtree_next(n) : NULL;
+    /* One descent finds both the floor (at least the first node) and its
+     * successor (the last node it went left at), which a walk from the
+     * floor would find again. */
+    lo = t->first;
+    while (n != NULL) {
+        if (n->base <= addr) {
+            lo = n;
+            n = n->right;
+        }
+        else {
+            hi = n;
+            n = n->left;
+        }
+    }
+    return addr - lo->base < lo->size ? lo : hi;
 }
