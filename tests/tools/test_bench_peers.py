@@ -130,8 +130,11 @@ def test_the_in_process_floor_makes_the_calls_its_rows_name(tmp_path):
     # driver calls its name lists, 16 of each for 16 calls; closing gives
     # back what it set up and the context that was current; a failure
     # reports floor.c's message and closes the floor the same way.
-    subprocess.run(["make", "-s", "build/libfloor.so"], cwd=ROOT,
-                   check=True, stdout=subprocess.DEVNULL)
+    # This interpreter finds the CUDA headers, with or without a .venv (a
+    # GPU machine has none: tests/gpu/check.sh builds it the same way).
+    subprocess.run(["make", "-s", "VENV=none", "PY=" + sys.executable,
+                    "build/libfloor.so"], cwd=ROOT, check=True,
+                   stdout=subprocess.DEVNULL)
     script = tmp_path / "floor_check.py"
     script.write_text(FLOOR_SCRIPT)
     env = dict(os.environ, CUDAMEM_SIMULATOR="1")
