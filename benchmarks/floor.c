@@ -929,6 +929,24 @@ floor_error(void)
     return die_msg;
 }
 
+/* floor_rows(): the names floor_time takes, one per line. */
+FLOOR_API const char *
+floor_rows(void)
+{
+    static char rows[1024];
+    size_t k, used = 0;
+
+    if (rows[0] == '\0') {
+        for (k = 0; k < sizeof(named_ops) / sizeof(named_ops[0]) &&
+                    used < sizeof(rows);
+             k++) {
+            used += (size_t)snprintf(rows + used, sizeof(rows) - used, "%s\n",
+                                     named_ops[k].name);
+        }
+    }
+    return rows;
+}
+
 #else
 
 int

@@ -47,6 +47,7 @@ import sys
 import time
 
 from benchmarks import adapters, record
+from benchmarks.floorlib import Floor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -443,41 +444,6 @@ def floor_once(cfg, driver):
     return {op: lat[row] for op, _m, _a, row in OPS if row}
 
 
-class Floor:
-    """floor.c's latency rows timed inside this process (build/libfloor.so):
-    the driver calls the libraries make, in the address space, heap and
-    threads they make them in."""
-
-    def __init__(self, driver):
-        path = os.path.join(ROOT, "build", "libfloor.so")
-        if not os.path.exists(path):
-            raise SystemExit("bench-peers: %s is missing (make "
-                             "build/libfloor.so)" % path)
-        lib = ctypes.CDLL(path)
-        lib.floor_open.argtypes = [ctypes.c_char_p]
-        lib.floor_time.argtypes = [ctypes.c_char_p, ctypes.c_size_t,
-                                   ctypes.c_uint]
-        lib.floor_time.restype = ctypes.c_double
-        lib.floor_error.restype = ctypes.c_char_p
-        self.lib = lib
-        if lib.floor_open(os.fsencode(driver)) != 0:
-            raise RuntimeError("floor_open: " + self._error())
-
-    def _error(self):
-        return self.lib.floor_error().decode(errors="replace")
-
-    def time(self, row, calls):
-        """ns per call of `calls` calls of floor.c's (name, bytes) row."""
-        ns = self.lib.floor_time(row[0].encode(), row[1], calls)
-        if ns < 0:
-            raise RuntimeError(self._error())
-        return ns
-
-    def close(self):
-        if self.lib.floor_close() != 0:
-            raise RuntimeError("floor_close: " + self._error())
-
-
 def _us(ns):
     return "%.2f" % (ns / 1e3)
 
@@ -669,7 +635,7 @@ def main(argv=None):
         "libraries": list(libs),
         "versions": {n: a if isinstance(a, str) else a.ver
                      for n, a in libs.items()}}, "summary": {}}
-    floor = Floor(driver)
+    floor = Floor(driver, build=False)
     try:
         result["time"], floors, result["floor_process_spread"] = \
             time_interleaved(libs, cfg, floor,

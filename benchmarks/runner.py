@@ -18,6 +18,7 @@ import sys
 import time
 
 from benchmarks import adapters, record
+from benchmarks.floorlib import Floor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -95,7 +96,11 @@ def _error(exc):
     return "%s: %s" % (type(exc).__name__, exc)
 
 
-def measure_latency(adapter, cfg, floor, overhead_ns):
+def measure_latency(adapter, cfg, floor, overhead_ns, in_process=None):
+    """Each latency_plan() row of `adapter`, with its ratio to floor.c's
+    own process ({(floor op, bytes): ns}) and to floor.c in this process
+    (the same map)."""
+    in_process = in_process or {}
     rows = []
     for op, nbytes, floor_op, method, args in latency_plan():
         row = {"op": op, "bytes": nbytes}
@@ -117,6 +122,10 @@ def measure_latency(adapter, cfg, floor, overhead_ns):
             if ref:
                 row.update(floor_ns=ref, overhead_ns=round(med - ref, 1),
                            ratio=round(med / ref, 3))
+            ref = in_process.get((floor_op, nbytes)) if floor_op else None
+            if ref:
+                row.update(floor_in_process_ns=ref,
+                           ratio_in_process=round(med / ref, 3))
         finally:
             try:
                 adapter.cleanup()
@@ -219,6 +228,43 @@ def run_floor(cfg, driver):
         return json.load(f)
 
 
+def run_floor_in_process(cfg, driver):
+    """floor.c's latency rows of latency_plan() timed in this process
+    (benchmarks/floorlib.py), as time_calls times a library: NBUF calls a
+    sample, timed inside C. {"latency": [{op, bytes, median_ns, p10_ns,
+    p90_ns}]} or {"error": message}."""
+    wanted = []
+    for _op, n, floor_op, _m, _a in latency_plan():
+        if floor_op is not None and (floor_op, n) not in wanted:
+            wanted.append((floor_op, n))
+    try:
+        floor = Floor(driver)
+    except Exception as exc:
+        return {"error": _error(exc)}
+    rows, failed = [], None
+    try:
+        for row in wanted:
+            if row[0] not in floor.rows:
+                continue  # the 2-D slices: floor.c's program only
+            for _ in range(cfg.warmup):
+                floor.time(row, NBUF)
+            per_call = sorted(floor.time(row, NBUF)
+                              for _ in range(cfg.samples))
+            last = len(per_call) - 1
+            rows.append({"op": row[0], "bytes": row[1],
+                         "median_ns": round(statistics.median(per_call), 1),
+                         "p10_ns": round(per_call[int(last * 0.1)], 1),
+                         "p90_ns": round(per_call[int(last * 0.9 + 0.5)],
+                                         1)})
+    except Exception as exc:
+        failed = _error(exc)
+    try:
+        floor.close()
+    except Exception as exc:
+        failed = failed or _error(exc)
+    return {"error": failed} if failed else {"latency": rows}
+
+
 def _floor_maps(floor):
     lat = {(r["op"], r["bytes"]): r["median_ns"]
            for r in floor.get("latency", ())}
@@ -238,7 +284,8 @@ def loop_overhead_ns(cfg):
     return time_calls(fns, cfg.warmup, max(cfg.samples, 50))[0]
 
 
-def measure_library(adapter, cfg, floor_lat, floor_bw, overhead):
+def measure_library(adapter, cfg, floor_lat, floor_bw, overhead,
+                    in_process=None):
     entry = {}
     try:
         adapter.load()
@@ -247,7 +294,8 @@ def measure_library(adapter, cfg, floor_lat, floor_bw, overhead):
         entry.update(status="error", error=_error(exc))
         return entry
     entry["status"] = "ok"
-    entry["latency"] = measure_latency(adapter, cfg, floor_lat, overhead)
+    entry["latency"] = measure_latency(adapter, cfg, floor_lat, overhead,
+                                       in_process)
     entry["bandwidth"] = measure_bandwidth(adapter, cfg, floor_bw)
     return entry
 
@@ -310,24 +358,32 @@ def markdown(result):
                                    else ""))
         if "error" in e:
             out.append("  - %s" % e["error"])
-    floor = result["floor"]
-    if "error" in floor:
-        out.append("- floor: error: %s" % floor["error"])
+    for key, what in (("floor", "floor"),
+                      ("floor_in_process", "floor in process")):
+        if "error" in result[key]:
+            out.append("- %s: error: %s" % (what, result[key]["error"]))
     out += ["", "## Latency (median ns per call)", "",
-            "| operation | bytes | floor | " + " | ".join(libs) +
-            " | cudamem / floor |",
-            "|---|---|---|" + "---|" * len(libs) + "---|"]
+            "The floor is floor.c's same driver calls in a process of its "
+            "own; the floor in process, the same calls timed in this one "
+            "(benchmarks/floorlib.py).", "",
+            "| operation | bytes | floor | floor in process | " +
+            " | ".join(libs) + " | cudamem / floor | cudamem / floor in "
+            "process |",
+            "|---|---|---|---|" + "---|" * len(libs) + "---|---|"]
     rows = {n: result["libraries"][n]["latency"] for n in libs}
     for i, (op, nbytes, *_rest) in enumerate(latency_plan()):
         first = rows[libs[0]][i] if libs else {}
-        floor_ns = first.get("floor_ns")
+        refs = [first.get(k) for k in ("floor_ns", "floor_in_process_ns")]
         cells = [_cell(rows[n][i], "median_ns", _fmt_ns) for n in libs]
         cm = rows.get("cudamem", [{}] * (i + 1))[i]
         ratio = ("%.2fx (%+.0f ns)" % (cm["ratio"], cm["overhead_ns"])
                  if "ratio" in cm else "-")
-        out.append("| %s | %s | %s | %s | %s |" % (
-            op, _size(nbytes), _fmt_ns(floor_ns) if floor_ns else "-",
-            " | ".join(cells), ratio))
+        ratio_in = ("%.2fx" % cm["ratio_in_process"]
+                    if "ratio_in_process" in cm else "-")
+        out.append("| %s | %s | %s | %s | %s | %s |" % (
+            op, _size(nbytes),
+            " | ".join(_fmt_ns(r) if r else "-" for r in refs),
+            " | ".join(cells), ratio, ratio_in))
     out += ["", "## Bandwidth (GB/s)", "",
             "| direction | memory | bytes | floor | " + " | ".join(libs) +
             " | cudamem / floor |",
@@ -481,6 +537,8 @@ def main(argv=None):
 
     result["floor"] = run_floor(cfg, driver)
     floor_lat, floor_bw = _floor_maps(result["floor"])
+    result["floor_in_process"] = run_floor_in_process(cfg, driver)
+    in_process, _ = _floor_maps(result["floor_in_process"])
     overhead = loop_overhead_ns(cfg)
     result["meta"]["loop_overhead_ns"] = round(overhead, 1)
 
@@ -494,7 +552,7 @@ def main(argv=None):
             continue
         print("benchmarks: %s ..." % cls.name, file=sys.stderr, flush=True)
         libs[cls.name] = measure_library(cls(), cfg, floor_lat, floor_bw,
-                                         overhead)
+                                         overhead, in_process)
     result["libraries"] = libs
     measured = [n for n, e in libs.items()
                 if e["status"] in ("ok", "error") and "version" in e]

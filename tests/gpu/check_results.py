@@ -85,11 +85,16 @@ def check_floor(data):
 
 
 def check_bench(data):
+    problems = []
     status = data.get("libraries", {}).get("cudamem", {}).get("status")
     if status != "ok":
-        return ["bench/results.json: cudamem's status is %r, not 'ok'"
-                % status]
-    return []
+        problems.append("bench/results.json: cudamem's status is %r, not "
+                        "'ok'" % status)
+    in_process = data.get("floor_in_process", {})
+    if not in_process.get("latency"):
+        problems.append("bench/results.json: no floor in process: %s"
+                        % in_process.get("error", "no latency measured"))
+    return problems
 
 
 def check_packages(text, present, absent):

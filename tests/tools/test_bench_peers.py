@@ -98,8 +98,8 @@ def current():
 
 
 ctx, live = current(), sim.live()
-out = {"calls": {}}
 floor = peers.Floor(sim.library_path())
+out = {"calls": {}, "rows": sorted(floor.rows)}
 for op, row in peers.FLOOR_ROWS.items():
     floor.time(row, 4)
     before = sim.stats()["calls"]
@@ -146,6 +146,9 @@ def test_the_in_process_floor_makes_the_calls_its_rows_name(tmp_path):
     want = {row[0]: dict.fromkeys(row[0].split()[0].split("+"), 16)
             for row in peers.FLOOR_ROWS.values()}
     assert out["calls"] == want
+    # floor_rows() lists what floor_time takes, bench-peers' rows among it.
+    assert set(want) <= set(out["rows"])
+    assert "cuMemcpyDtoH pinned" in out["rows"]
     assert out["closed"] == [True, True]
     assert out["errors"] == ['no latency row named "cuNoSuchCall"',
                              "floor_time: not open"]

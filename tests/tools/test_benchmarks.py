@@ -64,6 +64,15 @@ def test_quick_run_on_the_simulator(tmp_path):
     assert "error" not in floor, floor
     assert floor["simulator"] is True
     floor_ops = {(r["op"], r["bytes"]) for r in floor["latency"]}
+    # The same rows timed in this process: all of floor.c's but the 2-D
+    # slices, which only its program times.
+    in_process = result["floor_in_process"]
+    assert "error" not in in_process, in_process
+    in_ops = {(r["op"], r["bytes"]) for r in in_process["latency"]}
+    assert in_ops == {(op, n) for _o, n, op, *_r in runner.latency_plan()
+                      if op is not None and not op.startswith("cuMemcpy2D")}
+    for r in in_process["latency"]:
+        assert 0 < r["p10_ns"] <= r["median_ns"] <= r["p90_ns"], r
 
     cm = result["libraries"]["cudamem"]
     assert cm["status"] == "ok"
@@ -80,6 +89,12 @@ def test_quick_run_on_the_simulator(tmp_path):
             assert (floor_op, n) in floor_ops
             assert row["ratio"] == pytest.approx(
                 row["median_ns"] / row["floor_ns"], rel=1e-2, abs=1e-3)
+        if (floor_op, n) in in_ops:
+            assert row["ratio_in_process"] == pytest.approx(
+                row["median_ns"] / row["floor_in_process_ns"], rel=1e-2,
+                abs=1e-3)
+        else:
+            assert "floor_in_process_ns" not in row, row
 
     sizes = runner.bandwidth_sizes(meta["max_bytes"])
     assert sizes == [64 << 10, 256 << 10, 1 << 20]

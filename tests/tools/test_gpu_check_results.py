@@ -43,7 +43,8 @@ def results(tmp_path):
         "pytest.xml": JUNIT.format(e=0, f=0, s=2, t=151),
         "floor.json": json.dumps({"latency": [{"op": "cuMemAlloc"}]}),
         "bench/results.json": json.dumps(
-            {"libraries": {"cudamem": {"status": "ok"}}}),
+            {"libraries": {"cudamem": {"status": "ok"}},
+             "floor_in_process": {"latency": [{"op": "x"}]}}),
         "bench/results.md": "# Benchmarks\n",
         "bench/2026-11-26-nvidia-h200.md": "# Benchmarks\n",
     }
@@ -122,7 +123,8 @@ def test_interop_may_skip_everything(results):
 
 def test_cudamem_benchmark_error(results):
     (results / "bench/results.json").write_text(json.dumps(
-        {"libraries": {"cudamem": {"status": "error"}}}))
+        {"libraries": {"cudamem": {"status": "error"}},
+         "floor_in_process": {"latency": [{"op": "x"}]}}))
     assert cr.check(str(results)) == [
         "bench/results.json: cudamem's status is 'error', not 'ok'"]
 
@@ -144,3 +146,12 @@ def test_expected_packages(results):
         "machine.txt: cupy-cuda13x should be present, is absent",
         "machine.txt: jax should be present, is not listed",
         "machine.txt: numba-cuda should be absent, is 0.30.4"]
+
+
+def test_floor_in_process_error(results):
+    (results / "bench/results.json").write_text(json.dumps(
+        {"libraries": {"cudamem": {"status": "ok"}},
+         "floor_in_process": {"error": "RuntimeError: floor_open: x"}}))
+    assert cr.check(str(results)) == [
+        "bench/results.json: no floor in process: RuntimeError: "
+        "floor_open: x"]
