@@ -875,10 +875,13 @@ floor_open(const char *driver)
 {
     int is_sim;
 
+    if (R.ctx_retained) {
+        /* Not die(): that would close the floor that is open. */
+        snprintf(die_msg, sizeof(die_msg), "already open");
+        return -1;
+    }
     if (setjmp(die_env))
         return -1;
-    if (R.ctx_retained)
-        die("floor_open: already open");
     load_driver(driver, &is_sim);
     CHECK(cuInit, (0));
     CHECK(cuDeviceGet, (&R.dev, 0));

@@ -100,6 +100,10 @@ def current():
 ctx, live = current(), sim.live()
 floor = peers.Floor(sim.library_path())
 out = {"calls": {}, "rows": sorted(floor.rows)}
+try:
+    peers.Floor(sim.library_path())
+except RuntimeError as exc:
+    out["second"] = str(exc)
 for op, row in peers.FLOOR_ROWS.items():
     floor.time(row, 4)
     before = sim.stats()["calls"]
@@ -128,7 +132,8 @@ def test_the_in_process_floor_makes_the_calls_its_rows_name(tmp_path):
     # The bound's floor: build/libfloor.so inside the benchmark's process,
     # on the simulator cudamem also runs on. Each row makes exactly the
     # driver calls its name lists, 16 of each for 16 calls; closing gives
-    # back what it set up and the context that was current; a failure
+    # back what it set up and the context that was current; a second open
+    # is refused and leaves the first open; a failure
     # reports floor.c's message and closes the floor the same way.
     # This interpreter finds the CUDA headers, with or without a .venv (a
     # GPU machine has none: tests/gpu/check.sh builds it the same way).
@@ -145,6 +150,7 @@ def test_the_in_process_floor_makes_the_calls_its_rows_name(tmp_path):
     out = json.loads(p.stdout)
     want = {row[0]: dict.fromkeys(row[0].split()[0].split("+"), 16)
             for row in peers.FLOOR_ROWS.values()}
+    assert out["second"] == "floor_open: already open"
     assert out["calls"] == want
     # floor_rows() lists what floor_time takes, bench-peers' rows among it.
     assert set(want) <= set(out["rows"])
