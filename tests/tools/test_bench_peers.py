@@ -133,8 +133,8 @@ def test_the_in_process_floor_makes_the_calls_its_rows_name(tmp_path):
     # on the simulator cudamem also runs on. Each row makes exactly the
     # driver calls its name lists, 16 of each for 16 calls; closing gives
     # back what it set up and the context that was current; a second open
-    # is refused and leaves the first open; a failure
-    # reports floor.c's message and closes the floor the same way.
+    # is refused and leaves the first open; a failure reports floor.c's
+    # message and closes the floor the same way.
     # This interpreter finds the CUDA headers, with or without a .venv (a
     # GPU machine has none: tests/gpu/check.sh builds it the same way).
     subprocess.run(["make", "-s", "VENV=none", "PY=" + sys.executable,
