@@ -86,10 +86,14 @@ def time_calls(fns, warmup, samples):
         for f in fns:
             f()
         per_call.append((clock() - t0) / len(fns))
-    per_call.sort()
-    last = len(per_call) - 1
-    return (statistics.median(per_call), per_call[int(last * 0.1)],
-            per_call[int(last * 0.9 + 0.5)])
+    return _spread(per_call)
+
+
+def _spread(values):
+    """(median, p10, p90) of values."""
+    v = sorted(values)
+    last = len(v) - 1
+    return statistics.median(v), v[int(last * 0.1)], v[int(last * 0.9 + 0.5)]
 
 
 def _error(exc):
@@ -248,14 +252,11 @@ def run_floor_in_process(cfg, driver):
                 continue  # the 2-D slices: floor.c's program only
             for _ in range(cfg.warmup):
                 floor.time(row, NBUF)
-            per_call = sorted(floor.time(row, NBUF)
-                              for _ in range(cfg.samples))
-            last = len(per_call) - 1
+            med, p10, p90 = _spread(floor.time(row, NBUF)
+                                    for _ in range(cfg.samples))
             rows.append({"op": row[0], "bytes": row[1],
-                         "median_ns": round(statistics.median(per_call), 1),
-                         "p10_ns": round(per_call[int(last * 0.1)], 1),
-                         "p90_ns": round(per_call[int(last * 0.9 + 0.5)],
-                                         1)})
+                         "median_ns": round(med, 1), "p10_ns": round(p10, 1),
+                         "p90_ns": round(p90, 1)})
     except Exception as exc:
         failed = _error(exc)
     try:
