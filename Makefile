@@ -402,8 +402,9 @@ build/floor: benchmarks/floor.c
 	@mkdir -p build
 	$(CC) -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -I$(CUDA_INC_DIR) -o $@ $< -ldl -lpthread
 
-# The same rows as a library, timed inside bench-peers' own process; the
-# program's table, bandwidth and output code goes unused there.
+# The same latency rows as a library, timed inside bench-peers' and the
+# runner's own process (benchmarks/floorlib.py); the program's table,
+# bandwidth and output code goes unused there.
 build/libfloor.so: benchmarks/floor.c
 	@mkdir -p build
 	$(CC) -std=c11 -D_GNU_SOURCE -DFLOOR_LIBRARY -O2 -Wall -Wextra -Werror \

@@ -5,10 +5,11 @@
  *
  * Built as a program (build/floor) it times every row in a process of its
  * own. Built with -DFLOOR_LIBRARY (build/libfloor.so) it exports floor_open,
- * floor_time and floor_close instead, so that a benchmark can time the same
- * calls in its own process, between the libraries it compares: what a
- * driver call costs depends on the process (the simulator's cuMemAlloc maps
- * memory, and mmap costs more in a larger address space). */
+ * floor_time, floor_close and floor_rows instead, so that a benchmark can
+ * time the same calls in its own process, beside the libraries it compares
+ * (benchmarks/floorlib.py): what a driver call costs depends on the
+ * process (the simulator's cuMemAlloc maps memory, and mmap costs more in
+ * a larger address space). */
 #include <cuda.h>
 #include <cudaTypedefs.h>
 

@@ -82,8 +82,9 @@ fi
 read -r -d "" -a TESTS <<< "${GPU_CHECK_TESTS:-tests}"
 
 step info 20 $PY -m cudamem info
-# Before the suite: tests/tools/test_benchmarks.py runs the floor and
-# test_bench_peers.py loads it as a library, as `make test` builds them.
+# Before the suite: tests/tools/test_benchmarks.py runs the floor and both
+# it and test_bench_peers.py load it as a library; built here, where make's
+# default VENV (for the CUDA headers) does not exist.
 step floor-build 20 make -s VENV=none build/floor build/libfloor.so
 step interop 60 env CUDAMEM_TEST_DRIVER=$DRIVER $PY -m pytest -q -rs \
     -p no:cacheprovider --junitxml="$R/interop.xml" tests/gpu
