@@ -14,13 +14,13 @@ PATH = os.path.join(ROOT, "build", "libfloor.so")
 
 
 class Floor:
-    """Floor(driver, build=True): floor.c set up on `driver` (the library
-    path the process already uses, so that they share its state), its
-    primary context current. build: make the library if it is missing,
-    with this interpreter finding the CUDA headers."""
+    """Floor(driver): floor.c set up on `driver` (the library path the
+    process already uses, so that they share its state), its primary
+    context current. The library is made first if it is missing, with
+    this interpreter finding the CUDA headers."""
 
-    def __init__(self, driver, build=True):
-        if build and not os.path.exists(PATH):
+    def __init__(self, driver):
+        if not os.path.exists(PATH):
             subprocess.run(["make", "-s", "VENV=none", "PY=" + sys.executable,
                             "build/libfloor.so"], cwd=ROOT, check=False,
                            stdout=subprocess.DEVNULL)

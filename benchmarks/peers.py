@@ -48,6 +48,7 @@ import time
 
 from benchmarks import adapters, record
 from benchmarks.floorlib import Floor
+from benchmarks.runner import spread_row
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -147,14 +148,6 @@ def _batch(fns, passes):
     return (clock() - t0) / (passes * len(fns))
 
 
-def _stats(values):
-    v = sorted(values)
-    last = len(v) - 1
-    return {"median_ns": round(statistics.median(v), 1),
-            "p10_ns": round(v[int(last * 0.1)], 1),
-            "p90_ns": round(v[int(last * 0.9 + 0.5)], 1)}
-
-
 def time_interleaved(libs, cfg, floor, floor_once):
     """({op: {lib: {median_ns, p10_ns, p90_ns} | {error} | {unsupported}}},
     {op: floor's {median_ns, p10_ns, p90_ns}},
@@ -206,15 +199,15 @@ def time_interleaved(libs, cfg, floor, floor_once):
         loop = statistics.median(samples[LOOP])
         for name, _ in ok:
             if name == FLOOR:
-                floors[op] = _stats(samples[name])
+                floors[op] = spread_row(samples[name])
             else:
-                rows[name] = _stats([max(v - loop, 0.0)
+                rows[name] = spread_row([max(v - loop, 0.0)
                                      for v in samples[name]])
         if FLOOR in rows:
             raise RuntimeError("floor.c in process, %s: %s"
                                % (op, rows[FLOOR]["error"]))
         if process_ns:
-            process_floors[op] = _stats(process_ns)
+            process_floors[op] = spread_row(process_ns)
         if op != LOOP:
             out[op] = rows
         else:
@@ -441,7 +434,7 @@ def floor_once(cfg, driver):
     with open(path) as f:
         lat = {(r["op"], r["bytes"]): r["median_ns"]
                for r in json.load(f)["latency"]}
-    return {op: lat[row] for op, _m, _a, row in OPS if row}
+    return {op: lat[row] for op, row in FLOOR_ROWS.items()}
 
 
 def _us(ns):
@@ -635,7 +628,7 @@ def main(argv=None):
         "libraries": list(libs),
         "versions": {n: a if isinstance(a, str) else a.ver
                      for n, a in libs.items()}}, "summary": {}}
-    floor = Floor(driver, build=False)
+    floor = Floor(driver)
     try:
         result["time"], floors, result["floor_process_spread"] = \
             time_interleaved(libs, cfg, floor,

@@ -86,14 +86,20 @@ def time_calls(fns, warmup, samples):
         for f in fns:
             f()
         per_call.append((clock() - t0) / len(fns))
-    return _spread(per_call)
+    return spread(per_call)
 
 
-def _spread(values):
+def spread(values):
     """(median, p10, p90) of values."""
     v = sorted(values)
     last = len(v) - 1
     return statistics.median(v), v[int(last * 0.1)], v[int(last * 0.9 + 0.5)]
+
+
+def spread_row(values):
+    """{median_ns, p10_ns, p90_ns} of values, rounded to 0.1."""
+    return dict(zip(("median_ns", "p10_ns", "p90_ns"),
+                    (round(v, 1) for v in spread(values))))
 
 
 def _error(exc):
@@ -252,11 +258,9 @@ def run_floor_in_process(cfg, driver):
                 continue  # the 2-D slices: floor.c's program only
             for _ in range(cfg.warmup):
                 floor.time(row, NBUF)
-            med, p10, p90 = _spread(floor.time(row, NBUF)
-                                    for _ in range(cfg.samples))
             rows.append({"op": row[0], "bytes": row[1],
-                         "median_ns": round(med, 1), "p10_ns": round(p10, 1),
-                         "p90_ns": round(p90, 1)})
+                         **spread_row(floor.time(row, NBUF)
+                                      for _ in range(cfg.samples))})
     except Exception as exc:
         failed = _error(exc)
     try:
