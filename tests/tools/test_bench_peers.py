@@ -124,6 +124,15 @@ for row in (("cuNoSuchCall", 8), peers.FLOOR_ROWS["DtoH 8 B"]):
         errors.append(str(exc))
 out["errors"] = errors
 out["after_error"] = [current() == ctx, sim.live() == live]
+# A driver call failing inside a timed batch: floor.c names it, and what
+# the floor set up is given back all the same.
+floor = peers.Floor(sim.library_path())
+sim.inject("cuMemAlloc", "CUDA_ERROR_OUT_OF_MEMORY", after=3)
+try:
+    floor.time(peers.FLOOR_ROWS["alloc+free 8 B"], 16)
+except RuntimeError as exc:
+    out["driver_error"] = str(exc)
+out["after_driver_error"] = [current() == ctx, sim.live() == live]
 print(json.dumps(out))
 '''
 
@@ -133,8 +142,9 @@ def test_the_in_process_floor_makes_the_calls_its_rows_name(tmp_path):
     # on the simulator cudamem also runs on. Each row makes exactly the
     # driver calls its name lists, 16 of each for 16 calls; closing gives
     # back what it set up and the context that was current; a second open
-    # is refused and leaves the first open; a failure reports floor.c's
-    # message and closes the floor the same way.
+    # is refused and leaves the first open; a failure (a bad row, or a
+    # driver call the simulator fails mid-batch) reports floor.c's message
+    # and closes the floor the same way.
     # This interpreter finds the CUDA headers, with or without a .venv (a
     # GPU machine has none: tests/gpu/check.sh builds it the same way).
     subprocess.run(["make", "-s", "VENV=none", "PY=" + sys.executable,
@@ -159,3 +169,6 @@ def test_the_in_process_floor_makes_the_calls_its_rows_name(tmp_path):
     assert out["errors"] == ['no latency row named "cuNoSuchCall"',
                              "floor_time: not open"]
     assert out["after_error"] == [True, True]
+    assert out["driver_error"] == ("cuMemAlloc failed: CUresult 2 "
+                                   "(CUDA_ERROR_OUT_OF_MEMORY)")
+    assert out["after_driver_error"] == [True, True]

@@ -233,3 +233,13 @@ def test_a_later_run_of_the_day_gets_a_page_of_its_own(tmp_path):
     # Another machine's pages of the day do not count.
     assert record.unused_stem(str(tmp_path), "2026-11-27-nvidia-h200",
                               exts) == str(tmp_path / "2026-11-27-nvidia-h200")
+
+
+def test_the_runner_reports_a_floor_in_process_it_could_not_open(tmp_path):
+    # floor.c's message, as the result's error; the run goes on without it.
+    cfg = runner.parse_args(["--quick", "--out", str(tmp_path)])
+    missing = str(tmp_path / "no-such-libcuda.so")
+    got = runner.run_floor_in_process(cfg, missing)
+    assert got == {"error": "RuntimeError: floor_open: cannot load %s: %s: "
+                   "cannot open shared object file: No such file or "
+                   "directory" % (missing, missing)}
