@@ -85,7 +85,10 @@ def test_to_device_is_exact_in_chunks(sim, staging, n, on_stream):
     src[:] = 0
     assert calls(sim, "cuMemcpyHtoDAsync") == chunks(n)
     assert calls(sim, "cuMemcpyHtoD") == 0
-    np.testing.assert_array_equal(d.copy_to_host(), src_copy)
+    got = d.copy_to_host()
+    if on_stream:
+        stream.synchronize()  # the copy back is queued on d's stream
+    np.testing.assert_array_equal(got, src_copy)
 
 
 @pytest.mark.parametrize("n", SIZES)
