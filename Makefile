@@ -346,7 +346,8 @@ CTEST_DEPS = $(SIM_SRC) $(SIM_HDR) $(CORE_UNIT_SRC) $(CORE_LAYOUT_SRC) \
 	cudamem/_src/core/stats.c \
 	tests/c/check.h $(wildcard cudamem/_src/core/*.h)
 CTEST_LINK_test_core_layout := $(CORE_LAYOUT_SRC)
-CTEST_LINK_test_core_stats := cudamem/_src/core/stats.c
+CTEST_LINK_test_core_stats := cudamem/_src/core/stats.c \
+	cudamem/_src/core/lockorder.c
 CTEST_LINK_test_core_env := cudamem/_src/core/env.c
 CTEST_LINK_test_lib_addrtree := cudamem/_src/lib/addrtree.c
 ctest_sources = $(or $(CTEST_LINK_$(basename $(notdir $(1)))),$(if \

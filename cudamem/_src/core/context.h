@@ -61,7 +61,8 @@ typedef struct cm_device {
     uint64_t idle_made;
     int idle_probing;
     int pool_frees;
-    cm_counts counts[CM_STAT_KINDS]; /* stats.c's, atomic */
+    cm_counts counts[CM_STAT_KINDS]; /* stats.c's, under stats_lock */
+    char stats_lock;
     /* stats.c's, atomic: device and managed bytes the driver holds for
      * cudamem (pool slabs whole, queued frees until freed) and the
      * allocations the memory limit refused; memory.c's limit (0: none). */

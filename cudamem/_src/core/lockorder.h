@@ -24,6 +24,7 @@ typedef enum cm_lock_level {
     CM_LOCK_HOLD,         /* dev->hold_lock: changes to the hold only */
     CM_LOCK_MEM_PENDING,  /* memory.c: a record's pending set (spin) */
     CM_LOCK_STREAMS,      /* stream.c: the table of live streams */
+    CM_LOCK_STATS,        /* stats.c: a device's counters (spin) */
 } cm_lock_level;
 
 #ifdef CUDAMEM_DEBUG
@@ -58,6 +59,32 @@ cm__unlock(pthread_mutex_t *m)
 {
     cm__lockorder_drop(m);
     pthread_mutex_unlock(m);
+}
+
+/* A spin lock, for a few loads and stores that call nothing while it is
+ * held: one locked instruction to take it when free (a mutex costs two,
+ * with the release), a plain store to give it back. */
+static inline void
+cm__spin_lock(char *lock, cm_lock_level level)
+{
+    cm__lockorder_take(lock, level);
+    while (__atomic_exchange_n(lock, 1, __ATOMIC_ACQUIRE)) {
+        /* Wait reading, not writing, so the line is not bounced. */
+        while (__atomic_load_n(lock, __ATOMIC_RELAXED)) {
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#elif defined(__aarch64__)
+            __asm__ __volatile__("yield");
+#endif
+        }
+    }
+}
+
+static inline void
+cm__spin_unlock(char *lock)
+{
+    cm__lockorder_drop(lock);
+    __atomic_store_n(lock, 0, __ATOMIC_RELEASE);
 }
 
 #endif

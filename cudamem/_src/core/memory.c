@@ -476,21 +476,18 @@ cm_pointer_range(CUdeviceptr ptr, CUdeviceptr *base, size_t *size,
 /* ------------------------------------------------------------------------
  * Stream work noted on a record. */
 
-/* The pending set's spin lock: held for a few loads and stores only,
- * never across a driver call. */
+/* The pending set's lock: held for a few loads and stores only, never
+ * across a driver call. */
 static void
 pending_lock(cm_mem *m)
 {
-    cm__lockorder_take(&m->plock, CM_LOCK_MEM_PENDING);
-    while (__atomic_test_and_set(&m->plock, __ATOMIC_ACQUIRE)) {
-    }
+    cm__spin_lock(&m->plock, CM_LOCK_MEM_PENDING);
 }
 
 static void
 pending_unlock(cm_mem *m)
 {
-    cm__lockorder_drop(&m->plock);
-    __atomic_clear(&m->plock, __ATOMIC_RELEASE);
+    cm__spin_unlock(&m->plock);
 }
 
 static int

@@ -25,11 +25,12 @@ typedef enum cm_stat_kind {
     CM_STAT_KINDS
 } cm_stat_kind;
 
-/* One kind on one device; read and written atomically. Bytes are what the
- * allocation occupies (page-rounded for cudamem's pages, the whole block
- * for the pool's); requested is what its caller asked for. An allocation
- * counts from its record's creation until its free is handed to a queue
- * (a pinned block: until it goes back to the host pool). */
+/* One kind on one device; read and written whole, under its device's
+ * lock. Bytes are what the allocation occupies (page-rounded for
+ * cudamem's pages, the whole block for the pool's); requested is what its
+ * caller asked for. An allocation counts from its record's creation until
+ * its free is handed to a queue (a pinned block: until it goes back to the
+ * host pool). */
 typedef struct cm_counts {
     size_t bytes, count, requested;
     /* Maxima since the last cm_stats_reset_peaks. */
