@@ -35,7 +35,7 @@ from cudamem import _cudamem
 __all__ = [
     "is_active", "library_path", "libcuda_dir", "stats", "live", "inject",
     "clear_faults", "set_memory", "set_delay_us", "get_delay_us", "delay",
-    "set_hazards",
+    "probe_gil", "set_hazards",
     "hazard_count", "last_hazard", "set_strict_pitch", "get_strict_pitch",
     "reset", "error_code",
 ]
@@ -126,6 +126,9 @@ def _library():
             ctypes.c_int, ctypes.POINTER(ctypes.c_ulonglong),
             ctypes.POINTER(ctypes.c_ulonglong)]
         lib.cusim_entry_stats.restype = ctypes.c_char_p
+        lib.cusim_entry_probed.argtypes = [ctypes.c_int]
+        lib.cusim_entry_probed.restype = ctypes.c_ulonglong
+        lib.cusim_set_probe.argtypes = [ctypes.c_void_p]
         lib.cusim_set_memory.argtypes = [ctypes.c_int, ctypes.c_ulonglong]
         lib.cusim_set_delay_us.argtypes = [ctypes.c_uint]
         lib.cusim_get_delay_us.restype = ctypes.c_uint
@@ -201,15 +204,17 @@ def stats():
     """stats() -> dict
 
     ``live()`` plus ``calls``: for every entry point the simulator has,
-    ``{"calls": n, "bytes": b}`` counted over all threads since the last
-    ``reset()``."""
+    ``{"calls": n, "bytes": b, "gil": g}`` counted over all threads since
+    the last ``reset()``; ``g`` counts the calls made holding the GIL
+    inside ``probe_gil()``."""
     lib = _observed()
     result = live()
     calls = {}
     n, nbytes = ctypes.c_ulonglong(), ctypes.c_ulonglong()
     for i in range(lib.cusim_entry_count()):
         name = lib.cusim_entry_stats(i, ctypes.byref(n), ctypes.byref(nbytes))
-        calls[name.decode()] = {"calls": n.value, "bytes": nbytes.value}
+        calls[name.decode()] = {"calls": n.value, "bytes": nbytes.value,
+                                "gil": lib.cusim_entry_probed(i)}
     result["calls"] = calls
     return result
 
@@ -271,6 +276,30 @@ def delay(us):
         yield
     finally:
         set_delay_us(before)
+
+
+_probing = False
+
+
+@contextlib.contextmanager
+def probe_gil():
+    """probe_gil(): a context manager inside which every entry point asks
+    whether its calling thread holds the GIL (CPython's
+    ``PyGILState_Check``), counting those calls in ``stats()``'s ``gil``.
+    A call that can block should be made without it, so that other Python
+    threads run meanwhile. One at a time: RuntimeError when nested."""
+    global _probing
+    lib = _observed()
+    if _probing:
+        raise RuntimeError("probe_gil() is already active")
+    _probing = True
+    lib.cusim_set_probe(ctypes.cast(ctypes.pythonapi.PyGILState_Check,
+                                    ctypes.c_void_p))
+    try:
+        yield
+    finally:
+        lib.cusim_set_probe(None)
+        _probing = False
 
 
 def set_hazards(on):

@@ -1,5 +1,6 @@
 """cudamem.simulator: the control API seen from Python, checked against what
 cudamem observes through the driver."""
+import ctypes
 import os
 import threading
 
@@ -25,7 +26,7 @@ def test_stats_shape(sim):
         assert key in stats
     assert {"cuMemAlloc", "cuMemcpy2DAsync", "cuStreamAddCallback",
             "cuIpcOpenMemHandle"} <= set(stats["calls"])
-    assert stats["calls"]["cuMemAlloc"].keys() == {"calls", "bytes"}
+    assert stats["calls"]["cuMemAlloc"].keys() == {"calls", "bytes", "gil"}
 
 
 def test_call_counters_follow_driver_calls(sim):
@@ -36,6 +37,39 @@ def test_call_counters_follow_driver_calls(sim):
     assert calls(sim, "cuDeviceGetName") == before + 3
     sim.reset()
     assert calls(sim, "cuDeviceGetName") == 0
+
+
+def test_probe_gil_counts_the_calls_made_holding_it(sim):
+    """ctypes' PyDLL calls a C function holding the GIL and CDLL releases
+    it first: the reference for what the probe must see."""
+    version = ctypes.c_int()
+    held = ctypes.PyDLL(sim.library_path()).cuDriverGetVersion
+    released = ctypes.CDLL(sim.library_path()).cuDriverGetVersion
+
+    def gil_calls():
+        entry = sim.stats()["calls"]["cuDriverGetVersion"]
+        return entry["calls"], entry["gil"]
+
+    sim.reset()
+    released(ctypes.byref(version))
+    held(ctypes.byref(version))
+    assert gil_calls() == (2, 0)
+    with sim.probe_gil():
+        held(ctypes.byref(version))
+        held(ctypes.byref(version))
+        released(ctypes.byref(version))
+        # Another thread holding the GIL counts; the probe is global.
+        t = threading.Thread(target=held, args=(ctypes.byref(version),))
+        t.start()
+        t.join()
+        assert gil_calls() == (6, 3)
+        with pytest.raises(RuntimeError, match="already active"):
+            with sim.probe_gil():
+                pass
+    held(ctypes.byref(version))
+    assert gil_calls() == (7, 3)
+    sim.reset()
+    assert gil_calls() == (0, 0)
 
 
 def test_inject_after_and_count(sim):

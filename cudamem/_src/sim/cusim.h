@@ -43,6 +43,12 @@ int cusim_entry_count(void);
 const char *cusim_entry_stats(int index, unsigned long long *calls,
                               unsigned long long *bytes);
 void cusim_reset_counters(void);
+/* A function every entry point calls on the calling thread, first (NULL:
+ * none): cusim_entry_probed counts, per entry point since the last reset,
+ * the calls for which it answered nonzero. With CPython's
+ * PyGILState_Check, the calls made holding the GIL. */
+void cusim_set_probe(int (*fn)(void));
+unsigned long long cusim_entry_probed(int index);
 
 /* Device memory size in bytes; only while nothing is allocated on it.
  * Returns 0, or a CUresult code. */

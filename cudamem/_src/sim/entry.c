@@ -48,6 +48,10 @@ static const char *const entry_names[SIM_NENTRIES] = {
 
 static unsigned long long entry_calls[SIM_NENTRIES];
 static unsigned long long entry_bytes[SIM_NENTRIES];
+/* cusim_set_probe's function, and per entry point the calls for which it
+ * answered nonzero. */
+static int (*probe)(void);
+static unsigned long long entry_probed[SIM_NENTRIES];
 
 /* Faults are per thread; cusim_reset bumps the generation so that every
  * thread drops its list on its next call. */
@@ -226,10 +230,13 @@ take_fault(sim_entry id)
 CUresult
 sim_enter(sim_entry id, int need_init)
 {
+    int (*p)(void) = __atomic_load_n(&probe, __ATOMIC_ACQUIRE);
     CUcontext ctx;
     CUresult code;
 
     __atomic_fetch_add(&entry_calls[id], 1, __ATOMIC_RELAXED);
+    if (p != NULL && p() != 0)
+        __atomic_fetch_add(&entry_probed[id], 1, __ATOMIC_RELAXED);
     if (__atomic_load_n(&forked_child, __ATOMIC_RELAXED))
         return CUDA_ERROR_NOT_INITIALIZED;
     if (tls_in_callback)
@@ -813,6 +820,20 @@ cusim_entry_stats(int index, unsigned long long *calls,
     return entry_names[index];
 }
 
+SIM_EXPORT unsigned long long
+cusim_entry_probed(int index)
+{
+    if (index < 0 || index >= SIM_NENTRIES)
+        return 0;
+    return __atomic_load_n(&entry_probed[index], __ATOMIC_RELAXED);
+}
+
+SIM_EXPORT void
+cusim_set_probe(int (*fn)(void))
+{
+    __atomic_store_n(&probe, fn, __ATOMIC_RELEASE);
+}
+
 SIM_EXPORT void
 cusim_reset_counters(void)
 {
@@ -821,6 +842,7 @@ cusim_reset_counters(void)
     for (i = 0; i < SIM_NENTRIES; i++) {
         __atomic_store_n(&entry_calls[i], 0, __ATOMIC_RELAXED);
         __atomic_store_n(&entry_bytes[i], 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&entry_probed[i], 0, __ATOMIC_RELAXED);
     }
 }
 
