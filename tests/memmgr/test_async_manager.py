@@ -322,6 +322,50 @@ def test_out_of_memory_trims_the_pool_and_retries(manager, sim):
     np.testing.assert_array_equal(arr.copy_to_host(), np.arange(10))
 
 
+def _gil_calls(sim, name):
+    return sim.stats()["calls"][name]["gil"]
+
+
+def test_a_stream_ordered_allocation_keeps_the_gil(sim):
+    cudamem.device_array(8)
+    with sim.probe_gil():
+        sim.reset()
+        # cuMemAlloc can wait for the device: made without the GIL.
+        cudamem.device_array(8)
+        assert _calls(sim, "cuMemAlloc") == 1
+        assert _gil_calls(sim, "cuMemAlloc") == 0
+        with cudamem.using_memory_manager(cudamem.AsyncMemoryManager) as m:
+            sim.reset()
+            # cuMemAllocAsync returns at once, as cuMemFreeAsync does:
+            # releasing the GIL would cost as much as the rest of the call.
+            arrays = [cudamem.device_array(8) for _ in range(3)]
+            assert _calls(sim, "cuMemAllocAsync") == 3
+            assert _gil_calls(sim, "cuMemAllocAsync") == 3
+            del arrays
+            # Out of memory, the recovery can wait for the device: the
+            # second try and the trim are made without it, and the first
+            # try is not repeated.
+            sim.reset()
+            sim.inject("cuMemAllocAsync", "CUDA_ERROR_OUT_OF_MEMORY")
+            arr = cudamem.to_device(np.arange(10))
+            assert _calls(sim, "cuMemAllocAsync") == 2
+            assert _gil_calls(sim, "cuMemAllocAsync") == 1
+            assert _calls(sim, "cuMemPoolTrimTo") == 1
+            assert _gil_calls(sim, "cuMemPoolTrimTo") == 0
+            np.testing.assert_array_equal(arr.copy_to_host(), np.arange(10))
+            del arr
+            # A failure that recovery cannot help is raised from the first
+            # try, with nothing left allocated.
+            sim.reset()
+            before = sim.live()
+            sim.inject("cuMemAllocAsync", "CUDA_ERROR_INVALID_VALUE")
+            with pytest.raises(CudaAPIError, match="cuMemAllocAsync"):
+                cudamem.device_array(8)
+            assert _calls(sim, "cuMemAllocAsync") == 1
+            assert sim.live() == before
+            m.trim()
+
+
 def test_ipc_is_refused_with_the_reason(manager):
     arr = cudamem.device_array(4)
     with pytest.raises(NotImplementedError, match="not exportable"):

@@ -95,6 +95,13 @@ is_oom(const cm_error *err)
 }
 
 int
+cm__oom_recoverable(const cm_error *err)
+{
+    return is_oom(err) &&
+           __atomic_load_n(&oom_recovery, __ATOMIC_ACQUIRE) != NULL;
+}
+
+int
 cm__oom_recover(struct cm_device *dev, const cm_error *err)
 {
     cm_oom_recovery recovery = __atomic_load_n(&oom_recovery,

@@ -187,9 +187,10 @@ cm_mem_limit(cm_device *dev)
  * (outside the context: the recovery frees in contexts of its own). */
 static int
 alloc_retry(cm_device *dev, cm_free_kind kind, unsigned flags, size_t nbytes,
-            CUdeviceptr *ptr, cm_error *err)
+            cm_alloc_from from, CUdeviceptr *ptr, cm_error *err)
 {
-    if (alloc_in(dev, kind, flags, nbytes, ptr, err) == 0) {
+    if (from != CM_ALLOC_RECOVER &&
+        alloc_in(dev, kind, flags, nbytes, ptr, err) == 0) {
         return 0;
     }
     if (*ptr != 0 || !cm__oom_recover(dev, err)) {
@@ -211,14 +212,18 @@ cm__mem_alloc_device(cm_device *dev, size_t nbytes, CUdeviceptr *ptr,
 
 /* A pooled block or stream-ordered allocation, with the same recovery as
  * alloc_retry around the whole of it: a slab the driver refused and the
- * pool's limit alike. */
+ * pool's limit alike. From CM_ALLOC_RECOVER, err holds the first try's
+ * failure; CM_ALLOC_NOWAIT stops before the recovery, returning 1. */
 static int
-ops_retry(cm_mem *m, cm_error *err)
+ops_retry(cm_mem *m, cm_alloc_from from, cm_error *err)
 {
     cm_device *dev = m->dev;
 
-    if (m->ops->alloc(m, err) == 0) {
+    if (from != CM_ALLOC_RECOVER && m->ops->alloc(m, err) == 0) {
         return 0;
+    }
+    if (from == CM_ALLOC_NOWAIT) {
+        return cm__oom_recoverable(err) ? 1 : -1;
     }
     if (!cm__oom_recover(dev, err)) {
         return -1;
@@ -256,7 +261,7 @@ alloc_undo(cm_mem *m)
 
 static int
 mem_alloc(cm_device *dev, cm_free_kind kind, unsigned flags, size_t nbytes,
-          CUstream stream, cm_mem **out, cm_error *err)
+          CUstream stream, cm_alloc_from from, cm_mem **out, cm_error *err)
 {
     CUcontext ctx;
     uint64_t generation, resets;
@@ -297,17 +302,17 @@ mem_alloc(cm_device *dev, cm_free_kind kind, unsigned flags, size_t nbytes,
             return -1;
         }
         if (m->ops != NULL) {
-            rc = ops_retry(m, err);
+            rc = ops_retry(m, from, err);
         }
         else {
-            rc = alloc_retry(dev, kind, flags, nbytes, &m->ptr, err);
+            rc = alloc_retry(dev, kind, flags, nbytes, from, &m->ptr, err);
         }
-        if (rc < 0) {
+        if (rc != 0) {
             /* A failed pop after a good allocation leaves the memory in
              * a context cudamem cannot reach reliably: free it there. */
             alloc_undo(m);
             free(m);
-            return -1;
+            return rc;
         }
         m->occupies = m->ops != NULL && m->ops->occupied != NULL
                           ? m->ops->occupied(m)
@@ -323,21 +328,53 @@ mem_alloc(cm_device *dev, cm_free_kind kind, unsigned flags, size_t nbytes,
     return 0;
 }
 
+/* The kind of dev's next allocation for an array. */
+static cm_free_kind
+array_kind(cm_device *dev)
+{
+    /* pool.c and asyncpool.c switch on only after setting their
+     * operations. */
+    if (__atomic_load_n(&dev->async_on, __ATOMIC_ACQUIRE)) {
+        return CM_FREE_ASYNC;
+    }
+    if (__atomic_load_n(&dev->pool_on, __ATOMIC_ACQUIRE) != NULL) {
+        return CM_FREE_POOL;
+    }
+    return CM_FREE_DEVICE;
+}
+
 int
 cm_mem_alloc(cm_device *dev, size_t nbytes, CUstream stream, cm_mem **out,
              cm_error *err)
 {
-    cm_free_kind kind = CM_FREE_DEVICE;
+    return cm_mem_alloc_from(dev, nbytes, stream, CM_ALLOC_FIRST, out, err);
+}
 
-    /* pool.c and asyncpool.c switch on only after setting their
-     * operations. */
-    if (__atomic_load_n(&dev->async_on, __ATOMIC_ACQUIRE)) {
-        kind = CM_FREE_ASYNC;
+int
+cm_mem_alloc_from(cm_device *dev, size_t nbytes, CUstream stream,
+                  cm_alloc_from from, cm_mem **out, cm_error *err)
+{
+    return mem_alloc(dev, array_kind(dev), 0, nbytes, stream, from, out, err);
+}
+
+int
+cm_mem_alloc_nowait(cm_device *dev, size_t nbytes, CUstream stream,
+                    cm_alloc_from *then, cm_mem **out, cm_error *err)
+{
+    cm_free_kind kind = array_kind(dev);
+    int rc;
+
+    *then = CM_ALLOC_FIRST;
+    /* Only a stream-ordered allocation returns at once: cuMemAlloc can
+     * wait for the device, and so can the pool's, for a new slab. */
+    if (kind != CM_FREE_ASYNC) {
+        return 1;
     }
-    else if (__atomic_load_n(&dev->pool_on, __ATOMIC_ACQUIRE) != NULL) {
-        kind = CM_FREE_POOL;
+    rc = mem_alloc(dev, kind, 0, nbytes, stream, CM_ALLOC_NOWAIT, out, err);
+    if (rc == 1) {
+        *then = CM_ALLOC_RECOVER;
     }
-    return mem_alloc(dev, kind, 0, nbytes, stream, out, err);
+    return rc;
 }
 
 int
@@ -358,7 +395,7 @@ cm_mem_alloc_managed(cm_device *dev, size_t nbytes, int attach_global,
     }
     return mem_alloc(dev, CM_FREE_MANAGED,
                      attach_global ? CU_MEM_ATTACH_GLOBAL : CU_MEM_ATTACH_HOST,
-                     nbytes, NULL, out, err);
+                     nbytes, NULL, CM_ALLOC_FIRST, out, err);
 }
 
 /* ------------------------------------------------------------------------

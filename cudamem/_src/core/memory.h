@@ -134,6 +134,25 @@ typedef void (*cm_release_hook)(void *hook_arg, void *external);
  * nothing. */
 int cm_mem_alloc(cm_device *dev, size_t nbytes, CUstream stream, cm_mem **out,
                  cm_error *err);
+
+/* Where an allocation starts (cm_mem_alloc_nowait). */
+typedef enum cm_alloc_from {
+    CM_ALLOC_FIRST,   /* the first try */
+    CM_ALLOC_RECOVER, /* the first try failed, out of memory, as err says */
+    CM_ALLOC_NOWAIT,  /* the first try, stopping before anything that waits */
+} cm_alloc_from;
+
+/* cm_mem_alloc for a caller that must not wait for the device (it holds
+ * the GIL): 0 with *out made, -1 with err filled, or 1 with nothing made
+ * when the allocation can wait (cuMemAlloc, a pool's new slab, the
+ * recovery from out-of-memory): then cm_mem_alloc_from(..., *then, ...),
+ * with the same err, does the rest, where waiting is fine. Only a
+ * stream-ordered allocation is made here: cuMemAllocAsync returns at
+ * once, as cuMemFreeAsync does. */
+int cm_mem_alloc_nowait(cm_device *dev, size_t nbytes, CUstream stream,
+                        cm_alloc_from *then, cm_mem **out, cm_error *err);
+int cm_mem_alloc_from(cm_device *dev, size_t nbytes, CUstream stream,
+                      cm_alloc_from from, cm_mem **out, cm_error *err);
 /* pool.c's slabs: one cuMemAlloc in dev's primary context (the recovery
  * on out-of-memory is cm_mem_alloc's, around the whole pool
  * allocation). */

@@ -69,6 +69,8 @@ void cm__oom_set_recovery(cm_oom_recovery recovery);
  * and a recovery is installed, runs it and returns 1: the caller tries
  * once more, then calls cm__oom_mark. 0 otherwise (err untouched). */
 int cm__oom_recover(struct cm_device *dev, const cm_error *err);
+/* 1 when cm__oom_recover(dev, err) would recover, without recovering. */
+int cm__oom_recoverable(const cm_error *err);
 /* Marks err, when it is out of memory, as the failure of an allocation
  * of nbytes on dev that recovery did not help (the oom fields), unless
  * they are set already (memory.h's limit refused it). */

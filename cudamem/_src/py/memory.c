@@ -60,12 +60,17 @@ cmpy_memory_native_alloc(cmpy_state *st, cm_device *dev, size_t nbytes,
 {
     cm_error err;
     cm_mem *mem = NULL;
+    cm_alloc_from then;
     int made;
 
-    /* The recovery on out-of-memory can wait for the device. */
-    Py_BEGIN_ALLOW_THREADS
-    made = cm_mem_alloc(dev, nbytes, stream, &mem, &err);
-    CMPY_END_ALLOW_THREADS
+    /* Releasing the GIL costs as much as the rest of a stream-ordered
+     * allocation outside the driver: only what can wait goes without it. */
+    made = cm_mem_alloc_nowait(dev, nbytes, stream, &then, &mem, &err);
+    if (made == 1) {
+        Py_BEGIN_ALLOW_THREADS
+        made = cm_mem_alloc_from(dev, nbytes, stream, then, &mem, &err);
+        CMPY_END_ALLOW_THREADS
+    }
     return own_record(st, made, mem, &err);
 }
 
