@@ -58,7 +58,8 @@ log_free(void *arg, cm_free_kind kind, uint64_t handle, size_t nbytes,
         log->n++;
     }
     if (log->q != NULL && handle == log->chain_from) {
-        return cm__pending_add(log->q, CM_FREE_DEVICE, log->chain_to, 0, err);
+        return cm__pending_add(log->q, CM_FREE_DEVICE, log->chain_to, 0, NULL,
+                               err);
     }
     return 0;
 }
@@ -189,18 +190,20 @@ thresholds_hold(size_t max_count, double ratio)
     if (max_count <= 100) {
         q = new_queue(1000, &log);
         for (i = 0; i < max_count; i++) {
-            bad |= cm__pending_add(q, CM_FREE_DEVICE, i + 1, 0, &err) != 0;
+            bad |= cm__pending_add(q, CM_FREE_DEVICE, i + 1, 0, NULL, &err) !=
+                   0;
         }
         bad |= log.n != 0 || cm__pending_count(q) != max_count;
-        bad |= cm__pending_add(q, CM_FREE_DEVICE, 999, 0, &err) != 0;
+        bad |= cm__pending_add(q, CM_FREE_DEVICE, 999, 0, NULL, &err) != 0;
         bad |= log.n != max_count + 1 || cm__pending_count(q) != 0;
         cm__pending_delete(q);
     }
     if (max_count >= 2) {
         q = new_queue(1000, &log);
-        bad |= cm__pending_add(q, CM_FREE_DEVICE, 1, max_bytes, &err) != 0;
+        bad |= cm__pending_add(q, CM_FREE_DEVICE, 1, max_bytes, NULL, &err) !=
+               0;
         bad |= log.n != 0;
-        bad |= cm__pending_add(q, CM_FREE_DEVICE, 2, 1, &err) != 0;
+        bad |= cm__pending_add(q, CM_FREE_DEVICE, 2, 1, NULL, &err) != 0;
         bad |= log.n != 2;
         cm__pending_delete(q);
     }
@@ -301,17 +304,51 @@ test_count_threshold(void)
     uint64_t h;
 
     for (h = 1; h <= 10; h++) {
-        CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, h, 100, &err), 0);
+        CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, h, 100, NULL, &err), 0);
     }
     CHECK_EQ(log.calls, 0);
     CHECK_TRUE(cm__pending_count(q) == 10 && cm__pending_bytes(q) == 1000);
-    CHECK_EQ(cm__pending_add(q, CM_FREE_HOST, 11, 7, &err), 0);
+    CHECK_EQ(cm__pending_add(q, CM_FREE_HOST, 11, 7, NULL, &err), 0);
     CHECK_TRUE(freed_in_order(&log, 1, 11));
     CHECK_TRUE(log.kinds[0] == CM_FREE_DEVICE && log.nbytes[0] == 100);
     CHECK_TRUE(log.kinds[10] == CM_FREE_HOST && log.nbytes[10] == 7);
     CHECK_TRUE(cm__pending_count(q) == 0 && cm__pending_bytes(q) == 0);
     /* each item leaves the queue before its free runs */
     CHECK_EQ(log.queued_during, 0);
+    cm__pending_delete(q);
+}
+
+/* With `due`, a queue over its threshold is left for the caller to
+ * flush (a finalizer holding the GIL): nothing freed, *due set; under
+ * it, *due untouched. */
+static void
+test_due(void)
+{
+    cm_error err;
+    freelog log;
+    cm_pending *q = new_queue((size_t)1 << 40, &log);
+    int due = 0;
+
+    for (uint64_t h = 1; h <= 10; h++) {
+        CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, h, 100, &due, &err), 0);
+    }
+    CHECK_EQ(due, 0);
+    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 11, 100, &due, &err), 0);
+    CHECK_EQ(due, 1);
+    CHECK_EQ(log.calls, 0);
+    CHECK_TRUE(cm__pending_count(q) == 11);
+    CHECK_EQ(cm__pending_flush(q, &err), 0);
+    CHECK_TRUE(freed_in_order(&log, 1, 11));
+    /* A deferred queue is never due. */
+    due = 0;
+    cm__pending_defer(q);
+    for (uint64_t h = 12; h <= 30; h++) {
+        CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, h, 100, &due, &err), 0);
+    }
+    CHECK_EQ(due, 0);
+    cm__pending_undefer(q);
+    CHECK_EQ(cm__pending_flush(q, &err), 0);
+    CHECK_TRUE(freed_in_order(&log, 1, 30));
     cm__pending_delete(q);
 }
 
@@ -323,33 +360,35 @@ test_byte_threshold(void)
     /* 0.2 * 1000: at most 200 bytes pending */
     cm_pending *q = new_queue(1000, &log);
 
-    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 1, 100, &err), 0);
-    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 2, 100, &err), 0);
+    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 1, 100, NULL, &err), 0);
+    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 2, 100, NULL, &err), 0);
     CHECK_TRUE(cm__pending_bytes(q) == 200 && log.calls == 0);
-    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 3, 0, &err), 0);
+    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 3, 0, NULL, &err), 0);
     CHECK_EQ(log.calls, 0);
-    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 4, 1, &err), 0);
+    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 4, 1, NULL, &err), 0);
     CHECK_TRUE(freed_in_order(&log, 1, 4));
     CHECK_TRUE(cm__pending_bytes(q) == 0 && cm__pending_count(q) == 0);
 
     /* one item larger than the limit on its own */
-    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 5, 201, &err), 0);
+    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 5, 201, NULL, &err), 0);
     CHECK_TRUE(freed_in_order(&log, 1, 5));
     cm__pending_delete(q);
 
     /* no device memory: only empty items may wait */
     q = new_queue(0, &log);
-    CHECK_EQ(cm__pending_add(q, CM_FREE_STREAM, 1, 0, &err), 0);
+    CHECK_EQ(cm__pending_add(q, CM_FREE_STREAM, 1, 0, NULL, &err), 0);
     CHECK_TRUE(log.calls == 0 && cm__pending_count(q) == 1);
-    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 2, 1, &err), 0);
+    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 2, 1, NULL, &err), 0);
     CHECK_TRUE(freed_in_order(&log, 1, 2));
     cm__pending_delete(q);
 
     /* the largest device cannot overflow the limit */
     q = new_queue(SIZE_MAX, &log);
-    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 1, SIZE_MAX / 8, &err), 0);
+    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 1, SIZE_MAX / 8, NULL, &err),
+             0);
     CHECK_EQ(log.calls, 0);
-    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 2, SIZE_MAX / 8, &err), 0);
+    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 2, SIZE_MAX / 8, NULL, &err),
+             0);
     CHECK_TRUE(freed_in_order(&log, 1, 2));
     cm__pending_delete(q);
 }
@@ -364,15 +403,15 @@ test_resize(void)
     cm_pending *q = new_queue(1000, &log);
 
     cm__pending_defer(q);
-    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 1, 150, &err), 0);
+    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 1, 150, NULL, &err), 0);
     CHECK_EQ(cm__pending_resize(q, 500, &err), 0);
     CHECK_TRUE(cm__pending_bytes(q) == 150 && cm__pending_deferred(q));
     cm__pending_undefer(q);
     /* 0.2 * 500: 150 + 0 is already over, and the next add flushes */
-    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 2, 0, &err), 0);
+    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 2, 0, NULL, &err), 0);
     CHECK_TRUE(freed_in_order(&log, 1, 2));
     CHECK_EQ(cm__pending_resize(q, 10000, &err), 0);
-    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 3, 2000, &err), 0);
+    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 3, 2000, NULL, &err), 0);
     CHECK_TRUE(log.calls == 2 && cm__pending_bytes(q) == 2000);
     cm__pending_drop(q);
     cm__pending_delete(q);
@@ -389,7 +428,7 @@ test_fifo_growth(void)
     /* Many items behind a deferral: the queue grows past many chunks. */
     cm__pending_defer(q);
     for (h = 1; h <= 10000; h++) {
-        CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, h, 1, &err), 0);
+        CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, h, 1, NULL, &err), 0);
     }
     cm__pending_undefer(q);
     CHECK_TRUE(log.calls == 0 && cm__pending_count(q) == 10000);
@@ -402,7 +441,7 @@ test_fifo_growth(void)
     q = new_queue((size_t)1 << 40, &log);
     cm__pending_defer(q);
     for (h = 1; h <= 10; h++) {
-        CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, h, 1, &err), 0);
+        CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, h, 1, NULL, &err), 0);
     }
     cm__pending_undefer(q);
     log.fail = 5;
@@ -412,7 +451,7 @@ test_fifo_growth(void)
     log.n = 0;
     cm__pending_defer(q);
     for (h = 11; h <= 40; h++) {
-        CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, h, 1, &err), 0);
+        CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, h, 1, NULL, &err), 0);
     }
     cm__pending_undefer(q);
     CHECK_TRUE(cm__pending_count(q) == 35 && cm__pending_bytes(q) == 35);
@@ -431,7 +470,7 @@ test_failed_free(void)
 
     cm__pending_defer(q);
     for (h = 1; h <= 5; h++) {
-        CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, h, h, &err), 0);
+        CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, h, h, NULL, &err), 0);
     }
     cm__pending_undefer(q);
     log.fail = 3;
@@ -454,9 +493,9 @@ test_failed_free(void)
     q = new_queue((size_t)1 << 40, &log);
     log.fail = 1;
     for (h = 1; h <= 10; h++) {
-        CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, h, 1, &err), 0);
+        CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, h, 1, NULL, &err), 0);
     }
-    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 11, 1, &err), -1);
+    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 11, 1, NULL, &err), -1);
     CHECK_TRUE(err.kind == CM_ERR_DRIVER && log.calls == 1 && log.n == 0);
     CHECK_TRUE(cm__pending_count(q) == 10 && cm__pending_bytes(q) == 10);
     log.fail = 0;
@@ -478,21 +517,21 @@ test_nested_defer(void)
     cm__pending_defer(q);
     CHECK_TRUE(cm__pending_deferred(q));
     for (h = 1; h <= 20; h++) {
-        CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, h, 100, &err), 0);
+        CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, h, 100, NULL, &err), 0);
     }
     CHECK_EQ(cm__pending_flush(q, &err), 0);
     CHECK_TRUE(log.calls == 0 && cm__pending_count(q) == 20);
 
     cm__pending_undefer(q);
     CHECK_TRUE(cm__pending_deferred(q) && log.calls == 0);
-    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 21, 100, &err), 0);
+    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 21, 100, NULL, &err), 0);
     CHECK_EQ(log.calls, 0);
 
     /* leaving the outermost block does not flush either */
     cm__pending_undefer(q);
     CHECK_TRUE(!cm__pending_deferred(q));
     CHECK_TRUE(log.calls == 0 && cm__pending_count(q) == 21);
-    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 22, 0, &err), 0);
+    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 22, 0, NULL, &err), 0);
     CHECK_TRUE(freed_in_order(&log, 1, 22));
 
     /* an unbalanced undefer clamps at zero rather than going negative */
@@ -516,7 +555,7 @@ deferred_block_that_fails(cm_pending *q, uint64_t first, int fail_after)
 
     cm__pending_defer(q);
     for (h = first; h < first + 15; h++) {
-        if (cm__pending_add(q, CM_FREE_DEVICE, h, 1, &err) < 0) {
+        if (cm__pending_add(q, CM_FREE_DEVICE, h, 1, NULL, &err) < 0) {
             goto done;
         }
         if ((int)(h - first) == fail_after) {
@@ -540,14 +579,14 @@ test_early_exit(void)
     CHECK_EQ(deferred_block_that_fails(q, 1, 11), -1);
     CHECK_TRUE(!cm__pending_deferred(q));
     CHECK_TRUE(log.calls == 0 && cm__pending_count(q) == 12);
-    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 13, 1, &err), 0);
+    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 13, 1, NULL, &err), 0);
     CHECK_TRUE(freed_in_order(&log, 1, 13));
 
     /* a block nested in another that fails leaves the outer deferral */
     cm__pending_defer(q);
     CHECK_EQ(deferred_block_that_fails(q, 14, 2), -1);
     CHECK_TRUE(cm__pending_deferred(q));
-    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 17, 1, &err), 0);
+    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 17, 1, NULL, &err), 0);
     CHECK_TRUE(cm__pending_count(q) == 4 && log.n == 13);
     cm__pending_undefer(q);
     CHECK_TRUE(!cm__pending_deferred(q));
@@ -566,7 +605,7 @@ test_drop(void)
 
     cm__pending_defer(q);
     for (h = 1; h <= 2000; h++) {
-        CHECK_EQ(cm__pending_add(q, CM_FREE_IPC, h, 3, &err), 0);
+        CHECK_EQ(cm__pending_add(q, CM_FREE_IPC, h, 3, NULL, &err), 0);
     }
     cm__pending_drop(q);
     CHECK_TRUE(cm__pending_count(q) == 0 && cm__pending_bytes(q) == 0);
@@ -576,7 +615,7 @@ test_drop(void)
 
     /* the queue is still usable afterwards */
     for (h = 1; h <= 11; h++) {
-        CHECK_EQ(cm__pending_add(q, CM_FREE_EVENT, h, 0, &err), 0);
+        CHECK_EQ(cm__pending_add(q, CM_FREE_EVENT, h, 0, NULL, &err), 0);
     }
     CHECK_TRUE(freed_in_order(&log, 1, 11));
     cm__pending_delete(q);
@@ -596,7 +635,7 @@ test_salvage(void)
     cm__pending_defer(q);
     for (h = 1; h <= 40; h++) {
         CHECK_EQ(cm__pending_add(q, h % 2 ? CM_FREE_MANAGED : CM_FREE_DEVICE,
-                                 h, 2, &err),
+                                 h, 2, NULL, &err),
                  0);
     }
     salvaged.fail = 7;
@@ -613,7 +652,7 @@ test_salvage(void)
     CHECK_EQ(salvaged.calls, 40);
     cm__pending_undefer(q);
     for (h = 1; h <= 11; h++) {
-        CHECK_EQ(cm__pending_add(q, CM_FREE_EVENT, h, 0, &err), 0);
+        CHECK_EQ(cm__pending_add(q, CM_FREE_EVENT, h, 0, NULL, &err), 0);
     }
     CHECK_TRUE(freed_in_order(&log, 1, 11));
     cm__pending_delete(q);
@@ -630,14 +669,14 @@ test_shutdown(void)
     /* flushed once even though deferred */
     cm__pending_defer(q);
     for (h = 1; h <= 3; h++) {
-        CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, h, 1, &err), 0);
+        CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, h, 1, NULL, &err), 0);
     }
     CHECK_EQ(cm__pending_shutdown(q, &err), 0);
     CHECK_TRUE(freed_in_order(&log, 1, 3) && cm__pending_count(q) == 0);
 
     /* later releases leak silently */
     for (h = 4; h <= 30; h++) {
-        CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, h, 1000, &err), 0);
+        CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, h, 1000, NULL, &err), 0);
     }
     cm__pending_undefer(q);
     CHECK_TRUE(cm__pending_count(q) == 0 && cm__pending_bytes(q) == 0);
@@ -649,7 +688,7 @@ test_shutdown(void)
     /* a failed free at shutdown is reported; what follows it is not freed */
     q = new_queue((size_t)1 << 40, &log);
     for (h = 1; h <= 3; h++) {
-        CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, h, 1, &err), 0);
+        CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, h, 1, NULL, &err), 0);
     }
     log.fail = 2;
     memset(&err, 0, sizeof(err));
@@ -657,7 +696,7 @@ test_shutdown(void)
     CHECK_EQ(err.kind, CM_ERR_DRIVER);
     CHECK_TRUE(freed_in_order(&log, 1, 1) && log.calls == 2);
     CHECK_EQ(cm__pending_count(q), 1);
-    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 4, 1, &err), 0);
+    CHECK_EQ(cm__pending_add(q, CM_FREE_DEVICE, 4, 1, NULL, &err), 0);
     CHECK_EQ(cm__pending_flush(q, &err), 0);
     CHECK_EQ(cm__pending_shutdown(q, &err), 0);
     CHECK_TRUE(log.calls == 2 && cm__pending_count(q) == 1);
@@ -678,7 +717,7 @@ test_reentrant_free(void)
     log.chain_from = 5;
     log.chain_to = 100;
     for (h = 1; h <= 10; h++) {
-        CHECK_EQ(cm__pending_add(q, CM_FREE_EXTERNAL, h, 1, &err), 0);
+        CHECK_EQ(cm__pending_add(q, CM_FREE_EXTERNAL, h, 1, NULL, &err), 0);
     }
     CHECK_EQ(cm__pending_flush(q, &err), 0);
     CHECK_TRUE(log.n == 11 && log.handles[10] == 100);
@@ -729,7 +768,8 @@ stress_thread(void *p)
         if (a->id == 2 && i % 50 == 0) {
             cm__pending_defer(a->q);
         }
-        if (cm__pending_add(a->q, CM_FREE_DEVICE, h, h % 97, &err) != 0) {
+        if (cm__pending_add(a->q, CM_FREE_DEVICE, h, h % 97, NULL, &err) !=
+            0) {
             atomic_fetch_add(&stress_bad, 1);
         }
         if (a->id == 2 && i % 50 == 49) {
@@ -798,6 +838,7 @@ static const check_test tests[] = {
     {"defaults", test_defaults, 0},
     {"count_threshold", test_count_threshold, 0},
     {"byte_threshold", test_byte_threshold, 0},
+    {"due", test_due, 0},
     {"resize", test_resize, 0},
     {"fifo_growth", test_fifo_growth, 0},
     {"failed_free", test_failed_free, 0},

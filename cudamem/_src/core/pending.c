@@ -354,7 +354,7 @@ flush_items(cm_pending *q, int force, cm_error *err)
  * handle; on any other -1 it was queued and a flush failed. */
 int
 cm__pending_add(cm_pending *q, cm_free_kind kind, uint64_t handle,
-                size_t nbytes, cm_error *err)
+                size_t nbytes, int *due, cm_error *err)
 {
     int over;
 
@@ -372,6 +372,10 @@ cm__pending_add(cm_pending *q, cm_free_kind kind, uint64_t handle,
     q->bytes += nbytes;
     over = !q->deferred && (q->len > q->max_count || q->bytes > q->max_bytes);
     cm__unlock(&q->lock);
+    if (over && due != NULL) {
+        *due = 1;
+        return 0;
+    }
     return over ? flush_items(q, 0, err) : 0;
 }
 

@@ -47,14 +47,15 @@ void cm__pending_delete(cm_pending *q);
 int cm__pending_resize(cm_pending *q, size_t device_memory, cm_error *err);
 
 /* Queues a free; then flushes when the count or the bytes pending exceed
- * (strictly) the limits, unless deferred. The item is queued even when that
+ * (strictly) the limits, unless deferred, or, when `due` is not NULL,
+ * sets *due to 1 for the caller to flush. The item is queued even when that
  * flush fails (-1: a failed free was reported in err), except on
  * CM_ERR_NOMEM: then nothing was queued and the caller still owns the
  * handle. After
  * cm__pending_shutdown it frees nothing and returns 0: at interpreter exit
  * later releases leak on purpose. */
 int cm__pending_add(cm_pending *q, cm_free_kind kind, uint64_t handle,
-                    size_t nbytes, cm_error *err);
+                    size_t nbytes, int *due, cm_error *err);
 /* Frees every queued item, unless deferred. A failed free stops the flush:
  * that item is dropped (it cannot be retried safely) and reported, the rest
  * stay queued for the next flush. */

@@ -224,18 +224,66 @@ queues_ready(cm_device *dev, cm_error *err)
     return 0;
 }
 
+/* Between cm_release_nowait_begin and _end on this thread: the device
+ * and queues (a bit per cm_queue_id) whose flush is due. */
+static _Thread_local struct {
+    int on;
+    cm_device *dev;
+    unsigned queues;
+} nowait;
+
+void
+cm_release_nowait_begin(void)
+{
+    nowait.on = 1;
+}
+
+cm_device *
+cm_release_nowait_end(unsigned *queues)
+{
+    cm_device *dev = nowait.dev;
+
+    *queues = nowait.queues;
+    nowait.on = 0;
+    nowait.dev = NULL;
+    nowait.queues = 0;
+    return dev;
+}
+
+int
+cm_release_flush_due(cm_device *dev, unsigned queues, cm_error *err)
+{
+    cm_error later;
+    int rc = 0;
+
+    for (int q = 0; q < CM_QUEUE_COUNT; q++) {
+        if ((queues & (1u << q)) != 0 &&
+            cm_queue_flush(dev, (cm_queue_id)q, rc < 0 ? &later : err) < 0) {
+            rc = -1;
+        }
+    }
+    return rc;
+}
+
 /* Caller holds dev->qlock and the generation is current. */
 static int
 queue_locked(cm_device *dev, cm_free_kind kind, uint64_t handle, size_t nbytes,
              cm_error *err)
 {
-    int rc;
+    cm_queue_id q = queue_of(kind);
+    /* One device's queues are left due at a time; another's flush now. */
+    int leave = nowait.on && (nowait.dev == NULL || nowait.dev == dev);
+    int due = 0, rc;
 
     if (queues_ready(dev, err) < 0) {
         return -1;
     }
-    rc = cm__pending_add(dev->queues[queue_of(kind)], kind, handle, nbytes,
-                         err);
+    rc = cm__pending_add(dev->queues[q], kind, handle, nbytes,
+                         leave ? &due : NULL, err);
+    if (due) {
+        nowait.dev = dev;
+        nowait.queues |= 1u << q;
+    }
     if (rc < 0 && err->kind == CM_ERR_NOMEM) {
         /* Not queued: free it now rather than leak it. */
         rc = free_one(dev, kind, handle, nbytes, err);

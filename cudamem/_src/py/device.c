@@ -95,7 +95,16 @@ cmpy_each_device(cmpy_state *st, int (*fn)(cm_device *, cm_error *))
         return -1;
     }
     for (int i = 0; i < count; i++) {
-        if (cm_device_get(i, &dev, &err) < 0 || fn(dev, &err) < 0) {
+        int rc;
+
+        if (cm_device_get(i, &dev, &err) < 0) {
+            cmpy_raise(st, &err);
+            return -1;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        rc = fn(dev, &err);
+        CMPY_END_ALLOW_THREADS
+        if (rc < 0) {
             cmpy_raise(st, &err);
             return -1;
         }

@@ -68,8 +68,9 @@ int cmpy_current_enter(cmpy_state *st, cm_device **dev, cm_ctx_guard *guard);
 int cmpy_ctx_leave(cmpy_state *st, cm_ctx_guard *guard, int status);
 /* The Device object of a core device; borrowed. */
 cmpy_Device *cmpy_device_of(cmpy_state *st, cm_device *dev);
-/* fn(dev, err) for every device in ordinal order, until one fails: 0, or
- * -1 with that error raised. Nothing before the driver is loaded. */
+/* fn(dev, err), without the GIL, for every device in ordinal order,
+ * until one fails: 0, or -1 with that error raised. Nothing before the
+ * driver is loaded. */
 int cmpy_each_device(cmpy_state *st, int (*fn)(cm_device *, cm_error *));
 
 /* The device's primary context as a Context: the same object while the

@@ -9,6 +9,7 @@
 #include "../core/memory.h"
 #include "../core/oom.h"
 #include "../core/pool.h"
+#include "../core/release.h"
 
 /* Tells set_oom_observer()'s observer of a refusal by the memory limit,
  * with exc built and no exception set; what the observer raises is
@@ -187,6 +188,29 @@ cmpy_raise_hint(cmpy_state *st, const cm_error *err, const char *hint)
     PyErr_Format(PyExc_SystemError, "cudamem: unknown error kind %d",
                  (int)err->kind);
     return NULL;
+}
+
+void
+cmpy_release_begin(void)
+{
+    cm_release_nowait_begin();
+}
+
+int
+cmpy_release_end(int rc, cm_error *err)
+{
+    unsigned queues;
+    cm_device *dev = cm_release_nowait_end(&queues);
+    cm_error later;
+    int flushed;
+
+    if (dev == NULL) {
+        return rc;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    flushed = cm_release_flush_due(dev, queues, rc < 0 ? &later : err);
+    CMPY_END_ALLOW_THREADS
+    return flushed < 0 ? -1 : rc;
 }
 
 void

@@ -170,11 +170,14 @@ event_dealloc(cmpy_Event *self)
         PyObject_ClearWeakRefs((PyObject *)self);
     }
     /* A stale generation drops it; in a forked child nothing happens. */
-    if (self->handle != NULL &&
-        cm_event_release(self->dev, self->generation, self->handle, &err) <
-            0 &&
-        err.kind != CM_ERR_FORK) {
-        cmpy_warn_release((cmpy_state *)PyType_GetModuleState(type), &err);
+    if (self->handle != NULL) {
+        cmpy_release_begin();
+        if (cmpy_release_end(cm_event_release(self->dev, self->generation,
+                                              self->handle, &err),
+                             &err) < 0 &&
+            err.kind != CM_ERR_FORK) {
+            cmpy_warn_release((cmpy_state *)PyType_GetModuleState(type), &err);
+        }
     }
     type->tp_free(self);
     Py_DECREF(type);

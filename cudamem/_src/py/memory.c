@@ -264,7 +264,8 @@ pointer_dealloc(cmpy_MemoryPointer *self)
     if (self->weakreflist != NULL) {
         PyObject_ClearWeakRefs((PyObject *)self);
     }
-    if (cm_mem_decref(self->mem, &err) < 0) {
+    cmpy_release_begin();
+    if (cmpy_release_end(cm_mem_decref(self->mem, &err), &err) < 0) {
         cmpy_warn_release(cmpy_type_state((PyObject *)self), &err);
     }
     Py_CLEAR(self->owner);

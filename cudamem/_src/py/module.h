@@ -289,6 +289,13 @@ PyObject *cmpy_raise_hint(cmpy_state *st, const cm_error *err,
  * warnings are errors; stderr once the module is torn down), keeping any
  * exception already set. Nothing in a forked child. */
 void cmpy_warn_release(cmpy_state *st, const cm_error *err);
+/* Around a release in a finalizer, which holds the GIL: cmpy_release_begin
+ * before it, then cmpy_release_end(rc, err) with its status, which runs
+ * the flush that release made due without the GIL (cuMemFree can wait
+ * for the device: DESIGN rule 7). Returns rc, or -1 when the flush
+ * failed (err says why unless the release had failed already). */
+void cmpy_release_begin(void);
+int cmpy_release_end(int rc, cm_error *err);
 /* The arguments of a METH_FASTCALL | METH_KEYWORDS function by name:
  * out[i] is the argument called names[i] (borrowed), or NULL when absent;
  * the first `required` must be given. 0, or -1 with TypeError naming

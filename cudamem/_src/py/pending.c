@@ -105,12 +105,19 @@ deallocations_clear(PyObject *op, PyObject *Py_UNUSED(ignored))
 {
     cmpy_Deallocations *self = (cmpy_Deallocations *)op;
     cmpy_state *st = cmpy_type_state(op);
+    cm_device *dev;
     cm_error err;
+    int rc;
 
     if (cmpy_context_check(st, self->ctx) < 0) {
         return NULL;
     }
-    if (cm_queue_flush(self->ctx->device->dev, self->q, &err) < 0) {
+    dev = self->ctx->device->dev;
+    /* cuMemFree can wait for the device. */
+    Py_BEGIN_ALLOW_THREADS
+    rc = cm_queue_flush(dev, self->q, &err);
+    CMPY_END_ALLOW_THREADS
+    if (rc < 0) {
         return cmpy_raise(st, &err);
     }
     Py_RETURN_NONE;

@@ -471,11 +471,14 @@ stream_dealloc(cmpy_Stream *self)
         PyObject_ClearWeakRefs((PyObject *)self);
     }
     /* A stale generation drops it; in a forked child nothing happens. */
-    if (self->kind == CMPY_STREAM_OWNED &&
-        cm_stream_release(self->dev, self->generation, self->handle, &err) <
-            0 &&
-        err.kind != CM_ERR_FORK) {
-        cmpy_warn_release((cmpy_state *)PyType_GetModuleState(type), &err);
+    if (self->kind == CMPY_STREAM_OWNED) {
+        cmpy_release_begin();
+        if (cmpy_release_end(cm_stream_release(self->dev, self->generation,
+                                               self->handle, &err),
+                             &err) < 0 &&
+            err.kind != CM_ERR_FORK) {
+            cmpy_warn_release((cmpy_state *)PyType_GetModuleState(type), &err);
+        }
     }
     type->tp_free(self);
     Py_DECREF(type);
