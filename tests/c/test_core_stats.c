@@ -2,7 +2,7 @@
  * docs/architecture.rst): the per-device counters of each kind, their
  * peaks, requested bytes, allocations and frees and their reset, a
  * recount that leaves the peaks alone, updates from several
- * threads at once adding up exactly and read whole, and the held bytes that the memory
+ * threads at once adding up exactly, and the held bytes that the memory
  * limit checks, atomically against racing threads. */
 #include "check.h"
 #include "context.h"
@@ -194,64 +194,6 @@ threads(void)
     CHECK_GE(c.peak_bytes, c.bytes);
 }
 
-static int stop_reading;
-
-static void *
-add_sub_pairs(void *arg)
-{
-    (void)arg;
-    for (int i = 0; i < ROUNDS; i++) {
-        cm__stats_add(&dev, CM_STAT_DEVICE, 24, 8);
-        cm__stats_sub(&dev, CM_STAT_DEVICE, 24, 8);
-    }
-    return NULL;
-}
-
-/* A reader racing with writers sees the fields of one instant: each
- * allocation here is 24 bytes occupied and 8 requested, so in every
- * snapshot bytes and requested are those multiples of count, and
- * allocations - frees is count. A field read apart from the others
- * (one atomic each) breaks that as soon as a writer runs in between. */
-static void *
-read_snapshots(void *arg)
-{
-    size_t *torn = arg;
-    cm_counts c;
-
-    while (!__atomic_load_n(&stop_reading, __ATOMIC_ACQUIRE)) {
-        c = read_kind(CM_STAT_DEVICE);
-        if (c.bytes != 24 * c.count || c.requested != 8 * c.count ||
-            c.allocations - c.frees != c.count) {
-            (*torn)++;
-        }
-    }
-    return NULL;
-}
-
-static void
-snapshots(void)
-{
-    pthread_t writers[THREADS], reader;
-    size_t torn = 0;
-    cm_counts c;
-
-    CHECK_EQ(pthread_create(&reader, NULL, read_snapshots, &torn), 0);
-    for (int i = 0; i < THREADS; i++) {
-        CHECK_EQ(pthread_create(&writers[i], NULL, add_sub_pairs, NULL), 0);
-    }
-    for (int i = 0; i < THREADS; i++) {
-        pthread_join(writers[i], NULL);
-    }
-    __atomic_store_n(&stop_reading, 1, __ATOMIC_RELEASE);
-    pthread_join(reader, NULL);
-    CHECK_UINT_EQ(torn, 0);
-    c = read_kind(CM_STAT_DEVICE);
-    CHECK_UINT_EQ(c.count, 0);
-    CHECK_UINT_EQ(c.allocations, (size_t)THREADS * ROUNDS);
-    CHECK_LE(c.peak_count, (size_t)THREADS);
-    CHECK_UINT_EQ(c.peak_bytes, 24 * c.peak_count);
-}
-
 /* The held bytes: a hold up to the limit, inclusive, goes through; one
  * past it (or larger than the limit itself: no wrap-around) is refused,
  * adds nothing and says what is held; 0 is no limit. */
@@ -320,7 +262,6 @@ static const check_test tests[] = {
     {"hold_race", hold_race, 0},
     {"requested_and_counts", requested_and_counts, 0},
     {"reset_accumulated", reset_accumulated, 0},
-    {"snapshots", snapshots, 0},
     {NULL, NULL, 0},
 };
 

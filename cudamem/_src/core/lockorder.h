@@ -6,6 +6,7 @@
 #define CM_LOCKORDER_H
 
 #include <pthread.h>
+#include <sched.h>
 
 typedef enum cm_lock_level {
     CM_LOCK_DRIVER = 1,   /* driver.c: loading the driver */
@@ -69,8 +70,14 @@ cm__spin_lock(char *lock, cm_lock_level level)
 {
     cm__lockorder_take(lock, level);
     while (__atomic_exchange_n(lock, 1, __ATOMIC_ACQUIRE)) {
-        /* Wait reading, not writing, so the line is not bounced. */
-        while (__atomic_load_n(lock, __ATOMIC_RELAXED)) {
+        /* Wait reading, not writing, so the line is not bounced; a holder
+         * that is not running (preempted, or valgrind's one thread at a
+         * time) gets the processor after a while. */
+        for (int spins = 0; __atomic_load_n(lock, __ATOMIC_RELAXED);
+             spins++) {
+            if (spins >= 64) {
+                sched_yield();
+            }
 #if defined(__x86_64__) || defined(__i386__)
             __builtin_ia32_pause();
 #elif defined(__aarch64__)
