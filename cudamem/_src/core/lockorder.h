@@ -73,8 +73,7 @@ cm__spin_lock(char *lock, cm_lock_level level)
         /* Wait reading, not writing, so the line is not bounced; a holder
          * that is not running (preempted, or valgrind's one thread at a
          * time) gets the processor after a while. */
-        for (int spins = 0; __atomic_load_n(lock, __ATOMIC_RELAXED);
-             spins++) {
+        for (int spins = 0; __atomic_load_n(lock, __ATOMIC_RELAXED); spins++) {
             if (spins >= 64) {
                 sched_yield();
             }
