@@ -558,7 +558,8 @@ run_temp(job *j, const cm__layout *L, int how, cm_error *err)
     cm_mem *m;
     int rc;
 
-    if (cm_mem_alloc(j->dev, size, j->stream, &m, err) < 0) {
+    if (cm_mem_alloc_from(j->dev, size, j->stream, CM_ALLOC_FIRST, &m, err) <
+        0) {
         return -1;
     }
     cm__layout_with_temp(L, 0, 1, (uintptr_t)(m->ptr + (CUdeviceptr)origin),

@@ -344,13 +344,6 @@ array_kind(cm_device *dev)
 }
 
 int
-cm_mem_alloc(cm_device *dev, size_t nbytes, CUstream stream, cm_mem **out,
-             cm_error *err)
-{
-    return cm_mem_alloc_from(dev, nbytes, stream, CM_ALLOC_FIRST, out, err);
-}
-
-int
 cm_mem_alloc_from(cm_device *dev, size_t nbytes, CUstream stream,
                   cm_alloc_from from, cm_mem **out, cm_error *err)
 {

@@ -132,10 +132,8 @@ typedef void (*cm_release_hook)(void *hook_arg, void *external);
  * is tried once more; a second failure is marked with cm__oom_mark.
  * Counted in stats.h's CM_STAT_DEVICE. nbytes 0 allocates
  * nothing. */
-int cm_mem_alloc(cm_device *dev, size_t nbytes, CUstream stream, cm_mem **out,
-                 cm_error *err);
 
-/* Where an allocation starts (cm_mem_alloc_nowait). */
+/* Where an allocation starts: CM_ALLOC_FIRST for the whole of it. */
 typedef enum cm_alloc_from {
     CM_ALLOC_FIRST,   /* the first try */
     CM_ALLOC_RECOVER, /* the first try failed, out of memory, as err says */
