@@ -224,8 +224,9 @@ queues_ready(cm_device *dev, cm_error *err)
     return 0;
 }
 
-/* Between cm_release_nowait_begin and _end on this thread: the device
- * and queues (a bit per cm_queue_id) whose flush is due. */
+/* Between cm_release_nowait_begin and _end on this thread (nested: a
+ * release hook can free more from inside a finalizer): the depth, and
+ * the device and queues (a bit per cm_queue_id) whose flush is due. */
 static _Thread_local struct {
     int on;
     cm_device *dev;
@@ -235,7 +236,7 @@ static _Thread_local struct {
 void
 cm_release_nowait_begin(void)
 {
-    nowait.on = 1;
+    nowait.on++;
 }
 
 cm_device *
@@ -243,8 +244,12 @@ cm_release_nowait_end(unsigned *queues)
 {
     cm_device *dev = nowait.dev;
 
+    *queues = 0;
+    /* The outermost section flushes what the inner ones left due. */
+    if (--nowait.on > 0) {
+        return NULL;
+    }
     *queues = nowait.queues;
-    nowait.on = 0;
     nowait.dev = NULL;
     nowait.queues = 0;
     return dev;

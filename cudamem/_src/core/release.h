@@ -42,9 +42,10 @@ int cm__release_retained(cm_device *dev, uint64_t generation, uint64_t resets,
 /* For a caller that must not wait for the device (a finalizer, holding
  * the GIL): between cm_release_nowait_begin and cm_release_nowait_end on
  * this thread, a release that takes its queue over the limits leaves the
- * flush due rather than running it. _end returns the device whose queues
- * are due (NULL: none) and in *queues which (a bit per cm_queue_id), for
- * cm_release_flush_due, called where waiting is fine. */
+ * flush due rather than running it. Sections nest; the outermost _end
+ * returns the device whose queues are due (NULL: none) and in *queues
+ * which (a bit per cm_queue_id), for cm_release_flush_due, called where
+ * waiting is fine. */
 void cm_release_nowait_begin(void);
 cm_device *cm_release_nowait_end(unsigned *queues);
 int cm_release_flush_due(cm_device *dev, unsigned queues, cm_error *err);

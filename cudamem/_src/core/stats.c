@@ -14,11 +14,10 @@
  * instruction per update, where an atomic per field cost eight (a third of
  * a small allocation's time outside the driver), and a reader sees every
  * field of one instant. */
-static cm_counts *
-counts_lock(cm_device *dev, cm_stat_kind kind)
+static void
+counts_lock(cm_device *dev)
 {
     cm__spin_lock(&dev->stats_lock, CM_LOCK_STATS);
-    return &dev->counts[kind];
 }
 
 static void
@@ -45,8 +44,9 @@ void
 cm__stats_add(cm_device *dev, cm_stat_kind kind, size_t nbytes,
               size_t requested)
 {
-    cm_counts *c = counts_lock(dev, kind);
+    cm_counts *c = &dev->counts[kind];
 
+    counts_lock(dev);
     c->bytes += nbytes;
     c->count++;
     c->requested += requested;
@@ -59,8 +59,9 @@ void
 cm__stats_sub(cm_device *dev, cm_stat_kind kind, size_t nbytes,
               size_t requested)
 {
-    cm_counts *c = counts_lock(dev, kind);
+    cm_counts *c = &dev->counts[kind];
 
+    counts_lock(dev);
     c->bytes -= nbytes;
     c->count--;
     c->requested -= requested;
@@ -72,8 +73,9 @@ void
 cm__stats_recount(cm_device *dev, cm_stat_kind kind, size_t nbytes,
                   size_t requested)
 {
-    cm_counts *c = counts_lock(dev, kind);
+    cm_counts *c = &dev->counts[kind];
 
+    counts_lock(dev);
     c->bytes += nbytes;
     c->count++;
     c->requested += requested;
@@ -84,7 +86,7 @@ cm__stats_recount(cm_device *dev, cm_stat_kind kind, size_t nbytes,
 void
 cm__stats_read(cm_device *dev, cm_counts out[CM_STAT_KINDS])
 {
-    cm__spin_lock(&dev->stats_lock, CM_LOCK_STATS);
+    counts_lock(dev);
     memcpy(out, dev->counts, sizeof(dev->counts));
     counts_unlock(dev);
 }
@@ -92,7 +94,7 @@ cm__stats_read(cm_device *dev, cm_counts out[CM_STAT_KINDS])
 void
 cm_stats_reset_peaks(cm_device *dev)
 {
-    cm__spin_lock(&dev->stats_lock, CM_LOCK_STATS);
+    counts_lock(dev);
     for (int k = 0; k < CM_STAT_KINDS; k++) {
         cm_counts *c = &dev->counts[k];
 
@@ -106,7 +108,7 @@ cm_stats_reset_peaks(cm_device *dev)
 void
 cm_stats_reset_accumulated(cm_device *dev)
 {
-    cm__spin_lock(&dev->stats_lock, CM_LOCK_STATS);
+    counts_lock(dev);
     for (int k = 0; k < CM_STAT_KINDS; k++) {
         dev->counts[k].allocations = 0;
         dev->counts[k].frees = 0;
