@@ -370,7 +370,9 @@ buf_new(buf *b, int on_device, size_t size)
         b->host[i] = (unsigned char)rnd();
     }
     if (on_device) {
-        CHECK_EQ(cm_mem_alloc(dev, size, NULL, &b->mem, &err), 0);
+        CHECK_EQ(
+            cm_mem_alloc_from(dev, size, NULL, CM_ALLOC_FIRST, &b->mem, &err),
+            0);
         CHECK_EQ(cm_copy_htod(dev, b->mem->ptr, b->host, size, NULL, 0, &err),
                  0);
     }

@@ -44,7 +44,7 @@ typedef struct cm_mem_ops {
     /* pool.c, asyncpool.c: fills m->ptr (and what else the record keeps
      * for its release) with at least m->size (> 0) bytes for work on
      * m->stream, in m->dev's primary context at m->generation;
-     * out-of-memory as cuMemAlloc's (cm_mem_alloc recovers and
+     * out-of-memory as cuMemAlloc's (cm_mem_alloc_from recovers and
      * retries). */
     int (*alloc)(cm_mem *m, cm_error *err);
     /* Gives back m's memory (m->ptr != 0): the last decref,
@@ -123,6 +123,13 @@ int cm_mem_order_pending(cm_mem *m, CUstream into, int *ordered,
  * to cm_mem_set_release_hook. */
 typedef void (*cm_release_hook)(void *hook_arg, void *external);
 
+/* Where an allocation starts (cm_mem_alloc_nowait says which). */
+typedef enum cm_alloc_from {
+    CM_ALLOC_FIRST,   /* the first try */
+    CM_ALLOC_RECOVER, /* the first try failed, out of memory, as err says */
+    CM_ALLOC_NOWAIT,  /* the first try, stopping before anything that waits */
+} cm_alloc_from;
+
 /* nbytes of device memory in dev's primary context for work on `stream`,
  * with one refcount: from dev's pool while it is enabled (kind
  * CM_FREE_POOL: the last decref returns the block to the pool at once,
@@ -130,34 +137,26 @@ typedef void (*cm_release_hook)(void *hook_arg, void *external);
  * oom.h's recovery runs (the garbage collector, a flush of the
  * device's memory queue unless deferred, a pool trim) and the allocation
  * is tried once more; a second failure is marked with cm__oom_mark.
- * Counted in stats.h's CM_STAT_DEVICE. nbytes 0 allocates
- * nothing. */
-
-/* Where an allocation starts: CM_ALLOC_FIRST for the whole of it. */
-typedef enum cm_alloc_from {
-    CM_ALLOC_FIRST,   /* the first try */
-    CM_ALLOC_RECOVER, /* the first try failed, out of memory, as err says */
-    CM_ALLOC_NOWAIT,  /* the first try, stopping before anything that waits */
-} cm_alloc_from;
-
-/* cm_mem_alloc for a caller that must not wait for the device (it holds
- * the GIL): 0 with *out made, -1 with err filled, or 1 with nothing made
- * when the allocation can wait (cuMemAlloc, a pool's new slab, the
- * recovery from out-of-memory): then cm_mem_alloc_from(..., *then, ...),
- * with the same err, does the rest, where waiting is fine. Only a
- * stream-ordered allocation is made here: cuMemAllocAsync returns at
- * once, as cuMemFreeAsync does. */
-int cm_mem_alloc_nowait(cm_device *dev, size_t nbytes, CUstream stream,
-                        cm_alloc_from *then, cm_mem **out, cm_error *err);
+ * Counted in stats.h's CM_STAT_DEVICE. nbytes 0 allocates nothing.
+ * `from` is CM_ALLOC_FIRST, or what cm_mem_alloc_nowait left to do. */
 int cm_mem_alloc_from(cm_device *dev, size_t nbytes, CUstream stream,
                       cm_alloc_from from, cm_mem **out, cm_error *err);
+/* The same for a caller that must not wait for the device (it holds the
+ * GIL): 0 with *out made, -1 with err filled, or 1 with nothing made when
+ * the allocation can wait (cuMemAlloc, a pool's new slab, the recovery
+ * from out-of-memory): then cm_mem_alloc_from(..., *then, ...), with the
+ * same err, does the rest, where waiting is fine. Only a stream-ordered
+ * allocation is made here: cuMemAllocAsync returns at once, as
+ * cuMemFreeAsync does. */
+int cm_mem_alloc_nowait(cm_device *dev, size_t nbytes, CUstream stream,
+                        cm_alloc_from *then, cm_mem **out, cm_error *err);
 /* pool.c's slabs: one cuMemAlloc in dev's primary context (the recovery
- * on out-of-memory is cm_mem_alloc's, around the whole pool
+ * on out-of-memory is cm_mem_alloc_from's, around the whole pool
  * allocation). */
 int cm__mem_alloc_device(cm_device *dev, size_t nbytes, CUdeviceptr *ptr,
                          cm_error *err);
 /* pool.c, when it makes a pool, before it can be turned on: the
- * operations of pooled records, whose alloc cm_mem_alloc uses while a
+ * operations of pooled records, whose alloc cm_mem_alloc_from uses while a
  * device's pool is on. */
 void cm__mem_set_pool_ops(const cm_mem_ops *ops);
 /* asyncpool.c's, the same for stream-ordered records (CM_FREE_ASYNC),
@@ -172,7 +171,7 @@ int cm__mem_hold(cm_device *dev, size_t nbytes, cm_error *err);
 int cm__mem_refuse(cm_device *dev, const char *call, size_t nbytes,
                    size_t limit, size_t held, cm_error *err);
 /* cuMemAllocManaged of nbytes (CU_MEM_ATTACH_GLOBAL, or CU_MEM_ATTACH_HOST
- * without `attach_global`) in dev's primary context, with cm_mem_alloc's
+ * without `attach_global`) in dev's primary context, with cm_mem_alloc_from's
  * recovery and retry (CM_STAT_MANAGED). The record (kind CM_FREE_MANAGED)
  * retains the primary context until its free has run, so the memory
  * outlives close(); a reset still frees it. CM_ERR_SUPPORT when the
