@@ -846,7 +846,13 @@ cm_mem_order_pending(cm_mem *m, CUstream into, int *ordered, cm_error *err)
     cm_error ignored;
     CUevent ev;
 
+    *ordered = 0;
     pending_lock(m);
+    /* Most frees and exports find nothing remembered. */
+    if (m->npending == 0) {
+        pending_unlock(m);
+        return 0;
+    }
     for (int i = 0; i < m->npending; i++) {
         const cm_mem_work *w = &m->pending[i];
 
@@ -856,7 +862,6 @@ cm_mem_order_pending(cm_mem *m, CUstream into, int *ordered, cm_error *err)
         }
     }
     pending_unlock(m);
-    *ordered = 0;
     for (; done < n; done++) {
         /* One synchronize covers every stale stream of its device. */
         if (needs_synchronize(&work[done])) {
