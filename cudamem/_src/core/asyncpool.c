@@ -186,6 +186,13 @@ free_ordered(cm_mem *m, int state, CUevent ev, CUstream into, cm_error *err)
     return 0;
 }
 
+static int
+current_generation(cm_device *dev, const cm_mem *m)
+{
+    return __atomic_load_n(&dev->generation, __ATOMIC_ACQUIRE) ==
+           m->generation;
+}
+
 /* The free of m's memory, ordered on its stream: cuMemFreeAsync there
  * while the stream lives (a default stream always does), else on the
  * legacy default stream after what the released stream's release
@@ -213,18 +220,22 @@ async_free(cm_mem *m, cm_error *err)
     if (state != 1) {
         into = CU_STREAM_LEGACY;
     }
-    /* qlock orders the generation check against a teardown's drop. */
-    cm__lock(&dev->qlock, CM_LOCK_QUEUES);
-    if (__atomic_load_n(&dev->generation, __ATOMIC_ACQUIRE) == m->generation) {
+    /* Memory of an older generation went with its context: no enter
+     * (which would retain a context a close() released). The hold keeps
+     * the generation from the enter to the leave, since a teardown waits
+     * for every hold, so the check is made again inside. */
+    if (current_generation(dev, m)) {
         if (cm_ctx_enter(dev, &guard, err) == 0) {
-            rc = cm_ctx_leave(&guard, free_ordered(m, state, ev, into, err),
+            rc = cm_ctx_leave(&guard,
+                              current_generation(dev, m)
+                                  ? free_ordered(m, state, ev, into, err)
+                                  : 0,
                               err);
         }
         else if (err->kind != CM_ERR_STATE) {
             rc = -1;
         } /* else torn down meanwhile: the memory goes with the context */
     }
-    cm__unlock(&dev->qlock);
     if (srec != NULL && cm__stream_unref(srec, rc < 0 ? &later : err) < 0) {
         rc = -1;
     }
