@@ -2,14 +2,17 @@
  * docs/architecture.rst): the per-device counters of each kind, their
  * peaks, requested bytes, allocations and frees and their reset, a
  * recount that leaves the peaks alone, updates from several
- * threads at once adding up exactly, and the held bytes that the memory
- * limit checks, atomically against racing threads. */
+ * threads at once adding up exactly, a snapshot taken at one instant,
+ * and the held bytes that the memory limit checks, atomically against
+ * racing threads. */
 #include "check.h"
 #include "context.h"
+#include "lockorder.h"
 #include "stats.h"
 
 #include <pthread.h>
 #include <string.h>
+#include <time.h>
 
 static cm_device dev;
 
@@ -194,6 +197,66 @@ threads(void)
     CHECK_GE(c.peak_bytes, c.bytes);
 }
 
+static int writer_started;
+
+static void *
+write_one(void *arg)
+{
+    (void)arg;
+    __atomic_store_n(&writer_started, 1, __ATOMIC_RELEASE);
+    cm__stats_add(&dev, CM_STAT_DEVICE, 24, 8);
+    return NULL;
+}
+
+static void *
+read_one(void *arg)
+{
+    cm__stats_read(&dev, arg);
+    return NULL;
+}
+
+static int
+counts_equal(const cm_counts *a, const cm_counts *b)
+{
+    return memcmp(a, b, sizeof(*a)) == 0;
+}
+
+/* An update and a read are each one step under the device's lock,
+ * driven here by holding it: a writer that started meanwhile has changed
+ * nothing (the old per-field atomics would have changed every field, one
+ * at a time), and a reader gets all of the state before it or all of the
+ * state after. */
+static void
+snapshot(void)
+{
+    struct timespec pause = {0, 20 * 1000 * 1000};
+    cm_counts before[CM_STAT_KINDS], seen[CM_STAT_KINDS], after;
+    pthread_t writer, reader;
+
+    cm__stats_add(&dev, CM_STAT_DEVICE, 1000, 1000);
+    cm__stats_read(&dev, before);
+    cm__spin_lock(&dev.stats_lock, CM_LOCK_STATS);
+    CHECK_EQ(pthread_create(&writer, NULL, write_one, NULL), 0);
+    CHECK_EQ(pthread_create(&reader, NULL, read_one, seen), 0);
+    while (!__atomic_load_n(&writer_started, __ATOMIC_ACQUIRE)) {
+        nanosleep(&pause, NULL);
+    }
+    /* Time for the writer to run into the lock. */
+    nanosleep(&pause, NULL);
+    CHECK_TRUE(
+        counts_equal(&dev.counts[CM_STAT_DEVICE], &before[CM_STAT_DEVICE]));
+    cm__spin_unlock(&dev.stats_lock);
+    pthread_join(writer, NULL);
+    pthread_join(reader, NULL);
+    after = read_kind(CM_STAT_DEVICE);
+    CHECK_UINT_EQ(after.bytes, 1024);
+    CHECK_UINT_EQ(after.count, 2);
+    CHECK_UINT_EQ(after.requested, 1008);
+    CHECK_UINT_EQ(after.allocations, 2);
+    CHECK_TRUE(counts_equal(&seen[CM_STAT_DEVICE], &before[CM_STAT_DEVICE]) ||
+               counts_equal(&seen[CM_STAT_DEVICE], &after));
+}
+
 /* The held bytes: a hold up to the limit, inclusive, goes through; one
  * past it (or larger than the limit itself: no wrap-around) is refused,
  * adds nothing and says what is held; 0 is no limit. */
@@ -258,6 +321,7 @@ static const check_test tests[] = {
     {"reset_peaks", reset_peaks, 0},
     {"recount", recount, 0},
     {"threads", threads, 0},
+    {"snapshot", snapshot, 0},
     {"hold_limit", hold_limit, 0},
     {"hold_race", hold_race, 0},
     {"requested_and_counts", requested_and_counts, 0},
