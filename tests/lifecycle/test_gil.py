@@ -74,3 +74,27 @@ def test_calls_that_can_wait_are_made_without_the_gil(sim):
     assert held == {}
     # The probe saw the GIL where it is kept: quick calls (no wait).
     assert calls["cuStreamCreate"]["gil"] == calls["cuStreamCreate"]["calls"]
+
+
+def test_frees_inside_a_release_flush_once_at_the_outermost_end(sim):
+    # An EMM plugin's finalizer runs inside the release of its memory, and
+    # the cudamem arrays it frees open release sections inside that one:
+    # the queue they fill past numba's count (10) is flushed when the
+    # outermost section ends, without the GIL, not inside the finalizer.
+    ctx = cudamem.current_context()
+    ctx.deallocations.clear()
+    arrays = [cudamem.device_array(8) for _ in range(30)]
+    inside = []
+
+    def finalizer():
+        arrays.clear()
+        inside.append(sim.stats()["calls"]["cuMemFree"]["calls"])
+
+    mp = cudamem.MemoryPointer(ctx, 0x1000, 64, finalizer=finalizer)
+    sim.reset()
+    with sim.probe_gil():
+        del mp
+    frees = sim.stats()["calls"]["cuMemFree"]
+    assert inside == [0]
+    assert frees == {**frees, "calls": 30, "gil": 0}
+    assert len(ctx.deallocations) == 0
