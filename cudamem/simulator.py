@@ -23,10 +23,8 @@ simulator. ``libcuda_dir()`` gives a directory to put on
 ``python -m cudamem.simulator run -- PROGRAM ARGS...`` runs any program on
 the simulator (``run --help`` lists its options).
 """
-import argparse
 import contextlib
 import ctypes
-import hashlib
 import os
 import sys
 
@@ -71,6 +69,7 @@ _LINK_DIR_NAME = "sim-libcuda"
 
 
 def _link_bases(target):
+    import hashlib  # the command line and libcuda_dir() only
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(
         os.path.expanduser("~"), ".cache")
     tag = hashlib.sha1(target.encode()).hexdigest()[:12]
@@ -350,6 +349,8 @@ def reset():
 
 
 def _integer(minimum, what):
+    import argparse  # the command line only
+
     def parse(text):
         try:
             value = int(text)
@@ -389,6 +390,8 @@ def _run_environment(devices=None, memory=None, delay_us=None,
 
 
 def _parser():
+    import argparse  # the command line only
+
     parser = argparse.ArgumentParser(
         prog="python -m cudamem.simulator",
         description="cudamem's simulated CUDA driver.")
