@@ -454,7 +454,8 @@ def _install(*, make_memory_manager: Callable[..., Any],
              IpcHandle: type[Any], array_handle: Callable[..., Any],
              PoolIpcHandle: type[Any],
              load_streams: Callable[[], tuple[Any, ...]],
-             load_handles: Callable[[], tuple[Any, ...]]) -> None: ...
+             load_handles: Callable[[], tuple[Any, ...]],
+             complete: Callable[[], None]) -> None: ...
 def _ipc_array(mem: MemoryPointer, shape: _ShapeLike,
                dtype: npt.DTypeLike, strides: Sequence[int] | None = None,
                offset: int = 0) -> DeviceNDArray: ...

@@ -121,3 +121,71 @@ def test_the_hooks_load_their_modules_on_first_use(run_py):
     """, env={"CUDAMEM_SIMULATOR": "1"})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "ok\n"
+
+
+# What the first use binds (cudamem/__init__.py _complete): every lazy
+# name, submodule and host array type, the same objects __getattr__ gave.
+COMPLETE = """
+import dis, importlib, sys
+import numpy
+import cudamem
+assert "__getattr__" in vars(cudamem)
+
+def load():
+    return cudamem.device_array
+
+def specialized():
+    for _ in range(64):
+        load()
+    return {i.opname for i in dis.get_instructions(load, adaptive=True)
+            if i.opname.startswith("LOAD_ATTR")}
+
+if sys.version_info >= (3, 11):
+    # With __getattr__ in the module, CPython leaves the load generic.
+    assert "LOAD_ATTR_MODULE" not in specialized(), specialized()
+cudamem.device_array(1)
+assert "__getattr__" not in vars(cudamem)
+for name, module in cudamem._LAZY.items():
+    assert vars(cudamem)[name] is getattr(importlib.import_module(module),
+                                          name), name
+for name in cudamem._SUBMODULES:
+    assert vars(cudamem)[name] is sys.modules["cudamem." + name], name
+for name in cudamem._HOST_NDARRAYS:
+    assert vars(cudamem)[name] is cudamem._cudamem._host_ndarray_type(name)
+    assert issubclass(vars(cudamem)[name], numpy.ndarray), name
+assert set(dir(cudamem)) >= set(cudamem.__all__)
+try:
+    cudamem.nonsense
+except AttributeError as exc:
+    assert str(exc) == "module 'cudamem' has no attribute 'nonsense'", exc
+else:
+    raise AssertionError("no AttributeError")
+if sys.version_info >= (3, 11):
+    load.__code__ = load.__code__.replace()  # forget the old warm-up
+    assert "LOAD_ATTR_MODULE" in specialized(), specialized()
+print("ok")
+"""
+
+
+def test_the_first_use_binds_the_lazy_names_and_drops_getattr(run_py):
+    proc = run_py(COMPLETE, env={"CUDAMEM_SIMULATOR": "1"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "ok\n"
+
+
+def test_without_numpy_the_first_use_leaves_the_names_lazy(run_py):
+    # The host array types need NumPy: a program of streams and events
+    # only does not load it for them.
+    proc = run_py("""
+        import sys
+        import cudamem
+        cudamem.stream().synchronize()
+        assert "numpy" not in sys.modules
+        assert "__getattr__" in vars(cudamem)
+        assert "cudamem.pool" not in sys.modules
+        from cudamem.pool import AsyncMemoryManager
+        assert cudamem.AsyncMemoryManager is AsyncMemoryManager
+        print("ok")
+    """, env={"CUDAMEM_SIMULATOR": "1"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "ok\n"

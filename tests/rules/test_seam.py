@@ -17,7 +17,7 @@ PY_SRC = pathlib.Path(cudamem.__file__).parent / "_src" / "py"
 HOOKS = ("make_memory_manager", "assign_memory_manager",
          "plugin_defer_cleanup", "UniqueDict", "MemoryInfo", "MemoryStats",
          "IpcHandle", "array_handle", "PoolIpcHandle", "load_streams",
-         "load_handles")
+         "load_handles", "complete")
 
 # A second instance of the extension, made without the package's
 # _install(): its state holds no hook.
@@ -84,6 +84,7 @@ def test_a_loader_hook_must_return_its_tuple(run_py):
     proc = run_py(BARE + """
 hooks = dict.fromkeys(%r)
 hooks["load_handles"] = lambda: ("only one",)
+hooks["complete"] = lambda: None
 bare._install(**hooks)
 try:
     bare.event().handle

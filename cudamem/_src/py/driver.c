@@ -10,6 +10,7 @@
 int
 cmpy_ensure_driver(cmpy_state *st)
 {
+    PyObject *hook, *done;
     cm_error err;
 
     if (cm_driver_ready()) {
@@ -18,6 +19,17 @@ cmpy_ensure_driver(cmpy_state *st)
     if (cm_driver_load(st->sim_path, &err) < 0) {
         cmpy_raise(st, &err);
         return -1;
+    }
+    /* The driver loads once per process: the package's lazy names are
+     * bound now, at the first use, rather than looked up ever after. An
+     * extension loaded without its package has nothing to complete. */
+    hook = st->hooks[CMPY_HOOK_COMPLETE];
+    if (hook != NULL) {
+        done = PyObject_CallNoArgs(hook);
+        if (done == NULL) {
+            return -1;
+        }
+        Py_DECREF(done);
     }
     return 0;
 }

@@ -124,7 +124,7 @@ PyDoc_STRVAR(install_doc,
              "_install($module, *, make_memory_manager, "
              "assign_memory_manager, plugin_defer_cleanup, UniqueDict, "
              "MemoryInfo, MemoryStats, IpcHandle, array_handle, "
-             "PoolIpcHandle, load_streams, load_handles)\n--\n\n"
+             "PoolIpcHandle, load_streams, load_handles, complete)\n--\n\n"
              "Hands the extension the Python objects it calls (the seam in "
              "docs/design.rst).\ncudamem/__init__.py calls it at import "
              "(stand-ins for the hooks of modules\nnot yet imported) and "

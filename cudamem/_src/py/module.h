@@ -45,7 +45,8 @@
     X(ARRAY_HANDLE, "array_handle")                   /* ipc.py */            \
     X(POOL_IPC_HANDLE, "PoolIpcHandle")               /* ipc.py */            \
     X(LOAD_STREAMS, "load_streams") /* -> CMPY_GLUE_COUNT */                  \
-    X(LOAD_HANDLES, "load_handles") /* -> CMPY_HANDLES_COUNT */
+    X(LOAD_HANDLES, "load_handles") /* -> CMPY_HANDLES_COUNT */               \
+    X(COMPLETE, "complete")         /* __init__.py, once the driver loads */
 
 typedef enum cmpy_hook_id {
 #define CMPY_HOOK_ENUM(id, name) CMPY_HOOK_##id,
