@@ -171,6 +171,7 @@ cmpy_context_plugin(cmpy_Context *self, cmpy_state *st)
 int
 cmpy_manager_plugin(cmpy_state *st, cm_device *dev, PyObject **plugin)
 {
+    cmpy_Context *known;
     cmpy_Device *device;
     PyObject *ctx;
 
@@ -178,8 +179,19 @@ cmpy_manager_plugin(cmpy_state *st, cm_device *dev, PyObject **plugin)
     if (!st->plugins) {
         return 0;
     }
-    if ((device = cmpy_device_of(st, dev)) == NULL ||
-        (ctx = cmpy_context_of(st, device)) == NULL) {
+    if ((device = cmpy_device_of(st, dev)) == NULL) {
+        return -1;
+    }
+    /* The current context's manager made already, and one cudamem
+     * allocates for (the pool, the stream-ordered allocator): nothing to
+     * ask, nor a Context to look up. */
+    known = (cmpy_Context *)device->context;
+    if (known != NULL && known->memory_manager != NULL &&
+        known->manager_mode == CMPY_MANAGER_NATIVE &&
+        known->generation == cm_device_generation(dev)) {
+        return 0;
+    }
+    if ((ctx = cmpy_context_of(st, device)) == NULL) {
         return -1;
     }
     *plugin = cmpy_context_plugin((cmpy_Context *)ctx, st);
