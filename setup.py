@@ -88,6 +88,17 @@ def flags():
     if os.environ.get("CUDAMEM_COVERAGE") == "1":
         cflags += ["--coverage", "-O0", "-g"]
         ldflags += ["--coverage"]
+    if not any(os.environ.get(v) for v in ("CUDAMEM_SANITIZE", "CUDAMEM_DEBUG",
+                                           "CUDAMEM_COVERAGE")):
+        # A call is a few hundred nanoseconds of C over some 40 small
+        # functions in a dozen files, calling CPython and libc dozens of
+        # times: link-time optimization inlines across the files, and
+        # -fno-plt calls those libraries through the GOT, without a PLT
+        # stub each (benchmarks/NOTES.md: about 30 ns each on the
+        # stream-ordered row). Sanitizer, debug and coverage builds keep
+        # one plain object per file.
+        cflags += ["-flto=auto", "-fno-plt"]
+        ldflags += ["-flto=auto"]
     return cflags, ldflags
 
 
