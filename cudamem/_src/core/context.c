@@ -576,6 +576,7 @@ ctx_enter(cm_device *dev, cm_ctx_guard *guard, enter_mode mode,
     guard->pushed = NULL;
     guard->dev = dev;
     guard->prev = t->current;
+    guard->thread = t;
     if (cm_fork_check(err) < 0) {
         return -1;
     }
@@ -669,7 +670,9 @@ cm_ctx_leave(cm_ctx_guard *guard, int status, cm_error *err)
     if (guard->prev == guard->dev) {
         return status; /* nested: the enclosing enter leaves */
     }
-    t = thread_state();
+    /* The enter's: a leave is on the thread that entered, and one
+     * __tls_get_addr fewer. */
+    t = guard->thread;
     t->current = guard->prev;
     if (guard->pushed != NULL) {
         guard->pushed = NULL;

@@ -92,6 +92,7 @@ typedef struct cm_ctx_guard {
     CUcontext pushed;
     cm_device *dev;
     cm_device *prev; /* context.c's: the enclosing enter's device */
+    void *thread;    /* context.c's: the entering thread's state */
 } cm_ctx_guard;
 
 /* Number of visible devices. */
