@@ -228,10 +228,10 @@ cmpy_layout_extent(int ndim, const Py_ssize_t *shape,
             count = 0;
             continue;
         }
-        if (bytes > PY_SSIZE_T_MAX / shape[i]) {
+        /* No division: one costs as much as the rest of the loop. */
+        if (__builtin_mul_overflow(bytes, shape[i], &bytes)) {
             goto overflow;
         }
-        bytes *= shape[i];
         count *= shape[i];
     }
     for (int i = 0; count != 0 && i < ndim; i++) {
@@ -240,10 +240,9 @@ cmpy_layout_extent(int ndim, const Py_ssize_t *shape,
                           : strides[i] < 0             ? -strides[i]
                                                        : strides[i];
 
-        if (shape[i] > 1 && step > PY_SSIZE_T_MAX / (shape[i] - 1)) {
+        if (__builtin_mul_overflow(shape[i] - 1, step, &span)) {
             goto overflow;
         }
-        span = (shape[i] - 1) * step;
         /* Checked before the sum: the build wraps signed overflow. */
         if (strides[i] < 0) {
             if (span > PY_SSIZE_T_MAX / 2 + lo) {
@@ -291,9 +290,9 @@ cmpy_contiguous_strides(int ndim, const Py_ssize_t *shape, Py_ssize_t itemsize,
 
         strides[i] = step;
         /* Saturates: the extent check then reports the size as too big. */
-        step = shape[i] > 1 && step > PY_SSIZE_T_MAX / shape[i]
-                   ? PY_SSIZE_T_MAX
-                   : step * (shape[i] > 0 ? shape[i] : 1);
+        if (__builtin_mul_overflow(step, shape[i] > 0 ? shape[i] : 1, &step)) {
+            step = PY_SSIZE_T_MAX;
+        }
     }
 }
 
