@@ -488,6 +488,24 @@ def test_attributes_and_repr():
         cudamem.DeviceNDArray()
 
 
+def test_a_memory_pointer_made_again_keeps_nothing_of_the_last():
+    # The module keeps freed MemoryPointers for the next allocation: one
+    # made from a kept object has this allocation's pointer, size, owner
+    # and no weak references of the last one's.
+    import weakref
+    for n in (8, 24, 8, 40):
+        a = cudamem.to_device(np.arange(n, dtype=np.uint8))
+        mp = a.gpu_data
+        assert (mp.size, mp.owner) == (n, mp)
+        assert weakref.getweakrefcount(mp) == 0
+        ref = weakref.ref(mp)
+        view = mp.view(1)
+        assert view.owner is mp and view.size == n - 1
+        np.testing.assert_array_equal(a.copy_to_host(), np.arange(n))
+        del a, mp, view
+        assert ref() is None
+
+
 def test_freed_through_the_queue(sim):
     deallocs = cudamem.current_context().memory_manager.deallocations
     deallocs.clear()

@@ -433,12 +433,14 @@ NOMEMORY_OPS = {
     "defer cleanup": "with cudamem.defer_cleanup(): cudamem.device_array(4)",
     "pickle": "pickle.loads(pickle.dumps(d))",
     "ipc handle": "pickle.dumps(d.get_ipc_handle())",
-    "memalloc": "cudamem.current_context().memory_manager.memalloc(64)"
-                ".view(8, 16)",
+    # More live pointers than the module keeps for reuse (16): the rest
+    # are allocated, and their allocation fails in turn.
+    "memalloc": "[cudamem.current_context().memory_manager.memalloc(64)"
+                ".view(8, 16) for _ in range(12)]",
     "memhostalloc": "cudamem.current_context().memory_manager"
                     ".memhostalloc(64, mapped=True).device_pointer",
-    "memallocmanaged": "cudamem.current_context().memory_manager"
-                       ".memallocmanaged(64)",
+    "memallocmanaged": "[cudamem.current_context().memory_manager"
+                       ".memallocmanaged(64) for _ in range(20)]",
     "mapped context": "with cudamem.mapped(np.zeros(8)) as m: "
                       "m.copy_to_host()",
     "mapped like": "cudamem.mapped_array_like(np.zeros((2, 3)), "

@@ -21,11 +21,19 @@ static cmpy_MemoryPointer *
 new_pointer(cmpy_state *st, cm_mem *mem, CUdeviceptr ptr, size_t size,
             PyObject *owner)
 {
-    cmpy_MemoryPointer *self = PyObject_GC_New(
-        cmpy_MemoryPointer, (PyTypeObject *)st->MemoryPointerType);
+    cmpy_MemoryPointer *self;
 
-    if (self == NULL) {
-        return NULL;
+    if (st->npointer_cache > 0) {
+        self = (cmpy_MemoryPointer *)st->pointer_cache[--st->npointer_cache];
+        (void)PyObject_Init((PyObject *)self,
+                            (PyTypeObject *)st->MemoryPointerType);
+    }
+    else {
+        self = PyObject_GC_New(cmpy_MemoryPointer,
+                               (PyTypeObject *)st->MemoryPointerType);
+        if (self == NULL) {
+            return NULL;
+        }
     }
     self->mem = mem;
     self->ptr = ptr;
@@ -258,6 +266,7 @@ static void
 pointer_dealloc(cmpy_MemoryPointer *self)
 {
     PyTypeObject *type = Py_TYPE(self);
+    cmpy_state *st = cmpy_type_state((PyObject *)self);
     cm_error err;
 
     PyObject_GC_UnTrack(self);
@@ -266,10 +275,18 @@ pointer_dealloc(cmpy_MemoryPointer *self)
     }
     cmpy_release_begin();
     if (cmpy_release_end(cm_mem_decref(self->mem, &err), &err) < 0) {
-        cmpy_warn_release(cmpy_type_state((PyObject *)self), &err);
+        cmpy_warn_release(st, &err);
     }
     Py_CLEAR(self->owner);
-    type->tp_free(self);
+    /* Kept for the next allocation (not a subclass's: its size and slots
+     * differ; none once the module is cleared). */
+    if (st != NULL && type == (PyTypeObject *)st->MemoryPointerType &&
+        st->npointer_cache < CMPY_POINTER_CACHE_USED) {
+        st->pointer_cache[st->npointer_cache++] = (PyObject *)self;
+    }
+    else {
+        type->tp_free(self);
+    }
     Py_DECREF(type);
 }
 

@@ -263,6 +263,10 @@ static int
 cudamem_clear(PyObject *module)
 {
     cmpy_state *st = cmpy_get_state(module);
+
+    while (st->npointer_cache > 0) {
+        PyObject_GC_Del(st->pointer_cache[--st->npointer_cache]);
+    }
 #define CMPY_STATE_CLEAR(name) Py_CLEAR(st->name);
     CMPY_STATE_OBJECTS(CMPY_STATE_CLEAR)
 #undef CMPY_STATE_CLEAR
