@@ -506,6 +506,30 @@ def test_a_memory_pointer_made_again_keeps_nothing_of_the_last():
         assert ref() is None
 
 
+def test_a_device_array_made_again_keeps_nothing_of_the_last():
+    # The same for the 1-d arrays the module keeps: each has its own
+    # layout, dtype, stream, memory and weak references.
+    import weakref
+    s = cudamem.stream()
+    for n, dtype, stream in ((8, np.uint8, 0), (3, np.float64, s),
+                             (5, np.int16, 0), (4, np.complex64, s)):
+        h = np.arange(n).astype(dtype)
+        a = cudamem.to_device(h, stream=stream)
+        assert (a.shape, a.strides, a.dtype, a.size) == \
+            (h.shape, h.strides, h.dtype, h.size)
+        assert a.stream is stream and a.is_c_contiguous()
+        assert weakref.getweakrefcount(a) == 0
+        ref = weakref.ref(a)
+        cai = a.__cuda_array_interface__
+        assert cai["shape"] == (n,) and cai["typestr"] == h.dtype.str
+        assert cai["data"][0] == a.gpu_data.device_pointer_value
+        np.testing.assert_array_equal(a[::-1].copy_to_host(), h[::-1])
+        np.testing.assert_array_equal(a.copy_to_host(stream=stream), h)
+        s.synchronize()
+        del a
+        assert ref() is None
+
+
 def test_freed_through_the_queue(sim):
     deallocs = cudamem.current_context().memory_manager.deallocations
     deallocs.clear()

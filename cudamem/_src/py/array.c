@@ -24,13 +24,27 @@ array_make(PyObject *type, PyObject *mem, CUdeviceptr ptr, int ndim,
     Py_ssize_t itemsize = PyDataType_ELSIZE(dtype);
     cmpy_DeviceNDArray *self;
 
+    cmpy_state *st = cmpy_state_of((PyTypeObject *)type);
+
     /* tp_alloc zeroes (a Python subclass's __dict__ slot too) and
-     * tracks; every field it leaves NULL is safe to traverse. */
-    self = (cmpy_DeviceNDArray *)((PyTypeObject *)type)
-               ->tp_alloc((PyTypeObject *)type, 2 * (Py_ssize_t)ndim);
-    if (self == NULL) {
-        Py_DECREF(mem);
-        return NULL;
+     * tracks; every field it leaves NULL is safe to traverse. A kept
+     * array is made the same way. */
+    if (ndim == 1 && st != NULL && type == st->DeviceNDArrayType &&
+        st->narray_cache > 0) {
+        self = (cmpy_DeviceNDArray *)st->array_cache[--st->narray_cache];
+        memset(self, 0,
+               (size_t)((PyTypeObject *)type)->tp_basicsize +
+                   2 * sizeof(Py_ssize_t));
+        (void)PyObject_InitVar((PyVarObject *)self, (PyTypeObject *)type, 2);
+        PyObject_GC_Track(self);
+    }
+    else {
+        self = (cmpy_DeviceNDArray *)((PyTypeObject *)type)
+                   ->tp_alloc((PyTypeObject *)type, 2 * (Py_ssize_t)ndim);
+        if (self == NULL) {
+            Py_DECREF(mem);
+            return NULL;
+        }
     }
     self->gpu_data = (cmpy_MemoryPointer *)mem;
     self->ptr = ptr;
@@ -221,13 +235,22 @@ cmpy_array_dealloc(PyObject *op)
 {
     cmpy_DeviceNDArray *self = (cmpy_DeviceNDArray *)op;
     PyTypeObject *type = Py_TYPE(self);
+    cmpy_state *st = cmpy_state_of(type);
 
     PyObject_GC_UnTrack(self);
     if (self->weakreflist != NULL) {
         PyObject_ClearWeakRefs((PyObject *)self);
     }
     cmpy_array_clear((PyObject *)self);
-    type->tp_free(self);
+    /* Kept for the next 1-d array (the exact type only: a subclass's
+     * size and slots differ; none once the module is cleared). */
+    if (st != NULL && type == (PyTypeObject *)st->DeviceNDArrayType &&
+        Py_SIZE(self) == 2 && st->narray_cache < CMPY_CACHE_USED) {
+        st->array_cache[st->narray_cache++] = op;
+    }
+    else {
+        type->tp_free(self);
+    }
     Py_DECREF(type);
 }
 

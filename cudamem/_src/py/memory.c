@@ -281,7 +281,7 @@ pointer_dealloc(cmpy_MemoryPointer *self)
     /* Kept for the next allocation (not a subclass's: its size and slots
      * differ; none once the module is cleared). */
     if (st != NULL && type == (PyTypeObject *)st->MemoryPointerType &&
-        st->npointer_cache < CMPY_POINTER_CACHE_USED) {
+        st->npointer_cache < CMPY_CACHE_USED) {
         st->pointer_cache[st->npointer_cache++] = (PyObject *)self;
     }
     else {

@@ -267,6 +267,9 @@ cudamem_clear(PyObject *module)
     while (st->npointer_cache > 0) {
         PyObject_GC_Del(st->pointer_cache[--st->npointer_cache]);
     }
+    while (st->narray_cache > 0) {
+        PyObject_GC_Del(st->array_cache[--st->narray_cache]);
+    }
 #define CMPY_STATE_CLEAR(name) Py_CLEAR(st->name);
     CMPY_STATE_OBJECTS(CMPY_STATE_CLEAR)
 #undef CMPY_STATE_CLEAR

@@ -55,13 +55,14 @@ typedef enum cmpy_hook_id {
         CMPY_HOOK_COUNT
 } cmpy_hook_id;
 
-/* How many freed MemoryPointers the state keeps. None under ASan or in
- * debug builds, so that every use after free reaches the allocator. */
-#define CMPY_POINTER_CACHE 16
+/* How many freed MemoryPointers and 1-d DeviceNDArrays the state keeps
+ * of each. None under ASan or in debug builds, so that every use after
+ * free reaches the allocator. */
+#define CMPY_CACHE 16
 #if defined(__SANITIZE_ADDRESS__) || defined(CUDAMEM_DEBUG)
-#define CMPY_POINTER_CACHE_USED 0
+#define CMPY_CACHE_USED 0
 #else
-#define CMPY_POINTER_CACHE_USED CMPY_POINTER_CACHE
+#define CMPY_CACHE_USED CMPY_CACHE
 #endif
 
 /* The module state, described here only (docs/design.rst and module.c
@@ -123,12 +124,15 @@ typedef struct cmpy_state {
     /* cudamem._handles' Handle, DevicePointer, LaunchView, loaded lazily */
     PyObject *handles[CMPY_HANDLES_COUNT];
     char *sim_path; /* the bundled simulator, next to this module's file */
-    /* MemoryPointers kept for reuse (memory.c), untracked, their type's
-     * reference dropped: every allocation makes one and every free drops
-     * one, and CPython's allocation and GC linking of it were about 9 ns
-     * of a stream-ordered allocation's 300 (benchmarks/NOTES.md). */
-    PyObject *pointer_cache[CMPY_POINTER_CACHE];
+    /* MemoryPointers (memory.c) and 1-d DeviceNDArrays (array.c) kept
+     * for reuse, untracked, their type's reference dropped: every
+     * allocation makes one of each and every free drops them, and
+     * CPython's allocation and GC linking of the pointer alone were about
+     * 9 ns of a stream-ordered allocation's 300 (benchmarks/NOTES.md). */
+    PyObject *pointer_cache[CMPY_CACHE];
     int npointer_cache;
+    PyObject *array_cache[CMPY_CACHE];
+    int narray_cache;
 } cmpy_state;
 
 static inline cmpy_state *
