@@ -55,6 +55,9 @@ static struct {
     char msg[256];
 } limits;
 static pthread_once_t limits_once = PTHREAD_ONCE_INIT;
+/* Set (release) once read: every allocation asks, and a load is cheaper
+ * than a call into pthread_once. */
+static int limits_read;
 
 /* cudamem's variable wins; numba's is honoured only when cudamem's is
  * unset (an empty value counts as set, and malformed). */
@@ -179,7 +182,10 @@ read_limits(void)
 int
 cm__pending_limits(size_t *max_count, double *max_ratio, cm_error *err)
 {
-    pthread_once(&limits_once, read_limits);
+    if (!__atomic_load_n(&limits_read, __ATOMIC_ACQUIRE)) {
+        pthread_once(&limits_once, read_limits);
+        __atomic_store_n(&limits_read, 1, __ATOMIC_RELEASE);
+    }
     if (limits.failed) {
         return cm_fail(err, limits.kind, limits.msg);
     }
