@@ -16,6 +16,7 @@ import pytest
 
 import cudamem
 from cudamem.errors import CudaAPIError, CudaOutOfMemoryError, CudaStickyError
+from tests.helpers.memmgr import CountingManager
 from tests.helpers.memmgr import calls as _calls
 from tests.helpers.memmgr import queue_work as _queue_work
 
@@ -500,56 +501,28 @@ def test_a_poisoned_device_refuses_the_pool_calls(sim):
     assert not cudamem.context_is_poisoned(0)
 
 
-class _Asked(cudamem.HostOnlyCUDAMemoryManager):
-    """A plugin over cudamem's own allocator that counts its memalloc."""
-
-    def __init__(self, context):
-        super().__init__(context)
-        self.asked = 0
-
-    def initialize(self):
-        pass
-
-    def memalloc(self, size):
-        self.asked += 1
-        inner = cudamem.memory.DefaultMemoryManager.memalloc(self, size)
-        return cudamem.MemoryPointer(self.context,
-                                     inner.device_pointer_value, size,
-                                     owner=inner)
-
-    def get_ipc_handle(self, memory):
-        raise NotImplementedError
-
-    def get_memory_info(self):
-        return cudamem.MemoryInfo(free=1, total=2)
-
-    @property
-    def interface_version(self):
-        return 1
-
-
 def test_a_plugin_over_the_stream_ordered_manager_is_asked(manager, sim):
     # Allocations under a manager cudamem allocates for skip the plugin
     # lookup; a plugin installed over it is asked from the next
     # allocation on, and the manager back after it is used again.
     h = np.arange(16, dtype=np.float32)
     a = cudamem.to_device(h)
-    with cudamem.using_memory_manager(_Asked) as plugin:
+    with cudamem.using_memory_manager(CountingManager) as plugin:
         b = cudamem.to_device(h)
-        assert plugin.asked == 1
+        assert plugin.sizes == [64]
     sim.reset()
     c = cudamem.to_device(h)
-    assert (plugin.asked, _calls(sim, "cuMemAllocAsync")) == (1, 1)
+    assert (plugin.sizes, _calls(sim, "cuMemAllocAsync")) == ([64], 1)
     ctx = cudamem.current_context()
-    assigned = ctx.memory_manager = _Asked(ctx)
+    assigned = ctx.memory_manager = CountingManager(ctx)
     d = cudamem.to_device(h)
-    assert assigned.asked == 1
+    assert assigned.sizes == [64]
     ctx.memory_manager = manager
     e = cudamem.to_device(h)
     # Assigned over the stream-ordered manager, the plugin switched it
     # off: its memory came from cuMemAlloc, e's from the pool again.
-    assert (assigned.asked, _calls(sim, "cuMemAllocAsync"),
-            _calls(sim, "cuMemAlloc")) == (1, 2, 1)
+    assert (assigned.sizes, _calls(sim, "cuMemAllocAsync"),
+            _calls(sim, "cuMemAlloc")) == ([64], 2, 1)
     for arr in (a, b, c, d, e):
         np.testing.assert_array_equal(arr.copy_to_host(), h)
     del a, b, c, d, e

@@ -17,40 +17,10 @@ import numpy as np
 import pytest
 
 import cudamem
-from cudamem import HostOnlyCUDAMemoryManager, MemoryPointer
+from cudamem import MemoryPointer
 from cudamem.memory import DefaultMemoryManager
-
-
-class CountingManager(HostOnlyCUDAMemoryManager):
-    """Every memalloc and every finalizer call, over cudamem's allocator."""
-
-    def __init__(self, context):
-        super().__init__(context)
-        self.sizes = []
-        self.freed = []
-
-    def initialize(self):
-        self.initialized = True
-
-    def memalloc(self, size):
-        inner = DefaultMemoryManager.memalloc(self, size)
-        self.sizes.append(size)
-        ptr = inner.device_pointer_value
-        return MemoryPointer(self.context, ptr, size, owner=inner,
-                             finalizer=lambda: self.freed.append(ptr))
-
-    def get_ipc_handle(self, memory):
-        raise NotImplementedError
-
-    def get_memory_info(self):
-        return cudamem.MemoryInfo(free=1, total=2)
-
-    @property
-    def interface_version(self):
-        return 1
-
-
-from tests.helpers.numba_plugin import NumbaStyleManager  # noqa: E402
+from tests.helpers.memmgr import CountingManager
+from tests.helpers.numba_plugin import NumbaStyleManager
 
 # ---------------------------------------------------------------------------
 
