@@ -22,9 +22,8 @@ array_make(PyObject *type, PyObject *mem, CUdeviceptr ptr, int ndim,
            const cmpy_stream_ref *ref)
 {
     Py_ssize_t itemsize = PyDataType_ELSIZE(dtype);
-    cmpy_DeviceNDArray *self;
-
     cmpy_state *st = cmpy_state_of((PyTypeObject *)type);
+    cmpy_DeviceNDArray *self;
 
     /* tp_alloc zeroes (a Python subclass's __dict__ slot too) and
      * tracks; every field it leaves NULL is safe to traverse. A kept
@@ -33,8 +32,8 @@ array_make(PyObject *type, PyObject *mem, CUdeviceptr ptr, int ndim,
         st->narray_cache > 0) {
         self = (cmpy_DeviceNDArray *)st->array_cache[--st->narray_cache];
         memset(self, 0,
-               (size_t)((PyTypeObject *)type)->tp_basicsize +
-                   2 * sizeof(Py_ssize_t));
+               (size_t)(((PyTypeObject *)type)->tp_basicsize +
+                        2 * ((PyTypeObject *)type)->tp_itemsize));
         (void)PyObject_InitVar((PyVarObject *)self, (PyTypeObject *)type, 2);
         PyObject_GC_Track(self);
     }
