@@ -206,7 +206,7 @@ def _first_use(key):
 def _complete():
     """Binds every lazy name, submodule and host array type and removes
     the module's __getattr__: CPython specializes `cudamem.name` only in
-    a module without one, so with it every access paid 15 to 20 ns more.
+    a module without one, so with it every access paid 14 to 25 ns more.
     The extension calls this once the driver has loaded, so the first use
     pays for the modules, not the import; without NumPy loaded by then,
     which the host array types need, the names stay lazy."""
