@@ -169,13 +169,13 @@ event_dealloc(cmpy_Event *self)
     if (self->weakreflist != NULL) {
         PyObject_ClearWeakRefs((PyObject *)self);
     }
-    /* A stale generation drops it; in a forked child nothing happens. */
+    /* A stale generation drops it; in a forked child nothing happens
+     * (cmpy_warn_release stays silent there). */
     if (self->handle != NULL) {
         cmpy_release_begin();
         if (cmpy_release_end(cm_event_release(self->dev, self->generation,
                                               self->handle, &err),
-                             &err) < 0 &&
-            err.kind != CM_ERR_FORK) {
+                             &err) < 0) {
             cmpy_warn_release((cmpy_state *)PyType_GetModuleState(type), &err);
         }
     }

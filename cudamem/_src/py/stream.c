@@ -470,13 +470,13 @@ stream_dealloc(cmpy_Stream *self)
     if (self->weakreflist != NULL) {
         PyObject_ClearWeakRefs((PyObject *)self);
     }
-    /* A stale generation drops it; in a forked child nothing happens. */
+    /* A stale generation drops it; in a forked child nothing happens
+     * (cmpy_warn_release stays silent there). */
     if (self->kind == CMPY_STREAM_OWNED) {
         cmpy_release_begin();
         if (cmpy_release_end(cm_stream_release(self->dev, self->generation,
                                                self->handle, &err),
-                             &err) < 0 &&
-            err.kind != CM_ERR_FORK) {
+                             &err) < 0) {
             cmpy_warn_release((cmpy_state *)PyType_GetModuleState(type), &err);
         }
     }
