@@ -140,3 +140,28 @@ def test_the_version_has_one_source():
     # What setuptools reads from the source is what the package says.
     assert read_attr(attr, {"": str(PY_SRC.parents[2])},
                      str(PY_SRC.parents[2])) == cudamem.__version__
+
+
+def test_a_complete_hook_that_raises_fails_the_first_use_only(run_py):
+    # Its error is the first call's; the driver stays loaded, so the next
+    # call goes on without asking again.
+    proc = run_py(BARE + """
+hooks = dict.fromkeys(%r)
+asked = []
+def complete():
+    asked.append(1)
+    raise LookupError("complete failed")
+hooks["complete"] = complete
+bare._install(**hooks)
+try:
+    bare.synchronize()
+except LookupError as exc:
+    assert str(exc) == "complete failed", exc
+else:
+    raise AssertionError("no LookupError")
+bare.synchronize()
+assert asked == [1], asked
+print("ok")
+""" % (HOOKS,), env={"CUDAMEM_SIMULATOR": "1"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "ok\n"
