@@ -72,6 +72,22 @@ def test_layout_is_kept(order):
     np.testing.assert_array_equal(back, host)
 
 
+@pytest.mark.parametrize("key", [slice(None), slice(None, None, 2),
+                                 slice(None, None, -1), slice(2, 3),
+                                 slice(1, 2, 4), slice(5, 5),
+                                 slice(4, 4, -3)], ids=str)
+def test_one_dimensional_flags_follow_numpy(key):
+    # 1-d layouts take a path of their own: a length of 0 or 1 is
+    # contiguous whatever its step, as in NumPy.
+    host = np.arange(9, dtype=np.float64)
+    view = cudamem.to_device(host)[key]
+    ref = host[key]
+    assert view.strides == ref.strides
+    assert view.flags == {"C_CONTIGUOUS": ref.flags.c_contiguous,
+                          "F_CONTIGUOUS": ref.flags.f_contiguous}
+    np.testing.assert_array_equal(view.copy_to_host(), ref)
+
+
 def test_non_contiguous_source_is_copied_exactly():
     base = _host((6, 8), np.int64)
     for view in (base[::2, 1::3], base[:, ::-1], base.T[::2]):
@@ -280,6 +296,7 @@ def test_zero_size_allocates_nothing(sim):
     ("ab", TypeError, "shape"),
     ((2, "x"), TypeError, "not an int"),
     ((2 ** 62, 2 ** 62), ValueError, "too big"),
+    (2 ** 62, ValueError, "too big"),
     (2 ** 63, ValueError, "out of range"),
     ((3, 2 ** 64), ValueError, "out of range"),
     (True, TypeError, "shape"),

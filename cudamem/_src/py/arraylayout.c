@@ -14,6 +14,10 @@ cmpy_layout_flags(int ndim, const Py_ssize_t *shape, const Py_ssize_t *strides,
     Py_ssize_t expect = itemsize;
     int flags = CMPY_CONTIGUOUS;
 
+    /* Most arrays: the loops below cost more than the rest of making one. */
+    if (ndim == 1) {
+        return shape[0] <= 1 || strides[0] == itemsize ? CMPY_CONTIGUOUS : 0;
+    }
     for (int i = 0; i < ndim; i++) {
         if (shape[i] == 0) {
             return CMPY_CONTIGUOUS;
@@ -60,9 +64,11 @@ cmpy_check_dtype(PyArray_Descr *dtype)
     return 0;
 }
 
-int
-cmpy_expand_subarray(PyArray_Descr **dtype, int *ndim, Py_ssize_t *shape,
-                     Py_ssize_t *strides)
+/* cmpy_expand_subarray's loop, apart: its frame (a shape of NPY_MAXDIMS)
+ * costs every array more than the test that skips it. */
+static int
+expand_subarray(PyArray_Descr **dtype, int *ndim, Py_ssize_t *shape,
+                Py_ssize_t *strides)
 {
     /* A sub-array's base may be one again: NumPy expands them all. */
     while (PyDataType_HASSUBARRAY(*dtype)) {
@@ -91,6 +97,15 @@ cmpy_expand_subarray(PyArray_Descr **dtype, int *ndim, Py_ssize_t *shape,
         Py_SETREF(*dtype, (PyArray_Descr *)Py_NewRef(sub->base));
     }
     return 0;
+}
+
+int
+cmpy_expand_subarray(PyArray_Descr **dtype, int *ndim, Py_ssize_t *shape,
+                     Py_ssize_t *strides)
+{
+    return PyDataType_HASSUBARRAY(*dtype)
+               ? expand_subarray(dtype, ndim, shape, strides)
+               : 0;
 }
 
 /* Whether `item` counts as one int of a shape or strides: what has
@@ -131,7 +146,10 @@ as_ssize(PyObject *item, const char *what, PyObject *arg, Py_ssize_t *out)
         }
         return -1;
     }
-    *out = PyNumber_AsSsize_t(item, PyExc_OverflowError);
+    /* Both raise OverflowError; the first skips the __index__ call. */
+    *out = PyLong_CheckExact(item) ? PyLong_AsSsize_t(item)
+                                   : PyNumber_AsSsize_t(item,
+                                                        PyExc_OverflowError);
     if (*out == -1 && PyErr_Occurred()) {
         if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
             PyErr_Clear();
@@ -221,6 +239,16 @@ cmpy_layout_extent(int ndim, const Py_ssize_t *shape,
     Py_ssize_t count = 1, bytes = itemsize > 0 ? itemsize : 1, lo = 0;
     Py_ssize_t hi = itemsize, span;
 
+    /* Most arrays, in one multiplication: 1-d and contiguous. */
+    if (ndim == 1 && strides[0] == itemsize && itemsize > 0) {
+        if (__builtin_mul_overflow(shape[0], itemsize, &span)) {
+            goto overflow;
+        }
+        *size = shape[0];
+        *low = 0;
+        *high = span;
+        return 0;
+    }
     /* NumPy's rule: the nonzero extents times the itemsize must fit even
      * when another extent is 0 (np.empty((2**62, 0)) is too big). */
     for (int i = 0; i < ndim; i++) {
