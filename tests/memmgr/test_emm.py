@@ -191,6 +191,27 @@ def test_memory_pointer_constructor():
         is None
 
 
+def test_a_pointer_is_collected_through_its_owner():
+    # A pointer with an owner is the collector's to see: a cycle through
+    # the owner is freed. One without refers to nothing but its type and
+    # is left untracked, as CPython leaves a tuple of ints.
+    class Owner:
+        pass
+
+    fired = []
+    owner = Owner()
+    owner.pointer = MemoryPointer(cudamem.current_context(), 0x3000, 8,
+                                  owner=owner,
+                                  finalizer=lambda: fired.append(1))
+    assert gc.is_tracked(owner.pointer)
+    del owner
+    gc.collect()
+    assert fired == [1]
+    arr = cudamem.device_array(4)
+    assert arr.gpu_data.owner is arr.gpu_data
+    assert not gc.is_tracked(arr.gpu_data)
+
+
 @pytest.mark.parametrize("args, exc, match", [
     ((None, 0x1000, 8), TypeError, "needs a cudamem Context, not None"),
     (("ctx", "0x10", 8), TypeError, "pointer must be an int.*'0x10'"),

@@ -41,7 +41,12 @@ new_pointer(cmpy_state *st, cm_mem *mem, CUdeviceptr ptr, size_t size,
     self->owner = Py_XNewRef(owner);
     self->managed = mem->kind == CM_FREE_MANAGED;
     self->weakreflist = NULL;
-    PyObject_GC_Track(self);
+    /* Without an owner it refers to nothing but its type, and never will:
+     * no cycle can hold it, so the collector need not see it (CPython's
+     * tuples of atomic items are untracked alike). */
+    if (owner != NULL) {
+        PyObject_GC_Track(self);
+    }
     return self;
 }
 
