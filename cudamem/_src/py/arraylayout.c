@@ -66,7 +66,7 @@ cmpy_check_dtype(PyArray_Descr *dtype)
 
 /* cmpy_expand_subarray's loop, apart: its frame (a shape of NPY_MAXDIMS)
  * costs every array more than the test that skips it. */
-static int
+static __attribute__((noinline)) int
 expand_subarray(PyArray_Descr **dtype, int *ndim, Py_ssize_t *shape,
                 Py_ssize_t *strides)
 {
@@ -147,9 +147,9 @@ as_ssize(PyObject *item, const char *what, PyObject *arg, Py_ssize_t *out)
         return -1;
     }
     /* Both raise OverflowError; the first skips the __index__ call. */
-    *out = PyLong_CheckExact(item) ? PyLong_AsSsize_t(item)
-                                   : PyNumber_AsSsize_t(item,
-                                                        PyExc_OverflowError);
+    *out = PyLong_CheckExact(item)
+               ? PyLong_AsSsize_t(item)
+               : PyNumber_AsSsize_t(item, PyExc_OverflowError);
     if (*out == -1 && PyErr_Occurred()) {
         if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
             PyErr_Clear();
