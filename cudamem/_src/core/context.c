@@ -279,17 +279,14 @@ pin_moved(ctx_thread *t, cm_device *dev)
     return moved;
 }
 
-/* The device's primary context, retained once by cudamem. */
-static int
-primary_retain(cm_device *dev, CUcontext *out, cm_error *err)
+/* primary_retain's retain, when cudamem holds none (first use, or after a
+ * release): apart, so that every other call is inlined as one load. */
+static __attribute__((noinline)) int
+primary_retain_first(cm_device *dev, CUcontext *out, cm_error *err)
 {
-    CUcontext ctx = load_ctx(&dev->primary);
+    CUcontext ctx;
     int rc = 0;
 
-    if (ctx != NULL) {
-        *out = ctx;
-        return 0;
-    }
     cm__lock(&dev->lock, CM_LOCK_DEVICE);
     ctx = dev->primary;
     if (ctx == NULL) {
@@ -302,6 +299,19 @@ primary_retain(cm_device *dev, CUcontext *out, cm_error *err)
     cm__unlock(&dev->lock);
     *out = ctx;
     return rc;
+}
+
+/* The device's primary context, retained once by cudamem. */
+static inline int
+primary_retain(cm_device *dev, CUcontext *out, cm_error *err)
+{
+    CUcontext ctx = load_ctx(&dev->primary);
+
+    if (ctx != NULL) {
+        *out = ctx;
+        return 0;
+    }
+    return primary_retain_first(dev, out, err);
 }
 
 int

@@ -837,8 +837,11 @@ cm_mem_note_event(cm_mem *m, cm_device *dev, CUstream stream, cm_error *err)
     return 0;
 }
 
-int
-cm_mem_order_pending(cm_mem *m, CUstream into, int *ordered, cm_error *err)
+/* cm_mem_order_pending's work, called with m's pending lock held, which
+ * it drops: apart, so that the frame of its copies is not made for the
+ * many calls that find nothing. */
+static __attribute__((noinline)) int
+order_pending_locked(cm_mem *m, CUstream into, int *ordered, cm_error *err)
 {
     cm_mem_work work[CM_MEM_PENDING], own = {.rec = NULL};
     cm_device *synced[CM_MEM_PENDING];
@@ -846,13 +849,6 @@ cm_mem_order_pending(cm_mem *m, CUstream into, int *ordered, cm_error *err)
     cm_error ignored;
     CUevent ev;
 
-    *ordered = 0;
-    pending_lock(m);
-    /* Most frees and exports find nothing remembered. */
-    if (m->npending == 0) {
-        pending_unlock(m);
-        return 0;
-    }
     for (int i = 0; i < m->npending; i++) {
         const cm_mem_work *w = &m->pending[i];
 
@@ -913,4 +909,17 @@ cm_mem_order_pending(cm_mem *m, CUstream into, int *ordered, cm_error *err)
         }
     }
     return rc;
+}
+
+int
+cm_mem_order_pending(cm_mem *m, CUstream into, int *ordered, cm_error *err)
+{
+    *ordered = 0;
+    pending_lock(m);
+    /* Most frees and exports find nothing remembered. */
+    if (m->npending == 0) {
+        pending_unlock(m);
+        return 0;
+    }
+    return order_pending_locked(m, into, ordered, err);
 }
