@@ -13,7 +13,8 @@ Method (benchmarks/README.md says more):
 
 - time: for each operation, round r times a batch of calls of every
   library in turn (the starting library rotates), so load drifts on a
-  shared machine hit every library alike; median, p10 and p90 over rounds
+  shared machine hit every library alike, each batch right after one
+  untimed pass of its own calls; median, p10 and p90 over rounds
   of ns per call, minus the cost of an empty call timed in the same rounds;
   the floor is floor.c's same driver calls, built as build/libfloor.so and
   timed inside it in this process, taking its turn in every round; floor.c
@@ -192,6 +193,9 @@ def time_interleaved(libs, cfg, floor, floor_once):
             samples[LOOP].append(_batch(empty, cfg.passes))
             for name, fns in order:
                 try:
+                    # Untimed, one pass: what the library before left in
+                    # the caches is not this library's cost per call.
+                    one(name, fns, cfg.rewarm)
                     samples[name].append(one(name, fns, cfg.passes))
                 except Exception as exc:
                     rows[name] = {"error": _error(exc)}
@@ -588,6 +592,7 @@ def parse_args(argv):
     # cut into is an outlier the median drops, not a share of every sample.
     cfg.rounds, cfg.passes, cfg.warmup = (11, 1, 2) if cfg.quick else \
         (301, 2, 20)
+    cfg.rewarm = 1
     cfg.count_passes = 2 if cfg.quick else 10
     cfg.floor_every = 5 if cfg.quick else 30
     return cfg

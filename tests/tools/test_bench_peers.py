@@ -81,6 +81,53 @@ def test_summary_bound_is_the_larger_of_ratio_and_excess():
         json.dumps(r)  # what the run writes
 
 
+def test_each_timed_batch_follows_an_untimed_pass_of_its_own(monkeypatch):
+    # What the library before left in the caches is not the next one's
+    # cost: every batch (the floor's too) follows one untimed pass of the
+    # same calls, in the same round, and only the batch is a sample.
+    class Lib:
+        def __init__(self, name):
+            self.name = name
+
+        def __getattr__(self, method):
+            return lambda *args: [(self.name, i) for i in range(args[-1])]
+
+        def cleanup(self):
+            pass
+
+    class FakeFloor:
+        def time(self, row, calls):
+            seq.append(("C floor", calls // peers.NBUF))
+            return 7.0 if calls == cfg.passes * peers.NBUF else 5000.0
+
+    seq = []
+
+    def batch(fns, passes):
+        name = fns[0][0] if isinstance(fns[0], tuple) else None
+        if name is None:
+            return 1.0  # the empty call
+        seq.append((name, passes))
+        return 10.0 if passes == cfg.passes else 1000.0
+
+    cfg = peers.parse_args(["--quick"])
+    cfg.rounds, cfg.passes, cfg.rewarm, cfg.warmup = 3, 2, 1, 0
+    monkeypatch.setattr(peers, "OPS", (("DtoH 8 B", "copy", (), ("r", 8)),))
+    monkeypatch.setattr(peers, "_batch", batch)
+    libs = {"a": Lib("a"), "b": Lib("b")}
+    time, floors, _ = peers.time_interleaved(libs, cfg, FakeFloor(),
+                                             dict)
+    # Per round: each of the floor, a and b as (rewarm, timed) in a row
+    # (warmup 0 left empty calls before the rounds).
+    seq = [call for call in seq if call[1] > 0]
+    assert len(seq) == cfg.rounds * 3 * 2
+    for i in range(0, len(seq), 2):
+        assert seq[i][0] == seq[i + 1][0]
+        assert (seq[i][1], seq[i + 1][1]) == (cfg.rewarm, cfg.passes)
+    assert time["DtoH 8 B"]["a"]["median_ns"] == 9.0
+    assert time["DtoH 8 B"]["b"]["median_ns"] == 9.0
+    assert floors["DtoH 8 B"]["median_ns"] == 7.0
+
+
 FLOOR_SCRIPT = r'''
 import ctypes, json, sys
 sys.path.insert(0, sys.argv[1])
