@@ -150,8 +150,16 @@ ref_extent(const ref *r, int side, ptrdiff_t *lo, ptrdiff_t *hi)
 static void
 sides(const ref *r, cm_side *dst, cm_side *src)
 {
-    *dst = (cm_side){1, (CUdeviceptr)r->dst, NULL, r->nd, r->shape, r->ds};
-    *src = (cm_side){1, (CUdeviceptr)r->src, NULL, r->nd, r->shape, r->ss};
+    *dst = (cm_side){.on_device = 1,
+                     .ptr = (CUdeviceptr)r->dst,
+                     .ndim = r->nd,
+                     .shape = r->shape,
+                     .strides = r->ds};
+    *src = (cm_side){.on_device = 1,
+                     .ptr = (CUdeviceptr)r->src,
+                     .ndim = r->nd,
+                     .shape = r->shape,
+                     .strides = r->ss};
 }
 
 static int

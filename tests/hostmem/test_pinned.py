@@ -228,3 +228,37 @@ def test_synchronous_copy_from_pinned_is_complete_without_a_wait(sim):
     d.copy_to_device(src[::-1].copy())
     assert sim.stats()["calls"]["cuStreamSynchronize"]["calls"] == waits + 1
     np.testing.assert_array_equal(d.copy_to_host(), src[::-1])
+
+
+@pytest.mark.parametrize("view", [lambda a: a, lambda a: a[3:100],
+                                  lambda a: a.reshape(16, 32).T],
+                         ids=["whole", "slice", "transposed"])
+def test_contiguous_views_of_pinned_memory_are_copied_without_a_wait(
+        sim, view):
+    # Known page-locked from the buffer they are a view of, not looked up
+    # in the registry: no wait (CUDA's synchronous HtoD from page-locked
+    # memory), and the bytes NumPy sees.
+    pinned = cudamem.pinned_array(512, np.float64)
+    pinned[...] = np.arange(512.0)
+    src = view(pinned)
+    d = cudamem.device_array_like(src)
+    waits = sim.stats()["calls"]["cuStreamSynchronize"]["calls"]
+    d.copy_to_device(src)
+    assert sim.stats()["calls"]["cuStreamSynchronize"]["calls"] == waits
+    np.testing.assert_array_equal(d.copy_to_host(), src)
+
+
+def test_pinned_memory_after_a_reset_is_copied_as_pageable(sim):
+    # The reset ended the page-locking: the pinned array's bytes are
+    # pageable memory now, and a synchronous copy from them waits.
+    src = np.arange(512, dtype=np.float64)
+    pinned = cudamem.pinned_array_like(src)
+    pinned[...] = src
+    cudamem.get_current_device().reset()
+    d = cudamem.device_array_like(src)
+    for part in (pinned, pinned[3:100]):
+        waits = sim.stats()["calls"]["cuStreamSynchronize"]["calls"]
+        d[:part.size].copy_to_device(part)
+        assert sim.stats()["calls"]["cuStreamSynchronize"]["calls"] == \
+            waits + 1
+        np.testing.assert_array_equal(d[:part.size].copy_to_host(), part)

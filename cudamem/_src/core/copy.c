@@ -55,11 +55,12 @@ cm__copy_noted(cm_device *dev, CUstream stream, const void *host,
 /* One contiguous copy in dev's context. The synchronous DtoH is complete
  * on return, to pageable and page-locked memory alike, as is the HtoD
  * from page-locked memory; the others may return early when the
- * destination is on the device. */
+ * destination is on the device. `locked`: the host side is known
+ * page-locked, so neither staging nor completion asks the registry. */
 static int
 copy_contiguous(cm_device *dev, int dst_dev, CUdeviceptr dst, void *hdst,
                 int src_dev, CUdeviceptr src, const void *hsrc, size_t n,
-                CUstream stream, int async, cm_error *err)
+                int locked, CUstream stream, int async, cm_error *err)
 {
     cm_ctx_guard guard;
     int staged = 0, rc;
@@ -72,7 +73,7 @@ copy_contiguous(cm_device *dev, int dst_dev, CUdeviceptr dst, void *hdst,
     }
     /* Large pageable host memory goes through pinned staging buffers,
      * complete on return whether asynchronous or not. */
-    if (dst_dev != src_dev) {
+    if (dst_dev != src_dev && !locked) {
         rc = cm__staging_copy(dev, dst_dev, dst_dev ? dst : src,
                               dst_dev ? (void *)hsrc : hdst, n,
                               async ? stream : NULL, &staged, err);
@@ -86,7 +87,7 @@ copy_contiguous(cm_device *dev, int dst_dev, CUdeviceptr dst, void *hdst,
      * ("synchronous with respect to the host"): only pageable memory's
      * and a DtoD may not be. */
     if (rc == 0 && dst_dev && !async &&
-        (src_dev || !cm_host_locked(hsrc, n))) {
+        (src_dev || (!locked && !cm_host_locked(hsrc, n)))) {
         rc = complete(err);
     }
     if (rc == 0 && async && dst_dev != src_dev) {
@@ -100,7 +101,7 @@ int
 cm_copy_htod(cm_device *dev, CUdeviceptr dst, const void *src, size_t n,
              CUstream stream, int async, cm_error *err)
 {
-    return copy_contiguous(dev, 1, dst, NULL, 0, 0, src, n, stream, async,
+    return copy_contiguous(dev, 1, dst, NULL, 0, 0, src, n, 0, stream, async,
                            err);
 }
 
@@ -108,7 +109,7 @@ int
 cm_copy_dtoh(cm_device *dev, void *dst, CUdeviceptr src, size_t n,
              CUstream stream, int async, cm_error *err)
 {
-    return copy_contiguous(dev, 0, 0, dst, 1, src, NULL, n, stream, async,
+    return copy_contiguous(dev, 0, 0, dst, 1, src, NULL, n, 0, stream, async,
                            err);
 }
 
@@ -116,8 +117,18 @@ int
 cm__copy_dtod(cm_device *dev, CUdeviceptr dst, CUdeviceptr src, size_t n,
               CUstream stream, int async, cm_error *err)
 {
-    return copy_contiguous(dev, 1, dst, NULL, 1, src, NULL, n, stream, async,
-                           err);
+    return copy_contiguous(dev, 1, dst, NULL, 1, src, NULL, n, 0, stream,
+                           async, err);
+}
+
+int
+cm__copy_host(cm_device *dev, int to_device, CUdeviceptr dptr, void *host,
+              size_t n, int locked, CUstream stream, int async, cm_error *err)
+{
+    return to_device ? copy_contiguous(dev, 1, dptr, NULL, 0, 0, host, n,
+                                       locked, stream, async, err)
+                     : copy_contiguous(dev, 0, 0, host, 1, dptr, NULL, n,
+                                       locked, stream, async, err);
 }
 
 int

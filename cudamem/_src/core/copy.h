@@ -19,6 +19,11 @@ int cm_copy_dtoh(cm_device *dev, void *dst, CUdeviceptr src, size_t n,
                  CUstream stream, int async, cm_error *err);
 int cm__copy_dtod(cm_device *dev, CUdeviceptr dst, CUdeviceptr src, size_t n,
                   CUstream stream, int async, cm_error *err);
+/* cm_copy_htod (to_device) or cm_copy_dtoh between dptr and `host`;
+ * `locked`: the host bytes are known page-locked (cm_side.locked). */
+int cm__copy_host(cm_device *dev, int to_device, CUdeviceptr dptr, void *host,
+                  size_t n, int locked, CUstream stream, int async,
+                  cm_error *err);
 
 /* A contiguous copy from src_dev's memory to dst_dev's (another device)
  * with cuMemcpyPeer, in dst_dev's context; `stream` is dst_dev's. Both
@@ -60,6 +65,9 @@ typedef struct cm_side {
     int ndim;
     const ptrdiff_t *shape; /* elements per dimension */
     const ptrdiff_t *strides;
+    /* A host side its caller knows is page-locked (cm_host_covers over
+     * its extent): a copy then asks the registry nothing. 0: unknown. */
+    int locked;
 } cm_side;
 
 /* Copies every element of `dst` from the element at the same index of

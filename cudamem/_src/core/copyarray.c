@@ -936,10 +936,11 @@ cm_copy_array(cm_device *dev, const cm_side *dst, const cm_side *src,
     int overlap, rc;
 
     if (one_run(dst, src, itemsize, &n)) {
-        return dst->on_device ? cm_copy_htod(dev, dst->ptr, src->host, n,
-                                             stream, async, err)
-                              : cm_copy_dtoh(dev, dst->host, src->ptr, n,
-                                             stream, async, err);
+        const cm_side *host = dst->on_device ? src : dst;
+
+        return cm__copy_host(dev, dst->on_device,
+                             dst->on_device ? dst->ptr : src->ptr, host->host,
+                             n, host->locked, stream, async, err);
     }
     if (cm__layout_build(dst, src, itemsize, &L, &n, err) < 0) {
         return -1;
@@ -959,10 +960,11 @@ cm_copy_array(cm_device *dev, const cm_side *dst, const cm_side *src,
             return cm__copy_dtod(dev, L.dst, L.src, n, stream, async, err);
         }
         if (L.ddev) {
-            return cm_copy_htod(dev, L.dst, (const void *)L.src, n, stream,
-                                async, err);
+            return cm__copy_host(dev, 1, L.dst, (void *)L.src, n, src->locked,
+                                 stream, async, err);
         }
-        return cm_copy_dtoh(dev, (void *)L.dst, L.src, n, stream, async, err);
+        return cm__copy_host(dev, 0, L.src, (void *)L.dst, n, dst->locked,
+                             stream, async, err);
     }
     if (cm_ctx_enter(dev, &guard, err) < 0) {
         return -1;

@@ -1003,6 +1003,18 @@ cm_host_check(const cm_host *h, cm_error *err)
 }
 
 int
+cm_host_covers(const cm_host *h, const void *ptr, size_t size)
+{
+    uintptr_t at = (uintptr_t)ptr, base = (uintptr_t)h->ptr;
+
+    if (h->kind == CM_HOST_REGISTERED || h->ptr == NULL || at < base ||
+        size > h->size || at - base > h->size - size) {
+        return 0;
+    }
+    return __atomic_load_n(&h->dev->resets, __ATOMIC_ACQUIRE) == h->resets;
+}
+
+int
 cm_host_locked(const void *ptr, size_t size)
 {
     uintptr_t cur = (uintptr_t)ptr, hi = cur + size;

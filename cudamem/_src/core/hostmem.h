@@ -135,4 +135,11 @@ int cm_host_check(const cm_host *h, cm_error *err);
  * else 0. Memory another owner page-locked is not known here. */
 int cm_host_locked(const void *ptr, size_t size);
 
+/* 1 when h is memory cudamem page-locked itself (pinned or mapped, locked
+ * for as long as h lives), covering [ptr, ptr + size), and no reset of
+ * its device took it from the driver since: what cm_host_locked would
+ * find there, known without the registry's lock. 0 for registered
+ * memory, which another thread may unregister. */
+int cm_host_covers(const cm_host *h, const void *ptr, size_t size);
+
 #endif

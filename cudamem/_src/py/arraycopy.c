@@ -337,6 +337,9 @@ host_to_device(cmpy_state *st, int ndim, const Py_ssize_t *shape,
                    .strides = dstrides};
     cm_side src = host_side(st, dev, host, ndim, shape, hstrides);
 
+    /* A synchronous HtoD from it is complete on return: known so, the
+     * copy need not ask the registry. */
+    src.locked = !src.on_device && cmpy_host_is_locked(st, host);
     return run_copy(st, dev, &dst, &src, (size_t)PyArray_ITEMSIZE(host), ref);
 }
 

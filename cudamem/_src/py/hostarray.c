@@ -129,6 +129,18 @@ cmpy_host_is_managed_on(cmpy_state *st, PyArrayObject *arr, cm_device *dev)
     return mp != NULL && mp->mem->dev == dev;
 }
 
+int
+cmpy_host_is_locked(cmpy_state *st, PyArrayObject *arr)
+{
+    cm_host *host = cmpy_hostbuf_host(st, root_of((PyObject *)arr));
+
+    /* Contiguous, its bytes are [data, data + nbytes). */
+    return host != NULL &&
+           (PyArray_IS_C_CONTIGUOUS(arr) || PyArray_IS_F_CONTIGUOUS(arr)) &&
+           cm_host_covers(host, PyArray_DATA(arr),
+                          (size_t)PyArray_NBYTES(arr));
+}
+
 void *
 cmpy_host_address(cmpy_state *st, cmpy_MemoryPointer *mp, CUdeviceptr ptr)
 {

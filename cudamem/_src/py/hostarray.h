@@ -36,6 +36,11 @@ PyObject *cmpy_hostarray_new(PyObject *module, cmpy_hostarray_kind kind,
 PyObject *cmpy_hostarray_owner(cmpy_state *st, PyObject *self,
                                cm_device **dev);
 
+/* Whether arr, C- or F-contiguous, lies in page-locked memory cudamem
+ * made (a pinned or mapped array, or a view of one): core's
+ * cm_host_covers, for copies that need not ask the registry. */
+int cmpy_host_is_locked(cmpy_state *st, PyArrayObject *arr);
+
 /* Whether arr (any NumPy array) is a view of managed memory of dev: copies
  * with it are device copies, which synchronous forms of the driver may
  * finish after returning (DESIGN rule 9). */
