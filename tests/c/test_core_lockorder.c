@@ -11,7 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static pthread_mutex_t queues, pool, pending, plain;
+static pthread_mutex_t queues, pool, hold, plain;
 
 /* Whether fn aborts in a child, its report sent to /dev/null. */
 static int
@@ -35,11 +35,11 @@ aborts(void (*fn)(void))
     return WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT;
 }
 
-/* pool's level is below pending's: taking pool under pending inverts. */
+/* pool's level is below the hold's: taking pool under the hold inverts. */
 static void
 inverted(void)
 {
-    cm__lock(&pending, CM_LOCK_PENDING);
+    cm__lock(&hold, CM_LOCK_HOLD);
     cm__lock(&pool, CM_LOCK_POOL);
 }
 
@@ -84,7 +84,7 @@ setup(void)
     pthread_mutexattr_settype(&recursive, PTHREAD_MUTEX_RECURSIVE);
     pthread_mutex_init(&queues, &recursive);
     pthread_mutex_init(&pool, NULL);
-    pthread_mutex_init(&pending, NULL);
+    pthread_mutex_init(&hold, NULL);
     pthread_mutex_init(&plain, NULL);
 }
 
@@ -95,16 +95,16 @@ allowed(void)
     cm__lock(&queues, CM_LOCK_QUEUES);
     cm__lock(&queues, CM_LOCK_QUEUES);
     cm__lock(&pool, CM_LOCK_POOL);
-    cm__lock(&pending, CM_LOCK_PENDING);
+    cm__lock(&hold, CM_LOCK_HOLD);
     cm__unlock(&pool);
-    cm__unlock(&pending);
+    cm__unlock(&hold);
     cm__unlock(&queues);
     cm__unlock(&queues);
     /* Released, a lock may be taken under a lower one again. */
     cm__lock(&pool, CM_LOCK_POOL);
     cm__unlock(&pool);
-    cm__lock(&pending, CM_LOCK_PENDING);
-    cm__unlock(&pending);
+    cm__lock(&hold, CM_LOCK_HOLD);
+    cm__unlock(&hold);
     CHECK_EQ(aborts(allowed_nothing), 0);
 }
 

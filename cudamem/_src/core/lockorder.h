@@ -21,7 +21,6 @@ typedef enum cm_lock_level {
     CM_LOCK_STAGING_CREW, /* staging.c: the copy threads' work */
     CM_LOCK_CTXSYNC,      /* ctxsync.c: the synchronizing worker */
     CM_LOCK_CALLBACKS,    /* callback.c: the dispatcher's queue */
-    CM_LOCK_PENDING,      /* pending.c: one deferred-free queue */
     CM_LOCK_HOLD,         /* dev->hold_lock: changes to the hold only */
     CM_LOCK_MEM_PENDING,  /* memory.c: a record's pending set (spin) */
     CM_LOCK_STREAMS,      /* stream.c: the table of live streams */

@@ -1,9 +1,9 @@
 /* pending.c: the deferred-free queue of pending.h and the process-wide
- * thresholds it reads from the environment. Owns the queue's memory and its
- * lock; does not know how a handle is freed (the owner's free function),
- * which context it belongs to, or the fork rule (the owner checks it). */
+ * thresholds it reads from the environment. Owns the queue's memory; takes
+ * no lock (the owner serializes every call); does not know how a handle is
+ * freed (the owner's free function), which context it belongs to, or the
+ * fork rule (the owner checks it). */
 #include "pending.h"
-#include "lockorder.h"
 #include "env.h"
 
 #include <locale.h>
@@ -31,7 +31,6 @@ typedef struct item {
 } item;
 
 struct cm_pending {
-    pthread_mutex_t lock; /* guards everything below but fn and arg */
     item *ring;
     size_t cap;
     size_t head;
@@ -226,7 +225,7 @@ cm__pending_new(size_t device_memory, cm_free_fn fn, void *arg, cm_error *err)
         goto nomem;
     }
     q->ring = malloc(CHUNK * sizeof(item));
-    if (q->ring == NULL || pthread_mutex_init(&q->lock, NULL) != 0) {
+    if (q->ring == NULL) {
         goto nomem;
     }
     q->cap = CHUNK;
@@ -254,9 +253,7 @@ cm__pending_resize(cm_pending *q, size_t device_memory, cm_error *err)
     if (cm__pending_limits(&max_count, &ratio, err) < 0) {
         return -1;
     }
-    pthread_mutex_lock(&q->lock);
     q->max_bytes = byte_limit(ratio, device_memory);
-    pthread_mutex_unlock(&q->lock);
     return 0;
 }
 
@@ -266,12 +263,11 @@ cm__pending_delete(cm_pending *q)
     if (q == NULL) {
         return;
     }
-    pthread_mutex_destroy(&q->lock);
     free(q->ring);
     free(q);
 }
 
-/* Under the lock. Doubles the ring, unwrapping it. */
+/* Doubles the ring, unwrapping it. */
 static int
 grow(cm_pending *q)
 {
@@ -298,7 +294,7 @@ grow(cm_pending *q)
     return 0;
 }
 
-/* Under the lock, with the queue empty. */
+/* With the queue empty. */
 static void
 reset_empty(cm_pending *q)
 {
@@ -315,9 +311,9 @@ reset_empty(cm_pending *q)
     }
 }
 
-/* Under the lock: takes the oldest item; 0 when the queue is empty. */
+/* Takes the oldest item; 0 when the queue is empty. */
 static int
-pop_locked(cm_pending *q, item *out)
+pop(cm_pending *q, item *out)
 {
     if (q->len == 0) {
         return 0;
@@ -332,28 +328,23 @@ pop_locked(cm_pending *q, item *out)
     return 1;
 }
 
-/* Pops one item at a time under the lock and frees it unlocked: the free
- * function calls the driver, which can block, and may itself release
- * further handles into this queue. `force` ignores deferral and shutdown. */
+/* Pops one item at a time: the free function may itself release further
+ * handles into this queue (the owner's lock is recursive), so the queue's
+ * state is read again after each free. `force` ignores deferral and
+ * shutdown. */
 static int
 flush_items(cm_pending *q, int force, cm_error *err)
 {
-    for (;;) {
-        item it;
-        int got;
+    item it;
 
-        cm__lock(&q->lock, CM_LOCK_PENDING);
-        got = (force || (!q->deferred && !q->stopped)) && pop_locked(q, &it);
-        cm__unlock(&q->lock);
-        if (!got) {
-            return 0;
-        }
+    while ((force || (!q->deferred && !q->stopped)) && pop(q, &it)) {
         /* A failed item is not retried: freeing it again may be a double
          * free. The rest stay queued (numba cancels them instead). */
         if (q->fn(q->arg, it.kind, it.handle, it.nbytes, err) < 0) {
             return -1;
         }
     }
+    return 0;
 }
 
 /* On CM_ERR_NOMEM the item is not queued and the caller still owns the
@@ -364,20 +355,16 @@ cm__pending_add(cm_pending *q, cm_free_kind kind, uint64_t handle,
 {
     int over;
 
-    cm__lock(&q->lock, CM_LOCK_PENDING);
     if (q->stopped) {
-        cm__unlock(&q->lock);
         return 0;
     }
     if (q->len == q->cap && grow(q) < 0) {
-        cm__unlock(&q->lock);
         return cm_fail(err, CM_ERR_NOMEM, "no memory to queue a free");
     }
     q->ring[(q->head + q->len) % q->cap] = (item){kind, handle, nbytes};
     q->len++;
     q->bytes += nbytes;
     over = !q->deferred && (q->len > q->max_count || q->bytes > q->max_bytes);
-    cm__unlock(&q->lock);
     if (over && due != NULL) {
         *due = 1;
         return 0;
@@ -395,10 +382,8 @@ cm__pending_flush(cm_pending *q, cm_error *err)
 void
 cm__pending_drop(cm_pending *q)
 {
-    cm__lock(&q->lock, CM_LOCK_PENDING);
     q->len = 0;
     reset_empty(q);
-    cm__unlock(&q->lock);
 }
 
 int
@@ -406,97 +391,64 @@ cm__pending_salvage(cm_pending *q, cm_free_fn salvage, void *arg,
                     cm_error *err)
 {
     cm_error later;
+    item it;
     int rc = 0;
 
-    for (;;) {
-        item it;
-        int got;
-
-        cm__lock(&q->lock, CM_LOCK_PENDING);
-        got = pop_locked(q, &it);
-        cm__unlock(&q->lock);
-        if (!got) {
-            return rc;
-        }
+    while (pop(q, &it)) {
         if (salvage(arg, it.kind, it.handle, it.nbytes,
                     rc < 0 ? &later : err) < 0) {
             rc = -1;
         }
     }
+    return rc;
 }
 
 void
 cm__pending_defer(cm_pending *q)
 {
-    cm__lock(&q->lock, CM_LOCK_PENDING);
     q->deferred++;
-    cm__unlock(&q->lock);
 }
 
 void
 cm__pending_undefer(cm_pending *q)
 {
-    cm__lock(&q->lock, CM_LOCK_PENDING);
     /* An unbalanced undefer is a caller's bug; clamping keeps the queue
      * usable rather than deferred for ever after a wrap-around. */
     if (q->deferred > 0) {
         q->deferred--;
     }
-    cm__unlock(&q->lock);
 }
 
-/* The readers take the lock of a const queue: the mutex is not part of the
- * queue's logical state, and the queue itself was never defined const. */
 int
 cm__pending_deferred(const cm_pending *q)
 {
-    cm_pending *mq = (cm_pending *)q;
-    int deferred;
-
-    cm__lock(&mq->lock, CM_LOCK_PENDING);
-    deferred = mq->deferred > 0;
-    cm__unlock(&mq->lock);
-    return deferred;
+    return q->deferred > 0;
 }
 
 size_t
 cm__pending_count(const cm_pending *q)
 {
-    cm_pending *mq = (cm_pending *)q;
-    size_t count;
-
-    cm__lock(&mq->lock, CM_LOCK_PENDING);
-    count = mq->len;
-    cm__unlock(&mq->lock);
-    return count;
+    return q->len;
 }
 
 size_t
 cm__pending_bytes(const cm_pending *q)
 {
-    cm_pending *mq = (cm_pending *)q;
-    size_t bytes;
-
-    cm__lock(&mq->lock, CM_LOCK_PENDING);
-    bytes = mq->bytes;
-    cm__unlock(&mq->lock);
-    return bytes;
+    return q->bytes;
 }
 
 /* At interpreter shutdown the queue is flushed once even if deferred (a
  * defer_cleanup() block can be left open by an exiting thread, and nothing
  * would flush it later), then stopped: later adds neither free nor queue,
- * leaking on purpose. Stopping first makes adds racing with this flush leak
- * rather than queue behind it. If a free fails, the items after it stay
- * queued and are never freed; cm__pending_drop forgets them. */
+ * leaking on purpose. Stopping first makes adds from the flush's own free
+ * functions leak rather than queue behind it. If a free fails, the items
+ * after it stay queued and are never freed; cm__pending_drop forgets
+ * them. */
 int
 cm__pending_shutdown(cm_pending *q, cm_error *err)
 {
-    int first;
+    int first = !q->stopped;
 
-    cm__lock(&q->lock, CM_LOCK_PENDING);
-    first = !q->stopped;
     q->stopped = 1;
-    cm__unlock(&q->lock);
     return first ? flush_items(q, 1, err) : 0;
 }

@@ -2,7 +2,10 @@
  * flushes on numba's count and byte thresholds, can be deferred (nesting),
  * reports failed frees without losing the rest, and stops at shutdown.
  * Knows nothing of contexts or of how a handle is freed: the owner passes a
- * free function. */
+ * free function. Takes no lock: the owner serializes every call on a queue
+ * with a recursive lock of its own (release.c: the device's qlock), held
+ * across a flush, whose free function may call back into the queue. One
+ * lock per release rather than two nested ones. */
 #ifndef CM_PENDING_H
 #define CM_PENDING_H
 
