@@ -40,6 +40,10 @@
 #define MAX_LATENCY 64
 #define MAX_BANDWIDTH 64
 
+/* numba's deferred frees (CUDA_DEALLOCS_COUNT 10, cudamem's default too):
+ * the eleventh pending free frees them all, oldest first. */
+#define DEFERRED 11
+
 /* Every entry point, at the oldest ABI with the semantics used here that
  * cudaTypedefs.h declares publicly (cuDevicePrimaryCtxRelease's 7000 ABI is
  * internal to it). The PFN_<name>_v<version> type makes the compiler check
@@ -109,6 +113,8 @@ static struct {
     CUdeviceptr dbig;       /* bandwidth buffers of max_bytes */
     char *hbig;
     char *pbig;
+    CUdeviceptr deferred[DEFERRED]; /* op_alloc_free_deferred's, or 0 */
+    int n_deferred;
 } R;
 
 static struct {
@@ -224,6 +230,13 @@ release_all(int check)
             RELEASE(cuMemFree, (R.dbig));
             R.dbig = 0;
         }
+        for (i = 0; i < DEFERRED; i++) {
+            if (R.deferred[i] != 0) {
+                RELEASE(cuMemFree, (R.deferred[i]));
+                R.deferred[i] = 0;
+            }
+        }
+        R.n_deferred = 0;
         if (R.ppool != NULL) {
             RELEASE(cuMemFreeHost, (R.ppool));
             R.ppool = NULL;
@@ -383,6 +396,29 @@ op_alloc_free(unsigned i)
     CHECK(cuMemFree, (p));
 }
 
+/* The same calls in the order a library with numba's API makes them: each
+ * free deferred until the eleventh, then all, oldest first. The pending
+ * ones carry over from one timing to the next, as a library's queue does;
+ * release_all frees what is left. */
+static void
+op_alloc_free_deferred(unsigned i)
+{
+    CUdeviceptr p;
+    int k;
+
+    (void)i;
+    CHECK(cuMemAlloc, (&p, cur_bytes));
+    R.deferred[R.n_deferred++] = p;
+    if (R.n_deferred < DEFERRED)
+        return;
+    R.n_deferred = 0;
+    for (k = 0; k < DEFERRED; k++) {
+        p = R.deferred[k];
+        R.deferred[k] = 0; /* not freed again after a failure */
+        CHECK(cuMemFree, (p));
+    }
+}
+
 /* Stream-ordered, from the device's default pool: cuda.core's only
  * allocation, and cudamem's AsyncMemoryManager's. */
 static void
@@ -504,6 +540,7 @@ static const struct {
     op_fn fn;
 } named_ops[] = {
     {"cuMemAlloc+cuMemFree", op_alloc_free},
+    {"cuMemAlloc+cuMemFree deferred", op_alloc_free_deferred},
     {"cuMemAllocAsync+cuMemFreeAsync", op_alloc_free_async},
     {"cuMemAlloc+cuMemcpyHtoD+cuMemFree", op_alloc_htod_free},
     {"cuMemcpyHtoD pageable", op_htod_pageable},

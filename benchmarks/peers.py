@@ -81,6 +81,12 @@ OPS = (
 LOOP = "(empty call)"
 FLOOR = "C floor"
 FLOOR_ROWS = {op: row for op, _m, _a, row in OPS if row}
+# floor.c's rows making an op's calls in the order of numba's deferred
+# frees (the eleventh pending one frees all), which cudamem and numba-cuda
+# follow: timed in the same rounds, reported beside the floor, never the
+# bound's.
+DEFERRED = "C floor, frees deferred"
+DEFERRED_ROWS = {"alloc+free 8 B": ("cuMemAlloc+cuMemFree deferred", 8)}
 MARK = "/benchmarks-peers-marker"
 # CPython's ctypes callback entry (Modules/_ctypes/callbacks.c): the counted
 # loop runs inside it, called back by libc's bsearch.
@@ -152,19 +158,21 @@ def _batch(fns, passes):
 def time_interleaved(libs, cfg, floor, floor_once):
     """({op: {lib: {median_ns, p10_ns, p90_ns} | {error} | {unsupported}}},
     {op: floor's {median_ns, p10_ns, p90_ns}},
-    {op: floor's own process's {median_ns, p10_ns, p90_ns}}); the empty
+    {op: floor's own process's {median_ns, p10_ns, p90_ns}},
+    {op: the deferred floor's {median_ns, p10_ns, p90_ns}}); the empty
     call's median is subtracted from every library's row of the same op.
     The floor (a Floor) takes its turn in every round like a library, its
     calls timed inside floor.c. floor_once() runs floor.c as a process of
     its own every cfg.floor_every rounds: its medians over those runs are
     the second floor, sampled through the same stretch of the machine's
     load."""
-    out, floors, process_floors = {}, {}, {}
+    out, floors, process_floors, deferred_floors = {}, {}, {}, {}
     for op, made in each_op(libs):
         row = FLOOR_ROWS.get(op)
+        floor_rows = {FLOOR: row, DEFERRED: DEFERRED_ROWS.get(op)}
         process_ns = []
         rows = {}
-        ok = [(FLOOR, None)] if row else []
+        ok = [(n, None) for n, r in floor_rows.items() if r]
         for name, _a, fns in made:
             if isinstance(fns, adapters.Unsupported):
                 rows[name] = {"unsupported": str(fns)}
@@ -176,9 +184,9 @@ def time_interleaved(libs, cfg, floor, floor_once):
         samples = {name: [] for name, _ in ok}
         samples[LOOP] = []
 
-        def one(name, fns, passes, row=row):
-            if name == FLOOR:
-                return floor.time(row, passes * NBUF)
+        def one(name, fns, passes, floor_rows=floor_rows):
+            if name in floor_rows:
+                return floor.time(floor_rows[name], passes * NBUF)
             return _batch(fns, passes)
         for name, fns in list(ok):  # warm-up
             try:
@@ -204,12 +212,15 @@ def time_interleaved(libs, cfg, floor, floor_once):
         for name, _ in ok:
             if name == FLOOR:
                 floors[op] = spread_row(samples[name])
+            elif name == DEFERRED:
+                deferred_floors[op] = spread_row(samples[name])
             else:
                 rows[name] = spread_row([max(v - loop, 0.0)
                                      for v in samples[name]])
-        if FLOOR in rows:
-            raise RuntimeError("floor.c in process, %s: %s"
-                               % (op, rows[FLOOR]["error"]))
+        for name in floor_rows:
+            if name in rows:
+                raise RuntimeError("floor.c in process, %s: %s"
+                                   % (op, rows[name]["error"]))
         if process_ns:
             process_floors[op] = spread_row(process_ns)
         if op != LOOP:
@@ -217,7 +228,7 @@ def time_interleaved(libs, cfg, floor, floor_once):
         else:
             out[LOOP] = {"median_ns": round(loop, 1)}
         print("bench-peers: timed %s" % op, file=sys.stderr, flush=True)
-    return out, floors, process_floors
+    return out, floors, process_floors, deferred_floors
 
 
 def driver_calls(libs, cfg):
@@ -519,6 +530,27 @@ def markdown(result):
             "%.2fx" % s["cudamem_over_fastest_peer"]
             if "cudamem_over_fastest_peer" in s else "-",
             {True: "yes", False: "**no**"}.get(s.get("within_bound"), "-")))
+    deferred = result.get("floor_deferred_spread", {})
+    if deferred:
+        out += ["", "## The same calls in the order of deferred frees", "",
+                "numba's API defers frees: the eleventh pending one frees "
+                "them all, oldest first (cudamem and numba-cuda do so; "
+                "cuda.bindings frees each at once). floor.c's deferred row "
+                "makes the C floor's calls in that order, in the same "
+                "rounds: its difference from the C floor is what the order "
+                "costs the driver, whichever library makes the calls. For "
+                "information; the bound uses the C floor.", "",
+                "| op | C floor | C floor, frees deferred | deferred - floor "
+                "| cudamem | cudamem - deferred floor |",
+                "|---|---|---|---|---|---|"]
+        for op, d in deferred.items():
+            f = result["floor_spread"][op]
+            cm = result["time"][op].get("cudamem", {})
+            out.append("| %s | %s | %s | %+.2f | %s | %s |" % (
+                op, _spread(f), _spread(d),
+                (d["median_ns"] - f["median_ns"]) / 1e3, _spread(cm),
+                "%+.2f" % ((cm["median_ns"] - d["median_ns"]) / 1e3)
+                if "median_ns" in cm else "-"))
     out += ["", "## Ratio to the C floor (median / floor's median)", "",
             "| op | " + " | ".join(names) + " |",
             "|---|" + "---|" * len(names)]
@@ -635,9 +667,9 @@ def main(argv=None):
                      for n, a in libs.items()}}, "summary": {}}
     floor = Floor(driver)
     try:
-        result["time"], floors, result["floor_process_spread"] = \
-            time_interleaved(libs, cfg, floor,
-                             lambda: floor_once(cfg, driver))
+        (result["time"], floors, result["floor_process_spread"],
+         result["floor_deferred_spread"]) = time_interleaved(
+            libs, cfg, floor, lambda: floor_once(cfg, driver))
     finally:
         floor.close()
     result["floor"] = {op: f["median_ns"] for op, f in floors.items()}

@@ -97,8 +97,10 @@ def test_each_timed_batch_follows_an_untimed_pass_of_its_own(monkeypatch):
 
     class FakeFloor:
         def time(self, row, calls):
-            seq.append(("C floor", calls // peers.NBUF))
-            return 7.0 if calls == cfg.passes * peers.NBUF else 5000.0
+            seq.append((row[0], calls // peers.NBUF))
+            if calls != cfg.passes * peers.NBUF:
+                return 5000.0
+            return 7.0 if row[0] == "r" else 11.0
 
     seq = []
 
@@ -112,20 +114,25 @@ def test_each_timed_batch_follows_an_untimed_pass_of_its_own(monkeypatch):
     cfg = peers.parse_args(["--quick"])
     cfg.rounds, cfg.passes, cfg.rewarm, cfg.warmup = 3, 2, 1, 0
     monkeypatch.setattr(peers, "OPS", (("DtoH 8 B", "copy", (), ("r", 8)),))
+    monkeypatch.setattr(peers, "FLOOR_ROWS", {"DtoH 8 B": ("r", 8)})
+    monkeypatch.setattr(peers, "DEFERRED_ROWS", {"DtoH 8 B": ("d", 8)})
     monkeypatch.setattr(peers, "_batch", batch)
     libs = {"a": Lib("a"), "b": Lib("b")}
-    time, floors, _ = peers.time_interleaved(libs, cfg, FakeFloor(),
-                                             dict)
-    # Per round: each of the floor, a and b as (rewarm, timed) in a row
-    # (warmup 0 left empty calls before the rounds).
+    time, floors, _, deferred = peers.time_interleaved(
+        libs, cfg, FakeFloor(), dict)
+    # Per round: each of the floor, the deferred floor, a and b as
+    # (rewarm, timed) in a row (warmup 0 left empty calls before the
+    # rounds).
     seq = [call for call in seq if call[1] > 0]
-    assert len(seq) == cfg.rounds * 3 * 2
+    assert len(seq) == cfg.rounds * 4 * 2
+    assert {name for name, _ in seq} == {"r", "d", "a", "b"}
     for i in range(0, len(seq), 2):
         assert seq[i][0] == seq[i + 1][0]
         assert (seq[i][1], seq[i + 1][1]) == (cfg.rewarm, cfg.passes)
     assert time["DtoH 8 B"]["a"]["median_ns"] == 9.0
     assert time["DtoH 8 B"]["b"]["median_ns"] == 9.0
     assert floors["DtoH 8 B"]["median_ns"] == 7.0
+    assert deferred["DtoH 8 B"]["median_ns"] == 11.0
 
 
 FLOOR_SCRIPT = r'''
@@ -151,7 +158,7 @@ try:
     peers.Floor(sim.library_path())
 except RuntimeError as exc:
     out["second"] = str(exc)
-for op, row in peers.FLOOR_ROWS.items():
+for row in [*peers.FLOOR_ROWS.values(), *peers.DEFERRED_ROWS.values()]:
     floor.time(row, 4)
     before = sim.stats()["calls"]
     ns = floor.time(row, 16)
@@ -180,6 +187,14 @@ try:
 except RuntimeError as exc:
     out["driver_error"] = str(exc)
 out["after_driver_error"] = [current() == ctx, sim.live() == live]
+# The deferred row failing with frees pending: closing frees them.
+floor = peers.Floor(sim.library_path())
+sim.inject("cuMemAlloc", "CUDA_ERROR_OUT_OF_MEMORY", after=5)
+try:
+    floor.time(peers.DEFERRED_ROWS["alloc+free 8 B"], 16)
+except RuntimeError as exc:
+    out["deferred_error"] = str(exc)
+out["after_deferred_error"] = [current() == ctx, sim.live() == live]
 print(json.dumps(out))
 '''
 
@@ -207,6 +222,10 @@ def test_the_in_process_floor_makes_the_calls_its_rows_name(tmp_path):
     out = json.loads(p.stdout)
     want = {row[0]: dict.fromkeys(row[0].split()[0].split("+"), 16)
             for row in peers.FLOOR_ROWS.values()}
+    # Deferred: after 4 calls, 16 more allocate 16 and free the first 11
+    # (the eleventh pending); closing frees the 9 left.
+    want["cuMemAlloc+cuMemFree deferred"] = {"cuMemAlloc": 16,
+                                             "cuMemFree": 11}
     assert out["second"] == "floor_open: already open"
     assert out["calls"] == want
     # floor_rows() lists what floor_time takes, bench-peers' rows among it.
@@ -219,3 +238,33 @@ def test_the_in_process_floor_makes_the_calls_its_rows_name(tmp_path):
     assert out["driver_error"] == ("cuMemAlloc failed: CUresult 2 "
                                    "(CUDA_ERROR_OUT_OF_MEMORY)")
     assert out["after_driver_error"] == [True, True]
+    assert out["deferred_error"] == out["driver_error"]
+    assert out["after_deferred_error"] == [True, True]
+
+
+def test_the_deferred_floor_is_reported_beside_the_floor(monkeypatch):
+    # For information: the deferred row's difference from the C floor,
+    # and cudamem's from the deferred row; the bound stays the floor's.
+    op = "alloc+free 8 B"
+    monkeypatch.setattr(peers, "OPS", ((op, "alloc", (8, False),
+                                        ("cuMemAlloc+cuMemFree", 8)),))
+
+    def spread(ns):
+        return {"median_ns": ns, "p10_ns": ns, "p90_ns": ns}
+    result = {
+        "meta": {"date": "d", "command": "c", "cpu": "x", "cpus": 2,
+                 "load_before": "0", "load_after": "0", "python": "3",
+                 "numpy": "2", "platform": "p", "driver": "s",
+                 "rounds": 1, "calls_per_batch": 32,
+                 "libraries": ["cudamem"], "versions": {"cudamem": "0"}},
+        "time": {op: {"cudamem": spread(1610.0)}}, "summary": {},
+        "floor": {op: 1200.0}, "floor_spread": {op: spread(1200.0)},
+        "floor_process_spread": {}, "time_loop_ns": 30.0,
+        "floor_deferred_spread": {op: spread(1330.0)},
+        "syscalls": {}, "driver_calls": {}, "instructions": {}}
+    peers.summarize(result)
+    md = peers.markdown(result)
+    assert ("| alloc+free 8 B | 1.20 [1.20-1.20] | 1.33 [1.33-1.33] | "
+            "+0.13 | 1.61 [1.61-1.61] | +0.28 |") in md
+    assert result["summary"][op]["within_bound"] is False
+    json.dumps(result)
