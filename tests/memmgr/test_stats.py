@@ -74,6 +74,31 @@ def test_zero_size_is_not_counted():
     del ary
 
 
+@pytest.mark.parametrize("manager", [None, "PoolMemoryManager",
+                                     "AsyncMemoryManager"])
+def test_an_empty_array_calls_nothing_and_queues_nothing(manager, sim):
+    # An empty allocation has no memory to wait for: it is made with the
+    # GIL held and calls no driver entry, with any manager; its release
+    # queues nothing.
+    import contextlib
+    use = (cudamem.using_memory_manager(getattr(cudamem, manager))
+           if manager else contextlib.nullcontext())
+    with use:
+        cudamem.device_array(0)  # the current context made, as before
+        _flush()
+        before = {k: v["calls"] for k, v in sim.stats()["calls"].items()}
+        pending = cudamem.memory_stats()["pending_free_count"]
+        ary = cudamem.device_array((0, 3), np.float64)
+        assert ary.shape == (0, 3) and ary.nbytes == 0
+        del ary
+        after = {k: v["calls"] for k, v in sim.stats()["calls"].items()}
+        called = {k for k in after if after[k] != before.get(k, 0)}
+        assert not called & {"cuMemAlloc", "cuMemAllocAsync",
+                             "cuMemAllocFromPoolAsync", "cuMemFree",
+                             "cuMemFreeAsync"}, called
+        assert cudamem.memory_stats()["pending_free_count"] == pending
+
+
 def test_pending_release(sim):
     _flush()
     before = cudamem.memory_stats()

@@ -359,8 +359,9 @@ cm_mem_alloc_nowait(cm_device *dev, size_t nbytes, CUstream stream,
 
     *then = CM_ALLOC_FIRST;
     /* Only a stream-ordered allocation returns at once: cuMemAlloc can
-     * wait for the device, and so can the pool's, for a new slab. */
-    if (kind != CM_FREE_ASYNC) {
+     * wait for the device, and so can the pool's, for a new slab. An
+     * empty one calls nothing, whatever its kind. */
+    if (kind != CM_FREE_ASYNC && nbytes != 0) {
         return 1;
     }
     rc = mem_alloc(dev, kind, 0, nbytes, stream, CM_ALLOC_NOWAIT, out, err);

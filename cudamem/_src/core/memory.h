@@ -146,8 +146,8 @@ int cm_mem_alloc_from(cm_device *dev, size_t nbytes, CUstream stream,
  * the allocation can wait (cuMemAlloc, a pool's new slab, the recovery
  * from out-of-memory): then cm_mem_alloc_from(..., *then, ...), with the
  * same err, does the rest, where waiting is fine. Only a stream-ordered
- * allocation is made here: cuMemAllocAsync returns at once, as
- * cuMemFreeAsync does. */
+ * allocation (cuMemAllocAsync returns at once, as cuMemFreeAsync does) and
+ * an empty one (no driver call) are made here. */
 int cm_mem_alloc_nowait(cm_device *dev, size_t nbytes, CUstream stream,
                         cm_alloc_from *then, cm_mem **out, cm_error *err);
 /* pool.c's slabs: one cuMemAlloc in dev's primary context (the recovery
