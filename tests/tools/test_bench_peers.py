@@ -179,22 +179,18 @@ for row in (("cuNoSuchCall", 8), peers.FLOOR_ROWS["DtoH 8 B"]):
 out["errors"] = errors
 out["after_error"] = [current() == ctx, sim.live() == live]
 # A driver call failing inside a timed batch: floor.c names it, and what
-# the floor set up is given back all the same.
-floor = peers.Floor(sim.library_path())
-sim.inject("cuMemAlloc", "CUDA_ERROR_OUT_OF_MEMORY", after=3)
-try:
-    floor.time(peers.FLOOR_ROWS["alloc+free 8 B"], 16)
-except RuntimeError as exc:
-    out["driver_error"] = str(exc)
-out["after_driver_error"] = [current() == ctx, sim.live() == live]
-# The deferred row failing with frees pending: closing frees them.
-floor = peers.Floor(sim.library_path())
-sim.inject("cuMemAlloc", "CUDA_ERROR_OUT_OF_MEMORY", after=5)
-try:
-    floor.time(peers.DEFERRED_ROWS["alloc+free 8 B"], 16)
-except RuntimeError as exc:
-    out["deferred_error"] = str(exc)
-out["after_deferred_error"] = [current() == ctx, sim.live() == live]
+# the floor set up is given back all the same, the deferred row's pending
+# frees too.
+for key, row, after in (
+        ("driver", peers.FLOOR_ROWS["alloc+free 8 B"], 3),
+        ("deferred", peers.DEFERRED_ROWS["alloc+free 8 B"], 5)):
+    floor = peers.Floor(sim.library_path())
+    sim.inject("cuMemAlloc", "CUDA_ERROR_OUT_OF_MEMORY", after=after)
+    try:
+        floor.time(row, 16)
+    except RuntimeError as exc:
+        out[key + "_error"] = str(exc)
+    out["after_%s_error" % key] = [current() == ctx, sim.live() == live]
 print(json.dumps(out))
 '''
 
