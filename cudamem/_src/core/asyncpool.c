@@ -15,7 +15,7 @@
 #include "stats.h"
 #include "stream.h"
 
-static int async_alloc(cm_mem *m, cm_error *err);
+static int async_alloc(cm_mem *m, int wait, cm_error *err);
 static int async_free(cm_mem *m, cm_error *err);
 static int async_drop(cm_device *dev, int reset, cm_error *err);
 static int async_relieve(cm_device *dev, cm_error *err);
@@ -143,9 +143,11 @@ alloc_in(cm_mem *m, cm_error *err)
  * good. */
 
 static int
-async_alloc(cm_mem *m, cm_error *err)
+async_alloc(cm_mem *m, int wait, cm_error *err)
 {
     cm_device *dev = m->dev;
+
+    (void)wait; /* cuMemAllocAsync returns at once */
     cm_ctx_guard guard;
 
     if (async_hold(dev, m->size, err) < 0) {

@@ -210,17 +210,26 @@ cm__mem_alloc_device(cm_device *dev, size_t nbytes, CUdeviceptr *ptr,
     return alloc_in(dev, CM_FREE_DEVICE, 0, nbytes, ptr, err);
 }
 
+/* ops_retry under CM_ALLOC_NOWAIT: only a call that can wait would make
+ * it; start again from CM_ALLOC_FIRST without the GIL. */
+#define MUST_WAIT 2
+
 /* A pooled block or stream-ordered allocation, with the same recovery as
  * alloc_retry around the whole of it: a slab the driver refused and the
  * pool's limit alike. From CM_ALLOC_RECOVER, err holds the first try's
- * failure; CM_ALLOC_NOWAIT stops before the recovery, returning 1. */
+ * failure; CM_ALLOC_NOWAIT stops before the recovery, returning 1, or
+ * before a call that can wait, returning MUST_WAIT. */
 static int
 ops_retry(cm_mem *m, cm_alloc_from from, cm_error *err)
 {
     cm_device *dev = m->dev;
+    int rc;
 
-    if (from != CM_ALLOC_RECOVER && m->ops->alloc(m, err) == 0) {
-        return 0;
+    if (from != CM_ALLOC_RECOVER) {
+        rc = m->ops->alloc(m, from != CM_ALLOC_NOWAIT, err);
+        if (rc >= 0) {
+            return rc == 0 ? 0 : MUST_WAIT;
+        }
     }
     if (from == CM_ALLOC_NOWAIT) {
         return cm__oom_recoverable(err) ? 1 : -1;
@@ -228,7 +237,7 @@ ops_retry(cm_mem *m, cm_alloc_from from, cm_error *err)
     if (!cm__oom_recover(dev, err)) {
         return -1;
     }
-    if (m->ops->alloc(m, err) == 0) {
+    if (m->ops->alloc(m, 1, err) == 0) {
         return 0;
     }
     give_up(dev, m->size, err);
@@ -358,17 +367,17 @@ cm_mem_alloc_nowait(cm_device *dev, size_t nbytes, CUstream stream,
     int rc;
 
     *then = CM_ALLOC_FIRST;
-    /* Only a stream-ordered allocation returns at once: cuMemAlloc can
-     * wait for the device, and so can the pool's, for a new slab. An
-     * empty one calls nothing, whatever its kind. */
-    if (kind != CM_FREE_ASYNC && nbytes != 0) {
+    /* cuMemAlloc can wait for the device, and so can the pool for a new
+     * slab; cuMemAllocAsync returns at once. An empty allocation calls
+     * nothing, whatever its kind. */
+    if (kind == CM_FREE_DEVICE && nbytes != 0) {
         return 1;
     }
     rc = mem_alloc(dev, kind, 0, nbytes, stream, CM_ALLOC_NOWAIT, out, err);
     if (rc == 1) {
         *then = CM_ALLOC_RECOVER;
     }
-    return rc;
+    return rc == MUST_WAIT ? 1 : rc;
 }
 
 int

@@ -45,8 +45,10 @@ typedef struct cm_mem_ops {
      * for its release) with at least m->size (> 0) bytes for work on
      * m->stream, in m->dev's primary context at m->generation;
      * out-of-memory as cuMemAlloc's (cm_mem_alloc_from recovers and
-     * retries). */
-    int (*alloc)(cm_mem *m, cm_error *err);
+     * retries). `wait` 0: the caller holds the GIL, so 1, with nothing
+     * made, where only a call that can wait would make it (a pool's new
+     * slab). */
+    int (*alloc)(cm_mem *m, int wait, cm_error *err);
     /* Gives back m's memory (m->ptr != 0): the last decref,
      * cm_mem_release_now, or the undo of a failed allocation. */
     int (*release)(cm_mem *m, cm_error *err);
@@ -145,9 +147,10 @@ int cm_mem_alloc_from(cm_device *dev, size_t nbytes, CUstream stream,
  * GIL): 0 with *out made, -1 with err filled, or 1 with nothing made when
  * the allocation can wait (cuMemAlloc, a pool's new slab, the recovery
  * from out-of-memory): then cm_mem_alloc_from(..., *then, ...), with the
- * same err, does the rest, where waiting is fine. Only a stream-ordered
- * allocation (cuMemAllocAsync returns at once, as cuMemFreeAsync does) and
- * an empty one (no driver call) are made here. */
+ * same err, does the rest, where waiting is fine. Made here: a
+ * stream-ordered allocation (cuMemAllocAsync returns at once, as
+ * cuMemFreeAsync does), a pooled one from a free block, and an empty one
+ * (no driver call). */
 int cm_mem_alloc_nowait(cm_device *dev, size_t nbytes, CUstream stream,
                         cm_alloc_from *then, cm_mem **out, cm_error *err);
 /* pool.c's slabs: one cuMemAlloc in dev's primary context (the recovery

@@ -704,7 +704,7 @@ forget_all(cm_pool *pool)
  * The pool's life. */
 
 /* dev's pool, made (disabled, no limit) if there is none. */
-static int pool_alloc(cm_mem *m, cm_error *err);
+static int pool_alloc(cm_mem *m, int wait, cm_error *err);
 static int pool_return(cm_mem *m, cm_error *err);
 static int pool_drop(cm_device *dev, int reset, cm_error *err);
 
@@ -909,9 +909,11 @@ grow(cm_device *dev, cm_pool *pool, uint64_t generation, size_t size,
  * primary context current (memory.c enters it) at `generation`. Reuses a
  * free block of `stream`, one that needs no ordering, or one whose
  * stream's work is complete (event or stream query); otherwise a new slab
- * (within the limit, with memory.c's out-of-memory recovery). */
+ * (within the limit, with memory.c's out-of-memory recovery). Without
+ * `wait`, 1 when no free block is ready: the caller does it all again
+ * where it may wait. */
 static int
-pool_alloc(cm_mem *m, cm_error *err)
+pool_alloc(cm_mem *m, int wait, cm_error *err)
 {
     cm_device *dev = m->dev;
     uint64_t generation = m->generation;
@@ -933,6 +935,11 @@ pool_alloc(cm_mem *m, cm_error *err)
         goto done;
     }
     b = find_fit(pool, stream, need);
+    if (b == NULL && !wait) {
+        /* The rest (settle's queries, a new slab) once, where it may. */
+        rc = 1;
+        goto done;
+    }
     if (b == NULL) {
         settle(pool);
         b = find_fit(pool, stream, need);
