@@ -146,10 +146,9 @@ static int
 async_alloc(cm_mem *m, int wait, cm_error *err)
 {
     cm_device *dev = m->dev;
-
-    (void)wait; /* cuMemAllocAsync returns at once */
     cm_ctx_guard guard;
 
+    (void)wait; /* cuMemAllocAsync returns at once */
     if (async_hold(dev, m->size, err) < 0) {
         return -1;
     }
