@@ -5,6 +5,7 @@ The simulator's live counts are the reference: what cudamem counts in use
 plus what it has queued for release is what the driver holds, kind by
 kind.
 """
+import contextlib
 import gc
 
 import numpy as np
@@ -80,7 +81,6 @@ def test_an_empty_array_calls_nothing_and_queues_nothing(manager, sim):
     # An empty allocation has no memory to wait for: it is made with the
     # GIL held and calls no driver entry, with any manager; its release
     # queues nothing.
-    import contextlib
     use = (cudamem.using_memory_manager(getattr(cudamem, manager))
            if manager else contextlib.nullcontext())
     with use:
