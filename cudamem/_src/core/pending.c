@@ -311,6 +311,16 @@ reset_empty(cm_pending *q)
     }
 }
 
+/* The ring slot `i` (< cap) items after the head: a compare, where `%`
+ * was a 64-bit division on every add and pop. */
+static size_t
+slot(const cm_pending *q, size_t i)
+{
+    size_t at = q->head + i;
+
+    return at >= q->cap ? at - q->cap : at;
+}
+
 /* Takes the oldest item; 0 when the queue is empty. */
 static int
 pop(cm_pending *q, item *out)
@@ -319,7 +329,7 @@ pop(cm_pending *q, item *out)
         return 0;
     }
     *out = q->ring[q->head];
-    q->head = (q->head + 1) % q->cap;
+    q->head = slot(q, 1);
     q->len--;
     q->bytes -= out->nbytes;
     if (q->len == 0) {
@@ -361,7 +371,7 @@ cm__pending_add(cm_pending *q, cm_free_kind kind, uint64_t handle,
     if (q->len == q->cap && grow(q) < 0) {
         return cm_fail(err, CM_ERR_NOMEM, "no memory to queue a free");
     }
-    q->ring[(q->head + q->len) % q->cap] = (item){kind, handle, nbytes};
+    q->ring[slot(q, q->len)] = (item){kind, handle, nbytes};
     q->len++;
     q->bytes += nbytes;
     over = !q->deferred && (q->len > q->max_count || q->bytes > q->max_bytes);
