@@ -16,7 +16,10 @@ the built objects:
   only its floor and those below, and no call cycle spans more than three
   files (tools/core_graph.py reads the graph from the objects);
 - every type with ``Py_TPFLAGS_HAVE_GC`` whose ``Py_tp_dealloc`` is its
-  own calls ``PyObject_GC_UnTrack`` in it.
+  own calls ``PyObject_GC_UnTrack`` in it;
+- ``cm__mem_init`` (core/memory.h) sets every field of ``struct cm_mem``
+  before its work set, which it leaves unset for speed, so that a new
+  field cannot start as garbage.
 
 That every builtin has a text signature is tests/rules/test_docs.py's
 ``test_every_builtin_has_a_text_signature``.
@@ -184,6 +187,19 @@ def gc_deallocs_without_untrack(root):
     return bad
 
 
+def record_fields_not_set(root):
+    """Fields of struct cm_mem before its work set (`pending`) that
+    cm__mem_init does not assign."""
+    path = os.path.join(root, SRC, "core", "memory.h")
+    text = code_only(read(path))
+    struct = re.search(r"^struct cm_mem \{\n(.*?)^\};", text, re.M | re.S)
+    head = struct.group(1).split("cm_mem_work pending[")[0]
+    fields = re.findall(r"(\w+)(?:\[[^]]*\])?\s*;", head)
+    body = c_function_body(text, "cm__mem_init") or ""
+    return [f for f in fields
+            if not re.search(r"\bm->%s\s*=" % re.escape(f), body)]
+
+
 def build_temp_dir(root):
     """The build directory of the in-place build the Makefile made last
     (build/flavor-X names it), or None."""
@@ -219,6 +235,19 @@ def test_core_and_sim_include_no_python_header():
 def test_lib_includes_nothing_of_the_project():
     assert sources(ROOT, "lib", (".c",))
     assert lib_project_includes(ROOT) == []
+
+
+def test_a_new_record_sets_every_field_before_its_work_set():
+    assert record_fields_not_set(ROOT) == []
+
+
+def test_the_record_rule_finds_a_field_left_unset(tmp_path):
+    core = tmp_path / SRC / "core"
+    core.mkdir(parents=True)
+    text = read(os.path.join(ROOT, SRC, "core", "memory.h"))
+    (core / "memory.h").write_text(
+        text.replace("    m->released = 0;\n", ""))
+    assert record_fields_not_set(str(tmp_path)) == ["released"]
 
 
 def test_the_lib_rule_finds_a_project_include(tmp_path):

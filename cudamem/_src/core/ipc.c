@@ -157,13 +157,7 @@ open_locked(cm_device *dev, uint64_t generation, const ipc_key *key,
         }
         goto done;
     }
-    *m = (cm_mem){.refs = 1,
-                  .ops = &mapping_ops,
-                  .kind = kind_of(key),
-                  .dev = dev,
-                  .generation = generation,
-                  .ptr = ptr,
-                  .size = size};
+    cm__mem_init(m, kind_of(key), &mapping_ops, dev, generation, ptr, size);
     e->key = *key;
     e->mem = m;
     e->next = cache;

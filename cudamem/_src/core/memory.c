@@ -291,18 +291,14 @@ mem_alloc(cm_device *dev, cm_free_kind kind, unsigned flags, size_t nbytes,
     if (m == NULL) {
         return cm_fail(err, CM_ERR_NOMEM, "out of host memory");
     }
-    *m = (cm_mem){.refs = 1,
-                  .ops = kind == CM_FREE_POOL
-                             ? __atomic_load_n(&pool_ops, __ATOMIC_ACQUIRE)
-                         : kind == CM_FREE_ASYNC
-                             ? __atomic_load_n(&async_ops, __ATOMIC_ACQUIRE)
-                             : NULL,
-                  .kind = kind,
-                  .dev = dev,
-                  .generation = generation,
-                  .resets = resets,
-                  .size = nbytes,
-                  .stream = stream};
+    cm__mem_init(
+        m, kind,
+        kind == CM_FREE_POOL    ? __atomic_load_n(&pool_ops, __ATOMIC_ACQUIRE)
+        : kind == CM_FREE_ASYNC ? __atomic_load_n(&async_ops, __ATOMIC_ACQUIRE)
+                                : NULL,
+        dev, generation, 0, nbytes);
+    m->resets = resets;
+    m->stream = stream;
     if (nbytes > 0) {
         /* Managed memory keeps its context alive past close(). */
         if (kind == CM_FREE_MANAGED &&
@@ -422,13 +418,8 @@ mem_record(cm_device *dev, cm_free_kind kind, CUdeviceptr ptr, size_t size,
     if (m == NULL) {
         return cm_fail(err, CM_ERR_NOMEM, "out of host memory");
     }
-    *m = (cm_mem){.refs = 1,
-                  .kind = kind,
-                  .dev = dev,
-                  .generation = generation,
-                  .ptr = ptr,
-                  .size = size,
-                  .external = external};
+    cm__mem_init(m, kind, NULL, dev, generation, ptr, size);
+    m->external = external;
     *out = m;
     return 0;
 }

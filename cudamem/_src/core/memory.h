@@ -86,12 +86,43 @@ struct cm_mem {
     /* Freed by cm_mem_release_now while referenced (atomic). */
     int released;
     /* Asynchronous work queued on the memory that an export has not
-     * ordered yet, oldest first (cm_mem_note_stream, cm_mem_note_event);
-     * `plock` is a spin lock guarding them. */
-    cm_mem_work pending[CM_MEM_PENDING];
+     * ordered yet, oldest first (cm_mem_note_stream, cm_mem_note_event):
+     * the first npending of `pending`, last so that a new record leaves
+     * the rest unset (cm__mem_init); `plock` is a spin lock guarding
+     * them. */
     int npending;
     char plock;
+    cm_mem_work pending[CM_MEM_PENDING];
 };
+
+/* Sets every field of a new record but the work set, which npending 0
+ * keeps unread, to one reference of `kind` and zero: a whole-record
+ * initializer zeroed the set's 160 bytes too, with a `rep stos` whose
+ * start-up cost more than these stores. tests/rules checks that every
+ * field before the set is here. */
+static inline void
+cm__mem_init(cm_mem *m, cm_free_kind kind, const cm_mem_ops *ops,
+             cm_device *dev, uint64_t generation, CUdeviceptr ptr, size_t size)
+{
+    m->refs = 1;
+    m->ops = ops;
+    m->kind = kind;
+    m->dev = dev;
+    m->generation = generation;
+    m->resets = 0;
+    m->ptr = ptr;
+    m->size = size;
+    m->occupies = 0;
+    m->external = NULL;
+    m->block = NULL;
+    m->stream = NULL;
+    m->srec = NULL;
+    m->mempool = NULL;
+    m->readonly = 0;
+    m->released = 0;
+    m->npending = 0;
+    m->plock = 0;
+}
 
 /* Remembers that asynchronous work is about to be queued on m on
  * `stream` of `dev` (m's device, or another for a copy across devices), a
