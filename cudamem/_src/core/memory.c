@@ -741,10 +741,14 @@ cm_mem_decref(cm_mem *m, cm_error *err)
     cm_error ignored;
     int rc = 0;
 
-    /* An IPC mapping's count reaches zero under ipc.c's cache lock. */
+    /* An IPC mapping's count reaches zero under ipc.c's cache lock. A
+     * count of 1 is the caller's own reference, which no other thread can
+     * copy (memory.h): final without a locked instruction, as it is for
+     * nearly every array's one record. */
     if (m->ops != NULL && m->ops->unref != NULL
             ? !m->ops->unref(m)
-            : __atomic_sub_fetch(&m->refs, 1, __ATOMIC_ACQ_REL) != 0) {
+            : __atomic_load_n(&m->refs, __ATOMIC_ACQUIRE) != 1 &&
+                  __atomic_sub_fetch(&m->refs, 1, __ATOMIC_ACQ_REL) != 0) {
         return 0;
     }
     if (!__atomic_load_n(&m->released, __ATOMIC_ACQUIRE)) {

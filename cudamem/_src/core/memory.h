@@ -253,6 +253,8 @@ int cm_pointer_device(CUdeviceptr ptr, cm_device **dev, CUdeviceptr *base,
 int cm_pointer_range(CUdeviceptr ptr, CUdeviceptr *base, size_t *size,
                      cm_error *err);
 
+/* Adds a reference to m, for a holder of one: a reference is only ever
+ * made from another, which cm_mem_decref relies on. */
 void cm_mem_incref(cm_mem *m);
 /* Drops a reference; the last one queues the free (none for borrowed
  * memory; for an IPC mapping, its close: see ipc.h) and frees the
