@@ -363,13 +363,13 @@ build/ctest-tsan/%: tests/c/%.c $(CTEST_DEPS)
 	$(CC) $(CTEST_CFLAGS) $(TSAN_FLAGS) -o $@ $< $(call ctest_sources,$<) -lrt -ldl
 build/ctest/libcusim.so: $(SIM_SRC) $(SIM_HDR)
 	@mkdir -p build/ctest
-	$(CC) $(CTEST_CFLAGS) -shared -fPIC -o $@ $(SIM_SRC) -lrt -ldl
+	$(CC) $(CTEST_CFLAGS) -shared -fPIC -Wl,-z,nodelete -o $@ $(SIM_SRC) -lrt -ldl
 build/ctest-asan/libcusim.so: $(SIM_SRC) $(SIM_HDR)
 	@mkdir -p build/ctest-asan
-	$(CC) $(CTEST_CFLAGS) $(ASAN_FLAGS) -shared -fPIC -o $@ $(SIM_SRC) -lrt -ldl
+	$(CC) $(CTEST_CFLAGS) $(ASAN_FLAGS) -shared -fPIC -Wl,-z,nodelete -o $@ $(SIM_SRC) -lrt -ldl
 build/ctest-tsan/libcusim.so: $(SIM_SRC) $(SIM_HDR)
 	@mkdir -p build/ctest-tsan
-	$(CC) $(CTEST_CFLAGS) $(TSAN_FLAGS) -shared -fPIC -o $@ $(SIM_SRC) -lrt -ldl
+	$(CC) $(CTEST_CFLAGS) $(TSAN_FLAGS) -shared -fPIC -Wl,-z,nodelete -o $@ $(SIM_SRC) -lrt -ldl
 build/ctest/test_core_copy: tests/c/test_core_copy.c $(CTEST_DEPS) \
 		$(CORE_COPY_SRC) build/ctest/libcusim.so
 	$(CC) $(CTEST_CFLAGS) -o $@ $< $(CORE_COPY_SRC) -ldl

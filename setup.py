@@ -152,9 +152,12 @@ setup(
             extra_compile_args=CFLAGS + ["-pthread",
                                          "-Wno-missing-prototypes"],
             # The driver's SONAME: a library that loads libcuda.so.1 after
-            # cudamem loaded the simulator finds the simulator.
+            # cudamem loaded the simulator finds the simulator. Never
+            # unloaded: its per-thread counters' destructor runs at every
+            # thread's exit.
             extra_link_args=LDFLAGS + ["-pthread",
-                                       "-Wl,-soname,libcuda.so.1"],
+                                       "-Wl,-soname,libcuda.so.1",
+                                       "-Wl,-z,nodelete"],
             libraries=["rt", "dl"],
         ),
     ],

@@ -654,6 +654,88 @@ inject_then_wait(void *arg)
     return NULL;
 }
 
+/* The per-thread counters: calls of threads that exited, of one still
+ * running and of one calling from its own exit's destructor all count,
+ * and a reset drops them all. The reference is the calls each thread
+ * made. */
+static pthread_key_t exit_key;
+/* Threads record their calls' failures for the main thread to check:
+ * check.h's counters are the main thread's. */
+static int exit_failures;
+
+static void
+call_at_exit(void *arg)
+{
+    int n;
+
+    (void)arg;
+    if (cuDeviceGetCount(&n) != CUDA_SUCCESS)
+        __atomic_add_fetch(&exit_failures, 1, __ATOMIC_RELAXED);
+}
+
+typedef struct counting_thread {
+    int before, after; /* calls before and after the parking */
+    int park;
+    pthread_barrier_t *parked, *resume;
+    int failed;
+} counting_thread;
+
+static void *
+counting_main(void *arg)
+{
+    counting_thread *c = arg;
+    int n, i;
+
+    for (i = 0; i < c->before; i++)
+        c->failed += cuDeviceGetCount(&n) != CUDA_SUCCESS;
+    if (c->park) {
+        pthread_barrier_wait(c->parked);
+        pthread_barrier_wait(c->resume);
+    }
+    for (i = 0; i < c->after; i++)
+        c->failed += cuDeviceGetCount(&n) != CUDA_SUCCESS;
+    pthread_setspecific(exit_key, c);
+    return NULL;
+}
+
+static void
+test_counters_per_thread(void)
+{
+    pthread_barrier_t parked, resume;
+    counting_thread workers[4], sleeper = {5, 7, 1, &parked, &resume, 0};
+    pthread_t th[4], sleeper_th;
+    int n, i;
+
+    CHECK_EQ(pthread_key_create(&exit_key, call_at_exit), 0);
+    pthread_barrier_init(&parked, NULL, 2);
+    pthread_barrier_init(&resume, NULL, 2);
+    cusim_reset_counters();
+    for (i = 0; i < 4; i++) {
+        workers[i] = (counting_thread){100 + i, 0, 0, NULL, NULL, 0};
+        CHECK_EQ(pthread_create(&th[i], NULL, counting_main, &workers[i]), 0);
+    }
+    for (i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        CHECK_EQ(workers[i].failed, 0);
+    }
+    /* 406 calls, and one more at each thread's exit. */
+    CHECK_EQ(calls_of("cuDeviceGetCount"), 410);
+    CHECK_EQ(pthread_create(&sleeper_th, NULL, counting_main, &sleeper), 0);
+    pthread_barrier_wait(&parked);
+    CHECK_OK(cuDeviceGetCount(&n));
+    CHECK_EQ(calls_of("cuDeviceGetCount"), 416);
+    cusim_reset_counters();
+    CHECK_EQ(calls_of("cuDeviceGetCount"), 0);
+    pthread_barrier_wait(&resume);
+    pthread_join(sleeper_th, NULL);
+    CHECK_EQ(sleeper.failed, 0);
+    CHECK_EQ(__atomic_load_n(&exit_failures, __ATOMIC_RELAXED), 0);
+    CHECK_EQ(calls_of("cuDeviceGetCount"), 8);
+    pthread_barrier_destroy(&parked);
+    pthread_barrier_destroy(&resume);
+    pthread_key_delete(exit_key);
+}
+
 static void
 test_counters_and_faults(void)
 {
@@ -1112,6 +1194,7 @@ static const check_test tests[] = {
     {"error_names", test_error_names, 0},
     {"devices", test_devices, 0},
     {"counters_and_faults", test_counters_and_faults, 0},
+    {"counters_per_thread", test_counters_per_thread, 0},
     {"primary", test_primary, 0},
     {"stack", test_stack, 0},
     {"peer", test_peer, 0},

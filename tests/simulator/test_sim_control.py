@@ -39,6 +39,43 @@ def test_call_counters_follow_driver_calls(sim):
     assert calls(sim, "cuDeviceGetName") == 0
 
 
+def test_call_counters_add_every_thread_live_or_exited(sim):
+    # Each thread counts into a block of its own: the totals hold the
+    # calls of threads that exited and of one still running, and a reset
+    # drops them all. The reference is the calls each thread made.
+    get = ctypes.CDLL(sim.library_path()).cuDriverGetVersion
+    parked, resume = threading.Event(), threading.Event()
+
+    def call(n):
+        version = ctypes.c_int()
+        for _ in range(n):
+            get(ctypes.byref(version))
+
+    def sleeper():
+        call(5)
+        parked.set()
+        resume.wait()
+        call(7)
+
+    sim.reset()
+    workers = [threading.Thread(target=call, args=(100 + i,))
+               for i in range(4)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    s = threading.Thread(target=sleeper)
+    s.start()
+    parked.wait()
+    call(1)
+    assert calls(sim, "cuDriverGetVersion") == 406 + 5 + 1
+    sim.reset()
+    assert calls(sim, "cuDriverGetVersion") == 0
+    resume.set()
+    s.join()
+    assert calls(sim, "cuDriverGetVersion") == 7
+
+
 def test_probe_gil_counts_the_calls_made_holding_it(sim):
     """ctypes' PyDLL calls a C function holding the GIL and CDLL releases
     it first: the reference for what the probe must see."""

@@ -46,8 +46,31 @@ static const char *const entry_names[SIM_NENTRIES] = {
 #undef SIM_ENTRY_NAME
 };
 
-static unsigned long long entry_calls[SIM_NENTRIES];
-static unsigned long long entry_bytes[SIM_NENTRIES];
+/* Calls and bytes per entry point (cusim_entry_stats). Each thread counts
+ * into a block of its own with plain stores, where a locked add on shared
+ * counters was more than half of the gate's time. counts_lock guards the
+ * list of live threads' blocks and the sums: a thread's exit folds its
+ * block into `retired`, and a reset moves `baseline` to the totals rather
+ * than racing the owners' stores. A thread without a block (out of
+ * memory) counts into `unattached` with atomics. */
+typedef struct counts {
+    unsigned long long calls[SIM_NENTRIES];
+    unsigned long long bytes[SIM_NENTRIES];
+} counts;
+
+typedef struct thread_counts {
+    counts c;
+    struct thread_counts *next;
+    struct thread_counts **prev;
+} thread_counts;
+
+static pthread_mutex_t counts_lock = PTHREAD_MUTEX_INITIALIZER;
+static thread_counts *live_counts;
+static counts retired, baseline, unattached;
+static pthread_key_t counts_key;
+static pthread_once_t counts_once = PTHREAD_ONCE_INIT;
+static int counts_keyed;
+
 /* cusim_set_probe's function, and per entry point the calls for which it
  * answered nonzero. */
 static int (*probe)(void);
@@ -56,10 +79,27 @@ static unsigned long long entry_probed[SIM_NENTRIES];
 /* Faults are per thread; cusim_reset bumps the generation so that every
  * thread drops its list on its next call. */
 static unsigned fault_gen;
-static __thread sim_fault tls_faults[SIM_MAX_FAULTS];
-static __thread int tls_nfaults;
-static __thread unsigned tls_fault_gen;
-static __thread int tls_in_callback;
+
+/* What the gate keeps of its thread, together: one TLS lookup a call. */
+typedef struct sim_thread {
+    thread_counts *counts;
+    int in_callback;
+    int nfaults;
+    unsigned fault_gen;
+    sim_fault faults[SIM_MAX_FAULTS];
+} sim_thread;
+
+static __thread sim_thread tls;
+
+static sim_thread *
+thread_state(void)
+{
+    sim_thread *t = &tls;
+
+    /* Keeps the address in a register: read once, not per field. */
+    __asm__("" : "+r"(t));
+    return t;
+}
 
 /* Set in the child of a fork taken after cuInit: everything fails. */
 static int forked_child;
@@ -125,13 +165,13 @@ sim_now_ns(void)
 int
 sim_in_callback(void)
 {
-    return tls_in_callback;
+    return thread_state()->in_callback;
 }
 
 void
 sim_set_in_callback(int on)
 {
-    tls_in_callback = on;
+    thread_state()->in_callback = on;
 }
 
 int
@@ -147,11 +187,105 @@ sim_is_sticky(CUresult code)
     }
 }
 
+/* ---------------------------------------------------------------------------
+ * The counters. */
+
+/* A thread's exit: its counts join the retired ones. */
+static void
+counts_detach(void *arg)
+{
+    thread_counts *b = arg;
+
+    pthread_mutex_lock(&counts_lock);
+    for (int i = 0; i < SIM_NENTRIES; i++) {
+        retired.calls[i] += b->c.calls[i];
+        retired.bytes[i] += b->c.bytes[i];
+    }
+    *b->prev = b->next;
+    if (b->next != NULL)
+        b->next->prev = b->prev;
+    pthread_mutex_unlock(&counts_lock);
+    /* A later call in this thread's exit (another key's destructor)
+     * makes a new block. */
+    thread_state()->counts = NULL;
+    free(b);
+}
+
+static void
+counts_key_init(void)
+{
+    counts_keyed = pthread_key_create(&counts_key, counts_detach) == 0;
+}
+
+/* The calling thread's block, made on its first call; NULL when it
+ * cannot be. */
+static thread_counts *
+counts_attach(sim_thread *t)
+{
+    thread_counts *b;
+
+    if (pthread_once(&counts_once, counts_key_init) != 0 || !counts_keyed)
+        return NULL;
+    b = calloc(1, sizeof(*b));
+    if (b == NULL)
+        return NULL;
+    if (pthread_setspecific(counts_key, b) != 0) {
+        free(b);
+        return NULL;
+    }
+    pthread_mutex_lock(&counts_lock);
+    b->next = live_counts;
+    b->prev = &live_counts;
+    if (live_counts != NULL)
+        live_counts->prev = &b->next;
+    live_counts = b;
+    pthread_mutex_unlock(&counts_lock);
+    t->counts = b;
+    return b;
+}
+
+/* Adds n to entry `id`'s calls, or its bytes when `bytes`. */
+static void
+count_add(sim_thread *t, int bytes, sim_entry id, unsigned long long n)
+{
+    thread_counts *b = t->counts != NULL ? t->counts : counts_attach(t);
+    unsigned long long *c;
+
+    if (b == NULL) {
+        c = bytes ? &unattached.bytes[id] : &unattached.calls[id];
+        __atomic_fetch_add(c, n, __ATOMIC_RELAXED);
+        return;
+    }
+    /* Only this thread writes its block; readers load it atomically. */
+    c = bytes ? &b->c.bytes[id] : &b->c.calls[id];
+    __atomic_store_n(c, __atomic_load_n(c, __ATOMIC_RELAXED) + n,
+                     __ATOMIC_RELAXED);
+}
+
 void
 sim_count_bytes(sim_entry id, size_t nbytes)
 {
-    __atomic_fetch_add(&entry_bytes[id], (unsigned long long)nbytes,
-                       __ATOMIC_RELAXED);
+    count_add(thread_state(), 1, id, (unsigned long long)nbytes);
+}
+
+/* Every thread's counts so far, the retired ones included (lock held). */
+static void
+counts_total(counts *out)
+{
+    for (int i = 0; i < SIM_NENTRIES; i++) {
+        out->calls[i] = retired.calls[i] +
+                        __atomic_load_n(&unattached.calls[i],
+                                        __ATOMIC_RELAXED);
+        out->bytes[i] = retired.bytes[i] +
+                        __atomic_load_n(&unattached.bytes[i],
+                                        __ATOMIC_RELAXED);
+    }
+    for (thread_counts *b = live_counts; b != NULL; b = b->next) {
+        for (int i = 0; i < SIM_NENTRIES; i++) {
+            out->calls[i] += __atomic_load_n(&b->c.calls[i], __ATOMIC_RELAXED);
+            out->bytes[i] += __atomic_load_n(&b->c.bytes[i], __ATOMIC_RELAXED);
+        }
+    }
 }
 
 /* ---------------------------------------------------------------------------
@@ -196,33 +330,33 @@ sticky_exempt(sim_entry id)
 
 /* Returns the code of a fault that fires for this call, or CUDA_SUCCESS. */
 static CUresult
-take_fault(sim_entry id)
+take_fault(sim_thread *t, sim_entry id)
 {
     CUresult code = CUDA_SUCCESS;
     int i, fired = -1;
 
-    if (tls_fault_gen != __atomic_load_n(&fault_gen, __ATOMIC_ACQUIRE)) {
-        tls_nfaults = 0;
+    if (t->fault_gen != __atomic_load_n(&fault_gen, __ATOMIC_ACQUIRE)) {
+        t->nfaults = 0;
         return CUDA_SUCCESS;
     }
-    for (i = 0; i < tls_nfaults; i++) {
-        if (tls_faults[i].id == id && tls_faults[i].after == 0) {
+    for (i = 0; i < t->nfaults; i++) {
+        if (t->faults[i].id == id && t->faults[i].after == 0) {
             fired = i;
             break;
         }
     }
     if (fired >= 0) {
-        code = tls_faults[fired].code;
-        if (--tls_faults[fired].count == 0) {
-            memmove(&tls_faults[fired], &tls_faults[fired + 1],
-                    (size_t)(tls_nfaults - fired - 1) * sizeof(sim_fault));
-            tls_nfaults--;
+        code = t->faults[fired].code;
+        if (--t->faults[fired].count == 0) {
+            memmove(&t->faults[fired], &t->faults[fired + 1],
+                    (size_t)(t->nfaults - fired - 1) * sizeof(sim_fault));
+            t->nfaults--;
         }
         return code;
     }
-    for (i = 0; i < tls_nfaults; i++) {
-        if (tls_faults[i].id == id)
-            tls_faults[i].after--;
+    for (i = 0; i < t->nfaults; i++) {
+        if (t->faults[i].id == id)
+            t->faults[i].after--;
     }
     return CUDA_SUCCESS;
 }
@@ -231,21 +365,22 @@ CUresult
 sim_enter(sim_entry id, int need_init)
 {
     int (*p)(void) = __atomic_load_n(&probe, __ATOMIC_ACQUIRE);
+    sim_thread *t = thread_state();
     CUcontext ctx;
     CUresult code;
 
-    __atomic_fetch_add(&entry_calls[id], 1, __ATOMIC_RELAXED);
+    count_add(t, 0, id, 1);
     if (p != NULL && p() != 0)
         __atomic_fetch_add(&entry_probed[id], 1, __ATOMIC_RELAXED);
     if (__atomic_load_n(&forked_child, __ATOMIC_RELAXED))
         return CUDA_ERROR_NOT_INITIALIZED;
-    if (tls_in_callback)
+    if (t->in_callback)
         return CUDA_ERROR_NOT_PERMITTED;
     if (need_init && !__atomic_load_n(&sim.initialized, __ATOMIC_ACQUIRE))
         return CUDA_ERROR_NOT_INITIALIZED;
     ctx = sim_ctx_current();
-    if (tls_nfaults > 0) {
-        code = take_fault(id);
+    if (t->nfaults > 0) {
+        code = take_fault(t, id);
         if (code != CUDA_SUCCESS) {
             /* An injected sticky code is as lasting as a genuine one:
              * it poisons the context and its device. */
@@ -311,11 +446,13 @@ static void
 fork_prepare(void)
 {
     sim_lock();
+    pthread_mutex_lock(&counts_lock);
 }
 
 static void
 fork_parent(void)
 {
+    pthread_mutex_unlock(&counts_lock);
     sim_unlock();
 }
 
@@ -323,6 +460,7 @@ static void
 fork_child(void)
 {
     __atomic_store_n(&forked_child, 1, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&counts_lock);
     sim_unlock();
 }
 
@@ -767,28 +905,30 @@ cusim_inject(const char *entry, int code, unsigned after, unsigned count)
     int id = entry_by_name(entry);
     unsigned gen = __atomic_load_n(&fault_gen, __ATOMIC_ACQUIRE);
 
+    sim_thread *t = thread_state();
+
     if (id < 0)
         return -1;
-    if (tls_fault_gen != gen) {
-        tls_nfaults = 0;
-        tls_fault_gen = gen;
+    if (t->fault_gen != gen) {
+        t->nfaults = 0;
+        t->fault_gen = gen;
     }
     if (count == 0)
         return 0;
-    if (tls_nfaults == SIM_MAX_FAULTS)
+    if (t->nfaults == SIM_MAX_FAULTS)
         return -1;
-    tls_faults[tls_nfaults].id = (sim_entry)id;
-    tls_faults[tls_nfaults].code = (CUresult)code;
-    tls_faults[tls_nfaults].after = after;
-    tls_faults[tls_nfaults].count = count;
-    tls_nfaults++;
+    t->faults[t->nfaults].id = (sim_entry)id;
+    t->faults[t->nfaults].code = (CUresult)code;
+    t->faults[t->nfaults].after = after;
+    t->faults[t->nfaults].count = count;
+    t->nfaults++;
     return 0;
 }
 
 SIM_EXPORT void
 cusim_clear_faults(void)
 {
-    tls_nfaults = 0;
+    thread_state()->nfaults = 0;
 }
 
 SIM_EXPORT void
@@ -811,12 +951,26 @@ SIM_EXPORT const char *
 cusim_entry_stats(int index, unsigned long long *calls,
                   unsigned long long *bytes)
 {
+    unsigned long long c, b;
+
     if (index < 0 || index >= SIM_NENTRIES)
         return NULL;
+    pthread_mutex_lock(&counts_lock);
+    c = retired.calls[index] +
+        __atomic_load_n(&unattached.calls[index], __ATOMIC_RELAXED) -
+        baseline.calls[index];
+    b = retired.bytes[index] +
+        __atomic_load_n(&unattached.bytes[index], __ATOMIC_RELAXED) -
+        baseline.bytes[index];
+    for (thread_counts *t = live_counts; t != NULL; t = t->next) {
+        c += __atomic_load_n(&t->c.calls[index], __ATOMIC_RELAXED);
+        b += __atomic_load_n(&t->c.bytes[index], __ATOMIC_RELAXED);
+    }
+    pthread_mutex_unlock(&counts_lock);
     if (calls != NULL)
-        *calls = __atomic_load_n(&entry_calls[index], __ATOMIC_RELAXED);
+        *calls = c;
     if (bytes != NULL)
-        *bytes = __atomic_load_n(&entry_bytes[index], __ATOMIC_RELAXED);
+        *bytes = b;
     return entry_names[index];
 }
 
@@ -837,11 +991,10 @@ cusim_set_probe(int (*fn)(void))
 SIM_EXPORT void
 cusim_reset_counters(void)
 {
-    int i;
-
-    for (i = 0; i < SIM_NENTRIES; i++) {
-        __atomic_store_n(&entry_calls[i], 0, __ATOMIC_RELAXED);
-        __atomic_store_n(&entry_bytes[i], 0, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&counts_lock);
+    counts_total(&baseline);
+    pthread_mutex_unlock(&counts_lock);
+    for (int i = 0; i < SIM_NENTRIES; i++) {
         __atomic_store_n(&entry_probed[i], 0, __ATOMIC_RELAXED);
     }
 }
@@ -915,7 +1068,7 @@ SIM_EXPORT void
 cusim_reset(void)
 {
     __atomic_fetch_add(&fault_gen, 1, __ATOMIC_ACQ_REL);
-    tls_nfaults = 0;
+    thread_state()->nfaults = 0;
     cusim_reset_counters();
     sim_hazards_reset();
     sim_lock();
