@@ -674,9 +674,9 @@ call_at_exit(void *arg)
 }
 
 typedef struct counting_thread {
+    pthread_barrier_t *parked, *resume;
     int before, after; /* calls before and after the parking */
     int park;
-    pthread_barrier_t *parked, *resume;
     int failed;
 } counting_thread;
 
@@ -702,7 +702,7 @@ static void
 test_counters_per_thread(void)
 {
     pthread_barrier_t parked, resume;
-    counting_thread workers[4], sleeper = {5, 7, 1, &parked, &resume, 0};
+    counting_thread workers[4], sleeper = {&parked, &resume, 5, 7, 1, 0};
     pthread_t th[4], sleeper_th;
     int n, i;
 
@@ -711,7 +711,7 @@ test_counters_per_thread(void)
     pthread_barrier_init(&resume, NULL, 2);
     cusim_reset_counters();
     for (i = 0; i < 4; i++) {
-        workers[i] = (counting_thread){100 + i, 0, 0, NULL, NULL, 0};
+        workers[i] = (counting_thread){NULL, NULL, 100 + i, 0, 0, 0};
         CHECK_EQ(pthread_create(&th[i], NULL, counting_main, &workers[i]), 0);
     }
     for (i = 0; i < 4; i++) {
