@@ -268,23 +268,18 @@ sim_count_bytes(sim_entry id, size_t nbytes)
     count_add(thread_state(), 1, id, (unsigned long long)nbytes);
 }
 
-/* Every thread's counts so far, the retired ones included (lock held). */
+/* Entry i's calls and bytes so far over every thread, the exited ones
+ * included (lock held). */
 static void
-counts_total(counts *out)
+entry_total(int i, unsigned long long *calls, unsigned long long *bytes)
 {
-    for (int i = 0; i < SIM_NENTRIES; i++) {
-        out->calls[i] = retired.calls[i] +
-                        __atomic_load_n(&unattached.calls[i],
-                                        __ATOMIC_RELAXED);
-        out->bytes[i] = retired.bytes[i] +
-                        __atomic_load_n(&unattached.bytes[i],
-                                        __ATOMIC_RELAXED);
-    }
+    *calls = retired.calls[i] +
+             __atomic_load_n(&unattached.calls[i], __ATOMIC_RELAXED);
+    *bytes = retired.bytes[i] +
+             __atomic_load_n(&unattached.bytes[i], __ATOMIC_RELAXED);
     for (thread_counts *b = live_counts; b != NULL; b = b->next) {
-        for (int i = 0; i < SIM_NENTRIES; i++) {
-            out->calls[i] += __atomic_load_n(&b->c.calls[i], __ATOMIC_RELAXED);
-            out->bytes[i] += __atomic_load_n(&b->c.bytes[i], __ATOMIC_RELAXED);
-        }
+        *calls += __atomic_load_n(&b->c.calls[i], __ATOMIC_RELAXED);
+        *bytes += __atomic_load_n(&b->c.bytes[i], __ATOMIC_RELAXED);
     }
 }
 
@@ -956,16 +951,9 @@ cusim_entry_stats(int index, unsigned long long *calls,
     if (index < 0 || index >= SIM_NENTRIES)
         return NULL;
     pthread_mutex_lock(&counts_lock);
-    c = retired.calls[index] +
-        __atomic_load_n(&unattached.calls[index], __ATOMIC_RELAXED) -
-        baseline.calls[index];
-    b = retired.bytes[index] +
-        __atomic_load_n(&unattached.bytes[index], __ATOMIC_RELAXED) -
-        baseline.bytes[index];
-    for (thread_counts *t = live_counts; t != NULL; t = t->next) {
-        c += __atomic_load_n(&t->c.calls[index], __ATOMIC_RELAXED);
-        b += __atomic_load_n(&t->c.bytes[index], __ATOMIC_RELAXED);
-    }
+    entry_total(index, &c, &b);
+    c -= baseline.calls[index];
+    b -= baseline.bytes[index];
     pthread_mutex_unlock(&counts_lock);
     if (calls != NULL)
         *calls = c;
@@ -992,7 +980,8 @@ SIM_EXPORT void
 cusim_reset_counters(void)
 {
     pthread_mutex_lock(&counts_lock);
-    counts_total(&baseline);
+    for (int i = 0; i < SIM_NENTRIES; i++)
+        entry_total(i, &baseline.calls[i], &baseline.bytes[i]);
     pthread_mutex_unlock(&counts_lock);
     for (int i = 0; i < SIM_NENTRIES; i++) {
         __atomic_store_n(&entry_probed[i], 0, __ATOMIC_RELAXED);
