@@ -47,26 +47,29 @@ static const char *const entry_names[SIM_NENTRIES] = {
 };
 
 /* Calls and bytes per entry point (cusim_entry_stats). Each thread counts
- * into a block of its own with plain stores, where a locked add on shared
- * counters was more than half of the gate's time. counts_lock guards the
- * list of live threads' blocks and the sums: a thread's exit folds its
- * block into `retired`, and a reset moves `baseline` to the totals rather
- * than racing the owners' stores. A thread without a block (out of
- * memory) counts into `unattached` with atomics. */
+ * into a block it owns with plain stores, where a locked add on shared
+ * counters was more than half of the gate's time. Blocks are never freed:
+ * a thread's exit gives its block up, counts and all, for the next thread
+ * that needs one, so there are as many as threads ever ran at once.
+ * counts_lock guards the list and the sums; a reset moves `baseline` to
+ * the totals rather than racing the owners' stores. A thread without a
+ * block (out of memory) counts into `unattached` with atomics. */
 typedef struct counts {
     unsigned long long calls[SIM_NENTRIES];
     unsigned long long bytes[SIM_NENTRIES];
 } counts;
 
 typedef struct thread_counts {
-    counts c;
+    /* The owning thread's gate state (atomic), NULL while free: only the
+     * owner writes the counts, and only the owner gives the block up. */
+    struct sim_thread *owner;
     struct thread_counts *next;
-    struct thread_counts **prev;
+    counts c;
 } thread_counts;
 
 static pthread_mutex_t counts_lock = PTHREAD_MUTEX_INITIALIZER;
-static thread_counts *live_counts;
-static counts retired, baseline, unattached;
+static thread_counts *all_counts;
+static counts baseline, unattached;
 static pthread_key_t counts_key;
 static pthread_once_t counts_once = PTHREAD_ONCE_INIT;
 static int counts_keyed;
@@ -190,25 +193,15 @@ sim_is_sticky(CUresult code)
 /* ---------------------------------------------------------------------------
  * The counters. */
 
-/* A thread's exit: its counts join the retired ones. */
+/* A thread's exit gives its block up. It writes nothing of the thread's
+ * own (TLS): a call later in the exit (another key's destructor) finds
+ * the block no longer its and takes one again. */
 static void
 counts_detach(void *arg)
 {
     thread_counts *b = arg;
 
-    pthread_mutex_lock(&counts_lock);
-    for (int i = 0; i < SIM_NENTRIES; i++) {
-        retired.calls[i] += b->c.calls[i];
-        retired.bytes[i] += b->c.bytes[i];
-    }
-    *b->prev = b->next;
-    if (b->next != NULL)
-        b->next->prev = b->prev;
-    pthread_mutex_unlock(&counts_lock);
-    /* A later call in this thread's exit (another key's destructor)
-     * makes a new block. */
-    thread_state()->counts = NULL;
-    free(b);
+    __atomic_store_n(&b->owner, NULL, __ATOMIC_RELEASE);
 }
 
 static void
@@ -217,8 +210,8 @@ counts_key_init(void)
     counts_keyed = pthread_key_create(&counts_key, counts_detach) == 0;
 }
 
-/* The calling thread's block, made on its first call; NULL when it
- * cannot be. */
+/* A block for the calling thread: a free one, else a new one; NULL when
+ * none can be had. */
 static thread_counts *
 counts_attach(sim_thread *t)
 {
@@ -226,19 +219,19 @@ counts_attach(sim_thread *t)
 
     if (pthread_once(&counts_once, counts_key_init) != 0 || !counts_keyed)
         return NULL;
-    b = calloc(1, sizeof(*b));
-    if (b == NULL)
-        return NULL;
-    if (pthread_setspecific(counts_key, b) != 0) {
-        free(b);
-        return NULL;
-    }
     pthread_mutex_lock(&counts_lock);
-    b->next = live_counts;
-    b->prev = &live_counts;
-    if (live_counts != NULL)
-        live_counts->prev = &b->next;
-    live_counts = b;
+    for (b = all_counts; b != NULL; b = b->next) {
+        if (__atomic_load_n(&b->owner, __ATOMIC_ACQUIRE) == NULL)
+            break;
+    }
+    if (b == NULL && (b = calloc(1, sizeof(*b))) != NULL) {
+        b->next = all_counts;
+        all_counts = b;
+    }
+    if (b != NULL && pthread_setspecific(counts_key, b) != 0)
+        b = NULL;
+    if (b != NULL)
+        __atomic_store_n(&b->owner, t, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&counts_lock);
     t->counts = b;
     return b;
@@ -248,15 +241,17 @@ counts_attach(sim_thread *t)
 static void
 count_add(sim_thread *t, int bytes, sim_entry id, unsigned long long n)
 {
-    thread_counts *b = t->counts != NULL ? t->counts : counts_attach(t);
+    thread_counts *b = t->counts;
     unsigned long long *c;
 
+    if (b == NULL || __atomic_load_n(&b->owner, __ATOMIC_RELAXED) != t)
+        b = counts_attach(t);
     if (b == NULL) {
         c = bytes ? &unattached.bytes[id] : &unattached.calls[id];
         __atomic_fetch_add(c, n, __ATOMIC_RELAXED);
         return;
     }
-    /* Only this thread writes its block; readers load it atomically. */
+    /* Only the owner writes its block; readers load it atomically. */
     c = bytes ? &b->c.bytes[id] : &b->c.calls[id];
     __atomic_store_n(c, __atomic_load_n(c, __ATOMIC_RELAXED) + n,
                      __ATOMIC_RELAXED);
@@ -273,11 +268,9 @@ sim_count_bytes(sim_entry id, size_t nbytes)
 static void
 entry_total(int i, unsigned long long *calls, unsigned long long *bytes)
 {
-    *calls = retired.calls[i] +
-             __atomic_load_n(&unattached.calls[i], __ATOMIC_RELAXED);
-    *bytes = retired.bytes[i] +
-             __atomic_load_n(&unattached.bytes[i], __ATOMIC_RELAXED);
-    for (thread_counts *b = live_counts; b != NULL; b = b->next) {
+    *calls = __atomic_load_n(&unattached.calls[i], __ATOMIC_RELAXED);
+    *bytes = __atomic_load_n(&unattached.bytes[i], __ATOMIC_RELAXED);
+    for (thread_counts *b = all_counts; b != NULL; b = b->next) {
         *calls += __atomic_load_n(&b->c.calls[i], __ATOMIC_RELAXED);
         *bytes += __atomic_load_n(&b->c.bytes[i], __ATOMIC_RELAXED);
     }
